@@ -1,0 +1,368 @@
+"""Owner objects for the DPDK environment (EAL) and DPDK ports.
+
+DPDK allows one EAL per process and never a second init after cleanup, so `Eal` is a
+process-wide singleton that remembers a failed attempt and says why a retry cannot work.
+`DpdkPort` owns one ethdev (PCI or vdev) with its mempool and implements the `Link`
+protocol for the slow path: burst RX into a reusable arena, burst TX of a batch of frames.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import re
+import shutil
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from dataplane import hostinfo
+from dataplane.errors import (
+    DeviceNotFoundError,
+    DpdkUnavailableError,
+    EalAlreadyInitialisedError,
+    EalError,
+    HugepagesError,
+    PortError,
+    UnsafeInterfaceError,
+)
+from dataplane.shim import Shim, load
+
+PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+SYS_PCI_DEVICES = Path("/sys/bus/pci/devices")
+RUNTIME_DIR = Path("/var/run/dpdk")
+PMD_FOLDERS = (
+    "/usr/lib/x86_64-linux-gnu/dpdk/pmds-*",
+    "/usr/lib/aarch64-linux-gnu/dpdk/pmds-*",
+    "/usr/local/lib/dpdk/pmds-*",
+    "/usr/local/lib64/dpdk/pmds-*",
+)
+#: vdev drivers that sit on a kernel network interface named by `iface=`.
+IFACE_VDEVS = ("net_af_packet", "net_af_xdp", "net_pcap")
+ETHER_OVERHEAD = 18  # Ethernet header + FCS; DPDK's MTU is the IP MTU
+
+
+@dataclass(frozen=True)
+class EalConfig:
+    """What rte_eal_init is started with (see gateway.settings.DpdkSettings)."""
+
+    lcores: str | None = None
+    hugepages: str = "auto"  # auto | on | off
+    memory_mb: int = 256
+    file_prefix: str | None = None
+    pci_allow: tuple[str, ...] = ()
+    driver_paths: tuple[str, ...] = ()
+    log_level: str = "warning"
+    extra_args: tuple[str, ...] = ()
+
+
+def default_lcores() -> str:
+    """Lcore 0 floating over every CPU this process may use, so EAL pins nothing hard."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return f"0@({','.join(str(c) for c in cpus)})"
+
+
+def check_lcores(lcores: str) -> None:
+    """Refuse CPUs this process may not run on before DPDK sees them: a failed EAL init
+    cannot be retried in the same process."""
+    allowed = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    for token in re.findall(r"\d+(?:-\d+)?", lcores.split("@", 1)[-1]):
+        low, _, high = token.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    outside = sorted(cpus - allowed)
+    if outside:
+        raise EalError(
+            f"lcores '{lcores}' names CPUs {outside} that this process may not use "
+            f"(allowed: {sorted(allowed)})",
+            errno.EINVAL,
+        )
+
+
+def eal_arguments(config: EalConfig) -> list[str]:
+    """The argv for rte_eal_init, with the hugepage decision made and checked first."""
+    lcores = config.lcores or default_lcores()
+    check_lcores(lcores)
+    args = ["wsgw", "--lcores", lcores]
+    use_hugepages = _decide_hugepages(config)
+    if use_hugepages:
+        args += ["-m", str(config.memory_mb)]
+    else:
+        args += ["--no-huge", "-m", str(config.memory_mb)]
+    if config.file_prefix:
+        args += ["--file-prefix", config.file_prefix]
+    elif use_hugepages:
+        args.append("--in-memory")
+    else:
+        # --no-huge implies legacy memory, which DPDK refuses with --in-memory: give this
+        # process a runtime folder of its own instead (removed at exit).
+        args += ["--file-prefix", _private_prefix()]
+    if config.pci_allow:
+        for address in config.pci_allow:
+            args += ["-a", address]
+    else:
+        args.append("--no-pci")
+    for path in config.driver_paths:
+        args += ["-d", path]
+    args += ["--no-telemetry", "--log-level", config.log_level, *config.extra_args]
+    return args
+
+
+def _private_prefix() -> str:
+    prefix = f"wsgw-{os.getpid()}"
+    atexit.register(shutil.rmtree, RUNTIME_DIR / prefix, ignore_errors=True)
+    return prefix
+
+
+def _decide_hugepages(config: EalConfig) -> bool:
+    if config.hugepages == "off":
+        return False
+    pools = hostinfo.hugepage_pools()
+    free_mb = sum(pool.free_mb for pool in pools)
+    enough = free_mb >= config.memory_mb and hostinfo.hugetlbfs_mounted()
+    if config.hugepages == "on" and not enough:
+        have = ", ".join(f"{p.free}/{p.total} free of {p.size_kb} kB" for p in pools) or "none"
+        mount = "" if hostinfo.hugetlbfs_mounted() else "; no hugetlbfs is mounted"
+        raise HugepagesError(
+            f"too few hugepages: {config.memory_mb} MB wanted, {free_mb} MB free ({have}){mount}; "
+            "set more (echo N > /proc/sys/vm/nr_hugepages) or run with hugepages=off",
+            errno.ENOMEM,
+        )
+    return enough
+
+
+class Eal:
+    """The process's DPDK environment. `Eal.init(config)` once; later calls return it."""
+
+    _lock = threading.Lock()
+    _instance: Eal | None = None
+    _failure: EalError | None = None
+
+    def __init__(self, shim: Shim, args: list[str]) -> None:
+        self.shim = shim
+        self.args = args
+
+    @classmethod
+    def init(cls, config: EalConfig | None = None) -> Eal:
+        with cls._lock:
+            if cls._instance is not None:
+                return cls._instance
+            shim = load()
+            if not shim.has_dpdk:
+                raise DpdkUnavailableError(
+                    "the wsgw shim was built without DPDK: install libdpdk-dev and pkg-config, "
+                    "then rebuild with `pip install -e .`",
+                    errno.ENOTSUP,
+                )
+            if shim.eal_state() == 3:
+                raise EalAlreadyInitialisedError(
+                    "DPDK was cleaned up in this process and cannot start again; use a new process",
+                    errno.EALREADY,
+                )
+            if cls._failure is not None:
+                raise EalAlreadyInitialisedError(
+                    f"DPDK failed to initialise earlier in this process ({cls._failure}); "
+                    "DPDK keeps state from that attempt and cannot be initialised again "
+                    "here: start a new process",
+                    errno.EALREADY,
+                )
+            args = eal_arguments(config or EalConfig())
+            rc = shim.eal_init(args)
+            if rc < 0:
+                text = shim.last_error()
+                if -rc == errno.EALREADY:
+                    error: EalError = EalAlreadyInitialisedError(
+                        f"{text}; DPDK allows one initialisation per process, start a new "
+                        f"process to retry (arguments: {' '.join(args[1:])})",
+                        -rc,
+                    )
+                else:
+                    error = EalError(f"{text} (arguments: {' '.join(args[1:])})", -rc)
+                cls._failure = error
+                raise error
+            cls._instance = cls(shim, args)
+            return cls._instance
+
+    @classmethod
+    def current(cls) -> Eal | None:
+        return cls._instance
+
+    def open_port(self, device: str, *, force: bool = False, **sizing: Any) -> DpdkPort:
+        """Open a port (see `DpdkPort.open` for the sizing keywords)."""
+        return DpdkPort.open(self, device, force=force, **sizing)
+
+
+def _device_checks(eal: Eal, device: str, force: bool) -> None:
+    """Refuse devices that do not exist or that the host uses, with the reason spelled out."""
+    name, _, params = device.partition(",")
+    if PCI_ADDRESS.match(name):
+        full = name if name.count(":") == 2 else f"0000:{name}"
+        sysfs = SYS_PCI_DEVICES / full.lower()
+        if not sysfs.exists():
+            raise DeviceNotFoundError(
+                f"PCI device {full} does not exist (no {sysfs})", errno.ENODEV
+            )
+        allowed = {a if a.count(":") == 2 else f"0000:{a}" for a in eal_allowed(eal)}
+        if full.lower() not in {a.lower() for a in allowed}:
+            raise PortError(
+                f"PCI device {full} is not in the EAL allow list (dpdk.pci_allow); DPDK was "
+                "started without it",
+                errno.EPERM,
+            )
+        for net in (sysfs / "net").glob("*") if (sysfs / "net").exists() else []:
+            _refuse_used_interface(net.name, force)
+        return
+    if not name.startswith("net_"):
+        raise DeviceNotFoundError(
+            f"'{name}' is neither a PCI address (0000:03:00.0) nor a vdev name (net_...)",
+            errno.EINVAL,
+        )
+    drivers = available_vdev_drivers()
+    if drivers and not any(name.startswith(d) for d in drivers):
+        raise DeviceNotFoundError(
+            f"no DPDK driver for vdev '{name}': a vdev name starts with its driver's name "
+            f"(available: {', '.join(sorted(drivers))})",
+            errno.ENOENT,
+        )
+    options = dict(p.partition("=")[::2] for p in params.split(",") if p)
+    if name.startswith(IFACE_VDEVS):
+        iface = options.get("iface")
+        if not iface:
+            raise PortError(f"vdev {name} needs iface=<interface>", errno.EINVAL)
+        if not hostinfo.interface_exists(iface):
+            raise DeviceNotFoundError(
+                f"network interface '{iface}' does not exist (for {name})", errno.ENODEV
+            )
+        _refuse_used_interface(iface, force)
+
+
+def available_vdev_drivers() -> set[str]:
+    """Net PMDs DPDK can load here (from its plugin folders), e.g. {"net_af_packet", ...}."""
+    names: set[str] = set()
+    for folder in PMD_FOLDERS:
+        for lib in Path(folder).parent.glob(Path(folder).name):
+            for so in lib.glob("librte_net_*.so"):
+                names.add("net_" + so.name.removeprefix("librte_net_").removesuffix(".so"))
+    return names
+
+
+def eal_allowed(eal: Eal) -> list[str]:
+    return [eal.args[i + 1] for i, arg in enumerate(eal.args[:-1]) if arg == "-a"]
+
+
+def _refuse_used_interface(iface: str, force: bool) -> None:
+    use = hostinfo.interface_use(iface)
+    if use.in_use and not force:
+        raise UnsafeInterfaceError(
+            f"refusing to open a DPDK port on {iface}: {use.describe()}; the stack's traffic "
+            "would go out on a network the host uses (pass force=True only if you mean it)",
+            errno.EBUSY,
+        )
+
+
+class DpdkPort:
+    """One DPDK ethdev with one RX and one TX queue, usable as a `Link`."""
+
+    def __init__(self, eal: Eal, device: str, handle: int, burst: int) -> None:
+        self.eal = eal
+        self.device = device
+        self._shim = eal.shim
+        self._handle = handle
+        self._arena = self._shim.rx_arena(burst)
+        self._finalizer = weakref.finalize(self, self._shim.port_close, handle)
+        rc, mac = self._shim.port_mac(handle)
+        self._shim.check(rc, f"MAC address of {device}", PortError)
+        self.mac: bytes = mac
+        self.mtu: int = self._shim.check(self._shim.port_mtu(handle), f"MTU of {device}", PortError)
+        self.port_id = self._shim.port_id(handle)
+
+    @classmethod
+    def open(
+        cls,
+        eal: Eal,
+        device: str,
+        *,
+        force: bool = False,
+        n_mbufs: int = 8191,
+        mbuf_cache: int = 256,
+        rx_desc: int = 1024,
+        tx_desc: int = 1024,
+        mtu: int = 1500,
+        burst: int = 32,
+        promiscuous: bool = False,
+        start: bool = True,
+    ) -> DpdkPort:
+        """Probe, configure and (by default) start the port named by a PCI address or vdev."""
+        _device_checks(eal, device, force)
+        shim = eal.shim
+        rc, handle = shim.port_open(
+            device,
+            n_mbufs=n_mbufs,
+            mbuf_cache=mbuf_cache,
+            rx_desc=rx_desc,
+            tx_desc=tx_desc,
+            mtu=mtu,
+            promiscuous=promiscuous,
+        )
+        if rc < 0:
+            text = shim.last_error()
+            kind = DeviceNotFoundError if -rc in (errno.ENOENT, errno.ENODEV) else PortError
+            raise kind(f"cannot open DPDK port {device}: {text}", -rc)
+        port = cls(eal, device, handle, burst)
+        if start:
+            port.start()
+        return port
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise PortError(f"port {self.device} is closed", errno.EBADF)
+        return self._handle
+
+    def start(self) -> None:
+        self._shim.check(self._shim.port_start(self._live()), f"start {self.device}", PortError)
+
+    def stop(self) -> None:
+        self._shim.check(self._shim.port_stop(self._live()), f"stop {self.device}", PortError)
+
+    def close(self) -> None:
+        """Stop, close and hot-unplug the device; safe to call twice."""
+        self._finalizer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def link(self) -> dict[str, int]:
+        rc, info = self._shim.port_link(self._live())
+        self._shim.check(rc, f"link status of {self.device}", PortError)
+        return info
+
+    def stats(self) -> dict[str, int]:
+        rc, stats = self._shim.port_stats(self._live())
+        self._shim.check(rc, f"counters of {self.device}", PortError)
+        return stats
+
+    def rx_burst(self, max_frames: int = 32) -> list[bytes]:
+        """Up to one burst of received frames, copied out of the mbufs (slow path)."""
+        count = self._shim.check(
+            self._shim.port_rx_burst(self._live(), self._arena, max_frames),
+            f"rx {self.device}",
+            PortError,
+        )
+        return self._arena.frames(count) if count else []
+
+    def tx_burst(self, frames: Sequence[bytes]) -> int:
+        """Send a batch in one call; returns how many the PMD took (the rest are counted)."""
+        return self._shim.check(
+            self._shim.port_tx_burst(self._live(), list(frames)), f"tx {self.device}", PortError
+        )

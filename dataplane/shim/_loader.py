@@ -1,0 +1,345 @@
+"""Load libwsgw_shim.so and declare every prototype. Nothing else in wsgw imports ctypes.
+
+The library is found beside this file (the package build puts it there) or at the path in
+WSGW_SHIM_PATH. Loading checks, in order: the file exists, it exports the known symbols,
+its ABI version equals ours, and, when the C sources sit beside it (a source checkout or an
+editable install), that it was built from those very sources. Each failure is a typed
+`ShimError` that says what to run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dataplane.errors import (
+    DataplaneError,
+    DpdkUnavailableError,
+    ShimError,
+    ShimMissingError,
+    ShimStaleError,
+    ShimVersionError,
+)
+
+#: Must equal WSGW_SHIM_ABI in wsgw_shim.h.
+ABI_VERSION = 1
+LIB_NAME = "libwsgw_shim.so"
+SHIM_DIR = Path(__file__).resolve().parent
+REBUILD_HINT = "rebuild it with `pip install -e .` (or `make shim`)"
+
+_c_uint8_p = ctypes.POINTER(ctypes.c_uint8)
+_c_uint16_p = ctypes.POINTER(ctypes.c_uint16)
+_c_uint32_p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class PortConf(ctypes.Structure):
+    _fields_ = [
+        ("n_mbufs", ctypes.c_uint32),
+        ("mbuf_cache", ctypes.c_uint32),
+        ("rx_desc", ctypes.c_uint16),
+        ("tx_desc", ctypes.c_uint16),
+        ("mtu", ctypes.c_uint16),
+        ("promiscuous", ctypes.c_uint16),
+    ]
+
+
+PORT_STAT_FIELDS = (
+    "rx_packets",
+    "rx_bytes",
+    "tx_packets",
+    "tx_bytes",
+    "rx_missed",
+    "rx_errors",
+    "tx_errors",
+    "rx_nombuf",
+    "tx_dropped",
+    "tx_nombuf",
+    "tx_oversize",
+    "rx_truncated",
+)
+
+
+class PortStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in PORT_STAT_FIELDS]
+
+
+class LinkInfo(ctypes.Structure):
+    _fields_ = [
+        ("speed_mbps", ctypes.c_uint32),
+        ("up", ctypes.c_uint16),
+        ("full_duplex", ctypes.c_uint16),
+    ]
+
+
+# name -> (restype, argtypes); every export of wsgw_shim.h is declared here.
+_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+    "wsgw_abi_version": (ctypes.c_int, []),
+    "wsgw_shim_version": (ctypes.c_char_p, []),
+    "wsgw_has_dpdk": (ctypes.c_int, []),
+    "wsgw_dpdk_version": (ctypes.c_char_p, []),
+    "wsgw_build_flags": (ctypes.c_char_p, []),
+    "wsgw_source_hash": (ctypes.c_char_p, []),
+    "wsgw_last_error": (ctypes.c_char_p, []),
+    "wsgw_csum_partial": (ctypes.c_uint32, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32]),
+    "wsgw_csum_fold": (ctypes.c_uint16, [ctypes.c_uint32]),
+    "wsgw_eal_init": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
+    "wsgw_eal_state": (ctypes.c_int, []),
+    "wsgw_eal_cleanup": (ctypes.c_int, []),
+    "wsgw_port_open": (
+        ctypes.c_int,
+        [ctypes.c_char_p, ctypes.POINTER(PortConf), ctypes.POINTER(ctypes.c_void_p)],
+    ),
+    "wsgw_port_start": (ctypes.c_int, [ctypes.c_void_p]),
+    "wsgw_port_stop": (ctypes.c_int, [ctypes.c_void_p]),
+    "wsgw_port_close": (None, [ctypes.c_void_p]),
+    "wsgw_port_id": (ctypes.c_int, [ctypes.c_void_p]),
+    "wsgw_port_mac": (ctypes.c_int, [ctypes.c_void_p, _c_uint8_p]),
+    "wsgw_port_mtu": (ctypes.c_int, [ctypes.c_void_p]),
+    "wsgw_port_link": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(LinkInfo)]),
+    "wsgw_port_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(PortStats)]),
+    "wsgw_port_rx_burst": (
+        ctypes.c_int,
+        [ctypes.c_void_p, _c_uint8_p, ctypes.c_uint32, _c_uint32_p, _c_uint16_p, ctypes.c_uint16],
+    ),
+    "wsgw_port_tx_burst": (
+        ctypes.c_int,
+        [ctypes.c_void_p, _c_uint8_p, _c_uint32_p, _c_uint16_p, ctypes.c_uint16],
+    ),
+}
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def library_path() -> Path:
+    override = os.environ.get("WSGW_SHIM_PATH")
+    return Path(override) if override else SHIM_DIR / LIB_NAME
+
+
+def source_hash(directory: Path = SHIM_DIR) -> str | None:
+    """Hash of the C sources as setup.py computes it, or None when no sources are here."""
+    files = sorted(directory.glob("*.[ch]"), key=lambda p: p.name)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class RxArena:
+    """Caller-owned buffers one RX burst is copied into (frames back to back)."""
+
+    data: Any  # ctypes array of uint8
+    offsets: Any  # ctypes array of uint32
+    lengths: Any  # ctypes array of uint16
+    capacity: int
+    max_frames: int
+
+    def frames(self, count: int) -> list[bytes]:
+        raw = memoryview(self.data).cast("B")
+        return [
+            bytes(raw[self.offsets[i] : self.offsets[i] + self.lengths[i]]) for i in range(count)
+        ]
+
+
+class Shim:
+    """Typed access to libwsgw_shim.so. Get it from `load()`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if not path.exists():
+            raise ShimMissingError(f"wsgw shim library not found at {path}: {REBUILD_HINT}")
+        try:
+            self._lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise ShimError(f"cannot load wsgw shim {path}: {exc}") from exc
+        missing = [name for name in _PROTOTYPES if not hasattr(self._lib, name)]
+        if missing:
+            raise ShimVersionError(
+                f"{path} is not a wsgw shim of ABI {ABI_VERSION}: missing "
+                f"{', '.join(missing[:5])}; {REBUILD_HINT}"
+            )
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            func = getattr(self._lib, name)
+            func.restype = restype
+            func.argtypes = argtypes
+        found = int(self._lib.wsgw_abi_version())
+        if found != ABI_VERSION:
+            raise ShimVersionError(
+                f"{path} has shim ABI {found}, this wsgw expects {ABI_VERSION}; {REBUILD_HINT}"
+            )
+        # Sources beside the library (a checkout or an editable install): it must be
+        # built from exactly those. An installed wheel carries the same sources, so the
+        # check holds there too.
+        expected = source_hash(path.parent)
+        if expected is not None:
+            built = self._lib.wsgw_source_hash().decode()
+            if built != expected:
+                raise ShimStaleError(
+                    f"{path} was built from other C sources than those in {path.parent} "
+                    f"(built {built[:12]}, sources {expected[:12]}); {REBUILD_HINT}"
+                )
+
+    # ---- identity ------------------------------------------------------------------
+    @property
+    def has_dpdk(self) -> bool:
+        return bool(self._lib.wsgw_has_dpdk())
+
+    def info(self) -> dict[str, Any]:
+        lib = self._lib
+        return {
+            "shim_version": lib.wsgw_shim_version().decode(),
+            "abi": int(lib.wsgw_abi_version()),
+            "path": str(self.path),
+            "dpdk": self.has_dpdk,
+            "dpdk_version": lib.wsgw_dpdk_version().decode() or None,
+            "build_flags": lib.wsgw_build_flags().decode(),
+            "source_hash": lib.wsgw_source_hash().decode(),
+        }
+
+    def last_error(self) -> str:
+        return str(self._lib.wsgw_last_error().decode(errors="replace"))
+
+    def check(self, rc: int, what: str, error: type[DataplaneError] = DataplaneError) -> int:
+        """Turn a negative errno from C into a typed exception carrying the C-side text."""
+        if rc >= 0:
+            return rc
+        text = self.last_error() or os.strerror(-rc)
+        if not self.has_dpdk:
+            raise DpdkUnavailableError(f"{what}: {text}", -rc)
+        raise error(f"{what}: {text}", -rc)
+
+    # ---- checksums (RFC 1071) ----------------------------------------------------------
+    def csum_partial(self, data: bytes, partial: int = 0) -> int:
+        """Unfolded one's-complement sum; chain even-length pieces (a pseudo header first)."""
+        return int(self._lib.wsgw_csum_partial(data, len(data), partial))
+
+    def checksum(self, data: bytes, partial: int = 0) -> int:
+        """The Internet checksum of data (plus partial), as read with struct '!H'."""
+        folded = int(
+            self._lib.wsgw_csum_fold(self._lib.wsgw_csum_partial(data, len(data), partial))
+        )
+        return ((folded & 0xFF) << 8 | folded >> 8) if _LITTLE_ENDIAN else folded
+
+    # ---- EAL -------------------------------------------------------------------------
+    def eal_init(self, args: list[str]) -> int:
+        argv = (ctypes.c_char_p * (len(args) + 1))(*[a.encode() for a in args], None)
+        return int(self._lib.wsgw_eal_init(len(args), argv))
+
+    def eal_state(self) -> int:
+        return int(self._lib.wsgw_eal_state())
+
+    def eal_cleanup(self) -> int:
+        return int(self._lib.wsgw_eal_cleanup())
+
+    # ---- ports -------------------------------------------------------------------------
+    def port_open(
+        self,
+        devargs: str,
+        *,
+        n_mbufs: int,
+        mbuf_cache: int,
+        rx_desc: int,
+        tx_desc: int,
+        mtu: int,
+        promiscuous: bool,
+    ) -> tuple[int, int]:
+        """Returns (rc, handle); handle is 0 when rc < 0."""
+        conf = PortConf(n_mbufs, mbuf_cache, rx_desc, tx_desc, mtu, int(promiscuous))
+        handle = ctypes.c_void_p()
+        rc = int(
+            self._lib.wsgw_port_open(devargs.encode(), ctypes.byref(conf), ctypes.byref(handle))
+        )
+        return rc, int(handle.value or 0)
+
+    def port_start(self, handle: int) -> int:
+        return int(self._lib.wsgw_port_start(handle))
+
+    def port_stop(self, handle: int) -> int:
+        return int(self._lib.wsgw_port_stop(handle))
+
+    def port_close(self, handle: int) -> None:
+        self._lib.wsgw_port_close(handle)
+
+    def port_id(self, handle: int) -> int:
+        return int(self._lib.wsgw_port_id(handle))
+
+    def port_mac(self, handle: int) -> tuple[int, bytes]:
+        mac = (ctypes.c_uint8 * 6)()
+        rc = int(self._lib.wsgw_port_mac(handle, mac))
+        return rc, bytes(mac)
+
+    def port_mtu(self, handle: int) -> int:
+        return int(self._lib.wsgw_port_mtu(handle))
+
+    def port_link(self, handle: int) -> tuple[int, dict[str, int]]:
+        info = LinkInfo()
+        rc = int(self._lib.wsgw_port_link(handle, ctypes.byref(info)))
+        return rc, {"speed_mbps": info.speed_mbps, "up": info.up, "full_duplex": info.full_duplex}
+
+    def port_stats(self, handle: int) -> tuple[int, dict[str, int]]:
+        stats = PortStats()
+        rc = int(self._lib.wsgw_port_stats(handle, ctypes.byref(stats)))
+        return rc, {name: int(getattr(stats, name)) for name in PORT_STAT_FIELDS}
+
+    @staticmethod
+    def rx_arena(max_frames: int, frame_size: int = 2048) -> RxArena:
+        capacity = max_frames * frame_size
+        return RxArena(
+            data=(ctypes.c_uint8 * capacity)(),
+            offsets=(ctypes.c_uint32 * max_frames)(),
+            lengths=(ctypes.c_uint16 * max_frames)(),
+            capacity=capacity,
+            max_frames=max_frames,
+        )
+
+    def port_rx_burst(self, handle: int, arena: RxArena, max_frames: int | None = None) -> int:
+        limit = arena.max_frames if max_frames is None else min(max_frames, arena.max_frames)
+        return int(
+            self._lib.wsgw_port_rx_burst(
+                handle, arena.data, arena.capacity, arena.offsets, arena.lengths, limit
+            )
+        )
+
+    def port_tx_burst(self, handle: int, frames: list[bytes]) -> int:
+        """Send frames in one call; returns how many the PMD took."""
+        count = len(frames)
+        if count == 0:
+            return 0
+        blob = b"".join(frames)
+        offsets = (ctypes.c_uint32 * count)()
+        lengths = (ctypes.c_uint16 * count)()
+        pos = 0
+        for i, frame in enumerate(frames):
+            offsets[i] = pos
+            lengths[i] = len(frame)
+            pos += len(frame)
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        return int(self._lib.wsgw_port_tx_burst(handle, buf, offsets, lengths, count))
+
+
+_lock = threading.Lock()
+_cached: dict[Path, Shim] = {}
+
+
+def load(path: Path | None = None) -> Shim:
+    """The shim library at path (default: beside this file, or WSGW_SHIM_PATH), loaded once."""
+    target = (path or library_path()).resolve()
+    with _lock:
+        shim = _cached.get(target)
+        if shim is None:
+            shim = Shim(target)
+            _cached[target] = shim
+        return shim
+
+
+def shim_info() -> dict[str, Any]:
+    return load().info()

@@ -1,0 +1,56 @@
+"""`wsgw bench SCENARIO|all`: run, print the table, optionally write JSON."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gateway.bench import core
+
+
+def _load_scenarios() -> None:
+    # Importing registers them.
+    from gateway.bench import micro, stack  # noqa: F401
+
+
+def bench(
+    scenario: Annotated[str, typer.Argument(help="a scenario name, or 'all'")] = "all",
+    quick: Annotated[bool, typer.Option(help="short runs (smoke test)")] = False,
+    repetitions: Annotated[int, typer.Option("--reps", min=1, max=50)] = 5,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write results here")] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="list scenarios")] = False,
+) -> None:
+    _load_scenarios()
+    if list_only:
+        for s in core.SCENARIOS.values():
+            print(f"{s.name:12} {s.description}")
+        return
+    names = list(core.SCENARIOS) if scenario == "all" else [scenario]
+    unknown = [n for n in names if n not in core.SCENARIOS]
+    if unknown:
+        typer.secho(
+            f"unknown scenario {unknown[0]!r}; known: {', '.join(core.SCENARIOS)}",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(2)
+    options = core.BenchOptions(quick=quick, repetitions=2 if quick else repetitions)
+    results: list[core.Measurement] = []
+    cond = core.conditions()
+    print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
+    for name in names:
+        s = core.SCENARIOS[name]
+        if s.needs_root and os.geteuid() != 0:
+            print(f"[{name}] skipped: needs root", file=sys.stderr)
+            continue
+        print(f"[{name}] {s.description} ...", flush=True)
+        results += s.run(options)
+    print(core.render_table(results))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(core.to_json(results))
+        print(f"results written to {json_path}")

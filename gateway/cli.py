@@ -1,0 +1,100 @@
+"""The `wsgw` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from gateway.bench.cli import bench
+from gateway.lab import Lab, LabError, list_labs
+
+app = typer.Typer(
+    help="wsgw: market-data WebSocket gateway over a user-space TCP/IP stack on DPDK",
+    no_args_is_help=True,
+)
+shim_app = typer.Typer(help="The C shim library", no_args_is_help=True)
+lab_app = typer.Typer(
+    help="The network lab: a peer namespace joined by a veth pair", no_args_is_help=True
+)
+app.add_typer(shim_app, name="shim")
+app.add_typer(lab_app, name="lab")
+app.command("bench", help="Benchmarks: contenders side by side in one run, as ratios")(bench)
+
+LabName = Annotated[
+    str, typer.Option("--name", "-n", help="lab name (1-10 lower-case letters/digits)")
+]
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+@shim_app.command("info")
+def shim_info() -> None:
+    """Print the shim's version, DPDK support and build flags as JSON."""
+    from dataplane.errors import ShimError
+    from dataplane.shim import shim_info as info
+
+    try:
+        print(json.dumps(info(), indent=2))
+    except ShimError as exc:
+        _fail(str(exc))
+
+
+def _lab(name: str) -> Lab:
+    try:
+        return Lab(name)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+        raise
+
+
+@lab_app.command("up")
+def lab_up(name: LabName = "wsgw") -> None:
+    """Create the lab (idempotent) and print its addresses."""
+    lab = _lab(name)
+    try:
+        lab.up()
+    except (LabError, OSError) as exc:
+        _fail(f"lab up: {exc}")
+    print(json.dumps(lab.status(), indent=2))
+
+
+@lab_app.command("down")
+def lab_down(name: LabName = "wsgw") -> None:
+    """Remove the lab: namespace, veth pair and any process left in the namespace."""
+    lab = _lab(name)
+    lab.down()
+    print(json.dumps({"name": name, "up": False}))
+
+
+@lab_app.command("status")
+def lab_status(name: Annotated[str | None, typer.Option("--name", "-n")] = None) -> None:
+    """Show one lab, or every lab present on this host."""
+    names = [name] if name else list_labs()
+    print(json.dumps([_lab(n).status() for n in names], indent=2))
+
+
+@app.command("demo")
+def demo(
+    name: LabName = "wsgw",
+    duration: Annotated[float, typer.Option(help="seconds to run; 0 runs until Ctrl-C")] = 0.0,
+    hugepages: Annotated[str, typer.Option(help="auto | on | off")] = "auto",
+) -> None:
+    """Lab up, a DPDK port on its veth, the user-space stack answering ARP and ping, and a
+    TCP echo exchange with the kernel peer; prints a line per second."""
+    from gateway.demo import run_demo
+
+    sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

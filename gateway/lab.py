@@ -1,0 +1,219 @@
+"""The network lab: a peer network namespace joined to the gateway by a veth pair.
+
+    root namespace                         namespace wsgw-<name>
+    <name>-g (no kernel IP, DPDK here) ─── <name>-p  198.18.N.1/24 (kernel TCP peer)
+
+The gateway's stack uses 198.18.N.2 on its side; 198.18.N.99 is never assigned, for tests of
+an unreachable host. 198.18.0.0/15 is the benchmarking range (RFC 2544), so the lab never
+shadows a real network. Offloads are off on both ends (af_packet would hand DPDK truncated
+GSO frames and unfinished checksums), IPv6 and forwarding are off on the gateway end, so the
+kernel stays out of the conversation. `up` is idempotent and `down` removes everything.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataplane import hostinfo
+
+OFFLOADS = ("tso", "gso", "gro", "tx", "rx")
+SUBNET_PREFIX = "198.18"
+
+
+class LabError(RuntimeError):
+    """A lab command failed; the message carries the command and the kernel's answer."""
+
+
+def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+@dataclass(frozen=True)
+class Lab:
+    """Names and addresses of one lab; `up()` builds it, `down()` removes it."""
+
+    name: str = "wsgw"
+    subnet_index: int | None = None
+    extra_peer_addresses: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not (1 <= len(self.name) <= 10 and self.name.isalnum() and self.name.islower()):
+            raise ValueError(f"lab name '{self.name}' must be 1-10 lower-case letters/digits")
+
+    @property
+    def netns(self) -> str:
+        return f"wsgw-{self.name}"
+
+    @property
+    def gw_if(self) -> str:
+        return f"{self.name}-g"
+
+    @property
+    def peer_if(self) -> str:
+        return f"{self.name}-p"
+
+    @property
+    def index(self) -> int:
+        if self.subnet_index is not None:
+            return self.subnet_index
+        return zlib.crc32(self.name.encode()) % 250 + 2
+
+    @property
+    def subnet(self) -> str:
+        return f"{SUBNET_PREFIX}.{self.index}.0/24"
+
+    @property
+    def peer_ip(self) -> str:
+        return f"{SUBNET_PREFIX}.{self.index}.1"
+
+    @property
+    def gw_ip(self) -> str:
+        """The address the gateway's user-space stack takes (the kernel never has it)."""
+        return f"{SUBNET_PREFIX}.{self.index}.2"
+
+    @property
+    def unused_ip(self) -> str:
+        """An address in the lab subnet that nobody answers ARP for."""
+        return f"{SUBNET_PREFIX}.{self.index}.99"
+
+    @property
+    def netmask(self) -> str:
+        return "255.255.255.0"
+
+    @property
+    def vdev(self) -> str:
+        """DPDK devargs for the gateway end (af_packet; qdisc bypass for lower latency)."""
+        return f"net_af_packet_{self.name},iface={self.gw_if},qdisc_bypass=1"
+
+    # ---- state -----------------------------------------------------------------------------
+    def netns_exists(self) -> bool:
+        return Path(f"/run/netns/{self.netns}").exists()
+
+    def exists(self) -> bool:
+        return self.netns_exists() or hostinfo.interface_exists(self.gw_if)
+
+    def peer_mac(self) -> str:
+        out = self.exec(["cat", f"/sys/class/net/{self.peer_if}/address"]).stdout
+        return out.strip()
+
+    def gw_mac(self) -> str:
+        return Path(f"/sys/class/net/{self.gw_if}/address").read_text().strip()
+
+    def status(self) -> dict[str, Any]:
+        up = self.netns_exists() and hostinfo.interface_exists(self.gw_if)
+        info: dict[str, Any] = {
+            "name": self.name,
+            "up": up,
+            "netns": self.netns,
+            "gateway_interface": self.gw_if,
+            "peer_interface": self.peer_if,
+            "subnet": self.subnet,
+            "peer_ip": self.peer_ip,
+            "gateway_ip": self.gw_ip,
+            "dpdk_vdev": self.vdev,
+        }
+        if up:
+            info["gateway_mac"] = self.gw_mac()
+            info["peer_mac"] = self.peer_mac()
+        return info
+
+    # ---- build and tear down ------------------------------------------------------------
+    def up(self) -> Lab:
+        """Create (or complete) the lab. Safe to call when it is already up."""
+        try:
+            self._up()
+        except Exception:
+            self.down()
+            raise
+        return self
+
+    def _up(self) -> None:
+        if not self.netns_exists():
+            _run(["ip", "netns", "add", self.netns])
+        if not hostinfo.interface_exists(self.gw_if):
+            _run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    self.gw_if,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    self.peer_if,
+                    "netns",
+                    self.netns,
+                ]
+            )
+        # Gateway end: no kernel IP, no IPv6, no forwarding; the kernel must stay silent.
+        for key, value in (("ipv6/conf/{}/disable_ipv6", "1"), ("ipv4/conf/{}/forwarding", "0")):
+            Path(f"/proc/sys/net/{key.format(self.gw_if)}").write_text(value)
+        _run(["ip", "addr", "flush", "dev", self.gw_if])
+        self._offloads_off([], self.gw_if)
+        _run(["ip", "link", "set", self.gw_if, "up"])
+        # Peer end: the kernel TCP peer.
+        ns = ["ip", "netns", "exec", self.netns]
+        _run([*ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+        _run([*ns, "ip", "link", "set", "lo", "up"])
+        _run([*ns, "ip", "addr", "replace", f"{self.peer_ip}/24", "dev", self.peer_if])
+        for extra in self.extra_peer_addresses:
+            _run([*ns, "ip", "addr", "replace", extra, "dev", self.peer_if])
+        self._offloads_off(ns, self.peer_if)
+        _run([*ns, "ip", "link", "set", self.peer_if, "up"])
+
+    @staticmethod
+    def _offloads_off(prefix: list[str], iface: str) -> None:
+        args: list[str] = []
+        for feature in OFFLOADS:
+            args += [feature, "off"]
+        # ethtool exits non-zero when one feature cannot change (fixed on veth); the others
+        # still change, and a missing ethtool is an install error worth reporting.
+        proc = _run([*prefix, "ethtool", "-K", iface, *args], check=False)
+        if proc.returncode not in (0, 1) and "Could not change" not in proc.stderr:
+            raise LabError(f"ethtool -K {iface} failed: {proc.stderr.strip()}")
+
+    def down(self) -> None:
+        """Remove the veth pair and the namespace (and every process left in it)."""
+        if self.netns_exists():
+            pids = _run(["ip", "netns", "pids", self.netns], check=False).stdout.split()
+            for pid in pids:
+                _run(["kill", "-9", pid], check=False)
+        if hostinfo.interface_exists(self.gw_if):
+            _run(["ip", "link", "del", self.gw_if], check=False)
+        if self.netns_exists():
+            _run(["ip", "netns", "del", self.netns], check=False)
+
+    # ---- running things in the peer namespace -----------------------------------------------
+    def exec(self, cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _run(["ip", "netns", "exec", self.netns, *cmd], check=check)
+
+    def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        return subprocess.Popen(["ip", "netns", "exec", self.netns, *cmd], **kwargs)
+
+    def neighbours(self) -> dict[str, str]:
+        """The peer kernel's ARP cache: IP -> MAC (only entries with a MAC)."""
+        import json
+
+        out = self.exec(["ip", "-json", "neigh", "show", "dev", self.peer_if]).stdout
+        table: dict[str, str] = {}
+        for entry in json.loads(out or "[]"):
+            if entry.get("lladdr"):
+                table[str(entry["dst"])] = str(entry["lladdr"])
+        return table
+
+
+def list_labs() -> list[str]:
+    """Names of labs present on this host (namespaces named wsgw-*)."""
+    root = Path("/run/netns")
+    if not root.exists():
+        return []
+    return sorted(p.name.removeprefix("wsgw-") for p in root.glob("wsgw-*"))

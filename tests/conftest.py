@@ -1,0 +1,72 @@
+"""Shared fixtures: the lab (a peer namespace + veth pair) and the process's DPDK EAL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.lab import Lab
+
+IS_ROOT = os.geteuid() == 0
+
+
+def _has_dpdk() -> bool:
+    try:
+        from dataplane.shim import load
+
+        return load().has_dpdk
+    except Exception:
+        return False
+
+
+requires_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (network namespaces)")
+requires_dpdk = pytest.mark.skipif(
+    not (IS_ROOT and _has_dpdk() and shutil.which("ip")),
+    reason="needs root and a shim built with DPDK",
+)
+
+
+def _lab_name(request: pytest.FixtureRequest) -> str:
+    # Short, unique per test and per process, so parallel runs and leftovers never collide.
+    return f"t{os.getpid() % 10000}{abs(hash(request.node.nodeid)) % 1000}"[:10]
+
+
+@pytest.fixture
+def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """A fresh lab for one test, removed afterwards whatever happened."""
+    if not IS_ROOT:
+        pytest.skip("needs root (network namespaces)")
+    lab = Lab(_lab_name(request))
+    lab.down()
+    try:
+        yield lab.up()
+    finally:
+        lab.down()
+        assert not lab.exists(), f"lab {lab.name} left behind"
+
+
+@pytest.fixture(scope="session")
+def eal():  # type: ignore[no-untyped-def]
+    """The process-wide DPDK environment, without hugepages so it never competes for them."""
+    if not (IS_ROOT and _has_dpdk()):
+        pytest.skip("needs root and a shim built with DPDK")
+    from dataplane.dpdk import Eal, EalConfig
+
+    return Eal.init(EalConfig(hugepages="off", memory_mb=256))
+
+
+def run_python(
+    code: str, *, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run code in a fresh interpreter: DPDK allows one EAL per process."""
+    import sys
+
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=full_env
+    )
