@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -115,7 +116,7 @@ def conditions() -> dict[str, Any]:
 
 
 def format_value(value: float, unit: str) -> str:
-    if value != value:  # NaN
+    if math.isnan(value):
         return "-"
     for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale and unit in ("msg/s", "pkt/s", "seg/s", "op/s", "B/s", "bit/s"):
