@@ -1,4 +1,6 @@
-"""Load libwsgw_shim.so and declare every prototype. Nothing else in wsgw imports ctypes.
+"""Load libwsgw_shim.so and declare every prototype. Nothing outside dataplane/shim/ imports
+ctypes: this module declares the core exports, and each C area (ring, WebSocket scan, fast
+path) declares its own in `_bind_<area>.py` beside it, merged here at load time.
 
 The library is found beside this file (the package build puts it there) or at the path in
 WSGW_SHIM_PATH. Loading checks, in order: the file exists, it exports the known symbols,
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import os
 import sys
 import threading
@@ -116,6 +119,16 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
+def all_prototypes() -> dict[str, tuple[Any, list[Any]]]:
+    """This module's prototypes plus those of every area binding (`_bind_<area>.py` beside
+    this file, each with a PROTOTYPES dict): one C area, one binding module, no edits here."""
+    merged = dict(_PROTOTYPES)
+    for module in sorted(SHIM_DIR.glob("_bind_*.py")):
+        area = importlib.import_module(f"dataplane.shim.{module.stem}")
+        merged.update(area.PROTOTYPES)
+    return merged
+
+
 def library_path() -> Path:
     override = os.environ.get("WSGW_SHIM_PATH")
     return Path(override) if override else SHIM_DIR / LIB_NAME
@@ -161,13 +174,14 @@ class Shim:
             self._lib = ctypes.CDLL(str(path))
         except OSError as exc:
             raise ShimError(f"cannot load wsgw shim {path}: {exc}") from exc
-        missing = [name for name in _PROTOTYPES if not hasattr(self._lib, name)]
+        prototypes = all_prototypes()
+        missing = [name for name in prototypes if not hasattr(self._lib, name)]
         if missing:
             raise ShimVersionError(
                 f"{path} is not a wsgw shim of ABI {ABI_VERSION}: missing "
                 f"{', '.join(missing[:5])}; {REBUILD_HINT}"
             )
-        for name, (restype, argtypes) in _PROTOTYPES.items():
+        for name, (restype, argtypes) in prototypes.items():
             func = getattr(self._lib, name)
             func.restype = restype
             func.argtypes = argtypes
@@ -187,6 +201,11 @@ class Shim:
                     f"{path} was built from other C sources than those in {path.parent} "
                     f"(built {built[:12]}, sources {expected[:12]}); {REBUILD_HINT}"
                 )
+
+    @property
+    def lib(self) -> ctypes.CDLL:
+        """The loaded library, for the area bindings (`_bind_*.py`) in this package only."""
+        return self._lib
 
     # ---- identity ------------------------------------------------------------------
     @property

@@ -71,18 +71,6 @@ WSGW_API int wsgw_port_tx_burst(wsgw_port *p, const uint8_t *buf, const uint32_t
 #include <rte_mempool.h>
 #include <rte_version.h>
 
-#define BURST_MAX 64
-
-struct wsgw_port {
-    uint16_t port_id;
-    int started;
-    int probed;                 /* we hot-plugged the device: remove it on close */
-    char devname[RTE_DEV_NAME_MAX_LEN];
-    struct rte_mempool *pool;
-    uint16_t data_room;
-    /* shim-side counters, summed with the PMD's in wsgw_port_stats */
-    uint64_t tx_dropped, tx_nombuf, tx_oversize, rx_truncated;
-};
 
 WSGW_API int wsgw_has_dpdk(void) { return 1; }
 WSGW_API const char *wsgw_dpdk_version(void) { return rte_version(); }

@@ -1,0 +1,268 @@
+"""The C fast path seen from Python: one engine per lcore thread, flows synced per batch.
+
+Python keeps every decision. A TCP connection is handed to the fast path once it is
+ESTABLISHED and while it has nothing unusual going on (`TcpConnection.fastpath_export`
+says when); after every poll the bytes C received for it are absorbed into the
+connection (`fastpath_absorb`) before any slow-path frame of the batch is processed, so
+the connection sees its byte stream in order whichever path carried it. Between polls a
+pending delayed ACK belongs to C; while Python handles a flow's slow-path segments it
+belongs to Python (`flow_take_ack` / `flow_give_ack`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Literal
+
+from dataplane.errors import DataplaneError
+from dataplane.shim import load
+from dataplane.shim._bind_engine import (
+    EngineBinding,
+    EngineConf,
+    FlowStruct,
+    bench_checksum,
+    flow_template,
+)
+from dataplane.stack.tcp import TcpConnection
+from dataplane.stack.tcp_fastpath import FastPathState
+from dataplane.wire.checksum import inet_checksum
+
+ACK_POLICIES = {"delayed": 0, "every_second": 1, "immediate": 2}
+POLL_SLOW, POLL_DATA, POLL_TIMER, POLL_COMMAND, POLL_BUDGET, POLL_TX_FULL = 1, 2, 4, 8, 16, 32
+
+
+class FastPathError(DataplaneError):
+    """The C engine could not be created or a flow could not be registered."""
+
+
+@dataclass(frozen=True)
+class FastPathConfig:
+    enabled: bool = True
+    burst: int = 32
+    max_flows: int = 64
+    ack_policy: Literal["delayed", "every_second", "immediate"] = "delayed"
+    delayed_ack: float = 0.040
+    verify_checksums: bool = True
+    poll_mode: Literal["adaptive", "busy"] = "adaptive"
+    idle_polls_before_sleep: int = 64
+    sleep_min_ns: int = 2_000
+    sleep_max_ns: int = 1_000_000
+    ring_size: int = 1 << 20
+
+
+@dataclass
+class PollOutcome:
+    reason: int
+    now: float
+    slow_frames: list[bytes]
+    touched: list[int]
+    rx_frames: int
+
+
+def ack_template(
+    src_mac: bytes,
+    dst_mac: bytes,
+    src_ip: int,
+    dst_ip: int,
+    src_port: int,
+    dst_port: int,
+    timestamps: bool,
+) -> bytes:
+    """Ethernet + IPv4 + TCP(ACK) [+ NOP NOP TS] with the constant fields filled in: the IP
+    header is complete (ident 0, DF), C writes seq, ack, window, TS and the TCP checksum."""
+    options = b"\x01\x01\x08\x0a" + bytes(8) if timestamps else b""
+    tcp_len = 20 + len(options)
+    ip_header = struct.pack(
+        "!BBHHHBBHII", 0x45, 0, 20 + tcp_len, 0, 0x4000, 64, 6, 0, src_ip, dst_ip
+    )
+    ip_header = ip_header[:10] + struct.pack("!H", inet_checksum(ip_header)) + ip_header[12:]
+    tcp_header = struct.pack(
+        "!HHIIBBHHH", src_port, dst_port, 0, 0, (tcp_len // 4) << 4, 0x10, 0, 0, 0
+    )
+    return dst_mac + src_mac + b"\x08\x00" + ip_header + tcp_header + options
+
+
+class FastPath:
+    """One C engine: its flows, its polls, and the sync with the Python connections."""
+
+    def __init__(self, local_ip: int, config: FastPathConfig, port_handle: int = 0) -> None:
+        self.config = config
+        self.local_ip = local_ip
+        shim = load()
+        conf = EngineConf(
+            local_ip=local_ip,
+            burst=config.burst,
+            max_flows=config.max_flows,
+            slow_arena_bytes=max(4 * config.burst * 2048, 1 << 18),
+            slow_max_frames=max(4 * config.burst, 256),
+            verify_checksums=int(config.verify_checksums),
+            idle_polls_before_sleep=config.idle_polls_before_sleep,
+            sleep_min_ns=config.sleep_min_ns,
+            sleep_max_ns=0 if config.poll_mode == "busy" else config.sleep_max_ns,
+            delayed_ack_ns=int(config.delayed_ack * 1e9),
+            fast_path=int(config.enabled),
+            ts_hz=1000,
+        )
+        self._engine = EngineBinding(shim.lib, conf, port_handle)
+        if self._engine.rc < 0:
+            raise FastPathError(f"cannot create the engine: {shim.last_error()}", -self._engine.rc)
+        self._slots: dict[int, int] = {}  # id(connection) -> slot
+        self._connections: dict[int, TcpConnection] = {}  # slot -> connection
+        self._exported: dict[int, FastPathState] = {}
+        self._segments_seen: dict[int, int] = {}
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        self._engine.destroy()
+        self._slots.clear()
+        self._connections.clear()
+
+    def set_enabled(self, enabled: bool) -> None:
+        self._engine.set_fast_path(enabled)
+
+    def wake(self) -> None:
+        """From any thread: make the current poll return (a command is waiting)."""
+        self._engine.wake()
+
+    @property
+    def flows(self) -> int:
+        return len(self._connections)
+
+    # ---- polling -----------------------------------------------------------------------
+    def poll(self, deadline: float | None, budget: float) -> PollOutcome:
+        deadline_ns = int(deadline * 1e9) if deadline is not None else 0
+        result = self._engine.poll(max(deadline_ns, 0), int(budget * 1e9))
+        return PollOutcome(
+            reason=int(result.reason),
+            now=result.now_ns / 1e9,
+            slow_frames=self._engine.slow_frames(int(result.slow_frames)),
+            touched=self._engine.touched(int(result.touched)),
+            rx_frames=int(result.rx_frames),
+        )
+
+    def inject(self, frames: list[bytes]) -> int:
+        """Frames for the fast path when there is no DPDK port (memory links, tests)."""
+        return self._engine.inject(frames)
+
+    def take_tx(self) -> list[bytes]:
+        """ACK frames C built, when there is no DPDK port to send them on."""
+        return self._engine.take_tx()
+
+    def stats(self) -> dict[str, int]:
+        return self._engine.stats()
+
+    def flow(self, slot: int) -> FlowStruct:
+        return self._engine.flow(slot)
+
+    def connection(self, slot: int) -> TcpConnection | None:
+        return self._connections.get(slot)
+
+    # ---- sync with the Python connections ---------------------------------------------------
+    def absorb(self, slot: int, now: float) -> None:
+        """Move what C received for this flow into its connection (after each poll)."""
+        conn = self._connections.get(slot)
+        if conn is None:
+            return
+        flow = self._engine.flow(slot)
+        data = self._engine.flow_read(slot)
+        deadline_ns = 0
+        if flow.slow_pending:
+            # Python is about to handle this flow's segments: the pending ACK is its own now.
+            deadline_ns = self._engine.flow_take_ack(slot)
+        conn.fastpath_absorb(
+            data,
+            rcv_nxt=int(flow.rcv_nxt),
+            rcv_adv_right=int(flow.rcv_adv_right),
+            ts_recent=int(flow.ts_recent),
+            last_ack_sent=int(flow.last_ack_sent),
+            segments=int(flow.fast_segments) - self._segments_seen.get(slot, 0),
+            unacked_bytes=int(flow.unacked_bytes) if flow.slow_pending else 0,
+            ack_deadline=deadline_ns / 1e9 if deadline_ns else None,
+            now=now,
+        )
+        self._segments_seen[slot] = int(flow.fast_segments)
+        self._engine.flow_synced(slot)
+
+    def export(self, conn: TcpConnection, next_hop_mac: bytes | None, local_mac: bytes) -> None:
+        """Register, refresh or withdraw the connection's flow, as its state allows."""
+        key = id(conn)
+        slot = self._slots.get(key)
+        state = conn.fastpath_export() if next_hop_mac is not None else None
+        if state is None:
+            if slot is not None:
+                self._withdraw(key, slot, conn)
+            return
+        if slot is None:
+            slot = self._engine.flow_add(
+                conn.remote_ip, conn.remote_port, conn.local_port, self.config.ring_size
+            )
+            if slot < 0:
+                return  # no free slot: the slow path carries this connection (still correct)
+            self._slots[key] = slot
+            self._connections[slot] = conn
+            assert next_hop_mac is not None
+            flow_template(
+                self._engine.flow(slot),
+                ack_template(
+                    local_mac,
+                    next_hop_mac,
+                    self.local_ip,
+                    conn.remote_ip,
+                    conn.local_port,
+                    conn.remote_port,
+                    state.ts_enabled,
+                ),
+            )
+        flow = self._engine.flow(slot)
+        if self._exported.get(slot) != state:
+            flow.rcv_nxt = state.rcv_nxt
+            flow.rcv_adv_right = state.rcv_adv_right
+            flow.ts_recent = state.ts_recent
+            flow.last_ack_sent = state.last_ack_sent
+            flow.snd_una = state.snd_una
+            flow.snd_nxt = state.snd_nxt
+            flow.snd_wnd_field = state.snd_wnd_field
+            flow.rcv_wscale = state.rcv_wscale
+            flow.ts_enabled = int(state.ts_enabled)
+            flow.ts_offset = state.ts_offset
+            flow.rcv_space = state.rcv_space
+            flow.mss = state.mss
+            flow.ack_policy = ACK_POLICIES[self.config.ack_policy]
+            self._exported[slot] = state
+        # A delayed ACK Python still owes goes back to C, which sends it on time.
+        if state.ack_deadline is not None:
+            self._engine.flow_give_ack(slot, int(state.ack_deadline * 1e9), state.unacked_bytes, 1)
+            conn.fastpath_ack_handed_over()
+        flow.active = 1
+
+    def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
+        flow = self._engine.flow(slot)
+        flow.active = 0
+        # Whatever C still holds for the connection is delivered first.
+        if flow.ring_head != flow.ring_tail or flow.unacked_bytes:
+            self.absorb(slot, 0.0)
+        self._engine.flow_del(slot)
+        del self._slots[key]
+        self._connections.pop(slot, None)
+        self._exported.pop(slot, None)
+        self._segments_seen.pop(slot, None)
+
+    def forget(self, conn: TcpConnection) -> None:
+        slot = self._slots.get(id(conn))
+        if slot is not None:
+            self._withdraw(id(conn), slot, conn)
+
+    # ---- microbenchmarks -------------------------------------------------------------------
+    def bench_flow_lookup(self, iterations: int) -> float:
+        """Nanoseconds per flow-table lookup (loop in C)."""
+        return self._engine.bench_flow_lookup(iterations) / max(iterations, 1)
+
+    def bench_fast_path(self, slot: int, frames: list[bytes], rounds: int) -> float:
+        """Nanoseconds per segment through the fast path (0.0: a frame was not fast)."""
+        total = self._engine.bench_fast_path(slot, frames, rounds)
+        return total / (len(frames) * rounds) if total else 0.0
+
+
+def bench_checksum_ns(data: bytes, iterations: int) -> float:
+    return bench_checksum(load().lib, data, iterations) / max(iterations, 1)

@@ -1,0 +1,308 @@
+"""ctypes declarations for the engine's fast path (engine.c, wsgw_engine.h).
+
+`FlowStruct` mirrors `struct wsgw_flow` field for field; `test_engine_layout` checks the
+size and offsets against the C compiler's, so the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_u16p = ctypes.POINTER(ctypes.c_uint16)
+_u32p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class EngineConf(ctypes.Structure):
+    _fields_ = [
+        ("local_ip", ctypes.c_uint32),
+        ("burst", ctypes.c_uint16),
+        ("max_flows", ctypes.c_uint16),
+        ("slow_arena_bytes", ctypes.c_uint32),
+        ("slow_max_frames", ctypes.c_uint16),
+        ("verify_checksums", ctypes.c_uint16),
+        ("idle_polls_before_sleep", ctypes.c_uint32),
+        ("sleep_min_ns", ctypes.c_uint32),
+        ("sleep_max_ns", ctypes.c_uint32),
+        ("delayed_ack_ns", ctypes.c_uint32),
+        ("fast_path", ctypes.c_uint16),
+        ("ts_hz", ctypes.c_uint16),
+    ]
+
+
+class FlowStruct(ctypes.Structure):
+    _fields_ = [
+        ("remote_ip", ctypes.c_uint32),
+        ("remote_port", ctypes.c_uint16),
+        ("local_port", ctypes.c_uint16),
+        ("rcv_nxt", ctypes.c_uint32),
+        ("rcv_adv_right", ctypes.c_uint32),
+        ("ts_recent", ctypes.c_uint32),
+        ("last_ack_sent", ctypes.c_uint32),
+        ("snd_una", ctypes.c_uint32),
+        ("snd_nxt", ctypes.c_uint32),
+        ("snd_wnd_field", ctypes.c_uint16),
+        ("rcv_wscale", ctypes.c_uint8),
+        ("ts_enabled", ctypes.c_uint8),
+        ("ts_offset", ctypes.c_uint32),
+        ("rcv_space", ctypes.c_uint32),
+        ("mss", ctypes.c_uint32),
+        ("ack_policy", ctypes.c_uint16),
+        ("active", ctypes.c_uint16),
+        ("ring_head", ctypes.c_uint32),
+        ("ring_tail", ctypes.c_uint32),
+        ("ring_size", ctypes.c_uint32),
+        ("unacked_bytes", ctypes.c_uint32),
+        ("ack_deadline_ns", ctypes.c_uint64),
+        ("delivered_since_sync", ctypes.c_uint32),
+        ("slow_pending", ctypes.c_uint16),
+        ("touched", ctypes.c_uint16),
+        ("fast_segments", ctypes.c_uint64),
+        ("fast_bytes", ctypes.c_uint64),
+        ("slow_segments", ctypes.c_uint64),
+        ("acks_sent", ctypes.c_uint64),
+        ("ack_len", ctypes.c_uint16),
+        ("unacked_segments", ctypes.c_uint16),
+        ("ack_template", ctypes.c_uint8 * 68),
+        ("ring", ctypes.c_void_p),
+        ("_align_pad", ctypes.c_uint8 * 56),  # struct wsgw_flow is 64-byte aligned: 256 B
+    ]
+
+
+ENGINE_STAT_FIELDS = (
+    "polls", "rx_frames", "rx_bursts", "empty_polls", "sleeps", "sleep_ns",
+    "fast_segments", "fast_bytes", "slow_frames", "acks_sent", "dropped_slow_full",
+    "bad_ip_checksum", "bad_tcp_checksum", "not_ipv4", "not_for_us", "tx_dropped",
+)  # fmt: skip
+
+
+class EngineStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ENGINE_STAT_FIELDS]
+
+
+class PollResult(ctypes.Structure):
+    _fields_ = [
+        ("reason", ctypes.c_uint32),
+        ("slow_frames", ctypes.c_uint32),
+        ("touched", ctypes.c_uint32),
+        ("tx_captured", ctypes.c_uint32),
+        ("now_ns", ctypes.c_uint64),
+        ("rx_frames", ctypes.c_uint64),
+    ]
+
+
+_vp = ctypes.c_void_p
+PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+    "wsgw_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineConf), _vp, ctypes.POINTER(_vp)]),
+    "wsgw_engine_destroy": (None, [_vp]),
+    "wsgw_engine_set_fast_path": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_engine_set_sleep": (
+        ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]
+    ),
+    "wsgw_engine_flow_add": (
+        ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint16, ctypes.c_uint32]
+    ),
+    "wsgw_engine_flow_del": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_engine_flow": (ctypes.POINTER(FlowStruct), [_vp, ctypes.c_int]),
+    "wsgw_engine_flow_lookup": (
+        ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint16, ctypes.c_uint16]
+    ),
+    "wsgw_engine_flow_read": (ctypes.c_uint32, [_vp, ctypes.c_int, _u8p, ctypes.c_uint32]),
+    "wsgw_engine_flow_synced": (None, [_vp, ctypes.c_int]),
+    "wsgw_engine_flow_take_ack": (ctypes.c_uint64, [_vp, ctypes.c_int]),
+    "wsgw_engine_flow_give_ack": (
+        None, [_vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32]
+    ),
+    "wsgw_engine_poll": (
+        ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(PollResult)]
+    ),
+    "wsgw_engine_wake": (None, [_vp]),
+    "wsgw_engine_slow_arena": (_u8p, [_vp]),
+    "wsgw_engine_slow_offsets": (_u32p, [_vp]),
+    "wsgw_engine_slow_lengths": (_u16p, [_vp]),
+    "wsgw_engine_touched": (_u32p, [_vp]),
+    "wsgw_engine_inject": (ctypes.c_int, [_vp, _u8p, _u32p, _u16p, ctypes.c_uint32]),
+    "wsgw_engine_take_tx": (
+        ctypes.c_uint32, [_vp, _u8p, ctypes.c_uint32, _u32p, _u16p, ctypes.c_uint32]
+    ),
+    "wsgw_engine_stats": (None, [_vp, ctypes.POINTER(EngineStats)]),
+    "wsgw_monotonic_ns": (ctypes.c_uint64, []),
+    "wsgw_bench_flow_lookup": (ctypes.c_uint64, [_vp, ctypes.c_uint32]),
+    "wsgw_bench_fast_path": (
+        ctypes.c_uint64, [_vp, ctypes.c_int, _u8p, _u32p, _u16p, ctypes.c_uint32, ctypes.c_uint32]
+    ),
+    "wsgw_bench_checksum": (ctypes.c_uint64, [_u8p, ctypes.c_uint32, ctypes.c_uint32]),
+}  # fmt: skip
+
+
+def _frames_arrays(frames: list[bytes]) -> tuple[Any, Any, Any]:
+    """One contiguous buffer plus offsets and lengths: a batch crosses in one call."""
+    count = len(frames)
+    blob = b"".join(frames)
+    offsets = (ctypes.c_uint32 * max(count, 1))()
+    lengths = (ctypes.c_uint16 * max(count, 1))()
+    pos = 0
+    for i, frame in enumerate(frames):
+        offsets[i] = pos
+        lengths[i] = len(frame)
+        pos += len(frame)
+    buf = (ctypes.c_uint8 * max(len(blob), 1)).from_buffer_copy(blob or b"\0")
+    return buf, offsets, lengths
+
+
+class EngineBinding:
+    """Typed calls into one C engine. Owned by `dataplane.fastpath.FastPath`."""
+
+    def __init__(self, lib: Any, conf: EngineConf, port_handle: int) -> None:
+        self._lib = lib
+        handle = ctypes.c_void_p()
+        self.rc = int(
+            lib.wsgw_engine_create(ctypes.byref(conf), port_handle or None, ctypes.byref(handle))
+        )
+        self.handle = int(handle.value or 0)
+        self._result = PollResult()
+        self._read_buf = (ctypes.c_uint8 * (1 << 20))()
+        self._tx_buf = (ctypes.c_uint8 * (1 << 18))()
+        self._tx_off = (ctypes.c_uint32 * 1024)()
+        self._tx_len = (ctypes.c_uint16 * 1024)()
+
+    def destroy(self) -> None:
+        if self.handle:
+            self._lib.wsgw_engine_destroy(self.handle)
+            self.handle = 0
+
+    def set_fast_path(self, enabled: bool) -> None:
+        self._lib.wsgw_engine_set_fast_path(self.handle, int(enabled))
+
+    def set_sleep(self, idle_polls: int, min_ns: int, max_ns: int) -> None:
+        self._lib.wsgw_engine_set_sleep(self.handle, idle_polls, min_ns, max_ns)
+
+    def flow_add(self, remote_ip: int, remote_port: int, local_port: int, ring_size: int) -> int:
+        return int(
+            self._lib.wsgw_engine_flow_add(
+                self.handle, remote_ip, remote_port, local_port, ring_size
+            )
+        )
+
+    def flow_del(self, slot: int) -> int:
+        return int(self._lib.wsgw_engine_flow_del(self.handle, slot))
+
+    def flow(self, slot: int) -> FlowStruct:
+        pointer = self._lib.wsgw_engine_flow(self.handle, slot)
+        if not pointer:
+            raise KeyError(slot)
+        flow: FlowStruct = pointer.contents
+        return flow
+
+    def flow_lookup(self, remote_ip: int, remote_port: int, local_port: int) -> int:
+        return int(
+            self._lib.wsgw_engine_flow_lookup(self.handle, remote_ip, remote_port, local_port)
+        )
+
+    def flow_read(self, slot: int) -> bytes:
+        """Everything in the flow's ring, in one or more copies of up to 1 MiB."""
+        chunks = []
+        while True:
+            n = int(
+                self._lib.wsgw_engine_flow_read(
+                    self.handle, slot, self._read_buf, len(self._read_buf)
+                )
+            )
+            if n == 0:
+                break
+            chunks.append(ctypes.string_at(self._read_buf, n))
+            if n < len(self._read_buf):
+                break
+        return b"".join(chunks)
+
+    def flow_synced(self, slot: int) -> None:
+        self._lib.wsgw_engine_flow_synced(self.handle, slot)
+
+    def flow_take_ack(self, slot: int) -> int:
+        return int(self._lib.wsgw_engine_flow_take_ack(self.handle, slot))
+
+    def flow_give_ack(
+        self, slot: int, deadline_ns: int, unacked_bytes: int, unacked_segments: int
+    ) -> None:
+        self._lib.wsgw_engine_flow_give_ack(
+            self.handle, slot, deadline_ns, unacked_bytes, unacked_segments
+        )
+
+    def poll(self, deadline_ns: int, budget_ns: int) -> PollResult:
+        self._lib.wsgw_engine_poll(self.handle, deadline_ns, budget_ns, ctypes.byref(self._result))
+        return self._result
+
+    def wake(self) -> None:
+        self._lib.wsgw_engine_wake(self.handle)
+
+    def slow_frames(self, count: int) -> list[bytes]:
+        if not count:
+            return []
+        arena = self._lib.wsgw_engine_slow_arena(self.handle)
+        offsets = self._lib.wsgw_engine_slow_offsets(self.handle)
+        lengths = self._lib.wsgw_engine_slow_lengths(self.handle)
+        base = ctypes.addressof(arena.contents)
+        return [ctypes.string_at(base + offsets[i], lengths[i]) for i in range(count)]
+
+    def touched(self, count: int) -> list[int]:
+        if not count:
+            return []
+        pointer = self._lib.wsgw_engine_touched(self.handle)
+        return [int(pointer[i]) for i in range(count)]
+
+    def inject(self, frames: list[bytes]) -> int:
+        if not frames:
+            return 0
+        buf, offsets, lengths = _frames_arrays(frames)
+        return int(self._lib.wsgw_engine_inject(self.handle, buf, offsets, lengths, len(frames)))
+
+    def take_tx(self) -> list[bytes]:
+        out: list[bytes] = []
+        while True:
+            n = int(
+                self._lib.wsgw_engine_take_tx(
+                    self.handle,
+                    self._tx_buf,
+                    len(self._tx_buf),
+                    self._tx_off,
+                    self._tx_len,
+                    len(self._tx_off),
+                )
+            )
+            base = ctypes.addressof(self._tx_buf)
+            out += [ctypes.string_at(base + self._tx_off[i], self._tx_len[i]) for i in range(n)]
+            if n < len(self._tx_off):
+                return out
+
+    def stats(self) -> dict[str, int]:
+        stats = EngineStats()
+        self._lib.wsgw_engine_stats(self.handle, ctypes.byref(stats))
+        return {name: int(getattr(stats, name)) for name in ENGINE_STAT_FIELDS}
+
+    def monotonic_ns(self) -> int:
+        return int(self._lib.wsgw_monotonic_ns())
+
+    def bench_flow_lookup(self, iterations: int) -> int:
+        return int(self._lib.wsgw_bench_flow_lookup(self.handle, iterations))
+
+    def bench_fast_path(self, slot: int, frames: list[bytes], rounds: int) -> int:
+        buf, offsets, lengths = _frames_arrays(frames)
+        return int(
+            self._lib.wsgw_bench_fast_path(
+                self.handle, slot, buf, offsets, lengths, len(frames), rounds
+            )
+        )
+
+
+def bench_checksum(lib: Any, data: bytes, iterations: int) -> int:
+    buf = (ctypes.c_uint8 * max(len(data), 1)).from_buffer_copy(data or b"\0")
+    return int(lib.wsgw_bench_checksum(buf, len(data), iterations))
+
+
+def flow_template(flow: FlowStruct, template: bytes) -> None:
+    """Write the ACK frame template into the flow (at most 68 bytes)."""
+    if len(template) > 68:
+        raise ValueError(f"ACK template of {len(template)} bytes, at most 68")
+    ctypes.memmove(flow.ack_template, template, len(template))
+    flow.ack_len = len(template)

@@ -1,0 +1,171 @@
+/* wsgw engine: the C fast path of the dataplane (header prediction for established flows).
+ *
+ * One engine per lcore thread; every structure here is touched by that thread only, so
+ * nothing is locked. Python owns every decision: it registers a flow once its TCP
+ * connection is ESTABLISHED, writes the flow's receive state into `struct wsgw_flow`, and
+ * reads it back after each poll. The C side takes only the common case, RFC 9293's
+ * "header prediction" (Van Jacobson): an IPv4/TCP segment for a registered flow with ACK or
+ * ACK|PSH, no other flag, seq == RCV.NXT, ack == SND.UNA, the same window as before, no
+ * option but a timestamp that passes PAWS (RFC 7323 section 5), and a payload that fits
+ * the window we advertised. Its payload is appended to the flow's byte ring and ACKed by
+ * policy. Any other frame is copied, unchanged and in arrival order, to the slow-path
+ * arena for Python; once a flow has a frame there, the rest of that flow's frames in the
+ * same poll follow it, so Python always sees a flow's segments in order.
+ *
+ * Frames come from a DPDK port or, without one, from frames injected by Python (tests,
+ * the in-memory link, microbenchmarks); ACKs go to the port or to a capture arena.
+ */
+#ifndef WSGW_ENGINE_H
+#define WSGW_ENGINE_H
+
+#include <stdint.h>
+
+#include "wsgw_shim.h"
+
+enum wsgw_ack_policy {
+    WSGW_ACK_DELAYED = 0,    /* every second full segment, or after the delayed-ACK timer */
+    WSGW_ACK_EVERY_SECOND = 1, /* every second segment, whatever its size; timer for the odd one */
+    WSGW_ACK_IMMEDIATE = 2,  /* one ACK per burst per flow that received data */
+};
+
+/* Why a poll returned (bit mask). */
+enum wsgw_poll_reason {
+    WSGW_POLL_SLOW = 1,      /* slow-path frames are waiting */
+    WSGW_POLL_DATA = 2,      /* flows received data (see touched list) */
+    WSGW_POLL_TIMER = 4,     /* the deadline Python gave has come */
+    WSGW_POLL_COMMAND = 8,   /* another thread called wsgw_engine_wake */
+    WSGW_POLL_BUDGET = 16,   /* the time budget ran out */
+    WSGW_POLL_TX_FULL = 32,  /* the ACK capture arena (no port) needs draining */
+};
+
+struct wsgw_engine_conf {
+    uint32_t local_ip;           /* host order */
+    uint16_t burst;              /* frames per RX burst, <= 64 */
+    uint16_t max_flows;          /* flow slots */
+    uint32_t slow_arena_bytes;   /* slow-path frame arena; >= 2 bursts of full frames */
+    uint16_t slow_max_frames;
+    uint16_t verify_checksums;   /* 1: verify IPv4 and TCP checksums in C */
+    uint32_t idle_polls_before_sleep; /* empty RX polls before backing off */
+    uint32_t sleep_min_ns;       /* first back-off sleep */
+    uint32_t sleep_max_ns;       /* back-off ceiling (0: never sleep: busy polling) */
+    uint32_t delayed_ack_ns;     /* delayed-ACK timer */
+    uint16_t fast_path;          /* 0: every frame goes to the slow path */
+    uint16_t ts_hz;              /* timestamp clock rate (RFC 7323), e.g. 1000 */
+};
+
+/* One flow, shared with Python (ctypes mirrors this layout; keep them in step). Sequence
+ * numbers are the 32-bit wire values. Python writes the "set by Python" fields at register
+ * time and after every slow-path change; C writes the rest. */
+struct wsgw_flow {
+    /* identity, set by Python */
+    uint32_t remote_ip;          /* host order */
+    uint16_t remote_port;
+    uint16_t local_port;
+    /* receive state, set by Python, advanced by C */
+    uint32_t rcv_nxt;
+    uint32_t rcv_adv_right;      /* RCV.NXT + RCV.WND as last advertised (never moves left) */
+    uint32_t ts_recent;          /* RFC 7323 TS.Recent */
+    uint32_t last_ack_sent;      /* rcv_nxt carried by the last ACK (C or Python) */
+    /* send state, set by Python */
+    uint32_t snd_una;            /* expected ACK field (header prediction) */
+    uint32_t snd_nxt;            /* SEQ of our ACKs (SND.MAX) */
+    uint16_t snd_wnd_field;      /* expected raw window field */
+    uint8_t rcv_wscale;
+    uint8_t ts_enabled;
+    uint32_t ts_offset;          /* our TSval = now * ts_hz + ts_offset */
+    uint32_t rcv_space;          /* bytes Python can still take (its free buffer), at sync */
+    uint32_t mss;                /* peer's segment size estimate (for ACK-every-2 full) */
+    uint16_t ack_policy;
+    uint16_t active;             /* 1: C may take this flow's segments */
+    /* byte ring: C writes at head, Python reads at tail; free-running counters */
+    uint32_t ring_head;
+    uint32_t ring_tail;
+    uint32_t ring_size;          /* power of two */
+    uint32_t unacked_bytes;      /* received by C since the last ACK */
+    uint64_t ack_deadline_ns;    /* delayed-ACK deadline, 0: none */
+    /* state C keeps for itself */
+    uint32_t delivered_since_sync; /* bytes put in the ring since Python last synced */
+    uint16_t slow_pending;       /* a frame of this flow is in the slow arena this poll */
+    uint16_t touched;            /* on the touched list this poll */
+    /* counters */
+    uint64_t fast_segments;
+    uint64_t fast_bytes;
+    uint64_t slow_segments;
+    uint64_t acks_sent;
+    /* ACK template: Ethernet + IPv4 + TCP (+ NOP NOP TS), built by Python; C fills in seq,
+     * ack, window, timestamps and the TCP checksum. */
+    uint16_t ack_len;            /* 54 or 66 */
+    uint16_t unacked_segments;   /* received by C since the last ACK */
+    uint8_t ack_template[68];
+    uint8_t *ring;               /* ring_size bytes, owned by the engine */
+} __attribute__((aligned(64)));
+
+struct wsgw_engine_stats {
+    uint64_t polls, rx_frames, rx_bursts, empty_polls, sleeps, sleep_ns;
+    uint64_t fast_segments, fast_bytes, slow_frames, acks_sent, dropped_slow_full;
+    uint64_t bad_ip_checksum, bad_tcp_checksum, not_ipv4, not_for_us;
+    uint64_t tx_dropped;
+};
+
+struct wsgw_poll_result {
+    uint32_t reason;
+    uint32_t slow_frames;        /* in the slow arena (offsets/lengths) */
+    uint32_t touched;            /* flows with new data or state, in touched[] */
+    uint32_t tx_captured;        /* frames in the capture arena (no port) */
+    uint64_t now_ns;             /* CLOCK_MONOTONIC at return */
+    uint64_t rx_frames;          /* frames received in this poll */
+};
+
+typedef struct wsgw_engine wsgw_engine;
+
+WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *port,
+                                wsgw_engine **out);
+WSGW_API void wsgw_engine_destroy(wsgw_engine *e);
+WSGW_API int wsgw_engine_set_fast_path(wsgw_engine *e, int enabled);
+WSGW_API int wsgw_engine_set_sleep(wsgw_engine *e, uint32_t idle_polls, uint32_t min_ns,
+                                   uint32_t max_ns);
+/* Flows: add returns the slot index (>= 0) with the flow zeroed except identity and ring. */
+WSGW_API int wsgw_engine_flow_add(wsgw_engine *e, uint32_t remote_ip, uint16_t remote_port,
+                                  uint16_t local_port, uint32_t ring_size);
+WSGW_API int wsgw_engine_flow_del(wsgw_engine *e, int slot);
+WSGW_API struct wsgw_flow *wsgw_engine_flow(wsgw_engine *e, int slot);
+WSGW_API int wsgw_engine_flow_lookup(const wsgw_engine *e, uint32_t remote_ip,
+                                     uint16_t remote_port, uint16_t local_port);
+/* Copy up to max bytes from the flow's ring to dst and advance its tail. */
+WSGW_API uint32_t wsgw_engine_flow_read(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max);
+/* Python synced the flow: rcv_space etc. were rewritten, start counting again. */
+WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot);
+/* Hand the pending delayed ACK to Python (returns its deadline, 0: none; the flow's
+ * unacked_bytes stay readable) or back to C. Ownership of a flow's ACK moves with the
+ * processing: C between polls, Python while it handles the flow's slow-path segments. */
+WSGW_API uint64_t wsgw_engine_flow_take_ack(wsgw_engine *e, int slot);
+WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadline_ns,
+                                        uint32_t unacked_bytes, uint32_t unacked_segments);
+
+/* Poll: RX bursts through the fast path until there is work for Python, the deadline
+ * (absolute CLOCK_MONOTONIC ns, 0: none) comes, or budget_ns runs out. Releases no lock:
+ * call it without the GIL (ctypes does). */
+WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t budget_ns,
+                              struct wsgw_poll_result *out);
+WSGW_API void wsgw_engine_wake(wsgw_engine *e);
+/* Results of the last poll. */
+WSGW_API const uint8_t *wsgw_engine_slow_arena(const wsgw_engine *e);
+WSGW_API const uint32_t *wsgw_engine_slow_offsets(const wsgw_engine *e);
+WSGW_API const uint16_t *wsgw_engine_slow_lengths(const wsgw_engine *e);
+WSGW_API const uint32_t *wsgw_engine_touched(const wsgw_engine *e);
+/* Without a port: frames in, captured ACK frames out. */
+WSGW_API int wsgw_engine_inject(wsgw_engine *e, const uint8_t *buf, const uint32_t *offsets,
+                                const uint16_t *lengths, uint32_t n);
+WSGW_API uint32_t wsgw_engine_take_tx(wsgw_engine *e, uint8_t *buf, uint32_t buf_len,
+                                      uint32_t *offsets, uint16_t *lengths, uint32_t max);
+WSGW_API void wsgw_engine_stats(const wsgw_engine *e, struct wsgw_engine_stats *out);
+WSGW_API uint64_t wsgw_monotonic_ns(void);
+
+/* Microbenchmarks: loops run in C so the ctypes call is not what is measured. */
+WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations);
+WSGW_API uint64_t wsgw_bench_fast_path(wsgw_engine *e, int slot, const uint8_t *buf,
+                                       const uint32_t *offsets, const uint16_t *lengths,
+                                       uint32_t n, uint32_t rounds);
+WSGW_API uint64_t wsgw_bench_checksum(const uint8_t *buf, uint32_t len, uint32_t iterations);
+
+#endif

@@ -1,0 +1,28 @@
+"""What a TCP connection shares with the C fast path (see dataplane/fastpath.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FastPathState:
+    """A connection's receive state as the C fast path needs it: 32-bit wire values.
+
+    `ack_deadline`/`unacked_bytes` carry a delayed ACK that Python still owes, handed to C.
+    """
+
+    rcv_nxt: int
+    rcv_adv_right: int
+    ts_recent: int
+    last_ack_sent: int
+    snd_una: int
+    snd_nxt: int
+    snd_wnd_field: int
+    rcv_wscale: int
+    ts_enabled: bool
+    ts_offset: int
+    rcv_space: int
+    mss: int
+    ack_deadline: float | None = None
+    unacked_bytes: int = 0
