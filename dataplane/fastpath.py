@@ -141,6 +141,10 @@ class FastPath:
             rx_frames=int(result.rx_frames),
         )
 
+    def set_time(self, now: float | None) -> None:
+        """Tests: C reads this virtual time (seconds) instead of CLOCK_MONOTONIC."""
+        self._engine.set_time(0 if now is None else max(int(now * 1e9), 1))
+
     def inject(self, frames: list[bytes]) -> int:
         """Frames for the fast path when there is no DPDK port (memory links, tests)."""
         return self._engine.inject(frames)
@@ -237,11 +241,14 @@ class FastPath:
         flow.active = 1
 
     def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
+        """Python alone handles the connection from now on. Its bytes were absorbed after
+        the poll (C cannot have received since); an ACK C still owed becomes Python's."""
         flow = self._engine.flow(slot)
         flow.active = 0
-        # Whatever C still holds for the connection is delivered first.
-        if flow.ring_head != flow.ring_tail or flow.unacked_bytes:
-            self.absorb(slot, 0.0)
+        unacked = int(flow.unacked_bytes)
+        deadline_ns = self._engine.flow_take_ack(slot)
+        if deadline_ns:
+            conn.fastpath_owe_ack(deadline_ns / 1e9, unacked)
         self._engine.flow_del(slot)
         del self._slots[key]
         self._connections.pop(slot, None)

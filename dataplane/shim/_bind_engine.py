@@ -118,6 +118,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(PollResult)]
     ),
     "wsgw_engine_wake": (None, [_vp]),
+    "wsgw_engine_set_time": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_slow_arena": (_u8p, [_vp]),
     "wsgw_engine_slow_offsets": (_u32p, [_vp]),
     "wsgw_engine_slow_lengths": (_u16p, [_vp]),
@@ -167,16 +168,23 @@ class EngineBinding:
         self._tx_off = (ctypes.c_uint32 * 1024)()
         self._tx_len = (ctypes.c_uint16 * 1024)()
 
+    @property
+    def _h(self) -> int:
+        """The live handle; using a destroyed engine is an error, never a wild pointer."""
+        if not self.handle:
+            raise RuntimeError("the engine was destroyed")
+        return self.handle
+
     def destroy(self) -> None:
         if self.handle:
             self._lib.wsgw_engine_destroy(self.handle)
             self.handle = 0
 
     def set_fast_path(self, enabled: bool) -> None:
-        self._lib.wsgw_engine_set_fast_path(self.handle, int(enabled))
+        self._lib.wsgw_engine_set_fast_path(self._h, int(enabled))
 
     def set_sleep(self, idle_polls: int, min_ns: int, max_ns: int) -> None:
-        self._lib.wsgw_engine_set_sleep(self.handle, idle_polls, min_ns, max_ns)
+        self._lib.wsgw_engine_set_sleep(self._h, idle_polls, min_ns, max_ns)
 
     def flow_add(self, remote_ip: int, remote_port: int, local_port: int, ring_size: int) -> int:
         return int(
@@ -186,19 +194,17 @@ class EngineBinding:
         )
 
     def flow_del(self, slot: int) -> int:
-        return int(self._lib.wsgw_engine_flow_del(self.handle, slot))
+        return int(self._lib.wsgw_engine_flow_del(self._h, slot))
 
     def flow(self, slot: int) -> FlowStruct:
-        pointer = self._lib.wsgw_engine_flow(self.handle, slot)
+        pointer = self._lib.wsgw_engine_flow(self._h, slot)
         if not pointer:
             raise KeyError(slot)
         flow: FlowStruct = pointer.contents
         return flow
 
     def flow_lookup(self, remote_ip: int, remote_port: int, local_port: int) -> int:
-        return int(
-            self._lib.wsgw_engine_flow_lookup(self.handle, remote_ip, remote_port, local_port)
-        )
+        return int(self._lib.wsgw_engine_flow_lookup(self._h, remote_ip, remote_port, local_port))
 
     def flow_read(self, slot: int) -> bytes:
         """Everything in the flow's ring, in one or more copies of up to 1 MiB."""
@@ -217,10 +223,10 @@ class EngineBinding:
         return b"".join(chunks)
 
     def flow_synced(self, slot: int) -> None:
-        self._lib.wsgw_engine_flow_synced(self.handle, slot)
+        self._lib.wsgw_engine_flow_synced(self._h, slot)
 
     def flow_take_ack(self, slot: int) -> int:
-        return int(self._lib.wsgw_engine_flow_take_ack(self.handle, slot))
+        return int(self._lib.wsgw_engine_flow_take_ack(self._h, slot))
 
     def flow_give_ack(
         self, slot: int, deadline_ns: int, unacked_bytes: int, unacked_segments: int
@@ -230,32 +236,35 @@ class EngineBinding:
         )
 
     def poll(self, deadline_ns: int, budget_ns: int) -> PollResult:
-        self._lib.wsgw_engine_poll(self.handle, deadline_ns, budget_ns, ctypes.byref(self._result))
+        self._lib.wsgw_engine_poll(self._h, deadline_ns, budget_ns, ctypes.byref(self._result))
         return self._result
 
     def wake(self) -> None:
-        self._lib.wsgw_engine_wake(self.handle)
+        self._lib.wsgw_engine_wake(self._h)
+
+    def set_time(self, now_ns: int) -> None:
+        self._lib.wsgw_engine_set_time(self._h, now_ns)
 
     def slow_frames(self, count: int) -> list[bytes]:
         if not count:
             return []
-        arena = self._lib.wsgw_engine_slow_arena(self.handle)
-        offsets = self._lib.wsgw_engine_slow_offsets(self.handle)
-        lengths = self._lib.wsgw_engine_slow_lengths(self.handle)
+        arena = self._lib.wsgw_engine_slow_arena(self._h)
+        offsets = self._lib.wsgw_engine_slow_offsets(self._h)
+        lengths = self._lib.wsgw_engine_slow_lengths(self._h)
         base = ctypes.addressof(arena.contents)
         return [ctypes.string_at(base + offsets[i], lengths[i]) for i in range(count)]
 
     def touched(self, count: int) -> list[int]:
         if not count:
             return []
-        pointer = self._lib.wsgw_engine_touched(self.handle)
+        pointer = self._lib.wsgw_engine_touched(self._h)
         return [int(pointer[i]) for i in range(count)]
 
     def inject(self, frames: list[bytes]) -> int:
         if not frames:
             return 0
         buf, offsets, lengths = _frames_arrays(frames)
-        return int(self._lib.wsgw_engine_inject(self.handle, buf, offsets, lengths, len(frames)))
+        return int(self._lib.wsgw_engine_inject(self._h, buf, offsets, lengths, len(frames)))
 
     def take_tx(self) -> list[bytes]:
         out: list[bytes] = []
@@ -277,14 +286,14 @@ class EngineBinding:
 
     def stats(self) -> dict[str, int]:
         stats = EngineStats()
-        self._lib.wsgw_engine_stats(self.handle, ctypes.byref(stats))
+        self._lib.wsgw_engine_stats(self._h, ctypes.byref(stats))
         return {name: int(getattr(stats, name)) for name in ENGINE_STAT_FIELDS}
 
     def monotonic_ns(self) -> int:
         return int(self._lib.wsgw_monotonic_ns())
 
     def bench_flow_lookup(self, iterations: int) -> int:
-        return int(self._lib.wsgw_bench_flow_lookup(self.handle, iterations))
+        return int(self._lib.wsgw_bench_flow_lookup(self._h, iterations))
 
     def bench_fast_path(self, slot: int, frames: list[bytes], rounds: int) -> int:
         buf, offsets, lengths = _frames_arrays(frames)

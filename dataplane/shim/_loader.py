@@ -94,6 +94,8 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_eal_init": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
     "wsgw_eal_state": (ctypes.c_int, []),
     "wsgw_eal_cleanup": (ctypes.c_int, []),
+    "wsgw_thread_register": (ctypes.c_int, []),
+    "wsgw_thread_unregister": (None, []),
     "wsgw_port_open": (
         ctypes.c_int,
         [ctypes.c_char_p, ctypes.POINTER(PortConf), ctypes.POINTER(ctypes.c_void_p)],
@@ -258,6 +260,13 @@ class Shim:
 
     def eal_cleanup(self) -> int:
         return int(self._lib.wsgw_eal_cleanup())
+
+    def thread_register(self) -> int:
+        """lcore id (>= 0) for the calling thread, or -errno."""
+        return int(self._lib.wsgw_thread_register())
+
+    def thread_unregister(self) -> None:
+        self._lib.wsgw_thread_unregister()
 
     # ---- ports -------------------------------------------------------------------------
     def port_open(

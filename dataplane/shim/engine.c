@@ -62,6 +62,7 @@ struct wsgw_engine {
     uint16_t txq_n;
 #endif
     int wake;
+    uint64_t manual_now;        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
     uint32_t idle_polls;
     uint64_t backoff_ns;
     struct wsgw_engine_stats st;
@@ -269,6 +270,13 @@ WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadl
     else if (!f->ack_deadline_ns && deadline_ns)
         e->pending_acks++;
     f->ack_deadline_ns = deadline_ns;
+}
+
+WSGW_API void wsgw_engine_set_time(wsgw_engine *e, uint64_t now_ns) { e->manual_now = now_ns; }
+
+static inline uint64_t engine_now(const struct wsgw_engine *e)
+{
+    return e->manual_now ? e->manual_now : wsgw_monotonic_ns();
 }
 
 /* ---- create / destroy ------------------------------------------------------------------- */
@@ -768,7 +776,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     e->slow_count = 0;
     e->slow_used = 0;
     e->st.polls++;
-    uint64_t start = wsgw_monotonic_ns(), now = start;
+    uint64_t start = engine_now(e), now = start;
     uint32_t reason = 0;
     uint64_t rx_total = 0;
     for (;;) {
@@ -794,14 +802,15 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             reason |= WSGW_POLL_TX_FULL;
         if (__atomic_exchange_n(&e->wake, 0, __ATOMIC_ACQ_REL))
             reason |= WSGW_POLL_COMMAND;
-        now = wsgw_monotonic_ns();
+        now = engine_now(e);
         if (deadline_ns && now >= deadline_ns)
             reason |= WSGW_POLL_TIMER;
         if (now - start >= budget_ns)
             reason |= WSGW_POLL_BUDGET;
         if (reason)
             break;
-        if (n == 0 && e->conf.sleep_max_ns && e->idle_polls > e->conf.idle_polls_before_sleep) {
+        if (n == 0 && e->conf.sleep_max_ns && !e->manual_now &&
+            e->idle_polls > e->conf.idle_polls_before_sleep) {
             /* Adaptive polling: sleep, doubling up to the ceiling, never past a deadline. */
             uint64_t nap = e->backoff_ns;
             uint64_t limit = budget_ns - (now - start);
@@ -816,7 +825,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
                 nanosleep(&ts, NULL);
                 e->st.sleeps++;
                 e->st.sleep_ns += nap;
-                now = wsgw_monotonic_ns();
+                now = engine_now(e);
             }
             uint64_t doubled = e->backoff_ns * 2;
             e->backoff_ns = doubled > e->conf.sleep_max_ns ? e->conf.sleep_max_ns : doubled;

@@ -24,6 +24,8 @@ WSGW_API int wsgw_has_dpdk(void) { return 0; }
 WSGW_API const char *wsgw_dpdk_version(void) { return ""; }
 WSGW_API int wsgw_eal_init(int argc, char **argv) { (void)argc; (void)argv; NO_DPDK(); }
 WSGW_API int wsgw_eal_cleanup(void) { NO_DPDK(); }
+WSGW_API int wsgw_thread_register(void) { NO_DPDK(); }
+WSGW_API void wsgw_thread_unregister(void) {}
 WSGW_API int wsgw_port_open(const char *devargs, const struct wsgw_port_conf *conf,
                             wsgw_port **out)
 {
@@ -116,6 +118,27 @@ WSGW_API int wsgw_eal_cleanup(void)
         return rc;
     }
     return 0;
+}
+
+WSGW_API int wsgw_thread_register(void)
+{
+    if (eal_state != WSGW_EAL_READY) {
+        wsgw_set_error("DPDK EAL is not initialised");
+        return -ENODEV;
+    }
+    if (rte_lcore_id() != LCORE_ID_ANY)
+        return (int)rte_lcore_id(); /* an EAL thread, or registered already */
+    if (rte_thread_register() < 0) {
+        wsgw_set_error("rte_thread_register: %s", rte_strerror(rte_errno));
+        return -rte_errno;
+    }
+    return (int)rte_lcore_id();
+}
+
+WSGW_API void wsgw_thread_unregister(void)
+{
+    if (eal_state == WSGW_EAL_READY)
+        rte_thread_unregister();
 }
 
 static int need_eal(void)

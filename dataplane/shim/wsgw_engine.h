@@ -148,6 +148,9 @@ WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadl
 WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t budget_ns,
                               struct wsgw_poll_result *out);
 WSGW_API void wsgw_engine_wake(wsgw_engine *e);
+/* Tests: run on a virtual clock (ns, monotonic like CLOCK_MONOTONIC); 0 returns to the real
+ * clock. With a virtual clock the engine never sleeps. */
+WSGW_API void wsgw_engine_set_time(wsgw_engine *e, uint64_t now_ns);
 /* Results of the last poll. */
 WSGW_API const uint8_t *wsgw_engine_slow_arena(const wsgw_engine *e);
 WSGW_API const uint32_t *wsgw_engine_slow_offsets(const wsgw_engine *e);

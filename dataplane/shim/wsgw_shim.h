@@ -42,6 +42,9 @@ enum wsgw_eal_state {
 WSGW_API int wsgw_eal_init(int argc, char **argv);
 WSGW_API int wsgw_eal_state(void);
 WSGW_API int wsgw_eal_cleanup(void);
+/* Give the calling (non-EAL) thread an lcore id, so mempool caches serve it. */
+WSGW_API int wsgw_thread_register(void);
+WSGW_API void wsgw_thread_unregister(void);
 
 /* ---- ports ------------------------------------------------------------------------------ */
 struct wsgw_port_conf {

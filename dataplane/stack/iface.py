@@ -559,6 +559,13 @@ class Interface:
         self._listeners.pop(port, None)
         self.ports.unreserve(port)
 
+    def connections(self, now: float) -> list[tuple[TcpConnection, bytes | None]]:
+        """Every live connection with the MAC of its next hop (None while unresolved): what
+        the engine hands to the C fast path."""
+        return [
+            (flow.connection, self.arp.lookup(flow.next_hop, now)) for flow in self._flows.values()
+        ]
+
     def find_socket(self, key: FlowKey) -> TcpSocket | None:
         """The socket of the connection with this 4-tuple, given from either end."""
         flow = self._flows.get(key) or self._flows.get(key.reversed())

@@ -34,6 +34,7 @@ from dataplane.stack.tcp_errors import (
     TcpStateError,
     TcpTimeoutError,
 )
+from dataplane.stack.tcp_fastpath import FastPathState
 from dataplane.stack.tcp_rtt import RttEstimator
 from dataplane.stack.tcp_seq import SEQ_MASK, seq_add, seq_lt, unwrap, wrap
 from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr
@@ -462,6 +463,95 @@ class TcpConnection:
         del self._rx[:count]
         self._maybe_window_update()
         return data
+
+    # ------------------------------------------------------------------ C fast path hooks
+
+    def fastpath_export(self) -> FastPathState | None:
+        """The receive state the C fast path needs, or None while only Python may handle
+        this connection's segments: any state but ESTABLISHED, the peer's FIN seen, data
+        waiting out of order, or an error (see dataplane/fastpath.py)."""
+        if (
+            self._state is not TcpState.ESTABLISHED
+            or self._fin_received
+            or self._ooo
+            or self.error is not None
+        ):
+            return None
+        owed = self._ack_now or self._delack_deadline is not None
+        return FastPathState(
+            rcv_nxt=wrap(self._rcv_nxt),
+            rcv_adv_right=wrap(self._rcv_adv_right),
+            ts_recent=self._ts_recent,
+            last_ack_sent=wrap(self._last_ack_sent),
+            snd_una=wrap(self._snd_una),
+            snd_nxt=wrap(self._snd_max),
+            snd_wnd_field=min(self._snd_wnd >> self._snd_wscale, _MAX_WINDOW_FIELD),
+            rcv_wscale=self._rcv_wscale,
+            ts_enabled=self._ts_enabled,
+            ts_offset=self._ts_offset,
+            rcv_space=self._free_receive_space(),
+            mss=self._rcv_mss,
+            ack_deadline=(
+                (self._now if self._ack_now else self._delack_deadline) if owed else None
+            ),
+            unacked_bytes=self._unacked_rx_bytes if owed else 0,
+        )
+
+    def fastpath_ack_handed_over(self) -> None:
+        """C now owes the delayed ACK that was ours (it sends it on time)."""
+        self._ack_now = False
+        self._delack_deadline = None
+        self._unacked_rx_bytes = 0
+
+    def fastpath_owe_ack(self, deadline: float, unacked_bytes: int) -> None:
+        """The fast path let go of this connection while it owed a delayed ACK: ours now."""
+        self._unacked_rx_bytes += unacked_bytes
+        if self._delack_deadline is None or deadline < self._delack_deadline:
+            self._delack_deadline = deadline
+
+    def fastpath_absorb(
+        self,
+        data: bytes,
+        *,
+        rcv_nxt: int,
+        rcv_adv_right: int,
+        ts_recent: int,
+        last_ack_sent: int,
+        segments: int,
+        unacked_bytes: int,
+        ack_deadline: float | None,
+        now: float,
+    ) -> None:
+        """Take in what the fast path received in order since the last sync: its bytes, the
+        sequence numbers they moved, what C's ACKs announced, and (when Python is about to
+        handle this connection's segments itself) the delayed ACK C still owed."""
+        advance = (rcv_nxt - self._rcv_nxt) & SEQ_MASK
+        if advance != len(data):
+            raise TcpStateError(
+                f"fast path out of step: RCV.NXT moved {advance} for {len(data)} bytes"
+            )
+        if data:
+            self._rx += data
+            self._rcv_nxt += advance
+            self._stats.segments_in += segments
+            self._stats.bytes_in += len(data)
+            self._last_rx_time = max(self._last_rx_time, now)
+            self._ka_probes = 0
+        # Both only move forward; C wrote 32-bit values.
+        right_moved = (rcv_adv_right - self._rcv_adv_right) & SEQ_MASK
+        if 0 < right_moved < 1 << 31:
+            self._rcv_adv_right += right_moved
+        acked_moved = (last_ack_sent - self._last_ack_sent) & SEQ_MASK
+        if 0 < acked_moved < 1 << 31:
+            self._last_ack_sent += acked_moved
+        if ts_recent != self._ts_recent:
+            self._ts_recent = ts_recent
+            self._ts_recent_time = now
+        if ack_deadline is not None or unacked_bytes:
+            self._unacked_rx_bytes = unacked_bytes
+            if ack_deadline is not None:
+                self._delack_deadline = ack_deadline
+        self._now = max(self._now, now)
 
     def close(self) -> None:
         """Half-close (RFC 9293 section 3.10.4): our FIN goes after the queued data."""

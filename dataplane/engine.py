@@ -1,0 +1,339 @@
+"""The dataplane engine: one thread per lcore, C polls, Python handles each batch.
+
+    loop:  C poll (GIL released: RX bursts, fast path, ACKs, adaptive back-off)
+           -> absorb fast-path bytes into their connections
+           -> slow-path frames through the Python stack (ARP, ICMP, TCP)
+           -> commands from other threads, then the services (WebSocket sessions, ...)
+           -> the stack's output to the wire, connections re-exported to the fast path
+
+Nothing else touches the stack: other threads send commands (`call`) and read the
+counters the engine publishes after each batch (`snapshot`), a new dict each time, so a
+reader never sees one half-written.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import logging
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dataplane.dpdk import DpdkPort
+from dataplane.errors import DataplaneError
+from dataplane.fastpath import FastPath, FastPathConfig
+from dataplane.links.base import Link, link_poll_at
+from dataplane.stack.iface import Interface
+from dataplane.stack.tcp import TcpConnection
+
+log = logging.getLogger("wsgw.engine")
+T = TypeVar("T")
+Service = Callable[[float], None]
+ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
+
+
+class EngineError(DataplaneError):
+    """The engine could not start (CPU pinning, scheduling policy) or was misused."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    cpu: int | None = None  # pin the engine thread here (os.sched_setaffinity)
+    sched_fifo_priority: int | None = None  # SCHED_FIFO with this priority, or the default policy
+    budget: float = 0.002  # longest C poll before Python gets control back (seconds)
+    fastpath: FastPathConfig = field(default_factory=FastPathConfig)
+
+
+@dataclass
+class EngineCounters:
+    loops: int = 0
+    slow_frames: int = 0
+    tx_frames: int = 0
+    tx_backlog_dropped: int = 0
+    commands: int = 0
+    service_errors: int = 0
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5} (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def thread_cpu_seconds(native_id: int) -> float:
+    """CPU time (user + system) of one thread of this process, from /proc."""
+    stat = Path(f"/proc/self/task/{native_id}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Engine:
+    """Drives one Interface over a DPDK port (C does RX) or any Link (frames injected)."""
+
+    def __init__(
+        self,
+        interface: Interface,
+        *,
+        port: DpdkPort | None = None,
+        link: Link | None = None,
+        config: EngineConfig | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """`clock` (tests only): a virtual clock read before every poll, so a run on
+        in-memory links is deterministic; the engine then never sleeps."""
+        if (port is None) == (link is None):
+            raise EngineError("an engine drives exactly one of a DPDK port or a link")
+        self.interface = interface
+        self.port = port
+        self.link = link
+        self.config = config or EngineConfig()
+        handle = port._live() if port is not None else 0
+        self.fastpath = FastPath(interface.ip, self.config.fastpath, handle)
+        self.services: list[Service] = []
+        self.counters = EngineCounters()
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._tx_backlog: deque[bytes] = deque()
+        self._exported: dict[int, TcpConnection] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self.native_id: int | None = None
+        self._snapshot: dict[str, Any] = {}
+        self._clock = clock
+
+    # ---- one batch -------------------------------------------------------------------------
+    def run_once(self, budget: float = 0.0) -> int:
+        """One poll and the Python work it brings; returns the frames received."""
+        if self._clock is not None:
+            self.fastpath.set_time(self._clock())
+        deadline = self.interface.poll_at()
+        received = 0
+        if self.link is not None:
+            received += self._inject_from_link()
+            held = link_poll_at(self.link)
+            if held is not None:
+                deadline = held if deadline is None else min(deadline, held)
+        return received + self._poll_and_process(deadline, budget)
+
+    def _poll_and_process(self, deadline: float | None, budget: float) -> int:
+        """C polls, then Python: absorb, slow path, commands, services, output, export.
+        Every poll is followed by all of it, so C never runs on a stale flow state."""
+        iface = self.interface
+        fastpath = self.fastpath
+        outcome = fastpath.poll(deadline, budget)
+        now = outcome.now
+        for slot in outcome.touched:
+            fastpath.absorb(slot, now)
+        if outcome.slow_frames:
+            self.counters.slow_frames += len(outcome.slow_frames)
+            iface.receive(outcome.slow_frames, now)
+        self._run_commands()
+        for service in self.services:
+            try:
+                service(now)
+            except Exception:
+                self.counters.service_errors += 1
+                log.exception("engine service %r failed", service)
+        out = iface.poll(now)
+        if self.link is not None:
+            out = fastpath.take_tx() + out
+        self._transmit(out)
+        self._export(now)
+        self.counters.loops += 1
+        return outcome.rx_frames
+
+    def _inject_from_link(self) -> int:
+        """Move the link's frames into C's injection queue, processing when it is full."""
+        assert self.link is not None
+        processed = 0
+        for _ in range(64):
+            frames = self.link.rx_burst(self.config.fastpath.burst)
+            if not frames:
+                break
+            while frames:
+                taken = self.fastpath.inject(frames)
+                frames = frames[taken:]
+                if frames:
+                    processed += self._poll_and_process(None, 0.0)
+        return processed
+
+    def _transmit(self, frames: Sequence[bytes]) -> None:
+        backlog = self._tx_backlog
+        backlog.extend(frames)
+        sender = self.port if self.port is not None else self.link
+        assert sender is not None
+        while backlog:
+            batch = [backlog[i] for i in range(min(64, len(backlog)))]
+            taken = sender.tx_burst(batch)
+            for _ in range(taken):
+                backlog.popleft()
+            self.counters.tx_frames += taken
+            if taken < len(batch):
+                break
+        while len(backlog) > 8192:
+            backlog.popleft()
+            self.counters.tx_backlog_dropped += 1
+
+    def _export(self, now: float) -> None:
+        """Hand every eligible connection to the fast path; withdraw the others."""
+        live: dict[int, TcpConnection] = {}
+        for conn, mac in self.interface.connections(now):
+            live[id(conn)] = conn
+            self.fastpath.export(conn, mac, self.interface.mac)
+        for key, conn in self._exported.items():
+            if key not in live:
+                self.fastpath.forget(conn)
+        self._exported = live
+
+    # ---- commands from other threads --------------------------------------------------------
+    def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run fn on the engine thread at the next batch; the future carries its result."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        self._commands.put(run)
+        self.fastpath.wake()
+        return future
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            self.counters.commands += 1
+            command()
+
+    # ---- the thread ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            raise EngineError("the engine is already running")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._main, name="wsgw-engine", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._start_error is not None:
+            self._thread.join()
+            self._thread = None
+            raise self._start_error
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        self.fastpath.wake()
+        thread.join(timeout)
+        self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self.fastpath.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _main(self) -> None:
+        try:
+            self._prepare_thread()
+        except BaseException as exc:
+            self._start_error = exc
+            self._started.set()
+            return
+        self._started.set()
+        budget = self.config.budget
+        try:
+            while not self._stop.is_set():
+                self.run_once(budget)
+                self._publish()
+        except BaseException:
+            log.exception("the engine loop stopped on an error")
+            raise
+        finally:
+            if self.port is not None:
+                self.port.eal.shim.thread_unregister()
+
+    def _prepare_thread(self) -> None:
+        self.native_id = threading.get_native_id()
+        cpu = self.config.cpu
+        if cpu is not None:
+            try:
+                os.sched_setaffinity(0, {cpu})
+            except OSError as exc:
+                raise EngineError(
+                    f"cannot pin the engine to CPU {cpu}: {exc}", exc.errno or 0
+                ) from exc
+            isolated = (
+                parse_cpu_list(ISOLATED_CPUS.read_text()) if ISOLATED_CPUS.exists() else set()
+            )
+            if cpu not in isolated:
+                log.warning(
+                    "engine CPU %d is not isolated (isolcpus=%s): the kernel may schedule "
+                    "other work on it",
+                    cpu,
+                    sorted(isolated) or "none",
+                )
+        priority = self.config.sched_fifo_priority
+        if priority is not None:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+            except PermissionError as exc:
+                raise EngineError(
+                    f"SCHED_FIFO priority {priority} not permitted: run as root or grant "
+                    "CAP_SYS_NICE (and check the RT throttling limits)",
+                    errno.EPERM,
+                ) from exc
+        if self.port is not None:
+            lcore = self.port.eal.shim.thread_register()
+            if lcore < 0:
+                log.warning(
+                    "engine thread has no DPDK lcore id (%s): mempool caches unused",
+                    self.port.eal.shim.last_error(),
+                )
+
+    # ---- what the API thread reads ------------------------------------------------------------
+    def _publish(self) -> None:
+        c = self.counters
+        snapshot: dict[str, Any] = {
+            "at": time.monotonic(),
+            "loops": c.loops,
+            "slow_frames": c.slow_frames,
+            "tx_frames": c.tx_frames,
+            "commands": c.commands,
+            "service_errors": c.service_errors,
+            "flows": self.fastpath.flows,
+            "connections": self.interface.connection_count,
+        }
+        snapshot.update({f"c_{k}": v for k, v in self.fastpath.stats().items()})
+        self._snapshot = snapshot
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as of the last batch (safe from any thread)."""
+        return self._snapshot
+
+    def cpu_seconds(self) -> float:
+        """CPU time the engine thread has used so far."""
+        if self.native_id is None:
+            return 0.0
+        return thread_cpu_seconds(self.native_id)

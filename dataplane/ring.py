@@ -1,0 +1,678 @@
+"""The shared-memory message ring: the engine writes, local consumer processes read.
+
+One writer (the engine thread) appends variable-length messages to a ring in /dev/shm (or a
+memfd) and never waits for anyone; each reader keeps its own position, copies what it reads
+into a private arena and validates the copy, so a reader that fell a whole ring behind gets a
+`Gap` with the exact number of messages it lost, then the oldest messages still there, and
+never a torn one. Layout, protocol and the reasons behind them: `shim/wsgw_ring.h`.
+
+    with RingWriter.create(ring_name("gw1", "md"), 64 << 20) as ring:
+        tid = ring.register_topic("binance:btcusdt@trade")
+        ring.write_batch([(session, tid, payload), ...])
+
+    reader = RingReader.attach(ring_name("gw1", "md"), topics=["binance:*"])
+    for event in reader:            # blocks; ends when the writer closes the ring
+        if isinstance(event, Gap): ...
+        else: handle(event.topic, event.payload)   # a memoryview, valid until the next read
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import re
+import struct
+import threading
+import time
+import weakref
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from dataplane.errors import DataplaneError
+from dataplane.shim import _bind_ring as _c
+
+SHM_DIR = Path("/dev/shm")  # noqa: S108 - shared memory, not a temporary file
+DEFAULT_CAPACITY = 64 << 20
+DEFAULT_MAX_TOPICS = 4096
+MIN_CAPACITY = 4096
+MAX_CAPACITY = 1 << 40
+TOPIC_NAME_MAX = _c.TOPIC_NAME_MAX
+#: Size of a record header; a message of n bytes takes (32 + n) rounded up to 8 in the ring.
+RECORD_HEADER = _c.REC_HDR
+#: Layout constants a tool or test may need to read a ring file by hand.
+MAGIC = _c.MAGIC
+LAYOUT_VERSION = _c.RING_LAYOUT
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+_VIEW = struct.Struct(_c.VIEW_FORMAT)
+_new_tuple = tuple.__new__
+
+
+# ---- errors -----------------------------------------------------------------------------------
+class RingError(DataplaneError):
+    """Base of the ring's errors; `errno` carries the C side's code."""
+
+
+class RingNotFoundError(RingError):
+    """No ring by that name (the gateway is not running, or uses another name)."""
+
+
+class RingExistsError(RingError):
+    """A ring by that name exists; `replace=True` takes it over when its writer is gone."""
+
+
+class RingBusyError(RingError):
+    """Another live process writes this ring."""
+
+
+class RingFormatError(RingError):
+    """The file is not a wsgw ring, or its header is inconsistent."""
+
+
+class RingVersionError(RingFormatError):
+    """A wsgw ring of a layout version this library does not read."""
+
+
+class RingCorruptError(RingError):
+    """A record failed validation without having been overwritten: the file was damaged."""
+
+
+class RingClosedError(RingError):
+    """The ring handle was closed."""
+
+
+class MessageTooLargeError(RingError):
+    """A message longer than the ring's max_payload (capacity / 2 - 32, at most 64 MiB)."""
+
+
+class TopicError(RingError):
+    """A topic name that is empty or too long, a full topic table, or a message whose topic
+    id is outside the table."""
+
+
+_ERRNO_CLASSES: dict[int, type[RingError]] = {
+    errno.ENOENT: RingNotFoundError,
+    errno.EBADF: RingNotFoundError,  # attach_fd: no such descriptor
+    errno.EEXIST: RingExistsError,
+    errno.EBUSY: RingBusyError,
+    errno.EBADMSG: RingFormatError,
+    errno.EPROTONOSUPPORT: RingVersionError,
+    errno.EMSGSIZE: MessageTooLargeError,
+    errno.ENAMETOOLONG: TopicError,
+    errno.ENOSPC: RingError,
+}
+
+
+def _error(rc: int, what: str, override: type[RingError] | None = None) -> RingError:
+    code = -rc
+    text = _c.last_error() or os.strerror(code)
+    cls = override or _ERRNO_CLASSES.get(code, RingError)
+    return cls(f"{what}: {text}", code)
+
+
+def _write_error(rc: int) -> RingError:
+    if rc == -errno.EBADF:
+        return RingClosedError("ring writer is closed", errno.EBADF)
+    # EINVAL from a write is always a topic id outside the table.
+    return _error(rc, "ring write", TopicError if rc == -errno.EINVAL else None)
+
+
+def _check_library() -> None:
+    api, layout = _c.versions()
+    if (api, layout) != (_c.RING_API, _c.RING_LAYOUT):
+        raise RingVersionError(
+            f"the shim's ring is API {api} / layout {layout}, this wsgw expects "
+            f"{_c.RING_API} / {_c.RING_LAYOUT}; rebuild it with `make shim`"
+        )
+
+
+# ---- names ------------------------------------------------------------------------------------
+def ring_name(gateway: str, ring: str = "messages") -> str:
+    """The conventional name of a gateway's ring: wsgw-<gateway>-<ring>."""
+    name = f"wsgw-{gateway}-{ring}"
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"invalid ring name {name!r}: letters, digits, '.', '_', '-' only")
+    return name
+
+
+def ring_path(name: str | os.PathLike[str]) -> Path:
+    """A bare name lives in /dev/shm; anything with a slash is a path as given."""
+    text = os.fspath(name)
+    if "/" in text:
+        return Path(text)
+    if not _NAME.fullmatch(text):
+        raise ValueError(f"invalid ring name {text!r}: letters, digits, '.', '_', '-' only")
+    return SHM_DIR / text
+
+
+def record_size(payload_len: int) -> int:
+    """Bytes one message takes in the ring (for sizing a ring to hold a backlog)."""
+    return (RECORD_HEADER + payload_len + 7) & ~7
+
+
+# ---- events -----------------------------------------------------------------------------------
+class RingMessage(NamedTuple):
+    """One message. payload is a memoryview of the reader's arena, valid until its next read
+    (copy it with bytes() to keep it), or bytes when the reader was opened with copy=True."""
+
+    seq: int
+    session_id: int
+    topic: str
+    ts_ns: int
+    payload: memoryview | bytes
+    topic_id: int
+
+
+class Gap(NamedTuple):
+    """The reader was lapped: messages first_seq .. first_seq + lost - 1 (all topics) were
+    overwritten before it read them. The messages that follow are the oldest still there."""
+
+    lost: int
+    first_seq: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.lost - 1
+
+
+RingEvent = RingMessage | Gap
+Payload = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class RingInfo:
+    """A snapshot of a ring's header."""
+
+    capacity: int
+    max_payload: int
+    max_topics: int
+    topic_count: int
+    write_pos: int
+    last_seq: int  # last sequence written (0: none yet)
+    oldest_seq: int  # oldest sequence still in the ring (last_seq + 1 when empty)
+    closed: bool
+    writer_pid: int
+    instance: int
+    created_ns: int
+    waiters: int
+
+    @classmethod
+    def _from(cls, raw: dict[str, int]) -> RingInfo:
+        return cls(
+            capacity=raw["capacity"],
+            max_payload=raw["max_payload"],
+            max_topics=raw["max_topics"],
+            topic_count=raw["topic_count"],
+            write_pos=raw["write_pos"],
+            last_seq=raw["write_seq"],
+            oldest_seq=raw["tail_seq"],
+            closed=bool(raw["state"] & 1),
+            writer_pid=raw["writer_pid"],
+            instance=raw["instance"],
+            created_ns=raw["created_ns"],
+            waiters=raw["waiters"],
+        )
+
+
+# ---- writer -----------------------------------------------------------------------------------
+class RingWriter:
+    """The single producer of a ring. Call it from one thread only (the engine's): the C
+    side takes no lock, by design."""
+
+    def __init__(self, handle: int, path: Path | None) -> None:
+        self._handle = handle
+        self.path = path
+        self._fn = _c.WriteFn(handle)
+        info = _c.writer_info(handle)
+        self.capacity = info["capacity"]
+        self.max_payload = info["max_payload"]
+        self.max_topics = info["max_topics"]
+        self._topics: dict[str, int] = {}
+        self._finalizer = weakref.finalize(self, _c.writer_close, handle, path is not None)
+
+    @classmethod
+    def create(
+        cls,
+        name: str | os.PathLike[str] | None,
+        capacity_bytes: int = DEFAULT_CAPACITY,
+        *,
+        max_topics: int = DEFAULT_MAX_TOPICS,
+        replace: bool = False,
+        mode: int = 0o600,
+    ) -> RingWriter:
+        """Create the ring `name` (see ring_path), or an anonymous memfd ring when name is
+        None (hand `fd` to readers). capacity_bytes: a power of two >= 4096. replace: take
+        over an existing ring whose writer is gone (a live one raises RingBusyError)."""
+        if (
+            capacity_bytes < MIN_CAPACITY
+            or capacity_bytes > MAX_CAPACITY
+            or (capacity_bytes & (capacity_bytes - 1))
+        ):
+            raise ValueError(
+                f"capacity_bytes must be a power of two from {MIN_CAPACITY} to 2**40, "
+                f"not {capacity_bytes}"
+            )
+        _check_library()
+        path = None if name is None else ring_path(name)
+        rc, handle = _c.create(
+            None if path is None else os.fsencode(path),
+            capacity_bytes,
+            max_topics,
+            mode,
+            _c.F_REPLACE if replace else 0,
+        )
+        if rc < 0:
+            raise _error(rc, f"create ring {path or '(memfd)'}")
+        return cls(handle, path)
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise RingClosedError("ring writer is closed", errno.EBADF)
+        return self._handle
+
+    @property
+    def fd(self) -> int:
+        """The ring's file descriptor (to pass a memfd ring to readers); owned by the writer."""
+        return _c.writer_fd(self._live())
+
+    def register_topic(self, name: str) -> int:
+        """The topic's id (> 0), registering it on first use; the same name gives the same id."""
+        tid = self._topics.get(name)
+        if tid is not None:
+            return tid
+        rc = _c.topic_register(self._live(), name.encode())
+        if rc < 0:
+            raise _error(rc, f"register topic {name!r}", TopicError)
+        self._topics[name] = rc
+        return rc
+
+    @property
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
+
+    def write(self, session_id: int, topic_id: int, payload: Payload, ts: int | None = None) -> int:
+        """Append one message; returns its sequence number. ts: receive time in CLOCK_REALTIME
+        ns (None: now). Prefer write_batch: one call per poll, not per message."""
+        data = payload if type(payload) is bytes else bytes(payload)
+        seq = self._fn.one(session_id, topic_id, ts or 0, data)
+        if seq < 0:
+            raise _write_error(seq)
+        return seq
+
+    def write_batch(
+        self,
+        items: Sequence[tuple[int, int, Payload] | tuple[int, int, Payload, int | None]],
+    ) -> int:
+        """Append (session_id, topic_id, payload[, ts]) items in one C call, all or none (a
+        too-large message or a bad topic id raises before anything is written). Returns the
+        first sequence number of the batch (for an empty batch: the next one)."""
+        if not items:
+            return self.last_seq + 1
+        try:
+            columns = tuple(zip(*items, strict=True))
+        except ValueError:  # some items carry ts, some not
+            columns = tuple(
+                zip(*(it if len(it) == 4 else (*it, None) for it in items), strict=True)
+            )
+        if len(columns) == 3:
+            sessions, topics, payloads = columns
+            ts = None
+        elif len(columns) == 4:
+            sessions, topics, payloads, stamps = columns
+            ts = array("Q", [t or 0 for t in stamps])
+        else:
+            raise ValueError("write_batch items are (session_id, topic_id, payload[, ts])")
+        return self.write_columns(sessions, topics, payloads, ts)
+
+    def write_columns(
+        self,
+        sessions: Sequence[int],
+        topics: Sequence[int],
+        payloads: Sequence[Payload],
+        ts: Sequence[int] | None = None,
+    ) -> int:
+        """write_batch from columns (what the engine has anyway): the cheapest Python path."""
+        count = len(payloads)
+        if not (len(sessions) == len(topics) == count) or (ts is not None and len(ts) != count):
+            raise ValueError("write_columns: columns of different lengths")
+        if count == 0:
+            return self.last_seq + 1
+        try:
+            blob = b"".join(payloads)
+            first = self._fn.packed(
+                blob,
+                array(
+                    "I", [len(p) if type(p) is bytes else memoryview(p).nbytes for p in payloads]
+                ),
+                array("I", sessions),
+                array("I", topics),
+                ts if ts is None or isinstance(ts, array) else array("Q", ts),
+            )
+        except OverflowError as exc:
+            raise ValueError(f"write_batch: a field does not fit its type: {exc}") from exc
+        if first < 0:
+            raise _write_error(first)
+        return first
+
+    @property
+    def last_seq(self) -> int:
+        return _c.writer_info(self._live())["write_seq"]
+
+    def info(self) -> RingInfo:
+        return RingInfo._from(_c.writer_info(self._live()))
+
+    def stats(self) -> dict[str, int]:
+        """messages, bytes, batches, pads, overwritten (left the ring), wakeups."""
+        return _c.writer_stats(self._live())
+
+    def close(self, unlink: bool = True) -> None:
+        """Mark the ring closed (readers drain it and stop), then unmap; unlink the file
+        unless asked not to (and only while the name is still this ring's)."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            self._fn.close()  # the write path checks nothing itself: it now fails cleanly
+            _c.writer_close(self._handle, unlink and self.path is not None)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> RingWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.path or "memfd"
+        return f"<RingWriter {where} capacity={self.capacity} closed={self.closed}>"
+
+
+# ---- reader -----------------------------------------------------------------------------------
+Start = Literal["latest", "oldest"]
+
+
+class RingReader:
+    """One consumer's view of a ring. One thread reads; another may `interrupt` or `close`."""
+
+    def __init__(
+        self,
+        handle: int,
+        path: Path | None,
+        topics: Iterable[str] | None,
+        *,
+        copy: bool,
+        max_batch: int,
+    ) -> None:
+        self._handle = handle
+        self.path = path
+        self.copy = copy
+        info = _c.reader_info(handle)
+        self.capacity = info["capacity"]
+        self.max_payload = info["max_payload"]
+        self.max_topics = info["max_topics"]
+        self.max_batch = max_batch
+        self._buf = _c.ReadBuffers(handle, max_batch, max(1 << 20, self.max_payload))
+        self._lock = threading.Lock()
+        self._stop = False
+        self._closed_seen = False
+        # topic id -> name for every possible id ("" until registered; 0 is "no topic"), so
+        # the per-message lookup needs no bounds check; _known: ids filled in so far.
+        self._names: list[str] = [""] * self.max_topics
+        self._known = 0
+        self._patterns: list[str] | None = None
+        self._wanted: set[int] = set()
+        self._filter_upto = 0
+        self._finalizer = weakref.finalize(self, _c.detach, handle)
+        self._refresh_topics(info["topic_count"])
+        self.set_topics(topics)
+
+    @classmethod
+    def attach(
+        cls,
+        name: str | os.PathLike[str],
+        topics: Iterable[str] | None = None,
+        *,
+        copy: bool = False,
+        start: Start = "latest",
+        max_batch: int = 1024,
+    ) -> RingReader:
+        """Attach to the ring `name` (see ring_path). topics: names or shell patterns
+        ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
+        start: "latest" (only what comes next) or "oldest" (what is still in the ring)."""
+        _check_library()
+        path = ring_path(name)
+        rc, handle = _c.attach(os.fsencode(path), -1, cls._flags(start))
+        if rc < 0:
+            raise _error(rc, f"attach ring {path}")
+        return cls(handle, path, topics, copy=copy, max_batch=max_batch)
+
+    @classmethod
+    def attach_fd(
+        cls,
+        fd: int,
+        topics: Iterable[str] | None = None,
+        *,
+        copy: bool = False,
+        start: Start = "latest",
+        max_batch: int = 1024,
+    ) -> RingReader:
+        """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
+        _check_library()
+        rc, handle = _c.attach(None, fd, cls._flags(start))
+        if rc < 0:
+            raise _error(rc, f"attach ring fd {fd}")
+        return cls(handle, None, topics, copy=copy, max_batch=max_batch)
+
+    @staticmethod
+    def _flags(start: Start) -> int:
+        if start not in ("latest", "oldest"):
+            raise ValueError(f"start must be 'latest' or 'oldest', not {start!r}")
+        return _c.F_START_OLDEST if start == "oldest" else 0
+
+    def _live(self) -> int:
+        if not self._finalizer.alive:
+            raise RingClosedError("ring reader is closed", errno.EBADF)
+        return self._handle
+
+    # ---- topics ---------------------------------------------------------------------------
+    def set_topics(self, topics: Iterable[str] | None) -> None:
+        """Deliver only these topic names or shell patterns (None: all). Topics the writer
+        registers later are matched as they appear; none is missed in between."""
+        with self._lock:
+            self._patterns = None if topics is None else list(topics)
+            self._apply_filter()
+
+    def _refresh_topics(self, count: int) -> None:
+        names = self._names
+        for tid in range(self._known + 1, min(count, self.max_topics - 1) + 1):
+            names[tid] = _c.topic_name(self._handle, tid) or ""
+        self._known = max(self._known, min(count, self.max_topics - 1))
+
+    def _matches(self, name: str) -> bool:
+        assert self._patterns is not None
+        return any(fnmatch.fnmatchcase(name, p) for p in self._patterns)
+
+    def _apply_filter(self) -> None:
+        """Push the filter to C for every topic known so far; ids above pass to Python,
+        which decides once it has their names (messages of a topic registered meanwhile)."""
+        upto = self._known
+        if self._patterns is None:
+            self._wanted = set()
+            rc = _c.set_filter(self._handle, None, 0)
+        else:
+            self._wanted = {tid for tid in range(1, upto + 1) if self._matches(self._names[tid])}
+            rc = _c.set_filter(self._handle, sorted(self._wanted), upto)
+        if rc < 0:
+            raise _error(rc, "set topic filter")
+        self._filter_upto = upto
+
+    @property
+    def topics(self) -> dict[int, str]:
+        """Topic id -> name, for every topic the writer registered so far."""
+        self._refresh_topics(_c.reader_info(self._live())["topic_count"])
+        return {tid: self._names[tid] for tid in range(1, self._known + 1)}
+
+    # ---- reading --------------------------------------------------------------------------
+    def read_batch(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]:
+        """Up to max messages (default max_batch), preceded by a Gap if the reader was lapped.
+        timeout: 0 returns at once, None waits for data (or until the ring closes or the
+        reader is interrupted), a number waits that many seconds at most."""
+        limit = self.max_batch if max is None or max > self.max_batch else max
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                events = self._read_locked(limit)
+            if events or timeout == 0 or self._stop or self._closed_seen:
+                return events
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return events
+            if not self.wait(left):  # timed out or interrupted: one last look
+                with self._lock:
+                    return self._read_locked(limit)
+
+    def poll(self, max: int | None = None) -> list[RingEvent]:
+        """What is there now, without waiting."""
+        return self.read_batch(max, 0.0)
+
+    def _read_locked(self, limit: int) -> list[RingEvent]:
+        self._live()
+        buf = self._buf
+        n = buf.read(limit)
+        if n < 0:
+            raise _error(n, "ring read", RingCorruptError if n == -errno.EBADMSG else None)
+        info = buf.info
+        if info[_c.INFO_TOPIC_COUNT] > self._known:
+            self._refresh_topics(info[_c.INFO_TOPIC_COUNT])
+        events: list[RingEvent] = []
+        lost = info[_c.INFO_LOST]
+        if lost:
+            events.append(Gap(lost, info[_c.INFO_RESUME_SEQ] - lost))
+        if n == 0:
+            if not lost and info[_c.INFO_CLOSED]:
+                self._closed_seen = True
+            return events
+        names = self._names
+        arena = buf.raw if self.copy else buf.arena  # mmap slices are bytes, views are views
+        views = _VIEW.iter_unpack(buf.views[: n * _c.VIEW_SIZE])
+        upto = self._filter_upto
+        if self._patterns is None or self._known <= upto:
+            # The hot path: one comprehension, no per-message branch.
+            events += [
+                _new_tuple(RingMessage, (seq, sid, names[tid], ts, arena[off : off + ln], tid))
+                for seq, ts, sid, tid, off, ln in views
+            ]
+            return events
+        # Topics registered since the C filter was set: decide those here, then update it.
+        for seq, ts, sid, tid, off, ln in views:
+            if tid > upto and not self._matches(names[tid]):
+                continue
+            events.append(
+                _new_tuple(RingMessage, (seq, sid, names[tid], ts, arena[off : off + ln], tid))
+            )
+        self._apply_filter()
+        return events
+
+    def wait(self, timeout: float | None = None, spin: float = 0.0) -> bool:
+        """Block until there is something to read or the ring closed (True), or until timeout
+        seconds passed or `interrupt` was called (False). Spins `spin` seconds before
+        sleeping on the ring's futex; releases the GIL meanwhile. None waits forever."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        spin_ns = int(spin * 1e9)
+        while True:
+            if self._stop:
+                return False
+            left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1e9))
+            with self._lock:
+                rc = _c.wait(self._live(), left, spin_ns)
+            if rc in (1, -errno.EPIPE):
+                return True
+            if rc in (0, -errno.ECANCELED):
+                return False
+            if rc != -errno.EINTR:  # a signal: let Python run its handler, then wait on
+                raise _error(rc, "ring wait")
+
+    def interrupt(self) -> None:
+        """Make a wait blocked in another thread return False now (or the next wait, if none
+        is running). For cancelling a wait; `close` ends the reader for good."""
+        if self._finalizer.alive:
+            _c.interrupt(self._handle)
+
+    def __iter__(self) -> Iterator[RingEvent]:
+        """Every event, blocking; ends when the writer closed the ring (after the last
+        message), when the writer died without closing it, or when the reader is closed
+        (from another thread, say)."""
+        while not self._stop:
+            try:
+                events = self.read_batch(timeout=1.0)
+                if events:
+                    yield from events
+                elif self._closed_seen or self._stop or not self.writer_alive():
+                    return
+            except RingClosedError:
+                if self._stop:
+                    return
+                raise
+
+    # ---- state ------------------------------------------------------------------------------
+    def seek(self, start: Start) -> None:
+        """Jump to the oldest message still in the ring or past the newest; not a gap."""
+        with self._lock:
+            rc = _c.seek(self._live(), start == "oldest")
+        if rc < 0:
+            raise _error(rc, "ring seek")
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number this reader expects next."""
+        return _c.next_seq(self._live())
+
+    @property
+    def lag(self) -> int:
+        """Messages written that this reader has not read (or skipped) yet."""
+        info = _c.reader_info(self._live())
+        return max(0, info["write_seq"] + 1 - _c.next_seq(self._handle))
+
+    @property
+    def closed(self) -> bool:
+        """True once the writer closed the ring and this reader has read everything."""
+        return self._closed_seen
+
+    def writer_alive(self) -> bool:
+        """Whether a writer still holds the ring (it takes an flock for its whole life)."""
+        rc = _c.writer_alive(self._live())
+        if rc < 0:
+            raise _error(rc, "ring writer liveness")
+        return rc == 1
+
+    def info(self) -> RingInfo:
+        return RingInfo._from(_c.reader_info(self._live()))
+
+    def stats(self) -> dict[str, int]:
+        """messages, bytes, gaps, lost, filtered, retries (copies discarded), waits, wakeups."""
+        return _c.reader_stats(self._live())
+
+    def close(self) -> None:
+        """Detach; a wait blocked in another thread returns first. Payload views handed out
+        stay valid memory (the arena is Python's) but are not refilled."""
+        if not self._finalizer.alive:
+            return
+        self._stop = True
+        self.interrupt()
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> RingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.path or "fd"
+        return f"<RingReader {where} next_seq={self.next_seq if self._finalizer.alive else '-'}>"

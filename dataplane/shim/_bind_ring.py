@@ -1,0 +1,410 @@
+"""ctypes declarations and thin typed wrappers for the message ring (msgring.c, wsgw_ring.h).
+
+`dataplane.ring` is the only user; it sees ints, bytes and memoryviews, never ctypes.
+
+Two handles on the same library: the loader's CDLL, which releases the GIL for the call, is
+used for what may block or take long (wait, create/attach with MAP_POPULATE, benchmarks);
+a PyDLL, which keeps the GIL, for the per-batch calls (write, read). Releasing and retaking
+the GIL around a 100 ns call costs more than the call, and hands the GIL to another thread
+that may keep it for a whole switch interval (5 ms) while the engine waits: a convoy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import threading
+from array import array
+from typing import Any
+
+from dataplane.shim._loader import load
+
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_u32p = ctypes.POINTER(ctypes.c_uint32)
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+_vp = ctypes.c_void_p
+
+#: Must equal WSGW_RING_API / WSGW_RING_LAYOUT in wsgw_ring.h.
+RING_API = 1
+RING_LAYOUT = 1
+
+F_REPLACE = 1
+F_START_OLDEST = 2
+REC_HDR = 32
+TOPIC_NAME_MAX = 56
+PAGE = 4096
+MAGIC = 0x474E495257475357
+#: struct wsgw_ring_view, unpacked with struct "<QQIIII"
+VIEW_FORMAT = "<QQIIII"
+VIEW_SIZE = 32
+#: struct wsgw_ring_read_info, read as u64[7]
+(
+    INFO_LOST,
+    INFO_RESUME_SEQ,
+    INFO_NEXT_SEQ,
+    INFO_WRITE_SEQ,
+    INFO_TOPIC_COUNT,
+    INFO_CLOSED,
+    INFO_FILTERED,
+) = range(7)
+INFO_WORDS = 7
+
+RING_INFO_FIELDS = (
+    "capacity",
+    "data_offset",
+    "max_payload",
+    "max_topics",
+    "topic_count",
+    "write_pos",
+    "write_seq",
+    "tail_pos",
+    "tail_seq",
+    "state",
+    "writer_pid",
+    "instance",
+    "created_ns",
+    "waiters",
+)
+WRITER_STAT_FIELDS = ("messages", "bytes", "batches", "pads", "overwritten", "wakeups")
+READER_STAT_FIELDS = (
+    "messages",
+    "bytes",
+    "gaps",
+    "lost",
+    "filtered",
+    "retries",
+    "waits",
+    "wakeups",
+)
+
+
+class _RingInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in RING_INFO_FIELDS]
+
+
+class _WriterStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in WRITER_STAT_FIELDS]
+
+
+class _ReaderStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in READER_STAT_FIELDS]
+
+
+class _View(ctypes.Structure):
+    _fields_ = [
+        ("seq", ctypes.c_uint64),
+        ("ts_ns", ctypes.c_uint64),
+        ("session_id", ctypes.c_uint32),
+        ("topic_id", ctypes.c_uint32),
+        ("offset", ctypes.c_uint32),
+        ("len", ctypes.c_uint32),
+    ]
+
+
+assert ctypes.sizeof(_View) == VIEW_SIZE
+
+# name -> (restype, argtypes); merged into the loader's table and checked at load time.
+PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+    "wsgw_ring_api_version": (ctypes.c_int, []),
+    "wsgw_ring_layout_version": (ctypes.c_int, []),
+    "wsgw_ring_create": (
+        ctypes.c_int,
+        [
+            ctypes.c_char_p,
+            ctypes.c_uint64,
+            ctypes.c_uint32,
+            ctypes.c_uint32,
+            ctypes.c_uint32,
+            ctypes.POINTER(_vp),
+        ],
+    ),
+    "wsgw_ring_writer_fd": (ctypes.c_int, [_vp]),
+    "wsgw_ring_topic_register": (ctypes.c_int, [_vp, ctypes.c_char_p, ctypes.c_uint32]),
+    "wsgw_ring_write": (
+        ctypes.c_int64,
+        [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32],
+    ),
+    "wsgw_ring_write_batch": (ctypes.c_int64, [_vp, _vp, ctypes.c_uint32]),
+    "wsgw_ring_write_packed": (
+        ctypes.c_int64,
+        [_vp, ctypes.c_char_p, _vp, _vp, _vp, _vp, ctypes.c_uint32],
+    ),
+    "wsgw_ring_writer_info": (ctypes.c_int, [_vp, ctypes.POINTER(_RingInfo)]),
+    "wsgw_ring_writer_stats": (ctypes.c_int, [_vp, ctypes.POINTER(_WriterStats)]),
+    "wsgw_ring_writer_close": (None, [_vp, ctypes.c_int]),
+    "wsgw_ring_attach": (
+        ctypes.c_int,
+        [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(_vp)],
+    ),
+    "wsgw_ring_read": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32, _vp, ctypes.c_uint32, _vp]),
+    "wsgw_ring_wait": (ctypes.c_int, [_vp, ctypes.c_int64, ctypes.c_int64]),
+    "wsgw_ring_reader_interrupt": (None, [_vp]),
+    "wsgw_ring_reader_filter": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32, ctypes.c_uint32]),
+    "wsgw_ring_reader_seek": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_ring_topic_name": (
+        ctypes.c_int,
+        [_vp, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
+    ),
+    "wsgw_ring_reader_info": (ctypes.c_int, [_vp, ctypes.POINTER(_RingInfo)]),
+    "wsgw_ring_reader_stats": (ctypes.c_int, [_vp, ctypes.POINTER(_ReaderStats)]),
+    "wsgw_ring_reader_next_seq": (ctypes.c_uint64, [_vp]),
+    "wsgw_ring_writer_alive": (ctypes.c_int, [_vp]),
+    "wsgw_ring_detach": (None, [_vp]),
+    "wsgw_ring_bench_write": (
+        ctypes.c_int64,
+        [_vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32],
+    ),
+    "wsgw_ring_bench_rw": (
+        ctypes.c_int64,
+        [_vp, _vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32],
+    ),
+    "wsgw_ring_bench_read": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_int64, _u64p]),
+}
+
+# Called with the GIL held (see the module docstring); everything else goes through CDLL.
+_KEEP_GIL = (
+    "wsgw_ring_writer_fd",
+    "wsgw_ring_topic_register",
+    "wsgw_ring_write",
+    "wsgw_ring_write_batch",
+    "wsgw_ring_write_packed",
+    "wsgw_ring_writer_info",
+    "wsgw_ring_writer_stats",
+    "wsgw_ring_read",
+    "wsgw_ring_reader_interrupt",
+    "wsgw_ring_reader_filter",
+    "wsgw_ring_reader_seek",
+    "wsgw_ring_topic_name",
+    "wsgw_ring_reader_info",
+    "wsgw_ring_reader_stats",
+    "wsgw_ring_reader_next_seq",
+    "wsgw_ring_writer_alive",
+)
+
+
+class _Libs:
+    def __init__(self) -> None:
+        shim = load()
+        self.slow = shim.lib
+        fast = ctypes.PyDLL(str(shim.path))
+        for name in _KEEP_GIL:
+            restype, argtypes = PROTOTYPES[name]
+            func = getattr(fast, name)
+            func.restype = restype
+            func.argtypes = argtypes
+        self.fast = fast
+        self.last_error = shim.last_error
+
+
+_libs: _Libs | None = None
+_libs_lock = threading.Lock()
+
+
+def _get() -> _Libs:
+    global _libs
+    if _libs is None:
+        with _libs_lock:
+            if _libs is None:
+                _libs = _Libs()
+    return _libs
+
+
+def last_error() -> str:
+    return _get().last_error()
+
+
+def versions() -> tuple[int, int]:
+    """(API, layout) of the loaded library."""
+    lib = _get().slow
+    return int(lib.wsgw_ring_api_version()), int(lib.wsgw_ring_layout_version())
+
+
+# ---- writer ---------------------------------------------------------------------------------
+def create(
+    path: bytes | None, capacity: int, max_topics: int, mode: int, flags: int
+) -> tuple[int, int]:
+    """(rc, handle); handle is 0 when rc < 0."""
+    out = _vp()
+    rc = int(
+        _get().slow.wsgw_ring_create(path, capacity, max_topics, mode, flags, ctypes.byref(out))
+    )
+    return rc, int(out.value or 0)
+
+
+def writer_fd(handle: int) -> int:
+    return int(_get().fast.wsgw_ring_writer_fd(handle))
+
+
+def topic_register(handle: int, name: bytes) -> int:
+    return int(_get().fast.wsgw_ring_topic_register(handle, name, len(name)))
+
+
+class WriteFn:
+    """wsgw_ring_write and wsgw_ring_write_packed bound once: the per-call path is one call."""
+
+    def __init__(self, handle: int) -> None:
+        fast = _get().fast
+        self._handle = handle
+        self._write: Any = fast.wsgw_ring_write
+        self._packed: Any = fast.wsgw_ring_write_packed
+
+    def close(self) -> None:
+        """Before the writer is freed: later calls return -EBADF instead of touching it."""
+        self._write = self._packed = _closed
+
+    def one(self, session_id: int, topic_id: int, ts_ns: int, payload: bytes) -> int:
+        return int(self._write(self._handle, session_id, topic_id, ts_ns, payload, len(payload)))
+
+    def packed(
+        self,
+        blob: bytes,
+        lens: array[int],
+        sessions: array[int],
+        topics: array[int],
+        ts: array[int] | None,
+    ) -> int:
+        """lens/sessions/topics: array('I'), ts: array('Q') or None; payloads back to back."""
+        return int(
+            self._packed(
+                self._handle,
+                blob,
+                lens.buffer_info()[0],
+                sessions.buffer_info()[0],
+                topics.buffer_info()[0],
+                ts.buffer_info()[0] if ts is not None else None,
+                len(lens),
+            )
+        )
+
+
+def _closed(*_args: object) -> int:
+    return -errno.EBADF
+
+
+def writer_info(handle: int) -> dict[str, int]:
+    info = _RingInfo()
+    _get().fast.wsgw_ring_writer_info(handle, ctypes.byref(info))
+    return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
+
+
+def writer_stats(handle: int) -> dict[str, int]:
+    stats = _WriterStats()
+    _get().fast.wsgw_ring_writer_stats(handle, ctypes.byref(stats))
+    return {name: int(getattr(stats, name)) for name in WRITER_STAT_FIELDS}
+
+
+def writer_close(handle: int, unlink: bool) -> None:
+    _get().slow.wsgw_ring_writer_close(handle, int(unlink))
+
+
+# ---- reader ---------------------------------------------------------------------------------
+def attach(path: bytes | None, fd: int, flags: int) -> tuple[int, int]:
+    out = _vp()
+    rc = int(_get().slow.wsgw_ring_attach(path, fd, flags, ctypes.byref(out)))
+    return rc, int(out.value or 0)
+
+
+class ReadBuffers:
+    """One reader's read call with its descriptors and its arena, as memoryviews.
+
+    After `read` returns n, `views[: n * VIEW_SIZE]` holds n packed struct wsgw_ring_view
+    (VIEW_FORMAT) and `info` the u64[7] read info. The arena is an anonymous mmap owned by
+    Python (zero pages until touched): views of it stay valid memory even after the reader
+    is gone, and hold whatever the last read put there."""
+
+    def __init__(self, handle: int, max_batch: int, arena_size: int) -> None:
+        self._handle = handle
+        self._read = _get().fast.wsgw_ring_read
+        self._views = (_View * max_batch)()
+        self._info = (ctypes.c_uint64 * INFO_WORDS)()
+        self._arena = mmap.mmap(-1, arena_size)
+        self._arena_c = (ctypes.c_char * arena_size).from_buffer(self._arena)
+        self._views_addr = ctypes.addressof(self._views)
+        self._info_addr = ctypes.addressof(self._info)
+        self._arena_addr = ctypes.addressof(self._arena_c)
+        self.max_batch = max_batch
+        self.arena_size = arena_size
+        self.views = memoryview(self._views).cast("B")
+        self.info = memoryview(self._info).cast("B").cast("Q")
+        self.arena = memoryview(self._arena)
+        self.raw = self._arena
+
+    def read(self, max_count: int) -> int:
+        return int(
+            self._read(
+                self._handle,
+                self._views_addr,
+                max_count,
+                self._arena_addr,
+                self.arena_size,
+                self._info_addr,
+            )
+        )
+
+
+def wait(handle: int, timeout_ns: int, spin_ns: int) -> int:
+    """Releases the GIL for the whole wait."""
+    return int(_get().slow.wsgw_ring_wait(handle, timeout_ns, spin_ns))
+
+
+def interrupt(handle: int) -> None:
+    _get().fast.wsgw_ring_reader_interrupt(handle)
+
+
+def set_filter(handle: int, ids: list[int] | None, upto: int) -> int:
+    """Deliver only ids among 0..upto (higher ids all pass); None delivers everything."""
+    if ids is None:
+        return int(_get().fast.wsgw_ring_reader_filter(handle, None, 0, 0))
+    arr = array("I", ids or [0])  # never an empty buffer: its address could be NULL
+    return int(_get().fast.wsgw_ring_reader_filter(handle, arr.buffer_info()[0], len(ids), upto))
+
+
+def seek(handle: int, oldest: bool) -> int:
+    return int(_get().fast.wsgw_ring_reader_seek(handle, int(oldest)))
+
+
+def topic_name(handle: int, topic_id: int) -> str | None:
+    buf = ctypes.create_string_buffer(TOPIC_NAME_MAX)
+    n = int(_get().fast.wsgw_ring_topic_name(handle, topic_id, buf, TOPIC_NAME_MAX))
+    return buf.raw[:n].decode(errors="replace") if n > 0 else None
+
+
+def reader_info(handle: int) -> dict[str, int]:
+    info = _RingInfo()
+    _get().fast.wsgw_ring_reader_info(handle, ctypes.byref(info))
+    return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
+
+
+def reader_stats(handle: int) -> dict[str, int]:
+    stats = _ReaderStats()
+    _get().fast.wsgw_ring_reader_stats(handle, ctypes.byref(stats))
+    return {name: int(getattr(stats, name)) for name in READER_STAT_FIELDS}
+
+
+def next_seq(handle: int) -> int:
+    return int(_get().fast.wsgw_ring_reader_next_seq(handle))
+
+
+def writer_alive(handle: int) -> int:
+    return int(_get().fast.wsgw_ring_writer_alive(handle))
+
+
+def detach(handle: int) -> None:
+    _get().slow.wsgw_ring_detach(handle)
+
+
+# ---- benchmarks (GIL released: they run for a while) ---------------------------------------
+def bench_write(handle: int, payload_len: int, count: int, batch: int) -> int:
+    return int(_get().slow.wsgw_ring_bench_write(handle, payload_len, count, batch))
+
+
+def bench_rw(writer: int, reader: int, payload_len: int, count: int, batch: int) -> int:
+    return int(_get().slow.wsgw_ring_bench_rw(writer, reader, payload_len, count, batch))
+
+
+def bench_read(handle: int, count: int, timeout_ns: int) -> tuple[int, list[int]]:
+    """(rc, [delivered, lost, bytes, ns first..last])."""
+    result = (ctypes.c_uint64 * 4)()
+    rc = int(_get().slow.wsgw_ring_bench_read(handle, count, timeout_ns, result))
+    return rc, [int(x) for x in result]

@@ -1,0 +1,250 @@
+/* wsgw message ring: one producer (the engine thread) fans messages out to any number of
+ * consumer processes through shared memory. No DPDK, no locks: C11 atomics and POSIX.
+ *
+ * Model (LMAX/Aeron style broadcast buffer, DPDK rte_seqlock for consistency):
+ *  - The writer never blocks and never waits for readers. Readers keep their own position
+ *    in private memory, so a slow or dead reader costs the writer nothing.
+ *  - Positions are byte offsets that only grow (u64: they never wrap); the slot of a
+ *    position is (pos & (capacity - 1)). Sequence numbers are global, contiguous and start
+ *    at 1, so a gap's size is exact: first sequence after the gap - expected sequence.
+ *  - A reader that was lapped finds out by validating after it copied: the writer announces
+ *    every region it is about to overwrite (claim_pos, release fence, then the stores), so
+ *    after an acquire fence a reader knows that bytes below claim_pos - capacity may have
+ *    changed under it. If any byte it copied lies there, the whole copy is discarded (never
+ *    delivered) and the reader resynchronises to the oldest intact record (tail_pos/tail_seq,
+ *    kept by the writer as it overwrites), reporting tail_seq - expected messages lost.
+ *  - Readers copy records into a private arena before validating; the views they hand out
+ *    point there and stay valid until their next read. In-place views could be overwritten
+ *    by the writer at any moment after validation, which would deliver torn data.
+ *
+ * File: /dev/shm/wsgw-<gateway>-<ring> (or a memfd whose fd is passed), laid out as
+ *
+ *   page 0   struct wsgw_ring_ctl     identity (line 0), producer positions (line 1),
+ *                                     producer counters (line 2); readers map it read-only
+ *   page 1   struct wsgw_ring_waitq   futex word + waiter count: the only part readers write
+ *   page 2.. topic table              max_topics x struct wsgw_ring_topic (id = index, 0 unused)
+ *   data     capacity bytes           records, from offset ctl.data_offset (page aligned)
+ *
+ * Record: a 32-byte header then the payload, padded to 8 bytes (WSGW_RING_ALIGN). A record
+ * never wraps: when it does not fit before the end of the buffer the writer first writes a
+ * PAD record covering the rest (8 bytes are enough to say so: type and length come first).
+ *
+ *   off  size  field
+ *     0     4  len         MSG: payload bytes. PAD: bytes from this header to the buffer end
+ *     4     2  type        1 = MSG, 2 = PAD
+ *     6     2  flags       0 (reserved)
+ *     8     4  session_id  upstream session the message came from
+ *    12     4  topic_id    index in the topic table (0 = no topic)
+ *    16     8  seq         global sequence number (MSG only)
+ *    24     8  ts_ns       receive time, CLOCK_REALTIME ns (vDSO, read once per batch when
+ *                          the caller gives 0; a TSC would need per-host calibration for
+ *                          readers and buys nothing at one clock read per batch)
+ *    32     -  payload
+ *
+ * All fields are host byte order (readers and the writer share one machine).
+ * Writer: one thread. Readers: any number of processes/threads, one thread per reader handle.
+ */
+#ifndef WSGW_RING_H
+#define WSGW_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wsgw_shim.h"
+
+#define WSGW_RING_MAGIC 0x474e495257475357ull /* "WSGWRING" as little-endian bytes */
+#define WSGW_RING_LAYOUT 1                    /* bumped on any change of the file layout */
+#define WSGW_RING_API 1                       /* bumped on any change of the C API below */
+#define WSGW_RING_CACHELINE 64
+#define WSGW_RING_PAGE 4096
+#define WSGW_RING_ALIGN 8
+#define WSGW_RING_REC_HDR 32
+#define WSGW_RING_MIN_CAPACITY 4096u
+#define WSGW_RING_MAX_CAPACITY (1ull << 40)
+#define WSGW_RING_TOPIC_NAME_MAX 56
+#define WSGW_RING_MAX_TOPICS 65536u
+#define WSGW_RING_DEFAULT_TOPICS 4096u
+
+enum wsgw_ring_rec_type { WSGW_RING_REC_MSG = 1, WSGW_RING_REC_PAD = 2 };
+
+/* ctl.state bits */
+#define WSGW_RING_STATE_CLOSED 1u /* the writer closed the ring: nothing more will come */
+
+/* ---- shared layout (offsets are part of the layout version) ----------------------------- */
+struct wsgw_ring_rec {
+    uint32_t len;
+    uint16_t type;
+    uint16_t flags;
+    uint32_t session_id;
+    uint32_t topic_id;
+    uint64_t seq;
+    uint64_t ts_ns;
+};
+
+struct wsgw_ring_topic {
+    uint32_t len;  /* name length; stored last (release): 0 = slot not yet published */
+    uint32_t reserved;
+    char name[WSGW_RING_TOPIC_NAME_MAX];
+};
+
+/* create/attach flags */
+#define WSGW_RING_F_REPLACE 1u      /* create: take over a ring file whose writer is gone */
+#define WSGW_RING_F_START_OLDEST 2u /* attach: start at the oldest record still in the ring */
+
+/* One message for wsgw_ring_write_batch (C callers). */
+struct wsgw_ring_msg {
+    const void *data;
+    uint32_t len;
+    uint32_t session_id;
+    uint32_t topic_id;
+    uint32_t reserved;
+    uint64_t ts_ns; /* 0: now (CLOCK_REALTIME, read once per batch) */
+};
+
+/* One delivered message: its payload is arena[offset, offset + len) of the reader. */
+struct wsgw_ring_view {
+    uint64_t seq;
+    uint64_t ts_ns;
+    uint32_t session_id;
+    uint32_t topic_id;
+    uint32_t offset;
+    uint32_t len;
+};
+
+/* Filled by wsgw_ring_read. All u64 so bindings can read it as one array. */
+struct wsgw_ring_read_info {
+    uint64_t lost;        /* messages lost (lapped) in this call, right before views[0] */
+    uint64_t resume_seq;  /* with lost: the first sequence after the gap, which is
+                           * [resume_seq - lost, resume_seq - 1] */
+    uint64_t next_seq;    /* sequence the reader expects next */
+    uint64_t write_seq;   /* last sequence the writer had published */
+    uint64_t topic_count; /* highest topic id registered so far */
+    uint64_t closed;      /* 1: the writer closed the ring (read before write_pos) */
+    uint64_t filtered;    /* messages skipped by the topic filter in this call */
+};
+
+/* A snapshot of the ring for status pages and tests. */
+struct wsgw_ring_info {
+    uint64_t capacity;
+    uint64_t data_offset;
+    uint64_t max_payload;
+    uint64_t max_topics;
+    uint64_t topic_count;
+    uint64_t write_pos;
+    uint64_t write_seq;  /* last published sequence (0: none yet) */
+    uint64_t tail_pos;
+    uint64_t tail_seq;   /* oldest sequence still in the ring (write_seq + 1 when empty) */
+    uint64_t state;
+    uint64_t writer_pid;
+    uint64_t instance;
+    uint64_t created_ns;
+    uint64_t waiters;
+};
+
+struct wsgw_ring_writer_stats {
+    uint64_t messages, bytes, batches, pads;
+    uint64_t overwritten; /* messages that left the ring to make room (oldest first) */
+    uint64_t wakeups;     /* FUTEX_WAKE calls (only made when a reader sleeps) */
+};
+
+struct wsgw_ring_reader_stats {
+    uint64_t messages, bytes;
+    uint64_t gaps, lost;  /* lapped events, messages lost in them */
+    uint64_t filtered;
+    uint64_t retries;     /* copies discarded by validation */
+    uint64_t waits, wakeups;
+};
+
+typedef struct wsgw_ring_writer wsgw_ring_writer;
+typedef struct wsgw_ring_reader wsgw_ring_reader;
+
+/* ---- identity -------------------------------------------------------------------------- */
+WSGW_API int wsgw_ring_api_version(void);
+WSGW_API int wsgw_ring_layout_version(void);
+
+/* ---- writer ---------------------------------------------------------------------------- */
+/* Create a ring of capacity bytes (power of two, >= 4096) at path, or as a memfd when path is
+ * NULL (get the fd with wsgw_ring_writer_fd, pass it to readers). The file is built under a
+ * temporary name and linked into place complete, so a reader never sees half a header.
+ * -EEXIST: path exists (WSGW_RING_F_REPLACE takes over when its writer is gone);
+ * -EBUSY: a live writer holds it; -ENOSPC: /dev/shm too small (reserved now, never SIGBUS). */
+WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_topics,
+                              uint32_t mode, uint32_t flags, wsgw_ring_writer **out);
+WSGW_API int wsgw_ring_writer_fd(const wsgw_ring_writer *w);
+/* Register a topic name (1..56 bytes); returns its id (> 0), the same id for the same name. */
+WSGW_API int wsgw_ring_topic_register(wsgw_ring_writer *w, const char *name, uint32_t len);
+/* Append one message; returns its sequence number (> 0) or -errno (-EMSGSIZE, -EINVAL). */
+WSGW_API int64_t wsgw_ring_write(wsgw_ring_writer *w, uint32_t session_id, uint32_t topic_id,
+                                 uint64_t ts_ns, const void *data, uint32_t len);
+/* Append n messages, published together (one release store per <= capacity/2 bytes).
+ * All or nothing: every message is checked first. Returns the first sequence or -errno. */
+WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ring_msg *msgs,
+                                       uint32_t n);
+/* The same from columns (what bindings build cheaply): payloads back to back in blob with
+ * lens[i] bytes each; sessions/topics per message; ts NULL means now. */
+WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob,
+                                        const uint32_t *lens, const uint32_t *sessions,
+                                        const uint32_t *topics, const uint64_t *ts,
+                                        uint32_t n);
+WSGW_API int wsgw_ring_writer_info(const wsgw_ring_writer *w, struct wsgw_ring_info *out);
+WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
+                                    struct wsgw_ring_writer_stats *out);
+/* Mark the ring closed, wake every sleeping reader, unmap; unlink the file when asked
+ * (only if the path still names this ring). Readers keep their mapping and drain it. */
+WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file);
+
+/* ---- reader ---------------------------------------------------------------------------- */
+/* Attach to the ring at path, or to fd when path is NULL (reopened, so the caller keeps its
+ * fd). Starts at the newest position unless WSGW_RING_F_START_OLDEST.
+ * -ENOENT: no such ring; -EBADMSG: not a wsgw ring (magic, sizes);
+ * -EPROTONOSUPPORT: a layout version this library does not read. */
+WSGW_API int wsgw_ring_attach(const char *path, int fd, uint32_t flags,
+                              wsgw_ring_reader **out);
+/* Copy up to max messages into the caller's arena (8-byte aligned payloads, back to back)
+ * and describe them in views. Never blocks. The arena belongs to the caller, so views into
+ * it outlive the reader; it must hold max_payload bytes for every message to fit.
+ * Returns how many (>= 0; info->lost > 0 reports a gap before them) or -errno
+ * (-EBADMSG: the ring is corrupt, not merely lapped; -EMSGSIZE: arena too small). */
+WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, uint32_t max,
+                            uint8_t *arena, uint32_t arena_size,
+                            struct wsgw_ring_read_info *info);
+/* Wait until there is something to read: 1 ready, 0 timeout, -EPIPE closed and drained,
+ * -EINTR a signal arrived (retry after handling it), -ECANCELED wsgw_ring_reader_interrupt.
+ * timeout_ns < 0 waits forever. Spins spin_ns first, then sleeps on the futex (or polls
+ * with short sleeps when the ring was opened read-only). */
+WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
+/* Make a wait on r (in another thread) return -ECANCELED now, or the next one if none runs. */
+WSGW_API void wsgw_ring_reader_interrupt(wsgw_ring_reader *r);
+/* Deliver only the topic ids in ids[0..n) among ids 0..upto; ids above upto (registered after
+ * the caller looked at the table) are all delivered, for the caller to decide once it knows
+ * their names. ids NULL: deliver everything. */
+WSGW_API int wsgw_ring_reader_filter(wsgw_ring_reader *r, const uint32_t *ids, uint32_t n,
+                                     uint32_t upto);
+/* Jump to the oldest record (1) or the newest position (0); the skipped ones are no gap. */
+WSGW_API int wsgw_ring_reader_seek(wsgw_ring_reader *r, int oldest);
+/* Topic name of id into buf (not NUL terminated); returns its length or -ENOENT. */
+WSGW_API int wsgw_ring_topic_name(const wsgw_ring_reader *r, uint32_t id, char *buf,
+                                  uint32_t buflen);
+WSGW_API int wsgw_ring_reader_info(const wsgw_ring_reader *r, struct wsgw_ring_info *out);
+WSGW_API int wsgw_ring_reader_stats(const wsgw_ring_reader *r,
+                                    struct wsgw_ring_reader_stats *out);
+WSGW_API uint64_t wsgw_ring_reader_next_seq(const wsgw_ring_reader *r);
+/* 1: a writer holds the ring (flock), 0: none (crashed or closed), -errno. */
+WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r);
+WSGW_API void wsgw_ring_detach(wsgw_ring_reader *r);
+
+/* ---- benchmarks: loops in C, so the figure is the ring's and not the FFI's -------------- */
+/* Write n messages of payload_len bytes in batches of batch; returns elapsed ns or -errno. */
+WSGW_API int64_t wsgw_ring_bench_write(wsgw_ring_writer *w, uint32_t payload_len, uint64_t n,
+                                       uint32_t batch);
+/* Alternate a write batch and a read batch in this thread until n messages were read, and
+ * check their order. Returns elapsed ns or -errno (-EPROTO: out of order or lost). */
+WSGW_API int64_t wsgw_ring_bench_rw(wsgw_ring_writer *w, wsgw_ring_reader *r,
+                                    uint32_t payload_len, uint64_t n, uint32_t batch);
+/* Busy-poll until n messages were delivered or lost, or timeout_ns passed; result[0..3] =
+ * delivered, lost, payload bytes, ns from the first delivered message to the last.
+ * Returns 0 or -errno (-ETIMEDOUT keeps the partial result). */
+WSGW_API int wsgw_ring_bench_read(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
+                                  uint64_t result[4]);
+
+#endif

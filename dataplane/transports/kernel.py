@@ -1,0 +1,586 @@
+"""The kernel transport: the sans-IO WebSocket client over an OS TCP socket, on asyncio.
+
+    async with connect_kernel("wss://feed.example/v1", subprotocols=["v1"]) as ws:
+        await ws.send('{"op": "subscribe", "args": ["trades"]}')
+        async for message in ws:      # Message(data: bytes, text: bool)
+            handle(message.data)
+
+Every read of the socket goes whole into `WsClient.receive_data` (through `TlsClient` for
+wss://, the same sans-IO TLS the DPDK transport uses), so one scan covers all the frames
+of a read. TCP_NODELAY is on: frames are small and latency matters more than segments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Generator, Sequence
+from types import TracebackType
+from typing import Any
+
+from dataplane.transports.base import WsUrl, parse_ws_url
+from dataplane.ws.client import (
+    CLOSE_ABNORMAL,
+    CLOSE_NORMAL,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    ConnectionState,
+    WsClient,
+)
+from dataplane.ws.deflate import DeflateOptions, DeflateParams
+from dataplane.ws.errors import (
+    ConnectionClosed,
+    ConnectionClosedOK,
+    HandshakeError,
+    HandshakeRejected,
+    LocalProtocolError,
+    TlsError,
+    closed_error,
+)
+from dataplane.ws.events import (
+    Closed,
+    CloseReceived,
+    Handshake,
+    Message,
+    Ping,
+    Pong,
+    RejectedHandshake,
+)
+from dataplane.ws.handshake import HeaderPairs
+from dataplane.ws.scan import BackendName
+from dataplane.ws.tls import TlsClient
+
+_OPEN_STATES = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+
+
+class _Protocol(asyncio.Protocol):
+    """asyncio's callbacks, forwarded to the connection that owns them."""
+
+    def __init__(self, owner: KernelWebSocket) -> None:
+        self._owner = owner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._owner._connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._owner._data_received(data)
+
+    def eof_received(self) -> bool:
+        self._owner._data_received(b"")
+        return False  # let asyncio close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._owner._pause_writing()
+
+    def resume_writing(self) -> None:
+        self._owner._resume_writing()
+
+
+class KernelWebSocket:
+    """An open client WebSocket on an OS socket. Get one from `connect_kernel`."""
+
+    def __init__(
+        self,
+        ws: WsClient,
+        tls: TlsClient | None,
+        *,
+        close_timeout: float = 10.0,
+        max_queue: int = 4096,
+    ) -> None:
+        self._ws = ws
+        self._tls = tls
+        self.close_timeout = close_timeout
+        self._max_queue = max_queue
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._opened: asyncio.Future[Handshake] = self._loop.create_future()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+        self._messages: collections.deque[Message] = collections.deque()
+        self._recv_waiter: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._pings: dict[bytes, tuple[asyncio.Future[float], float]] = {}
+        self._linger: asyncio.TimerHandle | None = None
+        self.handshake: Handshake | None = None
+        self.close_received: CloseReceived | None = None
+        self.closed: Closed | None = None
+        self.pings_received = 0
+        self.messages_received = 0
+
+    # ---- properties ---------------------------------------------------------------------
+    @property
+    def state(self) -> ConnectionState:
+        return self._ws.state
+
+    @property
+    def subprotocol(self) -> str | None:
+        return self._ws.subprotocol
+
+    @property
+    def deflate(self) -> DeflateParams | None:
+        return self._ws.deflate
+
+    @property
+    def tls(self) -> TlsClient | None:
+        return self._tls
+
+    @property
+    def close_code(self) -> int | None:
+        return self.closed.code if self.closed else None
+
+    @property
+    def close_reason(self) -> str:
+        return self.closed.reason if self.closed else ""
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The asyncio transport's extra info ("peername", "sockname", "socket", ...)."""
+        transport = self._transport
+        return transport.get_extra_info(name, default) if transport else default
+
+    # ---- application API ------------------------------------------------------------------
+    async def recv(self) -> Message:
+        """The next message; raises ConnectionClosed once the queue is empty and the
+        connection is over."""
+        while True:
+            if self._messages:
+                message = self._messages.popleft()
+                if self._reading_paused and len(self._messages) <= self._max_queue // 2:
+                    self._reading_paused = False
+                    if self._transport is not None:
+                        self._transport.resume_reading()
+                return message
+            if self._ws.state not in _OPEN_STATES or self._lost.done():
+                raise self._closed_exception()
+            waiter = self._loop.create_future()
+            self._recv_waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._recv_waiter = None
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Message]:
+        """Messages until a clean close; an unclean end raises ConnectionClosedError."""
+        while True:
+            try:
+                yield await self.recv()
+            except ConnectionClosedOK:
+                return
+
+    async def send(self, data: str | bytes, *, text: bool | None = None) -> None:
+        """Send one message: str as text, bytes as binary unless text=True (then UTF-8)."""
+        ws = self._ws
+        if ws.state is not ConnectionState.OPEN:
+            raise self._closed_exception()
+        if text is None:
+            text = isinstance(data, str)
+        if text:
+            frame = ws.send_text(data)
+        elif isinstance(data, str):
+            raise LocalProtocolError("a str message is text: pass bytes for binary")
+        else:
+            frame = ws.send_binary(data)
+        self._write(frame)
+        if self._writing_paused:
+            await self._drain()
+
+    def ping(self, payload: bytes | None = None) -> asyncio.Future[float]:
+        """Send a ping now; the future gives the round-trip time in seconds when the pong
+        comes back. A pong answers its own ping and every earlier one (section 5.5.3)."""
+        ws = self._ws
+        if ws.state is not ConnectionState.OPEN:
+            raise self._closed_exception()
+        if payload is None:
+            payload = os.urandom(4)
+            while payload in self._pings:
+                payload = os.urandom(4)
+        elif payload in self._pings:
+            raise LocalProtocolError("a ping with this payload is already waiting for its pong")
+        frame = ws.ping(payload)
+        future: asyncio.Future[float] = self._loop.create_future()
+        self._pings[payload] = (future, time.monotonic())
+        self._write(frame)
+        return future
+
+    async def pong(self, payload: bytes = b"") -> None:
+        """An unsolicited pong: a heartbeat that expects no answer."""
+        if self._ws.state is not ConnectionState.OPEN:
+            raise self._closed_exception()
+        self._write(self._ws.pong(payload))
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """The closing handshake (section 7.1.2), then wait for the server to close TCP
+        (section 7.1.1: the server closes first); after close_timeout, drop it ourselves."""
+        if self._ws.state is ConnectionState.OPEN and self._transport is not None:
+            self._write(self._ws.close(code, reason))
+        try:
+            async with asyncio.timeout(self.close_timeout):
+                await asyncio.shield(self._lost)
+        except TimeoutError:
+            self._abort()
+            await asyncio.shield(self._lost)
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._lost)
+
+    async def __aenter__(self) -> KernelWebSocket:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ---- internals ----------------------------------------------------------------------
+    def _closed_exception(self) -> ConnectionClosed:
+        closed = self.closed
+        if closed is None:
+            return closed_error(CLOSE_ABNORMAL, "connection lost", clean=False)
+        return closed_error(closed.code, closed.reason, closed.clean)
+
+    def _write(self, plaintext: bytes) -> None:
+        transport = self._transport
+        if not plaintext or transport is None or transport.is_closing():
+            return
+        if self._tls is not None:
+            try:
+                ciphertext = self._tls.send(plaintext)
+            except TlsError:
+                self._abort()
+                return
+            if ciphertext:
+                transport.write(ciphertext)
+        else:
+            transport.write(plaintext)
+
+    def _start(self) -> None:
+        """Open: the TLS ClientHello first for wss://, else the upgrade request."""
+        transport = self._transport
+        assert transport is not None
+        if self._tls is not None:
+            transport.write(self._tls.start())
+        else:
+            transport.write(self._ws.initiate())
+
+    def _connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _data_received(self, data: bytes) -> None:
+        """One socket read (b"" at end of stream), whole, into TLS and the WebSocket."""
+        ws = self._ws
+        tls = self._tls
+        if tls is None:
+            ws.receive_data(data)
+        else:
+            was_complete = tls.handshake_complete
+            try:
+                plain = tls.receive_data(data)
+            except TlsError as exc:
+                self._fail_open(exc)
+                self._abort()
+                return
+            out = tls.data_to_send()
+            if out and self._transport is not None and not self._transport.is_closing():
+                self._transport.write(out)
+            if not was_complete and tls.handshake_complete:
+                self._write(ws.initiate())
+            if plain:
+                ws.receive_data(plain)
+            if not data or tls.peer_closed:
+                ws.receive_data(b"")  # TCP end or close_notify: the stream is over
+        out = ws.data_to_send()
+        if out:
+            self._write(out)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        for event in self._ws.events():
+            if type(event) is Message:
+                self._messages.append(event)
+                self.messages_received += 1
+                continue
+            if isinstance(event, Ping):
+                self.pings_received += 1
+            elif isinstance(event, Pong):
+                self._on_pong(event.payload)
+            elif isinstance(event, Handshake):
+                self.handshake = event
+                if not self._opened.done():
+                    self._opened.set_result(event)
+            elif isinstance(event, RejectedHandshake):
+                self._fail_open(
+                    HandshakeRejected(
+                        f"WebSocket handshake rejected: {event.reason}",
+                        event.status,
+                        event.headers,
+                        event.body,
+                    )
+                )
+                self._abort()
+            elif isinstance(event, CloseReceived):
+                self.close_received = event
+            elif isinstance(event, Closed):
+                self._on_closed(event)
+        if self._messages:
+            waiter = self._recv_waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            if (
+                not self._reading_paused
+                and len(self._messages) >= self._max_queue
+                and self._transport is not None
+            ):
+                self._reading_paused = True
+                self._transport.pause_reading()
+
+    def _on_pong(self, payload: bytes) -> None:
+        if payload not in self._pings:
+            return  # unsolicited (a heartbeat) or already answered
+        now = time.monotonic()
+        while self._pings:
+            key, (future, sent) = next(iter(self._pings.items()))
+            del self._pings[key]
+            if not future.done():
+                future.set_result(now - sent)
+            if key == payload:
+                break
+
+    def _on_closed(self, event: Closed) -> None:
+        self.closed = event
+        self._wake_all()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if event.failure or not event.clean or self._ws.state is ConnectionState.CLOSED:
+            # Our last frame is written. Let the server close TCP first (section 7.1.1);
+            # after a failure, half-close so it notices even if it ignores our close frame.
+            if event.failure:
+                self._write_eof()
+            self._linger = self._loop.call_later(self.close_timeout, self._abort)
+
+    def _write_eof(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._tls is not None:
+            with contextlib.suppress(TlsError):
+                out = self._tls.close()
+                if out:
+                    transport.write(out)
+        if transport.can_write_eof():
+            transport.write_eof()
+
+    def _fail_open(self, exc: Exception) -> None:
+        if not self._opened.done():
+            self._opened.set_exception(exc)
+            self._opened.exception()  # retrieved: the opener re-raises it
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _wake_all(self) -> None:
+        waiter = self._recv_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        for drain in self._drain_waiters:
+            if not drain.done():
+                drain.set_result(None)
+        self._drain_waiters.clear()
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._ws.state in _OPEN_STATES:
+            self._ws.receive_data(b"")  # ended without a closing handshake: 1006
+            self._dispatch()
+        if self.closed is None:
+            self.closed = Closed(CLOSE_ABNORMAL, "connection lost", clean=False)
+        if not self._opened.done():
+            reason = f": {exc}" if exc else ""
+            self._fail_open(
+                HandshakeError(f"connection closed during the opening handshake{reason}")
+            )
+        error = self._closed_exception()
+        for future, _sent in self._pings.values():
+            if not future.done():
+                future.set_exception(error)
+                future.exception()
+        self._pings.clear()
+        self._wake_all()
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    def _pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def _resume_writing(self) -> None:
+        self._writing_paused = False
+        for drain in self._drain_waiters:
+            if not drain.done():
+                drain.set_result(None)
+        self._drain_waiters.clear()
+
+    async def _drain(self) -> None:
+        if self._lost.done():
+            raise self._closed_exception()
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
+
+
+class _Connect:
+    """`connect_kernel(...)`: await it for a connection, or use it as `async with`."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self._url = url
+        self._options = options
+        self._connection: KernelWebSocket | None = None
+
+    def __await__(self) -> Generator[Any, None, KernelWebSocket]:
+        return _open(self._url, **self._options).__await__()
+
+    async def __aenter__(self) -> KernelWebSocket:
+        self._connection = await _open(self._url, **self._options)
+        return self._connection
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+
+def connect_kernel(
+    url: str,
+    *,
+    subprotocols: Sequence[str] = (),
+    extra_headers: HeaderPairs = (),
+    origin: str | None = None,
+    deflate: bool | DeflateOptions | None = True,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ssl_context: ssl.SSLContext | None = None,
+    ca_file: str | os.PathLike[str] | None = None,
+    server_hostname: str | None = None,
+    connect_host: str | None = None,
+    connect_port: int | None = None,
+    open_timeout: float = 10.0,
+    close_timeout: float = 10.0,
+    max_queue: int = 4096,
+    scan_backend: BackendName = "auto",
+) -> _Connect:
+    """Open a client WebSocket to url (ws:// or wss://) over an OS TCP socket.
+
+    ssl_context / ca_file: how the server's certificate is verified (default: the system's
+    CAs; verification is never off unless the context says so). server_hostname: the name
+    for SNI and certificate checks (default: the URL's host). connect_host/connect_port:
+    where to connect, when it is not the URL's host and port (a local tunnel, a test).
+    max_queue: messages held for recv() before the socket stops being read.
+    """
+    return _Connect(
+        url,
+        {
+            "subprotocols": subprotocols,
+            "extra_headers": extra_headers,
+            "origin": origin,
+            "deflate": deflate,
+            "max_message_size": max_message_size,
+            "max_frame_size": max_frame_size,
+            "ssl_context": ssl_context,
+            "ca_file": ca_file,
+            "server_hostname": server_hostname,
+            "connect_host": connect_host,
+            "connect_port": connect_port,
+            "open_timeout": open_timeout,
+            "close_timeout": close_timeout,
+            "max_queue": max_queue,
+            "scan_backend": scan_backend,
+        },
+    )
+
+
+async def _open(
+    url: str,
+    *,
+    subprotocols: Sequence[str],
+    extra_headers: HeaderPairs,
+    origin: str | None,
+    deflate: bool | DeflateOptions | None,
+    max_message_size: int,
+    max_frame_size: int,
+    ssl_context: ssl.SSLContext | None,
+    ca_file: str | os.PathLike[str] | None,
+    server_hostname: str | None,
+    connect_host: str | None,
+    connect_port: int | None,
+    open_timeout: float,
+    close_timeout: float,
+    max_queue: int,
+    scan_backend: BackendName,
+) -> KernelWebSocket:
+    target: WsUrl = parse_ws_url(url)
+    ws = WsClient(
+        target.host,
+        target.resource,
+        port=target.port,
+        secure=target.secure,
+        origin=origin,
+        subprotocols=subprotocols,
+        extra_headers=extra_headers,
+        deflate=deflate,
+        max_message_size=max_message_size,
+        max_frame_size=max_frame_size,
+        scan_backend=scan_backend,
+    )
+    tls: TlsClient | None = None
+    if target.secure:
+        hostname = server_hostname or target.host
+        if ssl_context is not None:
+            tls = TlsClient(hostname, context=ssl_context)
+        else:
+            tls = TlsClient(hostname, ca_file=ca_file, alpn_protocols=["http/1.1"])
+    elif ssl_context is not None or ca_file is not None:
+        raise LocalProtocolError(f"{url!r} is not wss://: TLS options make no sense")
+    loop = asyncio.get_running_loop()
+    connection = KernelWebSocket(ws, tls, close_timeout=close_timeout, max_queue=max_queue)
+    transport: asyncio.Transport | None = None
+    try:
+        async with asyncio.timeout(open_timeout):
+            transport, _ = await loop.create_connection(
+                lambda: _Protocol(connection),
+                connect_host or target.host,
+                connect_port or target.port,
+            )
+            connection._start()
+            await asyncio.shield(connection._opened)
+    except TimeoutError:
+        if transport is not None:
+            transport.abort()
+        raise TimeoutError(f"opening handshake with {url} took over {open_timeout} s") from None
+    except BaseException:
+        if transport is not None:
+            transport.abort()
+        raise
+    return connection

@@ -1,0 +1,556 @@
+"""The sans-IO WebSocket client (RFC 6455, RFC 7692): bytes in, typed events out.
+
+    ws = WsClient("feed.example", "/v1/stream", secure=True)
+    sock.sendall(ws.initiate())
+    while ...:
+        ws.receive_data(sock.recv(65536))      # b"" when the peer closed TCP
+        for event in ws.events(): ...
+        sock.sendall(ws.data_to_send())        # pongs, close replies, failure closes
+    sock.sendall(ws.send_text('{"op": "subscribe"}'))
+
+No socket, no clock, no asyncio. The server's protocol violations never raise: they end
+in a `Closed(failure=True)` event with the close frame queued in `data_to_send()` (section
+7.1.7). Calling a method the state forbids raises `LocalProtocolError`.
+
+Hot path: one shim call scans every complete frame of a read (`dataplane.ws.scan`); an
+unfragmented, uncompressed data frame then costs one slice, one ASCII check and one event.
+"""
+
+from __future__ import annotations
+
+import codecs
+import enum
+import os
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+
+from dataplane.ws.deflate import (
+    Compressor,
+    Decompressor,
+    DeflateOptions,
+    DeflateParams,
+    MessageTooBig,
+)
+from dataplane.ws.errors import LocalProtocolError
+from dataplane.ws.events import (
+    Closed,
+    CloseReceived,
+    Handshake,
+    Message,
+    Ping,
+    Pong,
+    RejectedHandshake,
+    WsEvent,
+)
+from dataplane.ws.handshake import Accepted, ClientHandshake, HeaderPairs
+from dataplane.ws.scan import (
+    FIN,
+    MASKED,
+    OPCODE,
+    RSV1,
+    RSV2,
+    RSV3,
+    SCAN_WORDS,
+    UINT64_MAX,
+    BackendName,
+    make_scanner,
+    masker,
+)
+
+DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+# Opcodes, section 5.2 / 11.8.
+OP_CONTINUATION = 0x0
+OP_TEXT = 0x1
+OP_BINARY = 0x2
+OP_CLOSE = 0x8
+OP_PING = 0x9
+OP_PONG = 0xA
+
+# Close codes, section 7.4.1 and the IANA registry (11.7).
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_UNSUPPORTED_DATA = 1003
+CLOSE_NO_STATUS = 1005
+CLOSE_ABNORMAL = 1006
+CLOSE_INVALID_DATA = 1007
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
+
+_FIN_TEXT = FIN | OP_TEXT
+_FIN_BINARY = FIN | OP_BINARY
+_MAX_CONTROL_PAYLOAD = 125  # section 5.5
+_MAX_CLOSE_REASON = 123  # 125 minus the 2-byte code
+_KEY_POOL = 4096  # masking keys are drawn from os.urandom this many bytes at a time
+
+
+def is_valid_close_code(code: int) -> bool:
+    """May this code appear in a close frame (section 7.4.1, 7.4.2)? 1004-1006 and 1015 are
+    reserved for local use, 1016-2999 for future RFCs, 3000-4999 are for libraries/apps."""
+    return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
+
+
+class ConnectionState(enum.Enum):
+    CONNECTING = "connecting"  # before and during the opening handshake
+    OPEN = "open"
+    CLOSING = "closing"  # we sent a close frame, the server's is still to come
+    CLOSED = "closed"  # both close frames exchanged: only the TCP close remains
+    REJECTED = "rejected"  # the opening handshake failed
+    ERROR = "error"  # we failed the connection, or it ended without a closing handshake
+
+
+class _Trigger(enum.Enum):
+    ACCEPTED = "101 accepted"
+    REJECTED = "handshake rejected"
+    SEND_CLOSE = "send close"
+    RECV_CLOSE = "receive close"
+    FAIL = "protocol failure"
+    EOF = "end of stream"
+
+
+_S = ConnectionState
+_T = _Trigger
+# Every state change of the connection, in one table (h11's _state.py style). A pair that
+# is missing is an illegal transition.
+_TRANSITIONS: dict[tuple[ConnectionState, _Trigger], ConnectionState] = {
+    (_S.CONNECTING, _T.ACCEPTED): _S.OPEN,
+    (_S.CONNECTING, _T.REJECTED): _S.REJECTED,
+    (_S.CONNECTING, _T.EOF): _S.REJECTED,
+    (_S.OPEN, _T.SEND_CLOSE): _S.CLOSING,
+    (_S.OPEN, _T.RECV_CLOSE): _S.CLOSED,  # our reply is queued at once (section 5.5.1)
+    (_S.OPEN, _T.FAIL): _S.ERROR,
+    (_S.OPEN, _T.EOF): _S.ERROR,
+    (_S.CLOSING, _T.RECV_CLOSE): _S.CLOSED,
+    (_S.CLOSING, _T.FAIL): _S.ERROR,
+    (_S.CLOSING, _T.EOF): _S.ERROR,
+    (_S.CLOSED, _T.EOF): _S.CLOSED,
+    (_S.REJECTED, _T.EOF): _S.REJECTED,
+    (_S.ERROR, _T.EOF): _S.ERROR,
+}
+_RECEIVING = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+
+
+def _utf8_ok(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+class WsClient:
+    """One client connection's WebSocket protocol state (RFC 6455 + RFC 7692)."""
+
+    def __init__(
+        self,
+        host: str,
+        path: str = "/",
+        *,
+        port: int | None = None,
+        secure: bool = False,
+        origin: str | None = None,
+        subprotocols: Sequence[str] = (),
+        extra_headers: HeaderPairs = (),
+        deflate: bool | DeflateOptions | None = True,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        scan_backend: BackendName = "auto",
+    ) -> None:
+        if max_message_size < 1 or max_frame_size < 1:
+            raise LocalProtocolError("size limits must be positive")
+        options = DeflateOptions() if deflate is True else deflate or None
+        self._handshake = ClientHandshake(
+            host,
+            path,
+            port=port,
+            secure=secure,
+            origin=origin,
+            subprotocols=subprotocols,
+            extra_headers=extra_headers,
+            deflate=options,
+        )
+        self._deflate_options = options
+        self._state = ConnectionState.CONNECTING
+        self._initiated = False
+        self.max_message_size = max_message_size
+        self.max_frame_size = max_frame_size
+        self._fast_limit = min(max_message_size, max_frame_size)
+        self._scanner = make_scanner(scan_backend)
+        self._max_words = self._scanner.max_frames * SCAN_WORDS
+        self._mask = masker(scan_backend)
+        self._events: list[WsEvent] = []
+        self._outgoing: list[bytes] = []
+        # Receive buffer: reads not yet parsed, and how many bytes the next frame needs.
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._need = 0
+        # The message being reassembled from fragments (section 5.4), if any.
+        self._frag_opcode: int | None = None
+        self._frag_compressed = False
+        self._frag_parts: list[bytes] = []
+        self._frag_size = 0
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._compressor: Compressor | None = None
+        self._decompressor: Decompressor | None = None
+        self._keys = b""
+        self._key_pos = 0
+        self.handshake: Handshake | None = None
+        self.close_code: int | None = None
+        self.close_reason = ""
+
+    # ---- state ------------------------------------------------------------------------
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def subprotocol(self) -> str | None:
+        return self.handshake.subprotocol if self.handshake else None
+
+    @property
+    def deflate(self) -> DeflateParams | None:
+        return self.handshake.deflate if self.handshake else None
+
+    def _move(self, trigger: _Trigger) -> None:
+        try:
+            self._state = _TRANSITIONS[(self._state, trigger)]
+        except KeyError:
+            raise LocalProtocolError(
+                f"cannot {trigger.value} in state {self._state.value}"
+            ) from None
+
+    # ---- output -----------------------------------------------------------------------
+    def initiate(self) -> bytes:
+        """The upgrade request (section 4.1); send it first."""
+        if self._initiated or self._state is not ConnectionState.CONNECTING:
+            raise LocalProtocolError("the opening handshake was already sent")
+        self._initiated = True
+        return self._handshake.request()
+
+    def data_to_send(self) -> bytes:
+        """Bytes the protocol produced on its own (pongs, close replies, failure closes)."""
+        if not self._outgoing:
+            return b""
+        out = b"".join(self._outgoing)
+        self._outgoing.clear()
+        return out
+
+    def send_text(self, data: str | bytes) -> bytes:
+        """One text message as one frame; bytes must already be UTF-8 (checked)."""
+        if isinstance(data, str):
+            payload = data.encode("utf-8")
+        else:
+            payload = bytes(data)
+            if not (payload.isascii() or _utf8_ok(payload)):
+                raise LocalProtocolError("text message is not valid UTF-8")
+        return self._send_data(OP_TEXT, payload)
+
+    def send_binary(self, data: bytes | bytearray | memoryview) -> bytes:
+        return self._send_data(OP_BINARY, bytes(data))
+
+    def ping(self, payload: bytes = b"") -> bytes:
+        """A ping (section 5.5.2); match the Pong event's payload to measure the round trip."""
+        return self._send_control(OP_PING, payload)
+
+    def pong(self, payload: bytes = b"") -> bytes:
+        """An unsolicited pong: a one-way heartbeat (section 5.5.3)."""
+        return self._send_control(OP_PONG, payload)
+
+    def close(self, code: int | None = CLOSE_NORMAL, reason: str = "") -> bytes:
+        """Start the closing handshake (section 7.1.2); the server's close frame follows.
+        code None sends a close frame without a status code."""
+        if self._state is not ConnectionState.OPEN:
+            raise LocalProtocolError(f"cannot close in state {self._state.value}")
+        payload = self._close_payload(code, reason)
+        self._move(_Trigger.SEND_CLOSE)
+        return self._frame(FIN | OP_CLOSE, payload)
+
+    @staticmethod
+    def _close_payload(code: int | None, reason: str) -> bytes:
+        if code is None:
+            if reason:
+                raise LocalProtocolError("a close reason needs a close code")
+            return b""
+        if not is_valid_close_code(code):
+            raise LocalProtocolError(f"close code {code} may not be sent (section 7.4)")
+        encoded = reason.encode("utf-8")
+        if len(encoded) > _MAX_CLOSE_REASON:
+            raise LocalProtocolError(f"close reason is {len(encoded)} bytes, at most 123")
+        return code.to_bytes(2, "big") + encoded
+
+    def _send_data(self, opcode: int, payload: bytes) -> bytes:
+        if self._state is not ConnectionState.OPEN:
+            raise LocalProtocolError(f"cannot send a message in state {self._state.value}")
+        compressor = self._compressor
+        if compressor is not None and compressor.wants(len(payload)):
+            return self._frame(FIN | RSV1 | opcode, compressor.compress(payload))
+        return self._frame(FIN | opcode, payload)
+
+    def _send_control(self, opcode: int, payload: bytes) -> bytes:
+        if self._state is not ConnectionState.OPEN:
+            raise LocalProtocolError(f"cannot send a control frame in state {self._state.value}")
+        if len(payload) > _MAX_CONTROL_PAYLOAD:
+            raise LocalProtocolError(f"control payload of {len(payload)} bytes, at most 125")
+        return self._frame(FIN | opcode, bytes(payload))
+
+    def _frame(self, first_byte: int, payload: bytes) -> bytes:
+        """One masked client frame (section 5.2, 5.3): the key is fresh os.urandom output."""
+        pos = self._key_pos
+        if pos + 4 > len(self._keys):
+            self._keys = os.urandom(_KEY_POOL)
+            pos = 0
+        key = self._keys[pos : pos + 4]
+        self._key_pos = pos + 4
+        size = len(payload)
+        if size < 126:
+            header = bytes((first_byte, 0x80 | size))
+        elif size < 65536:
+            header = struct.pack("!BBH", first_byte, 0xFE, size)
+        else:
+            header = struct.pack("!BBQ", first_byte, 0xFF, size)
+        return header + key + self._mask(payload, key)
+
+    # ---- input ------------------------------------------------------------------------
+    def events(self) -> Iterator[WsEvent]:
+        """The events produced by receive_data since the last call, oldest first."""
+        if not self._events:
+            return iter(())
+        events = self._events
+        self._events = []
+        return iter(events)
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes from the server; b"" means the server closed TCP (end of stream)."""
+        state = self._state
+        if state in _RECEIVING:
+            if data:
+                self._feed(bytes(data))
+            else:
+                self._end_of_stream()
+        elif state is ConnectionState.CONNECTING:
+            if not self._initiated:
+                raise LocalProtocolError("call initiate() and send the request first")
+            self._receive_handshake(bytes(data))
+        elif not data:
+            self._move(_Trigger.EOF)
+        # Otherwise closed, failed or rejected: section 7.1.7, process nothing more.
+
+    def _receive_handshake(self, data: bytes) -> None:
+        outcome = self._handshake.receive_data(data)
+        if outcome is None:
+            return
+        if isinstance(outcome, RejectedHandshake):
+            self._move(_Trigger.REJECTED if data else _Trigger.EOF)
+            self._events.append(outcome)
+            return
+        self._accept(outcome)
+
+    def _accept(self, accepted: Accepted) -> None:
+        self._move(_Trigger.ACCEPTED)
+        self.handshake = accepted.event
+        params = accepted.event.deflate
+        if params is not None and self._deflate_options is not None:
+            self._compressor = Compressor(params, self._deflate_options)
+            self._decompressor = Decompressor(params)
+        self._events.append(accepted.event)
+        if accepted.leftover:
+            # Frames that came in the same read as the 101 (the old C client's bug).
+            self._feed(accepted.leftover)
+
+    def _end_of_stream(self) -> None:
+        self._chunks.clear()
+        self._move(_Trigger.EOF)
+        self.close_code = CLOSE_ABNORMAL
+        self.close_reason = "connection closed without a closing handshake"
+        self._events.append(Closed(CLOSE_ABNORMAL, self.close_reason, clean=False))
+
+    def _feed(self, data: bytes) -> None:
+        if self._chunks:
+            self._chunks.append(data)
+            self._buffered += len(data)
+            if self._buffered < self._need:
+                return  # the pending frame is still incomplete: do not rescan
+            buf = b"".join(self._chunks)
+            self._chunks = []
+        else:
+            buf = data
+        scan = self._scanner.scan
+        max_words = self._max_words
+        start = 0
+        while True:
+            words, start, need, pending = scan(buf, start)
+            if words and not self._frames(buf, words):
+                return  # closed or failed: the rest is not ours to read (section 7.1.7)
+            if len(words) < max_words:
+                break
+        rest = len(buf) - start
+        if rest:
+            if pending != UINT64_MAX and pending > self.max_frame_size:
+                # Refuse an oversized frame from its header, before buffering it.
+                self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
+                return
+            self._chunks = [buf[start:] if start else buf]
+            self._buffered = rest
+            self._need = need
+        else:
+            self._buffered = 0
+            self._need = 0
+
+    def _frames(self, buf: bytes, words: list[int]) -> bool:
+        """Handle scanned frames; False when the connection ended on one of them."""
+        append = self._events.append
+        limit = self._fast_limit
+        for i in range(0, len(words), SCAN_WORDS):
+            info = words[i]
+            size = words[i + 2]
+            first = info & 0x1FF  # header byte 0 and the MASK bit
+            if self._frag_opcode is None and size <= limit:
+                # Fast path: a whole, uncompressed, unmasked data message in one frame.
+                if first == _FIN_TEXT:
+                    offset = words[i + 1]
+                    payload = buf[offset : offset + size]
+                    if payload.isascii() or _utf8_ok(payload):
+                        append(Message(payload, True))
+                        continue
+                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+                if first == _FIN_BINARY:
+                    offset = words[i + 1]
+                    append(Message(buf[offset : offset + size], False))
+                    continue
+            if not self._slow_frame(info, buf, words[i + 1], size):
+                return False
+        return True
+
+    def _slow_frame(self, info: int, buf: bytes, offset: int, size: int) -> bool:
+        """Every frame the fast path does not take: checks of section 5, control frames,
+        fragments, compressed messages."""
+        first = info & 0xFF
+        opcode = first & OPCODE
+        fin = first & FIN
+        if info & MASKED:
+            return self._fail(CLOSE_PROTOCOL_ERROR, "the server masked a frame (section 5.1)")
+        if size >> 63:
+            return self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
+        if size > self.max_frame_size:
+            return self._fail(CLOSE_TOO_BIG, f"frame of {size} bytes exceeds the limit")
+        if opcode >= OP_CLOSE:
+            # Control frames, section 5.5.
+            if opcode > OP_PONG:
+                return self._fail(CLOSE_PROTOCOL_ERROR, f"unknown control opcode {opcode:#x}")
+            if first & (RSV1 | RSV2 | RSV3):
+                return self._fail(CLOSE_PROTOCOL_ERROR, "reserved bit set on a control frame")
+            if not fin:
+                return self._fail(CLOSE_PROTOCOL_ERROR, "fragmented control frame")
+            if size > _MAX_CONTROL_PAYLOAD:
+                return self._fail(CLOSE_PROTOCOL_ERROR, f"control frame of {size} bytes")
+            payload = buf[offset : offset + size]
+            if opcode == OP_PING:
+                if self._state is ConnectionState.OPEN:
+                    self._outgoing.append(self._frame(FIN | OP_PONG, payload))
+                self._events.append(Ping(payload))
+                return True
+            if opcode == OP_PONG:
+                self._events.append(Pong(payload))
+                return True
+            return self._receive_close(payload)
+        if opcode > OP_BINARY:
+            return self._fail(CLOSE_PROTOCOL_ERROR, f"unknown data opcode {opcode:#x}")
+        if first & (RSV2 | RSV3):
+            return self._fail(CLOSE_PROTOCOL_ERROR, "RSV2/RSV3 set without an extension")
+        if first & RSV1:
+            # RFC 7692 section 6: RSV1 marks a compressed message, on its first frame only.
+            if self._decompressor is None:
+                return self._fail(CLOSE_PROTOCOL_ERROR, "RSV1 set without permessage-deflate")
+            if opcode == OP_CONTINUATION:
+                return self._fail(CLOSE_PROTOCOL_ERROR, "RSV1 set on a continuation frame")
+        if opcode == OP_CONTINUATION:
+            if self._frag_opcode is None:
+                return self._fail(CLOSE_PROTOCOL_ERROR, "continuation frame without a message")
+            first_fragment = False
+        else:
+            if self._frag_opcode is not None:
+                return self._fail(CLOSE_PROTOCOL_ERROR, "new message inside a fragmented one")
+            self._frag_opcode = opcode
+            self._frag_compressed = bool(first & RSV1)
+            first_fragment = True
+        payload = buf[offset : offset + size]
+        decompressor = self._decompressor
+        if self._frag_compressed and decompressor is not None:
+            try:
+                payload = decompressor.feed(
+                    payload, self.max_message_size - self._frag_size, final=bool(fin)
+                )
+            except MessageTooBig:
+                return self._fail(CLOSE_TOO_BIG, "decompressed message exceeds the limit")
+            except zlib.error as exc:
+                return self._fail(CLOSE_INVALID_DATA, f"bad deflate data: {exc}")
+        total = self._frag_size + len(payload)
+        if total > self.max_message_size:
+            return self._fail(CLOSE_TOO_BIG, f"message exceeds {self.max_message_size} bytes")
+        text = self._frag_opcode == OP_TEXT
+        if text:
+            if first_fragment and fin:
+                if not (payload.isascii() or _utf8_ok(payload)):
+                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+            else:
+                # Validate as fragments arrive, so bad UTF-8 fails fast (section 8.1).
+                try:
+                    self._utf8.decode(payload, final=bool(fin))
+                except UnicodeDecodeError:
+                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+        if fin:
+            parts = self._frag_parts
+            if parts:
+                parts.append(payload)
+                payload = b"".join(parts)
+                self._frag_parts = []
+            self._frag_opcode = None
+            self._frag_size = 0
+            self._utf8.reset()
+            self._events.append(Message(payload, text))
+        else:
+            self._frag_parts.append(payload)
+            self._frag_size = total
+        return True
+
+    def _receive_close(self, payload: bytes) -> bool:
+        """The server's close frame (section 5.5.1, 7.1.5, 7.4)."""
+        if len(payload) == 1:
+            return self._fail(CLOSE_PROTOCOL_ERROR, "close frame with a 1-byte payload")
+        if payload:
+            code = int.from_bytes(payload[:2], "big")
+            if not is_valid_close_code(code):
+                return self._fail(CLOSE_PROTOCOL_ERROR, f"invalid close code {code}")
+            try:
+                reason = payload[2:].decode("utf-8")
+            except UnicodeDecodeError:
+                return self._fail(CLOSE_INVALID_DATA, "close reason is not valid UTF-8")
+        else:
+            code, reason = CLOSE_NO_STATUS, ""
+        if self._state is ConnectionState.OPEN:
+            # Echo the code, the usual reply (section 5.5.1): no status for no status.
+            echo = b"" if code == CLOSE_NO_STATUS else code.to_bytes(2, "big")
+            self._outgoing.append(self._frame(FIN | OP_CLOSE, echo))
+        self._move(_Trigger.RECV_CLOSE)
+        self._chunks = []
+        self.close_code = code
+        self.close_reason = reason
+        self._events.append(CloseReceived(code, reason))
+        self._events.append(Closed(code, reason, clean=True))
+        return False
+
+    def _fail(self, code: int, reason: str) -> bool:
+        """_Fail the WebSocket Connection_ (section 7.1.7): queue our close frame, stop."""
+        if self._state is ConnectionState.OPEN:
+            text = reason.encode("utf-8")[:_MAX_CLOSE_REASON].decode("utf-8", "ignore")
+            self._outgoing.append(self._frame(FIN | OP_CLOSE, self._close_payload(code, text)))
+        self._move(_Trigger.FAIL)
+        self._chunks = []
+        self.close_code = code
+        self.close_reason = reason
+        self._events.append(Closed(code, reason, clean=False, failure=True))
+        return False

@@ -1,0 +1,84 @@
+"""Typed events out of `WsClient.events()`. Plain slotted classes: `Message` is made once per
+market-data message, so it carries no validation and no frozen-dataclass overhead; treat
+every event as immutable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataplane.ws.deflate import DeflateParams
+
+
+@dataclass(slots=True)
+class Handshake:
+    """The server accepted the upgrade (RFC 6455 section 4.1); the connection is OPEN."""
+
+    subprotocol: str | None
+    extensions: tuple[str, ...]  # accepted extension names, e.g. ("permessage-deflate",)
+    headers: tuple[tuple[bytes, bytes], ...]  # the 101 response's headers, lower-case names
+    deflate: DeflateParams | None = None
+
+
+@dataclass(slots=True)
+class RejectedHandshake:
+    """No WebSocket connection: a non-101 answer (`status`, headers, first bytes of the body)
+    or a 101 that breaks section 4.1 (`status` 101 and `reason` says what was wrong), or no
+    HTTP at all (`status` 0). The connection state is REJECTED."""
+
+    status: int
+    reason: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class Message:
+    """A whole data message, reassembled and decompressed; `text` messages are valid UTF-8."""
+
+    data: bytes
+    text: bool
+
+    def as_text(self) -> str:
+        return self.data.decode("utf-8")
+
+
+@dataclass(slots=True)
+class Ping:
+    """The server pinged; the pong is already queued in `data_to_send()` (section 5.5.2)."""
+
+    payload: bytes
+
+
+@dataclass(slots=True)
+class Pong:
+    """A pong (section 5.5.3): the answer to one of our pings, or unsolicited (a heartbeat)."""
+
+    payload: bytes
+
+
+@dataclass(slots=True)
+class CloseReceived:
+    """The server's close frame (section 5.5.1): code 1005 when it carried no status code.
+    When the server started the close, our reply is already queued in `data_to_send()`."""
+
+    code: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Closed:
+    """The connection is over for the protocol; only the TCP close remains (section 7.1.1).
+
+    `code`/`reason` are the connection close code and reason (sections 7.1.5, 7.1.6).
+    `clean`: both close frames were exchanged. `failure`: this side failed the connection
+    (section 7.1.7) because the server broke the protocol; `code` and `reason` are then what
+    our close frame says (1002, 1007, 1009, ...). An end of stream without a closing
+    handshake gives code 1006."""
+
+    code: int
+    reason: str
+    clean: bool
+    failure: bool = False
+
+
+WsEvent = Handshake | RejectedHandshake | Message | Ping | Pong | CloseReceived | Closed

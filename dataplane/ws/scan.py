@@ -1,0 +1,156 @@
+"""Frame scanning and masking (RFC 6455 sections 5.2 and 5.3): the per-byte work.
+
+The C shim (`ws_scan.c`) does it when it loads; the pure-Python functions here are its twin
+(same results, tested for equality) and stand in where the shim is missing. A scan result is
+`(words, consumed, need, pending)`; `words` holds SCAN_WORDS ints per complete frame:
+`info` (first header byte | MASKED | header length << HEADER_SHIFT), payload offset,
+payload length, masking key (little-endian int of the 4 key bytes, 0 when unmasked).
+See wsgw_ws.h for the exact contract.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+SCAN_WORDS = 4
+FIN = 0x80
+RSV1 = 0x40
+RSV2 = 0x20
+RSV3 = 0x10
+OPCODE = 0x0F
+MASKED = 0x100
+HEADER_SHIFT = 16
+UINT64_MAX = (1 << 64) - 1
+DEFAULT_MAX_FRAMES = 64
+
+ScanResult = tuple[list[int], int, int, int]
+BackendName = Literal["auto", "c", "python"]
+
+
+class Scanner(Protocol):
+    max_frames: int
+
+    def scan(self, buf: bytes, start: int) -> ScanResult: ...
+
+
+def scan_frames(buf: bytes, start: int = 0, max_frames: int = DEFAULT_MAX_FRAMES) -> ScanResult:
+    """Pure-Python `wsgw_ws_scan`: one struct-free pass per frame header, no per-byte loop."""
+    if start > len(buf):
+        raise ValueError(f"scan start {start} beyond buffer of {len(buf)} bytes")
+    words: list[int] = []
+    pos = start
+    end = len(buf)
+    need = 0
+    pending = UINT64_MAX
+    count = 0
+    while count < max_frames:
+        avail = end - pos
+        if avail == 0:
+            break
+        if avail < 2:
+            need = 2
+            break
+        b0 = buf[pos]
+        b1 = buf[pos + 1]
+        plen = b1 & 0x7F
+        hlen = 2
+        if plen == 126:
+            hlen = 4
+        elif plen == 127:
+            hlen = 10
+        if b1 & 0x80:
+            hlen += 4
+        if avail < hlen:
+            need = hlen
+            break
+        if plen == 126:
+            plen = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        elif plen == 127:
+            plen = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+        if plen > avail - hlen:
+            need = min(plen + hlen, UINT64_MAX)
+            pending = plen
+            break
+        key = int.from_bytes(buf[pos + hlen - 4 : pos + hlen], "little") if b1 & 0x80 else 0
+        words += (b0 | (b1 & 0x80) << 1 | hlen << HEADER_SHIFT, pos + hlen, plen, key)
+        pos += hlen + plen
+        count += 1
+    return words, pos, need, pending
+
+
+class PyScanner:
+    """`scan_frames` behind the Scanner interface."""
+
+    def __init__(self, max_frames: int = DEFAULT_MAX_FRAMES) -> None:
+        self.max_frames = max_frames
+
+    def scan(self, buf: bytes, start: int) -> ScanResult:
+        return scan_frames(buf, start, self.max_frames)
+
+
+def mask_py(data: bytes, key: bytes, phase: int = 0) -> bytes:
+    """data XOR the repeated 4-byte key as one big-integer XOR (no per-byte loop)."""
+    size = len(data)
+    if size == 0:
+        return b""
+    shift = phase & 3
+    rotated = key[shift:] + key[:shift]
+    stream = (rotated * (size // 4 + 1))[:size]
+    return (int.from_bytes(data, "little") ^ int.from_bytes(stream, "little")).to_bytes(
+        size, "little"
+    )
+
+
+def mask_inplace_py(buf: bytearray, key: bytes, phase: int = 0) -> None:
+    buf[:] = mask_py(bytes(buf), key, phase)
+
+
+def _c_available() -> bool:
+    try:
+        from dataplane.shim import load
+
+        load()
+    except Exception:
+        return False
+    return True
+
+
+def resolve(backend: BackendName = "auto") -> Literal["c", "python"]:
+    """The backend to use: WSGW_WS_SCAN=python|c overrides "auto"; "c" needs the shim."""
+    if backend == "auto":
+        forced = os.environ.get("WSGW_WS_SCAN", "").lower()
+        if forced in ("c", "python"):
+            backend = forced  # type: ignore[assignment]
+        else:
+            return "c" if _c_available() else "python"
+    if backend == "c" and not _c_available():
+        from dataplane.shim import load
+
+        load()  # raises the loader's typed ShimError that says what to run
+    return backend  # type: ignore[return-value]
+
+
+def make_scanner(backend: BackendName = "auto", max_frames: int = DEFAULT_MAX_FRAMES) -> Scanner:
+    if resolve(backend) == "c":
+        from dataplane.shim._bind_ws import CScanner
+
+        return CScanner(max_frames)
+    return PyScanner(max_frames)
+
+
+#: Below this size the big-integer XOR beats a ctypes call (see bench_ws_scan).
+C_MASK_THRESHOLD = 512
+
+
+def masker(backend: BackendName = "auto") -> Callable[[bytes, bytes], bytes]:
+    """A `mask(data, key) -> bytes` function for the backend (C for large payloads)."""
+    if resolve(backend) == "python":
+        return mask_py
+    from dataplane.shim._bind_ws import mask_copy
+
+    def mask(data: bytes, key: bytes) -> bytes:
+        return mask_copy(data, key) if len(data) >= C_MASK_THRESHOLD else mask_py(data, key)
+
+    return mask
