@@ -108,7 +108,8 @@ def test_bad_checksums_are_counted_and_dropped(stack: Stack, connection) -> None
     forge(
         stack,
         sock,
-        "TCP(sport={sport}, dport={dport}, flags='PA', seq=seq, ack=ack, chksum=0xdead)/Raw(b'evil')",
+        "TCP(sport={sport}, dport={dport}, flags='PA', seq=seq, ack=ack, chksum=0xdead)"
+        "/Raw(b'evil')",
         count=5,
     )
     assert stack.iface.counters.rx_dropped_checksum == before + 5
@@ -122,7 +123,8 @@ def test_bogus_options_are_counted_and_dropped(stack: Stack, connection) -> None
     forge(
         stack,
         sock,
-        "TCP(sport={sport}, dport={dport}, flags='A', seq=seq, ack=ack, options=[(99, b'x' * 30)], dataofs=7)",
+        "TCP(sport={sport}, dport={dport}, flags='A', seq=seq, ack=ack,"
+        " options=[(99, b'x' * 30)], dataofs=7)",
     )
     forge(
         stack,

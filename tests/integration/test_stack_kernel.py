@@ -119,7 +119,7 @@ def test_we_close_first_and_pass_time_wait(stack: Stack) -> None:
 
 
 def test_closed_port_is_refused_with_a_clear_error(stack: Stack) -> None:
-    with pytest.raises(TcpRefusedError, match="refused|reset"):
+    with pytest.raises(TcpRefusedError, match=r"refused|reset"):
         stack.runner.connect(ip_to_int(stack.lab.peer_ip), 5999, timeout=5)
 
 
