@@ -43,6 +43,7 @@ class Lab:
     name: str = "wsgw"
     subnet_index: int | None = None
     extra_peer_addresses: tuple[str, ...] = field(default=())
+    kernel_client: bool = False  # a second namespace with a kernel TCP client (benchmarks)
 
     def __post_init__(self) -> None:
         if not (1 <= len(self.name) <= 10 and self.name.isalnum() and self.name.islower()):
@@ -88,6 +89,28 @@ class Lab:
     def netmask(self) -> str:
         return "255.255.255.0"
 
+    # The kernel twin: namespace `<netns>-k` joined to the peer by a second veth pair, with
+    # kernel addresses on both ends, so a kernel client meets the same peer as the stack.
+    @property
+    def client_netns(self) -> str:
+        return f"{self.netns}-k"
+
+    @property
+    def client_if(self) -> str:
+        return f"{self.name}-k"
+
+    @property
+    def peer_client_if(self) -> str:
+        return f"{self.name}-q"
+
+    @property
+    def peer_client_ip(self) -> str:
+        return f"198.19.{self.index}.1"
+
+    @property
+    def client_ip(self) -> str:
+        return f"198.19.{self.index}.2"
+
     @property
     def vdev(self) -> str:
         """DPDK devargs for the gateway end (af_packet; qdisc bypass for lower latency)."""
@@ -98,7 +121,11 @@ class Lab:
         return Path(f"/run/netns/{self.netns}").exists()
 
     def exists(self) -> bool:
-        return self.netns_exists() or hostinfo.interface_exists(self.gw_if)
+        return (
+            self.netns_exists()
+            or hostinfo.interface_exists(self.gw_if)
+            or Path(f"/run/netns/{self.client_netns}").exists()
+        )
 
     def peer_mac(self) -> str:
         out = self.exec(["cat", f"/sys/class/net/{self.peer_if}/address"]).stdout
@@ -169,6 +196,40 @@ class Lab:
             _run([*ns, "ip", "addr", "replace", extra, "dev", self.peer_if])
         self._offloads_off(ns, self.peer_if)
         _run([*ns, "ip", "link", "set", self.peer_if, "up"])
+        if self.kernel_client:
+            self._up_kernel_client(ns)
+
+    def _up_kernel_client(self, ns: list[str]) -> None:
+        if not Path(f"/run/netns/{self.client_netns}").exists():
+            _run(["ip", "netns", "add", self.client_netns])
+        cns = ["ip", "netns", "exec", self.client_netns]
+        if _run([*ns, "ip", "link", "show", self.peer_client_if], check=False).returncode:
+            _run(
+                [
+                    *ns,
+                    "ip",
+                    "link",
+                    "add",
+                    self.peer_client_if,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    self.client_if,
+                    "netns",
+                    self.client_netns,
+                ]
+            )
+        _run([*cns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+        _run([*cns, "ip", "link", "set", "lo", "up"])
+        _run(
+            [*ns, "ip", "addr", "replace", f"{self.peer_client_ip}/24", "dev", self.peer_client_if]
+        )
+        _run([*cns, "ip", "addr", "replace", f"{self.client_ip}/24", "dev", self.client_if])
+        self._offloads_off(ns, self.peer_client_if)
+        self._offloads_off(cns, self.client_if)
+        _run([*ns, "ip", "link", "set", self.peer_client_if, "up"])
+        _run([*cns, "ip", "link", "set", self.client_if, "up"])
 
     @staticmethod
     def _offloads_off(prefix: list[str], iface: str) -> None:
@@ -187,6 +248,10 @@ class Lab:
             pids = _run(["ip", "netns", "pids", self.netns], check=False).stdout.split()
             for pid in pids:
                 _run(["kill", "-9", pid], check=False)
+        if Path(f"/run/netns/{self.client_netns}").exists():
+            for pid in _run(["ip", "netns", "pids", self.client_netns], check=False).stdout.split():
+                _run(["kill", "-9", pid], check=False)
+            _run(["ip", "netns", "del", self.client_netns], check=False)
         if hostinfo.interface_exists(self.gw_if):
             _run(["ip", "link", "del", self.gw_if], check=False)
         if self.netns_exists():
@@ -198,6 +263,10 @@ class Lab:
 
     def popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(["ip", "netns", "exec", self.netns, *cmd], **kwargs)
+
+    def client_popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Run a command in the kernel-client namespace (needs kernel_client=True)."""
+        return subprocess.Popen(["ip", "netns", "exec", self.client_netns, *cmd], **kwargs)
 
     def neighbours(self) -> dict[str, str]:
         """The peer kernel's ARP cache: IP -> MAC (only entries with a MAC)."""
@@ -216,4 +285,6 @@ def list_labs() -> list[str]:
     root = Path("/run/netns")
     if not root.exists():
         return []
-    return sorted(p.name.removeprefix("wsgw-") for p in root.glob("wsgw-*"))
+    return sorted(
+        p.name.removeprefix("wsgw-") for p in root.glob("wsgw-*") if not p.name.endswith("-k")
+    )

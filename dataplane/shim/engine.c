@@ -23,6 +23,7 @@
 #define CAPTURE_FRAMES 1024
 #define TOMBSTONE 0xffffffffu
 #define ENGINE_BURST_MAX 64
+#define DATA_BATCH (256u * 1024u) /* fast-path bytes gathered before a poll returns */
 
 struct wsgw_engine {
     struct wsgw_engine_conf conf;
@@ -779,6 +780,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     uint64_t start = engine_now(e), now = start;
     uint32_t reason = 0;
     uint64_t rx_total = 0;
+    uint64_t bytes_at_start = e->st.fast_bytes;
     for (;;) {
         uint32_t n = rx_burst(e, now);
         rx_total += n;
@@ -796,7 +798,9 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
         tx_flush(e);
         if (e->slow_count)
             reason |= WSGW_POLL_SLOW;
-        if (e->touched_count)
+        /* Data: hand it over once the RX queue is drained or enough has gathered, so
+         * Python's per-batch cost is spread over many segments at full rate. */
+        if (e->touched_count && (n < e->conf.burst || e->st.fast_bytes - bytes_at_start >= DATA_BATCH))
             reason |= WSGW_POLL_DATA;
         if (!e->port && e->cap_count > CAPTURE_FRAMES / 2)
             reason |= WSGW_POLL_TX_FULL;
