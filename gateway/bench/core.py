@@ -148,6 +148,11 @@ def render_table(measurements: list[Measurement]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [
+        f"  {m.scenario} / {m.metric} / {m.contender}: {m.note}" for m in measurements if m.note
+    ]
+    if notes:
+        lines += ["", "notes:", *notes]
     return "\n".join(lines)
 
 

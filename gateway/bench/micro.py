@@ -1,4 +1,5 @@
-"""`micro`: the shim's kernels in ns/op next to the same operation in pure Python."""
+"""`micro`: the shim's kernels in ns/op, next to the same work in pure Python and next to
+the figures the old C client published (as notes: they were measured elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import time
 from collections.abc import Callable
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+
+OLD_CLIENT = {
+    "lookup": "old C client: hash lookup 1.9 ns",
+    "fast": "old C client: ring SP/SC 436 ns per 1460 B fragment (26.8 Gbps, 2.3 Mpps)",
+}
 
 
 def python_checksum(data: bytes) -> int:
@@ -34,20 +40,70 @@ def time_per_op(func: Callable[[], object], min_seconds: float) -> float:
         count *= 4 if elapsed < min_seconds / 8 else 2
 
 
-@scenario("micro", "shim kernels (checksum) in ns/op vs pure Python")
+def _segments(size: int, count: int) -> tuple[list[bytes], int, int]:
+    """In-order data segments of one flow (the fast path's common case)."""
+    from dataplane.wire.ethernet import EthernetRepr
+    from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
+    from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr
+
+    local, remote = 0xC6120202, 0xC6120201
+    frames = []
+    for i in range(count):
+        tcp = TcpRepr(
+            443,
+            40000,
+            1000 + i * size,
+            5000,
+            TcpFlags.ACK | TcpFlags.PSH,
+            512,
+            TcpOptions(timestamp=(200 + i, 7)),
+            bytes(size),
+        ).emit(remote, local)
+        ip = Ipv4Repr(src=remote, dst=local, protocol=PROTO_TCP, payload_len=len(tcp)).emit(tcp)
+        frames.append(EthernetRepr(bytes(6), bytes(6), 0x0800).emit(ip))
+    return frames, local, remote
+
+
+def _python_parse(frames: list[bytes], local: int, remote: int) -> None:
+    from dataplane.wire.ethernet import EthernetRepr
+    from dataplane.wire.ipv4 import Ipv4Repr
+    from dataplane.wire.tcp import TcpRepr
+
+    for frame in frames:
+        _, payload = EthernetRepr.parse(frame)
+        ip, segment = Ipv4Repr.parse(payload)
+        TcpRepr.parse(segment, ip.src, ip.dst)
+
+
+@scenario("micro", "shim kernels in ns/op vs pure Python (and the old C client's figures)")
 def micro(options: BenchOptions) -> list[Measurement]:
+    from dataplane.fastpath import FastPath, FastPathConfig, ack_template, bench_checksum_ns
     from dataplane.shim import load
+    from dataplane.shim._bind_engine import flow_template
 
     shim = load()
     min_seconds = 0.05 if options.quick else 0.3
+    iterations = 200_000 if options.quick else 2_000_000
     results: list[Measurement] = []
+
     for size in (64, 1460):
         data = os.urandom(size)
-        contenders: dict[str, Callable[[], object]] = {
-            "shim (C via ctypes)": functools.partial(shim.checksum, data),
-            "pure Python": functools.partial(python_checksum, data),
+        contenders: dict[str, Callable[[], float]] = {
+            "shim, loop in C": functools.partial(bench_checksum_ns, data, iterations),
+            "shim, one ctypes call each": lambda d=data: (
+                time_per_op(  # type: ignore[misc]
+                    functools.partial(shim.checksum, d), min_seconds
+                )
+                * 1e9
+            ),
+            "pure Python": lambda d=data: (
+                time_per_op(  # type: ignore[misc]
+                    functools.partial(python_checksum, d), min_seconds
+                )
+                * 1e9
+            ),
         }
-        ns = {
+        found = {
             name: Measurement(
                 "micro",
                 f"checksum {size} B",
@@ -59,6 +115,62 @@ def micro(options: BenchOptions) -> list[Measurement]:
             for name in contenders
         }
         for _, name in alternate(options.repetitions, list(contenders)):
-            ns[name].samples.append(time_per_op(contenders[name], min_seconds) * 1e9)
-        results += ns.values()
+            found[name].samples.append(contenders[name]())
+        results += found.values()
+
+    for size in (100, 1460):
+        frames, local, remote = _segments(size, 64)
+        fastpath = FastPath(local, FastPathConfig())
+        try:
+            slot = fastpath._engine.flow_add(remote, 443, 40000, 1 << 20)
+            flow = fastpath.flow(slot)
+            flow.rcv_nxt, flow.rcv_adv_right, flow.last_ack_sent = 1000, 1000 + (1 << 30), 1000
+            flow.snd_una = flow.snd_nxt = 5000
+            flow.snd_wnd_field, flow.rcv_wscale, flow.ts_enabled = 512, 14, 1
+            flow.ts_recent, flow.rcv_space, flow.mss, flow.ack_policy = 100, 1 << 30, 1460, 0
+            flow_template(flow, ack_template(bytes(6), bytes(6), local, remote, 40000, 443, True))
+            flow.active = 1
+            rounds = 200 if options.quick else 2000
+            fast = Measurement(
+                "micro",
+                f"TCP receive, {size} B segment",
+                "shim fast path (C)",
+                "ns/op",
+                False,
+                note=OLD_CLIENT["fast"] if size == 1460 else "",
+            )
+            slow = Measurement(
+                "micro",
+                f"TCP receive, {size} B segment",
+                "pure Python parse only (wire)",
+                "ns/op",
+                False,
+                reference=True,
+            )
+            for _, name in alternate(options.repetitions, ["fast", "slow"]):
+                if name == "fast":
+                    fast.samples.append(fastpath.bench_fast_path(slot, frames, rounds))
+                else:
+                    slow.samples.append(
+                        time_per_op(
+                            functools.partial(_python_parse, frames, local, remote), min_seconds
+                        )
+                        * 1e9
+                        / len(frames)
+                    )
+            results += [fast, slow]
+            if size == 100:
+                lookup = Measurement(
+                    "micro",
+                    "flow table lookup",
+                    "shim (C)",
+                    "ns/op",
+                    False,
+                    note=OLD_CLIENT["lookup"],
+                )
+                for _ in range(options.repetitions):
+                    lookup.samples.append(fastpath.bench_flow_lookup(iterations * 5))
+                results.append(lookup)
+        finally:
+            fastpath.close()
     return results
