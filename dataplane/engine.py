@@ -304,6 +304,14 @@ class Engine:
                     "CAP_SYS_NICE (and check the RT throttling limits)",
                     errno.EPERM,
                 ) from exc
+            except OSError as exc:
+                low = os.sched_get_priority_min(os.SCHED_FIFO)
+                high = os.sched_get_priority_max(os.SCHED_FIFO)
+                raise EngineError(
+                    f"SCHED_FIFO priority {priority} refused ({exc.strerror}); valid "
+                    f"priorities are {low}..{high}",
+                    exc.errno or errno.EINVAL,
+                ) from exc
         if self.port is not None:
             lcore = self.port.eal.shim.thread_register()
             if lcore < 0:
