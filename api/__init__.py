@@ -1,0 +1,1 @@
+"""The REST control plane: `api.app.create_app(settings, runtime)` builds it."""

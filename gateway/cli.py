@@ -92,6 +92,15 @@ def demo(
     sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages))
 
 
+def _register_extensions() -> None:
+    from gateway.cli_serve import register
+
+    register(app)
+
+
+_register_extensions()
+
+
 def main() -> None:
     app()
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     port: PortSettings = Field(default_factory=PortSettings)
     lab: LabSettings = Field(default_factory=LabSettings)
     state_dir: Path = Path("/var/lib/wsgw")
+    # These sections are defined below: the lambdas look them up when a default is made.
+    api: ApiSettings = Field(default_factory=lambda: ApiSettings())  # noqa: PLW0108
+    db: DbSettings = Field(default_factory=lambda: DbSettings())  # noqa: PLW0108
+    auth: AuthSettings = Field(default_factory=lambda: AuthSettings())  # noqa: PLW0108
+    host: HostSettings = Field(default_factory=lambda: HostSettings())  # noqa: PLW0108
 
     @classmethod
     def settings_customise_sources(
@@ -85,3 +90,98 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+class ApiSettings(BaseModel):
+    """The REST control plane: where it listens, how it pages, what it tells consumers."""
+
+    host: str = Field(default="127.0.0.1", description="address uvicorn binds to")
+    port: int = Field(default=8080, ge=1, le=65535)
+    cors_origins: list[str] = Field(
+        default_factory=list, description="browser origins allowed to call the API (CORS)"
+    )
+    cors_allow_credentials: bool = False
+    page_limit_default: int = Field(default=50, ge=1, le=10_000)
+    page_limit_max: int = Field(default=500, ge=1, le=10_000)
+    json_logs: bool = Field(default=False, description="one JSON object per log line")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shutdown_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    ring_name_template: str = Field(
+        default="wsgw.s{session_id}.sub{subscription_id}",
+        description="name of the shared-memory ring a local consumer reads "
+        "({session_id}, {subscription_id})",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ApiSettings:
+        if self.page_limit_default > self.page_limit_max:
+            raise ValueError("api.page_limit_default must not exceed api.page_limit_max")
+        if "*" in self.cors_origins and self.cors_allow_credentials:
+            raise ValueError(
+                "api.cors_origins ['*'] with cors_allow_credentials would let any web page "
+                "use a logged-in browser's credentials: list the origins instead"
+            )
+        try:
+            self.ring_name_template.format(session_id=1, subscription_id=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"api.ring_name_template {self.ring_name_template!r} may only use "
+                f"{{session_id}} and {{subscription_id}} ({exc})"
+            ) from None
+        return self
+
+
+class DbSettings(BaseModel):
+    """Where the control plane keeps its state (see migrations/)."""
+
+    url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL, e.g. postgresql+psycopg://user:pw@host/wsgw; "
+        "default: SQLite file state_dir/wsgw.db",
+    )
+    echo: bool = False
+    upgrade_on_start: bool = Field(
+        default=True, description="run the Alembic migrations when the service starts"
+    )
+
+
+class AuthSettings(BaseModel):
+    """Bearer API tokens; 'none' is a localhost-only mode for a developer's machine."""
+
+    mode: Literal["token", "none"] = Field(
+        default="token",
+        description="'none' turns authentication off; allowed only with a loopback api.host",
+    )
+    public_metrics: bool = Field(
+        default=True, description="serve /metrics without a token (for Prometheus scrapes)"
+    )
+    last_used_resolution_s: float = Field(
+        default=60.0, ge=0, description="how often a token's last_used time is written"
+    )
+
+
+class HostSettings(BaseModel):
+    """Where host facts are read and changed; tests point these at a built tree."""
+
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    hugetlbfs_mount: Path = Field(
+        default=Path("/dev/hugepages"), description="where hugetlbfs is mounted when missing"
+    )
+    pmd_dirs: list[str] = Field(
+        default_factory=lambda: [
+            "/usr/lib/x86_64-linux-gnu/dpdk/pmds-*",
+            "/usr/lib/aarch64-linux-gnu/dpdk/pmds-*",
+            "/usr/local/lib/dpdk/pmds-*",
+            "/usr/local/lib64/dpdk/pmds-*",
+            "/usr/local/lib/x86_64-linux-gnu/dpdk/pmds-*",
+        ],
+        description="folders (globs) of DPDK PMD libraries, read for their PCI id tables",
+    )
+    allow_changes: bool = Field(
+        default=True, description="allow the API to set hugepages and bind/unbind NICs"
+    )
+
+
+# The sections above are defined after `Settings`, which names them: resolve them now.
+Settings.model_rebuild()

@@ -1,0 +1,134 @@
+"""The FastAPI app factory: one app per (settings, runtime), nothing global.
+
+`create_app` wires the service (database + runtime), host management, auth, CORS, metrics
+and the routers. The service starts in the app's lifespan (migrations, then the restore of
+what was open) and shuts down with it (the runtime stops the sessions).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from prometheus_client import CollectorRegistry
+from starlette.concurrency import run_in_threadpool
+
+from api import errors
+from api.auth import check_auth_settings, require_scope
+from api.metrics import GatewayCollector, HttpMetrics
+from api.routes import health, ports, sessions, stream, subscriptions, tokens
+from api.routes import host as host_routes
+from gateway.host import HostManager
+from gateway.runtime import Runtime
+from gateway.service import GatewayService
+from gateway.settings import Settings
+
+log = logging.getLogger("wsgw.api")
+VERSION = "0.1.0"
+
+
+def _operation_id(route: APIRoute) -> str:
+    # The function name: stable across refactors of paths and tags, readable in clients.
+    return route.name
+
+
+def create_app(
+    settings: Settings,
+    runtime: Runtime | None = None,
+    *,
+    host: HostManager | None = None,
+    service: GatewayService | None = None,
+) -> FastAPI:
+    """The control plane's ASGI app. `runtime` defaults to DetachedRuntime (no dataplane);
+    `host` to the real host under settings.host; tests pass their own of each."""
+    check_auth_settings(settings)
+    service = service or GatewayService(settings, runtime)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(service.start)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(service.shutdown)
+
+    app = FastAPI(
+        title="wsgw control plane",
+        version=VERSION,
+        description="Configure the host, DPDK ports, upstream sessions and subscriptions of "
+        "a market-data WebSocket gateway.",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.settings = settings
+    app.state.service = service
+    app.state.host = host or HostManager.from_settings(settings)
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(GatewayCollector(service))
+    app.state.registry = registry
+
+    errors.install(app)
+    for router in (
+        health.router,
+        host_routes.router,
+        ports.router,
+        sessions.router,
+        subscriptions.router,
+        tokens.router,
+        stream.router,
+    ):
+        app.include_router(router)
+    metrics_deps = [] if settings.auth.public_metrics else [Depends(require_scope("admin"))]
+    app.add_api_route(
+        "/metrics",
+        health.metrics_response,
+        methods=["GET"],
+        name="metrics",
+        tags=["health"],
+        dependencies=metrics_deps,
+        summary="Prometheus metrics",
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+        response_model=None,
+    )
+    if settings.api.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.api.cors_origins,
+            allow_credentials=settings.api.cors_allow_credentials,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(HttpMetrics, registry=registry)
+    _document_page_limit(app, settings)
+    return app
+
+
+def _document_page_limit(app: FastAPI, settings: Settings) -> None:
+    """Show the configured maximum page size in the OpenAPI document."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            for path in schema.get("paths", {}).values():
+                for operation in path.values():
+                    for param in operation.get("parameters", []):
+                        if param.get("in") == "query" and param.get("name") == "limit":
+                            inner = param.get("schema", {})
+                            for option in inner.get("anyOf", [inner]):
+                                if option.get("type") == "integer":
+                                    option["maximum"] = settings.api.page_limit_max
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

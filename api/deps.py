@@ -1,0 +1,77 @@
+"""FastAPI dependencies as Annotated aliases: the service, the host, paging, the caller.
+
+Everything a route needs comes from `request.app.state`, set once by `create_app`, so
+tests build apps with their own database, runtime and fake host side by side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+
+from api.auth import Principal, require_scope
+from api.schemas.common import ID_MAX
+from gateway.host import HostManager
+from gateway.service import GatewayService
+from gateway.settings import Settings
+
+IdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the id the entity was given")]
+
+#: The hard ceiling of `limit`; the configured api.page_limit_max is checked below it.
+LIMIT_CEILING = 10_000
+
+
+def get_service(request: Request) -> GatewayService:
+    service: GatewayService = request.app.state.service
+    return service
+
+
+def get_host(request: Request) -> HostManager:
+    host: HostManager = request.app.state.host
+    return host
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+@dataclass(frozen=True)
+class Pagination:
+    offset: int
+    limit: int
+
+
+def pagination(
+    request: Request,
+    offset: Annotated[int, Query(ge=0, le=1 << 31, description="rows to skip")] = 0,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=LIMIT_CEILING, description="rows to return (api.page_limit_max at most)"),
+    ] = None,
+) -> Pagination:
+    api = get_settings(request).api
+    if limit is not None and limit > api.page_limit_max:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", "limit"),
+                    "msg": f"limit {limit} is above the maximum page size {api.page_limit_max}: "
+                    "page with offset instead",
+                    "type": "less_than_equal",
+                    "input": limit,
+                }
+            ]
+        )
+    return Pagination(offset, limit if limit is not None else api.page_limit_default)
+
+
+ServiceDep = Annotated[GatewayService, Depends(get_service)]
+HostDep = Annotated[HostManager, Depends(get_host)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PageDep = Annotated[Pagination, Depends(pagination)]
+AdminDep = Annotated[Principal, Depends(require_scope("admin"))]
+ConsumerDep = Annotated[Principal, Depends(require_scope("consume"))]

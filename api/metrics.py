@@ -1,0 +1,111 @@
+"""Prometheus metrics, one registry per app (tests build many apps in one process).
+
+Requests are counted and timed per route template (`/v1/ports/{port_id}`, never the raw
+path, so the label set stays bounded). Sessions are counted by runtime and wanted state at
+scrape time, and the runtime's own snapshot is exported as wsgw_dataplane_* samples.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.runtime import SessionState
+from gateway.service import GatewayService
+
+_NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
+# The *_created series double the output and no dashboard of ours reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class GatewayCollector(Collector):
+    """Samples read at scrape time from the service and its runtime."""
+
+    def __init__(self, service: GatewayService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = GaugeMetricFamily(
+            "wsgw_sessions",
+            "Upstream sessions by runtime state and wanted state",
+            labels=["state", "desired_state"],
+        )
+        counts = self.service.sessions_by_state() if self.service.started else {}
+        for state in SessionState:
+            for desired in ("running", "stopped"):
+                sessions.add_metric([str(state), desired], counts.get((str(state), desired), 0))
+        yield sessions
+        engine = self.service.runtime.engine_status()
+        info = GaugeMetricFamily(
+            "wsgw_engine_state", "1 for the dataplane engine's current state", labels=["state"]
+        )
+        info.add_metric([str(engine.state)], 1)
+        yield info
+        yield from self._runtime_metrics()
+
+    def _runtime_metrics(self) -> Iterable[Metric]:
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for sample in self.service.runtime.metrics().metrics:
+            name = "wsgw_dataplane_" + _NAME_OK.sub("_", sample.name)
+            labels = sorted(sample.labels)
+            family = families.get(name)
+            if family is None:
+                cls = CounterMetricFamily if sample.kind == "counter" else GaugeMetricFamily
+                family = cls(name, sample.help or sample.name, labels=labels)
+                families[name] = family
+            family.add_metric([sample.labels[k] for k in labels], sample.value)
+        return families.values()
+
+
+class HttpMetrics:
+    """ASGI middleware counting and timing HTTP requests by route template."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.requests = Counter(
+            "wsgw_http_requests",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "wsgw_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["method", "route"],
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        code = 500
+        start = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = _route_template(scope)
+            method = str(scope.get("method", ""))
+            self.requests.labels(method, route, str(code)).inc()
+            self.latency.labels(method, route).observe(time.perf_counter() - start)
+
+
+def _route_template(scope: Scope) -> str:
+    """The matched route's path template; the router records the route in the scope."""
+    route = scope.get("route")
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return str(path) if path else "unmatched"

@@ -1,0 +1,1 @@
+"""One router per resource; operation ids are the route functions' names (stable)."""

@@ -1,0 +1,69 @@
+"""/v1/ports: the DPDK ports the dataplane opens (admin)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.schemas.common import responses
+from api.schemas.ports import (
+    PortCreate,
+    PortListPublic,
+    PortPublic,
+    PortStatusPublic,
+    PortUpdate,
+)
+from gateway.service import GatewayService
+from gateway.store.models import Port
+
+router = APIRouter(prefix="/v1/ports", tags=["ports"], responses=responses(400, 401, 403))
+
+
+def port_public(service: GatewayService, port: Port) -> PortPublic:
+    status_ = service.runtime.port_status(port.id)
+    return PortPublic.model_validate(
+        {
+            **{k: getattr(port, k) for k in PortPublic.model_fields if k != "status"},
+            "status": PortStatusPublic(state=str(status_.state), reason=status_.reason),
+        }
+    )
+
+
+@router.get("", response_model=PortListPublic)
+def list_ports(service: ServiceDep, page: PageDep, _: AdminDep) -> PortListPublic:
+    """Every configured port, oldest first."""
+    result = service.list_ports(page.offset, page.limit)
+    return PortListPublic(
+        data=[port_public(service, p) for p in result.items],
+        count=result.total,
+        offset=page.offset,
+        limit=page.limit,
+    )
+
+
+@router.post(
+    "",
+    response_model=PortPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(409),
+)
+def create_port(body: PortCreate, service: ServiceDep, _: AdminDep) -> PortPublic:
+    """Configure a port; when enabled, the dataplane is asked to open it."""
+    return port_public(service, service.create_port(body.model_dump()))
+
+
+@router.get("/{port_id}", response_model=PortPublic, responses=responses(404))
+def get_port(port_id: IdPath, service: ServiceDep, _: AdminDep) -> PortPublic:
+    return port_public(service, service.get_port(port_id))
+
+
+@router.patch("/{port_id}", response_model=PortPublic, responses=responses(404, 409))
+def update_port(port_id: IdPath, body: PortUpdate, service: ServiceDep, _: AdminDep) -> PortPublic:
+    """Change a port; an enabled port is reopened with the new settings."""
+    return port_public(service, service.update_port(port_id, body.model_dump(exclude_unset=True)))
+
+
+@router.delete("/{port_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409))
+def delete_port(port_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
+    """Remove a port no session uses; the dataplane closes it."""
+    service.delete_port(port_id)

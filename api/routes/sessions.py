@@ -1,0 +1,120 @@
+"""/v1/sessions: upstream WebSocket sessions, their start/stop and event log (admin)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, status
+
+from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.schemas.common import responses
+from api.schemas.sessions import (
+    DialectListPublic,
+    SessionCreate,
+    SessionEventListPublic,
+    SessionEventPublic,
+    SessionListPublic,
+    SessionPublic,
+    SessionStatusPublic,
+    SessionUpdate,
+)
+from gateway.runtime import SessionStatus
+from gateway.service import GatewayService
+from gateway.store.models import UpstreamSession
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=responses(400, 401, 403))
+
+
+def status_public(status_: SessionStatus) -> SessionStatusPublic:
+    return SessionStatusPublic(
+        state=str(status_.state),
+        reason=status_.reason,
+        since=datetime.fromtimestamp(status_.since, UTC) if status_.since else None,
+        topics=list(status_.topics),
+    )
+
+
+def session_public(
+    service: GatewayService, row: UpstreamSession, status_: SessionStatus | None = None
+) -> SessionPublic:
+    status_ = status_ or service.session_status(row.id)
+    fields = {k: getattr(row, k) for k in SessionPublic.model_fields if k != "status"}
+    return SessionPublic.model_validate({**fields, "status": status_public(status_)})
+
+
+@router.get("", response_model=SessionListPublic)
+def list_sessions(service: ServiceDep, page: PageDep, _: AdminDep) -> SessionListPublic:
+    result = service.list_sessions(page.offset, page.limit)
+    return SessionListPublic(
+        data=[session_public(service, r) for r in result.items],
+        count=result.total,
+        offset=page.offset,
+        limit=page.limit,
+    )
+
+
+@router.get("/dialects", response_model=DialectListPublic)
+def list_dialects(service: ServiceDep, _: AdminDep) -> DialectListPublic:
+    """The exchange dialects a session may name."""
+    return DialectListPublic(data=list(service.runtime.dialects()))
+
+
+@router.post(
+    "",
+    response_model=SessionPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(404, 409),
+)
+def create_session(body: SessionCreate, service: ServiceDep, _: AdminDep) -> SessionPublic:
+    """Configure a session (stopped); POST .../start connects it."""
+    return session_public(service, service.create_session(body.model_dump()))
+
+
+@router.get("/{session_id}", response_model=SessionPublic, responses=responses(404))
+def get_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
+    return session_public(service, service.get_session(session_id))
+
+
+@router.patch("/{session_id}", response_model=SessionPublic, responses=responses(404, 409))
+def update_session(
+    session_id: IdPath, body: SessionUpdate, service: ServiceDep, _: AdminDep
+) -> SessionPublic:
+    """Change a session; what it connects to can change only while it is stopped."""
+    row = service.update_session(session_id, body.model_dump(exclude_unset=True))
+    return session_public(service, row)
+
+
+@router.delete(
+    "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
+)
+def delete_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
+    """Remove a stopped session with its subscriptions and events."""
+    service.delete_session(session_id)
+
+
+@router.post("/{session_id}/start", response_model=SessionPublic, responses=responses(404, 409))
+def start_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
+    """Want the session running (kept across restarts) and ask the runtime to connect it."""
+    row, status_ = service.start_session(session_id)
+    return session_public(service, row, status_)
+
+
+@router.post("/{session_id}/stop", response_model=SessionPublic, responses=responses(404, 409))
+def stop_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
+    """Want the session stopped and ask the runtime to close it."""
+    row, status_ = service.stop_session(session_id)
+    return session_public(service, row, status_)
+
+
+@router.get("/{session_id}/events", response_model=SessionEventListPublic, responses=responses(404))
+def list_session_events(
+    session_id: IdPath, service: ServiceDep, page: PageDep, _: AdminDep
+) -> SessionEventListPublic:
+    """The session's history, newest first: what was asked and what the dataplane reported."""
+    result = service.session_events(session_id, page.offset, page.limit)
+    return SessionEventListPublic(
+        data=[SessionEventPublic.model_validate(e) for e in result.items],
+        count=result.total,
+        offset=page.offset,
+        limit=page.limit,
+    )

@@ -1,0 +1,103 @@
+"""/v1/subscriptions: consumers' topics of a session, ref-counted upstream (consume)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from api.deps import ConsumerDep, IdPath, PageDep, ServiceDep
+from api.schemas.common import ID_MAX, responses
+from api.schemas.subscriptions import (
+    ConsumePublic,
+    SubscriptionCreate,
+    SubscriptionListPublic,
+    SubscriptionPublic,
+    SubscriptionUpdate,
+)
+from gateway.service import GatewayService, SubscriptionChange
+from gateway.store.models import Subscription
+
+router = APIRouter(
+    prefix="/v1/subscriptions", tags=["subscriptions"], responses=responses(400, 401, 403)
+)
+STREAM_PATH = "/v1/stream"
+
+
+def subscription_public(
+    service: GatewayService, sub: Subscription, change: SubscriptionChange | None = None
+) -> SubscriptionPublic:
+    fields = {
+        k: getattr(sub, k)
+        for k in SubscriptionPublic.model_fields
+        if k not in ("consume", "upstream_subscribed", "upstream_unsubscribed")
+    }
+    return SubscriptionPublic.model_validate(
+        {
+            **fields,
+            "consume": ConsumePublic(
+                stream_url=f"{STREAM_PATH}?subscription={sub.id}", ring=service.ring_name(sub)
+            ),
+            "upstream_subscribed": change.subscribed if change else [],
+            "upstream_unsubscribed": change.unsubscribed if change else [],
+        }
+    )
+
+
+@router.get("", response_model=SubscriptionListPublic)
+def list_subscriptions(
+    service: ServiceDep,
+    page: PageDep,
+    _: ConsumerDep,
+    session_id: Annotated[
+        int | None, Query(ge=1, le=ID_MAX, description="only this session's")
+    ] = None,
+) -> SubscriptionListPublic:
+    result = service.list_subscriptions(page.offset, page.limit, session_id)
+    return SubscriptionListPublic(
+        data=[subscription_public(service, s) for s in result.items],
+        count=result.total,
+        offset=page.offset,
+        limit=page.limit,
+    )
+
+
+@router.post(
+    "",
+    response_model=SubscriptionPublic,
+    status_code=status.HTTP_201_CREATED,
+    responses=responses(404, 409),
+)
+def create_subscription(
+    body: SubscriptionCreate, service: ServiceDep, _: ConsumerDep
+) -> SubscriptionPublic:
+    """Subscribe a consumer; topics no other subscription of the session holds are
+    subscribed upstream. The answer says how to consume the messages."""
+    change = service.create_subscription(body.model_dump())
+    return subscription_public(service, change.subscription, change)
+
+
+@router.get("/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404))
+def get_subscription(
+    subscription_id: IdPath, service: ServiceDep, _: ConsumerDep
+) -> SubscriptionPublic:
+    return subscription_public(service, service.get_subscription(subscription_id))
+
+
+@router.patch(
+    "/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404, 409)
+)
+def update_subscription(
+    subscription_id: IdPath, body: SubscriptionUpdate, service: ServiceDep, _: ConsumerDep
+) -> SubscriptionPublic:
+    """Change topics or delivery options; upstream follows the topics' ref-counts."""
+    change = service.update_subscription(subscription_id, body.model_dump(exclude_unset=True))
+    return subscription_public(service, change.subscription, change)
+
+
+@router.delete(
+    "/{subscription_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
+)
+def delete_subscription(subscription_id: IdPath, service: ServiceDep, _: ConsumerDep) -> None:
+    """Unsubscribe; topics no other subscription of the session holds leave upstream."""
+    service.delete_subscription(subscription_id)

@@ -1,0 +1,42 @@
+"""/v1/tokens: API tokens (admin). The secret is in the creation answer only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.schemas.common import responses
+from api.schemas.tokens import TokenCreate, TokenCreatedPublic, TokenListPublic, TokenPublic
+
+router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=responses(400, 401, 403))
+
+
+@router.get("", response_model=TokenListPublic)
+def list_tokens(service: ServiceDep, page: PageDep, _: AdminDep) -> TokenListPublic:
+    result = service.list_tokens(page.offset, page.limit)
+    return TokenListPublic(
+        data=[TokenPublic.model_validate(t) for t in result.items],
+        count=result.total,
+        offset=page.offset,
+        limit=page.limit,
+    )
+
+
+@router.post("", response_model=TokenCreatedPublic, status_code=status.HTTP_201_CREATED)
+def create_token(body: TokenCreate, service: ServiceDep, _: AdminDep) -> TokenCreatedPublic:
+    """A new token; keep the secret, it is not shown again."""
+    token, secret = service.create_token(body.name, list(body.scopes))
+    return TokenCreatedPublic.model_validate(
+        {**TokenPublic.model_validate(token).model_dump(), "secret": secret}
+    )
+
+
+@router.get("/{token_id}", response_model=TokenPublic, responses=responses(404))
+def get_token(token_id: IdPath, service: ServiceDep, _: AdminDep) -> TokenPublic:
+    return TokenPublic.model_validate(service.get_token(token_id))
+
+
+@router.delete("/{token_id}", response_model=TokenPublic, responses=responses(404))
+def revoke_token(token_id: IdPath, service: ServiceDep, _: AdminDep) -> TokenPublic:
+    """Revoke a token (kept for the record, refused from now on)."""
+    return TokenPublic.model_validate(service.revoke_token(token_id))

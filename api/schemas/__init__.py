@@ -1,0 +1,1 @@
+"""Request and response bodies: Base / Create / Update / Public / ListPublic per entity."""

@@ -1,0 +1,100 @@
+"""DPDK ports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, Field, model_validator
+
+from api.schemas.common import Name, PublicSchema, Schema, refuse_nulls
+from gateway.store.validate import (
+    check_device,
+    check_ipv4_host,
+    check_netmask,
+    check_port_network,
+)
+
+Device = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=512,
+        description="PCI address (0000:03:00.0) or DPDK vdev with devargs "
+        "(net_af_packet0,iface=veth0)",
+        examples=["net_af_packet0,iface=wsgw0"],
+    ),
+    AfterValidator(check_device),
+]
+Ipv4 = Annotated[
+    str, Field(max_length=15, examples=["198.18.0.2"]), AfterValidator(check_ipv4_host)
+]
+Netmask = Annotated[
+    str, Field(max_length=15, examples=["255.255.255.0"]), AfterValidator(check_netmask)
+]
+Gateway = Annotated[
+    str,
+    Field(max_length=15, examples=["198.18.0.1"]),
+    AfterValidator(lambda v: check_ipv4_host(v, "gateway")),
+]
+Mtu = Annotated[int, Field(ge=576, le=9600, description="IP MTU")]
+
+
+class PortBase(Schema):
+    name: Name
+    device: Device
+    ipv4: Ipv4
+    netmask: Netmask
+    gateway: Gateway | None = None
+    mtu: Mtu = 1500
+    enabled: bool = Field(default=True, description="open the port in the dataplane")
+
+
+class PortCreate(PortBase):
+    @model_validator(mode="after")
+    def _network(self) -> Self:
+        check_port_network(self.ipv4, self.netmask, self.gateway)
+        return self
+
+
+class PortUpdate(Schema):
+    """Fields to change; the result is checked as a whole (address, netmask, gateway)."""
+
+    name: Name | None = None
+    device: Device | None = None
+    ipv4: Ipv4 | None = None
+    netmask: Netmask | None = None
+    gateway: Gateway | None = None
+    mtu: Mtu | None = None
+    enabled: bool | None = None
+
+    @model_validator(mode="after")
+    def _nulls(self) -> Self:
+        refuse_nulls(self, frozenset({"gateway"}))
+        return self
+
+
+class PortStatusPublic(PublicSchema):
+    state: str
+    reason: str | None
+
+
+class PortPublic(PublicSchema):
+    id: int
+    name: str
+    device: str
+    ipv4: str
+    netmask: str
+    gateway: str | None
+    mtu: int
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+    status: PortStatusPublic
+
+
+class PortListPublic(PublicSchema):
+    data: list[PortPublic]
+    count: int
+    offset: int
+    limit: int

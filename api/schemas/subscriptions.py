@@ -1,0 +1,109 @@
+"""Consumers' subscriptions to a session's topics."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal, Self
+
+from pydantic import AfterValidator, Field, model_validator
+
+from api.schemas.common import ID_MAX, PublicSchema, Schema, refuse_nulls
+from gateway.store.validate import TOPIC_MAX, check_topics
+
+Topics = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=TOPIC_MAX)]],
+    Field(min_length=1, max_length=1000, examples=[["btcusdt@trade", "ethusdt@trade"]]),
+    AfterValidator(check_topics),
+]
+CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+
+def check_consumer(value: str) -> str:
+    if not CONSUMER.match(value):
+        raise ValueError(
+            f"consumer {value!r} must be 1-128 letters, digits, '.', '_', ':', '@' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+Consumer = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        json_schema_extra={"pattern": CONSUMER.pattern},
+        description="who consumes (an application or host name)",
+        examples=["pricer-1"],
+    ),
+    AfterValidator(check_consumer),
+]
+QueueSize = Annotated[int, Field(ge=1, le=1_000_000, description="messages held per consumer")]
+Overflow = Literal["disconnect", "drop_oldest"]
+ConflationMs = Annotated[
+    int,
+    Field(ge=0, le=60_000, description="keep the latest message per topic for this long; 0: off"),
+]
+
+
+class SubscriptionBase(Schema):
+    topics: Topics
+    consumer: Consumer
+    queue_size: QueueSize = 4096
+    overflow: Overflow = Field(
+        default="disconnect",
+        description="when the consumer's queue is full: disconnect it (no silent loss) or drop "
+        "the oldest message and report a gap",
+    )
+    conflation_ms: ConflationMs = 0
+
+
+class SubscriptionCreate(SubscriptionBase):
+    session_id: int = Field(ge=1, le=ID_MAX)
+
+
+class SubscriptionUpdate(Schema):
+    topics: Topics | None = None
+    consumer: Consumer | None = None
+    queue_size: QueueSize | None = None
+    overflow: Overflow | None = None
+    conflation_ms: ConflationMs | None = None
+
+    @model_validator(mode="after")
+    def _nulls(self) -> Self:
+        refuse_nulls(self)
+        return self
+
+
+class ConsumePublic(PublicSchema):
+    """How to read the messages: a WebSocket stream, or the local shared-memory ring."""
+
+    stream_url: str
+    ring: str
+
+
+class SubscriptionPublic(PublicSchema):
+    id: int
+    session_id: int
+    topics: list[str]
+    consumer: str
+    queue_size: int
+    overflow: str
+    conflation_ms: int
+    created_at: datetime
+    updated_at: datetime
+    consume: ConsumePublic
+    upstream_subscribed: list[str] = Field(
+        default_factory=list, description="topics this change subscribed upstream (first user)"
+    )
+    upstream_unsubscribed: list[str] = Field(
+        default_factory=list, description="topics this change unsubscribed upstream (last user)"
+    )
+
+
+class SubscriptionListPublic(PublicSchema):
+    data: list[SubscriptionPublic]
+    count: int
+    offset: int
+    limit: int

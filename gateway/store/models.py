@@ -1,0 +1,181 @@
+"""The persisted state: ports, upstream sessions, subscriptions, API tokens, session events.
+
+Tables change only through Alembic revisions in migrations/; a test compares these models
+with the migrated schema on SQLite and PostgreSQL, so the two cannot drift apart.
+Enumerations are strings with CHECK constraints (portable, readable in a SQL shell).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+#: Named constraints, so SQLite batch migrations and downgrades can find them by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TRANSPORTS = ("dpdk", "kernel")
+DESIRED_STATES = ("running", "stopped")
+OVERFLOW_POLICIES = ("disconnect", "drop_oldest")
+SCOPES = ("admin", "consume")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+#: JSON on SQLite, JSONB on PostgreSQL.
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Timestamped:
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)
+
+
+class Port(Timestamped, Base):
+    """A DPDK port: the device it opens and the IPv4 identity the stack gives it."""
+
+    __tablename__ = "ports"
+    __table_args__ = (CheckConstraint("mtu >= 576 AND mtu <= 9600", name="mtu_range"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    device: Mapped[str] = mapped_column(String(512), unique=True)
+    ipv4: Mapped[str] = mapped_column(String(15))
+    netmask: Mapped[str] = mapped_column(String(15))
+    gateway: Mapped[str | None] = mapped_column(String(15))
+    mtu: Mapped[int] = mapped_column(Integer, default=1500)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class UpstreamSession(Timestamped, Base):
+    """An upstream WebSocket session to an exchange feed and how it is kept alive."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        CheckConstraint(_in("transport", TRANSPORTS), name="transport"),
+        CheckConstraint(_in("desired_state", DESIRED_STATES), name="desired_state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    dialect: Mapped[str] = mapped_column(String(64))
+    transport: Mapped[str] = mapped_column(String(16), default="dpdk")
+    port_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ports.id", ondelete="RESTRICT"), index=True
+    )
+    tls_verify: Mapped[bool] = mapped_column(Boolean, default=True)
+    tls_ca_file: Mapped[str | None] = mapped_column(String(1024))
+    tls_server_name: Mapped[str | None] = mapped_column(String(255))
+    heartbeat_interval_s: Mapped[float] = mapped_column(Float, default=15.0)
+    heartbeat_timeout_s: Mapped[float] = mapped_column(Float, default=30.0)
+    reconnect_initial_delay_s: Mapped[float] = mapped_column(Float, default=0.5)
+    reconnect_max_delay_s: Mapped[float] = mapped_column(Float, default=30.0)
+    reconnect_multiplier: Mapped[float] = mapped_column(Float, default=2.0)
+    reconnect_jitter: Mapped[float] = mapped_column(Float, default=0.2)
+    reconnect_max_attempts: Mapped[int | None] = mapped_column(Integer)
+    desired_state: Mapped[str] = mapped_column(String(16), default="stopped")
+
+    port: Mapped[Port | None] = relationship(lazy="raise")
+
+
+class Subscription(Timestamped, Base):
+    """A consumer's interest in topics of one session, with its delivery options."""
+
+    __tablename__ = "subscriptions"
+    __table_args__ = (
+        CheckConstraint(_in("overflow", OVERFLOW_POLICIES), name="overflow"),
+        CheckConstraint("queue_size >= 1", name="queue_size_positive"),
+        CheckConstraint("conflation_ms >= 0", name="conflation_nonnegative"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    topics: Mapped[list[str]] = mapped_column(JsonType)
+    consumer: Mapped[str] = mapped_column(String(128))
+    queue_size: Mapped[int] = mapped_column(Integer, default=4096)
+    overflow: Mapped[str] = mapped_column(String(16), default="disconnect")
+    conflation_ms: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ApiToken(Base):
+    """A bearer token: only the SHA-256 of its secret is kept (the secret is shown once)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[list[str]] = mapped_column(JsonType)
+    prefix: Mapped[str] = mapped_column(String(16))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class SessionEvent(Base):
+    """One entry in a session's history: what was asked, what the dataplane reported."""
+
+    __tablename__ = "session_events"
+    __table_args__ = (Index("ix_session_events_session_id_at", "session_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)

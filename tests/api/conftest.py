@@ -1,0 +1,249 @@
+"""Fixtures for the control plane: a database (SQLite file, or a throwaway PostgreSQL
+cluster), an app on a fake host with a DetachedRuntime, and tokens per scope."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from gateway.runtime import DetachedRuntime
+from gateway.settings import Settings
+from tests.host.fakesys import FakeHost
+
+PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PgServer:
+    """A PostgreSQL cluster of our own in a temporary folder, on a free loopback port."""
+
+    port: int
+    admin_url: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def execute(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
+
+def _pg_bin() -> Path | None:
+    for folder in PG_BIN_DIRS:
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
+            return folder
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """initdb + pg_ctl start in a temp dir (as the postgres user when we are root: initdb
+    refuses root), stopped and removed afterwards."""
+    bin_dir = _pg_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root and runuser is missing: initdb refuses to run as root")
+        try:
+            import pwd
+
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no 'postgres' user to run initdb as")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    base = Path(tempfile.mkdtemp(prefix="wsgw-pg-"))
+    if as_user:
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+    data = base / "data"
+    port = _free_port()
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    try:
+        subprocess.run(
+            [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
+             "--auth=trust", "-E", "UTF8", "--no-sync"],
+            check=True, capture_output=True, env=env, timeout=120,
+        )  # fmt: skip
+        options = (
+            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off"
+        )
+        subprocess.run(
+            [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options,
+             "-l", str(base / "log"), "-w", "-t", "60", "start"],
+            check=True, capture_output=True, env=env, timeout=90,
+        )  # fmt: skip
+        yield PgServer(port, f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    finally:
+        if (data / "postmaster.pid").exists():
+            subprocess.run(
+                [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                capture_output=True, env=env, timeout=60, check=False,
+            )  # fmt: skip
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """A fresh database on the shared cluster, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    pg_server.execute(f"CREATE DATABASE {name}")
+    try:
+        yield pg_server.url(name)
+    finally:
+        pg_server.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'state' / 'wsgw.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test that takes this runs on a SQLite file and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'wsgw.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def fake_host(tmp_path: Path) -> FakeHost:
+    host = FakeHost(tmp_path / "host")
+    host.add_nic("0000:03:00.0", ifname="ens3")  # spare NIC, down, no address
+    host.add_nic(
+        "0000:00:03.0",
+        0x1AF4,
+        0x1041,
+        "virtio-pci",
+        "eth0",
+        up=True,
+        addresses=["192.0.2.2/24"],
+        routes=["default", "192.0.2.0/24"],
+        iommu_group=3,
+        virtio_child=True,
+    )
+    return host
+
+
+def make_settings(tmp_path: Path, url: str, **overrides: object) -> Settings:
+    data: dict[str, object] = {
+        "state_dir": tmp_path / "state",
+        "db": {"url": url},
+        "host": {"sys_root": tmp_path / "host/sys", "proc_root": tmp_path / "host/proc"},
+    }
+    data.update(overrides)
+    return Settings(**data)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return make_settings(tmp_path, db_url)
+
+
+@pytest.fixture
+def runtime() -> DetachedRuntime:
+    return DetachedRuntime()
+
+
+@pytest.fixture
+def app(settings: Settings, runtime: DetachedRuntime, fake_host: FakeHost) -> FastAPI:
+    return create_app(settings, runtime, host=fake_host.manager())
+
+
+@dataclass
+class Api:
+    """A started app with a client and tokens for each scope."""
+
+    app: FastAPI
+    client: TestClient
+    runtime: DetachedRuntime
+    admin: dict[str, str]
+    consume: dict[str, str]
+    both: dict[str, str]
+
+    @property
+    def service(self):  # type: ignore[no-untyped-def]
+        return self.app.state.service
+
+
+def _bearer(app: FastAPI, name: str, scopes: list[str]) -> dict[str, str]:
+    _, secret = app.state.service.create_token(name, scopes)
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def api(app: FastAPI, runtime: DetachedRuntime) -> Iterator[Api]:
+    with TestClient(app, client=("127.0.0.1", 50000)) as client:
+        yield Api(
+            app,
+            client,
+            runtime,
+            _bearer(app, "admin", ["admin"]),
+            _bearer(app, "consumer", ["consume"]),
+            _bearer(app, "both", ["admin", "consume"]),
+        )
+
+
+@pytest.fixture
+def make_port(api: Api) -> Callable[..., dict[str, object]]:
+    counter = iter(range(1, 1000))
+
+    def make(**fields: object) -> dict[str, object]:
+        n = next(counter)
+        body: dict[str, object] = {
+            "name": f"p{n}",
+            "device": f"net_af_packet{n},iface=veth{n}",
+            "ipv4": f"198.18.{n}.2",
+            "netmask": "255.255.255.0",
+            "gateway": f"198.18.{n}.1",
+        }
+        body.update(fields)
+        r = api.client.post("/v1/ports", json=body, headers=api.admin)
+        assert r.status_code == 201, r.text
+        result: dict[str, object] = r.json()
+        return result
+
+    return make
+
+
+@pytest.fixture
+def make_session(api: Api) -> Callable[..., dict[str, object]]:
+    counter = iter(range(1, 1000))
+
+    def make(**fields: object) -> dict[str, object]:
+        body: dict[str, object] = {
+            "name": f"s{next(counter)}",
+            "url": "wss://feed.example.com/ws",
+            "dialect": "generic",
+            "transport": "kernel",
+        }
+        body.update(fields)
+        r = api.client.post("/v1/sessions", json=body, headers=api.admin)
+        assert r.status_code == 201, r.text
+        result: dict[str, object] = r.json()
+        return result
+
+    return make

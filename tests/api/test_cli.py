@@ -1,0 +1,150 @@
+"""`wsgw db ...`, `wsgw token ...` in process, and `wsgw serve` as a real process that
+migrates, serves, and shuts down gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gateway.cli_serve import register
+
+CLI = typer.Typer()
+register(CLI)
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db_url: str) -> str:
+    monkeypatch.setenv("WSGW_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("WSGW_DB__URL", db_url)
+    return db_url
+
+
+def test_db_upgrade_current_downgrade(env: str) -> None:
+    result = runner.invoke(CLI, ["db", "current"])
+    assert result.exit_code == 0, result.output
+    assert "revision none (empty)" in result.output
+    assert "needs `wsgw db upgrade`" in result.output
+    result = runner.invoke(CLI, ["db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert "empty -> 0001" in result.output
+    assert "up to date" in runner.invoke(CLI, ["db", "current"]).output
+    result = runner.invoke(CLI, ["db", "downgrade", "base"])
+    assert result.exit_code == 0, result.output
+    assert "0001 -> empty" in result.output
+
+
+def test_token_create_list_revoke(env: str) -> None:
+    result = runner.invoke(CLI, ["token", "create", "--name", "ops", "--scope", "admin"])
+    assert result.exit_code == 0, result.output
+    secret = result.stdout.strip().splitlines()[-1]
+    assert secret.startswith("wsgw_")
+    assert "shown this once" in result.stderr
+
+    listed = json.loads(runner.invoke(CLI, ["token", "list", "--json"]).stdout)
+    assert [(t["name"], t["scopes"], t["revoked_at"]) for t in listed] == [("ops", ["admin"], None)]
+    assert secret not in runner.invoke(CLI, ["token", "list"]).output
+
+    result = runner.invoke(CLI, ["token", "revoke", "ops"])
+    assert result.exit_code == 0, result.output
+    assert "revoked" in result.output
+    listed = json.loads(runner.invoke(CLI, ["token", "list", "--json"]).stdout)
+    assert listed[0]["revoked_at"] is not None
+
+    result = runner.invoke(CLI, ["token", "revoke", "nobody"])
+    assert result.exit_code == 1
+    assert "token 'nobody' not found" in result.stderr
+
+
+def test_token_create_refuses_bad_input(env: str) -> None:
+    result = runner.invoke(CLI, ["token", "create", "--name", "x", "--scope", "root"])
+    assert result.exit_code == 2
+    assert "scopes must be a non-empty subset of admin, consume" in result.stderr
+    result = runner.invoke(CLI, ["token", "create", "--name", "a b", "--scope", "admin"])
+    assert result.exit_code == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SERVE = "import typer; from gateway.cli_serve import register; a = typer.Typer(); register(a); a()"
+
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    return sqlite_url
+
+
+def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: str) -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "WSGW_STATE_DIR": str(tmp_path / "state"),
+        "WSGW_DB__URL": sqlite_url,
+        "WSGW_CONFIG": str(tmp_path / "none.toml"),
+        "WSGW_HOST__SYS_ROOT": str(tmp_path / "nosys"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE, "serve", "--port", str(port), "--json-logs"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "serve did not come up"
+                time.sleep(0.1)
+        assert r.status_code == 200
+        assert r.json()["engine"]["state"] == "detached"
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/ports").status_code == 401
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    messages = [line["msg"] for line in lines]
+    assert any("upgrading to 0001" in m for m in messages)
+    assert any("shutting down: stopping sessions" in m for m in messages)
+    assert messages[-1] == "control plane stopped"
+
+
+def test_serve_refuses_no_auth_on_a_public_address(tmp_path: Path, sqlite_url: str) -> None:
+    env = {
+        **os.environ,
+        "WSGW_STATE_DIR": str(tmp_path / "state"),
+        "WSGW_DB__URL": sqlite_url,
+        "WSGW_CONFIG": str(tmp_path / "none.toml"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE, "serve", "--no-auth", "--host", "0.0.0.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "may only bind to a loopback address" in done.stderr
