@@ -61,6 +61,25 @@ class EngineCounters:
     service_errors: int = 0
 
 
+def engine_config_from(settings: Any) -> EngineConfig:
+    """EngineConfig from `gateway.settings.EngineSettings` (duck-typed: the dataplane does
+    not import the composition root)."""
+    return EngineConfig(
+        cpu=settings.cpu,
+        sched_fifo_priority=settings.sched_fifo_priority,
+        budget=settings.budget_us / 1e6,
+        fastpath=FastPathConfig(
+            enabled=settings.fast_path,
+            burst=settings.burst,
+            ack_policy=settings.ack_policy,
+            delayed_ack=settings.delayed_ack_ms / 1e3,
+            verify_checksums=settings.verify_checksums,
+            poll_mode=settings.poll_mode,
+            sleep_max_ns=settings.sleep_max_us * 1000,
+        ),
+    )
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5} (the kernel's cpulist format)."""
     cpus: set[int] = set()

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from types import FrameType
 
 from dataplane.dpdk import Eal, EalConfig
-from dataplane.engine import Engine, EngineConfig
+from dataplane.engine import Engine, engine_config_from
 from dataplane.errors import DataplaneError
 from dataplane.stack.iface import Interface
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab, LabError
+from gateway.settings import Settings
 
 ECHO_PORT = 7
 PROBE = struct.Struct("!Q56x")  # 64 bytes: a send timestamp (ns) and padding
@@ -97,7 +98,7 @@ def run_demo(*, name: str, duration: float, hugepages: str) -> int:
             ip_to_int(lab.netmask),
             tcp_config=TcpConfig(time_wait=1.0),
         )
-        engine = Engine(iface, port=port, config=EngineConfig())
+        engine = Engine(iface, port=port, config=engine_config_from(Settings().engine))
         engine.start()
         echo = lab.popen(
             [sys.executable, "-c", ECHO_SERVER, lab.peer_ip, str(ECHO_PORT)],

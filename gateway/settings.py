@@ -57,6 +57,30 @@ class PortSettings(BaseModel):
     promiscuous: bool = False
 
 
+class EngineSettings(BaseModel):
+    """The dataplane engine thread and its C fast path (see dataplane/engine.py)."""
+
+    cpu: int | None = Field(
+        default=None, ge=0, description="pin the engine thread to this CPU (ideally isolated)"
+    )
+    sched_fifo_priority: int | None = Field(
+        default=None, ge=1, le=99, description="run the engine thread SCHED_FIFO at this priority"
+    )
+    poll_mode: Literal["adaptive", "busy"] = Field(
+        default="adaptive",
+        description="adaptive: back off to sleep when idle; busy: spin (a whole core)",
+    )
+    sleep_max_us: int = Field(default=1000, ge=1, le=100_000, description="back-off ceiling")
+    burst: int = Field(default=32, ge=1, le=64, description="frames per RX burst")
+    ack_policy: Literal["delayed", "every_second", "immediate"] = "delayed"
+    delayed_ack_ms: float = Field(default=40.0, ge=0, le=500)
+    fast_path: bool = Field(default=True, description="off: every segment through Python")
+    verify_checksums: bool = True
+    budget_us: int = Field(
+        default=2000, ge=10, le=1_000_000, description="longest C poll before Python runs"
+    )
+
+
 class LabSettings(BaseModel):
     name: str = Field(default="wsgw", pattern=r"^[a-z][a-z0-9]{0,9}$")
     subnet_index: int | None = Field(default=None, ge=1, le=254)
@@ -73,6 +97,7 @@ class Settings(BaseSettings):
     dpdk: DpdkSettings = Field(default_factory=DpdkSettings)
     port: PortSettings = Field(default_factory=PortSettings)
     lab: LabSettings = Field(default_factory=LabSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
     state_dir: Path = Path("/var/lib/wsgw")
     # These sections are defined below: the lambdas look them up when a default is made.
     api: ApiSettings = Field(default_factory=lambda: ApiSettings())  # noqa: PLW0108
