@@ -41,6 +41,7 @@ DEFAULT_MAX_TOPICS = 4096
 MIN_CAPACITY = 4096
 MAX_CAPACITY = 1 << 40
 TOPIC_NAME_MAX = _c.TOPIC_NAME_MAX
+MAX_BATCH = 65536
 #: Size of a record header; a message of n bytes takes (32 + n) rounded up to 8 in the ring.
 RECORD_HEADER = _c.REC_HDR
 #: Layout constants a tool or test may need to read a ring file by hand.
@@ -408,6 +409,9 @@ class RingReader:
         copy: bool,
         max_batch: int,
     ) -> None:
+        if not 1 <= max_batch <= MAX_BATCH:
+            _c.detach(handle)
+            raise ValueError(f"max_batch must be 1..{MAX_BATCH}, not {max_batch}")
         self._handle = handle
         self.path = path
         self.copy = copy
@@ -523,6 +527,8 @@ class RingReader:
         timeout: 0 returns at once, None waits for data (or until the ring closes or the
         reader is interrupted), a number waits that many seconds at most."""
         limit = self.max_batch if max is None or max > self.max_batch else max
+        if limit < 1:
+            raise ValueError(f"max must be at least 1, not {max}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
@@ -676,3 +682,33 @@ class RingReader:
     def __repr__(self) -> str:
         where = self.path or "fd"
         return f"<RingReader {where} next_seq={self.next_seq if self._finalizer.alive else '-'}>"
+
+
+# ---- benchmarks: loops that run entirely in C (so the figure is the ring's, not ctypes') ----
+def bench_c_write(writer: RingWriter, payload_len: int, count: int, batch: int = 32) -> int:
+    """Write count messages of payload_len bytes in batches; returns elapsed ns."""
+    rc = _c.bench_write(writer._live(), payload_len, count, batch)
+    if rc < 0:
+        raise _error(rc, "bench write")
+    return rc
+
+
+def bench_c_write_read(
+    writer: RingWriter, reader: RingReader, payload_len: int, count: int, batch: int = 32
+) -> int:
+    """Alternate a write batch and a read batch in this thread, checking order; elapsed ns."""
+    with reader._lock:
+        rc = _c.bench_rw(writer._live(), reader._live(), payload_len, count, batch)
+    if rc < 0:
+        raise _error(rc, "bench write+read")
+    return rc
+
+
+def bench_c_read(reader: RingReader, count: int, timeout: float) -> tuple[int, int, int, int]:
+    """Busy-poll until count messages were delivered or lost: (delivered, lost, payload
+    bytes, ns from the first message to the last)."""
+    with reader._lock:
+        rc, (delivered, lost, nbytes, ns) = _c.bench_read(reader._live(), count, int(timeout * 1e9))
+    if rc < 0 and rc != -errno.ETIMEDOUT:
+        raise _error(rc, "bench read")
+    return delivered, lost, nbytes, ns

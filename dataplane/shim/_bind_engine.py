@@ -62,11 +62,12 @@ class FlowStruct(ctypes.Structure):
         ("fast_bytes", ctypes.c_uint64),
         ("slow_segments", ctypes.c_uint64),
         ("acks_sent", ctypes.c_uint64),
+        ("first_rx_ns", ctypes.c_uint64),
         ("ack_len", ctypes.c_uint16),
         ("unacked_segments", ctypes.c_uint16),
         ("ack_template", ctypes.c_uint8 * 68),
         ("ring", ctypes.c_void_p),
-        ("_align_pad", ctypes.c_uint8 * 56),  # struct wsgw_flow is 64-byte aligned: 256 B
+        ("_align_pad", ctypes.c_uint8 * 48),  # struct wsgw_flow is 64-byte aligned: 256 B
     ]
 
 

@@ -20,8 +20,6 @@ from typing import Any
 
 from dataplane.shim._loader import load
 
-_u8p = ctypes.POINTER(ctypes.c_uint8)
-_u32p = ctypes.POINTER(ctypes.c_uint32)
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
 

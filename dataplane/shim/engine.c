@@ -24,6 +24,7 @@
 #define TOMBSTONE 0xffffffffu
 #define ENGINE_BURST_MAX 64
 #define DATA_BATCH (256u * 1024u) /* fast-path bytes gathered before a poll returns */
+#define DATA_DELAY_NS 20000u      /* ... or the age of the oldest of them */
 
 struct wsgw_engine {
     struct wsgw_engine_conf conf;
@@ -63,7 +64,8 @@ struct wsgw_engine {
     uint16_t txq_n;
 #endif
     int wake;
-    uint64_t manual_now;        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
+    uint64_t manual_now;
+    uint64_t first_data_ns;     /* RX time of the first fast-path byte in this poll */        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
     uint32_t idle_polls;
     uint64_t backoff_ns;
     struct wsgw_engine_stats st;
@@ -670,6 +672,10 @@ static int fast_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len, 
     memcpy(f->ring + pos, payload, first);
     memcpy(f->ring, payload + first, plen - first);
     f->ring_head += plen;
+    if (!f->delivered_since_sync)
+        f->first_rx_ns = now;
+    if (!e->first_data_ns)
+        e->first_data_ns = now;
     /* RFC 7323 section 4.3: TS.Recent from a segment at or before Last.ACK.sent. */
     if (f->ts_enabled && seq_diff(seq, f->last_ack_sent) <= 0)
         f->ts_recent = tsval;
@@ -776,6 +782,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     e->touched_count = 0;
     e->slow_count = 0;
     e->slow_used = 0;
+    e->first_data_ns = 0;
     e->st.polls++;
     uint64_t start = engine_now(e), now = start;
     uint32_t reason = 0;
@@ -800,7 +807,10 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             reason |= WSGW_POLL_SLOW;
         /* Data: hand it over once the RX queue is drained or enough has gathered, so
          * Python's per-batch cost is spread over many segments at full rate. */
-        if (e->touched_count && (n < e->conf.burst || e->st.fast_bytes - bytes_at_start >= DATA_BATCH))
+        now = engine_now(e);
+        if (e->touched_count &&
+            (n < e->conf.burst || e->st.fast_bytes - bytes_at_start >= DATA_BATCH ||
+             now - e->first_data_ns >= DATA_DELAY_NS))
             reason |= WSGW_POLL_DATA;
         if (!e->port && e->cap_count > CAPTURE_FRAMES / 2)
             reason |= WSGW_POLL_TX_FULL;
@@ -811,8 +821,12 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             reason |= WSGW_POLL_TIMER;
         if (now - start >= budget_ns)
             reason |= WSGW_POLL_BUDGET;
-        if (reason)
+        if (reason) {
+            /* Timers that came due while this iteration ran still fire before returning. */
+            run_ack_timers(e, now);
+            tx_flush(e);
             break;
+        }
         if (n == 0 && e->conf.sleep_max_ns && !e->manual_now &&
             e->idle_polls > e->conf.idle_polls_before_sleep) {
             /* Adaptive polling: sleep, doubling up to the ceiling, never past a deadline. */

@@ -64,7 +64,17 @@ struct wsgw_ring_ctl {
     _Atomic uint64_t tail_seq;              /* first sequence at or after tail_pos */
     _Atomic uint32_t topic_count;           /* highest registered topic id */
 };
+/* The offsets documented in wsgw_ring.h are the layout: pin them. */
+_Static_assert(offsetof(struct wsgw_ring_ctl, layout) == 8, "layout");
+_Static_assert(offsetof(struct wsgw_ring_ctl, capacity) == 16, "capacity");
+_Static_assert(offsetof(struct wsgw_ring_ctl, max_topics) == 28, "max_topics");
+_Static_assert(offsetof(struct wsgw_ring_ctl, instance) == 48, "instance");
+_Static_assert(offsetof(struct wsgw_ring_ctl, state) == 60, "state");
 _Static_assert(offsetof(struct wsgw_ring_ctl, version) == 64, "producer line at 64");
+_Static_assert(offsetof(struct wsgw_ring_ctl, write_pos) == 80, "write_pos");
+_Static_assert(offsetof(struct wsgw_ring_ctl, tail_seq) == 104, "tail_seq");
+_Static_assert(offsetof(struct wsgw_ring_ctl, topic_count) == 112, "topic_count");
+_Static_assert(offsetof(struct wsgw_ring_rec, seq) == 16, "record seq");
 _Static_assert(sizeof(struct wsgw_ring_ctl) <= WSGW_RING_PAGE, "ctl fits page 0");
 
 /* Page 1: the only words readers write. notify is the futex word: the writer bumps it and
@@ -692,6 +702,10 @@ static int open_ring(const char *path, int fd, int *rw)
     }
     if (f < 0) {
         int err = errno;
+        if (err == EISDIR) {
+            wsgw_set_error("%s is a directory, not a wsgw ring", path);
+            return -EBADMSG;
+        }
         if (err == ENOENT)
             wsgw_set_error("no ring at %s", path);
         else

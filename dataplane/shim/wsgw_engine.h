@@ -92,6 +92,7 @@ struct wsgw_flow {
     uint64_t fast_bytes;
     uint64_t slow_segments;
     uint64_t acks_sent;
+    uint64_t first_rx_ns;        /* RX time of the oldest byte Python has not synced yet */
     /* ACK template: Ethernet + IPv4 + TCP (+ NOP NOP TS), built by Python; C fills in seq,
      * ack, window, timestamps and the TCP checksum. */
     uint16_t ack_len;            /* 54 or 66 */

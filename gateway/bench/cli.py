@@ -15,6 +15,13 @@ from gateway.bench import core
 def _load_scenarios() -> None:
     # Importing registers them.
     from gateway.bench import micro, stream  # noqa: F401
+    from gateway.bench.core import scenario
+    from gateway.bench.ring import bench_ring
+
+    if "ring" not in core.SCENARIOS:
+        scenario("ring", "shared-memory message ring: write+read ns/op, msg/s, in/cross-process")(
+            bench_ring
+        )
 
 
 def bench(

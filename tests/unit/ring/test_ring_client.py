@@ -1,0 +1,167 @@
+"""The consumer client over the ring: attach by gateway/name/URL, topic filters, zero-copy or
+bytes, sync and asyncio iteration, gaps as events or errors, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from ring_helpers import leftovers, shm_name
+
+from dataplane.ring import RingNotFoundError, RingWriter, ring_name
+from gateway.client import Client, Gap, MessagesLostError, RingMessage
+
+
+@pytest.fixture
+def name() -> Iterator[str]:
+    with shm_name("client") as n:
+        yield n
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    assert leftovers() == []
+
+
+def test_attach_by_gateway_name_and_url() -> None:
+    gateway = f"test{os.getpid()}"
+    name = ring_name(gateway, "md")
+    try:
+        with RingWriter.create(name, 1 << 16) as w:
+            openers: list[Callable[[], Client]] = [
+                lambda: Client.attach("md", gateway=gateway),
+                lambda: Client.attach(name),
+                lambda: Client.attach(f"/dev/shm/{name}"),
+                lambda: Client.connect(f"shm://{gateway}/md"),
+            ]
+            for open_client in openers:
+                with open_client() as client:
+                    w.write(1, 0, b"hi")
+                    (msg,) = client.read()
+                    assert isinstance(msg, RingMessage) and bytes(msg.payload) == b"hi"
+    finally:
+        Path("/dev/shm", name).unlink(missing_ok=True)
+    with pytest.raises(RingNotFoundError):
+        Client.attach("md", gateway="no-such-gateway")
+    with pytest.raises(NotImplementedError, match="WebSocket"):
+        Client.connect("ws://127.0.0.1:8000/v1/stream")
+    with pytest.raises(ValueError, match="unsupported"):
+        Client.connect("http://x")
+    with pytest.raises(ValueError, match="on_gap"):
+        Client(None, on_gap="ignore")  # type: ignore[arg-type]
+
+
+def test_sync_iteration_filters_and_ends_when_the_gateway_closes(name: str) -> None:
+    w = RingWriter.create(name, 1 << 16)
+    a, b = w.register_topic("bn:btc"), w.register_topic("kr:btc")
+    client = Client.attach(name, topics=["bn:*"], copy=True)
+
+    def produce() -> None:
+        for i in range(50):
+            w.write_batch([(1, a, b"a%d" % i), (1, b, b"b%d" % i)])
+            time.sleep(0.001)
+        w.close()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    got = list(client)
+    thread.join()
+    assert [m.payload for m in got if isinstance(m, RingMessage)] == [b"a%d" % i for i in range(50)]
+    assert all(isinstance(m, RingMessage) and m.topic == "bn:btc" for m in got)
+    assert client.source.ended
+    client.close()
+    assert client.closed
+
+
+def test_messages_with_idle_timeout(name: str) -> None:
+    with RingWriter.create(name, 1 << 16) as w, Client.attach(name) as client:
+        w.write(1, 0, b"x")
+        t0 = time.monotonic()
+        got = list(client.messages(idle_timeout=0.2))
+        assert len(got) == 1
+        assert 0.2 <= time.monotonic() - t0 < 0.2 + 0.5
+
+
+def test_gaps_as_events_or_errors(name: str) -> None:
+    with (
+        RingWriter.create(name, 1 << 12) as w,
+        Client.attach(name) as events,
+        Client.attach(name, on_gap="raise") as strict,
+    ):
+        w.write_batch([(1, 0, bytes(100))] * 100)
+        first = events.read()
+        assert isinstance(first[0], Gap) and first[0].lost > 0
+        with pytest.raises(MessagesLostError, match=r"lost \d+ messages") as info:
+            strict.read()
+        assert info.value.gap == first[0]
+        # the messages that came with the gap are the next read
+        after = strict.read()
+        assert [m.seq for m in after if isinstance(m, RingMessage)] == [
+            m.seq for m in first[1:] if isinstance(m, RingMessage)
+        ]
+
+
+def test_async_iteration(name: str) -> None:
+    async def main() -> list[bytes]:
+        w = RingWriter.create(name, 1 << 16)
+
+        async def produce() -> None:
+            for i in range(20):
+                w.write(1, 0, b"%d" % i)
+                await asyncio.sleep(0.002)
+            w.close()
+
+        got: list[bytes] = []
+        async with Client.attach(name, copy=True) as client:
+            task = asyncio.create_task(produce())
+            async for event in client:
+                assert isinstance(event, RingMessage)
+                got.append(bytes(event.payload))
+            await task
+        return got
+
+    assert asyncio.run(main()) == [b"%d" % i for i in range(20)]
+
+
+def test_async_read_timeout_and_cancellation(name: str) -> None:
+    async def main() -> None:
+        with RingWriter.create(name, 1 << 16) as w:
+            async with Client.attach(name) as client:
+                t0 = time.monotonic()
+                assert await client.aread(timeout=0.1) == []
+                assert 0.09 <= time.monotonic() - t0 < 1.0
+                # a cancelled read interrupts the waiting thread promptly
+                task = asyncio.create_task(client.aread())
+                await asyncio.sleep(0.05)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                # and the client still works afterwards
+                w.write(1, 0, b"after")
+                t0 = time.monotonic()
+                events = await client.aread(timeout=5.0)
+                assert [bytes(m.payload) for m in events if isinstance(m, RingMessage)] == [
+                    b"after"
+                ]
+                assert time.monotonic() - t0 < 1.0
+                # the event loop was never blocked: other tasks ran meanwhile
+                ticks = 0
+
+                async def tick() -> None:
+                    nonlocal ticks
+                    while True:
+                        ticks += 1
+                        await asyncio.sleep(0.01)
+
+                ticker = asyncio.create_task(tick())
+                assert await client.aread(timeout=0.2) == []
+                ticker.cancel()
+                assert ticks >= 5
+
+    asyncio.run(main())
