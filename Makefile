@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql
+APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc
 STAMPS := .make
 PYTEST_ARGS ?=
 
@@ -47,7 +47,7 @@ $(STAMPS)/venv: pyproject.toml setup.py | $(STAMPS)/apt
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv && $(PYTHON) -m venv $(VENV); }; \
 	fi
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	@touch $@
 
 # Rebuild the shim whenever a C source changed (the loader refuses a stale library).

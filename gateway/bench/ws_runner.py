@@ -1,0 +1,668 @@
+"""One WebSocket client contender running one benchmark test, as the `connect`, `rtt` and
+`ingest` scenarios (gateway/bench/ws_scenarios.py) need it.
+
+    python -m gateway.bench.ws_runner --contender picows --test rtt \\
+        --url ws://198.19.7.1:7300 --params '{"count": 1000, "warmup": 100, "sizes": [64]}'
+
+prints one JSON line: {"ok": true, "contender": ..., "version": ..., "results": {...}}, or
+{"ok": false, "skip": why} when the library is missing, or {"ok": false, "error": why}.
+The scenarios start it inside the lab's kernel-client namespace, so every kernel-side
+contender meets the same peer (bench/peer/wspeer.c) over the same veth pair; the DPDK
+contender runs in the scenario's own process through the same `run_test`.
+
+Each library is used the way its documentation shows: picows through its listener
+callbacks (its API has no awaitable receive), the others through `await recv()`. Every
+message is checked: an echo must equal what was sent, a flood must bring sequence numbers
+0..N-1 in order (a gap, a duplicate or a wrong length is counted and reported).
+
+Tests:
+  tcp      TCP connect time of a plain kernel socket (`loop.sock_connect`)
+  connect  WebSocket open time: TCP connect + HTTP upgrade, until the library says open
+  rtt      echo round trips of each size: p50, p99, p99.9 after a warm-up
+  ingest   a flood of N messages of each size: messages/s and process CPU per message
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import importlib.metadata
+import inspect
+import json
+import math
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+CONTENDERS = ("picows", "aiohttp", "websockets", "wsgw-kernel", "tcp")
+TESTS = ("tcp", "connect", "rtt", "ingest")
+
+
+class ContenderUnavailable(RuntimeError):
+    """The contender's library is missing: the contender is skipped with this note."""
+
+
+def percentile(sorted_values: list[int], fraction: float) -> int:
+    """Nearest-rank percentile of already sorted values (0 for none)."""
+    if not sorted_values:
+        return 0
+    rank = max(1, math.ceil(fraction * len(sorted_values) - 1e-9))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def summary(values: list[int]) -> dict[str, int]:
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": percentile(ordered, 0.50),
+        "p99": percentile(ordered, 0.99),
+        "p999": percentile(ordered, 0.999),
+        "max": ordered[-1] if ordered else 0,
+    }
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message (at file:line)`, the line where it was raised: an assert says little
+    on its own."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def flood_path(count: int, size: int) -> str:
+    return f"/flood/{count}/{size}/binary"
+
+
+@dataclass
+class IngestCheck:
+    """What a flood brought: counts, and the first/last message times."""
+
+    size: int
+    expected: int
+    received: int = 0
+    gaps: int = 0  # messages missing (seq jumped forward)
+    duplicates: int = 0  # messages seen again (seq went back)
+    bad_length: int = 0
+    next_seq: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    first_cpu: float = 0.0
+    last_cpu: float = 0.0
+
+    def message(self, data: bytes | bytearray | memoryview) -> None:
+        if self.received == 0:
+            self.first_ns = time.perf_counter_ns()
+            self.first_cpu = time.process_time()
+        self.received += 1
+        if len(data) != self.size:
+            self.bad_length += 1
+        seq = int.from_bytes(data[:8], "big")
+        if seq != self.next_seq:
+            if seq > self.next_seq:
+                self.gaps += seq - self.next_seq
+            else:
+                self.duplicates += 1
+        self.next_seq = max(self.next_seq, seq + 1)
+        if self.received == self.expected:
+            self.last_ns = time.perf_counter_ns()
+            self.last_cpu = time.process_time()
+
+    def result(self) -> dict[str, Any]:
+        if self.received and self.received != self.expected:
+            self.last_ns = self.last_ns or time.perf_counter_ns()
+            self.last_cpu = self.last_cpu or time.process_time()
+        seconds = (self.last_ns - self.first_ns) / 1e9
+        intervals = max(self.received - 1, 0)
+        return {
+            "expected": self.expected,
+            "received": self.received,
+            "gaps": self.gaps + max(self.expected - self.next_seq, 0),
+            "duplicates": self.duplicates,
+            "bad_length": self.bad_length,
+            "seconds": seconds,
+            "msg_per_s": intervals / seconds if seconds > 0 else 0.0,
+            "cpu_per_msg_ns": (self.last_cpu - self.first_cpu) / intervals * 1e9
+            if intervals
+            else 0.0,
+            "ok": self.received == self.expected
+            and not (self.gaps or self.duplicates or self.bad_length),
+        }
+
+
+def rtt_payload(seq: int, size: int) -> bytes:
+    return seq.to_bytes(8, "big") + b"r" * (size - 8)
+
+
+# ---- the contenders -----------------------------------------------------------------------
+class Adapter(Protocol):
+    name: str
+
+    def version(self) -> str: ...
+
+    async def open_close(self, url: str) -> int: ...
+
+    async def rtt(self, url: str, size: int, count: int, warmup: int) -> dict[str, Any]: ...
+
+    async def ingest(self, url: str, size: int, count: int) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Connection(Protocol):
+    """What the await-style adapters need of an open WebSocket."""
+
+    async def send(self, data: bytes) -> None: ...
+
+    async def recv(self) -> bytes | None: ...  # None once the server closed
+
+    async def close(self) -> None: ...
+
+
+def _dist(name: str) -> str:
+    try:
+        return f"{name} {importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        return name
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ContenderUnavailable(
+            f"{module} is not installed (pip install 'wsgw[bench]'): {exc}"
+        ) from exc
+
+
+class AwaitAdapter:
+    """A library with `await send()` / `await recv()`: one loop body for all of them."""
+
+    def __init__(self, name: str, version: str, opener: Callable[[str], Awaitable[Connection]]):
+        self.name = name
+        self._version = version
+        self._open = opener
+
+    def version(self) -> str:
+        return self._version
+
+    async def open_close(self, url: str) -> int:
+        start = time.perf_counter_ns()
+        conn = await self._open(url)
+        elapsed = time.perf_counter_ns() - start
+        await conn.close()
+        return elapsed
+
+    async def rtt(self, url: str, size: int, count: int, warmup: int) -> dict[str, Any]:
+        conn = await self._open(url)
+        samples: list[int] = []
+        mismatches = 0
+        try:
+            for seq in range(warmup + count):
+                payload = rtt_payload(seq, size)
+                start = time.perf_counter_ns()
+                await conn.send(payload)
+                echo = await conn.recv()
+                elapsed = time.perf_counter_ns() - start
+                if echo != payload:
+                    mismatches += 1
+                    if echo is None:
+                        break
+                if seq >= warmup:
+                    samples.append(elapsed)
+        finally:
+            await conn.close()
+        return {**summary(samples), "mismatches": mismatches}
+
+    async def ingest(self, url: str, size: int, count: int) -> dict[str, Any]:
+        check = IngestCheck(size, count)
+        conn = await self._open(url + flood_path(count, size))
+        try:
+            while (data := await conn.recv()) is not None:
+                check.message(data)
+        finally:
+            await conn.close()
+        return check.result()
+
+    async def aclose(self) -> None:
+        return None
+
+
+# -- websockets (the asyncio implementation) --
+class _WebsocketsConn:
+    def __init__(self, ws: Any, closed_ok: type[BaseException]) -> None:
+        self._ws = ws
+        self._closed_ok = closed_ok
+
+    async def send(self, data: bytes) -> None:
+        await self._ws.send(data)
+
+    async def recv(self) -> bytes | None:
+        try:
+            data = await self._ws.recv()
+        except self._closed_ok:
+            return None
+        return data if isinstance(data, bytes) else data.encode()
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+def websockets_adapter() -> AwaitAdapter:
+    client = _require("websockets.asyncio.client")
+    exceptions = _require("websockets.exceptions")
+
+    async def opener(url: str) -> Connection:
+        ws = await client.connect(
+            url, compression=None, max_size=None, ping_interval=None, proxy=None
+        )
+        return _WebsocketsConn(ws, exceptions.ConnectionClosedOK)
+
+    return AwaitAdapter("websockets", _dist("websockets"), opener)
+
+
+# -- aiohttp --
+class _AiohttpConn:
+    def __init__(self, ws: Any, aiohttp: Any) -> None:
+        self._ws = ws
+        self._types = aiohttp.WSMsgType
+
+    async def send(self, data: bytes) -> None:
+        await self._ws.send_bytes(data)
+
+    async def recv(self) -> bytes | None:
+        msg = await self._ws.receive()
+        if msg.type == self._types.BINARY:
+            return bytes(msg.data)
+        if msg.type == self._types.TEXT:
+            return str(msg.data).encode()
+        if msg.type == self._types.ERROR:
+            raise RuntimeError(f"aiohttp: {msg.data!r}")
+        return None  # CLOSE, CLOSING, CLOSED
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+class AiohttpAdapter(AwaitAdapter):
+    def __init__(self) -> None:
+        self._aiohttp = _require("aiohttp")
+        self._session: Any = None
+        super().__init__("aiohttp", _dist("aiohttp"), self._opener)
+
+    async def _opener(self, url: str) -> Connection:
+        if self._session is None:  # one session, as an application keeps it
+            self._session = self._aiohttp.ClientSession()
+        ws = await self._session.ws_connect(url, compress=0, max_msg_size=0, autoping=True)
+        return _AiohttpConn(ws, self._aiohttp)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+
+# -- the wsgw transports (kernel here; the DPDK one from the scenario's process) --
+class _WsgwConn:
+    def __init__(self, ws: Any, closed_ok: type[BaseException]) -> None:
+        self._ws = ws
+        self._closed_ok = closed_ok
+
+    async def send(self, data: bytes) -> None:
+        await self._ws.send(data)
+
+    async def recv(self) -> bytes | None:
+        try:
+            message = await self._ws.recv()
+        except self._closed_ok:
+            return None
+        return bytes(message.data)
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+
+ConnectFn = Callable[[str], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class WsgwContender:
+    """One of wsgw's own clients, as the hook finds it."""
+
+    name: str  # "wsgw kernel", "wsgw DPDK"
+    transport: str  # "kernel" | "dpdk"
+    connect: ConnectFn | None  # async (url) -> an open WebSocketConnection; None: skipped
+    note: str
+    available: bool  # the code is there (the DPDK one still needs an engine to connect)
+
+
+def _call_with(fn: Callable[..., Any], url: str, offered: dict[str, Any]) -> Any:
+    """fn(url, **the offered keywords its signature takes); refuse unknown required ones."""
+    params = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in offered.items() if k in params}
+    missing = [
+        name
+        for name, p in list(params.items())[1:]
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and name not in kwargs
+    ]
+    if missing:
+        raise TypeError(f"{fn.__qualname__} needs {missing}, which the benchmark cannot give")
+    return fn(url, **kwargs)
+
+
+def _load(module: str, attr: str) -> tuple[Any, str]:
+    """(module.attr, "") or (None, why not): code another engineer is still writing may
+    be missing, half-written or broken, and its contender is then skipped, not fatal."""
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None, f"{module} is not written yet"
+        return None, f"{module} does not import ({exc})"
+    except Exception as exc:
+        return None, f"{module} does not import ({describe(exc)})"
+    found = getattr(loaded, attr, None)
+    if found is None:
+        return None, f"{module} has no {attr}"
+    return found, ""
+
+
+def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
+    """The hook for wsgw's own WebSocket clients: `dataplane.transports.kernel` (an OS
+    socket) and `dataplane.transports.dpdk` (the user-space stack), each as an async
+    connect function, or skipped with a note when its code is missing.
+
+    The DPDK transport is expected to export `connect_dpdk(url, ...)` returning an open
+    `WebSocketConnection` (like `connect_kernel`); its keywords are matched by name to
+    what the benchmark has: `engine` (a running `dataplane.engine.Engine`), `interface`,
+    `port`, and `deflate=False`. Pass `engine` to get a usable connect function for it.
+    """
+    found: list[WsgwContender] = []
+    closed_ok, note = _load("dataplane.ws.errors", "ConnectionClosedOK")
+    connect_kernel, kernel_note = _load("dataplane.transports.kernel", "connect_kernel")
+    if connect_kernel is not None and closed_ok is not None:
+
+        async def kernel_connect(url: str) -> Any:
+            return _WsgwConn(await connect_kernel(url, deflate=False), closed_ok)
+
+        found.append(WsgwContender("wsgw kernel", "kernel", kernel_connect, "", True))
+    else:
+        found.append(
+            WsgwContender("wsgw kernel", "kernel", None, f"skipped: {kernel_note or note}", False)
+        )
+    connect_dpdk, dpdk_note = _load("dataplane.transports.dpdk", "connect_dpdk")
+    if connect_dpdk is None or closed_ok is None:
+        found.append(
+            WsgwContender("wsgw DPDK", "dpdk", None, f"skipped: {dpdk_note or note}", False)
+        )
+        return found
+    if engine is None:
+        found.append(WsgwContender("wsgw DPDK", "dpdk", None, "needs a DPDK engine", True))
+        return found
+    offered = {
+        "engine": engine,
+        "interface": getattr(engine, "interface", None),
+        "port": getattr(engine, "port", None),
+        "deflate": False,
+    }
+
+    async def dpdk_connect(url: str) -> Any:
+        opened = _call_with(connect_dpdk, url, offered)
+        return _WsgwConn(await opened, closed_ok)
+
+    found.append(WsgwContender("wsgw DPDK", "dpdk", dpdk_connect, "", True))
+    return found
+
+
+def wsgw_adapter(contender: WsgwContender) -> AwaitAdapter:
+    if contender.connect is None:
+        raise ContenderUnavailable(contender.note)
+    version = _dist("wsgw") + f" ({contender.transport} transport)"
+    return AwaitAdapter(contender.name, version, contender.connect)
+
+
+# -- picows: callbacks, as its API is meant to be used --
+class PicowsAdapter:
+    """picows hands each frame to `WSListener.on_ws_frame`; the round trips are driven
+    from that callback (send the next message when the echo arrives), the flood is
+    checked there, and a future says when the test is over."""
+
+    name = "picows"
+
+    def __init__(self) -> None:
+        self._picows = _require("picows")
+
+    def version(self) -> str:
+        return _dist("picows")
+
+    def _listener(self, on_data: Callable[[Any, Any], None]) -> Any:
+        """A listener calling on_data(transport, frame) for binary frames; `.done` is
+        set once the connection is gone. A close frame is answered, then TCP dropped."""
+        picows = self._picows
+        binary, close = picows.WSMsgType.BINARY, picows.WSMsgType.CLOSE
+
+        class Listener(picows.WSListener):  # type: ignore[misc, name-defined]
+            def __init__(self) -> None:
+                super().__init__()
+                self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def on_ws_frame(self, transport: Any, frame: Any) -> None:
+                kind = frame.msg_type
+                if kind == binary:
+                    on_data(transport, frame)
+                elif kind == close:
+                    if not transport.is_close_frame_sent:
+                        transport.send_close(picows.WSCloseCode.OK)
+                    transport.disconnect()
+
+            def on_ws_disconnected(self, transport: Any) -> None:
+                self.finish()
+
+            def finish(self) -> None:
+                if not self.done.done():
+                    self.done.set_result(None)
+
+        return Listener()
+
+    async def _connect(self, url: str, listener: Any) -> Any:
+        transport, _ = await self._picows.ws_connect(
+            lambda: listener, url, websocket_handshake_timeout=10, max_frame_size=1 << 30
+        )
+        return transport
+
+    async def _close(self, transport: Any) -> None:
+        if not transport.is_close_frame_sent:
+            transport.send_close(self._picows.WSCloseCode.OK)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await transport.wait_disconnected()
+        transport.disconnect(graceful=False)
+
+    async def open_close(self, url: str) -> int:
+        listener = self._listener(lambda transport, frame: None)
+        start = time.perf_counter_ns()
+        transport = await self._connect(url, listener)
+        elapsed = time.perf_counter_ns() - start
+        await self._close(transport)
+        return elapsed
+
+    async def rtt(self, url: str, size: int, count: int, warmup: int) -> dict[str, Any]:
+        binary = self._picows.WSMsgType.BINARY
+        total = warmup + count
+        state: dict[str, Any] = {"seq": 0, "payload": b"", "sent_at": 0, "mismatches": 0}
+        samples: list[int] = []
+
+        def fire(transport: Any) -> None:
+            state["payload"] = rtt_payload(state["seq"], size)
+            state["sent_at"] = time.perf_counter_ns()
+            transport.send(binary, state["payload"])
+
+        def on_echo(transport: Any, frame: Any) -> None:
+            elapsed = time.perf_counter_ns() - state["sent_at"]
+            if frame.get_payload_as_bytes() != state["payload"]:
+                state["mismatches"] += 1
+            if state["seq"] >= warmup:
+                samples.append(elapsed)
+            state["seq"] += 1
+            if state["seq"] < total:
+                fire(transport)
+            else:
+                listener.finish()
+
+        listener = self._listener(on_echo)
+        transport = await self._connect(url, listener)
+        try:
+            fire(transport)
+            async with asyncio.timeout(600):
+                await listener.done
+        finally:
+            await self._close(transport)
+        lost = total - state["seq"]
+        return {**summary(samples), "mismatches": state["mismatches"] + lost}
+
+    async def ingest(self, url: str, size: int, count: int) -> dict[str, Any]:
+        check = IngestCheck(size, count)
+        message = check.message
+        listener = self._listener(
+            lambda transport, frame: message(frame.get_payload_as_memoryview())
+        )
+        transport = await self._connect(url + flood_path(count, size), listener)
+        try:
+            async with asyncio.timeout(600):
+                await listener.done
+        finally:
+            await self._close(transport)
+        return check.result()
+
+    async def aclose(self) -> None:
+        return None
+
+
+# -- a plain kernel TCP connect: what every kernel-side library pays before its upgrade --
+class TcpAdapter:
+    name = "tcp"
+
+    def version(self) -> str:
+        return "kernel socket"
+
+    async def open_close(self, url: str) -> int:
+        parts = urlsplit(url)
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            start = time.perf_counter_ns()
+            await loop.sock_connect(sock, (parts.hostname, parts.port or 80))
+            return time.perf_counter_ns() - start
+        finally:
+            sock.close()
+
+    async def rtt(self, url: str, size: int, count: int, warmup: int) -> dict[str, Any]:
+        raise ContenderUnavailable("tcp measures connect only")
+
+    async def ingest(self, url: str, size: int, count: int) -> dict[str, Any]:
+        raise ContenderUnavailable("tcp measures connect only")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def make_adapter(contender: str) -> Adapter:
+    if contender == "picows":
+        return PicowsAdapter()
+    if contender == "aiohttp":
+        return AiohttpAdapter()
+    if contender == "websockets":
+        return websockets_adapter()
+    if contender == "tcp":
+        return TcpAdapter()
+    if contender == "wsgw-kernel":
+        kernel = next(c for c in wsgw_contenders() if c.transport == "kernel")
+        return wsgw_adapter(kernel)
+    raise ValueError(f"unknown contender {contender!r} (known: {', '.join(CONTENDERS)})")
+
+
+# ---- the tests ---------------------------------------------------------------------------
+async def run_test(adapter: Adapter, test: str, url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run one test; the result dict is what the runner prints under "results"."""
+    try:
+        if test in ("tcp", "connect"):
+            count, warmup = int(params.get("count", 20)), int(params.get("warmup", 3))
+            samples = []
+            for i in range(warmup + count):
+                elapsed = await adapter.open_close(url)
+                if i >= warmup:
+                    samples.append(elapsed)
+            return {"open_ns": summary(samples)}
+        if test == "rtt":
+            count, warmup = int(params.get("count", 1000)), int(params.get("warmup", 100))
+            return {
+                str(size): await adapter.rtt(url, int(size), count, warmup)
+                for size in params.get("sizes", [64])
+            }
+        if test == "ingest":
+            count = int(params.get("count", 10000))
+            return {
+                str(size): await adapter.ingest(url, int(size), count)
+                for size in params.get("sizes", [100])
+            }
+        raise ValueError(f"unknown test {test!r} (known: {', '.join(TESTS)})")
+    finally:
+        await adapter.aclose()
+
+
+def run_loop(main: Awaitable[dict[str, Any]], loop: str) -> tuple[dict[str, Any], str]:
+    """Run on uvloop (the default, when installed) or asyncio; returns (result, loop used)."""
+    if loop == "uvloop":
+        try:
+            uvloop = importlib.import_module("uvloop")
+        except ImportError:
+            loop = "asyncio"
+        else:
+
+            async def wrapped() -> dict[str, Any]:
+                return await main
+
+            return uvloop.run(wrapped()), _dist("uvloop")
+
+    async def plain() -> dict[str, Any]:
+        return await main
+
+    return asyncio.run(plain()), "asyncio"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contender", required=True, choices=CONTENDERS)
+    parser.add_argument("--test", required=True, choices=TESTS)
+    parser.add_argument("--url", required=True, help="ws://host:port (no path)")
+    parser.add_argument("--params", default="{}", help="JSON: count, warmup, sizes")
+    parser.add_argument("--loop", default="uvloop", choices=("uvloop", "asyncio"))
+    args = parser.parse_args(argv)
+    out: dict[str, Any] = {"contender": args.contender, "test": args.test}
+    try:
+        adapter = make_adapter(args.contender)
+        out["version"] = adapter.version()
+        results, loop = run_loop(
+            run_test(adapter, args.test, args.url, json.loads(args.params)), args.loop
+        )
+        out.update(ok=True, results=results, loop=loop)
+    except ContenderUnavailable as exc:
+        out.update(ok=False, skip=str(exc))
+    except Exception as exc:
+        out.update(ok=False, error=describe(exc))
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+"""`connect`, `rtt`, `ingest`: WebSocket clients against one C peer (bench/peer/wspeer.c).
+
+The peer runs in the lab namespace and answers on both of its veth ends. Contenders:
+- picows (the reference: the fastest kernel-side Python client), aiohttp, websockets,
+  each on uvloop, each in a fresh process (gateway/bench/ws_runner.py) in the lab's
+  kernel-client namespace, over a veth pair with the same offloads off;
+- wsgw's own clients through the `wsgw_contenders()` hook: the kernel transport
+  (`dataplane.transports.kernel`, run like the libraries) and the DPDK transport
+  (`dataplane.transports.dpdk`, run in this process on the lab's DPDK port); one whose
+  code is missing is skipped with a note;
+- for `connect` only: a plain kernel TCP connect, and the TCP connect of wsgw's own stack
+  on the DPDK engine, so the upgrade's share of the open time shows.
+Contenders alternate within each repetition; every echo and every flood sequence number is
+checked, and a contender whose data does not check out gets a note instead of a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+from gateway.bench.peers import REPO, WsPeer
+from gateway.bench.ws_runner import (
+    Adapter,
+    ContenderUnavailable,
+    WsgwContender,
+    describe,
+    run_loop,
+    run_test,
+    wsgw_adapter,
+    wsgw_contenders,
+)
+from gateway.lab import Lab
+
+__all__ = ["connect", "ingest", "rtt", "wsgw_contenders"]
+
+REFERENCE = "picows"
+LIBRARIES = ("picows", "aiohttp", "websockets")
+KERNEL_TCP = "kernel socket"
+STACK_TCP = "wsgw stack (DPDK)"
+RTT_SIZES = (64, 1024)
+INGEST_SIZES = (100, 1024)
+PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"))
+
+
+def size_label(size: int) -> str:
+    return f"{size // 1024} KiB" if size % 1024 == 0 else f"{size} B"
+
+
+def params(test: str, options: BenchOptions) -> dict[str, Any]:
+    """How much each run does: `--quick` keeps a scenario to a few seconds."""
+    quick = options.quick
+    if test in ("connect", "tcp"):
+        return {"count": 20 if quick else 200, "warmup": 3 if quick else 10}
+    if test == "rtt":
+        return {
+            "count": 300 if quick else 10_000,
+            "warmup": 50 if quick else 500,
+            "sizes": list(RTT_SIZES),
+        }
+    if test == "ingest":
+        return {"count": 20_000 if quick else 200_000, "sizes": list(INGEST_SIZES)}
+    raise ValueError(test)
+
+
+@dataclass
+class Contender:
+    name: str
+    runner: str | None = None  # ws_runner contender, run in the kernel-client namespace
+    transport: str = "kernel"  # kernel | dpdk | stack (the DPDK engine's TCP, no WebSocket)
+    skip: str = ""  # why it cannot run (it then keeps a note and no sample)
+    loop: str = "uvloop"  # what the next run asks for: uvloop | asyncio
+    loop_used: str = ""  # what the last run had, with its version
+    version: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- where the contenders run ------------------------------------------------------------
+def run_in_client_ns(
+    lab: Lab, runner: str, test: str, url: str, run_params: dict[str, Any], loop: str
+) -> dict[str, Any]:
+    """One ws_runner process in the lab's kernel-client namespace; its JSON answer."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway.bench.ws_runner",
+        "--contender",
+        runner,
+        "--test",
+        test,
+        "--url",
+        url,
+        "--params",
+        json.dumps(run_params),
+        "--loop",
+        loop,
+    ]
+    proc = lab.client_popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env
+    )
+    timeout = 600
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"ok": False, "error": f"no answer within {timeout} s"}
+    for line in reversed(out.splitlines()):
+        try:
+            answer = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(answer, dict):
+            return answer
+    tail = " | ".join(err.strip().splitlines()[-3:])
+    return {"ok": False, "error": f"runner exited {proc.returncode}: {tail}"}
+
+
+class DpdkSide:
+    """This process's DPDK port on the lab, the engine on it, and wsgw's DPDK client."""
+
+    def __init__(self, lab: Lab) -> None:
+        from dataplane.dpdk import Eal, EalConfig
+        from dataplane.engine import Engine, EngineConfig
+        from dataplane.fastpath import FastPathConfig
+        from dataplane.stack.iface import Interface
+        from dataplane.stack.tcp import TcpConfig
+        from dataplane.wire.addr import ip_to_int
+
+        self.lab = lab
+        eal = Eal.init(EalConfig())
+        self.port = eal.open_port(lab.vdev)
+        try:
+            iface = Interface(
+                self.port.mac,
+                ip_to_int(lab.gw_ip),
+                ip_to_int(lab.netmask),
+                tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2),
+            )
+            self.engine = Engine(
+                iface, port=self.port, config=EngineConfig(fastpath=FastPathConfig())
+            )
+            self.engine.start()
+        except BaseException:
+            self.port.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.engine.close()
+        finally:
+            self.port.close()
+
+    def tcp_connects(self, port: int, count: int, warmup: int) -> dict[str, Any]:
+        """TCP connect times of the stack (SYN out to ESTABLISHED), on the engine thread."""
+        from dataplane.stack.tcp import TcpState
+        from dataplane.wire.addr import ip_to_int
+        from gateway.bench.ws_runner import summary
+
+        engine = self.engine
+        remote = ip_to_int(self.lab.peer_ip)
+        probe: dict[str, Any] = {}
+        done = threading.Event()
+
+        def begin() -> None:
+            probe.clear()
+            probe["t0"] = time.perf_counter_ns()
+            probe["sock"] = engine.interface.connect(remote, port, time.monotonic())
+
+        def watch(now: float) -> None:
+            sock = probe.get("sock")
+            if sock is None or done.is_set():
+                return
+            if sock.state is TcpState.ESTABLISHED:
+                probe["elapsed"] = time.perf_counter_ns() - probe["t0"]
+                sock.close()
+                done.set()
+            elif sock.error is not None or sock.state is TcpState.CLOSED:
+                probe["error"] = str(sock.error or "closed before ESTABLISHED")
+                done.set()
+
+        engine.call(lambda: engine.services.append(watch)).result(5)
+        samples: list[int] = []
+        try:
+            for i in range(warmup + count):
+                done.clear()
+                engine.call(begin).result(5)
+                if not done.wait(5):
+                    raise RuntimeError("the stack's TCP connect took over 5 s")
+                if "error" in probe:
+                    raise RuntimeError(f"the stack's TCP connect failed: {probe['error']}")
+                if i >= warmup:
+                    samples.append(int(probe["elapsed"]))
+        finally:
+            engine.call(lambda: engine.services.remove(watch)).result(5)
+        return {"open_ns": summary(samples)}
+
+
+@contextmanager
+def _session(
+    options: BenchOptions, contenders: list[Contender]
+) -> Iterator[tuple[Lab, WsPeer, DpdkSide | None]]:
+    """The lab, the peer in it, and the DPDK side when a contender needs it (else a note)."""
+    lab = Lab(options.lab_name, kernel_client=True)
+    lab.down()
+    lab.up()
+    peer: WsPeer | None = None
+    dpdk: DpdkSide | None = None
+    try:
+        peer = WsPeer.start(lab)
+        wants_dpdk = [c for c in contenders if c.transport in ("dpdk", "stack") and not c.skip]
+        if wants_dpdk:
+            try:
+                dpdk = DpdkSide(lab)
+            except Exception as exc:
+                for c in wants_dpdk:
+                    c.skip = f"skipped: no DPDK port ({type(exc).__name__}: {exc})"
+        yield lab, peer, dpdk
+    finally:
+        try:
+            if dpdk is not None:
+                dpdk.close()
+        finally:
+            if peer is not None:
+                peer.stop()
+            lab.down()
+
+
+def _contenders(test: str) -> list[Contender]:
+    """Every contender of a test, in table order; missing ones carry their skip note."""
+    import importlib.util
+
+    out: list[Contender] = []
+    if test == "connect":
+        out += [
+            Contender(KERNEL_TCP, runner="tcp"),
+            Contender(STACK_TCP, transport="stack"),
+        ]
+    for lib in LIBRARIES:
+        missing = importlib.util.find_spec(lib) is None
+        out.append(
+            Contender(
+                lib,
+                runner=lib,
+                skip=f"skipped: {lib} is not installed (pip install 'wsgw[bench]')"
+                if missing
+                else "",
+            )
+        )
+    for wsgw in wsgw_contenders():
+        transport = "kernel" if wsgw.transport == "kernel" else "dpdk"
+        out.append(
+            Contender(
+                wsgw.name,
+                runner="wsgw-kernel" if transport == "kernel" else None,
+                transport=transport,
+                skip="" if wsgw.available else wsgw.note,
+            )
+        )
+    return out
+
+
+def _dpdk_adapter(dpdk: DpdkSide) -> Adapter:
+    found: WsgwContender = next(
+        c for c in wsgw_contenders(engine=dpdk.engine) if c.transport == "dpdk"
+    )
+    return wsgw_adapter(found)
+
+
+def _run_one(
+    c: Contender,
+    test: str,
+    lab: Lab,
+    peer: WsPeer,
+    dpdk: DpdkSide | None,
+    run_params: dict[str, Any],
+) -> dict[str, Any] | None:
+    """One repetition of one contender: its results, or None (a note says why)."""
+    kernel_url = f"ws://{lab.peer_client_ip}:{peer.port}"
+    dpdk_url = f"ws://{lab.peer_ip}:{peer.port}"
+    if c.transport == "stack":
+        assert dpdk is not None
+        try:
+            return dpdk.tcp_connects(peer.port, run_params["count"], run_params["warmup"])
+        except Exception as exc:
+            c.notes.append(f"failed: {describe(exc)}")
+            return None
+    if c.transport == "dpdk":
+        assert dpdk is not None
+        try:
+            adapter = _dpdk_adapter(dpdk)
+            c.version = adapter.version()
+            dpdk_results, c.loop_used = run_loop(
+                run_test(adapter, test, dpdk_url, run_params), c.loop
+            )
+            return dpdk_results
+        except ContenderUnavailable as exc:
+            c.skip = f"skipped: {exc}"
+        except Exception as exc:
+            c.notes.append(f"failed: {describe(exc)}")
+        return None
+    assert c.runner is not None
+    runner_test = "tcp" if c.runner == "tcp" else test
+    answer = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, c.loop)
+    if not answer.get("ok") and "error" in answer and c.loop == "uvloop":
+        # A client that breaks on uvloop still gets measured, on asyncio, with a note.
+        retry = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, "asyncio")
+        if retry.get("ok"):
+            c.loop = "asyncio"
+            c.notes.append(f"fails on uvloop ({answer['error']}); measured on asyncio")
+            answer = retry
+    if answer.get("ok"):
+        c.version = str(answer.get("version", ""))
+        c.loop_used = str(answer.get("loop", c.loop))
+        results: dict[str, Any] = answer["results"]
+        return results
+    if "skip" in answer:
+        c.skip = f"skipped: {answer['skip']}"
+    else:
+        c.notes.append(f"failed: {answer.get('error', answer)}")
+    return None
+
+
+def _run_all(
+    options: BenchOptions, test: str, contenders: list[Contender]
+) -> Iterator[tuple[Contender, dict[str, Any]]]:
+    """Every (contender, results) of every repetition, contenders alternating."""
+    run_params = params(test, options)
+    with _session(options, contenders) as (lab, peer, dpdk):
+        for _, name in alternate(options.repetitions, [c.name for c in contenders]):
+            c = next(x for x in contenders if x.name == name)
+            if c.skip:
+                continue
+            results = _run_one(c, test, lab, peer, dpdk, run_params)
+            if results is not None:
+                yield c, results
+
+
+def _finish(
+    contenders: list[Contender], groups: list[dict[str, Measurement]], extra: dict[str, str]
+) -> list[Measurement]:
+    """Notes (skips, failures, versions and loops) go on each contender's first metric."""
+    for c in contenders:
+        first = groups[0][c.name]
+        parts = [c.skip] if c.skip else []
+        parts += list(dict.fromkeys(c.notes))
+        if not c.skip and c.version:
+            parts.append(f"{c.version} on {c.loop_used}" if c.loop_used else c.version)
+        if c.name in extra and not c.skip:
+            parts.append(extra[c.name])
+        first.note = "; ".join(p for p in parts if p)
+    return [m for group in groups for m in group.values()]
+
+
+# ---- the scenarios -----------------------------------------------------------------------
+@scenario(
+    "connect",
+    "TCP connect and WebSocket open (connect+upgrade) time: picows, aiohttp, websockets, wsgw",
+    needs_root=True,
+)
+def connect(options: BenchOptions) -> list[Measurement]:
+    contenders = _contenders("connect")
+    tcp_names = (KERNEL_TCP, STACK_TCP)
+    tcp = {
+        c.name: Measurement("connect", "TCP connect p50", c.name, "us", False)
+        for c in contenders
+        if c.name in tcp_names
+    }
+    tcp[KERNEL_TCP].reference = True
+    ws_names = [c.name for c in contenders if c.name not in tcp_names]
+    opens = {
+        n: Measurement("connect", "WS open p50", n, "us", False, reference=n == REFERENCE)
+        for n in ws_names
+    }
+    opens99 = {
+        n: Measurement("connect", "WS open p99", n, "us", False, reference=n == REFERENCE)
+        for n in ws_names
+    }
+    for c, results in _run_all(options, "connect", contenders):
+        stats = results["open_ns"]
+        if c.name in tcp:
+            tcp[c.name].samples.append(stats["p50"] / 1e3)
+        else:
+            opens[c.name].samples.append(stats["p50"] / 1e3)
+            opens99[c.name].samples.append(stats["p99"] / 1e3)
+    count = params("connect", options)["count"]
+    stack_note = {STACK_TCP: "SYN sent to ESTABLISHED, timed on the engine thread"}
+    out = _finish([c for c in contenders if c.name in tcp], [tcp], stack_note)
+    out += _finish([c for c in contenders if c.name not in tcp], [opens, opens99], {})
+    out[0].note = "; ".join(
+        p
+        for p in (
+            out[0].note,
+            f"{count} connections per repetition, p50/p99 of each",
+            "wss:// not measured: the C peer speaks plain ws:// only",
+        )
+        if p
+    )
+    return out
+
+
+@scenario(
+    "rtt",
+    "WebSocket echo round trip p50/p99/p99.9, 64 B and 1 KiB: picows, aiohttp, websockets, wsgw",
+    needs_root=True,
+)
+def rtt(options: BenchOptions) -> list[Measurement]:
+    contenders = _contenders("rtt")
+    groups: list[dict[str, Measurement]] = []
+    index: dict[tuple[int, str], dict[str, Measurement]] = {}
+    for size in RTT_SIZES:
+        for key, label in PERCENTILES:
+            group = {
+                c.name: Measurement(
+                    "rtt",
+                    f"RTT {label} {size_label(size)}",
+                    c.name,
+                    "us",
+                    False,
+                    reference=c.name == REFERENCE,
+                )
+                for c in contenders
+            }
+            groups.append(group)
+            index[(size, key)] = group
+    for c, results in _run_all(options, "rtt", contenders):
+        for size in RTT_SIZES:
+            stats = results[str(size)]
+            if stats["mismatches"] or not stats["n"]:
+                c.notes.append(
+                    f"{size_label(size)}: {stats['mismatches']} echoes differed from what "
+                    "was sent (repetition dropped)"
+                )
+                continue
+            for key, _ in PERCENTILES:
+                index[(size, key)][c.name].samples.append(stats[key] / 1e3)
+    p = params("rtt", options)
+    out = _finish(contenders, groups, {})
+    out[0].note = "; ".join(
+        x for x in (out[0].note, f"{p['count']} round trips after {p['warmup']} of warm-up") if x
+    )
+    return out
+
+
+@scenario(
+    "ingest",
+    "WebSocket flood of 100 B and 1 KiB messages: msg/s and CPU per message, sequence checked",
+    needs_root=True,
+)
+def ingest(options: BenchOptions) -> list[Measurement]:
+    contenders = _contenders("ingest")
+    groups: list[dict[str, Measurement]] = []
+    rate: dict[int, dict[str, Measurement]] = {}
+    cpu: dict[int, dict[str, Measurement]] = {}
+    for size in INGEST_SIZES:
+        rate[size] = {
+            c.name: Measurement(
+                "ingest",
+                f"msg/s {size_label(size)}",
+                c.name,
+                "msg/s",
+                True,
+                reference=c.name == REFERENCE,
+            )
+            for c in contenders
+        }
+        cpu[size] = {
+            c.name: Measurement(
+                "ingest",
+                f"CPU/msg {size_label(size)}",
+                c.name,
+                "ns",
+                False,
+                reference=c.name == REFERENCE,
+            )
+            for c in contenders
+        }
+        groups += [rate[size], cpu[size]]
+    checked: dict[str, int] = {}
+    for c, results in _run_all(options, "ingest", contenders):
+        for size in INGEST_SIZES:
+            r = results[str(size)]
+            if not r["ok"]:
+                c.notes.append(
+                    f"{size_label(size)}: DATA ERROR received {r['received']}/{r['expected']}, "
+                    f"gaps {r['gaps']}, duplicates {r['duplicates']}, wrong length "
+                    f"{r['bad_length']} (repetition dropped)"
+                )
+                continue
+            rate[size][c.name].samples.append(r["msg_per_s"])
+            cpu[size][c.name].samples.append(r["cpu_per_msg_ns"])
+            checked[c.name] = checked.get(c.name, 0) + r["received"]
+    extra = {
+        name: f"{count} messages checked: sequence 0..N-1 in order, no gap, no duplicate"
+        for name, count in checked.items()
+    }
+    for c in contenders:
+        if c.transport == "dpdk":
+            extra[c.name] = (
+                extra.get(c.name, "") + "; CPU includes the engine thread (it polls)"
+            ).lstrip("; ")
+    out = _finish(contenders, groups, extra)
+    p = params("ingest", options)
+    out[0].note = "; ".join(
+        x
+        for x in (
+            out[0].note,
+            f"{p['count']} binary messages per size and repetition; CPU is the client "
+            "process's user+system time between the first and the last message",
+        )
+        if x
+    )
+    return out
