@@ -11,6 +11,7 @@ belongs to Python (`flow_take_ack` / `flow_give_ack`).
 
 from __future__ import annotations
 
+import collections
 import struct
 from dataclasses import dataclass
 from typing import Literal
@@ -111,6 +112,9 @@ class FastPath:
         self._connections: dict[int, TcpConnection] = {}  # slot -> connection
         self._exported: dict[int, FastPathState] = {}
         self._segments_seen: dict[int, int] = {}
+        # RX burst (C stamp) to bytes readable in the connection, per absorb, in ns: the
+        # in-stack latency of the first byte of each batch. Bounded: the newest 65536.
+        self.rx_to_readable_ns: collections.deque[int] = collections.deque(maxlen=65536)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
@@ -186,6 +190,8 @@ class FastPath:
             now=now,
         )
         self._segments_seen[slot] = int(flow.fast_segments)
+        if data and flow.first_rx_ns:
+            self.rx_to_readable_ns.append(self._engine.monotonic_ns() - int(flow.first_rx_ns))
         self._engine.flow_synced(slot)
 
     def export(self, conn: TcpConnection, next_hop_mac: bytes | None, local_mac: bytes) -> None:

@@ -198,6 +198,7 @@ def stream(options: BenchOptions) -> list[Measurement]:
         for name in names
     }
     cpu = Measurement("stream", "engine CPU per GB", names[0], "s", False)
+    extra: list[Measurement] = []
     try:
         eal = Eal.init(EalConfig())
         with eal.open_port(lab.vdev) as port:
@@ -209,6 +210,7 @@ def stream(options: BenchOptions) -> list[Measurement]:
             )
             engine = Engine(iface, port=port, config=EngineConfig(fastpath=FastPathConfig()))
             engine.start()
+            rss_start = _rss_kb()
             try:
                 tcp_port = 7100
                 for _, name in alternate(options.repetitions, names):
@@ -231,6 +233,43 @@ def stream(options: BenchOptions) -> list[Measurement]:
                     if digest != expected:
                         raise RuntimeError(f"{name}: the received stream differs from the sent")
                     results[name].samples.append(size / elapsed)
+                latency = sorted(engine.fastpath.rx_to_readable_ns)
+                if latency:
+                    for label, q in (("p50", 0.50), ("p99", 0.99)):
+                        extra.append(
+                            Measurement(
+                                "stream",
+                                f"RX burst to readable, {label}",
+                                names[0],
+                                "us",
+                                False,
+                                samples=[
+                                    latency[min(int(q * len(latency)), len(latency) - 1)] / 1e3
+                                ],
+                                note=f"{len(latency)} batches (first byte of each)"
+                                if q == 0.5
+                                else "",
+                            )
+                        )
+                idle = Measurement(
+                    "stream", "idle engine CPU", "wsgw engine (adaptive poll)", "%", False
+                )
+                for _ in range(options.repetitions):
+                    before, t0 = engine.cpu_seconds(), time.monotonic()
+                    time.sleep(1.0 if options.quick else 3.0)
+                    idle.samples.append(
+                        100 * (engine.cpu_seconds() - before) / (time.monotonic() - t0)
+                    )
+                extra.append(idle)
+                rss = Measurement(
+                    "stream",
+                    "resident memory growth over the runs",
+                    names[0],
+                    "MB",
+                    False,
+                    samples=[(_rss_kb() - rss_start) / 1024],
+                )
+                extra.append(rss)
                 stats = engine.fastpath.stats()
                 results[names[0]].note = (
                     f"fast-path segments {stats['fast_segments']}, slow-path frames "
@@ -249,4 +288,11 @@ def stream(options: BenchOptions) -> list[Measurement]:
         True,
         samples=[s / 1448 for s in slow.samples],
     )
-    return [*results.values(), cpu, segs]
+    return [*results.values(), cpu, segs, *extra]
+
+
+def _rss_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
