@@ -94,8 +94,10 @@ def demo(
 
 def _register_extensions() -> None:
     from gateway.cli_serve import register
+    from gateway.simulator.cli import simulate
 
     register(app)
+    app.command("simulate", help="Feed simulator: every dialect, faults on command")(simulate)
 
 
 _register_extensions()

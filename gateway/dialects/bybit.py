@@ -1,0 +1,76 @@
+"""Bybit v5 public WebSocket (wss://stream.bybit.com/v5/public/spot).
+
+Topics are Bybit's own (`publicTrade.BTCUSDT`, `orderbook.50.BTCUSDT`), carried as
+`{"req_id": "N", "op": "subscribe", "args": [...]}` and acked with `success` and
+`ret_msg`. Data messages start with `topic`. The client sends `{"op": "ping"}` every 20 s
+(the server drops quiet connections) and gets a pong. Limits: 10 args per request on spot
+and 21,000 characters of args; no per-message rate is documented, so the pace is modest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.dialects.base import (
+    UNKNOWN,
+    Ack,
+    Classified,
+    Data,
+    Dialect,
+    DialectError,
+    Error,
+    Heartbeat,
+    Limits,
+    Message,
+    Other,
+    json_text,
+)
+from gateway.dialects.jsonscan import TopicPaths
+
+KEEPALIVE_S = 20.0
+
+
+class BybitDialect(Dialect):
+    name = "bybit"
+    path = "/v5/public/spot"
+    limits = Limits(
+        max_topics_per_request=10, max_request_bytes=21_000, requests_per_second=10.0, burst=5
+    )
+    topic_paths = TopicPaths.of("topic")
+
+    def normalize(self, topic: str) -> str:
+        parts = topic.split(".")
+        if len(parts) < 2 or not all(parts) or any(c.isspace() for c in topic):
+            raise DialectError(f"bybit: {topic!r} is not a topic like publicTrade.BTCUSDT")
+        return ".".join(parts[:-1]) + "." + parts[-1].upper()
+
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+        self._track(str(request_id), op, topics)
+        return [json_text({"req_id": str(request_id), "op": op, "args": topics})]
+
+    def keepalive(self) -> tuple[float, Message] | None:
+        return KEEPALIVE_S, json_text({"op": "ping"})
+
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+        topic = self._str(raw, s, b)
+        return Data(topic) if topic else None
+
+    def _classify_obj(self, obj: Any) -> Classified:
+        if not isinstance(obj, dict):
+            return Other(UNKNOWN, type(obj).__name__)
+        topic = obj.get("topic")
+        if isinstance(topic, str) and "data" in obj:
+            return Data(topic)
+        op = obj.get("op")
+        if op in ("ping", "pong"):
+            return Heartbeat()
+        if op in ("subscribe", "unsubscribe"):
+            req_id = obj.get("req_id") or None
+            rid, sent_op, topics = self._settle(req_id)
+            if obj.get("success") is False:
+                return Error(str(obj.get("ret_msg", "")), rid, topics)
+            return Ack(rid, topics, sent_op or str(op))
+        if obj.get("success") is False:
+            return Error(str(obj.get("ret_msg", "")), obj.get("req_id") or None)
+        return Other(UNKNOWN, str(op))

@@ -1,0 +1,102 @@
+"""Kraken spot WebSocket API v2 (wss://ws.kraken.com/v2).
+
+Topics are `channel:SYMBOL` (`trade:BTC/USD`, `book:ETH/USD`). A request subscribes one
+channel for a list of symbols: `{"method": "subscribe", "params": {"channel": "trade",
+"symbol": [...]}, "req_id": N}`; the server acks each symbol separately (`result.symbol`,
+`success`), so a request is settled by its last symbol. Data messages carry `channel` and
+`data[0].symbol`. A `heartbeat` message arrives about once a second while subscribed, so no
+client keepalive is needed. Kraken documents no per-message cap; the pace is conservative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.dialects.base import (
+    INFO,
+    UNKNOWN,
+    Ack,
+    Classified,
+    Data,
+    Dialect,
+    DialectError,
+    Error,
+    Heartbeat,
+    Limits,
+    Message,
+    Other,
+    json_text,
+)
+from gateway.dialects.jsonscan import TopicPaths
+
+
+class KrakenDialect(Dialect):
+    name = "kraken"
+    path = "/v2"
+    limits = Limits(requests_per_second=5.0, burst=5)
+    topic_paths = TopicPaths.of("channel", "data[0].symbol")
+
+    def normalize(self, topic: str) -> str:
+        channel, sep, symbol = topic.partition(":")
+        if not sep or not channel or "/" not in symbol or any(c.isspace() for c in topic):
+            raise DialectError(f"kraken: {topic!r} is not channel:BASE/QUOTE like trade:BTC/USD")
+        return f"{channel.lower()}:{symbol.upper()}"
+
+    def _group(self, topics: list[str]) -> list[list[str]]:
+        by_channel: dict[str, list[str]] = {}
+        for topic in topics:
+            by_channel.setdefault(topic.partition(":")[0], []).append(topic)
+        return list(by_channel.values())
+
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+        channel = topics[0].partition(":")[0]
+        symbols = [t.partition(":")[2] for t in topics]
+        self._track(request_id, op, topics)
+        params = {"channel": channel, "symbol": symbols}
+        return [json_text({"method": op, "params": params, "req_id": request_id})]
+
+    def ping_message(self) -> Message:
+        return json_text({"method": "ping", "req_id": next(self._ids)})
+
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+        channel = self._str(raw, s, b)
+        if channel is None:
+            return None
+        symbol = self._str(raw, s, b + 3)
+        if symbol:
+            return Data(f"{channel}:{symbol}")
+        if channel == "heartbeat":
+            return Heartbeat()
+        return None
+
+    def _classify_obj(self, obj: Any) -> Classified:
+        if not isinstance(obj, dict):
+            return Other(UNKNOWN, type(obj).__name__)
+        channel = obj.get("channel")
+        if isinstance(channel, str):
+            data = obj.get("data")
+            first = data[0] if isinstance(data, list) and data else None
+            if isinstance(first, dict) and isinstance(first.get("symbol"), str):
+                return Data(f"{channel}:{first['symbol']}")
+            if channel == "heartbeat":
+                return Heartbeat()
+            return Other(INFO, channel)
+        method = obj.get("method")
+        if method == "pong":
+            return Heartbeat()
+        if method in ("subscribe", "unsubscribe"):
+            result = obj["result"] if isinstance(obj.get("result"), dict) else {}
+            symbol = result.get("symbol", obj.get("symbol"))
+            rid = obj.get("req_id")
+            pending = self._pending.get(self._lookup(rid) or -1)
+            ch = result.get("channel") or (pending[1][0].partition(":")[0] if pending else None)
+            topic = f"{ch}:{symbol}" if ch and isinstance(symbol, str) else None
+            rid, op = self._settle_topic(rid, topic)
+            topics = (topic,) if topic else ()
+            if obj.get("success") is False or "error" in obj:
+                return Error(str(obj.get("error", "request failed")), rid, topics)
+            return Ack(rid, topics, op or str(method))
+        if "error" in obj:
+            return Error(str(obj["error"]), obj.get("req_id"))
+        return Other(UNKNOWN, str(method))

@@ -1,0 +1,664 @@
+"""The exchange side of each dialect: requests in, acks/errors out, data messages rendered.
+
+A feed is stateless across connections (the connection's topic set is passed in) and
+renders a data message once per (topic, seq), which every subscriber then receives. Every
+data message ends with `"sim_seq": N, "sim_ts": T` at its top level: the per-topic
+sequence number (1, 2, ...) and the send time in ns (time.time_ns()), so a client can check
+order and gaps and measure latency; a gateway can extract them with the same key-path
+scanner as the topic.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+SIM_PREFIX = "_sim"
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def symbol_key(symbol: str) -> str:
+    """Exchange spellings of a symbol compared alike: BTC-USDT, BTC/USDT, btcusdt."""
+    return re.sub(r"[^A-Za-z0-9]", "", symbol).upper()
+
+
+def iso(ts_ns: int) -> str:
+    return datetime.fromtimestamp(ts_ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class Reply:
+    """What the server does about one client message."""
+
+    subscribe: list[str] = field(default_factory=list)
+    unsubscribe: list[str] = field(default_factory=list)
+    send: list[str] = field(default_factory=list)
+    #: In-band simulator commands (`_sim...` topics), for the server to run.
+    commands: list[str] = field(default_factory=list)
+    close: tuple[int, str] | None = None
+
+
+class Prices:
+    """Deterministic synthetic prices: a base per symbol and a wiggle per sequence."""
+
+    def __init__(self) -> None:
+        self._base: dict[str, int] = {}
+
+    def price(self, symbol: str, seq: int) -> str:
+        base = self._base.get(symbol)
+        if base is None:
+            base = 100 + zlib.crc32(symbol_key(symbol).encode()) % 50_000
+            base = self._base[symbol] = base * 100 - 1000
+        cents = base + (seq * 7919) % 2001
+        return f"{cents // 100}.{cents % 100:02d}"
+
+    @staticmethod
+    def size(seq: int) -> str:
+        return f"0.{(seq * 104729) % 100_000 + 1:05d}"
+
+
+class Feed(ABC):
+    """One exchange's server side."""
+
+    name: str = ""
+    #: Channels whose topics carry data at the configured rate.
+    trade_channels: frozenset[str] = frozenset()
+    book_channels: frozenset[str] = frozenset()
+    #: Documented limits the server may enforce (enforce_limits).
+    max_topics_per_connection: int | None = None
+    max_messages_per_second: float | None = None
+
+    def __init__(self, symbols: Collection[str] | None = None) -> None:
+        self.allowed = None if symbols is None else {symbol_key(s) for s in symbols}
+        self.prices = Prices()
+        self._topics: dict[str, tuple[str, str, bool]] = {}  # topic -> channel, symbol, trade?
+
+    # ---- topics ----------------------------------------------------------------------
+    @abstractmethod
+    def split(self, topic: str) -> tuple[str, str] | None:
+        """(channel, symbol) of a topic, None when it is not spelled like one."""
+
+    def check(self, topic: str) -> str | None:
+        """None when the topic can be served, else the reason it cannot."""
+        parts = self.split(topic)
+        if parts is None:
+            return f"invalid topic {topic}"
+        channel, symbol = parts
+        if channel not in self.trade_channels | self.book_channels | self.extra_channels():
+            return f"unknown channel {channel}"
+        if self.allowed is not None and symbol_key(symbol) not in self.allowed:
+            return f"unknown symbol {symbol}"
+        return None
+
+    def extra_channels(self) -> frozenset[str]:
+        """Channels accepted but not published at the data rate (heartbeat...)."""
+        return frozenset()
+
+    def publishes(self, topic: str) -> bool:
+        parts = self.split(topic)
+        return parts is not None and parts[0] in self.trade_channels | self.book_channels
+
+    def render(self, topic: str, seq: int, ts_ns: int) -> bytes:
+        """The data message number seq of topic, as UTF-8 JSON."""
+        info = self._topics.get(topic)
+        if info is None:
+            channel, symbol = self.split(topic) or ("", topic)
+            info = self._topics[topic] = (channel, symbol, channel in self.trade_channels)
+        channel, symbol, is_trade = info
+        px = self.prices.price(symbol, seq)
+        size = self.prices.size(seq)
+        make = self.trade if is_trade else self.book
+        body = make(topic, channel, symbol, seq, ts_ns, px, size)
+        return f'{body[:-1]},"sim_seq":{seq},"sim_ts":{ts_ns}}}'.encode()
+
+    @abstractmethod
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        """A trade message (JSON object text)."""
+
+    @abstractmethod
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        """A book update message (JSON object text)."""
+
+    # ---- connection events -------------------------------------------------------------
+    def on_open(self, path: str, conn_id: int) -> Reply:
+        """Greetings, and topics given in the URL."""
+        return Reply()
+
+    @abstractmethod
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        """A client message."""
+
+    def heartbeat(self, current: Collection[str]) -> list[str]:
+        """Messages sent about once a second to a connection with these topics."""
+        return []
+
+    def reconnect_notice(self) -> str | None:
+        """The exchange's 'please reconnect' message, when it has one."""
+        return None
+
+    def _split_sim(self, topics: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Topics and in-band simulator commands (topics starting with `_sim`)."""
+        plain: list[str] = []
+        commands: list[str] = []
+        for topic in topics:
+            (commands if topic.lower().startswith(SIM_PREFIX) else plain).append(topic)
+        return plain, commands
+
+
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+# ---- Binance --------------------------------------------------------------------------------
+class BinanceFeed(Feed):
+    name = "binance"
+    trade_channels = frozenset({"trade", "aggTrade"})
+    book_channels = frozenset({"depth", "depth@100ms", "bookTicker", "depth5", "depth20"})
+    max_topics_per_connection = 1024
+    max_messages_per_second = 5.0
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        symbol, sep, stream = topic.partition("@")
+        if not sep or not symbol or not stream or symbol != symbol.lower():
+            return None
+        return stream, symbol
+
+    def on_open(self, path: str, conn_id: int) -> Reply:
+        _, _, query = path.partition("?")
+        for item in query.split("&"):
+            key, _, value = item.partition("=")
+            if key == "streams" and value:
+                topics, commands = self._split_sim(value.split("/"))
+                bad = [t for t in topics if self.check(t)]
+                if bad:
+                    return Reply(close=(1008, f"invalid stream {bad[0]}"))
+                return Reply(subscribe=topics, commands=commands)
+        return Reply()
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        if not isinstance(req, dict) or "method" not in req:
+            return Reply(send=[dumps({"error": {"code": 3, "msg": "Invalid JSON"}, "id": None})])
+        rid = req.get("id")
+        method = req.get("method")
+        params = req.get("params", [])
+        if method == "LIST_SUBSCRIPTIONS":
+            return Reply(send=[dumps({"result": sorted(current), "id": rid})])
+        if method not in ("SUBSCRIBE", "UNSUBSCRIBE") or not isinstance(params, list):
+            msg = f"Invalid request: unknown variant {method}"
+            return Reply(send=[dumps({"error": {"code": 2, "msg": msg}, "id": rid})])
+        topics, commands = self._split_sim(str(p) for p in params)
+        bad = next((reason for t in topics if (reason := self.check(t))), None)
+        if bad and method == "SUBSCRIBE":
+            msg = f"Invalid request: {bad}"
+            return Reply(send=[dumps({"error": {"code": 2, "msg": msg}, "id": rid})])
+        ack = dumps({"result": None, "id": rid})
+        if method == "SUBSCRIBE":
+            return Reply(subscribe=topics, send=[ack], commands=commands)
+        return Reply(unsubscribe=topics, send=[ack])
+
+    def reconnect_notice(self) -> str | None:
+        return dumps({"e": "serverShutdown", "E": time.time_ns() // 1_000_000})
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        data = (
+            f'{{"e":"{ch}","E":{ms},"s":"{sym.upper()}","t":{seq},"p":"{px}","q":"{sz}",'
+            f'"T":{ms},"m":{"true" if seq % 2 else "false"},"M":true}}'
+        )
+        return f'{{"stream":"{topic}","data":{data}}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        data = (
+            f'{{"e":"depthUpdate","E":{ms},"s":"{sym.upper()}","U":{seq},"u":{seq},'
+            f'"b":[["{px}","{sz}"]],"a":[["{px}","0.00000000"]]}}'
+        )
+        return f'{{"stream":"{topic}","data":{data}}}'
+
+
+# ---- Coinbase -------------------------------------------------------------------------------
+class CoinbaseFeed(Feed):
+    name = "coinbase"
+    trade_channels = frozenset({"matches", "ticker"})
+    book_channels = frozenset({"level2", "level2_batch"})
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        channel, sep, product = topic.partition(":")
+        return (channel, product) if sep and channel and product else None
+
+    def extra_channels(self) -> frozenset[str]:
+        return frozenset({"heartbeat"})
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        if not isinstance(req, dict) or req.get("type") not in ("subscribe", "unsubscribe"):
+            return Reply(send=[dumps({"type": "error", "message": "Failed to parse message"})])
+        default_products = req.get("product_ids") or []
+        topics: list[str] = []
+        for entry in req.get("channels") or []:
+            if isinstance(entry, str):
+                topics += [f"{entry}:{p}" for p in default_products]
+            elif isinstance(entry, dict):
+                products = entry.get("product_ids") or default_products
+                topics += [f"{entry.get('name')}:{p}" for p in products]
+        topics, commands = self._split_sim(topics)
+        after = set(current)
+        if req["type"] == "subscribe":
+            bad = next((reason for t in topics if (reason := self.check(t))), None)
+            if bad:
+                error = {"type": "error", "message": "Failed to subscribe", "reason": bad}
+                return Reply(send=[dumps(error)])
+            after |= set(topics)
+        else:
+            after -= set(topics)
+        channels: dict[str, list[str]] = {}
+        for topic in sorted(after):
+            channel, _, product = topic.partition(":")
+            channels.setdefault(channel, []).append(product)
+        ack = dumps(
+            {
+                "type": "subscriptions",
+                "channels": [{"name": n, "product_ids": p} for n, p in channels.items()],
+            }
+        )
+        if req["type"] == "subscribe":
+            return Reply(subscribe=topics, send=[ack], commands=commands)
+        return Reply(unsubscribe=topics, send=[ack])
+
+    def heartbeat(self, current: Collection[str]) -> list[str]:
+        now = iso(time.time_ns())
+        return [
+            dumps(
+                {
+                    "type": "heartbeat",
+                    "sequence": 0,
+                    "last_trade_id": 0,
+                    "product_id": t.partition(":")[2],
+                    "time": now,
+                }
+            )
+            for t in sorted(current)
+            if t.startswith("heartbeat:")
+        ]
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        side = "buy" if seq % 2 else "sell"
+        if ch == "ticker":
+            return (
+                f'{{"type":"ticker","sequence":{seq},"product_id":"{sym}","price":"{px}",'
+                f'"open_24h":"{px}","volume_24h":"1000.0","best_bid":"{px}","best_ask":"{px}",'
+                f'"side":"{side}","time":"{iso(ts)}","trade_id":{seq},"last_size":"{sz}"}}'
+            )
+        return (
+            f'{{"type":"match","trade_id":{seq},"sequence":{seq},'
+            f'"maker_order_id":"m-{seq}","taker_order_id":"t-{seq}","time":"{iso(ts)}",'
+            f'"product_id":"{sym}","size":"{sz}","price":"{px}","side":"{side}"}}'
+        )
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        return (
+            f'{{"type":"l2update","product_id":"{sym}","changes":[["buy","{px}","{sz}"]],'
+            f'"time":"{iso(ts)}"}}'
+        )
+
+
+# ---- Kraken ---------------------------------------------------------------------------------
+class KrakenFeed(Feed):
+    name = "kraken"
+    trade_channels = frozenset({"trade", "ticker"})
+    book_channels = frozenset({"book"})
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        channel, sep, symbol = topic.partition(":")
+        return (channel, symbol) if sep and channel and "/" in symbol else None
+
+    def on_open(self, path: str, conn_id: int) -> Reply:
+        status = {
+            "channel": "status",
+            "type": "update",
+            "data": [
+                {
+                    "api_version": "v2",
+                    "connection_id": conn_id,
+                    "system": "online",
+                    "version": "2.0.0",
+                }
+            ],
+        }
+        return Reply(send=[dumps(status)])
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        now = iso(time.time_ns())
+        if not isinstance(req, dict):
+            return Reply(send=[dumps({"error": "Malformed request", "success": False})])
+        method, rid = req.get("method"), req.get("req_id")
+        if method == "ping":
+            return Reply(
+                send=[dumps({"method": "pong", "req_id": rid, "time_in": now, "time_out": now})]
+            )
+        params = req.get("params") if isinstance(req.get("params"), dict) else {}
+        if method not in ("subscribe", "unsubscribe") or not params:
+            error = {"error": f"Unsupported method {method}", "success": False, "req_id": rid}
+            return Reply(send=[dumps(error)])
+        channel = params.get("channel")
+        reply = Reply()
+        for symbol in params.get("symbol") or []:
+            topic = f"{channel}:{symbol}"
+            if topic.lower().startswith(SIM_PREFIX) or str(channel).startswith(SIM_PREFIX):
+                reply.commands.append(topic)
+                continue
+            reason = self.check(topic) if method == "subscribe" else None
+            base = {"method": method, "req_id": rid, "time_in": now, "time_out": now}
+            if reason:
+                reply.send.append(
+                    dumps(
+                        {
+                            "error": f"Currency pair not supported {symbol}"
+                            if "symbol" in reason
+                            else f"Channel not supported {channel}",
+                            "success": False,
+                            "symbol": symbol,
+                            **base,
+                        }
+                    )
+                )
+                continue
+            result = {"channel": channel, "snapshot": False, "symbol": symbol}
+            reply.send.append(dumps({**base, "result": result, "success": True}))
+            (reply.subscribe if method == "subscribe" else reply.unsubscribe).append(topic)
+        return reply
+
+    def heartbeat(self, current: Collection[str]) -> list[str]:
+        return [dumps({"channel": "heartbeat"})] if current else []
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        side = "buy" if seq % 2 else "sell"
+        if ch == "ticker":
+            item = f'{{"symbol":"{sym}","bid":{px},"ask":{px},"last":{px},"volume":{sz}}}'
+            return f'{{"channel":"ticker","type":"update","data":[{item}]}}'
+        item = (
+            f'{{"symbol":"{sym}","side":"{side}","price":{px},"qty":{sz},"ord_type":"market",'
+            f'"trade_id":{seq},"timestamp":"{iso(ts)}"}}'
+        )
+        return f'{{"channel":"trade","type":"update","data":[{item}]}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        item = (
+            f'{{"symbol":"{sym}","bids":[{{"price":{px},"qty":{sz}}}],"asks":[],'
+            f'"checksum":{zlib.crc32(f"{seq}".encode())},"timestamp":"{iso(ts)}"}}'
+        )
+        return f'{{"channel":"book","type":"update","data":[{item}]}}'
+
+
+# ---- OKX ------------------------------------------------------------------------------------
+class OkxFeed(Feed):
+    name = "okx"
+    trade_channels = frozenset({"trades", "tickers"})
+    book_channels = frozenset({"books", "books5", "bbo-tbt"})
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        channel, sep, inst = topic.partition(":")
+        return (channel, inst) if sep and channel and inst else None
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        if text == "ping":
+            return Reply(send=["pong"])
+        req = _loads(text)
+        conn = f"{conn_id:08x}"
+        if not isinstance(req, dict) or req.get("op") not in ("subscribe", "unsubscribe"):
+            error = {"event": "error", "code": "60012", "msg": f"Invalid request: {text[:100]}"}
+            return Reply(send=[dumps({**error, "connId": conn})])
+        op, rid = req["op"], req.get("id")
+        reply = Reply()
+        for arg in req.get("args") or []:
+            if not isinstance(arg, dict):
+                continue
+            topic = f"{arg.get('channel')}:{arg.get('instId')}"
+            head = {"id": rid} if rid is not None else {}
+            if topic.lower().startswith(SIM_PREFIX):
+                reply.commands.append(topic)
+            elif op == "subscribe" and (reason := self.check(topic)):
+                msg = f"Wrong URL or channel:{arg.get('channel')},instId:{arg.get('instId')} "
+                msg += f"doesn't exist ({reason})"
+                reply.send.append(
+                    dumps({**head, "event": "error", "code": "60018", "msg": msg, "connId": conn})
+                )
+                continue
+            else:
+                (reply.subscribe if op == "subscribe" else reply.unsubscribe).append(topic)
+            reply.send.append(dumps({**head, "event": op, "arg": arg, "connId": conn}))
+        return reply
+
+    def reconnect_notice(self) -> str | None:
+        msg = "The connection will soon be closed for a service upgrade. Please reconnect."
+        return dumps({"event": "notice", "code": "64008", "msg": msg, "connId": "0"})
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        arg = f'{{"channel":"{ch}","instId":"{sym}"}}'
+        if ch == "tickers":
+            item = (
+                f'{{"instType":"SPOT","instId":"{sym}","last":"{px}","lastSz":"{sz}","ts":"{ms}"}}'
+            )
+        else:
+            item = (
+                f'{{"instId":"{sym}","tradeId":"{seq}","px":"{px}","sz":"{sz}",'
+                f'"side":"{"buy" if seq % 2 else "sell"}","ts":"{ms}","count":"1"}}'
+            )
+        return f'{{"arg":{arg},"data":[{item}]}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        arg = f'{{"channel":"{ch}","instId":"{sym}"}}'
+        item = (
+            f'{{"asks":[["{px}","{sz}","0","1"]],"bids":[["{px}","{sz}","0","1"]],"ts":"{ms}",'
+            f'"checksum":{zlib.crc32(str(seq).encode()) - 2**31},"seqId":{seq},'
+            f'"prevSeqId":{seq - 1}}}'
+        )
+        return f'{{"arg":{arg},"action":"update","data":[{item}]}}'
+
+
+# ---- Bybit ----------------------------------------------------------------------------------
+class BybitFeed(Feed):
+    name = "bybit"
+    trade_channels = frozenset({"publicTrade", "tickers"})
+    book_channels = frozenset({"orderbook.1", "orderbook.50", "orderbook.200"})
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        channel, sep, symbol = topic.rpartition(".")
+        return (channel, symbol) if sep and channel and symbol else None
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        conn = f"sim-{conn_id}"
+        if not isinstance(req, dict):
+            return Reply(
+                send=[dumps({"success": False, "ret_msg": "invalid json", "conn_id": conn})]
+            )
+        op, rid = req.get("op"), req.get("req_id", "")
+        if op == "ping":
+            pong = {
+                "success": True,
+                "ret_msg": "pong",
+                "conn_id": conn,
+                "req_id": rid,
+                "op": "ping",
+            }
+            return Reply(send=[dumps(pong)])
+        if op not in ("subscribe", "unsubscribe"):
+            error = {"success": False, "ret_msg": f"unknown op {op}", "conn_id": conn}
+            return Reply(send=[dumps({**error, "req_id": rid, "op": op})])
+        args = [str(a) for a in req.get("args") or []]
+        topics, commands = self._split_sim(args)
+        head = {"conn_id": conn, "req_id": rid, "op": op}
+        if len(args) > 10:
+            error = {"success": False, "ret_msg": "args size >10", **head}
+            return Reply(send=[dumps(error)])
+        if op == "subscribe":
+            bad = next((t for t in topics if self.check(t)), None)
+            if bad:
+                error = {"success": False, "ret_msg": f"Invalid topic :[{bad}]", **head}
+                return Reply(send=[dumps(error)])
+            return Reply(
+                subscribe=topics,
+                send=[dumps({"success": True, "ret_msg": "", **head})],
+                commands=commands,
+            )
+        return Reply(unsubscribe=topics, send=[dumps({"success": True, "ret_msg": "", **head})])
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        if ch == "tickers":
+            data = f'{{"symbol":"{sym}","lastPrice":"{px}","volume24h":"{sz}"}}'
+            return f'{{"topic":"{topic}","type":"snapshot","ts":{ms},"cs":{seq},"data":{data}}}'
+        item = (
+            f'{{"T":{ms},"s":"{sym}","S":"{"Buy" if seq % 2 else "Sell"}","v":"{sz}","p":"{px}",'
+            f'"L":"PlusTick","i":"sim-{seq}","BT":false}}'
+        )
+        return f'{{"topic":"{topic}","type":"snapshot","ts":{ms},"data":[{item}]}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        ms = ts // 1_000_000
+        data = f'{{"s":"{sym}","b":[["{px}","{sz}"]],"a":[["{px}","0"]],"u":{seq},"seq":{seq}}}'
+        return f'{{"topic":"{topic}","type":"delta","ts":{ms},"data":{data},"cts":{ms}}}'
+
+
+# ---- Bitstamp -------------------------------------------------------------------------------
+_BITSTAMP_CHANNEL = re.compile(
+    r"^(live_trades|live_orders|diff_order_book|order_book)_([a-z0-9]+)$"
+)
+
+
+class BitstampFeed(Feed):
+    name = "bitstamp"
+    trade_channels = frozenset({"live_trades"})
+    book_channels = frozenset({"diff_order_book", "order_book", "live_orders"})
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        match = _BITSTAMP_CHANNEL.match(topic)
+        return (match.group(1), match.group(2)) if match else None
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        bad_request = dumps(
+            {"event": "bts:error", "channel": "", "data": {"code": None, "message": "Bad request."}}
+        )
+        if not isinstance(req, dict):
+            return Reply(send=[bad_request])
+        event = req.get("event")
+        if event == "bts:heartbeat":
+            beat = {"event": "bts:heartbeat", "channel": "", "data": {"status": "success"}}
+            return Reply(send=[dumps(beat)])
+        data = req["data"] if isinstance(req.get("data"), dict) else {}
+        channel = str(data.get("channel", ""))
+        if event not in ("bts:subscribe", "bts:unsubscribe"):
+            return Reply(send=[bad_request])
+        if channel.lower().startswith(SIM_PREFIX):
+            ack = {"event": "bts:subscription_succeeded", "channel": channel, "data": {}}
+            return Reply(send=[dumps(ack)], commands=[channel])
+        if event == "bts:subscribe":
+            if self.check(channel):
+                error = {"code": None, "message": "Bad subscription string."}
+                return Reply(send=[dumps({"event": "bts:error", "channel": "", "data": error})])
+            ack = {"event": "bts:subscription_succeeded", "channel": channel, "data": {}}
+            return Reply(subscribe=[channel], send=[dumps(ack)])
+        ack = {"event": "bts:unsubscription_succeeded", "channel": channel, "data": {}}
+        return Reply(unsubscribe=[channel], send=[dumps(ack)])
+
+    def reconnect_notice(self) -> str | None:
+        return dumps({"event": "bts:request_reconnect", "channel": "", "data": ""})
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        data = (
+            f'{{"id":{seq},"timestamp":"{ts // 1_000_000_000}","amount":{sz},"amount_str":"{sz}",'
+            f'"price":{px},"price_str":"{px}","type":{seq % 2},"microtimestamp":"{ts // 1000}",'
+            f'"buy_order_id":{seq * 2},"sell_order_id":{seq * 2 + 1}}}'
+        )
+        return f'{{"data":{data},"channel":"{topic}","event":"trade"}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        data = (
+            f'{{"timestamp":"{ts // 1_000_000_000}","microtimestamp":"{ts // 1000}",'
+            f'"bids":[["{px}","{sz}"]],"asks":[["{px}","{sz}"]]}}'
+        )
+        return f'{{"data":{data},"channel":"{topic}","event":"data"}}'
+
+
+# ---- generic --------------------------------------------------------------------------------
+class GenericFeed(Feed):
+    """Speaks GenericConfig's default templates: {"op": "subscribe", "topics": [...],
+    "id": N} acked with {"result": null, "id": N}; data {"topic": ..., ...}."""
+
+    name = "generic"
+
+    def split(self, topic: str) -> tuple[str, str] | None:
+        channel, sep, symbol = topic.partition(".")
+        return (channel, symbol) if sep and channel and symbol else ("trades", topic)
+
+    def check(self, topic: str) -> str | None:
+        if not topic or any(c.isspace() for c in topic):
+            return f"invalid topic {topic!r}"
+        _, symbol = self.split(topic) or ("", topic)
+        if self.allowed is not None and symbol_key(symbol) not in self.allowed:
+            return f"unknown symbol {symbol}"
+        return None
+
+    def publishes(self, topic: str) -> bool:
+        return True
+
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+        req = _loads(text)
+        if not isinstance(req, dict):
+            return Reply(send=[dumps({"error": "invalid json", "id": None})])
+        op, rid = req.get("op"), req.get("id")
+        if op == "ping":
+            return Reply(send=[dumps({"type": "heartbeat"})])
+        topics_raw = req.get("topics")
+        if op not in ("subscribe", "unsubscribe") or not isinstance(topics_raw, list):
+            return Reply(send=[dumps({"error": f"unknown op {op}", "id": rid})])
+        topics, commands = self._split_sim(str(t) for t in topics_raw)
+        if op == "subscribe":
+            bad = next((reason for t in topics if (reason := self.check(t))), None)
+            if bad:
+                return Reply(send=[dumps({"error": bad, "id": rid})])
+            return Reply(
+                subscribe=topics, send=[dumps({"result": None, "id": rid})], commands=commands
+            )
+        return Reply(unsubscribe=topics, send=[dumps({"result": None, "id": rid})])
+
+    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        side = "buy" if seq % 2 else "sell"
+        return f'{{"topic":"{topic}","price":"{px}","size":"{sz}","side":"{side}"}}'
+
+    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+        return self.trade(topic, ch, sym, seq, ts, px, sz)
+
+
+FEEDS: dict[str, type[Feed]] = {
+    cls.name: cls
+    for cls in (
+        BinanceFeed,
+        CoinbaseFeed,
+        KrakenFeed,
+        OkxFeed,
+        BybitFeed,
+        BitstampFeed,
+        GenericFeed,
+    )
+}

@@ -1,0 +1,695 @@
+"""The feed simulator: a WebSocket server speaking every dialect for synthetic symbols.
+
+One server serves all dialects; the first path segment picks one (`/okx/ws/v5/public`),
+and a path without a dialect name gets the configured default, so a client can also use
+an exchange's own path (`/stream?streams=...`). Each (dialect, topic) has one publisher
+with its own sequence; a message is rendered once and written to every subscriber.
+
+Writes take the synchronous path of `websockets.broadcast` (frame + transport.write) while
+the connection is writable; when it is not (flow control, a stall), messages queue in the
+connection's backlog and its writer task drains them in order. A connection whose backlog
+passes `max_backlog` is a slow consumer and is dropped, as exchanges do.
+
+Control: `command({...})` (the library API), the same commands as JSON lines on stdin (the
+CLI), HTTP GET on the WebSocket port (`/_sim/stats`, `/_sim/command?cmd=fault&kind=drop`),
+and in-band: subscribing to a topic `_sim:<fault>[,k=v...]` arms that fault on the
+subscribing connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+
+from gateway.simulator.faults import (
+    Fault,
+    FaultError,
+    malformed_frame,
+    oversized_message,
+    unknown_opcode_frame,
+)
+from gateway.simulator.feeds import FEEDS, SIM_PREFIX, Feed, Reply
+from gateway.simulator.tls import TlsFiles, ensure_certs
+
+log = logging.getLogger("wsgw.simulator")
+
+DIALECTS = tuple(FEEDS)
+
+
+@dataclass
+class SimConfig:
+    """Everything the simulator can be told at start (most of it changes at run time too)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    dialect: str = "binance"  # for paths that do not start with a dialect name
+    rate: float = 10.0  # data messages per second per topic (0: only bursts and emits)
+    total_rate: float | None = None  # cap over all topics, shared evenly
+    burst_size: int = 0  # extra messages per topic every burst_interval seconds
+    burst_interval: float = 0.0
+    ping_interval: float | None = 20.0  # server WebSocket pings (Binance: 20 s)
+    ping_timeout: float | None = 20.0
+    heartbeat_interval: float = 1.0  # application heartbeats (Kraken, Coinbase channel)
+    tls: bool = False
+    cert_dir: Path | None = None
+    symbols: tuple[str, ...] | None = None  # None: any symbol is served
+    faults: tuple[Fault, ...] = ()  # armed on every new connection
+    enforce_limits: bool = False  # close connections that break the exchange's limits
+    max_backlog: int = 100_000  # messages held for a connection before it is dropped
+    max_message_size: int = 1 << 20  # incoming
+
+    def __post_init__(self) -> None:
+        if self.dialect not in FEEDS:
+            raise ValueError(f"unknown dialect {self.dialect!r}; known: {', '.join(FEEDS)}")
+        if self.rate < 0 or (self.total_rate is not None and self.total_rate < 0):
+            raise ValueError("rates must not be negative")
+
+
+@dataclass
+class Counters:
+    connections_total: int = 0
+    connections_open: int = 0
+    data_messages: int = 0  # written to connections (a message to 3 subscribers counts 3)
+    control_messages: int = 0
+    slow_consumers: int = 0
+    faults_fired: Counter[str] = field(default_factory=Counter)
+
+
+class _Armed:
+    __slots__ = ("fault", "left")
+
+    def __init__(self, fault: Fault) -> None:
+        self.fault = fault
+        self.left = fault.after
+
+
+class SimConnection:
+    """One client connection: its dialect, topics, armed faults and output queue."""
+
+    def __init__(self, sim: Simulator, ws: ServerConnection, feed: Feed, conn_id: int) -> None:
+        self.sim = sim
+        self.ws = ws
+        self.feed = feed
+        self.id = conn_id
+        self.dialect = feed.name
+        self.topics: set[str] = set()
+        self.armed: list[_Armed] = []
+        self.data_sent = 0
+        self.control_sent = 0
+        self.backlog: deque[tuple[bytes, bool]] = deque()
+        self.stalled_until = 0.0
+        self.closed = False
+        self.incoming: deque[float] = deque()
+        self._wake = asyncio.Event()
+        self._writer = asyncio.get_running_loop().create_task(self._drain())
+
+    # ---- output --------------------------------------------------------------------------
+    def send_data(self, message: bytes) -> None:
+        if self.closed:
+            return
+        if self.backlog or self.stalled_until or self.ws.paused:
+            self._hold(message, True)
+        else:
+            self._write(message, True)
+
+    def send_control(self, text: str | bytes) -> None:
+        if self.closed:
+            return
+        message = text.encode() if isinstance(text, str) else text
+        if self.backlog or self.stalled_until or self.ws.paused:
+            self._hold(message, False)
+        else:
+            self._write(message, False)
+
+    def _hold(self, message: bytes, data: bool) -> None:
+        self.backlog.append((message, data))
+        self._wake.set()
+        if len(self.backlog) > self.sim.config.max_backlog:
+            self.sim.counters.slow_consumers += 1
+            self.abort()
+
+    def _write(self, message: bytes, data: bool) -> None:
+        ws = self.ws
+        if ws.protocol.state is not State.OPEN:
+            self.closed = True
+            return
+        try:
+            ws.protocol.send_text(message)
+            ws.send_data()
+        except Exception:  # the transport went away under us
+            self.closed = True
+            return
+        if data:
+            self.data_sent += 1
+            self.sim.counters.data_messages += 1
+            if self.armed:
+                self._count_down()
+        else:
+            self.control_sent += 1
+            self.sim.counters.control_messages += 1
+
+    async def _drain(self) -> None:
+        """Write the backlog in order once the connection can take it."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.closed:
+                await self._wake.wait()
+                self._wake.clear()
+                while self.backlog and not self.closed:
+                    now = loop.time()
+                    if self.stalled_until > now:
+                        await asyncio.sleep(self.stalled_until - now)
+                        continue
+                    self.stalled_until = 0.0
+                    if self.ws.paused:
+                        await self.ws.drain()
+                        continue
+                    message, data = self.backlog.popleft()
+                    self._write(message, data)
+                if not self.backlog and self.stalled_until <= loop.time():
+                    self.stalled_until = 0.0
+        except (ConnectionError, ConnectionClosed):
+            self.closed = True
+
+    # ---- faults ----------------------------------------------------------------------------
+    def arm(self, fault: Fault) -> None:
+        armed = _Armed(fault)
+        if armed.left <= 0:
+            self._fire(fault)
+        else:
+            self.armed.append(armed)
+
+    def _count_down(self) -> None:
+        due = []
+        for armed in self.armed:
+            armed.left -= 1
+            if armed.left <= 0:
+                due.append(armed)
+        for armed in due:
+            self.armed.remove(armed)
+            self._fire(armed.fault)
+
+    def _fire(self, fault: Fault) -> None:
+        if self.closed:
+            return
+        self.sim.counters.faults_fired[fault.kind] += 1
+        log.info("connection %d: fault %s", self.id, fault.describe())
+        transport = self.ws.transport
+        if fault.kind == "drop":
+            self.abort()
+        elif fault.kind == "close":
+            self.closed = True
+            self.sim.spawn(self.ws.close(fault.code, fault.reason))
+        elif fault.kind == "stall":
+            self.stalled_until = asyncio.get_running_loop().time() + fault.seconds
+            self._wake.set()
+        elif fault.kind == "malformed":
+            transport.write(malformed_frame(fault.variant))
+            self.closed = True  # the peer fails the connection; nothing valid follows
+        elif fault.kind == "opcode":
+            transport.write(unknown_opcode_frame(fault.opcode))
+            self.closed = True
+        elif fault.kind == "oversized":
+            self.send_control(oversized_message(fault.size))
+        elif fault.kind == "notice":
+            notice = self.feed.reconnect_notice()
+            if notice is not None:
+                self.send_control(notice)
+
+    def abort(self) -> None:
+        self.closed = True
+        self.backlog.clear()
+        self.ws.transport.abort()
+
+    def close_writer(self) -> None:
+        self.closed = True
+        self._wake.set()
+        self._writer.cancel()
+
+    def info(self) -> dict[str, Any]:
+        peer = self.ws.remote_address
+        return {
+            "id": self.id,
+            "dialect": self.dialect,
+            "peer": f"{peer[0]}:{peer[1]}" if peer else None,
+            "topics": sorted(self.topics),
+            "data_sent": self.data_sent,
+            "control_sent": self.control_sent,
+            "backlog": len(self.backlog),
+            "stalled": self.stalled_until > 0,
+            "armed": [a.fault.describe() + f" (in {a.left})" for a in self.armed],
+        }
+
+
+class TopicPublisher:
+    """One (dialect, topic): its sequence, subscribers and place in the schedule."""
+
+    __slots__ = (
+        "base_count",
+        "base_time",
+        "dialect",
+        "feed",
+        "publishes",
+        "seq",
+        "subscribers",
+        "topic",
+    )
+
+    def __init__(self, feed: Feed, topic: str) -> None:
+        self.feed = feed
+        self.dialect = feed.name
+        self.topic = topic
+        self.seq = 0
+        self.subscribers: set[SimConnection] = set()
+        self.publishes = feed.publishes(topic)
+        self.base_time = 0.0
+        self.base_count = 0
+
+    def emit(self, count: int) -> None:
+        render = self.feed.render
+        for _ in range(count):
+            self.seq += 1
+            message = render(self.topic, self.seq, time.time_ns())
+            for conn in list(self.subscribers):
+                conn.send_data(message)
+
+
+class Simulator:
+    """`async with Simulator(SimConfig(...)) as sim:` serves until the block ends."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        self.config = config or SimConfig()
+        self.feeds = {name: cls(self.config.symbols) for name, cls in FEEDS.items()}
+        self.counters = Counters()
+        self.connections: dict[int, SimConnection] = {}
+        self.publishers: dict[tuple[str, str], TopicPublisher] = {}
+        self.tls: TlsFiles | None = None
+        self._ids = itertools.count(1)
+        self._server: Server | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake_pump = asyncio.Event()
+        self._next_faults: list[Fault] = []  # armed on the next new connection
+        self._every_faults: list[Fault] = list(self.config.faults)
+        self._rebase = True
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> Simulator:
+        cfg = self.config
+        ssl_context = None
+        if cfg.tls:
+            directory = cfg.cert_dir or Path.cwd() / "sim-certs"
+            self.tls = ensure_certs(directory, [cfg.host])
+            ssl_context = self.tls.server_context()
+        self._server = await serve(
+            self._handle,
+            cfg.host,
+            cfg.port,
+            ssl=ssl_context,
+            process_request=self._process_request,
+            compression=None,
+            ping_interval=cfg.ping_interval,
+            ping_timeout=cfg.ping_timeout,
+            max_size=cfg.max_message_size,
+            max_queue=None,
+            write_limit=1 << 20,
+            close_timeout=2.0,  # a client that stopped reading must not hold up a stop
+        )
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+        return self
+
+    async def stop(self) -> None:
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+            self._pump_task = None
+        if self._server is not None:
+            self._server.close(close_connections=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            self._server = None
+        for conn in list(self.connections.values()):
+            conn.close_writer()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def __aenter__(self) -> Simulator:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the simulator is not started")
+        sockets = self._server.sockets
+        return int(sockets[0].getsockname()[1])
+
+    def url(self, dialect: str | None = None, path: str = "") -> str:
+        """ws(s)://host:port/<dialect><path>; no dialect: the default dialect's paths."""
+        scheme = "wss" if self.config.tls else "ws"
+        host = self.config.host
+        host = f"[{host}]" if ":" in host else host
+        prefix = f"/{dialect}" if dialect else ""
+        return f"{scheme}://{host}:{self.port}{prefix}{path}"
+
+    # ---- connections ------------------------------------------------------------------------
+    def _route(self, path: str) -> tuple[str, str]:
+        parts = urlsplit(path)
+        segments = parts.path.lstrip("/").split("/", 1)
+        if segments[0] in self.feeds:
+            rest = "/" + (segments[1] if len(segments) > 1 else "")
+            return segments[0], rest + (f"?{parts.query}" if parts.query else "")
+        return self.config.dialect, path
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        dialect, rest = self._route(ws.request.path if ws.request else "/")
+        conn = SimConnection(self, ws, self.feeds[dialect], next(self._ids))
+        self.connections[conn.id] = conn
+        self.counters.connections_total += 1
+        self.counters.connections_open += 1
+        try:
+            for fault in self._every_faults + self._next_faults:
+                conn.arm(fault)
+            self._next_faults.clear()
+            self._apply(conn, conn.feed.on_open(rest, conn.id))
+            async for message in ws:
+                if conn.closed:
+                    break
+                text = message if isinstance(message, str) else message.decode("utf-8", "replace")
+                if self.config.enforce_limits and self._over_rate(conn):
+                    await ws.close(1008, "Too many requests")
+                    break
+                self._apply(conn, conn.feed.on_message(text, conn.topics, conn.id))
+        except ConnectionClosed:
+            pass
+        finally:
+            self.counters.connections_open -= 1
+            self.connections.pop(conn.id, None)
+            for topic in list(conn.topics):
+                self._unsubscribe(conn, topic)
+            conn.close_writer()
+
+    def _over_rate(self, conn: SimConnection) -> bool:
+        cap = conn.feed.max_messages_per_second
+        if cap is None:
+            return False
+        now = time.monotonic()
+        conn.incoming.append(now)
+        while conn.incoming and conn.incoming[0] <= now - 1.0:
+            conn.incoming.popleft()
+        return len(conn.incoming) > cap
+
+    def _apply(self, conn: SimConnection, reply: Reply) -> None:
+        for text in reply.commands:
+            self._inband(conn, text)
+        for message in reply.send:
+            conn.send_control(message)
+        cap = conn.feed.max_topics_per_connection
+        for topic in reply.subscribe:
+            if self.config.enforce_limits and cap is not None and len(conn.topics) >= cap:
+                self.spawn(conn.ws.close(1008, f"more than {cap} streams"))
+                conn.closed = True
+                return
+            self._subscribe(conn, topic)
+        for topic in reply.unsubscribe:
+            self._unsubscribe(conn, topic)
+        if reply.close is not None:
+            conn.closed = True
+            self.spawn(conn.ws.close(*reply.close))
+
+    def _inband(self, conn: SimConnection, text: str) -> None:
+        spec = text[len(SIM_PREFIX) :].lstrip(":.").lower()
+        try:
+            conn.arm(Fault.parse(spec))
+        except FaultError as exc:
+            log.warning("connection %d: in-band command %r: %s", conn.id, text, exc)
+
+    def _subscribe(self, conn: SimConnection, topic: str) -> None:
+        if topic in conn.topics:
+            return
+        key = (conn.dialect, topic)
+        publisher = self.publishers.get(key)
+        if publisher is None:
+            publisher = self.publishers[key] = TopicPublisher(conn.feed, topic)
+        conn.topics.add(topic)
+        if not publisher.subscribers and publisher.publishes:
+            self._rebase = True
+            self._wake_pump.set()
+        publisher.subscribers.add(conn)
+
+    def _unsubscribe(self, conn: SimConnection, topic: str) -> None:
+        conn.topics.discard(topic)
+        publisher = self.publishers.get((conn.dialect, topic))
+        if publisher is not None:
+            publisher.subscribers.discard(conn)
+            if not publisher.subscribers:
+                self._rebase = True
+
+    # ---- the schedule -----------------------------------------------------------------------
+    def _active(self) -> list[TopicPublisher]:
+        return [p for p in self.publishers.values() if p.subscribers and p.publishes]
+
+    def _rate_each(self, active: int) -> float:
+        rate = self.config.rate
+        if self.config.total_rate is not None and active:
+            rate = min(rate, self.config.total_rate / active)
+        return rate
+
+    async def _pump(self) -> None:
+        """Emit due messages for every active topic, bursts and heartbeats; sleep until the
+        next one is due (or a subscription changes the schedule)."""
+        loop = asyncio.get_running_loop()
+        next_heartbeat = loop.time() + self.config.heartbeat_interval
+        next_burst = loop.time() + (self.config.burst_interval or 0)
+        while True:
+            now = loop.time()
+            active = self._active()
+            rate = self._rate_each(len(active))
+            if self._rebase:
+                for p in active:
+                    p.base_time, p.base_count = now, p.seq
+                self._rebase = False
+            wake_at = now + 0.25
+            if rate > 0:
+                for p in active:
+                    due = int((now - p.base_time) * rate) - (p.seq - p.base_count)
+                    if due > 0:
+                        p.emit(min(due, 100_000))
+                    wake_at = min(wake_at, p.base_time + (p.seq - p.base_count + 1) / rate)
+            cfg = self.config
+            if cfg.burst_size > 0 and cfg.burst_interval > 0:
+                if now >= next_burst:
+                    for p in active:
+                        p.emit(cfg.burst_size)
+                    next_burst = now + cfg.burst_interval
+                wake_at = min(wake_at, next_burst)
+            if cfg.heartbeat_interval > 0:
+                if now >= next_heartbeat:
+                    for conn in list(self.connections.values()):
+                        for message in conn.feed.heartbeat(conn.topics):
+                            conn.send_control(message)
+                    next_heartbeat = now + cfg.heartbeat_interval
+                wake_at = min(wake_at, next_heartbeat)
+            delay = wake_at - loop.time()
+            if delay > 0:
+                self._wake_pump.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_pump.wait(), delay)
+            else:
+                await asyncio.sleep(0)
+
+    # ---- control ----------------------------------------------------------------------------
+    def targets(self, target: str | int = "all") -> list[SimConnection]:
+        if target == "all":
+            return list(self.connections.values())
+        if isinstance(target, str) and target.startswith("dialect:"):
+            name = target.partition(":")[2]
+            return [c for c in self.connections.values() if c.dialect == name]
+        conn = self.connections.get(int(target))
+        return [conn] if conn is not None else []
+
+    def inject(self, fault: Fault, target: str | int = "all") -> int:
+        """Arm fault on connections: all (open now), next (the next to connect), every
+        (each future one), dialect:<name>, or a connection id. Returns how many."""
+        if target == "next":
+            self._next_faults.append(fault)
+            return 1
+        if target == "every":
+            self._every_faults.append(fault)
+            return 1
+        chosen = self.targets(target)
+        for conn in chosen:
+            conn.arm(fault)
+        return len(chosen)
+
+    def clear_faults(self) -> None:
+        self._next_faults.clear()
+        self._every_faults.clear()
+        for conn in self.connections.values():
+            conn.armed.clear()
+
+    def set_rate(
+        self,
+        rate: float | None = None,
+        total_rate: float | None = None,
+        burst_size: int | None = None,
+        burst_interval: float | None = None,
+    ) -> None:
+        cfg = self.config
+        if rate is not None:
+            cfg.rate = max(0.0, rate)
+        if total_rate is not None:
+            cfg.total_rate = total_rate if total_rate > 0 else None
+        if burst_size is not None:
+            cfg.burst_size = max(0, burst_size)
+        if burst_interval is not None:
+            cfg.burst_interval = max(0.0, burst_interval)
+        self._rebase = True
+        self._wake_pump.set()
+
+    def emit(self, dialect: str, topic: str, count: int = 1) -> int:
+        """Publish count messages on a topic now (whether or not anyone listens)."""
+        feed = self.feeds[dialect]
+        publisher = self.publishers.get((dialect, topic))
+        if publisher is None:
+            publisher = self.publishers[(dialect, topic)] = TopicPublisher(feed, topic)
+        publisher.emit(count)
+        if publisher in self._active():
+            publisher.base_count += count  # an emit does not eat into the scheduled rate
+        return publisher.seq
+
+    def sent(self, dialect: str, topic: str) -> int:
+        """Messages published so far on a topic (its last sequence number)."""
+        publisher = self.publishers.get((dialect, topic))
+        return publisher.seq if publisher else 0
+
+    def stats(self) -> dict[str, Any]:
+        counters = asdict(self.counters)
+        counters["faults_fired"] = dict(self.counters.faults_fired)
+        return {
+            "counters": counters,
+            "rate": {
+                "per_topic": self.config.rate,
+                "total": self.config.total_rate,
+                "burst_size": self.config.burst_size,
+                "burst_interval": self.config.burst_interval,
+            },
+            "sent_per_topic": {
+                f"{p.dialect}:{p.topic}": p.seq for p in self.publishers.values() if p.seq
+            },
+            "subscribers": {
+                f"{p.dialect}:{p.topic}": len(p.subscribers)
+                for p in self.publishers.values()
+                if p.subscribers
+            },
+            "connections": [c.info() for c in self.connections.values()],
+            "faults": {
+                "next": [f.describe() for f in self._next_faults],
+                "every": [f.describe() for f in self._every_faults],
+            },
+        }
+
+    def command(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one control command; the answer is JSON-ready and says ok or why not."""
+        name = str(cmd.get("cmd", ""))
+        try:
+            if name == "stats":
+                return {"ok": True, **self.stats()}
+            if name == "fault":
+                fault = Fault.from_mapping(cmd)
+                target = cmd.get("target", "all")
+                return {"ok": True, "armed": self.inject(fault, target), "fault": fault.describe()}
+            if name == "clear":
+                self.clear_faults()
+                return {"ok": True}
+            if name == "rate":
+
+                def number(key: str) -> float | None:
+                    value = cmd.get(key)
+                    return None if value is None else float(value)
+
+                burst = cmd.get("burst_size")
+                self.set_rate(
+                    number("rate"),
+                    number("total_rate"),
+                    None if burst is None else int(burst),
+                    number("burst_interval"),
+                )
+                return {"ok": True, **self.stats()["rate"]}
+            if name == "emit":
+                dialect = str(cmd.get("dialect", self.config.dialect))
+                seq = self.emit(dialect, str(cmd["topic"]), int(cmd.get("count", 1)))
+                return {"ok": True, "seq": seq}
+            if name == "close":
+                chosen = self.targets(cmd.get("target", "all"))
+                for conn in chosen:
+                    conn.closed = True
+                    self.spawn(
+                        conn.ws.close(int(cmd.get("code", 1001)), str(cmd.get("reason", "")))
+                    )
+                return {"ok": True, "closed": len(chosen)}
+        except (FaultError, KeyError, ValueError, TypeError) as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        known = "stats, fault, clear, rate, emit, close"
+        return {"ok": False, "error": f"unknown command {name!r}; known: {known}"}
+
+    def _process_request(self, ws: ServerConnection, request: Request) -> Response | None:
+        """HTTP control on the WebSocket port: GET /_sim/stats, GET /_sim/command?cmd=..."""
+        parts = urlsplit(request.path)
+        if not parts.path.startswith("/_sim/"):
+            return None
+        what = parts.path[len("/_sim/") :]
+        if what == "stats":
+            body = self.stats()
+            status = HTTPStatus.OK
+        elif what == "command":
+            body = self.command(dict(parse_qsl(parts.query)))
+            status = HTTPStatus.OK if body.get("ok") else HTTPStatus.BAD_REQUEST
+        else:
+            body = {"ok": False, "error": "use /_sim/stats or /_sim/command?cmd=..."}
+            status = HTTPStatus.NOT_FOUND
+        data = json.dumps(body).encode()
+        headers = Headers(
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        )
+        return Response(status.value, status.phrase, headers, data)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll predicate every 5 ms until true; TimeoutError after timeout (tests)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.005)
