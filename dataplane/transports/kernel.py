@@ -19,7 +19,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -110,6 +110,10 @@ class KernelWebSocket:
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._pings: dict[bytes, tuple[asyncio.Future[float], float]] = {}
         self._linger: asyncio.TimerHandle | None = None
+        self._close_notify_sent = False
+        self._local_close: tuple[int, str] | None = None
+        #: What ended the connection below the WebSocket layer (a TLS or socket error).
+        self.error: Exception | None = None
         self.handshake: Handshake | None = None
         self.close_received: CloseReceived | None = None
         self.closed: Closed | None = None
@@ -224,6 +228,7 @@ class KernelWebSocket:
         (section 7.1.1: the server closes first); after close_timeout, drop it ourselves."""
         if self._ws.state is ConnectionState.OPEN and self._transport is not None:
             self._write(self._ws.close(code, reason))
+            self._local_close = (code, reason)
         try:
             async with asyncio.timeout(self.close_timeout):
                 await asyncio.shield(self._lost)
@@ -248,9 +253,14 @@ class KernelWebSocket:
     # ---- internals ----------------------------------------------------------------------
     def _closed_exception(self) -> ConnectionClosed:
         closed = self.closed
-        if closed is None:
-            return closed_error(CLOSE_ABNORMAL, "connection lost", clean=False)
-        return closed_error(closed.code, closed.reason, closed.clean)
+        if closed is not None:
+            error = closed_error(closed.code, closed.reason, closed.clean)
+        elif self._local_close is not None:  # our close is sent, the reply not yet in
+            error = closed_error(*self._local_close, clean=True)
+        else:
+            error = closed_error(CLOSE_ABNORMAL, "connection lost", clean=False)
+        error.__cause__ = self.error
+        return error
 
     def _write(self, plaintext: bytes) -> None:
         transport = self._transport
@@ -294,6 +304,7 @@ class KernelWebSocket:
             try:
                 plain = tls.receive_data(data)
             except TlsError as exc:
+                self.error = exc
                 self._fail_open(exc)
                 self._abort()
                 return
@@ -306,6 +317,7 @@ class KernelWebSocket:
                 ws.receive_data(plain)
             if not data or tls.peer_closed:
                 ws.receive_data(b"")  # TCP end or close_notify: the stream is over
+                self._send_close_notify()
         out = ws.data_to_send()
         if out:
             self._write(out)
@@ -369,22 +381,29 @@ class KernelWebSocket:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        if event.failure or not event.clean or self._ws.state is ConnectionState.CLOSED:
-            # Our last frame is written. Let the server close TCP first (section 7.1.1);
-            # after a failure, half-close so it notices even if it ignores our close frame.
-            if event.failure:
-                self._write_eof()
-            self._linger = self._loop.call_later(self.close_timeout, self._abort)
+        # Our last frame is written. Let the server close TCP first (section 7.1.1). TLS
+        # servers (asyncio's among them) wait for our close_notify before they do; after a
+        # failure, half-close too so the server notices even if it ignores our close frame.
+        self._send_close_notify()
+        if event.failure:
+            self._write_eof()
+        self._linger = self._loop.call_later(self.close_timeout, self._abort)
+
+    def _send_close_notify(self) -> None:
+        tls = self._tls
+        transport = self._transport
+        if tls is None or self._close_notify_sent or transport is None or transport.is_closing():
+            return
+        self._close_notify_sent = True
+        with contextlib.suppress(TlsError):
+            out = tls.close()
+            if out:
+                transport.write(out)
 
     def _write_eof(self) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        if self._tls is not None:
-            with contextlib.suppress(TlsError):
-                out = self._tls.close()
-                if out:
-                    transport.write(out)
         if transport.can_write_eof():
             transport.write_eof()
 
@@ -407,6 +426,8 @@ class KernelWebSocket:
         self._drain_waiters.clear()
 
     def _connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.error is None:
+            self.error = exc
         if self._linger is not None:
             self._linger.cancel()
         if self._ws.state in _OPEN_STATES:
@@ -450,16 +471,22 @@ class KernelWebSocket:
 class _Connect:
     """`connect_kernel(...)`: await it for a connection, or use it as `async with`."""
 
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any],
+        opener: Callable[..., Awaitable[KernelWebSocket]] | None = None,
+    ) -> None:
         self._url = url
         self._options = options
+        self._opener = opener or _open  # the DPDK transport passes its own
         self._connection: KernelWebSocket | None = None
 
     def __await__(self) -> Generator[Any, None, KernelWebSocket]:
-        return _open(self._url, **self._options).__await__()
+        return self._opener(self._url, **self._options).__await__()
 
     async def __aenter__(self) -> KernelWebSocket:
-        self._connection = await _open(self._url, **self._options)
+        self._connection = await self._opener(self._url, **self._options)
         return self._connection
 
     async def __aexit__(
@@ -521,25 +548,27 @@ def connect_kernel(
     )
 
 
-async def _open(
+def prepare_connection(
     url: str,
     *,
-    subprotocols: Sequence[str],
-    extra_headers: HeaderPairs,
-    origin: str | None,
-    deflate: bool | DeflateOptions | None,
-    max_message_size: int,
-    max_frame_size: int,
-    ssl_context: ssl.SSLContext | None,
-    ca_file: str | os.PathLike[str] | None,
-    server_hostname: str | None,
-    connect_host: str | None,
-    connect_port: int | None,
-    open_timeout: float,
-    close_timeout: float,
-    max_queue: int,
-    scan_backend: BackendName,
-) -> KernelWebSocket:
+    subprotocols: Sequence[str] = (),
+    extra_headers: HeaderPairs = (),
+    origin: str | None = None,
+    deflate: bool | DeflateOptions | None = True,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ssl_context: ssl.SSLContext | None = None,
+    ca_file: str | os.PathLike[str] | None = None,
+    server_hostname: str | None = None,
+    open_timeout: float = 10.0,
+    close_timeout: float = 10.0,
+    max_queue: int = 4096,
+    scan_backend: BackendName = "auto",
+    **_transport_options: Any,
+) -> tuple[KernelWebSocket, WsUrl, float]:
+    """The sans-IO WebSocket (and TLS for wss://) wrapped in a connection object, not yet
+    attached to any network: what every transport does before it opens TCP. Returns the
+    connection, the parsed URL and the opening-handshake timeout."""
     target: WsUrl = parse_ws_url(url)
     ws = WsClient(
         target.host,
@@ -563,8 +592,46 @@ async def _open(
             tls = TlsClient(hostname, ca_file=ca_file, alpn_protocols=["http/1.1"])
     elif ssl_context is not None or ca_file is not None:
         raise LocalProtocolError(f"{url!r} is not wss://: TLS options make no sense")
-    loop = asyncio.get_running_loop()
     connection = KernelWebSocket(ws, tls, close_timeout=close_timeout, max_queue=max_queue)
+    return connection, target, open_timeout
+
+
+async def _open(
+    url: str,
+    *,
+    subprotocols: Sequence[str],
+    extra_headers: HeaderPairs,
+    origin: str | None,
+    deflate: bool | DeflateOptions | None,
+    max_message_size: int,
+    max_frame_size: int,
+    ssl_context: ssl.SSLContext | None,
+    ca_file: str | os.PathLike[str] | None,
+    server_hostname: str | None,
+    connect_host: str | None,
+    connect_port: int | None,
+    open_timeout: float,
+    close_timeout: float,
+    max_queue: int,
+    scan_backend: BackendName,
+) -> KernelWebSocket:
+    connection, target, _ = prepare_connection(
+        url,
+        subprotocols=subprotocols,
+        extra_headers=extra_headers,
+        origin=origin,
+        deflate=deflate,
+        max_message_size=max_message_size,
+        max_frame_size=max_frame_size,
+        ssl_context=ssl_context,
+        ca_file=ca_file,
+        server_hostname=server_hostname,
+        open_timeout=open_timeout,
+        close_timeout=close_timeout,
+        max_queue=max_queue,
+        scan_backend=scan_backend,
+    )
+    loop = asyncio.get_running_loop()
     transport: asyncio.Transport | None = None
     try:
         async with asyncio.timeout(open_timeout):
