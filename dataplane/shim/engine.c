@@ -1,6 +1,10 @@
 /* The engine: RX bursts through the TCP fast path (see wsgw_engine.h for the contract). */
+#define _GNU_SOURCE /* ppoll */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -64,6 +68,7 @@ struct wsgw_engine {
     uint16_t txq_n;
 #endif
     int wake;
+    int wake_fd;                /* eventfd: a wake() interrupts the back-off sleep at once */
     uint64_t manual_now;
     uint64_t first_data_ns;     /* RX time of the first fast-path byte in this poll */        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
     uint32_t idle_polls;
@@ -335,6 +340,7 @@ WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *
     }
     memset(e->flows, 0, sizeof(struct wsgw_flow) * conf->max_flows);
     e->backoff_ns = conf->sleep_min_ns;
+    e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     *out = e;
     return 0;
 }
@@ -356,6 +362,8 @@ WSGW_API void wsgw_engine_destroy(wsgw_engine *e)
     free(e->slow); free(e->slow_off); free(e->slow_len); free(e->touched);
     free(e->inj); free(e->inj_off); free(e->inj_len);
     free(e->cap); free(e->cap_off); free(e->cap_len);
+    if (e->wake_fd > 0)
+        close(e->wake_fd);
     free(e);
 }
 
@@ -375,7 +383,14 @@ WSGW_API int wsgw_engine_set_sleep(wsgw_engine *e, uint32_t idle_polls, uint32_t
     return 0;
 }
 
-WSGW_API void wsgw_engine_wake(wsgw_engine *e) { __atomic_store_n(&e->wake, 1, __ATOMIC_RELEASE); }
+WSGW_API void wsgw_engine_wake(wsgw_engine *e)
+{
+    __atomic_store_n(&e->wake, 1, __ATOMIC_RELEASE);
+    uint64_t one = 1;
+    if (e->wake_fd >= 0 && write(e->wake_fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is already non-zero, the sleeper will see it */
+    }
+}
 
 WSGW_API const uint8_t *wsgw_engine_slow_arena(const wsgw_engine *e) { return e->slow; }
 WSGW_API const uint32_t *wsgw_engine_slow_offsets(const wsgw_engine *e) { return e->slow_off; }
@@ -840,7 +855,18 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
                 nap = limit;
             if (nap) {
                 struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
-                nanosleep(&ts, NULL);
+                if (e->wake_fd >= 0) {
+                    /* Sleep on the eventfd: another thread's wake() ends the nap at once. */
+                    struct pollfd pfd = {.fd = e->wake_fd, .events = POLLIN, .revents = 0};
+                    if (ppoll(&pfd, 1, &ts, NULL) > 0) {
+                        uint64_t drained;
+                        if (read(e->wake_fd, &drained, sizeof(drained)) < 0) {
+                            /* another reader drained it: fine */
+                        }
+                    }
+                } else {
+                    nanosleep(&ts, NULL);
+                }
                 e->st.sleeps++;
                 e->st.sleep_ns += nap;
                 now = engine_now(e);
