@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -24,11 +25,23 @@ def _load_scenarios() -> None:
         )
 
 
+def _progress(done: int, total: int, started: float) -> str:
+    """A text progress bar with elapsed time: `[#####-----] 2/4 1m05s`."""
+    width = 20
+    filled = width * done // max(total, 1)
+    elapsed = int(time.monotonic() - started)
+    bar = "#" * filled + "-" * (width - filled)
+    return f"[{bar}] {done}/{total} {elapsed // 60}m{elapsed % 60:02d}s"
+
+
 def bench(
     scenario: Annotated[str, typer.Argument(help="a scenario name, or 'all'")] = "all",
     quick: Annotated[bool, typer.Option(help="short runs (smoke test)")] = False,
     repetitions: Annotated[int, typer.Option("--reps", min=1, max=50)] = 5,
     json_path: Annotated[Path | None, typer.Option("--json", help="write results here")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write table.txt, results.json and PNG plots here")
+    ] = None,
     list_only: Annotated[bool, typer.Option("--list", help="list scenarios")] = False,
 ) -> None:
     _load_scenarios()
@@ -49,14 +62,22 @@ def bench(
     results: list[core.Measurement] = []
     cond = core.conditions()
     print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
-    for name in names:
+    started = time.monotonic()
+    for done, name in enumerate(names):
         s = core.SCENARIOS[name]
         if s.needs_root and os.geteuid() != 0:
             print(f"[{name}] skipped: needs root", file=sys.stderr)
             continue
-        print(f"[{name}] {s.description} ...", flush=True)
+        print(f"{_progress(done, len(names), started)} [{name}] {s.description} ...", flush=True)
         results += s.run(options)
+    print(f"{_progress(len(names), len(names), started)} done", flush=True)
     print(core.render_table(results))
+    if out is not None:
+        from gateway.bench.report import write_results
+
+        command = "wsgw bench " + " ".join(sys.argv[2:])
+        for path in write_results(results, out, command):
+            print(f"wrote {path}")
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(core.to_json(results))
