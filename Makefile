@@ -22,7 +22,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 bench: deps venv shim
-	$(VENV)/bin/wsgw bench all
+	$(VENV)/bin/wsgw bench all --out results/latest
 
 # Debian packages: installed only when one is missing (apt-get update first: a fresh
 # machine has no package lists).
