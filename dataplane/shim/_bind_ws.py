@@ -40,7 +40,7 @@ def _lib() -> ctypes.CDLL:
 class CScanner:
     """`wsgw_ws_scan` with its own result arrays (one per connection: not thread-safe)."""
 
-    def __init__(self, max_frames: int = 64) -> None:
+    def __init__(self, max_frames: int = 128) -> None:
         lib = _lib()
         self.max_frames = max_frames
         self._scan = lib.wsgw_ws_scan

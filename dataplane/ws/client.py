@@ -389,8 +389,12 @@ class WsClient:
                 break
         rest = len(buf) - start
         if rest:
+            # Judge the incomplete frame from its header, before buffering its payload.
+            # need saturates at UINT64_MAX only for a length with the top bit set.
+            if need == UINT64_MAX or (pending != UINT64_MAX and pending >> 63):
+                self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
+                return
             if pending != UINT64_MAX and pending > self.max_frame_size:
-                # Refuse an oversized frame from its header, before buffering it.
                 self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
                 return
             self._chunks = [buf[start:] if start else buf]
@@ -404,24 +408,21 @@ class WsClient:
         """Handle scanned frames; False when the connection ended on one of them."""
         append = self._events.append
         limit = self._fast_limit
-        for i in range(0, len(words), SCAN_WORDS):
-            info = words[i]
-            size = words[i + 2]
-            first = info & 0x1FF  # header byte 0 and the MASK bit
-            if self._frag_opcode is None and size <= limit:
-                # Fast path: a whole, uncompressed, unmasked data message in one frame.
-                if first == _FIN_TEXT:
-                    offset = words[i + 1]
-                    payload = buf[offset : offset + size]
-                    if payload.isascii() or _utf8_ok(payload):
-                        append(Message(payload, True))
-                        continue
-                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
-                if first == _FIN_BINARY:
-                    offset = words[i + 1]
-                    append(Message(buf[offset : offset + size], False))
+        it = iter(words)
+        for info, offset, size, _key in zip(it, it, it, it, strict=True):
+            # Fast path: a whole, uncompressed, unmasked data message in one frame (the
+            # MASK bit sits in bit 8 of info, so a masked frame never matches).
+            first = info & 0x1FF
+            if first == _FIN_TEXT and size <= limit and self._frag_opcode is None:
+                payload = buf[offset : offset + size]
+                if payload.isascii() or _utf8_ok(payload):
+                    append(Message(payload, True))
                     continue
-            if not self._slow_frame(info, buf, words[i + 1], size):
+                return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+            if first == _FIN_BINARY and size <= limit and self._frag_opcode is None:
+                append(Message(buf[offset : offset + size], False))
+                continue
+            if not self._slow_frame(info, buf, offset, size):
                 return False
         return True
 

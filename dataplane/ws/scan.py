@@ -10,6 +10,8 @@ See wsgw_ws.h for the exact contract.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -23,7 +25,7 @@ OPCODE = 0x0F
 MASKED = 0x100
 HEADER_SHIFT = 16
 UINT64_MAX = (1 << 64) - 1
-DEFAULT_MAX_FRAMES = 64
+DEFAULT_MAX_FRAMES = 128
 
 ScanResult = tuple[list[int], int, int, int]
 BackendName = Literal["auto", "c", "python"]
@@ -107,12 +109,17 @@ def mask_inplace_py(buf: bytearray, key: bytes, phase: int = 0) -> None:
     buf[:] = mask_py(bytes(buf), key, phase)
 
 
+@functools.cache
 def _c_available() -> bool:
+    """Whether the shim loads; asked once per process (a library does not come and go)."""
     try:
         from dataplane.shim import load
 
         load()
-    except Exception:
+    except Exception as exc:
+        logging.getLogger(__name__).warning(
+            "WebSocket frame scan falls back to pure Python: %s", exc
+        )
         return False
     return True
 

@@ -155,6 +155,10 @@ class TlsClient:
             self._ssl.do_handshake()
         except ssl.SSLWantReadError:
             return
+        except ssl.SSLEOFError as exc:
+            raise TlsHandshakeError(
+                f"connection closed during the TLS handshake with {self.server_hostname!r}"
+            ) from exc
         except ssl.SSLCertVerificationError as exc:
             raise TlsCertificateError(
                 f"certificate of {self.server_hostname!r} did not verify: "

@@ -173,4 +173,7 @@ def micro(options: BenchOptions) -> list[Measurement]:
                 results.append(lookup)
         finally:
             fastpath.close()
+    from dataplane.ws.bench import bench_ws_scan
+
+    results += bench_ws_scan(options.quick)
     return results
