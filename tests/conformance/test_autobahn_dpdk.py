@@ -22,8 +22,8 @@ from dataplane.transports.dpdk import connect_dpdk
 from dataplane.wire.addr import ip_to_int
 from dataplane.ws.errors import ConnectionClosed, HandshakeError
 from gateway.lab import Lab
-from tests.conftest import requires_dpdk
 from tests.conformance.test_autobahn_kernel import AGENT, CASES, LIMIT, SLOW
+from tests.conftest import requires_dpdk
 
 pytest.importorskip("kosoku")
 pytestmark = [requires_dpdk, pytest.mark.dpdk, pytest.mark.slow]
