@@ -15,7 +15,7 @@ from gateway.bench import core
 
 def _load_scenarios() -> None:
     # Importing registers them.
-    from gateway.bench import micro, stream, topic, udp, ws_scenarios  # noqa: F401
+    from gateway.bench import conformance, micro, stream, topic, udp, ws_scenarios  # noqa: F401
     from gateway.bench.core import scenario
     from gateway.bench.ring import bench_ring
 
