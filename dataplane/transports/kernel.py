@@ -171,6 +171,19 @@ class KernelWebSocket:
             finally:
                 self._recv_waiter = None
 
+    async def recv_batch(self, max_messages: int) -> list[Message]:
+        """Wait for one message, then take every message already queued (up to
+        max_messages) at once: consumers that handle bursts pay one wake-up per burst."""
+        batch = [await self.recv()]
+        messages = self._messages
+        while messages and len(batch) < max_messages:
+            batch.append(messages.popleft())
+        if self._reading_paused and len(messages) <= self._max_queue // 2:
+            self._reading_paused = False
+            if self._transport is not None:
+                self._transport.resume_reading()
+        return batch
+
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
 

@@ -1,0 +1,475 @@
+"""LiveRuntime: the Runtime (gateway.runtime) that really runs upstream sessions.
+
+Sessions run on an asyncio loop in a thread of their own ("wsgw-sessions"). The API's
+threads never wait on it: start/stop/subscribe/unsubscribe hand a coroutine to that loop
+(`run_coroutine_threadsafe`) and return; status and metrics are read from a table the
+loop keeps up to date under a lock. Sessions use the kernel transport today; a session
+with transport "dpdk" and DPDK ports need the engine, which plugs in through
+`engine_factory` (see `EngineHook`), so this runtime refuses them (409) until one is given.
+
+    runtime = LiveRuntime(hub)                 # hub: publish_batch / publish_gap
+    service = GatewayService(settings, runtime=runtime)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
+from typing import Any, Protocol
+
+from gateway.runtime import (
+    EngineState,
+    EngineStatus,
+    EventSink,
+    Metric,
+    MetricsSnapshot,
+    PortSpec,
+    PortState,
+    PortStatus,
+    RuntimeEvent,
+    RuntimeRefusedError,
+    SessionSpec,
+    SessionState,
+    SessionStatus,
+    known_dialects,
+)
+from gateway.sessions import (
+    STATE,
+    MessageSink,
+    NullSink,
+    SessionConfig,
+    SessionConfigError,
+    SessionEvent,
+    State,
+    UpstreamSession,
+)
+
+log = logging.getLogger("wsgw.runtime")
+
+NO_ENGINE = "dpdk ports need the engine; run with an engine"
+NO_ENGINE_SESSION = "dpdk sessions need the engine; run with an engine, or use the kernel transport"
+
+#: A session's own state -> the control plane's coarser one (the fine state is in reason).
+RUNTIME_STATE: dict[State, SessionState] = {
+    State.NEW: SessionState.CONNECTING,
+    State.CONNECTING: SessionState.CONNECTING,
+    State.SUBSCRIBING: SessionState.CONNECTED,
+    State.STREAMING: SessionState.CONNECTED,
+    State.BACKOFF: SessionState.RECONNECTING,
+    State.STOPPING: SessionState.STOPPING,
+    State.STOPPED: SessionState.STOPPED,
+    State.FAILED: SessionState.FAILED,
+}
+
+#: Counters exported per session: (counter name, metric kind, help).
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("messages", "counter", "Data messages received and handed to the hub"),
+    ("bytes", "counter", "Payload bytes of every message received"),
+    ("control_messages", "counter", "Acks, errors, heartbeats and notices received"),
+    ("batches", "counter", "Bursts read from the connection"),
+    ("gaps", "counter", "Gap events (reconnects, sequence breaks)"),
+    ("reconnects", "counter", "Established connections lost and re-opened"),
+    ("connects", "counter", "Successful opening handshakes"),
+    ("connect_failures", "counter", "Connection attempts that failed"),
+    ("subscribe_requests", "counter", "Subscribe and unsubscribe requests sent"),
+    ("subscribe_errors", "counter", "Subscribe requests the exchange refused"),
+    ("heartbeats", "counter", "Exchange heartbeats and keepalive answers"),
+    ("pings_sent", "counter", "WebSocket pings sent"),
+    ("sequence_gaps", "counter", "Breaks in the exchange's sequence numbers"),
+)
+
+
+class EngineHook(Protocol):
+    """What LiveRuntime needs from the DPDK side; whoever owns the engine implements it
+    and passes a factory (called once, on the first port or dpdk session)."""
+
+    def status(self) -> EngineStatus: ...
+
+    def port_up(self, port: PortSpec) -> PortStatus: ...
+
+    def port_down(self, port_id: int) -> None: ...
+
+    def port_status(self, port_id: int) -> PortStatus: ...
+
+    def engine_for(self, port_id: int | None) -> object:
+        """The engine object `connect_dpdk(url, engine=...)` takes, for a session that
+        leaves through port_id; RuntimeRefusedError when that port is not up."""
+        ...
+
+    def close(self) -> None: ...
+
+
+EngineFactory = Callable[[], EngineHook]
+ConfigFactory = Callable[[SessionSpec], SessionConfig]
+
+
+class LiveRuntime:
+    """Upstream sessions on a loop thread, behind the thread-safe Runtime interface."""
+
+    def __init__(
+        self,
+        sink: MessageSink | None = None,
+        *,
+        engine_factory: EngineFactory | None = None,
+        session_config: ConfigFactory | None = None,
+        dialects: Sequence[str] | None = None,
+        stop_timeout_s: float = 5.0,
+        per_topic_metrics: bool = True,
+    ) -> None:
+        """sink: the hub. session_config: SessionSpec -> SessionConfig (default
+        `SessionConfig.from_spec`; tests shorten timeouts here). per_topic_metrics: one
+        series per (session, topic); turn off for sessions with thousands of topics."""
+        self._sink: MessageSink = sink if sink is not None else NullSink()
+        self._engine_factory = engine_factory
+        self._engine: EngineHook | None = None
+        self._session_config: ConfigFactory = session_config or SessionConfig.from_spec
+        self._dialects = tuple(dialects) if dialects is not None else known_dialects()
+        self._stop_timeout = stop_timeout_s
+        self._per_topic = per_topic_metrics
+        self._lock = threading.Lock()
+        self._event_sink: EventSink | None = None
+        self._running: set[int] = set()  # started and not stopped (the wanted state)
+        self._topics: dict[int, dict[str, None]] = {}
+        self._status: dict[int, SessionStatus] = {}
+        self._sessions: dict[int, UpstreamSession] = {}  # written on the loop, under the lock
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._loop_ready = threading.Event()
+        self._thread = threading.Thread(target=self._run_loop, name="wsgw-sessions", daemon=True)
+        self._thread.start()
+        self._loop_ready.wait()
+
+    # ---- Runtime: engine and ports ------------------------------------------------------
+    def engine_status(self) -> EngineStatus:
+        if self._closed:
+            return EngineStatus(EngineState.DETACHED, "runtime closed")
+        if not self._thread.is_alive():
+            return EngineStatus(EngineState.FAILED, "the session loop thread died")
+        with self._lock:
+            details: dict[str, Any] = {"sessions": len(self._sessions), "loop": "running"}
+            engine = self._engine
+        if engine is not None:
+            status = engine.status()
+            return EngineStatus(status.state, status.reason, {**details, **status.details})
+        reason = "kernel transport only: no DPDK engine"
+        return EngineStatus(EngineState.RUNNING, reason, {**details, "dpdk": False})
+
+    def dialects(self) -> Sequence[str]:
+        return self._dialects
+
+    def set_event_sink(self, sink: EventSink | None) -> None:
+        self._event_sink = sink
+
+    def port_up(self, port: PortSpec) -> PortStatus:
+        return self._engine_hook(NO_ENGINE).port_up(port)
+
+    def port_down(self, port_id: int) -> None:
+        if self._engine is not None:
+            self._engine.port_down(port_id)
+
+    def port_status(self, port_id: int) -> PortStatus:
+        if self._engine is None:
+            return PortStatus(port_id, PortState.DOWN, "no DPDK engine in this runtime")
+        return self._engine.port_status(port_id)
+
+    def _engine_hook(self, refusal: str) -> EngineHook:
+        """The DPDK engine, made on first use. Hook for the engine owner: pass
+        engine_factory=lambda: MyEngineHook(...) to LiveRuntime."""
+        self._check_open()
+        with self._lock:
+            if self._engine is not None:
+                return self._engine
+            if self._engine_factory is None:
+                raise RuntimeRefusedError(refusal)
+            try:
+                self._engine = self._engine_factory()
+            except RuntimeRefusedError:
+                raise
+            except Exception as exc:
+                raise RuntimeRefusedError(f"the DPDK engine did not start: {exc}") from exc
+            return self._engine
+
+    # ---- Runtime: sessions --------------------------------------------------------------
+    def start_session(self, session: SessionSpec) -> SessionStatus:
+        """Validate now (RuntimeRefusedError for what cannot work), connect in the
+        background; starting a running session returns its status."""
+        self._check_open()
+        try:
+            config = self._session_config(session)
+        except (SessionConfigError, ValueError) as exc:
+            raise RuntimeRefusedError(f"session {session.name or session.id}: {exc}") from None
+        engine: object | None = None
+        if config.transport == "dpdk":
+            engine = self._engine_hook(NO_ENGINE_SESSION).engine_for(session.port_id)
+        sid = session.id
+        with self._lock:
+            if sid in self._running and sid in self._status:
+                return self._status[sid]
+            self._running.add(sid)
+            status = SessionStatus(
+                sid, SessionState.CONNECTING, "starting", time.time(), self._held(sid)
+            )
+            self._status[sid] = status
+        self._submit(self._start(sid, config, engine))
+        return status
+
+    def stop_session(self, session_id: int) -> SessionStatus:
+        """Ask the session to close (1000) and return; its topics are kept."""
+        self._check_open()
+        with self._lock:
+            if session_id not in self._running:
+                return self._status_locked(session_id)
+            self._running.discard(session_id)
+            status = SessionStatus(
+                session_id,
+                SessionState.STOPPING,
+                "stop requested",
+                time.time(),
+                self._held(session_id),
+            )
+            self._status[session_id] = status
+        self._submit(self._stop(session_id))
+        return status
+
+    def session_status(self, session_id: int) -> SessionStatus:
+        with self._lock:
+            return self._status_locked(session_id)
+
+    def subscribe(self, session_id: int, topics: Sequence[str]) -> None:
+        """Hold topics for the session (started or not); a running one subscribes now."""
+        self._check_open()
+        with self._lock:
+            held = self._topics.setdefault(session_id, {})
+            held.update(dict.fromkeys(topics))
+            running = session_id in self._running
+        if running and topics:
+            self._submit(self._apply(session_id, "subscribe", list(topics)))
+
+    def unsubscribe(self, session_id: int, topics: Sequence[str]) -> None:
+        self._check_open()
+        with self._lock:
+            held = self._topics.get(session_id, {})
+            for topic in topics:
+                held.pop(topic, None)
+            if not held:
+                self._topics.pop(session_id, None)
+            running = session_id in self._running
+        if running and topics:
+            self._submit(self._apply(session_id, "unsubscribe", list(topics)))
+
+    def metrics(self) -> MetricsSnapshot:
+        """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
+        waiting on the loop: counters are copied atomically (SessionCounters.snapshot)."""
+        with self._lock:
+            sessions = list(self._sessions.items())
+        out: list[Metric] = [
+            Metric("sessions_live", "gauge", float(len(sessions)), "Sessions with a task")
+        ]
+        for sid, session in sessions:
+            labels = {"session": str(sid)}
+            counters = session.counters.snapshot()
+            for name, kind, text in _COUNTERS:
+                out.append(Metric(f"session_{name}", kind, float(counters[name]), text, labels))
+            rtt = counters["last_rtt_s"]
+            if rtt is not None:
+                text = "Round trip of the last answered WebSocket ping"
+                out.append(Metric("session_rtt_seconds", "gauge", float(rtt), text, labels))
+            if self._per_topic:
+                text = "Data messages received per topic"
+                for topic, count in counters["topic_messages"].items():
+                    topic_labels = {"session": str(sid), "topic": topic}
+                    out.append(
+                        Metric(
+                            "session_topic_messages", "counter", float(count), text, topic_labels
+                        )
+                    )
+        return MetricsSnapshot(time.time(), tuple(out))
+
+    def sessions_snapshot(self) -> dict[int, dict[str, Any]]:
+        """Each live session's full snapshot (state, connections, counters), taken on the
+        loop; waits at most a second (for dashboards and debugging, not the hot API)."""
+        future = self._submit(self._snapshots())
+        try:
+            result: dict[int, dict[str, Any]] = future.result(timeout=1.0)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            return {}
+        return result
+
+    def close(self) -> None:
+        """Stop every session (close frames, bounded wait), then the loop and the engine."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._running.clear()
+        future = asyncio.run_coroutine_threadsafe(self._stop_all(), self._loop)
+        try:
+            future.result(timeout=self._stop_timeout)
+        except (concurrent.futures.TimeoutError, Exception):
+            log.warning("sessions did not all stop within %.1f s", self._stop_timeout)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=self._stop_timeout)
+        engine = self._engine
+        if engine is not None:
+            engine.close()
+
+    # ---- internals (API side) -----------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeRefusedError("the runtime is closed")
+
+    def _held(self, session_id: int) -> tuple[str, ...]:
+        return tuple(self._topics.get(session_id, ()))
+
+    def _status_locked(self, session_id: int) -> SessionStatus:
+        status = self._status.get(session_id)
+        if status is None:
+            return SessionStatus(
+                session_id, SessionState.STOPPED, "not started", None, self._held(session_id)
+            )
+        return SessionStatus(
+            status.session_id, status.state, status.reason, status.since, self._held(session_id)
+        )
+
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            raise RuntimeRefusedError("the runtime is closed") from None
+        future.add_done_callback(_log_failure)
+        return future
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(self._loop_ready.set)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._finish_loop()
+
+    def _finish_loop(self) -> None:
+        loop = self._loop
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+    # ---- internals (loop side) ----------------------------------------------------------
+    async def _start(self, sid: int, config: SessionConfig, engine: object | None) -> None:
+        old = self._sessions.get(sid)
+        if old is not None:  # a restart: the old connections close first
+            await old.stop("restarted")
+        with self._lock:
+            if sid not in self._running:
+                return  # stopped again before this ran; _stop settles the status
+            topics = list(self._topics.get(sid, ()))
+        try:
+            session = UpstreamSession(sid, config, self._sink, engine=engine)
+        except (SessionConfigError, ValueError) as exc:
+            self._settle(sid, SessionState.FAILED, f"failed: {exc}")
+            self._forward(RuntimeEvent(sid, STATE, str(exc), {"state": str(State.FAILED)}))
+            return
+        session.on_event = partial(self._on_event, session)
+        with self._lock:
+            self._sessions[sid] = session
+        session.subscribe(topics)
+        session.start()
+
+    async def _stop(self, sid: int) -> None:
+        session = self._sessions.get(sid)
+        if session is not None:
+            await session.stop("stopped by the control plane")
+            with self._lock:
+                if self._sessions.get(sid) is session:
+                    del self._sessions[sid]
+        with self._lock:
+            if sid not in self._running:
+                self._settle_locked(sid, SessionState.STOPPED, "stopped: stopped by request")
+
+    async def _apply(self, sid: int, op: str, topics: list[str]) -> None:
+        session = self._sessions.get(sid)
+        if session is None:
+            return  # not connected yet: _start subscribes everything held
+        if op == "subscribe":
+            session.subscribe(topics)
+        else:
+            session.unsubscribe(topics)
+
+    async def _stop_all(self) -> None:
+        sessions = list(self._sessions.values())
+        await asyncio.gather(
+            *(s.stop("runtime shutting down") for s in sessions), return_exceptions=True
+        )
+        with self._lock:
+            self._sessions.clear()
+
+    async def _snapshots(self) -> dict[int, dict[str, Any]]:
+        return {sid: s.snapshot() for sid, s in self._sessions.items()}
+
+    def _on_event(self, session: UpstreamSession, event: SessionEvent) -> None:
+        """A session's event: the status table (state events of the current session) and
+        the control plane's sink, with the fine state and connection in the details."""
+        sid = event.session_id
+        if event.kind == STATE:
+            with self._lock:
+                current = self._sessions.get(sid) is session
+                if current and (
+                    sid in self._running or event.state in (State.STOPPING, State.STOPPED)
+                ):
+                    self._settle_locked(
+                        sid, RUNTIME_STATE[event.state], f"{event.state}: {event.reason}"
+                    )
+                if current and event.state is State.FAILED:
+                    self._running.discard(sid)
+        details = {
+            **event.details,
+            "session_state": str(event.state),
+            "connection": event.connection,
+        }
+        self._forward(RuntimeEvent(sid, event.kind, event.reason, details, event.at))
+
+    def _settle(self, sid: int, state: SessionState, reason: str) -> None:
+        with self._lock:
+            self._settle_locked(sid, state, reason)
+
+    def _settle_locked(self, sid: int, state: SessionState, reason: str) -> None:
+        self._status[sid] = SessionStatus(sid, state, reason, time.time(), self._held(sid))
+        if state is SessionState.FAILED:
+            self._running.discard(sid)
+
+    def _forward(self, event: RuntimeEvent) -> None:
+        sink = self._event_sink
+        if sink is None:
+            return
+        try:
+            sink(event)
+        except Exception:
+            log.exception("the event sink failed on %s", event)
+
+
+def _log_failure(future: concurrent.futures.Future[Any]) -> None:
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        log.error("session command failed: %r", exc, exc_info=exc)
+
+
+__all__ = [
+    "NO_ENGINE",
+    "RUNTIME_STATE",
+    "ConfigFactory",
+    "EngineFactory",
+    "EngineHook",
+    "LiveRuntime",
+]

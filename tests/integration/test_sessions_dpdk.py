@@ -1,0 +1,170 @@
+"""Sessions end to end on the DPDK transport: the feed simulator runs on the kernel in the
+lab's peer namespace; the session reaches it through a real DPDK port, wsgw's own TCP/IP
+stack and the engine thread. Every message in order, a dropped connection survived with a
+reconnect, a resubscribe and one gap, an oversized message refused with 1009."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dataplane.dpdk import Eal
+from dataplane.engine import Engine, EngineConfig
+from dataplane.stack.iface import Interface
+from dataplane.stack.tcp import TcpConfig
+from dataplane.wire.addr import ip_to_int
+from gateway.dialects import make_dialect
+from gateway.lab import Lab
+from gateway.sessions import RecordingSink, State, UpstreamSession
+from tests.conftest import requires_dpdk
+from tests.integration.test_sessions_helpers import (
+    EventLog,
+    check_order,
+    counts,
+    fast_config,
+    run,
+    until,
+)
+from tests.integration.test_simulator_helpers import TOPICS
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+SIM_PORT = 9400
+
+
+@pytest.fixture
+def engine(eal: Eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:
+    with eal.open_port(lab.vdev) as port:
+        iface = Interface(
+            port.mac,
+            ip_to_int(lab.gw_ip),
+            ip_to_int(lab.netmask),
+            tcp_config=TcpConfig(time_wait=0.2),
+        )
+        eng = Engine(iface, port=port, config=EngineConfig())
+        eng.start()
+        try:
+            yield eng, lab
+        finally:
+            eng.close()
+
+
+@pytest.fixture
+def simulator(engine: tuple[Engine, Lab]) -> Iterator[subprocess.Popen[str]]:
+    _, lab = engine
+    proc = lab.popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.simulator",
+            "--host",
+            lab.peer_ip,
+            "--port",
+            str(SIM_PORT),
+            "--rate",
+            "200",
+            "--stdin",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def command(sim: subprocess.Popen[str], line: str) -> None:
+    assert sim.stdin is not None
+    sim.stdin.write(line + "\n")
+    sim.stdin.flush()
+
+
+def dpdk_config(lab: Lab, dialect: str, **overrides: Any) -> Any:
+    url = f"ws://{lab.peer_ip}:{SIM_PORT}/{dialect}{make_dialect(dialect).path}"
+    return fast_config(url, dialect, transport="dpdk", **overrides)
+
+
+def start(
+    engine: Engine, config: Any, topics: list[str]
+) -> tuple[UpstreamSession, RecordingSink, EventLog]:
+    sink, events = RecordingSink(), EventLog()
+    session = UpstreamSession(1, config, sink, on_event=events.append, topics=topics, engine=engine)
+    session.start()
+    return session, sink, events
+
+
+@pytest.mark.parametrize("dialect", ["binance", "okx", "bybit"])
+def test_every_message_in_order_over_dpdk(
+    engine: tuple[Engine, Lab], simulator: Any, dialect: str
+) -> None:
+    eng, lab = engine
+
+    async def scenario() -> None:
+        session, sink, _ = start(eng, dpdk_config(lab, dialect), TOPICS[dialect])
+        try:
+            await until(lambda: counts(sink, TOPICS[dialect])(40), timeout=20)
+        finally:
+            await session.stop()
+        assert check_order(sink, TOPICS[dialect]) == 0
+        assert session.state is State.STOPPED
+
+    run(scenario(), timeout=40)
+
+
+def test_drop_reconnects_resubscribes_and_reports_one_gap_over_dpdk(
+    engine: tuple[Engine, Lab], simulator: Any
+) -> None:
+    eng, lab = engine
+    topics = TOPICS["binance"]
+
+    async def scenario() -> None:
+        session, sink, events = start(eng, dpdk_config(lab, "binance"), topics)
+        try:
+            await until(lambda: counts(sink, topics)(20), timeout=20)
+            command(simulator, "fault drop after=10 target=all")
+            await until(
+                lambda: session.counters.connects == 2 and session.state is State.STREAMING,
+                timeout=20,
+            )
+            resumed = {t: len(sink.messages(t)) for t in topics}
+            await until(
+                lambda: all(len(sink.messages(t)) > resumed[t] + 20 for t in topics), timeout=20
+            )
+        finally:
+            await session.stop()
+        assert check_order(sink, topics) == 1
+        assert len(sink.gaps()) == 1
+        assert (session.counters.reconnects, session.counters.gaps) == (1, 1)
+        assert len(events.of("gap")) == 1
+
+    run(scenario(), timeout=60)
+
+
+def test_oversized_message_closes_with_1009_over_dpdk(
+    engine: tuple[Engine, Lab], simulator: Any
+) -> None:
+    eng, lab = engine
+    topics = TOPICS["binance"]
+
+    async def scenario() -> None:
+        config = dpdk_config(lab, "binance", max_message_size=1 << 16)
+        session, sink, events = start(eng, config, topics)
+        try:
+            await until(lambda: counts(sink, topics)(5), timeout=20)
+            command(simulator, "fault oversized after=1 target=all")
+            await until(lambda: session.counters.reconnects >= 1, timeout=20)
+        finally:
+            await session.stop()
+        backoff = events.entered("backoff")
+        assert backoff
+        assert backoff[0].details["close_code"] == 1009
+
+    run(scenario(), timeout=60)
