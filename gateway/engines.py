@@ -1,0 +1,157 @@
+"""The DPDK side of the live runtime: the EAL, the ports the operator configured, and one
+engine (lcore thread, stack, C fast path) per port. `LiveRuntime` calls it through its
+`EngineHook` protocol; sessions with transport `dpdk` get their port's engine from it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from dataplane.dpdk import DpdkPort, Eal, EalConfig
+from dataplane.engine import Engine, engine_config_from
+from dataplane.errors import DataplaneError
+from dataplane.stack.iface import Interface
+from dataplane.stack.tcp import TcpConfig
+from dataplane.wire.addr import ip_to_int
+from gateway.runtime import (
+    EngineState,
+    EngineStatus,
+    PortSpec,
+    PortState,
+    PortStatus,
+    RuntimeRefusedError,
+)
+from gateway.settings import Settings
+
+log = logging.getLogger("wsgw.engines")
+
+
+@dataclass
+class _Running:
+    spec: PortSpec
+    port: DpdkPort
+    engine: Engine
+
+
+class DpdkEngines:
+    """Ports and their engines, opened on demand; thread-safe (the API thread calls in)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._ports: dict[int, _Running] = {}
+        self._failed: dict[int, str] = {}
+        self._eal_error: str | None = None
+
+    def _eal(self) -> Eal:
+        d = self.settings.dpdk
+        try:
+            return Eal.init(
+                EalConfig(
+                    lcores=d.lcores,
+                    hugepages=d.hugepages,
+                    memory_mb=d.memory_mb,
+                    file_prefix=d.file_prefix,
+                    pci_allow=tuple(d.pci_allow),
+                    driver_paths=tuple(d.driver_paths),
+                    log_level=d.log_level,
+                    extra_args=tuple(d.extra_args),
+                )
+            )
+        except DataplaneError as exc:
+            self._eal_error = str(exc)
+            raise RuntimeRefusedError(f"DPDK is not available: {exc}") from exc
+
+    def status(self) -> EngineStatus:
+        with self._lock:
+            if self._eal_error is not None:
+                return EngineStatus(EngineState.FAILED, self._eal_error)
+            if not self._ports:
+                return EngineStatus(
+                    EngineState.RUNNING if Eal.current() else EngineState.STARTING,
+                    "no DPDK port is up",
+                )
+            details: dict[str, Any] = {
+                f"port{pid}": run.engine.snapshot() for pid, run in self._ports.items()
+            }
+            running = all(run.engine.running for run in self._ports.values())
+            return EngineStatus(
+                EngineState.RUNNING if running else EngineState.FAILED,
+                None if running else "an engine thread stopped",
+                details,
+            )
+
+    def port_up(self, port: PortSpec) -> PortStatus:
+        with self._lock:
+            if port.id in self._ports:
+                return PortStatus(port.id, PortState.UP)
+            eal = self._eal()
+            p = self.settings.port
+            try:
+                dpdk_port = eal.open_port(
+                    port.device,
+                    n_mbufs=p.n_mbufs,
+                    mbuf_cache=p.mbuf_cache,
+                    rx_desc=p.rx_desc,
+                    tx_desc=p.tx_desc,
+                    mtu=port.mtu,
+                    burst=p.burst,
+                )
+            except DataplaneError as exc:
+                self._failed[port.id] = str(exc)
+                raise RuntimeRefusedError(f"port {port.name}: {exc}") from exc
+            try:
+                iface = Interface(
+                    dpdk_port.mac,
+                    ip_to_int(port.ipv4),
+                    ip_to_int(port.netmask),
+                    ip_to_int(port.gateway) if port.gateway else None,
+                    mtu=port.mtu,
+                    tcp_config=TcpConfig(recv_buffer=4 << 20),
+                )
+                engine = Engine(
+                    iface, port=dpdk_port, config=engine_config_from(self.settings.engine)
+                )
+                engine.start()
+            except BaseException as exc:
+                dpdk_port.close()
+                self._failed[port.id] = str(exc)
+                raise RuntimeRefusedError(f"port {port.name}: engine: {exc}") from exc
+            self._ports[port.id] = _Running(port, dpdk_port, engine)
+            self._failed.pop(port.id, None)
+            log.info("port %s up: %s, %s/%s", port.name, port.device, port.ipv4, port.netmask)
+            return PortStatus(port.id, PortState.UP)
+
+    def port_down(self, port_id: int) -> None:
+        with self._lock:
+            run = self._ports.pop(port_id, None)
+        if run is not None:
+            run.engine.close()
+            run.port.close()
+
+    def port_status(self, port_id: int) -> PortStatus:
+        with self._lock:
+            if port_id in self._ports:
+                return PortStatus(port_id, PortState.UP)
+            if port_id in self._failed:
+                return PortStatus(port_id, PortState.FAILED, self._failed[port_id])
+            return PortStatus(port_id, PortState.DOWN)
+
+    def engine_for(self, port_id: int | None) -> object:
+        with self._lock:
+            if port_id is None and len(self._ports) == 1:
+                return next(iter(self._ports.values())).engine
+            run = self._ports.get(port_id) if port_id is not None else None
+            if run is None:
+                raise RuntimeRefusedError(f"DPDK port {port_id} is not up")
+            return run.engine
+
+    def close(self) -> None:
+        with self._lock:
+            ports = list(self._ports.values())
+            self._ports.clear()
+        for run in ports:
+            run.engine.close()
+            run.port.close()
