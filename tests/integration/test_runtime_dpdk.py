@@ -1,0 +1,111 @@
+"""LiveRuntime with the DPDK engines: the control plane's calls open a real DPDK port on
+the lab, start an engine on it, and run a `dpdk` session through it to the simulator in the
+peer namespace; a port on an interface the host uses is refused with a clear reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gateway.engines import DpdkEngines
+from gateway.lab import Lab
+from gateway.runtime import (
+    EngineState,
+    PortSpec,
+    PortState,
+    RuntimeRefusedError,
+    SessionSpec,
+    SessionState,
+)
+from gateway.runtime_live import LiveRuntime
+from gateway.sessions import RecordingSink
+from gateway.settings import Settings
+from tests.conftest import requires_dpdk
+from tests.integration.test_sessions_helpers import check_order
+from tests.integration.test_sessions_runtime import quick
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+TOPICS = ["btcusdt@trade", "ethusdt@depth"]
+
+
+def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.02)
+
+
+def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    sim = lab.popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.simulator",
+            "--host",
+            lab.peer_ip,
+            "--port",
+            "9500",
+            "--rate",
+            "200",
+            "--no-stdin",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    sink = RecordingSink()
+    runtime = LiveRuntime(
+        sink, engine_factory=lambda: DpdkEngines(Settings()), session_config=quick
+    )
+    try:
+        assert sim.stdout is not None and sim.stdout.readline().strip() == "ready"
+        port = PortSpec(
+            id=1,
+            name="lab",
+            device=lab.vdev,
+            ipv4=lab.gw_ip,
+            netmask=lab.netmask,
+            gateway=None,
+            mtu=1500,
+        )
+        assert runtime.port_up(port).state is PortState.UP
+        assert runtime.port_status(1).state is PortState.UP
+        spec = SessionSpec(
+            id=7,
+            name="bn",
+            url=f"ws://{lab.peer_ip}:9500/binance/stream",
+            dialect="binance",
+            transport="dpdk",
+            port_id=1,
+        )
+        runtime.subscribe(7, TOPICS)
+        runtime.start_session(spec)
+        wait(lambda: all(len(sink.messages(t)) >= 30 for t in TOPICS))
+        assert runtime.session_status(7).state is SessionState.CONNECTED
+        status = runtime.engine_status()
+        assert status.state is EngineState.RUNNING
+        assert status.details["port1"]["c_fast_segments"] >= 0
+        runtime.stop_session(7)
+        wait(lambda: runtime.session_status(7).state is SessionState.STOPPED)
+        assert check_order(sink, TOPICS) == 0
+        with pytest.raises(RuntimeRefusedError, match="refusing to open a DPDK port on lo"):
+            runtime.port_up(
+                PortSpec(
+                    id=2,
+                    name="lo",
+                    device="net_af_packet_lo,iface=lo",
+                    ipv4="127.0.0.2",
+                    netmask="255.0.0.0",
+                    gateway=None,
+                    mtu=1500,
+                )
+            )
+        assert runtime.port_status(2).state is PortState.FAILED
+        runtime.port_down(1)
+        assert runtime.port_status(1).state is PortState.DOWN
+    finally:
+        runtime.close()
+        sim.kill()
+        sim.wait()
