@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc
+APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core
 STAMPS := .make
 PYTEST_ARGS ?=
 

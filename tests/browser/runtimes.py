@@ -1,0 +1,190 @@
+"""Runtimes for the browser tests: a DetachedRuntime that pretends to stream.
+
+`SimulatedRuntime` reports a running engine, connected sessions and metrics that move with
+time (message counters, RTT, latency percentiles, lcore load, port figures), named as the
+dashboard reads them (api/static/js/metrics.js) and as gateway.runtime_live.LiveRuntime
+exports its session counters. `SimulatedHubMetrics` adds the fan-out hub's samples
+(wsgw_hub_*, wsgw_consumer_*, as gateway/hub/metrics.py names them). Together they let the
+tests check that figures and charts follow the values; real runtimes replace them later.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import Metric as PromMetric
+from prometheus_client.registry import Collector
+
+from gateway.runtime import (
+    DetachedRuntime,
+    EngineState,
+    EngineStatus,
+    Metric,
+    MetricsSnapshot,
+    PortSpec,
+    PortState,
+    PortStatus,
+    RuntimeEvent,
+    SessionSpec,
+    SessionState,
+    SessionStatus,
+)
+
+FAIL_MARK = "fail"
+FAIL_REASON = "TLS handshake failed: certificate verify failed (self-signed certificate)"
+
+
+class SimulatedRuntime(DetachedRuntime):
+    """Sessions connect at once (those whose name contains 'fail' fail, with a reason);
+    every figure the dashboard shows is reported and changes every second."""
+
+    def __init__(self, rate_per_session: float = 1500.0) -> None:
+        super().__init__()
+        self.rate = rate_per_session
+        self.t0 = time.monotonic()
+        self._state: dict[int, SessionState] = {}
+        self._started_at: dict[int, float] = {}
+        self._sim_lock = threading.Lock()
+
+    def engine_status(self) -> EngineStatus:
+        return EngineStatus(EngineState.RUNNING, None, {"lcores": "1-2", "mode": "simulated"})
+
+    def port_up(self, port: PortSpec) -> PortStatus:
+        super().port_up(port)
+        return PortStatus(port.id, PortState.UP)
+
+    def port_status(self, port_id: int) -> PortStatus:
+        with self._lock:
+            known = port_id in self.ports
+        return PortStatus(port_id, PortState.UP if known else PortState.DOWN)
+
+    def start_session(self, session: SessionSpec) -> SessionStatus:
+        with self._sim_lock:
+            failed = FAIL_MARK in session.name
+            self._state[session.id] = SessionState.FAILED if failed else SessionState.CONNECTED
+            self._started_at[session.id] = time.monotonic()
+        super().start_session(session)  # records the call and emits the event below
+        return self.session_status(session.id)
+
+    def stop_session(self, session_id: int) -> SessionStatus:
+        with self._sim_lock:
+            if session_id in self._state:
+                self._state[session_id] = SessionState.STOPPED
+            self._started_at.pop(session_id, None)
+        super().stop_session(session_id)
+        return self.session_status(session_id)
+
+    def _emit(self, session_id: int) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        status = self.session_status(session_id)
+        sink(RuntimeEvent(session_id, "state", status.reason, {"state": str(status.state)}))
+
+    def session_status(self, session_id: int) -> SessionStatus:
+        base = super().session_status(session_id)
+        with self._sim_lock:
+            state = self._state.get(session_id, SessionState.STOPPED)
+        reason = FAIL_REASON if state is SessionState.FAILED else None
+        return SessionStatus(session_id, state, reason, base.since, base.topics)
+
+    def metrics(self) -> MetricsSnapshot:
+        now = time.monotonic()
+        t = now - self.t0
+        wave = math.sin(t / 2.0)
+        with self._sim_lock:
+            running = {
+                sid: now - at
+                for sid, at in self._started_at.items()
+                if self._state.get(sid) is SessionState.CONNECTED
+            }
+        with self._lock:
+            ports = list(self.ports)
+        metrics: list[Metric] = []
+        metrics += _lcores(wave)
+        total_msgs = sum(self.rate * up * (1 + 0.2 * wave) for up in running.values())
+        metrics += [
+            Metric("fastpath_segments", "counter", int(total_msgs * 0.97)),
+            Metric("slowpath_segments", "counter", int(total_msgs * 0.03) + 12),
+        ]
+        for sid, up in sorted(running.items()):
+            labels = {"session": str(sid)}
+            messages = int(self.rate * up * (1 + 0.2 * wave))
+            metrics += [
+                Metric("session_messages", "counter", messages, "", labels),
+                Metric("session_bytes", "counter", messages * 120, "", labels),
+                Metric("session_rtt_seconds", "gauge", 0.0011 + 0.0004 * wave, "", labels),
+                Metric("session_reconnects", "counter", 1, "", labels),
+                Metric("session_gaps", "counter", 0, "", labels),
+            ]
+        for q, base in (("0.5", 40e-6), ("0.9", 95e-6), ("0.99", 310e-6)):
+            metrics.append(
+                Metric(
+                    "message_latency_seconds",
+                    "gauge",
+                    base * (1 + 0.3 * wave),
+                    "",
+                    {"quantile": q},
+                )
+            )
+        for pid in ports:
+            labels = {"port": str(pid)}
+            packets = int(2000 * t)
+            metrics += [
+                Metric("port_rx_packets", "counter", packets, "", labels),
+                Metric("port_tx_packets", "counter", packets // 2, "", labels),
+                Metric("port_rx_bytes", "counter", packets * 180, "", labels),
+                Metric("port_tx_bytes", "counter", packets * 66, "", labels),
+                Metric("port_rx_dropped", "counter", 3, "", labels),
+            ]
+        return MetricsSnapshot(time.time(), tuple(metrics))
+
+    def published(self) -> int:
+        """Messages the sessions have received so far (what a hub would have published)."""
+        return int(sum(m.value for m in self.metrics().metrics if m.name == "session_messages"))
+
+
+class SimulatedHubMetrics(Collector):
+    """The hub's samples for a SimulatedRuntime: what it publishes, and per consumer name
+    (those in `consumers`) open streams, lag, deliveries, drops and disconnects."""
+
+    def __init__(self, runtime: SimulatedRuntime) -> None:
+        self.runtime = runtime
+        self.consumers: set[str] = set()
+
+    def collect(self) -> Iterator[PromMetric]:
+        published = self.runtime.published()
+        t = time.monotonic() - self.runtime.t0
+        yield CounterMetricFamily("wsgw_hub_published", "published", value=published)
+        yield CounterMetricFamily("wsgw_hub_batches", "batches", value=published // 20)
+        yield CounterMetricFamily(
+            "wsgw_hub_publish_seconds", "publish time", value=published // 20 * 4e-6
+        )
+        connected = GaugeMetricFamily("wsgw_consumer_connected", "streams", labels=["consumer"])
+        lag = GaugeMetricFamily("wsgw_consumer_lag", "queued", labels=["consumer"])
+        delivered = CounterMetricFamily("wsgw_consumer_delivered", "sent", labels=["consumer"])
+        dropped = CounterMetricFamily(
+            "wsgw_consumer_dropped", "lost", labels=["consumer", "reason"]
+        )
+        disconnects = CounterMetricFamily(
+            "wsgw_consumer_disconnects", "ended", labels=["consumer", "reason"]
+        )
+        for name in sorted(self.consumers):
+            connected.add_metric([name], 1)
+            lag.add_metric([name], 5 + int(3 * math.sin(t)))
+            delivered.add_metric([name], published // 2)
+            dropped.add_metric([name, "queue_full"], 0)
+            dropped.add_metric([name, "overload"], 0)
+            disconnects.add_metric([name, "slow"], 2)
+        yield from (connected, lag, delivered, dropped, disconnects)
+
+
+def _lcores(wave: float) -> list[Metric]:
+    return [
+        Metric("lcore_busy_ratio", "gauge", 0.42 + 0.1 * wave, "", {"lcore": "1"}),
+        Metric("lcore_busy_ratio", "gauge", 0.08, "", {"lcore": "2"}),
+    ]
