@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core
+APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core nats-server
 STAMPS := .make
 PYTEST_ARGS ?=
 

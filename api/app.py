@@ -22,9 +22,11 @@ from starlette.concurrency import run_in_threadpool
 from api import errors
 from api.auth import check_auth_settings, require_scope
 from api.metrics import GatewayCollector, HttpMetrics
-from api.routes import health, ports, sessions, stream, subscriptions, tokens
+from api.routes import dashboard, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
 from gateway.host import HostManager
+from gateway.hub import Hub
+from gateway.hub.metrics import HubCollector
 from gateway.runtime import Runtime
 from gateway.service import GatewayService
 from gateway.settings import Settings
@@ -44,9 +46,11 @@ def create_app(
     *,
     host: HostManager | None = None,
     service: GatewayService | None = None,
+    hub: Hub | None = None,
 ) -> FastAPI:
     """The control plane's ASGI app. `runtime` defaults to DetachedRuntime (no dataplane);
-    `host` to the real host under settings.host; tests pass their own of each."""
+    `host` to the real host under settings.host; tests pass their own of each. `hub`: the
+    fan-out hub /v1/stream reads from (default: the runtime's `hub` attribute, if any)."""
     check_auth_settings(settings)
     service = service or GatewayService(settings, runtime)
 
@@ -71,6 +75,8 @@ def create_app(
     app.state.host = host or HostManager.from_settings(settings)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GatewayCollector(service))
+    app.state.hub = hub
+    registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry
 
     errors.install(app)
@@ -82,6 +88,7 @@ def create_app(
         subscriptions.router,
         tokens.router,
         stream.router,
+        dashboard.router,
     ):
         app.include_router(router)
     metrics_deps = [] if settings.auth.public_metrics else [Depends(require_scope("admin"))]

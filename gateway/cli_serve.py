@@ -83,11 +83,30 @@ def _stop_requested(signum: int, _frame: object) -> None:
 
 
 def build_runtime(settings: Settings) -> Runtime:
-    """The dataplane runtime to serve with. Until the engine is wired in: DetachedRuntime."""
-    from gateway.runtime import DetachedRuntime
+    """The live runtime: upstream sessions on their own loop thread, messages into the
+    fan-out hub (shared-memory ring, /v1/stream, NATS), DPDK ports and their engines opened
+    on demand. The hub is reachable as `runtime.hub` (what /v1/stream reads)."""
+    from gateway.engines import DpdkEngines
+    from gateway.hub.config import HubConfig, create_hub
+    from gateway.hub.nats import NatsConfig
+    from gateway.runtime_live import LiveRuntime
 
-    log.warning("no dataplane attached: the control plane records wanted state only")
-    return DetachedRuntime()
+    h = settings.hub
+    nats = (
+        NatsConfig(servers=tuple(h.nats.servers), subject_prefix=h.nats.subject_prefix)
+        if h.nats is not None
+        else None
+    )
+    hub = create_hub(
+        HubConfig(
+            gateway=h.gateway,
+            ring=h.ring,
+            ring_capacity=h.ring_capacity,
+            handoff_limit=h.handoff_limit,
+            nats=nats,
+        )
+    )
+    return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
 
 
 def serve(

@@ -120,11 +120,14 @@ class LiveRuntime:
         dialects: Sequence[str] | None = None,
         stop_timeout_s: float = 5.0,
         per_topic_metrics: bool = True,
+        hub: Any = None,
     ) -> None:
         """sink: the hub. session_config: SessionSpec -> SessionConfig (default
         `SessionConfig.from_spec`; tests shorten timeouts here). per_topic_metrics: one
         series per (session, topic); turn off for sessions with thousands of topics."""
         self._sink: MessageSink = sink if sink is not None else NullSink()
+        #: The fan-out hub /v1/stream reads (closed with the runtime: streams end with 1001).
+        self.hub = hub
         self._engine_factory = engine_factory
         self._engine: EngineHook | None = None
         self._session_config: ConfigFactory = session_config or SessionConfig.from_spec
@@ -317,6 +320,8 @@ class LiveRuntime:
         engine = self._engine
         if engine is not None:
             engine.close()
+        if self.hub is not None:
+            self.hub.close()
 
     # ---- internals (API side) -----------------------------------------------------------
     def _check_open(self) -> None:

@@ -81,6 +81,27 @@ class EngineSettings(BaseModel):
     )
 
 
+class NatsSettings(BaseModel):
+    servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    subject_prefix: str = "wsgw"
+
+
+class HubSettings(BaseModel):
+    """The fan-out hub: the shared-memory ring every local consumer reads, and NATS."""
+
+    gateway: str = Field(
+        default="wsgw",
+        pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+        description="ring /dev/shm/wsgw-<gateway>-messages",
+    )
+    ring: bool = True
+    ring_capacity: int = Field(
+        default=1 << 26, ge=1 << 12, le=1 << 40, description="bytes, a power of two"
+    )
+    handoff_limit: int = Field(default=262_144, ge=1024, le=1 << 24)
+    nats: NatsSettings | None = Field(default=None, description="absent: no NATS sink")
+
+
 class LabSettings(BaseModel):
     name: str = Field(default="wsgw", pattern=r"^[a-z][a-z0-9]{0,9}$")
     subnet_index: int | None = Field(default=None, ge=1, le=254)
@@ -98,6 +119,7 @@ class Settings(BaseSettings):
     port: PortSettings = Field(default_factory=PortSettings)
     lab: LabSettings = Field(default_factory=LabSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    hub: HubSettings = Field(default_factory=HubSettings)
     state_dir: Path = Path("/var/lib/wsgw")
     # These sections are defined below: the lambdas look them up when a default is made.
     api: ApiSettings = Field(default_factory=lambda: ApiSettings())  # noqa: PLW0108

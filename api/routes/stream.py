@@ -1,55 +1,373 @@
-"""/v1/stream: the downstream WebSocket a consumer reads a subscription from (consume).
+"""/v1/stream: the downstream WebSocket a consumer reads messages from (scope `consume`).
 
-The fan-out hub that feeds it is not attached yet, so after checking the token and the
-subscription the stream closes with 1013 (try again later) and says why, rather than
-staying open and silent. Close codes 4401/4403/4404 mirror HTTP 401/403/404.
+The protocol (query parameters, frames, envelope, close codes) is documented in
+gateway.hub.protocol. This module checks the token and the parameters, subscribes a
+consumer to the app's hub (`app_hub`: the one given to create_app, else the runtime's) and
+runs two tasks per connection: one sends what the consumer's queue holds, the other reads
+the client's frames, only to see it go. The hub cuts a consumer that is too slow; the
+connection then closes with the code and reason the cut carries. Without a hub the stream
+closes with 1013 (try again later).
+
+Sending: under uvicorn (either of its WebSocket implementations) a stream writes its
+frames to the connection's transport itself, all that its queue holds in one write, each
+frame serialised once for every stream that sends it (`Delivery.raw_wire`), under the
+server's own flow control; about 4x the messages per second of one ASGI send per frame.
+With another server, or `app.state.stream_wire = False`, it sends through ASGI.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from fastapi import APIRouter, Query, WebSocket
+import orjson
+from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
+from starlette.websockets import WebSocketDisconnect
 
 from api.auth import is_loopback
 from api.schemas.common import ID_MAX
+from api.schemas.subscriptions import check_consumer
+from gateway.hub.consumer import (
+    DEFAULT_QUEUE_SIZE,
+    Consumer,
+    ConsumerClosed,
+    DeliveryOptions,
+    OverflowPolicy,
+)
+from gateway.hub.core import Hub, HubClosedError
+from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
+from gateway.hub.protocol import (
+    CLOSE_BAD_REQUEST,
+    CLOSE_FORBIDDEN,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NOT_FOUND,
+    CLOSE_TRY_AGAIN_LATER,
+    CLOSE_UNAUTHORIZED,
+    close_reason,
+)
 from gateway.service import GatewayService
 from gateway.settings import Settings
 from gateway.store.errors import NotFoundError
+from gateway.store.validate import check_topic
 
 router = APIRouter(tags=["stream"])
-TRY_AGAIN_LATER = 1013
+log = logging.getLogger("wsgw.api.stream")
+TRY_AGAIN_LATER = CLOSE_TRY_AGAIN_LATER
+#: How long a closing handshake may wait for a consumer that does not read.
+CLOSE_TIMEOUT_S = 5.0
+#: Events sent per wake-up of a stream before it lets the others run.
+SEND_BATCH = 256
+KNOWN_PARAMS = frozenset(
+    {
+        "token",
+        "subscription",
+        "session",
+        "topics",
+        "envelope",
+        "queue_size",
+        "overflow",
+        "conflation_ms",
+        "consumer",
+    }
+)
+SESSION_ONLY = ("queue_size", "overflow", "conflation_ms", "consumer")
+
+
+class BadStreamRequest(ValueError):
+    """A query parameter is missing, unknown or invalid (close code 4400)."""
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    subscription: int | None
+    session: int | None
+    topics: tuple[str, ...] | None
+    envelope: bool
+    options: DeliveryOptions
+    consumer: str | None
+
+
+def _int(params: Any, name: str, low: int, high: int) -> int | None:
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadStreamRequest(f"{name} must be an integer, not {raw!r}") from None
+    if not low <= value <= high:
+        raise BadStreamRequest(f"{name} must be {low}..{high}, not {value}")
+    return value
+
+
+def parse_request(params: Any) -> StreamRequest:
+    """The stream's query parameters (a starlette QueryParams or any multi-dict)."""
+    unknown = sorted(set(params.keys()) - KNOWN_PARAMS)
+    if unknown:
+        raise BadStreamRequest(
+            f"unknown parameter {unknown[0]!r}; known: {', '.join(sorted(KNOWN_PARAMS))}"
+        )
+    subscription = _int(params, "subscription", 1, ID_MAX)
+    session = _int(params, "session", 1, ID_MAX)
+    if (subscription is None) == (session is None):
+        raise BadStreamRequest("give either subscription=ID or session=ID (with topics=a,b)")
+    raw_topics = params.getlist("topics")
+    topics: tuple[str, ...] | None = None
+    if raw_topics:
+        if subscription is not None:
+            raise BadStreamRequest("topics come from the subscription: leave topics out")
+        listed = [t for value in raw_topics for t in value.split(",") if t]
+        if not listed:
+            raise BadStreamRequest("topics is empty: leave it out for every topic")
+        for topic in listed:
+            try:
+                check_topic(topic)
+            except ValueError as exc:
+                raise BadStreamRequest(str(exc)) from None
+        topics = tuple(dict.fromkeys(listed))
+    envelope_raw = params.get("envelope", "0")
+    if envelope_raw not in ("0", "1", "true", "false"):
+        raise BadStreamRequest(f"envelope must be 0 or 1, not {envelope_raw!r}")
+    if subscription is not None:
+        given = [p for p in SESSION_ONLY if p in params]
+        if given:
+            raise BadStreamRequest(
+                f"{given[0]} comes from subscription {subscription}: change it there "
+                f"(PATCH /v1/subscriptions/{subscription})"
+            )
+    overflow = params.get("overflow", "disconnect")
+    if overflow not in ("disconnect", "drop_oldest"):
+        raise BadStreamRequest(f"overflow must be disconnect or drop_oldest, not {overflow!r}")
+    consumer = params.get("consumer")
+    if consumer is not None:
+        try:
+            check_consumer(consumer)
+        except ValueError as exc:
+            raise BadStreamRequest(str(exc)) from None
+    options = DeliveryOptions(
+        queue_size=_int(params, "queue_size", 1, 1_000_000) or DEFAULT_QUEUE_SIZE,
+        overflow=_overflow(overflow),
+        conflation_ms=_int(params, "conflation_ms", 0, 60_000) or 0,
+    )
+    return StreamRequest(
+        subscription, session, topics, envelope_raw in ("1", "true"), options, consumer
+    )
+
+
+def _overflow(value: str) -> OverflowPolicy:
+    return "drop_oldest" if value == "drop_oldest" else "disconnect"
+
+
+async def _authenticate(
+    websocket: WebSocket, settings: Settings, service: GatewayService
+) -> str | None:
+    """The caller's name, or None after closing the stream with 4401/4403."""
+    if settings.auth.mode == "none":
+        if not is_loopback(websocket.client.host if websocket.client else ""):
+            await websocket.close(CLOSE_FORBIDDEN, "auth is off: loopback clients only")
+            return None
+        return "local"
+    header = websocket.headers.get("authorization", "")
+    secret = header[7:].strip() if header.lower().startswith("bearer ") else None
+    secret = secret or websocket.query_params.get("token")
+    found = await run_in_threadpool(service.authenticate, secret) if secret else None
+    if found is None:
+        await websocket.close(CLOSE_UNAUTHORIZED, "missing, invalid or revoked token")
+        return None
+    if "consume" not in found.scopes:
+        await websocket.close(CLOSE_FORBIDDEN, "the stream needs the 'consume' scope")
+        return None
+    name: str = found.name
+    return name
+
+
+def app_hub(app: Any) -> Hub | None:
+    """The app's hub: the one create_app was given, else its runtime's `hub` attribute (an
+    engine-backed runtime owns one), else None."""
+    hub = getattr(app.state, "hub", None)
+    if hub is None:
+        service = getattr(app.state, "service", None)
+        hub = getattr(getattr(service, "runtime", None), "hub", None)
+    return hub if isinstance(hub, Hub) else None
 
 
 @router.websocket("/v1/stream")
-async def stream(
-    websocket: WebSocket,
-    subscription: Annotated[int, Query(ge=1, le=ID_MAX)],
-    token: Annotated[
-        str | None, Query(description="for browsers, which cannot set headers")
-    ] = None,
-) -> None:
+async def stream(websocket: WebSocket) -> None:
+    """Messages of a subscription (or of a session's topics) as they are published."""
     settings: Settings = websocket.app.state.settings
     service: GatewayService = websocket.app.state.service
+    hub = app_hub(websocket.app)
     await websocket.accept()
-    if settings.auth.mode == "none":
-        if not is_loopback(websocket.client.host if websocket.client else ""):
-            await websocket.close(4403, "auth is off: loopback clients only")
-            return
-    else:
-        header = websocket.headers.get("authorization", "")
-        secret = header[7:].strip() if header.lower().startswith("bearer ") else token
-        found = await run_in_threadpool(service.authenticate, secret) if secret else None
-        if found is None:
-            await websocket.close(4401, "missing, invalid or revoked token")
-            return
-        if "consume" not in found.scopes:
-            await websocket.close(4403, "the stream needs the 'consume' scope")
-            return
-    try:
-        await run_in_threadpool(service.get_subscription, subscription)
-    except NotFoundError as exc:
-        await websocket.close(4404, str(exc))
+    caller = await _authenticate(websocket, settings, service)
+    if caller is None:
         return
-    await websocket.close(TRY_AGAIN_LATER, "no fan-out hub is attached to this control plane yet")
+    try:
+        request = parse_request(websocket.query_params)
+    except (BadStreamRequest, ValueError) as exc:
+        await websocket.close(CLOSE_BAD_REQUEST, close_reason(str(exc)))
+        return
+    topics: tuple[str, ...] | None
+    try:
+        if request.subscription is not None:
+            sub = await run_in_threadpool(service.get_subscription, request.subscription)
+            session_id, topics = sub.session_id, tuple(sub.topics)
+            options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
+            name = sub.consumer
+        else:
+            assert request.session is not None
+            await run_in_threadpool(service.get_session, request.session)
+            session_id, topics, options = request.session, request.topics, request.options
+            name = request.consumer or caller
+    except NotFoundError as exc:
+        await websocket.close(CLOSE_NOT_FOUND, close_reason(str(exc)))
+        return
+    if hub is None:
+        await websocket.close(
+            CLOSE_TRY_AGAIN_LATER, "no fan-out hub is attached to this control plane yet"
+        )
+        return
+    try:
+        consumer = hub.subscribe(session_id, topics, options, name=name)
+    except HubClosedError:
+        await websocket.close(CLOSE_TRY_AGAIN_LATER, "the gateway is shutting down")
+        return
+    if request.envelope:
+        hello = {
+            "type": "subscribed",
+            "subscription": request.subscription,
+            "session": session_id,
+            "topics": None if topics is None else list(topics),
+            "queue_size": options.queue_size,
+            "overflow": options.overflow,
+            "conflation_ms": options.conflation_ms,
+            "next_seq": hub.next_seq,
+        }
+        await websocket.send_text(orjson.dumps(hello).decode())
+    await _serve(websocket, consumer, request.envelope)
+
+
+async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> None:
+    """Run the stream until the client goes, or the hub cuts the consumer off."""
+    state = websocket.app.state
+    wire = _wire_of(websocket) if getattr(state, "stream_wire", True) else None
+    paths: dict[str, int] | None = getattr(state, "stream_paths", None)
+    if paths is None:
+        paths = state.stream_paths = {"wire": 0, "asgi": 0}
+    paths["wire" if wire else "asgi"] += 1  # which path streams took (tests check it)
+    sender = _pump_wire(wire, consumer, envelope) if wire else _pump(websocket, consumer, envelope)
+    pump = asyncio.create_task(sender)
+    listen = asyncio.create_task(_listen(websocket))
+    waits: set[asyncio.Future[Any]] = {pump, listen, consumer.ended}
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (pump, listen):
+            task.cancel()
+        await asyncio.gather(pump, listen, return_exceptions=True)
+    if not consumer.ended.done():
+        failure = None if listen.done() or pump.cancelled() else pump.exception()
+        if failure is None or isinstance(failure, (WebSocketDisconnect, OSError)):
+            consumer.close()  # the client went away
+            return
+        log.error("stream of %s failed", consumer.name, exc_info=failure)
+        consumer.cut(CLOSE_INTERNAL_ERROR, "internal error", "error")
+    closed: ConsumerClosed = consumer.ended.result()
+    if closed.kind == "client":
+        return
+    # A consumer too slow to read may not read the close frame either: bounded wait.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(
+            websocket.close(closed.code, close_reason(closed.reason)), CLOSE_TIMEOUT_S
+        )
+
+
+async def _pump(websocket: WebSocket, consumer: Consumer, envelope: bool) -> None:
+    """Send what the consumer's queue holds, one ASGI message per frame (the portable
+    path); the messages are made once per message and shared by every stream."""
+    send = websocket.send
+    get = consumer.get
+    while True:
+        events = await get(SEND_BATCH)
+        for event in events:
+            if type(event) is Delivery:
+                await send(event.envelope_frame() if envelope else event.raw_frame())
+            else:
+                assert type(event) is GapNotice
+                await send({"type": "websocket.send", "text": event.json()})
+        if len(events) == SEND_BATCH:
+            await asyncio.sleep(0)  # a long backlog: let the other streams run too
+
+
+class _Wire(Protocol):
+    """What the fast path needs of the server's WebSocket connection (uvicorn's protocols
+    for websockets and wsproto both have it)."""
+
+    transport: asyncio.Transport
+    writable: asyncio.Event
+    disconnected: bool
+    close_sent: bool
+
+
+def _wire_of(websocket: WebSocket) -> _Wire | None:
+    """The server connection under this WebSocket, found through the ASGI send callable
+    (a bound method of uvicorn's protocol, wrapped in Starlette's closures); None with any
+    other server, and the stream then sends through ASGI."""
+    stack: list[Any] = [websocket._send]
+    seen: set[int] = set()
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen or len(seen) > 32:
+            continue
+        seen.add(id(fn))
+        owner = getattr(fn, "__self__", None)
+        if (
+            owner is not None
+            and type(owner).__module__.startswith("uvicorn.protocols.websockets.")
+            and isinstance(getattr(owner, "writable", None), asyncio.Event)
+            and callable(getattr(getattr(owner, "transport", None), "write", None))
+            and hasattr(owner, "disconnected")
+            and hasattr(owner, "close_sent")
+        ):
+            wire: _Wire = owner
+            return wire
+        for cell in getattr(fn, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                if callable(cell.cell_contents):
+                    stack.append(cell.cell_contents)
+    return None
+
+
+async def _pump_wire(wire: _Wire, consumer: Consumer, envelope: bool) -> None:
+    """The fast path: each message's frame is serialised once for every stream (server
+    frames are not masked), and a stream writes what its queue holds in one write, under
+    the server's own flow control (its `writable` event)."""
+    get = consumer.get
+    transport = wire.transport
+    writable = wire.writable
+    while True:
+        events = await get(SEND_BATCH)
+        chunks = [
+            (e.envelope_wire() if envelope else e.raw_wire())
+            if type(e) is Delivery
+            else ws_frame(OP_TEXT, e.json().encode())  # type: ignore[union-attr]
+            for e in events
+        ]
+        if not writable.is_set():
+            await writable.wait()
+        if wire.disconnected or wire.close_sent or transport.is_closing():
+            raise WebSocketDisconnect(1006)
+        transport.write(b"".join(chunks))
+        if len(events) == SEND_BATCH:
+            await asyncio.sleep(0)  # a long backlog: let the other streams run too
+
+
+async def _listen(websocket: WebSocket) -> None:
+    """Read (and ignore) what the client sends, until it closes or disconnects."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return

@@ -15,7 +15,15 @@ from gateway.bench import core
 
 def _load_scenarios() -> None:
     # Importing registers them.
-    from gateway.bench import conformance, micro, stream, topic, udp, ws_scenarios  # noqa: F401
+    from gateway.bench import (  # noqa: F401
+        conformance,
+        fanout,
+        micro,
+        stream,
+        topic,
+        udp,
+        ws_scenarios,
+    )
     from gateway.bench.core import scenario
     from gateway.bench.ring import bench_ring
 

@@ -97,7 +97,9 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
         "WSGW_DB__URL": sqlite_url,
         "WSGW_CONFIG": str(tmp_path / "none.toml"),
         "WSGW_HOST__SYS_ROOT": str(tmp_path / "nosys"),
+        "WSGW_HUB__GATEWAY": f"test{os.getpid()}",
     }
+    ring = Path(f"/dev/shm/wsgw-test{os.getpid()}-messages")
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE, "serve", "--port", str(port), "--json-logs"],
         env=env,
@@ -116,7 +118,10 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
                 assert time.monotonic() < deadline, "serve did not come up"
                 time.sleep(0.1)
         assert r.status_code == 200
-        assert r.json()["engine"]["state"] == "detached"
+        engine = r.json()["engine"]
+        assert engine["state"] == "running"  # the live runtime; no DPDK port opened yet
+        assert "kernel transport only" in engine["reason"]
+        assert ring.exists()  # the hub's shared-memory ring for local consumers
         assert httpx.get(f"http://127.0.0.1:{port}/v1/ports").status_code == 401
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -125,6 +130,7 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
+    assert not ring.exists()  # the hub unlinks it on a graceful stop
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     messages = [line["msg"] for line in lines]
     assert any("upgrading to 0001" in m for m in messages)

@@ -1,0 +1,669 @@
+"""`fanout`: one upstream feed fanned out to N consumers, by each consumer path of the hub,
+next to a plain picows relay written as a user would (the reference contender).
+
+Contenders, each at N = 1, 10, 100 consumers (quick: 1, 10), all fed by the same synthetic
+publisher (`_schedule`: batches at a fixed rate, or as fast as it goes):
+
+- `ring`: the hub writes the shared-memory ring; N RingReaders in worker processes;
+- `websocket`: the hub (ring written too, as always) and /v1/stream on uvicorn (uvloop when
+  installed) in this process, its API thread; N picows clients in worker processes;
+- `nats`: the hub with its NATS sink (ring written too) and a nats-server of the bench's own;
+  N nats-py subscribers in worker processes (skipped when nats-server is not installed);
+- `picows relay` (ref): a process with one picows client to an upstream picows server that
+  plays the exchange (another process, sending with the same schedule) re-broadcasting
+  every frame to N downstream picows clients (the same client code as `websocket`).
+
+The hub's publisher is a thread of this process (the engine thread's place); the relay has
+one network hop more (exchange -> relay), which its latency includes.
+
+Metrics per N: delivered msg/s summed over the consumers (the publisher sends as fast as
+it can; time from the first publish to the last consumer's last message), and the latency
+p50/p99 from the publisher's timestamp (in the payload) to a consumer's receipt, at a fixed
+rate that keeps the summed delivery rate sustainable (`_latency_rate`). Consumers are spread
+over at most `WORKERS` processes. Losses, if any, are in the notes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+
+SCENARIO = "fanout"
+RING, WEBSOCKET, NATS, RELAY = "ring", "websocket /v1/stream", "nats", "picows relay"
+CONTENDERS = (RING, WEBSOCKET, NATS, RELAY)
+PAYLOAD = 100  # bytes per message
+WORKERS = 4  # consumer processes at most
+SESSION, TOPIC = 1, "bench"
+TIMEOUT = 120.0
+CTX = mp.get_context("spawn")
+
+
+# ---- the synthetic feed --------------------------------------------------------------------
+def payload(ts_ns: int, i: int) -> bytes:
+    """What every contender carries: `<ts ns, 19 digits> <number, 11 digits> ` padded."""
+    head = b"%019d %011d " % (ts_ns, i)
+    return head + b"x" * (PAYLOAD - len(head))
+
+
+def stamp(data: bytes | memoryview) -> int:
+    return int(bytes(data[:19]))
+
+
+def _schedule(count: int, rate: float, batch: int) -> Iterator[tuple[float, int, int]]:
+    """(due time in perf_counter seconds, first number, size) of each batch; rate 0: now."""
+    start = time.perf_counter()
+    for first in range(0, count, batch):
+        due = start + first / rate if rate else 0.0
+        yield due, first, min(batch, count - first)
+
+
+def _batch_for(rate: float) -> int:
+    """Batches of about a millisecond at a fixed rate; 64 when unpaced (an engine poll)."""
+    return max(1, int(rate // 1000)) if rate else 64
+
+
+def publish_to_hub(hub: Any, count: int, rate: float) -> int:
+    """The engine's side: publish_batch per batch, sleeping until each batch is due.
+    Unpaced, the batches are made beforehand (their timestamps are not read), so the
+    publisher costs the hub's process what the engine's hand-off costs, not the making of
+    payloads. Returns the time.time_ns() of the first publish."""
+    if not rate:
+        now = time.time_ns()
+        batches = [
+            [(SESSION, TOPIC, payload(now, i), now, i) for i in range(first, first + n)]
+            for _, first, n in _schedule(count, 0, _batch_for(0))
+        ]
+        first_ns = time.time_ns()
+        for batch in batches:
+            hub.publish_batch(batch)
+        return first_ns
+    first_ns = 0
+    for due, first, n in _schedule(count, rate, _batch_for(rate)):
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        now = time.time_ns()
+        first_ns = first_ns or now
+        hub.publish_batch(
+            [(SESSION, TOPIC, payload(now, i), now, i) for i in range(first, first + n)]
+        )
+    return first_ns
+
+
+# ---- consumers (worker processes) -------------------------------------------------------------
+class _Tally:
+    """One consumer's count, time of its last message and latency samples (ns)."""
+
+    __slots__ = ("count", "done", "expect", "last_ns", "on_done", "sample", "samples")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.expect = 0
+        self.last_ns = 0
+        self.sample = False
+        self.samples: list[int] = []
+        self.on_done: Callable[[], None] | None = None
+        self.done = False
+
+    def arm(self, expect: int, sample: bool, on_done: Callable[[], None] | None) -> None:
+        self.count, self.expect, self.sample, self.samples = 0, expect, sample, []
+        self.last_ns, self.done, self.on_done = 0, False, on_done
+
+    def hit(self, data: bytes | memoryview) -> None:
+        now = time.time_ns()
+        self.count += 1
+        self.last_ns = now
+        if self.sample:
+            self.samples.append(now - stamp(data))
+        if self.count >= self.expect and not self.done:
+            self.done = True
+            if self.on_done is not None:
+                self.on_done()
+
+
+def _report(tallies: list[_Tally]) -> dict[str, Any]:
+    return {
+        "counts": [t.count for t in tallies],
+        "last_ns": max((t.last_ns for t in tallies), default=0),
+        "samples": [s for t in tallies for s in t.samples],
+    }
+
+
+def _read_ring(reader: Any, tally: _Tally, expect: int, timeout: float) -> None:
+    from dataplane.ring import RingMessage
+
+    deadline = time.monotonic() + timeout
+    while tally.count < expect and time.monotonic() < deadline:
+        for event in reader.read_batch(timeout=0.5):
+            if type(event) is RingMessage:
+                tally.hit(event.payload)
+
+
+def ring_worker(conn: Connection, ring: str, n: int) -> None:
+    """n RingReaders, one thread each, blocking in the ring's futex wait."""
+    from dataplane.ring import RingReader
+    from gateway.hub.names import ring_topics
+
+    topics = ring_topics(SESSION, [TOPIC], gaps=False)
+    readers = [RingReader.attach(ring, topics=topics) for _ in range(n)]
+    tallies = [_Tally() for _ in range(n)]
+    conn.send(("ready", n))
+    while True:
+        cmd = conn.recv()
+        if cmd[0] == "stop":
+            break
+        _, expect, sample, timeout = cmd
+        for r in readers:
+            r.seek("latest")
+
+        for tally in tallies:
+            tally.arm(expect, sample, None)
+        conn.send(("armed",))
+        threads = [
+            threading.Thread(target=_read_ring, args=(r, t, expect, timeout))
+            for r, t in zip(readers, tallies, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        conn.send(("result", _report(tallies)))
+    for r in readers:
+        r.close()
+
+
+def ws_worker(conn: Connection, url: str, n: int) -> None:
+    """n picows clients of one URL (the gateway's /v1/stream or the relay)."""
+    _run_async(_ws_worker(conn, url, n))
+
+
+def nats_worker(conn: Connection, url: str, n: int) -> None:
+    _run_async(_nats_worker(conn, url, n))
+
+
+def _run_async(coro: Any) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+async def _serve_commands(conn: Connection, tallies: list[_Tally]) -> None:
+    """The worker's command loop for the asyncio kinds: arm, wait for all, report."""
+    loop = asyncio.get_running_loop()
+    while True:
+        cmd = await loop.run_in_executor(None, conn.recv)
+        if cmd[0] == "stop":
+            return
+        _, expect, sample, timeout = cmd
+        left = [len(tallies)]
+        finished = loop.create_future()
+
+        def one_done(left: list[int] = left, finished: asyncio.Future[None] = finished) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not finished.done():
+                finished.set_result(None)
+
+        for t in tallies:
+            t.arm(expect, sample, one_done)
+        conn.send(("armed",))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(finished, timeout)
+        conn.send(("result", _report(tallies)))
+
+
+async def _ws_worker(conn: Connection, url: str, n: int) -> None:
+    import picows
+
+    data_kinds = (picows.WSMsgType.TEXT, picows.WSMsgType.BINARY)
+
+    class Listener(picows.WSListener):
+        def __init__(self, tally: _Tally) -> None:
+            super().__init__()
+            self.tally = tally
+
+        def on_ws_frame(self, transport: Any, frame: Any) -> None:
+            if frame.msg_type in data_kinds:
+                self.tally.hit(frame.get_payload_as_bytes())
+            elif frame.msg_type == picows.WSMsgType.CLOSE:
+                transport.disconnect()
+
+    tallies = [_Tally() for _ in range(n)]
+    transports = []
+    for tally in tallies:
+        transport, _ = await picows.ws_connect(lambda t=tally: Listener(t), url)
+        transports.append(transport)
+    conn.send(("ready", n))
+    await _serve_commands(conn, tallies)
+    for transport in transports:
+        transport.disconnect()
+
+
+async def _nats_worker(conn: Connection, url: str, n: int) -> None:
+    import nats
+
+    from gateway.hub.names import nats_subject
+
+    tallies = [_Tally() for _ in range(n)]
+    clients = []
+    for tally in tallies:
+        nc = await nats.connect(url)
+
+        async def on_msg(msg: Any, tally: _Tally = tally) -> None:
+            tally.hit(msg.data)
+
+        await nc.subscribe(
+            nats_subject("wsgw", SESSION, TOPIC),
+            cb=on_msg,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+        await nc.flush()
+        clients.append(nc)
+    conn.send(("ready", n))
+    await _serve_commands(conn, tallies)
+    for nc in clients:
+        await nc.close()
+
+
+class Workers:
+    """The consumer processes of one run: n consumers over at most WORKERS processes."""
+
+    def __init__(self, target: Callable[..., None], endpoint: str, n: int) -> None:
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        per = [n // WORKERS + (1 if k < n % WORKERS else 0) for k in range(min(n, WORKERS))]
+        try:
+            for count in per:
+                parent, child = CTX.Pipe()
+                proc = CTX.Process(target=target, args=(child, endpoint, count), daemon=True)
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+            for c in self.conns:
+                self._expect(c, "ready")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _expect(conn: Connection, what: str, timeout: float = 60.0) -> Any:
+        if not conn.poll(timeout):
+            raise RuntimeError(f"a consumer worker did not answer {what!r} in {timeout} s")
+        reply = conn.recv()
+        if reply[0] != what:
+            raise RuntimeError(f"a consumer worker answered {reply!r}, not {what!r}")
+        return reply
+
+    def measure(self, expect: int, sample: bool, send: Callable[[], int]) -> dict[str, Any]:
+        """Arm every consumer for `expect` messages, run send() (it returns the time.time_ns
+        of the first message), collect what they got."""
+        for c in self.conns:
+            c.send(("measure", expect, sample, TIMEOUT))
+        for c in self.conns:
+            self._expect(c, "armed")
+        start_ns = send()
+        counts: list[int] = []
+        samples: list[int] = []
+        last = 0
+        for c in self.conns:
+            report = self._expect(c, "result", TIMEOUT + 30)[1]
+            counts += report["counts"]
+            samples += report["samples"]
+            last = max(last, report["last_ns"])
+        return {"counts": counts, "samples": samples, "start_ns": start_ns, "last_ns": last}
+
+    def close(self) -> None:
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.send(("stop",))
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+# ---- the picows relay (reference) -------------------------------------------------------------
+def feed_main(conn: Connection) -> None:
+    """The exchange: a picows server sending the synthetic feed to whoever connects."""
+    _run_async(_feed(conn))
+
+
+async def _feed(conn: Connection) -> None:
+    import picows
+
+    from gateway.hub.testing import free_port
+
+    clients: list[Any] = []
+
+    class Listener(picows.WSListener):
+        def on_ws_connected(self, transport: Any) -> None:
+            clients.append(transport)
+
+        def pause_writing(self) -> None:
+            """No flow control: a simple server buffers what it sends."""
+
+        def resume_writing(self) -> None:
+            pass
+
+        def on_ws_disconnected(self, transport: Any) -> None:
+            if transport in clients:
+                clients.remove(transport)
+
+    port = free_port()
+    server = await picows.ws_create_server(lambda _request: Listener(), "127.0.0.1", port)
+    conn.send(("port", port))
+    loop = asyncio.get_running_loop()
+    text = picows.WSMsgType.TEXT
+    while True:
+        cmd = await loop.run_in_executor(None, conn.recv)
+        if cmd[0] == "stop":
+            break
+        _, count, rate = cmd
+        prebuilt = [payload(time.time_ns(), i) for i in range(count)] if not rate else None
+        first_ns = 0
+        for due, first, n in _schedule(count, rate, _batch_for(rate)):
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            now = time.time_ns()
+            first_ns = first_ns or now
+            for i in range(first, first + n):
+                data = prebuilt[i] if prebuilt is not None else payload(now, i)
+                for transport in clients:
+                    transport.send(text, data)
+            await asyncio.sleep(0)  # let the transport write, as a server loop would
+        conn.send(("sent", first_ns))
+    server.close()
+
+
+def relay_main(conn: Connection, upstream: str) -> None:
+    """The user's relay: one picows client upstream, every frame to every downstream."""
+    _run_async(_relay(conn, upstream))
+
+
+async def _relay(conn: Connection, upstream: str) -> None:
+    import picows
+
+    from gateway.hub.testing import free_port
+
+    downstream: list[Any] = []
+    text = picows.WSMsgType.TEXT
+
+    class Downstream(picows.WSListener):
+        def on_ws_connected(self, transport: Any) -> None:
+            downstream.append(transport)
+
+        def pause_writing(self) -> None:
+            """No flow control, as in the simple relay a user writes: it buffers."""
+
+        def resume_writing(self) -> None:
+            pass
+
+        def on_ws_disconnected(self, transport: Any) -> None:
+            if transport in downstream:
+                downstream.remove(transport)
+
+    class Upstream(picows.WSListener):
+        def on_ws_frame(self, transport: Any, frame: Any) -> None:
+            if frame.msg_type == text:
+                data = frame.get_payload_as_bytes()
+                for client in downstream:
+                    client.send(text, data)
+
+    port = free_port()
+    server = await picows.ws_create_server(lambda _request: Downstream(), "127.0.0.1", port)
+    up, _ = await picows.ws_connect(Upstream, upstream)
+    conn.send(("port", port))
+    loop = asyncio.get_running_loop()
+    while True:
+        cmd = await loop.run_in_executor(None, conn.recv)
+        if cmd[0] == "stop":
+            break
+        conn.send(("clients", len(downstream)))
+    up.disconnect()
+    server.close()
+
+
+class Relay:
+    """The exchange and the relay processes."""
+
+    def __init__(self) -> None:
+        self.procs: list[Any] = []
+        self.feed, child = CTX.Pipe()
+        self._start(feed_main, child)
+        feed_port = Workers._expect(self.feed, "port")[1]
+        self.relay, child = CTX.Pipe()
+        self._start(relay_main, child, f"ws://127.0.0.1:{feed_port}/")
+        self.url = f"ws://127.0.0.1:{Workers._expect(self.relay, 'port')[1]}/"
+
+    def _start(self, target: Callable[..., None], *args: Any) -> None:
+        proc = CTX.Process(target=target, args=args, daemon=True)
+        proc.start()
+        args[0].close()
+        self.procs.append(proc)
+
+    def clients(self) -> int:
+        self.relay.send(("count",))
+        return int(Workers._expect(self.relay, "clients")[1])
+
+    def send(self, count: int, rate: float) -> int:
+        self.feed.send(("send", count, rate))
+        return int(Workers._expect(self.feed, "sent", TIMEOUT)[1])
+
+    def close(self) -> None:
+        for c in (self.feed, self.relay):
+            with contextlib.suppress(OSError):
+                c.send(("stop",))
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+# ---- the gateway side ---------------------------------------------------------------------
+@dataclass
+class Plan:
+    counts: tuple[int, ...]
+    deliveries: int  # messages delivered, summed over consumers, in a throughput run
+    latency_s: float
+    delivery_rate: float  # summed over consumers, in a latency run
+
+    def messages(self, n: int) -> int:
+        return max(1000, self.deliveries // n)
+
+    def rate(self, n: int) -> float:
+        """The latency run's publish rate: the same summed delivery rate at every N."""
+        return max(50.0, self.delivery_rate / n)
+
+
+def _plan(options: BenchOptions) -> Plan:
+    if options.quick:
+        return Plan((1, 10), 100_000, 1.0, 20_000)
+    return Plan((1, 10, 100), 400_000, 3.0, 20_000)
+
+
+class Gateway:
+    """uvicorn with the control plane (no hub until a websocket run sets one), a session
+    and a token; a nats-server when the binary is there."""
+
+    def __init__(self) -> None:
+        from gateway.hub.testing import NatsServer, ServerThread, gateway_app, nats_server_binary
+
+        self.dir = Path(tempfile.mkdtemp(prefix="wsgw-bench-fanout-"))
+        self.app = gateway_app(self.dir, None)
+        try:
+            import uvloop  # noqa: F401
+
+            use_uvloop = True
+        except ImportError:
+            use_uvloop = False
+        self.server = ServerThread(self.app, uvloop=use_uvloop).start()
+        service = self.app.state.service
+        _, self.token = service.create_token("bench", ["consume"])
+        session = service.create_session(
+            {"name": "bench", "url": "wss://x/ws", "dialect": "generic", "transport": "kernel"}
+        )
+        assert session.id == SESSION
+        self.nats: Any = NatsServer().start() if nats_server_binary() else None
+        self.ring = f"wsgw-bench-{os.getpid()}-fanout"
+
+    def hub(self, *, nats: bool = False, ring_messages: int = 0) -> Any:
+        from dataplane.ring import RingWriter, record_size
+        from gateway.hub import Hub
+        from gateway.hub.nats import NatsConfig, NatsSink
+
+        need = max(1 << 22, (ring_messages + 1000) * record_size(PAYLOAD))
+        ring = RingWriter.create(self.ring, 1 << (need - 1).bit_length(), replace=True)
+        sink = None
+        if nats:
+            sink = NatsSink(NatsConfig(servers=[self.nats.url], buffer_messages=1 << 20)).start(10)
+        return Hub(ring=ring, nats=sink, handoff_limit=1 << 22)
+
+    @property
+    def stream_url(self) -> str:
+        return (
+            f"{self.server.ws_url}/v1/stream?session={SESSION}&topics={TOPIC}"
+            f"&queue_size=1000000&token={self.token}"
+        )
+
+    def close(self) -> None:
+        import shutil
+
+        self.server.stop()
+        if self.nats is not None:
+            self.nats.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _wait(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@dataclass
+class Outcome:
+    throughput: float
+    p50_us: float
+    p99_us: float
+    lost: int
+
+
+def _outcome(
+    n: int, count: int, fast: dict[str, Any], paced: dict[str, Any], paced_count: int
+) -> Outcome:
+    delivered = sum(fast["counts"])
+    elapsed = max(1, fast["last_ns"] - fast["start_ns"]) / 1e9
+    samples = sorted(paced["samples"])
+    lost = n * count - delivered + n * paced_count - sum(paced["counts"])
+    if not samples:
+        return Outcome(delivered / elapsed, float("nan"), float("nan"), lost)
+    p50 = statistics.median(samples) / 1e3
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] / 1e3
+    return Outcome(delivered / elapsed, p50, p99, lost)
+
+
+def _run_hub(gw: Gateway, contender: str, n: int, plan: Plan) -> Outcome:
+    count, rate = plan.messages(n), plan.rate(n)
+    paced_count = int(rate * plan.latency_s)
+    hub = gw.hub(nats=contender == NATS, ring_messages=count)
+    workers: Workers | None = None
+    try:
+        if contender == RING:
+            workers = Workers(ring_worker, gw.ring, n)
+        elif contender == NATS:
+            workers = Workers(nats_worker, gw.nats.url, n)
+        else:
+            gw.app.state.hub = hub
+            workers = Workers(ws_worker, gw.stream_url, n)
+            _wait(lambda: len(hub.consumers()) == n, f"{n} stream consumers")
+        fast = workers.measure(count, False, lambda: publish_to_hub(hub, count, 0))
+        paced = workers.measure(paced_count, True, lambda: publish_to_hub(hub, paced_count, rate))
+        return _outcome(n, count, fast, paced, paced_count)
+    finally:
+        if workers is not None:
+            workers.close()
+        gw.app.state.hub = None
+        hub.close()
+
+
+def _run_relay(n: int, plan: Plan) -> Outcome:
+    count, rate = plan.messages(n), plan.rate(n)
+    paced_count = int(rate * plan.latency_s)
+    relay = Relay()
+    workers: Workers | None = None
+    try:
+        workers = Workers(ws_worker, relay.url, n)
+        _wait(lambda: relay.clients() == n, f"{n} relay clients")
+        fast = workers.measure(count, False, lambda: relay.send(count, 0))
+        paced = workers.measure(paced_count, True, lambda: relay.send(paced_count, rate))
+        return _outcome(n, count, fast, paced, paced_count)
+    finally:
+        if workers is not None:
+            workers.close()
+        relay.close()
+
+
+@scenario(SCENARIO, "fan-out to N consumers: ring, /v1/stream, NATS vs a picows relay")
+def bench_fanout(options: BenchOptions) -> list[Measurement]:
+    """Throughput and latency of each consumer path at N consumers (see module doc)."""
+    plan = _plan(options)
+    gw = Gateway()
+    results: list[Measurement] = []
+    try:
+        contenders = [c for c in CONTENDERS if c != NATS or gw.nats is not None]
+        for n in plan.counts:
+
+            def series(metric: str, unit: str, higher: bool, n: int = n) -> dict[str, Measurement]:
+                name = f"{n} consumer{'s' if n > 1 else ''}: {metric}"
+                return {
+                    c: Measurement(SCENARIO, name, c, unit, higher, reference=c == RELAY)
+                    for c in contenders
+                }
+
+            rate = series("delivered (sum)", "msg/s", True)
+            p50 = series("latency p50", "us", False)
+            p99 = series("latency p99", "us", False)
+            lost = dict.fromkeys(contenders, 0)
+            for _, contender in alternate(options.repetitions, contenders):
+                out = (
+                    _run_relay(n, plan) if contender == RELAY else _run_hub(gw, contender, n, plan)
+                )
+                rate[contender].samples.append(out.throughput)
+                p50[contender].samples.append(out.p50_us)
+                p99[contender].samples.append(out.p99_us)
+                lost[contender] += out.lost
+            for c in contenders:
+                notes = [f"{plan.messages(n)} msgs unpaced; latency at {plan.rate(n):.0f} msg/s"]
+                if lost[c]:
+                    notes.append(f"{lost[c]} deliveries missing over the runs")
+                rate[c].note = "; ".join(notes)
+            results += [*rate.values(), *p50.values(), *p99.values()]
+        if gw.nats is None:
+            results.append(
+                Measurement(SCENARIO, "nats", NATS, "msg/s", True, note="skipped: no nats-server")
+            )
+    finally:
+        gw.close()
+    return results

@@ -1,0 +1,269 @@
+"""One downstream consumer: a bounded queue on an event loop, its overflow policy, optional
+conflation, and the counters the metrics read.
+
+Everything here runs on the consumer's loop (the API thread); the engine thread never
+touches a consumer. The router pushes each message into the queues of the consumers that
+want it; a queue that is full either disconnects its consumer (`disconnect`, the default:
+no silent loss) or drops its oldest message and owes the consumer a gap event with the
+exact count (`drop_oldest`). A stalled consumer therefore costs the others nothing: its
+queue stops growing at queue_size and then it is cut off or loses its own oldest messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.hub.events import OVERLOAD, QUEUE_FULL, Delivery, GapNotice, StreamEvent
+from gateway.hub.protocol import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    CLOSE_SLOW_CONSUMER,
+    CLOSE_TRY_AGAIN_LATER,
+    overload_reason,
+    slow_consumer_reason,
+)
+
+OverflowPolicy = Literal["disconnect", "drop_oldest"]
+#: Why a consumer ended: the label of the disconnects metric.
+DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error"]
+DEFAULT_QUEUE_SIZE = 4096
+MAX_QUEUE_SIZE = 1_000_000
+MAX_CONFLATION_MS = 60_000
+
+
+@dataclass(frozen=True)
+class DeliveryOptions:
+    """A subscription's delivery options (api.schemas.subscriptions has the same bounds)."""
+
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    overflow: OverflowPolicy = "disconnect"
+    conflation_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.queue_size <= MAX_QUEUE_SIZE:
+            raise ValueError(f"queue_size must be 1..{MAX_QUEUE_SIZE}, not {self.queue_size}")
+        if self.overflow not in ("disconnect", "drop_oldest"):
+            raise ValueError(
+                f"overflow must be 'disconnect' or 'drop_oldest', not {self.overflow!r}"
+            )
+        if not 0 <= self.conflation_ms <= MAX_CONFLATION_MS:
+            raise ValueError(
+                f"conflation_ms must be 0..{MAX_CONFLATION_MS}, not {self.conflation_ms}"
+            )
+
+
+@dataclass
+class ConsumerStats:
+    """Counters of every stream opened under one consumer name (the metrics' label)."""
+
+    name: str
+    connected: int = 0
+    opened: int = 0
+    delivered: int = 0  # handed to the consumer's connection
+    dropped: int = 0  # dropped by drop_oldest (queue full)
+    overload: int = 0  # never reached the consumer's loop (hand-off full)
+    conflated: int = 0  # replaced by a newer value of the same topic (conflation)
+    disconnects: dict[str, int] = field(default_factory=dict)
+
+
+class ConsumerClosed(Exception):
+    """The consumer was ended: `code` and `reason` are what its connection should close
+    with; `kind` says why (slow, overload, client, shutdown, error)."""
+
+    def __init__(self, code: int, reason: str, kind: DisconnectKind) -> None:
+        super().__init__(f"{kind}: {reason} ({code})")
+        self.code = code
+        self.reason = reason
+        self.kind = kind
+
+
+class Consumer:
+    """A consumer of one session's topics (all of them when topics is None) on one loop.
+
+    Read it with `await get()` (a list of Delivery and GapNotice, in order), which raises
+    ConsumerClosed once it was cut off or closed; `close()` when the reader goes away.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        session_id: int,
+        topics: frozenset[str] | None,
+        options: DeliveryOptions,
+        stats: ConsumerStats,
+        on_close: Callable[[Consumer], None],
+    ) -> None:
+        self.loop = loop
+        self.name = name
+        self.session_id = session_id
+        self.topics = topics
+        self.options = options
+        self.stats = stats
+        self._on_close = on_close
+        self.limit = options.queue_size
+        self.drop_oldest = options.overflow == "drop_oldest"
+        self.queue: deque[StreamEvent] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed: ConsumerClosed | None = None
+        self.ended: asyncio.Future[ConsumerClosed] = loop.create_future()
+        # drop_oldest: messages dropped at the head since the reader last took, and the
+        # session gap notices that were at the head meanwhile (never dropped).
+        self._lost_at_head = 0
+        self._notices_at_head: list[GapNotice] = []
+        # conflation: the latest message per topic while an interval is open
+        self._interval = options.conflation_ms / 1000.0
+        self._latest: dict[str, Delivery] = {}
+        self._window: asyncio.TimerHandle | None = None
+        self.push = self._conflate if self._interval else self._push  # the router's entry
+        stats.connected += 1
+        stats.opened += 1
+
+    # ---- fed by the router (loop thread) ---------------------------------------------------
+    def _push(self, item: Delivery) -> None:
+        queue = self.queue
+        if len(queue) < self.limit:
+            queue.append(item)
+            if self._waiter is not None:
+                self._wake()
+        else:
+            self._full(item)
+
+    def _full(self, item: Delivery) -> None:
+        if not self.drop_oldest:
+            self.cut(CLOSE_SLOW_CONSUMER, slow_consumer_reason(self.limit), "slow")
+            return
+        queue = self.queue
+        while queue:
+            head = queue.popleft()
+            if type(head) is Delivery:
+                self._lost_at_head += 1
+                self.stats.dropped += 1
+                break
+            self._notices_at_head.append(head)  # type: ignore[arg-type]
+        queue.append(item)
+        if self._waiter is not None:
+            self._wake()
+
+    def _conflate(self, item: Delivery) -> None:
+        if self._window is None:  # the first update after a quiet interval goes at once
+            self._push(item)
+            self._window = self.loop.call_later(self._interval, self._flush_window)
+            return
+        if item.topic in self._latest:
+            self.stats.conflated += 1
+        self._latest[item.topic] = item
+
+    def _flush_window(self) -> None:
+        latest = self._latest
+        if not latest or self._closed is not None:
+            self._window = None
+            return
+        self._latest = {}
+        for item in sorted(latest.values(), key=_seq_of):
+            self._push(item)
+            if self._closed is not None:
+                return
+        self._window = self.loop.call_later(self._interval, self._flush_window)
+
+    def push_gap(self, notice: GapNotice) -> None:
+        """Gap notices are never dropped or conflated, and do not count against the bound."""
+        self.queue.append(notice)
+        if self._waiter is not None:
+            self._wake()
+
+    def overflowed(self, lost: int) -> None:
+        """The hand-off to this loop was full: `lost` messages of this consumer never came."""
+        self.stats.overload += lost
+        if self.drop_oldest or self._interval:
+            self.push_gap(GapNotice(self.session_id, lost, OVERLOAD))
+        else:
+            self.cut(CLOSE_TRY_AGAIN_LATER, overload_reason(lost), "overload")
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        self._waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ---- read by the connection (loop thread) -----------------------------------------------
+    @property
+    def lag(self) -> int:
+        """Messages waiting for this consumer (queue plus conflated values)."""
+        return len(self.queue) + len(self._latest)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def poll(self, max_items: int = 256) -> list[StreamEvent]:
+        """What is there now (raises ConsumerClosed once closed)."""
+        if self._closed is not None:
+            raise self._closed
+        out: list[StreamEvent] = []
+        if self._notices_at_head:
+            out += self._notices_at_head
+            self._notices_at_head = []
+        if self._lost_at_head:
+            out.append(GapNotice(self.session_id, self._lost_at_head, QUEUE_FULL))
+            self._lost_at_head = 0
+        queue = self.queue
+        take = min(max_items, len(queue))
+        if take:
+            pop = queue.popleft
+            out += [pop() for _ in range(take)]
+            self.stats.delivered += take
+        return out
+
+    async def get(self, max_items: int = 256) -> list[StreamEvent]:
+        """The next events, waiting for some; raises ConsumerClosed once closed."""
+        while True:
+            events = self.poll(max_items)
+            if events:
+                return events
+            waiter = self._waiter = self.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    # ---- ending ---------------------------------------------------------------------------
+    def cut(self, code: int, reason: str, kind: DisconnectKind) -> None:
+        """End the consumer (idempotent): its queue is discarded, get() raises."""
+        if self._closed is not None:
+            return
+        closed = self._closed = ConsumerClosed(code, reason, kind)
+        self.queue.clear()
+        self._latest.clear()
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
+        stats = self.stats
+        stats.connected -= 1
+        stats.disconnects[kind] = stats.disconnects.get(kind, 0) + 1
+        self._on_close(self)
+        self._wake()
+        if not self.ended.done():
+            self.ended.set_result(closed)
+
+    def close(self) -> None:
+        """The reader went away (the client closed or disconnected)."""
+        self.cut(CLOSE_NORMAL, "closed by the consumer", "client")
+
+    def shutdown(self) -> None:
+        self.cut(CLOSE_GOING_AWAY, "gateway shutting down", "shutdown")
+
+    def __repr__(self) -> str:
+        topics = "*" if self.topics is None else ",".join(sorted(self.topics))
+        return (
+            f"<Consumer {self.name} session={self.session_id} topics={topics} "
+            f"lag={self.lag} closed={self.closed}>"
+        )
+
+
+def _seq_of(item: Delivery) -> int:
+    return item.seq

@@ -1,0 +1,355 @@
+"""The NATS sink: every message on subject `<prefix>.<session_id>.<topic token>` (see
+gateway.hub.names for the mapping), for consumers on other machines.
+
+nats-py runs on an asyncio loop of its own, in a thread of its own, so neither the engine
+nor the API loop ever waits for the bus. The engine hands batches over through a
+`Handoff` (bounded: `buffer_messages`); the sink publishes a whole hand-off without
+yielding, so nats-py's flusher writes it to the socket in one go (batched flushes). When
+NATS is down the messages are dropped and counted: before the first connection and while
+the hand-off is full (`buffer_full`), and during a reconnection once nats-py's own
+reconnect buffer (`pending_bytes`) is full (`disconnected`). nats-py reconnects by itself.
+
+With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
+connection; messages are still published with core NATS (no per-message ack round trip),
+and the stream stores what reaches the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.hub.events import Batch, Entry, GapEvent, Overflow
+from gateway.hub.handoff import Handoff
+from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
+
+log = logging.getLogger("wsgw.hub.nats")
+
+
+@dataclass(frozen=True)
+class JetStreamConfig:
+    """A JetStream stream the sink keeps over its subjects."""
+
+    stream: str = "WSGW"
+    max_bytes: int = -1  # -1: unlimited
+    max_age_s: float = 0.0  # 0: unlimited
+    max_msgs: int = -1
+    storage: Literal["file", "memory"] = "file"
+    replicas: int = 1
+
+
+@dataclass(frozen=True)
+class NatsConfig:
+    servers: Sequence[str] = ("nats://127.0.0.1:4222",)
+    subject_prefix: str = "wsgw"
+    #: Messages the engine may hand over that the sink has not published yet.
+    buffer_messages: int = 100_000
+    #: nats-py's buffer while reconnecting (bytes); beyond it messages are dropped.
+    pending_bytes: int = 16 << 20
+    connect_timeout_s: float = 2.0
+    reconnect_wait_s: float = 1.0
+    name: str = "wsgw"
+    #: Add Wsgw-Seq and Wsgw-Recv-Ts headers to every message (costs bytes and CPU).
+    headers: bool = False
+    jetstream: JetStreamConfig | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_subject_prefix(self.subject_prefix)
+        if not self.servers:
+            raise ValueError("NATS servers: give at least one URL (nats://host:4222)")
+        if self.buffer_messages < 1:
+            raise ValueError("buffer_messages must be at least 1")
+
+
+@dataclass
+class NatsStats:
+    published: int = 0
+    dropped_not_connected: int = 0
+    dropped_disconnected: int = 0  # nats-py's reconnect buffer was full
+    dropped_error: int = 0
+    gaps: int = 0
+    connects: int = 0
+    reconnects: int = 0
+    disconnects: int = 0
+    errors: int = 0
+    connected: bool = False
+    last_error: str | None = None
+    jetstream_ready: bool = False
+
+
+class NatsSink:
+    """Publishes what the hub hands it to NATS, from its own thread and loop."""
+
+    def __init__(self, config: NatsConfig) -> None:
+        import nats  # noqa: F401  (fail here, with the package's name, when it is missing)
+
+        self.config = config
+        self.prefix = config.subject_prefix
+        self.stats = NatsStats()
+        self.loop = asyncio.new_event_loop()
+        self._wake = asyncio.Event()
+        self._handoff = Handoff(
+            self.loop, self._wake.set, config.buffer_messages, "nats", count_keys=False
+        )
+        self._subjects: dict[tuple[int, str], str] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._ready = threading.Event()
+        self.nc: object | None = None
+
+    @property
+    def handoff(self) -> Handoff:
+        return self._handoff
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Messages that did not reach NATS, by reason."""
+        s = self.stats
+        return {
+            "buffer_full": self._handoff.dropped,
+            "not_connected": s.dropped_not_connected,
+            "disconnected": s.dropped_disconnected,
+            "error": s.dropped_error,
+        }
+
+    def start(self, wait_connected: float | None = None) -> NatsSink:
+        """Start the thread; with wait_connected, wait that long for a first connection
+        (False: not connected yet; it keeps trying in the background)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name="wsgw-nats", daemon=True)
+            self._thread.start()
+        if wait_connected:
+            self._ready.wait(wait_connected)
+        return self
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Publish what is handed over already, flush, close the connection, end the thread."""
+        thread = self._thread
+        if thread is None:
+            if not self.loop.is_closed():
+                self.loop.close()
+            return
+        self._stopping = True
+        with contextlib.suppress(RuntimeError):  # the loop ended already
+            self.loop.call_soon_threadsafe(self._wake.set)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.error("NATS sink did not stop within %.1f s", timeout)
+        self._thread = None
+
+    # ---- the sink's thread --------------------------------------------------------------
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._run())
+        except Exception:
+            log.exception("NATS sink failed")
+        finally:
+            self._handoff.dead = True
+            self.loop.close()
+
+    async def _run(self) -> None:
+        connector = asyncio.create_task(self._connect())
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                await self._publish(self.nc, self._handoff.take())
+                if self._stopping:
+                    break
+        finally:
+            connector.cancel()
+            await asyncio.gather(connector, return_exceptions=True)
+            await self._close()
+
+    async def _close(self) -> None:
+        from nats.aio.client import Client
+
+        nc = self.nc
+        if isinstance(nc, Client):
+            if nc.is_connected:
+                try:
+                    await nc.flush(timeout=2)
+                except Exception as exc:
+                    log.warning("NATS flush at stop failed: %s", exc)
+            if not nc.is_closed:
+                try:
+                    await nc.close()
+                except Exception as exc:
+                    log.warning("NATS close failed: %s", exc)
+        self.stats.connected = False
+
+    async def _connect(self) -> None:
+        """Connect (retrying until stopped, with a fresh client each time); nats-py
+        reconnects by itself afterwards."""
+        from nats.aio.client import Client
+
+        cfg = self.config
+        stats = self.stats
+
+        async def on_error(exc: Exception) -> None:
+            stats.errors += 1
+            stats.last_error = f"{type(exc).__name__}: {exc}"
+            log.debug("NATS: %s", stats.last_error)
+
+        async def on_disconnected() -> None:
+            stats.disconnects += 1
+            stats.connected = False
+            if not self._stopping:
+                log.warning("NATS disconnected (nats-py reconnects)")
+
+        async def on_reconnected() -> None:
+            stats.reconnects += 1
+            stats.connected = True
+            log.info("NATS reconnected")
+            if isinstance(self.nc, Client):
+                await self._ensure_stream(self.nc)
+
+        async def on_closed() -> None:
+            stats.connected = False
+
+        failures = 0
+        while not self._stopping:
+            nc = Client()
+            try:
+                await nc.connect(
+                    servers=list(cfg.servers),
+                    name=cfg.name,
+                    connect_timeout=cfg.connect_timeout_s,  # type: ignore[arg-type]
+                    reconnect_time_wait=cfg.reconnect_wait_s,  # type: ignore[arg-type]
+                    max_reconnect_attempts=-1,
+                    allow_reconnect=True,
+                    pending_size=cfg.pending_bytes,
+                    error_cb=on_error,
+                    disconnected_cb=on_disconnected,
+                    reconnected_cb=on_reconnected,
+                    closed_cb=on_closed,
+                    user=cfg.user,
+                    password=cfg.password,
+                    token=cfg.token,
+                    skip_subject_validation=True,  # we make the subjects (names.py)
+                )
+            except Exception as exc:
+                stats.errors += 1
+                stats.last_error = f"{type(exc).__name__}: {exc}"
+                failures += 1
+                log.log(
+                    logging.WARNING
+                    if failures in (1, 10) or failures % 100 == 0
+                    else logging.DEBUG,
+                    "NATS connect to %s failed (%s, %d times); retrying every %.1f s",
+                    ", ".join(cfg.servers),
+                    stats.last_error,
+                    failures,
+                    cfg.reconnect_wait_s,
+                )
+                await asyncio.sleep(cfg.reconnect_wait_s)
+                continue
+            stats.connects += 1
+            stats.connected = True
+            log.info("NATS connected to %s", _url(nc))
+            await self._ensure_stream(nc)
+            self.nc = nc
+            self._ready.set()
+            return
+
+    async def _ensure_stream(self, nc: object) -> None:
+        js_cfg = self.config.jetstream
+        if js_cfg is None:
+            return
+        from nats.aio.client import Client
+        from nats.js.api import StorageType, StreamConfig
+        from nats.js.errors import BadRequestError
+
+        assert isinstance(nc, Client)
+        config = StreamConfig(
+            name=js_cfg.stream,
+            subjects=[f"{self.prefix}.>"],
+            max_bytes=js_cfg.max_bytes,
+            max_msgs=js_cfg.max_msgs,
+            max_age=js_cfg.max_age_s,
+            storage=StorageType.MEMORY if js_cfg.storage == "memory" else StorageType.FILE,
+            num_replicas=js_cfg.replicas,
+        )
+        js = nc.jetstream()
+        try:
+            try:
+                await js.add_stream(config)
+            except BadRequestError:  # it exists with another configuration
+                await js.update_stream(config)
+            self.stats.jetstream_ready = True
+        except Exception as exc:
+            self.stats.errors += 1
+            self.stats.last_error = f"JetStream stream {js_cfg.stream}: {exc}"
+            log.error("NATS: %s", self.stats.last_error)
+
+    def _subject(self, sid: int, topic: str) -> str:
+        subject = self._subjects[(sid, topic)] = nats_subject(self.prefix, sid, topic)
+        return subject
+
+    async def _publish(self, nc: object, entries: list[Entry]) -> None:
+        from nats.aio.client import Client
+        from nats.errors import ConnectionClosedError, OutboundBufferLimitError
+
+        stats = self.stats
+        if not entries:
+            return
+        if not isinstance(nc, Client):  # not connected yet
+            for entry in entries:
+                if type(entry) is Batch:
+                    stats.dropped_not_connected += len(entry.messages)
+            return
+        publish = nc.publish
+        subjects = self._subjects
+        headers = self.config.headers
+        for entry in entries:
+            if type(entry) is Batch:
+                seq = entry.first_seq
+                for sid, topic, payload, ts, _useq in entry.messages:
+                    subject = subjects.get((sid, topic)) or self._subject(sid, topic)
+                    try:
+                        if headers:
+                            await publish(
+                                subject,
+                                payload,
+                                headers={"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)},
+                            )
+                        else:
+                            await publish(subject, payload)
+                        stats.published += 1
+                    except OutboundBufferLimitError:
+                        stats.dropped_disconnected += 1
+                    except ConnectionClosedError:
+                        stats.dropped_error += 1
+                    except Exception as exc:
+                        stats.dropped_error += 1
+                        stats.last_error = f"{type(exc).__name__}: {exc}"
+                    seq += 1
+            elif type(entry) is GapEvent:
+                try:
+                    await publish(nats_gap_subject(self.prefix, entry.session_id), entry.json())
+                    stats.gaps += 1
+                except Exception as exc:
+                    stats.dropped_error += 1
+                    stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
+            else:
+                assert isinstance(entry, Overflow)  # counted by the hand-off (buffer_full)
+
+    def __repr__(self) -> str:
+        return f"<NatsSink {','.join(self.config.servers)} connected={self.stats.connected}>"
+
+
+def _url(nc: object) -> str:
+    url = getattr(nc, "connected_url", None)
+    return str(url.geturl()) if url is not None and hasattr(url, "geturl") else "?"

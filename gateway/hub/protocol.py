@@ -1,0 +1,72 @@
+"""The downstream stream protocol (/v1/stream): query parameters, frames, close codes.
+
+Connect: `ws://HOST:PORT/v1/stream?subscription=ID` (the subscription's session, topics
+and delivery options) or `?session=ID&topics=a,b` (`topics` may repeat; each value is split
+on commas; leave it out for every topic of the session), with the token in
+`Authorization: Bearer <token>` or `?token=` (scope `consume`). More parameters:
+
+- `envelope=1`: every message as a JSON envelope (below) instead of the payload as is;
+- session mode only (a subscription brings its own): `queue_size` (default 4096),
+  `overflow` (`disconnect` | `drop_oldest`), `conflation_ms` (0: off), `consumer` (the name
+  the metrics use; default: the token's name).
+
+Frames, server to client:
+
+- raw (default): each message is one frame holding the upstream payload unchanged, a text
+  frame when it is UTF-8 (JSON feeds), else a binary frame;
+- `envelope=1`: a text frame per message,
+  `{"type":"msg","seq":N,"session":S,"topic":T,"recv_ts_ns":NS[,"upstream_seq":U],
+  "payload":"<the payload as a string>"}` (`"payload_b64"` instead when it is not UTF-8),
+  and first a `{"type":"subscribed",...}` frame that says what the stream carries;
+- gap events in both modes: a text frame
+  `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R}`. reason is the
+  session's (an upstream reconnect: lost may be null when it cannot tell), `queue_full`
+  (drop_oldest dropped that many of this stream's oldest messages) or `gateway_overload`
+  (the gateway's own hand-off was full). In raw mode a gap frame can only be told from an
+  upstream payload by its shape: use envelope=1 when that matters.
+
+`seq` is the gateway's sequence number of the message: the same number the shared-memory
+ring gives it, increasing along a stream (not contiguous: other topics take numbers too).
+Messages arrive in publish order; conflation (`conflation_ms`) sends the first update of a
+topic at once, then at most the latest one per topic per interval.
+
+Close codes: 4400 bad query parameters · 4401 no, an invalid or a revoked token · 4403 the
+token lacks `consume` (or auth is off and the client is not on loopback) · 4404 no such
+subscription or session · 4008 the consumer was too slow (overflow `disconnect`; reason
+"consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
+overloaded and dropped messages of a `disconnect` stream · 1001 the gateway is shutting
+down · 1011 an internal error. The client sends nothing (what it sends is ignored).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLOSE_NORMAL: Final = 1000
+CLOSE_GOING_AWAY: Final = 1001
+CLOSE_INTERNAL_ERROR: Final = 1011
+CLOSE_TRY_AGAIN_LATER: Final = 1013
+CLOSE_SLOW_CONSUMER: Final = 4008
+CLOSE_BAD_REQUEST: Final = 4400
+CLOSE_UNAUTHORIZED: Final = 4401
+CLOSE_FORBIDDEN: Final = 4403
+CLOSE_NOT_FOUND: Final = 4404
+
+#: A close reason holds at most 123 bytes (RFC 6455 5.5: 125-byte control payload).
+MAX_REASON_BYTES: Final = 123
+
+
+def close_reason(text: str) -> str:
+    """text cut to what a close frame can carry, on a character boundary."""
+    raw = text.encode()
+    if len(raw) <= MAX_REASON_BYTES:
+        return text
+    return raw[: MAX_REASON_BYTES - 3].decode(errors="ignore") + "..."
+
+
+def slow_consumer_reason(queue_size: int) -> str:
+    return f"consumer too slow: queue of {queue_size} messages full"
+
+
+def overload_reason(lost: int) -> str:
+    return f"gateway overloaded: {lost} messages of this stream dropped before delivery"

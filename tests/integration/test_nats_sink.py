@@ -1,0 +1,210 @@
+"""The NATS sink against a real nats-server of our own (loopback, free port): subjects,
+order, gap events, headers, JetStream, and NATS being down (dropped and counted, then
+reconnected by nats-py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gateway.hub import Hub
+from gateway.hub.names import nats_subject
+from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
+from gateway.hub.testing import NatsServer, free_port, nats_server_binary
+
+pytestmark = pytest.mark.skipif(
+    nats_server_binary() is None,
+    reason="nats-server is not installed (apt-get install nats-server)",
+)
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    with NatsServer() as server:
+        yield server
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s")
+        time.sleep(0.01)
+
+
+class Subscriber:
+    """A nats-py subscriber on a loop in a thread, collecting (subject, data, headers)."""
+
+    def __init__(self, url: str, subjects: list[str]) -> None:
+        import threading
+
+        self.url = url
+        self.subjects = subjects
+        self.got: list[tuple[str, bytes, dict[str, str] | None]] = []
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()))
+        self.thread.start()
+        assert self.ready.wait(10), "subscriber did not connect"
+
+    async def _run(self) -> None:
+        import nats
+
+        nc = await nats.connect(self.url)
+
+        async def on_msg(m: Any) -> None:
+            self.got.append((m.subject, m.data, m.headers))
+
+        for subject in self.subjects:
+            await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        await nc.flush()
+        self.ready.set()
+        while not self.stop.is_set():
+            await asyncio.sleep(0.01)
+        await nc.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def test_messages_and_gaps_reach_their_subjects_in_order(nats_server: NatsServer) -> None:
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], subject_prefix="md.gw1")).start(10)
+    hub = Hub(nats=sink)
+    everything = Subscriber(nats_server.url, ["md.gw1.>"])
+    dotted = Subscriber(nats_server.url, [nats_subject("md.gw1", 4, "BTC-USD.trades")])
+    try:
+        topics = ["btcusdt@trade", "BTC-USD.trades", "a*b"]
+        for i in range(0, 3000, 30):
+            hub.publish_batch(
+                [(4, topics[j % 3], f"{j}".encode(), 0, None) for j in range(i, i + 30)]
+            )
+        gap_seq = hub.publish_gap(4, 12, "reconnect")
+        wait_until(lambda: len(everything.got) == 3001 and len(dotted.got) == 1000)
+    finally:
+        everything.close()
+        dotted.close()
+        hub.close()
+    subjects = {s for s, _, _ in everything.got}
+    assert subjects == {
+        "md.gw1.4.btcusdt@trade",
+        "md.gw1.4.BTC-USD~2Etrades",
+        "md.gw1.4.a~2Ab",
+        "md.gw1.4.$gap",
+    }
+    for k, topic in enumerate(topics):
+        subject = nats_subject("md.gw1", 4, topic)
+        got = [int(d) for s, d, _ in everything.got if s == subject]
+        assert got == list(range(k, 3000, 3))  # every one, in order
+    assert [int(d) for _, d, _ in dotted.got] == list(range(1, 3000, 3))
+    gap = json.loads(everything.got[-1][1])
+    assert (gap["seq"], gap["session"], gap["lost"], gap["reason"]) == (gap_seq, 4, 12, "reconnect")
+    assert sink.stats.published == 3000 and sink.stats.gaps == 1
+    assert sum(sink.dropped.values()) == 0
+    assert not sink.loop.is_running()  # stopped with the hub
+
+
+def test_headers_carry_the_sequence_and_receive_time(nats_server: NatsServer) -> None:
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], headers=True)).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    try:
+        first = hub.publish_batch([(1, "t", b"x", 111, None), (1, "t", b"y", 222, None)])
+        wait_until(lambda: len(sub.got) == 2)
+    finally:
+        sub.close()
+        hub.close()
+    assert [h for _, _, h in sub.got] == [
+        {"Wsgw-Seq": str(first), "Wsgw-Recv-Ts": "111"},
+        {"Wsgw-Seq": str(first + 1), "Wsgw-Recv-Ts": "222"},
+    ]
+
+
+def test_nats_down_drops_and_counts_then_reconnects() -> None:
+    """No server at first: messages are dropped and counted (never queued without bound);
+    once a server listens the sink connects by itself; a restart of the server is a
+    reconnect; every message is either published or counted as dropped."""
+    port = free_port()
+    sink = NatsSink(
+        NatsConfig(
+            servers=[f"nats://127.0.0.1:{port}"],
+            connect_timeout_s=0.5,
+            reconnect_wait_s=0.2,
+            buffer_messages=1000,
+            pending_bytes=64 << 10,
+        )
+    ).start()
+    hub = Hub(nats=sink)
+    total = 0
+
+    def publish(n: int, paced: bool = False) -> None:
+        nonlocal total
+        for _ in range(n // 10):
+            hub.publish_batch([(1, "t", b"m" * 100, 0, None) for _ in range(10)])
+            total += 10
+            if paced:  # within the sink's buffer, so that none is dropped
+                wait_until(lambda: sink.handoff.pending < 500)
+
+    try:
+        publish(5000)
+        assert not sink.stats.connected
+        wait_until(lambda: sink.handoff.pending == 0)
+        assert sink.dropped["not_connected"] + sink.dropped["buffer_full"] == 5000
+        server = NatsServer(port=port).start()
+        try:
+            assert sink.wait_connected(10)
+            sub = Subscriber(server.url, ["wsgw.>"])
+            publish(2000, paced=True)
+            wait_until(lambda: len(sub.got) == 2000)
+            sub.close()
+            server.stop()  # NATS goes away mid-stream
+            wait_until(lambda: not sink.stats.connected)
+            publish(3000)
+            server.start()
+            wait_until(lambda: sink.stats.reconnects >= 1 and sink.stats.connected, 20)
+            sub = Subscriber(server.url, ["wsgw.>"])
+            publish(1000, paced=True)
+            wait_until(lambda: len(sub.got) == 1000)
+            sub.close()
+        finally:
+            server.cleanup()
+    finally:
+        hub.close()
+    stats = sink.stats
+    assert stats.published + sum(sink.dropped.values()) == total
+    assert stats.disconnects >= 1
+
+
+def test_jetstream_stream_is_created_and_stores_the_messages() -> None:
+    with NatsServer(jetstream=True) as server:
+        config = NatsConfig(
+            servers=[server.url], jetstream=JetStreamConfig(stream="MD", storage="memory")
+        )
+        sink = NatsSink(config).start(10)
+        hub = Hub(nats=sink)
+        try:
+            assert sink.stats.jetstream_ready
+            for i in range(100):
+                hub.publish_batch([(2, "t.x", f"{i}".encode(), 0, None)])
+            hub.publish_gap(2, None, "reconnect")
+        finally:
+            hub.close()
+
+        async def check() -> None:
+            import nats
+
+            nc = await nats.connect(server.url)
+            js = nc.jetstream()
+            info = await js.stream_info("MD")
+            assert info.config.subjects == ["wsgw.>"]
+            assert info.state.messages == 101
+            last = await js.get_last_msg("MD", "wsgw.2.t~2Ex")
+            assert last.data == b"99"
+            await nc.close()
+
+        asyncio.run(check())

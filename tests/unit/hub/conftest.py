@@ -1,0 +1,48 @@
+"""Fixtures of the hub's unit tests: a ring in /dev/shm removed afterwards, and helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from dataplane.ring import SHM_DIR, RingWriter
+from gateway.hub import Hub
+from gateway.hub.events import Message
+
+PREFIX = f"wsgw-test-{os.getpid()}-hub-"
+
+
+@pytest.fixture
+def ring_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"{PREFIX}{request.node.name[:40]}".replace("[", "-").replace("]", "")
+    try:
+        yield name
+    finally:
+        for path in SHM_DIR.glob(name + "*"):
+            path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def ring(ring_name: str) -> Iterator[RingWriter]:
+    with RingWriter.create(ring_name, 1 << 22) as writer:
+        yield writer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
+
+
+def msg(session: int, topic: str, i: int, ts: int = 0) -> Message:
+    """A message whose payload says which one it is."""
+    return (session, topic, f"{topic}#{i}".encode(), ts, i)
+
+
+async def settle(hub: Hub | None = None, rounds: int = 5) -> None:
+    """Let the loop run the hand-off's dispatch (and the consumers' wake-ups)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
