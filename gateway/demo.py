@@ -1,181 +1,266 @@
-"""`wsgw demo` (what `make run` runs): the lab, a real DPDK port, the engine, the kernel peer.
+"""`wsgw demo` (what `make run` runs): the whole gateway on a laptop-sized lab.
 
-Until the session layer and the control plane are wired in, the demo shows the dataplane:
-the peer's kernel pings the user-space stack through a DPDK port, and a TCP connection
-from the stack to a kernel echo server in the peer namespace carries timestamped probes.
-A line per second shows both round-trip times and the engine's counters.
+    lab namespace: the feed simulator (Binance dialect, a few symbols) on the kernel
+    this process:  the control plane (FastAPI on 127.0.0.1, no auth: loopback only)
+                   + the live runtime: a DPDK port on the lab's veth (net_af_packet),
+                   the engine thread and its C fast path, an upstream session in the
+                   Binance dialect over wsgw's own TCP/IP stack, the fan-out hub
+                   + a local consumer reading the shared-memory ring
+
+Everything is configured through the REST API, as an operator would. A line per second
+shows messages/s, the simulator-to-consumer latency, gaps and the session's state, with
+the URLs of the dashboard, the API docs and the stream. Without root or DPDK the session
+falls back to the kernel transport (simulator on loopback) and says so.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import statistics
-import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from dataplane.dpdk import Eal, EalConfig
-from dataplane.engine import Engine, engine_config_from
-from dataplane.errors import DataplaneError
-from dataplane.stack.iface import Interface
-from dataplane.stack.socket import TcpSocket
-from dataplane.stack.tcp import TcpConfig
-from dataplane.wire.addr import ip_to_int
+import httpx
+import orjson
+
 from gateway.lab import Lab, LabError
-from gateway.settings import Settings
 
-ECHO_PORT = 7
-PROBE = struct.Struct("!Q56x")  # 64 bytes: a send timestamp (ns) and padding
-ECHO_SERVER = """
-import socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(4); print("ready", flush=True)
-while True:
-    c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    while data := c.recv(65536):
-        c.sendall(data)
-    c.close()
-"""
+SIM_PORT = 9443
+TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]
 
 
-class EchoProber:
-    """Engine service: a 64-byte probe every interval, RTT measured on its echo."""
+class RingConsumer:
+    """A local consumer: tails the gateway's ring for the demo's topics, in a thread."""
 
-    def __init__(self, sock: TcpSocket, interval: float = 0.1) -> None:
-        self.sock = sock
-        self.interval = interval
-        self.next_send = 0.0
-        self.pending = b""
-        self.rtts: list[float] = []
+    def __init__(self, ring: str, topics: list[str]) -> None:
+        from gateway.client import Client
 
-    def __call__(self, now: float) -> None:
-        if now >= self.next_send and self.sock.writable:
-            self.sock.send(PROBE.pack(time.monotonic_ns()))
-            self.next_send = now + self.interval
-        self.pending += self.sock.recv(65536)
-        while len(self.pending) >= PROBE.size:
-            (sent,) = PROBE.unpack_from(self.pending)
-            self.pending = self.pending[PROBE.size :]
-            self.rtts.append((time.monotonic_ns() - sent) / 1e6)
+        self.client = Client.attach(ring, topics=topics, copy=True)
+        self.count = 0
+        self.gaps = 0
+        self.latencies_us: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-consumer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from dataplane.ring import Gap
+
+        while not self._stop.is_set():
+            for item in self.client.read(timeout=0.2):
+                if isinstance(item, Gap):
+                    self.gaps += 1
+                    continue
+                self.count += 1
+                payload = bytes(item.payload)
+                if b'"sim_ts"' in payload:
+                    sent = orjson.loads(payload).get("sim_ts")
+                    if isinstance(sent, int):
+                        self.latencies_us.append((time.time_ns() - sent) / 1e3)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.client.close()
+
+
+def _free_port(preferred: int) -> int:
+    for candidate in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free TCP port on 127.0.0.1")
 
 
 def run_demo(*, name: str, duration: float, hugepages: str) -> int:
-    if os.geteuid() != 0:
-        print("wsgw demo needs root (network namespaces, DPDK)", file=sys.stderr)
-        return 2
-    lab = Lab(name)
-    stop = False
+    import uvicorn
+
+    from api.app import create_app
+    from gateway.cli_serve import build_runtime
+    from gateway.settings import Settings
+
+    dpdk = os.geteuid() == 0 and _shim_has_dpdk()
+    if not dpdk:
+        print("no root or no DPDK here: the session uses the kernel transport (OS sockets)")
+    stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
+        stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    state = Path(tempfile.mkdtemp(prefix="wsgw-demo-"))
+    lab = Lab(name) if dpdk else None
     children: list[subprocess.Popen[str]] = []
-    engine: Engine | None = None
+    server: uvicorn.Server | None = None
+    consumer: RingConsumer | None = None
     try:
-        lab.up()
-        print(
-            f"lab {name}: kernel peer {lab.peer_ip} in namespace {lab.netns}, "
-            f"user-space stack {lab.gw_ip} on {lab.gw_if}"
+        sim_host = "127.0.0.1"
+        if lab is not None:
+            lab.up()
+            sim_host = lab.peer_ip
+            print(
+                f"lab {name}: simulator at {lab.peer_ip}:{SIM_PORT} in namespace {lab.netns}; "
+                f"the gateway's stack is {lab.gw_ip} on {lab.gw_if} (DPDK net_af_packet)"
+            )
+        sim_cmd = [
+            sys.executable,
+            "-m",
+            "gateway.simulator",
+            "--host",
+            sim_host,
+            "--port",
+            str(SIM_PORT),
+            "--rate",
+            "50",
+            "--no-stdin",
+        ]
+        sim = (
+            lab.popen(sim_cmd, stdout=subprocess.PIPE, text=True)
+            if lab
+            else subprocess.Popen(sim_cmd, stdout=subprocess.PIPE, text=True)
         )
-        eal = Eal.init(EalConfig(hugepages=hugepages))
-        mode = "without hugepages (--no-huge)" if "--no-huge" in eal.args else "on hugepages"
-        print(f"{eal.shim.info()['dpdk_version']} up {mode}")
-        port = eal.open_port(lab.vdev)
-        print(
-            f"DPDK port {port.port_id} ({lab.vdev.split(',')[0]}) on {lab.gw_if}: "
-            f"mac {port.mac.hex(':')}, link {port.link()}"
+        children.append(sim)
+        assert sim.stdout is not None
+        if sim.stdout.readline().strip() != "ready":
+            raise LabError("the feed simulator did not start")
+        api_port = _free_port(8080)
+        settings = Settings(
+            state_dir=state,
+            db={"url": f"sqlite:///{state}/wsgw.db"},  # type: ignore[arg-type]
+            auth={"mode": "none"},  # type: ignore[arg-type]
+            api={"host": "127.0.0.1", "port": api_port},  # type: ignore[arg-type]
+            hub={"gateway": f"demo{os.getpid()}"},  # type: ignore[arg-type]
+            dpdk={"hugepages": hugepages},  # type: ignore[arg-type]
         )
-        iface = Interface(
-            port.mac,
-            ip_to_int(lab.gw_ip),
-            ip_to_int(lab.netmask),
-            tcp_config=TcpConfig(time_wait=1.0),
+        app = create_app(settings, build_runtime(settings))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="on")
         )
-        engine = Engine(iface, port=port, config=engine_config_from(Settings().engine))
-        engine.start()
-        echo = lab.popen(
-            [sys.executable, "-c", ECHO_SERVER, lab.peer_ip, str(ECHO_PORT)],
-            stdout=subprocess.PIPE,
-            text=True,
+        threading.Thread(target=server.run, name="demo-api", daemon=True).start()
+        _wait(lambda: bool(server and server.started), 20, "the control plane did not start")
+        base = f"http://127.0.0.1:{api_port}"
+        api = httpx.Client(base_url=base, timeout=10)
+        session = _configure(api, lab, sim_host)
+        sub = _post(
+            api, "/v1/subscriptions", {"session_id": session, "topics": TOPICS, "consumer": "demo"}
         )
-        children.append(echo)
-        assert echo.stdout is not None
-        if echo.stdout.readline().strip() != "ready":
-            raise LabError("the echo server in the peer namespace did not start")
-        eng = engine
-        sock = eng.call(
-            lambda: eng.interface.connect(ip_to_int(lab.peer_ip), ECHO_PORT, time.monotonic())
-        ).result(5)
-        prober = EchoProber(sock)
-        eng.call(lambda: eng.services.append(prober)).result(5)
-        pinger = lab.popen(
-            ["ping", "-i", "0.2", lab.gw_ip],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        children.append(pinger)
-        assert pinger.stdout is not None
-        os.set_blocking(pinger.stdout.fileno(), False)
-        print("streaming: a line per second (Ctrl-C stops; the lab is removed on exit)")
-        return _report(eng, prober, pinger, duration, lambda: stop)
-    except (DataplaneError, LabError, OSError) as exc:
+        consume = sub["consume"]
+        consumer = RingConsumer(consume["ring"], consume["ring_topics"])
+        print(f"dashboard  {base}/   (no token needed: loopback, auth off)")
+        print(f"API docs   {base}/docs      metrics {base}/metrics")
+        print(f"stream     ws://127.0.0.1:{api_port}{consume['stream_url']}")
+        print(f"ring       /dev/shm/{consume['ring']}  topics {consume['ring_topics']}")
+        print("a line per second (Ctrl-C stops; everything is removed on exit)")
+        return _report(api, session, consumer, duration, stop)
+    except (LabError, OSError, httpx.HTTPError, RuntimeError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
     finally:
+        if consumer is not None:
+            consumer.close()
+        if server is not None:
+            server.should_exit = True
+            time.sleep(0.5)
         for child in children:
             child.kill()
             child.wait()
-        if engine is not None:
-            engine.close()
-            if engine.port is not None:
-                engine.port.close()
-        lab.down()
-        print(f"lab {name} removed")
+        if lab is not None:
+            lab.down()
+            print(f"lab {name} removed")
+
+
+def _shim_has_dpdk() -> bool:
+    try:
+        from dataplane.shim import load
+
+        return load().has_dpdk
+    except Exception:
+        return False
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(what)
+        time.sleep(0.05)
+
+
+def _post(api: httpx.Client, path: str, body: dict[str, Any] | None = None) -> Any:
+    response = api.post(path, json=body)
+    if response.status_code >= 400:
+        raise RuntimeError(f"POST {path}: {response.status_code} {response.text}")
+    return response.json()
+
+
+def _configure(api: httpx.Client, lab: Lab | None, sim_host: str) -> int:
+    """Port (DPDK only), session and start, through the REST API."""
+    url = f"ws://{sim_host}:{SIM_PORT}/binance/stream"
+    body: dict[str, Any] = {
+        "name": "binance-demo",
+        "url": url,
+        "dialect": "binance",
+        "transport": "kernel",
+    }
+    if lab is not None:
+        port = _post(
+            api,
+            "/v1/ports",
+            {
+                "name": "lab",
+                "device": lab.vdev,
+                "ipv4": lab.gw_ip,
+                "netmask": lab.netmask,
+                "mtu": 1500,
+            },
+        )
+        print(f"port {port['id']}: {lab.vdev} {lab.gw_ip}/24 ({port['status']['state']})")
+        body.update(transport="dpdk", port_id=port["id"])
+    session = _post(api, "/v1/sessions", body)
+    _post(api, f"/v1/sessions/{session['id']}/start")
+    print(f"session {session['id']}: {url} dialect binance transport {body['transport']}")
+    return int(session["id"])
 
 
 def _report(
-    engine: Engine,
-    prober: EchoProber,
-    pinger: subprocess.Popen[str],
-    duration: float,
-    stopped: Callable[[], bool],
+    api: httpx.Client, session: int, consumer: RingConsumer, duration: float, stop: threading.Event
 ) -> int:
-    start = last = time.monotonic()
-    ping_rtts: list[float] = []
-    while not stopped() and (duration <= 0 or time.monotonic() - start < duration):
-        time.sleep(0.05)
+    start = time.monotonic()
+    last_count, last = 0, start
+    while not stop.wait(1.0):
         now = time.monotonic()
-        if now - last < 1.0:
-            continue
-        last = now
-        assert pinger.stdout is not None
-        out = pinger.stdout.read() or ""
-        ping_rtts += [
-            float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line
-        ]
-        snap = engine.snapshot()
-        tcp = prober.rtts[-10:]
-        tcp_p50 = f"{statistics.median(tcp):.3f}" if tcp else "-"
-        ping_p50 = f"{statistics.median(ping_rtts[-5:]):.3f}" if ping_rtts else "-"
+        count = consumer.count
+        rate = (count - last_count) / (now - last)
+        last_count, last = count, now
+        recent = consumer.latencies_us[-500:]
+        latency = (
+            f"p50 {statistics.median(recent):.0f} us  "
+            f"p99 {sorted(recent)[int(0.99 * (len(recent) - 1))]:.0f} us"
+            if recent
+            else "-"
+        )
+        state = api.get(f"/v1/sessions/{session}").json()["status"]["state"]
         print(
-            f"t={now - start:5.1f}s  ping rtt {ping_p50} ms  tcp echo rtt {tcp_p50} ms  "
-            f"probes {len(prober.rtts)}  rx {snap.get('c_rx_frames', 0)}  "
-            f"fast {snap.get('c_fast_segments', 0)}  slow {snap.get('slow_frames', 0)}  "
-            f"loops {snap.get('loops', 0)}",
+            f"t={now - start:5.1f}s  {rate:7.1f} msg/s  total {count}  "
+            f"simulator->consumer {latency}  gaps {consumer.gaps}  session {state}",
             flush=True,
         )
-    ok = bool(prober.rtts) and bool(ping_rtts)
+        if duration > 0 and now - start >= duration:
+            break
+    ok = consumer.count > 0
     if not ok:
-        print("no echo seen: the dataplane did not answer", file=sys.stderr)
+        print("no message reached the consumer", file=sys.stderr)
     return 0 if ok else 1
-
-
-__all__ = ["run_demo"]

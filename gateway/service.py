@@ -609,9 +609,11 @@ class GatewayService:
             return SubscriptionChange(sub, [], removed)
 
     def ring_name(self, sub: Subscription) -> str:
-        return self.settings.api.ring_name_template.format(
-            session_id=sub.session_id, subscription_id=sub.id
-        )
+        """The gateway's one shared-memory ring (the hub writes every message there); a
+        consumer filters it by the subscription's topics, `<session>:<topic>` each."""
+        from dataplane.ring import ring_name
+
+        return ring_name(self.settings.hub.gateway, "messages")
 
     # -- tokens ---------------------------------------------------------------------------
 

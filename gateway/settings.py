@@ -153,11 +153,6 @@ class ApiSettings(BaseModel):
     json_logs: bool = Field(default=False, description="one JSON object per log line")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    ring_name_template: str = Field(
-        default="wsgw.s{session_id}.sub{subscription_id}",
-        description="name of the shared-memory ring a local consumer reads "
-        "({session_id}, {subscription_id})",
-    )
 
     @model_validator(mode="after")
     def _check(self) -> ApiSettings:
@@ -168,13 +163,6 @@ class ApiSettings(BaseModel):
                 "api.cors_origins ['*'] with cors_allow_credentials would let any web page "
                 "use a logged-in browser's credentials: list the origins instead"
             )
-        try:
-            self.ring_name_template.format(session_id=1, subscription_id=1)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                f"api.ring_name_template {self.ring_name_template!r} may only use "
-                f"{{session_id}} and {{subscription_id}} ({exc})"
-            ) from None
         return self
 
 

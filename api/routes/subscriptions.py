@@ -15,6 +15,7 @@ from api.schemas.subscriptions import (
     SubscriptionPublic,
     SubscriptionUpdate,
 )
+from gateway.hub.names import ring_topics
 from gateway.service import GatewayService, SubscriptionChange
 from gateway.store.models import Subscription
 
@@ -36,7 +37,9 @@ def subscription_public(
         {
             **fields,
             "consume": ConsumePublic(
-                stream_url=f"{STREAM_PATH}?subscription={sub.id}", ring=service.ring_name(sub)
+                stream_url=f"{STREAM_PATH}?subscription={sub.id}",
+                ring=service.ring_name(sub),
+                ring_topics=ring_topics(sub.session_id, list(sub.topics)),
             ),
             "upstream_subscribed": change.subscribed if change else [],
             "upstream_unsubscribed": change.unsubscribed if change else [],

@@ -80,7 +80,8 @@ class ConsumePublic(PublicSchema):
     """How to read the messages: a WebSocket stream, or the local shared-memory ring."""
 
     stream_url: str
-    ring: str
+    ring: str  # the gateway's shared-memory ring (/dev/shm/<ring>)
+    ring_topics: list[str]  # the filter for a ring reader: `<session>:<topic>` and `$gap`
 
 
 class SubscriptionPublic(PublicSchema):

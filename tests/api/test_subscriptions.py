@@ -30,7 +30,8 @@ def test_first_subscribes_last_unsubscribes(
     assert a["upstream_subscribed"] == ["btcusdt@trade", "ethusdt@trade"]
     assert a["consume"] == {
         "stream_url": f"/v1/stream?subscription={a['id']}",
-        "ring": f"wsgw.s{sid}.sub{a['id']}",
+        "ring": "wsgw-wsgw-messages",
+        "ring_topics": [f"{sid}:btcusdt@trade", f"{sid}:ethusdt@trade", "$gap"],
     }
     b = subscribe(api, sid, ["ethusdt@trade", "solusdt@trade"], overflow="drop_oldest")
     assert b["upstream_subscribed"] == ["solusdt@trade"]  # eth is held by a already
