@@ -28,7 +28,8 @@ async def main():
             results = list(await asyncio.wait_for(s.get_result(), 1200))
         except kosoku.FailureError as failure:
             results = list(failure.results)
-        print(json.dumps([[r.behavior.value, r.passed] for r in results]), flush=True)
+        print(json.dumps([[r.case_id, r.behavior.value, r.behavior_close.value, r.passed,
+                           str(r.result), str(r.result_close)] for r in results]), flush=True)
 asyncio.run(main())
 """
 
@@ -54,9 +55,12 @@ async def _client(base: str, connect: Any) -> None:
         pass
 
 
-def _run(
+def run_suite(
     lab: Any, cases: list[str], exclude: list[str], host: str, connect: Any
 ) -> list[list[Any]]:
+    """The fuzzingserver (in the lab's peer namespace, or here) and our client through
+    `connect`; one row per case: [case_id, behavior, behavior_close, passed, result,
+    result_close]."""
     popen = lab.popen if lab is not None else subprocess.Popen
     server = popen(
         [sys.executable, "-c", SERVER, json.dumps(cases), json.dumps(exclude), host],
@@ -76,8 +80,8 @@ def _run(
 
 
 def _measure(name: str, results: list[list[Any]]) -> list[Measurement]:
-    verdicts = Counter(str(r[0]) for r in results)
-    failed = sum(1 for r in results if not r[1])
+    verdicts = Counter(str(r[1]) for r in results)
+    failed = sum(1 for r in results if not r[3])
     note = ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
     return [
         Measurement(
@@ -114,7 +118,9 @@ def conformance(options: BenchOptions) -> list[Measurement]:
 
     cases = QUICK if options.quick else CASES
     exclude = [] if options.quick else SLOW
-    out = _measure("wsgw kernel transport", _run(None, cases, exclude, "127.0.0.1", connect_kernel))
+    out = _measure(
+        "wsgw kernel transport", run_suite(None, cases, exclude, "127.0.0.1", connect_kernel)
+    )
     if os.geteuid() != 0:
         return out
     from dataplane.dpdk import Eal, EalConfig
@@ -145,7 +151,7 @@ def conformance(options: BenchOptions) -> list[Measurement]:
                     return connect_dpdk(url, engine=engine, **kw)
 
                 out += _measure(
-                    "wsgw DPDK transport", _run(lab, cases, exclude, lab.peer_ip, connect)
+                    "wsgw DPDK transport", run_suite(lab, cases, exclude, lab.peer_ip, connect)
                 )
             finally:
                 engine.close()
