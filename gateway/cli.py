@@ -93,10 +93,12 @@ def demo(
 
 
 def _register_extensions() -> None:
+    from gateway.cli_consume import consume
     from gateway.cli_serve import register
     from gateway.simulator.cli import simulate
 
     register(app)
+    app.command("consume", help="Tail a stream: the local ring or a gateway's /v1/stream")(consume)
     app.command("simulate", help="Feed simulator: every dialect, faults on command")(simulate)
 
 

@@ -1,0 +1,107 @@
+"""`wsgw consume`: tail a stream from the shell, from this host's shared-memory ring or a
+gateway's downstream WebSocket (/v1/stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated
+
+import typer
+
+
+def consume(
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic", "-t", help="topic (repeatable); with --session, the session's topic name"
+        ),
+    ] = None,
+    session: Annotated[int | None, typer.Option(help="session id the topics belong to")] = None,
+    gateway: Annotated[
+        str, typer.Option(help="gateway name: ring wsgw-<gateway>-messages")
+    ] = "wsgw",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="a gateway's stream instead of the local ring: ws://host:port/v1/stream?..."
+        ),
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="WSGW_TOKEN", help="API token (consume scope) for --url")
+    ] = None,
+    count: Annotated[int, typer.Option(help="stop after this many messages (0: never)")] = 0,
+    timeout: Annotated[
+        float, typer.Option(help="stop after this many idle seconds (0: never)")
+    ] = 0.0,
+) -> None:
+    """Print one line per message (`seq topic payload`) and per gap (`GAP ...`)."""
+    if url is not None:
+        sys.exit(asyncio.run(_websocket(url, token, count, timeout)))
+    sys.exit(_ring(gateway, session, topic, count, timeout))
+
+
+def _ring(
+    gateway: str, session: int | None, topics: list[str] | None, count: int, timeout: float
+) -> int:
+    from dataplane.ring import Gap, RingError
+    from gateway.client import Client
+    from gateway.hub.names import ring_topics
+
+    if session is not None:
+        patterns: list[str] | None = ring_topics(session, topics or None)
+    else:
+        patterns = topics or None  # `<session>:<topic>` names or shell patterns
+    try:
+        client = Client.attach("messages", gateway=gateway, topics=patterns, copy=True)
+    except RingError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        return 1
+    seen = 0
+    idle = 0.0
+    try:
+        while count == 0 or seen < count:
+            events = client.read(timeout=0.5)
+            if not events:
+                idle += 0.5
+                if timeout and idle >= timeout:
+                    break
+                continue
+            idle = 0.0
+            for event in events:
+                if isinstance(event, Gap):
+                    print(f"GAP lost={event.lost} first_seq={event.first_seq}", flush=True)
+                    continue
+                payload = bytes(event.payload).decode(errors="replace")
+                print(f"{event.seq} {event.topic} {payload}", flush=True)
+                seen += 1
+                if count and seen >= count:
+                    break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.close()
+    return 0 if seen or not count else 1
+
+
+async def _websocket(url: str, token: str | None, count: int, timeout: float) -> int:
+    from dataplane.transports.kernel import connect_kernel
+    from dataplane.ws.errors import ConnectionClosed
+
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    seen = 0
+    try:
+        async with connect_kernel(url, extra_headers=headers) as ws:
+            while count == 0 or seen < count:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), timeout or None)
+                except TimeoutError:
+                    break
+                print(message.data.decode(errors="replace"), flush=True)
+                seen += 1
+    except ConnectionClosed as exc:
+        typer.secho(f"stream closed: {exc}", fg=typer.colors.YELLOW, err=True)
+    except OSError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        return 1
+    return 0 if seen or not count else 1

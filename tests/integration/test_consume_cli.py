@@ -1,0 +1,50 @@
+"""`wsgw consume` tails the local ring: messages of the chosen topics, then stops."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from dataplane.ring import RingWriter, ring_name
+
+
+def test_consume_prints_the_chosen_topics_from_the_ring() -> None:
+    gateway = f"cli{os.getpid()}"
+    writer = RingWriter.create(ring_name(gateway, "messages"), 1 << 16)
+    try:
+        btc = writer.register_topic("3:btcusdt@trade")
+        eth = writer.register_topic("3:ethusdt@trade")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "consume",
+                "--gateway",
+                gateway,
+                "--session",
+                "3",
+                "-t",
+                "btcusdt@trade",
+                "--count",
+                "3",
+                "--timeout",
+                "20",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.5)  # the consumer starts at the newest message: attach first
+        for i in range(6):
+            writer.write(3, btc if i % 2 == 0 else eth, f'{{"n":{i}}}'.encode())
+        out, err = proc.communicate(timeout=30)
+    finally:
+        writer.close()
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 3
+    assert all(" 3:btcusdt@trade " in line for line in lines)
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ['{"n":0}', '{"n":2}', '{"n":4}']
