@@ -19,7 +19,7 @@ from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
 from gateway.dialects import make_dialect
 from gateway.lab import Lab
-from gateway.sessions import RecordingSink, State, UpstreamSession
+from gateway.sessions import HeartbeatConfig, RecordingSink, State, UpstreamSession
 from tests.conftest import requires_dpdk
 from tests.integration.test_sessions_helpers import (
     EventLog,
@@ -101,7 +101,7 @@ def start(
     return session, sink, events
 
 
-@pytest.mark.parametrize("dialect", ["binance", "okx", "bybit"])
+@pytest.mark.parametrize("dialect", sorted(TOPICS))
 def test_every_message_in_order_over_dpdk(
     engine: tuple[Engine, Lab], simulator: Any, dialect: str
 ) -> None:
@@ -144,6 +144,52 @@ def test_drop_reconnects_resubscribes_and_reports_one_gap_over_dpdk(
         assert len(sink.gaps()) == 1
         assert (session.counters.reconnects, session.counters.gaps) == (1, 1)
         assert len(events.of("gap")) == 1
+
+    run(scenario(), timeout=60)
+
+
+def test_a_stalled_feed_is_detected_over_dpdk(engine: tuple[Engine, Lab], simulator: Any) -> None:
+    eng, lab = engine
+    topics = ["btcusdt@trade"]
+
+    async def scenario() -> None:
+        hb = HeartbeatConfig(ping_interval_s=0.1, ping_timeout_s=3.0, dead_feed_timeout_s=0.5)
+        session, sink, events = start(eng, dpdk_config(lab, "binance", heartbeat=hb), topics)
+        try:
+            await until(lambda: len(sink.messages()) >= 10, timeout=20)
+            command(simulator, "fault stall after=5 seconds=4 target=all")
+            await until(
+                lambda: session.counters.connects == 2 and session.state is State.STREAMING,
+                timeout=10,
+            )
+        finally:
+            await session.stop()
+        (backoff,) = events.entered("backoff")
+        assert "no data" in backoff.reason
+
+    run(scenario(), timeout=40)
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [("malformed variant=rsv", 1002), ("malformed variant=utf8", 1007), ("opcode", 1002)],
+)
+def test_protocol_violations_close_with_the_right_code_over_dpdk(
+    engine: tuple[Engine, Lab], simulator: Any, fault: str, code: int
+) -> None:
+    eng, lab = engine
+    topics = TOPICS["binance"]
+
+    async def scenario() -> None:
+        session, sink, events = start(eng, dpdk_config(lab, "binance"), topics)
+        try:
+            await until(lambda: counts(sink, topics)(5), timeout=20)
+            kind, _, extra = fault.partition(" ")
+            command(simulator, f"fault {kind} after=2 target=all {extra}".strip())
+            await until(lambda: session.counters.reconnects >= 1, timeout=20)
+        finally:
+            await session.stop()
+        assert events.entered("backoff")[0].details["close_code"] == code
 
     run(scenario(), timeout=60)
 
