@@ -1,0 +1,67 @@
+"""The other scenarios of `wsgw bench` in --quick mode, one repetition: results are produced,
+numbers are finite and positive, data checks passed (a scenario raises when its data is
+wrong). Never how fast: these machines are shared."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from gateway.bench.core import SCENARIOS, BenchOptions, Measurement
+from gateway.bench.report import write_results
+from gateway.lab import Lab
+from tests.conftest import requires_dpdk
+
+
+def _load() -> None:
+    from gateway.bench import cli
+
+    cli._load_scenarios()
+
+
+def run(name: str) -> list[Measurement]:
+    _load()
+    lab = f"s{name[:4]}{os.getpid() % 10000}"[:10]
+    try:
+        return SCENARIOS[name].run(BenchOptions(quick=True, repetitions=1, lab_name=lab))
+    finally:
+        assert not Lab(lab).exists(), f"lab {lab} left behind"
+
+
+def sane(results: list[Measurement]) -> None:
+    assert results
+    for m in results:
+        for value in m.samples:
+            assert math.isfinite(value) and value >= 0, m
+
+
+@pytest.mark.parametrize("name", ["micro", "topic", "ring"])
+def test_cpu_scenarios(name: str) -> None:
+    sane(run(name))
+
+
+@pytest.mark.usefixtures("eal")
+@requires_dpdk
+@pytest.mark.dpdk
+@pytest.mark.parametrize("name", ["stream", "fanout", "conformance"])
+def test_lab_scenarios(name: str) -> None:
+    results = run(name)
+    sane(results)
+    if name == "conformance":
+        failed = [m for m in results if m.metric == "Autobahn cases failed"]
+        assert failed and all(m.samples == [0.0] for m in failed)
+
+
+def test_report_writes_table_json_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    results = [
+        Measurement("demo", "throughput", "a", "msg/s", True, [1.0, 2.0], True),
+        Measurement("demo", "throughput", "b", "msg/s", True, [3.0, 4.0]),
+        Measurement("demo", "RTT p50", "a", "us", False, [10.0]),
+        Measurement("demo", "RTT p99", "a", "us", False, [30.0]),
+    ]
+    written = write_results(results, tmp_path, "wsgw bench demo")
+    assert {p.name for p in written} == {"table.txt", "results.json", "demo.png"}
+    assert (tmp_path / "demo.png").stat().st_size > 1000
+    assert "wsgw bench demo" in (tmp_path / "table.txt").read_text()
