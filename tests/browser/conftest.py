@@ -205,8 +205,11 @@ def server(start_server: StartServer) -> Server:
 # ---- the browser -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium for one test module. Not for the whole session: Playwright's sync API keeps
+    an event loop running in the main thread while it is open, and every later test that
+    calls asyncio.run() would fail."""
     if not CHROMIUM.is_file():
         pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium (or set WSGW_CHROMIUM)")
     try:

@@ -1,0 +1,296 @@
+"""The dashboard against the REAL gateway: the feed simulator in a lab namespace, the live
+runtime (LiveRuntime + fan-out hub + DPDK engines, as `wsgw serve` builds it) with a DPDK
+port on the lab's veth, uvicorn on loopback with auth off. From the browser: create a
+Binance session pointing at the simulator, start it, subscribe to two topics, see it
+connected with a message rate, tail its stream, watch the messages/s chart move, stop it.
+Screenshots of the sessions page, the tail and the charts, at laptop and phone size, go to
+tests/browser/artifacts/*-real-*.png.
+
+Needs root, a shim built with DPDK, Chromium and playwright; skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from api.app import create_app
+from gateway.cli_serve import build_runtime
+from gateway.lab import Lab
+from gateway.settings import Settings
+from tests.browser.conftest import Dashboard, Server, UvicornThread
+from tests.conftest import requires_dpdk
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
+expect = sync_api.expect
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+
+SIM_PORT = 9700
+SIM_RATE = 50  # messages/s per topic
+TOPICS = ["btcusdt@trade", "ethusdt@trade"]
+SESSION = "sim-binance"
+CONSUMER = "browser-tail"
+STREAMING_MS = 30_000  # connecting through the DPDK stack on a loaded 2-core machine
+# A rate of more than nothing: "12/s", "0.5/s", "1.2k/s", never "0/s".
+NONZERO_RATE = re.compile(r"^(?!0/s$)[\d.,]+[kMG]?/s$")
+
+
+@dataclass
+class RealGateway:
+    server: Server
+    lab: Lab
+    port: dict[str, Any]
+
+    @property
+    def sim_url(self) -> str:
+        return f"ws://{self.lab.peer_ip}:{SIM_PORT}/binance/stream"
+
+    def api(self) -> httpx.Client:
+        return self.server.client()
+
+
+@pytest.fixture
+def real_gateway(lab: Lab, tmp_path: Path) -> Iterator[RealGateway]:
+    """The simulator in the lab, the real gateway in this process (auth off), a DPDK port
+    on lab.vdev configured through the REST API. Everything is stopped afterwards; the lab
+    fixture removes the namespace."""
+    sim = lab.popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.simulator",
+            "--host",
+            lab.peer_ip,
+            "--port",
+            str(SIM_PORT),
+            "--rate",
+            str(SIM_RATE),
+            "--no-stdin",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    thread: UvicornThread | None = None
+    try:
+        assert sim.stdout is not None and sim.stdout.readline().strip() == "ready"
+        settings = Settings(
+            state_dir=tmp_path,
+            db={"url": f"sqlite:///{tmp_path}/wsgw.db"},  # type: ignore[arg-type]
+            auth={"mode": "none"},  # type: ignore[arg-type]
+            api={"host": "127.0.0.1"},  # type: ignore[arg-type]
+            hub={"gateway": f"brw{os.getpid()}"},  # type: ignore[arg-type]
+            dpdk={"hugepages": "off"},  # type: ignore[arg-type]
+        )
+        runtime = build_runtime(settings)
+        app = create_app(settings, runtime)
+        thread = UvicornThread(app)
+        thread.start()
+        server = Server(f"http://127.0.0.1:{thread.port}", app, runtime, None, thread)
+        with server.client() as api:
+            response = api.post(
+                "/v1/ports",
+                json={
+                    "name": "lab",
+                    "device": lab.vdev,
+                    "ipv4": lab.gw_ip,
+                    "netmask": lab.netmask,
+                },
+            )
+            assert response.status_code < 400, response.text
+        yield RealGateway(server, lab, response.json())
+    finally:
+        if thread is not None:
+            thread.stop()  # graceful: the lifespan closes the runtime (sessions, engines)
+        sim.kill()
+        sim.wait()
+
+
+def _points(chart: Locator) -> int:
+    return int(chart.get_attribute("data-points") or 0)
+
+
+def _received_path(chart: Locator) -> str | None:
+    line = chart.locator('path.line[data-series="msgRate"]')
+    return line.get_attribute("d") if line.count() else None
+
+
+def _create_session(page: Page, gw: RealGateway) -> Locator:
+    """Fill the New session form: the Binance preset, the simulator's URL, the DPDK port."""
+    # Loaded (no session yet: the page opens the form itself; clicking before would shut it).
+    expect(page.get_by_text("No sessions yet")).to_be_visible()
+    card = page.locator("#new-session")
+    if card.get_attribute("open") is None:
+        card.locator(":scope > summary").click()
+    form = page.locator("#session-form")
+    expect(form).to_be_visible()
+    form.locator("select[name=dialect]").select_option("binance")
+    expect(form.locator("input[name=url]")).to_have_value("wss://stream.binance.com:9443/stream")
+    form.locator("input[name=name]").fill(SESSION)
+    form.locator("input[name=url]").fill(gw.sim_url)
+    form.locator("select[name=transport]").select_option("dpdk")
+    expect(form.locator('[data-field="port_id"]')).to_be_visible()
+    form.locator("select[name=port_id]").select_option(str(gw.port["id"]))
+    form.get_by_role("button", name="Create session").click()
+    expect(page.locator(".success")).to_contain_text(f"Session '{SESSION}' created")
+    row = page.locator(f'#sessions-table tr[data-name="{SESSION}"]')
+    expect(row).to_contain_text("binance · dpdk on lab")
+    return row
+
+
+def _subscribe(page: Page, session_id: int) -> None:
+    # Loaded: the sessions are in the form's list (and the page has opened the form).
+    form = page.locator("#subscription-form")
+    expect(form.locator(f'select[name=session_id] option[value="{session_id}"]')).to_be_attached()
+    card = page.locator("#new-subscription")
+    if card.get_attribute("open") is None:
+        card.locator(":scope > summary").click()
+    form.locator("select[name=session_id]").select_option(str(session_id))
+    form.locator("input[name=consumer]").fill(CONSUMER)
+    form.locator("textarea[name=topics]").fill(" ".join(TOPICS))
+    form.get_by_role("button", name="Subscribe").click()
+    expect(page.locator(".success")).to_contain_text(f"Subscribed upstream: {', '.join(TOPICS)}")
+
+
+def _tail_count(page: Page) -> int:
+    text = page.locator(".tail-counters").text_content() or ""
+    match = re.match(r"(\d+) messages", text)
+    return int(match.group(1)) if match else 0
+
+
+def test_drive_the_real_gateway_from_the_dashboard(
+    real_gateway: RealGateway, open_dashboard: Callable[..., Dashboard]
+) -> None:
+    gw = real_gateway
+    t0 = time.monotonic()
+    d = open_dashboard(gw.server)
+    page = d.page
+
+    # Auth off: /ui/config says so and the dashboard goes straight to the overview.
+    d.open()
+    expect(page.locator("#nav")).to_be_visible()
+    expect(page.locator("#who")).to_have_text("auth off (local)")
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+    # Create the session from the form and start it from its row.
+    d.go("#/sessions")
+    row = _create_session(page, gw)
+    with gw.api() as api:
+        sessions = {s["name"]: s for s in api.get("/v1/sessions").json()["data"]}
+    session = sessions[SESSION]
+    assert session["url"] == gw.sim_url
+    assert session["transport"] == "dpdk" and session["port_id"] == gw.port["id"]
+    assert session["desired_state"] == "stopped"
+    expect(row.locator("[data-desired]")).to_have_text("stopped")
+    row.locator('button[data-action="start"]').click()
+    expect(row.locator("[data-desired]")).to_have_text("running")
+    expect(row.locator("[data-state]")).to_have_text("connected", timeout=STREAMING_MS)
+    expect(page.locator("#engine-pill [data-state]")).to_have_text("running")
+
+    # Two topics from the subscriptions page: the session subscribes upstream.
+    d.go("#/subscriptions")
+    _subscribe(page, session["id"])
+    with gw.api() as api:
+        subs = {s["consumer"]: s for s in api.get("/v1/subscriptions").json()["data"]}
+    sub = subs[CONSUMER]
+    assert sub["topics"] == TOPICS and sub["session_id"] == session["id"]
+    expect(page.locator(f'#subs-table tr[data-subscription="{sub["id"]}"]')).to_contain_text(
+        SESSION
+    )
+
+    # A phone-sized tab from now on: its charts gather the whole run.
+    phone = open_dashboard(gw.server, "phone")
+    phone.open("#/sessions")
+    phone_row = phone.page.locator(f'#sessions-table tr[data-session="{session["id"]}"]')
+
+    # Connected, with messages coming in.
+    d.go("#/sessions")
+    expect(row.locator("[data-state]")).to_have_text("connected")
+    expect(row.locator(".fig-rate")).to_have_text(NONZERO_RATE, timeout=STREAMING_MS)
+    expect(row.locator(".fig-rtt")).to_have_text(re.compile(r"(µs|ms|s)$"), timeout=STREAMING_MS)
+    expect(row.locator(".fig-gaps")).to_have_text("0")
+    d.screenshot("sessions-real")
+    expect(phone_row.locator("[data-state]")).to_have_text("connected")
+    expect(phone_row.locator(".fig-rate")).to_have_text(NONZERO_RATE)
+    phone.screenshot("sessions-real")
+    assert phone.horizontal_overflow() == 0, "sessions scrolls sideways on a phone"
+
+    # The live tail: the subscription's stream from the hub, growing.
+    d.go(f"#/tail?subscription={sub['id']}")
+    status = page.locator("#tail-status")
+    expect(status).to_have_attribute("data-state", "open")
+    log = page.locator("#tail-log li")
+    expect(log.nth(9)).to_be_attached(timeout=STREAMING_MS)
+    first = _tail_count(page)
+    page.wait_for_timeout(1500)
+    later = _tail_count(page)
+    assert later > first > 0, (first, later)
+    expect(status).to_contain_text(f"Streaming subscription #{sub['id']}")
+    newest = log.first.locator("code").text_content() or ""
+    assert any(f'"stream":"{topic}"' in newest for topic in TOPICS), newest
+    d.screenshot("tail-real")
+
+    # The phone tails it too (and keeps doing so: a consumer for the figures below).
+    phone.go(f"#/tail?subscription={sub['id']}")
+    expect(phone.page.locator("#tail-log li").nth(9)).to_be_attached(timeout=STREAMING_MS)
+    phone.screenshot("tail-real")
+
+    # The consumer's figures, from the real hub: one stream open, delivering.
+    d.go("#/subscriptions")  # the laptop's tail closes
+    sub_row = page.locator(f'#subs-table tr[data-subscription="{sub["id"]}"]')
+    expect(sub_row.locator(".fig-connected")).to_have_text("1", timeout=STREAMING_MS)
+    expect(sub_row.locator(".fig-delivered")).to_have_text(NONZERO_RATE, timeout=STREAMING_MS)
+    expect(sub_row.locator(".fig-dropped")).to_have_text("0")
+
+    # The messages/s chart moves: received, published and delivered.
+    d.go("#/charts")
+    figure = page.locator('figure[data-chart="Messages/s"]')
+    chart = figure.locator("svg")
+    for series in ("msgRate", "hubRate", "deliveredRate"):
+        expect(chart.locator(f'path.line[data-series="{series}"]')).to_be_visible()
+    before = (_points(chart), _received_path(chart))
+    page.wait_for_timeout(2300)  # two poll intervals
+    after = (_points(chart), _received_path(chart))
+    assert after[0] >= before[0] + 2, (before[0], after[0])
+    assert after[1] != before[1], "the messages/s line did not move"
+    legend = figure.locator(".legend strong")
+    expect(legend).to_have_count(3)
+    for i in range(3):  # the newest values: all above zero
+        expect(legend.nth(i)).to_have_text(re.compile(r"^(?!0$)[\d.,]+[kMG]?$"))
+    d.screenshot("charts-real")
+
+    phone.go("#/charts")
+    phone_chart = phone.page.locator('figure[data-chart="Messages/s"] svg')
+    expect(phone_chart.locator('path.line[data-series="deliveredRate"]')).to_be_visible()
+    phone.page.wait_for_timeout(1200)  # a drawing at the phone's width
+    phone.screenshot("charts-real")
+    assert phone.horizontal_overflow() == 0, "charts scrolls sideways on a phone"
+
+    # Stop it from the sessions page: wanted stopped, the runtime stops, no more messages.
+    d.go("#/sessions")
+    row.locator('button[data-action="stop"]').click()
+    expect(row.locator("[data-desired]")).to_have_text("stopped")
+    expect(row.locator("[data-state]")).to_have_text("stopped", timeout=STREAMING_MS)
+    expect(row.locator('button[data-action="start"]')).to_be_visible()
+    expect(row.locator(".fig-rate")).not_to_have_text(NONZERO_RATE, timeout=5000)
+    with gw.api() as api:
+        got = api.get(f"/v1/sessions/{session['id']}").json()
+    assert got["desired_state"] == "stopped"
+    assert got["status"]["state"] == "stopped", got["status"]
+    d.screenshot("sessions-real-stopped")
+    phone.go("#/overview")  # the phone's tail closes
+    assert d.errors == [], d.errors
+    assert phone.errors == [], phone.errors
+    print(f"dashboard on the real gateway: {time.monotonic() - t0:.1f} s")
