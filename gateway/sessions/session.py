@@ -22,6 +22,7 @@ change is an event with a reason, for the control plane's event log.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import email.utils
 import logging
@@ -170,7 +171,11 @@ class UpstreamSession:
         resolver: Resolver | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        resume_gap: str | None = None,
     ) -> None:
+        """resume_gap: a gap reason to publish when the first connection opens with topics
+        (a session restored after the gateway was down: what was published meanwhile is
+        lost, though this session object never had a connection to lose)."""
         self.id = session_id
         self.config = config.validate()
         self._sink = sink
@@ -188,12 +193,15 @@ class UpstreamSession:
             raise SessionConfigError(f"dialect {config.dialect!r}: {exc}") from None
         self.planner = SubscriptionPlanner(self._proto.limits.max_topics_per_connection)
         self.counters = SessionCounters()
+        #: Per burst: receive stamp to hand-off to the hub (ns), the newest 4096.
+        self.latency_ns: collections.deque[int] = collections.deque(maxlen=4096)
         self.failed_topics: dict[str, str] = {}  # topic -> the exchange's (or dialect's) reason
         self._wanted: dict[str, None] = {}
         self._links: dict[int, _Link] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._options: dict[str, Any] = {}
         self._started = False
+        self._resume_gap = resume_gap
         self._final: State | None = None  # STOPPING, STOPPED or FAILED once the end began
         self._stop_requested = asyncio.Event()
         self._done = asyncio.Event()
@@ -409,6 +417,9 @@ class UpstreamSession:
                     reason = f"retrying after: {why}"
                     continue
                 self.counters.connects += 1
+                resume, self._resume_gap = self._resume_gap, None
+                if resume is not None and self._wanted:
+                    self._gap(link, resume)  # before the first message of the new feed
                 lost = await self._serve(link, conn, dialect, address)
                 if self._ending(link):
                     return
@@ -606,6 +617,9 @@ class UpstreamSession:
             self._sink.publish_batch(out)
         except Exception:  # the hub's bug must not take the feed down with it
             log.exception("session %d: the sink refused a batch of %d", self.id, len(out))
+        if out:
+            # In-gateway latency of the burst: read from the connection to handed to the hub.
+            self.latency_ns.append(time.time_ns() - out[0][3])
 
     def _on_control(self, link: _Link, dialect: Dialect, kind: Classified) -> None:
         counters = self.counters
