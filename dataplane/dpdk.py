@@ -113,6 +113,12 @@ def eal_arguments(config: EalConfig) -> list[str]:
 
 
 def _private_prefix() -> str:
+    """wsgw-<pid>: removed at exit; folders of processes that died without exiting (kill -9)
+    are removed here, before they pile up."""
+    for stale in RUNTIME_DIR.glob("wsgw-*") if RUNTIME_DIR.is_dir() else []:
+        pid = stale.name.removeprefix("wsgw-")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
     prefix = f"wsgw-{os.getpid()}"
     atexit.register(shutil.rmtree, RUNTIME_DIR / prefix, ignore_errors=True)
     return prefix

@@ -81,6 +81,8 @@ SESSION_CONNECTION_FIELDS = frozenset(
     }
 )
 PORT_RUNTIME_FIELDS = frozenset({"device", "ipv4", "netmask", "gateway", "mtu"})
+#: The gap a session restored at start publishes when it reconnects upstream.
+RESTART_GAP_REASON = "restart: the gateway was down; messages published meanwhile were missed"
 
 
 def with_defaults(model: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,8 +272,13 @@ class GatewayService:
                     self.runtime.subscribe(row.id, topics)
                     report.topics[row.id] = topics
             events = EventRepository(s)
+            # The feed went on while the gateway was down: a runtime that can tell its
+            # consumers so (LiveRuntime) publishes a gap when the session reconnects.
+            mark_resumed = getattr(self.runtime, "mark_resumed", None)
             for row in sessions.wanted_running():
                 try:
+                    if callable(mark_resumed):
+                        mark_resumed(row.id, RESTART_GAP_REASON)
                     self.runtime.start_session(session_spec(row))
                     report.sessions.append(row.id)
                     events.record(row.id, "restored", "gateway started: session restored")
