@@ -87,8 +87,11 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab) -> None:  # ty
         status = runtime.engine_status()
         assert status.state is EngineState.RUNNING
         assert status.details["port1"]["c_fast_segments"] >= 0
-        latency = {m.labels["quantile"]: m.value for m in runtime.metrics().metrics
-                   if m.name == "message_latency_seconds"}
+        latency = {
+            m.labels["quantile"]: m.value
+            for m in runtime.metrics().metrics
+            if m.name == "message_latency_seconds"
+        }
         assert set(latency) == {"0.5", "0.9", "0.99"}
         assert 0 < latency["0.5"] <= latency["0.99"] < 1.0
         runtime.stop_session(7)
