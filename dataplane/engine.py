@@ -31,7 +31,8 @@ from dataplane.errors import DataplaneError
 from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
 from dataplane.stack.iface import Interface
-from dataplane.stack.tcp import TcpConnection
+from dataplane.stack.tcp import TcpConfig, TcpConnection
+from dataplane.wire.addr import ip_to_int
 
 log = logging.getLogger("wsgw.engine")
 T = TypeVar("T")
@@ -133,6 +134,30 @@ class Engine:
         self.native_id: int | None = None
         self._snapshot: dict[str, Any] = {}
         self._clock = clock
+
+    @classmethod
+    def on_port(
+        cls,
+        port: DpdkPort,
+        ip: str,
+        netmask: str,
+        gateway: str | None = None,
+        *,
+        mtu: int = 1500,
+        tcp_config: TcpConfig | None = None,
+        config: EngineConfig | None = None,
+    ) -> Engine:
+        """An engine (not started) for a DPDK port with its own IPv4 interface: the one
+        place the stack is put on a port."""
+        interface = Interface(
+            port.mac,
+            ip_to_int(ip),
+            ip_to_int(netmask),
+            ip_to_int(gateway) if gateway else None,
+            mtu=mtu,
+            tcp_config=tcp_config,
+        )
+        return cls(interface, port=port, config=config)
 
     # ---- one batch -------------------------------------------------------------------------
     def run_once(self, budget: float = 0.0) -> int:

@@ -12,9 +12,7 @@ from typing import Any
 from dataplane.dpdk import DpdkPort, Eal, EalConfig
 from dataplane.engine import Engine, engine_config_from
 from dataplane.errors import DataplaneError
-from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
-from dataplane.wire.addr import ip_to_int
 from gateway.runtime import (
     EngineState,
     EngineStatus,
@@ -103,16 +101,14 @@ class DpdkEngines:
                 self._failed[port.id] = str(exc)
                 raise RuntimeRefusedError(f"port {port.name}: {exc}") from exc
             try:
-                iface = Interface(
-                    dpdk_port.mac,
-                    ip_to_int(port.ipv4),
-                    ip_to_int(port.netmask),
-                    ip_to_int(port.gateway) if port.gateway else None,
+                engine = Engine.on_port(
+                    dpdk_port,
+                    port.ipv4,
+                    port.netmask,
+                    port.gateway,
                     mtu=port.mtu,
                     tcp_config=TcpConfig(recv_buffer=4 << 20),
-                )
-                engine = Engine(
-                    iface, port=dpdk_port, config=engine_config_from(self.settings.engine)
+                    config=engine_config_from(self.settings.engine),
                 )
                 engine.start()
             except BaseException as exc:

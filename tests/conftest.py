@@ -69,3 +69,55 @@ def run_python(
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+@pytest.fixture
+def lab_engine(eal, lab: Lab):  # type: ignore[no-untyped-def]
+    """start(**tcp_config) -> (engine, lab): a started engine on a DPDK port on the lab's
+    veth; engine and port are closed after the test."""
+    from dataplane.engine import Engine
+    from dataplane.stack.tcp import TcpConfig
+
+    opened: list[tuple[Engine, object]] = []
+
+    def start(**tcp: object):  # type: ignore[no-untyped-def]
+        port = eal.open_port(lab.vdev)
+        engine = Engine.on_port(port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(**tcp))  # type: ignore[arg-type]
+        opened.append((engine, port))
+        engine.start()
+        return engine, lab
+
+    yield start
+    for engine, port in opened:
+        engine.close()
+        port.close()  # type: ignore[attr-defined]
+
+
+def start_simulator(
+    lab: Lab, port: int, rate: int, *, stdin: bool = False
+) -> subprocess.Popen[str]:
+    """The feed simulator on the kernel in the lab's peer namespace, once it says `ready`."""
+    import sys
+
+    proc = lab.popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.simulator",
+            "--host",
+            lab.peer_ip,
+            "--port",
+            str(port),
+            "--rate",
+            str(rate),
+            "--stdin" if stdin else "--no-stdin",
+        ],
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise RuntimeError("the feed simulator did not start")
+    return proc

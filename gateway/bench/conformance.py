@@ -125,10 +125,8 @@ def conformance(options: BenchOptions) -> list[Measurement]:
         return out
     from dataplane.dpdk import Eal, EalConfig
     from dataplane.engine import Engine, EngineConfig
-    from dataplane.stack.iface import Interface
     from dataplane.stack.tcp import TcpConfig
     from dataplane.transports.dpdk import connect_dpdk
-    from dataplane.wire.addr import ip_to_int
     from gateway.lab import Lab
 
     lab = Lab(options.lab_name)
@@ -137,13 +135,13 @@ def conformance(options: BenchOptions) -> list[Measurement]:
     try:
         eal = Eal.init(EalConfig())
         with eal.open_port(lab.vdev) as port:
-            iface = Interface(
-                port.mac,
-                ip_to_int(lab.gw_ip),
-                ip_to_int(lab.netmask),
+            engine = Engine.on_port(
+                port,
+                lab.gw_ip,
+                lab.netmask,
                 tcp_config=TcpConfig(time_wait=0.2, recv_buffer=4 << 20, send_buffer=4 << 20),
+                config=EngineConfig(),
             )
-            engine = Engine(iface, port=port, config=EngineConfig())
             engine.start()
             try:
 

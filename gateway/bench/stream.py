@@ -173,9 +173,7 @@ def stream(options: BenchOptions) -> list[Measurement]:
     from dataplane.dpdk import Eal, EalConfig
     from dataplane.engine import Engine, EngineConfig
     from dataplane.fastpath import FastPathConfig
-    from dataplane.stack.iface import Interface
     from dataplane.stack.tcp import TcpConfig
-    from dataplane.wire.addr import ip_to_int
     from gateway.lab import Lab
 
     size = (20 if options.quick else 100) << 20
@@ -202,13 +200,13 @@ def stream(options: BenchOptions) -> list[Measurement]:
     try:
         eal = Eal.init(EalConfig())
         with eal.open_port(lab.vdev) as port:
-            iface = Interface(
-                port.mac,
-                ip_to_int(lab.gw_ip),
-                ip_to_int(lab.netmask),
+            engine = Engine.on_port(
+                port,
+                lab.gw_ip,
+                lab.netmask,
                 tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2),
+                config=EngineConfig(fastpath=FastPathConfig()),
             )
-            engine = Engine(iface, port=port, config=EngineConfig(fastpath=FastPathConfig()))
             engine.start()
             rss_start = _rss_kb()
             try:

@@ -134,22 +134,18 @@ class DpdkSide:
         from dataplane.dpdk import Eal, EalConfig
         from dataplane.engine import Engine, EngineConfig
         from dataplane.fastpath import FastPathConfig
-        from dataplane.stack.iface import Interface
         from dataplane.stack.tcp import TcpConfig
-        from dataplane.wire.addr import ip_to_int
 
         self.lab = lab
         eal = Eal.init(EalConfig())
         self.port = eal.open_port(lab.vdev)
         try:
-            iface = Interface(
-                self.port.mac,
-                ip_to_int(lab.gw_ip),
-                ip_to_int(lab.netmask),
+            self.engine = Engine.on_port(
+                self.port,
+                lab.gw_ip,
+                lab.netmask,
                 tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2),
-            )
-            self.engine = Engine(
-                iface, port=self.port, config=EngineConfig(fastpath=FastPathConfig())
+                config=EngineConfig(fastpath=FastPathConfig()),
             )
             self.engine.start()
         except BaseException:

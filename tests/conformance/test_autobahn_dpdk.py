@@ -6,16 +6,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
-from dataplane.dpdk import Eal
-from dataplane.engine import Engine, EngineConfig
-from dataplane.stack.iface import Interface
-from dataplane.stack.tcp import TcpConfig
+from dataplane.engine import Engine
 from dataplane.transports.dpdk import connect_dpdk
-from dataplane.wire.addr import ip_to_int
 from gateway.bench.conformance import CASES, SLOW, run_suite
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
@@ -25,20 +20,8 @@ pytestmark = [requires_dpdk, pytest.mark.dpdk, pytest.mark.slow]
 
 
 @pytest.fixture
-def engine(eal: Eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:
-    with eal.open_port(lab.vdev) as port:
-        iface = Interface(
-            port.mac,
-            ip_to_int(lab.gw_ip),
-            ip_to_int(lab.netmask),
-            tcp_config=TcpConfig(time_wait=0.2, recv_buffer=4 << 20, send_buffer=4 << 20),
-        )
-        eng = Engine(iface, port=port, config=EngineConfig())
-        eng.start()
-        try:
-            yield eng, lab
-        finally:
-            eng.close()
+def engine(lab_engine) -> tuple[Engine, Lab]:  # type: ignore[no-untyped-def]
+    return lab_engine(time_wait=0.2, recv_buffer=4 << 20, send_buffer=4 << 20)  # type: ignore[no-any-return]
 
 
 @pytest.mark.timeout(1800)

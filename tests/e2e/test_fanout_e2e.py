@@ -10,8 +10,6 @@ import asyncio
 import itertools
 import multiprocessing
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -29,7 +27,7 @@ from gateway.cli_serve import build_runtime
 from gateway.hub.testing import NatsServer, nats_server_binary
 from gateway.lab import Lab
 from gateway.settings import Settings
-from tests.conftest import requires_dpdk
+from tests.conftest import requires_dpdk, start_simulator
 from tests.integration.test_nats_sink import Subscriber
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
@@ -112,26 +110,10 @@ async def stalled_consumer(url: str, stall: float) -> tuple[int, str] | None:
 
 @pytest.fixture
 def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, NatsServer | None]]:
-    sim = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            str(SIM_PORT),
-            "--rate",
-            "1000",
-            "--no-stdin",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    sim = start_simulator(lab, SIM_PORT, 1000)
     nats = NatsServer().start() if nats_server_binary() else None
     server: uvicorn.Server | None = None
     try:
-        assert sim.stdout is not None and sim.stdout.readline().strip() == "ready"
         with __import__("socket").socket() as probe:
             probe.bind(("127.0.0.1", 0))
             api_port = probe.getsockname()[1]

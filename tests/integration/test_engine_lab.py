@@ -14,19 +14,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvicorn
 
 from api.app import create_app
-from dataplane.dpdk import DpdkPort, Eal
-from dataplane.engine import Engine, EngineConfig
-from dataplane.fastpath import FastPathConfig
-from dataplane.stack.iface import Interface
+from dataplane.engine import Engine
 from dataplane.stack.socket import TcpSocket
-from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab
 from gateway.settings import Settings
@@ -55,21 +50,8 @@ class Sink:
 
 
 @pytest.fixture
-def engine(eal: Eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:
-    with eal.open_port(lab.vdev) as port:
-        yield make_engine(port, lab), lab
-
-
-def make_engine(port: DpdkPort, lab: Lab) -> Engine:
-    iface = Interface(
-        port.mac,
-        ip_to_int(lab.gw_ip),
-        ip_to_int(lab.netmask),
-        tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20),
-    )
-    engine = Engine(iface, port=port, config=EngineConfig(fastpath=FastPathConfig()))
-    engine.start()
-    return engine
+def engine(lab_engine) -> tuple[Engine, Lab]:  # type: ignore[no-untyped-def]
+    return lab_engine(time_wait=0.5, recv_buffer=4 << 20)  # type: ignore[no-any-return]
 
 
 def stream_from_kernel(engine: Engine, lab: Lab, size: int, port: int) -> Sink:

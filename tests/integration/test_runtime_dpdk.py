@@ -4,8 +4,6 @@ peer namespace; a port on an interface the host uses is refused with a clear rea
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -23,7 +21,7 @@ from gateway.runtime import (
 from gateway.runtime_live import LiveRuntime
 from gateway.sessions import RecordingSink
 from gateway.settings import Settings
-from tests.conftest import requires_dpdk
+from tests.conftest import requires_dpdk, start_simulator
 from tests.integration.test_sessions_helpers import check_order
 from tests.integration.test_sessions_runtime import quick
 
@@ -39,28 +37,12 @@ def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-d
 
 
 def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
-    sim = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            "9500",
-            "--rate",
-            "200",
-            "--no-stdin",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    sim = start_simulator(lab, 9500, 200)
     sink = RecordingSink()
     runtime = LiveRuntime(
         sink, engine_factory=lambda: DpdkEngines(Settings()), session_config=quick
     )
     try:
-        assert sim.stdout is not None and sim.stdout.readline().strip() == "ready"
         port = PortSpec(
             id=1,
             name="lab",

@@ -6,21 +6,16 @@ reconnect, a resubscribe and one gap, an oversized message refused with 1009."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from dataplane.dpdk import Eal
-from dataplane.engine import Engine, EngineConfig
-from dataplane.stack.iface import Interface
-from dataplane.stack.tcp import TcpConfig
-from dataplane.wire.addr import ip_to_int
+from dataplane.engine import Engine
 from gateway.dialects import make_dialect
 from gateway.lab import Lab
 from gateway.sessions import HeartbeatConfig, RecordingSink, State, UpstreamSession
-from tests.conftest import requires_dpdk
+from tests.conftest import requires_dpdk, start_simulator
 from tests.integration.test_sessions_helpers import (
     EventLog,
     check_order,
@@ -36,44 +31,14 @@ SIM_PORT = 9400
 
 
 @pytest.fixture
-def engine(eal: Eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:
-    with eal.open_port(lab.vdev) as port:
-        iface = Interface(
-            port.mac,
-            ip_to_int(lab.gw_ip),
-            ip_to_int(lab.netmask),
-            tcp_config=TcpConfig(time_wait=0.2),
-        )
-        eng = Engine(iface, port=port, config=EngineConfig())
-        eng.start()
-        try:
-            yield eng, lab
-        finally:
-            eng.close()
+def engine(lab_engine) -> tuple[Engine, Lab]:  # type: ignore[no-untyped-def]
+    return lab_engine(time_wait=0.2)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
 def simulator(engine: tuple[Engine, Lab]) -> Iterator[subprocess.Popen[str]]:
     _, lab = engine
-    proc = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            str(SIM_PORT),
-            "--rate",
-            "200",
-            "--stdin",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
+    proc = start_simulator(lab, SIM_PORT, 200, stdin=True)
     try:
         yield proc
     finally:

@@ -7,17 +7,12 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dataplane.dpdk import Eal
-from dataplane.engine import Engine, EngineConfig
-from dataplane.stack.iface import Interface
-from dataplane.stack.tcp import TcpConfig
+from dataplane.engine import Engine
 from dataplane.transports.dpdk import connect_dpdk
-from dataplane.wire.addr import ip_to_int
 from dataplane.ws.errors import ConnectionClosed
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
@@ -28,20 +23,8 @@ SIZES = [1, 125, 126, 65535, 65536, 1 << 20]
 
 
 @pytest.fixture
-def engine(eal: Eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:
-    with eal.open_port(lab.vdev) as port:
-        iface = Interface(
-            port.mac,
-            ip_to_int(lab.gw_ip),
-            ip_to_int(lab.netmask),
-            tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20),
-        )
-        eng = Engine(iface, port=port, config=EngineConfig())
-        eng.start()
-        try:
-            yield eng, lab
-        finally:
-            eng.close()
+def engine(lab_engine) -> tuple[Engine, Lab]:  # type: ignore[no-untyped-def]
+    return lab_engine(time_wait=0.5, recv_buffer=4 << 20)  # type: ignore[no-any-return]
 
 
 def start_server(lab: Lab, kind: str, port: int, *extra: str) -> subprocess.Popen[str]:
