@@ -9,10 +9,17 @@
 Nothing else touches the stack: other threads send commands (`call`) and read the
 counters the engine publishes after each batch (`snapshot`), a new dict each time, so a
 reader never sees one half-written.
+
+Two ways to run it: its own thread (`start`/`stop`), or inside an asyncio event loop whose
+selector is the engine (`asyncio.Runner(loop_factory=engine.loop_factory)`, see
+`dataplane/loop.py`): each turn of that loop is a batch (`turn`), and the application on
+the loop writes to the stack's sockets directly (`mark_dirty`/`flush`). `call` works from
+other threads in both.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import errno
 import logging
@@ -38,6 +45,7 @@ log = logging.getLogger("wsgw.engine")
 T = TypeVar("T")
 Service = Callable[[float], None]
 ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
+PUBLISH_EVERY_NS = 1_000_000  # loop mode: the snapshot at most once a millisecond
 
 
 class EngineError(DataplaneError):
@@ -134,6 +142,14 @@ class Engine:
         self.native_id: int | None = None
         self._snapshot: dict[str, Any] = {}
         self._clock = clock
+        self._loop_thread: int | None = None  # the thread of the event loop we run on
+        self._dirty = False  # loop mode: the application wrote since the last flush
+        self._published_ns = 0  # loop mode: when the snapshot was last published
+        #: Clock (ns) just before the RX burst that brought this batch's first frame (0:
+        #: none), and per delivery in loop mode, from it to the protocol's data_received
+        #: (the transports append): RX burst -> bytes in the WebSocket layer, newest 65536.
+        self.batch_rx_ns = 0
+        self.rx_to_protocol_ns: deque[int] = deque(maxlen=65536)
 
     @classmethod
     def on_port(
@@ -160,11 +176,14 @@ class Engine:
         return cls(interface, port=port, config=config)
 
     # ---- one batch -------------------------------------------------------------------------
-    def run_once(self, budget: float = 0.0) -> int:
-        """One poll and the Python work it brings; returns the frames received."""
+    def run_once(self, budget: float = 0.0, until: float | None = None) -> int:
+        """One poll and the Python work it brings; returns the frames received. `until`
+        (monotonic seconds) bounds the poll like a timer of the stack would."""
         if self._clock is not None:
             self.fastpath.set_time(self._clock())
         deadline = self.interface.poll_at()
+        if until is not None:
+            deadline = until if deadline is None else min(deadline, until)
         received = 0
         if self.link is not None:
             received += self._inject_from_link()
@@ -180,24 +199,38 @@ class Engine:
         fastpath = self.fastpath
         outcome = fastpath.poll(deadline, budget)
         now = outcome.now
+        self.batch_rx_ns = outcome.first_rx_ns
         for slot in outcome.touched:
             fastpath.absorb(slot, now)
         if outcome.slow_frames:
             self.counters.slow_frames += len(outcome.slow_frames)
             iface.receive(outcome.slow_frames, now)
-        self._run_commands()
+        commands = self._run_commands()
         for service in self.services:
             try:
                 service(now)
             except Exception:
                 self.counters.service_errors += 1
                 log.exception("engine service %r failed", service)
+        self.counters.loops += 1
+        if not (outcome.rx_frames or commands or self.link is not None or self._dirty):
+            # Nothing came in and nothing was asked: output only if the stack has some due
+            # (a service wrote, a timer fired); the flows C holds are as they were.
+            due = iface.poll_at()
+            if due is None or due > now:
+                return 0
+        if self._loop_thread is not None and self.link is None:
+            # Loop mode: the output (and the flows' sync to C) waits for the next turn's
+            # flush, right after the loop's callbacks: what the application answers to
+            # this batch leaves in the same segments as the stack's own ACKs.
+            self._dirty = True
+            return outcome.rx_frames
+        self._dirty = False  # what the services' protocols wrote leaves right now
         out = iface.poll(now)
         if self.link is not None:
             out = fastpath.take_tx() + out
         self._transmit(out)
         self._export(now)
-        self.counters.loops += 1
         return outcome.rx_frames
 
     def _inject_from_link(self) -> int:
@@ -220,6 +253,8 @@ class Engine:
         backlog.extend(frames)
         sender = self.port if self.port is not None else self.link
         assert sender is not None
+        if backlog and self.port is not None:
+            self.fastpath.expect_rx()  # an answer comes within a round trip: no long nap
         while backlog:
             batch = [backlog[i] for i in range(min(64, len(backlog)))]
             taken = sender.tx_burst(batch)
@@ -243,6 +278,88 @@ class Engine:
                 self.fastpath.forget(conn)
         self._exported = live
 
+    # ---- running on the caller's event loop (dataplane/loop.py) -------------------------------
+    def loop_factory(self) -> asyncio.AbstractEventLoop:
+        """A new event loop whose selector is this engine: the stack, the WebSocket and the
+        application share one thread, with no hand-off. For `asyncio.Runner(loop_factory=
+        engine.loop_factory)` (or `asyncio.run(main(), loop_factory=...)` on 3.12+); create
+        it on the thread that will run it. The engine must not run its own thread then."""
+        from dataplane.loop import EngineEventLoop
+
+        self._check_loop_free()  # before a loop exists: a refused one leaves nothing behind
+        return EngineEventLoop(self)
+
+    def _check_loop_free(self) -> None:
+        if self._thread is not None:
+            raise EngineError("the engine runs its own thread: stop() it before using a loop")
+        if self._loop_thread is not None:
+            raise EngineError("the engine already runs inside an event loop")
+
+    @property
+    def in_loop(self) -> bool:
+        """The engine runs inside an event loop (see `loop_factory`), not on its thread."""
+        return self._loop_thread is not None
+
+    @property
+    def on_engine_thread(self) -> bool:
+        """The caller is the thread that drives the stack (its own or the loop's)."""
+        current = threading.get_ident()
+        thread = self._thread
+        return current == self._loop_thread or (thread is not None and current == thread.ident)
+
+    def attach_loop(self, extra_fd: int | None) -> None:
+        """Called by the engine loop on its own thread when it is created: the thread's
+        preparation (pinning, SCHED_FIFO, DPDK lcore registration) happens here, and
+        `extra_fd` (the loop's epoll fd) wakes the C poll from its back-off sleep."""
+        self._check_loop_free()
+        self._prepare_thread()
+        self._loop_thread = threading.get_ident()
+        self.fastpath.set_extra_fd(extra_fd)
+
+    def detach_loop(self) -> None:
+        """The loop is closing: the engine is free for a thread or another loop."""
+        if self._loop_thread is None:
+            return
+        if self._dirty and not self.fastpath.closed:
+            self.flush()  # what the last turn owes (a FIN, an ACK) still leaves
+        self._loop_thread = None
+        if not self.fastpath.closed:
+            self.fastpath.set_extra_fd(None)
+        if self.port is not None:
+            self.port.eal.shim.thread_unregister()
+
+    def mark_dirty(self) -> None:
+        """Loop mode: the application gave the stack output; it leaves at the next turn."""
+        self._dirty = True
+
+    def flush(self) -> None:
+        """Loop mode: put what the application wrote and what the last batch owes (ACKs)
+        on the wire now, and sync the flows to C before it polls again."""
+        if self._thread is not None and threading.get_ident() != self._thread.ident:
+            raise EngineError("flush() from another thread: the engine thread owns the stack")
+        self._dirty = False
+        now = self._clock() if self._clock is not None else time.monotonic()
+        self._transmit(self.interface.poll(now))
+        self._export(now)
+
+    def turn(self, timeout: float | None) -> None:
+        """One turn of the engine loop (the selector calls it with the loop's timeout):
+        flush the application's output, poll (GIL released) until there is work, the
+        timeout, the budget, a wake or the loop's own fd, then handle the batch: services
+        (transports) hand received bytes straight to their protocols."""
+        if self._dirty:
+            self.flush()
+        budget = self.config.budget if timeout is None else min(timeout, self.config.budget)
+        until = None
+        if timeout is not None and timeout > 0:
+            now = self._clock() if self._clock is not None else time.monotonic()
+            until = now + timeout
+        self.run_once(max(budget, 0.0), until)
+        now_ns = time.monotonic_ns()
+        if now_ns - self._published_ns >= PUBLISH_EVERY_NS:  # (a dict and a C call each)
+            self._published_ns = now_ns
+            self._publish()
+
     # ---- commands from other threads --------------------------------------------------------
     def call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run fn on the engine thread at the next batch; the future carries its result."""
@@ -259,12 +376,14 @@ class Engine:
         self.fastpath.wake()
         return future
 
-    def _run_commands(self) -> None:
+    def _run_commands(self) -> int:
+        ran = 0
         while True:
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return ran
+            ran += 1
             self.counters.commands += 1
             command()
 
@@ -272,7 +391,11 @@ class Engine:
     def start(self) -> None:
         if self._thread is not None:
             raise EngineError("the engine is already running")
+        if self._loop_thread is not None:
+            raise EngineError("the engine runs inside an event loop: it has no thread to start")
         self._stop.clear()
+        self._started.clear()  # a restarted engine reports its own start, not the last one
+        self._start_error = None
         self._thread = threading.Thread(target=self._main, name="wsgw-engine", daemon=True)
         self._thread.start()
         self._started.wait(10)
@@ -292,11 +415,14 @@ class Engine:
 
     def close(self) -> None:
         self.stop()
+        self.detach_loop()
         self.fastpath.close()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._loop_thread is not None or (
+            self._thread is not None and self._thread.is_alive()
+        )
 
     def _main(self) -> None:
         try:

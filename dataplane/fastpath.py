@@ -31,6 +31,7 @@ from dataplane.wire.checksum import inet_checksum
 
 ACK_POLICIES = {"delayed": 0, "every_second": 1, "immediate": 2}
 POLL_SLOW, POLL_DATA, POLL_TIMER, POLL_COMMAND, POLL_BUDGET, POLL_TX_FULL = 1, 2, 4, 8, 16, 32
+POLL_EXTERNAL = 64  # the extra fd (an event loop's epoll fd) became readable
 
 
 class FastPathError(DataplaneError):
@@ -49,6 +50,9 @@ class FastPathConfig:
     idle_polls_before_sleep: int = 64
     sleep_min_ns: int = 2_000
     sleep_max_ns: int = 1_000_000
+    # After Python transmits (a SYN, a request, an echo) busy-poll this long before backing
+    # off, and restart the back-off from sleep_min_ns: the answer comes within a round trip.
+    spin_after_tx_ns: int = 200_000
     ring_size: int = 1 << 20
 
 
@@ -59,6 +63,7 @@ class PollOutcome:
     slow_frames: list[bytes]
     touched: list[int]
     rx_frames: int
+    first_rx_ns: int = 0  # clock (ns) just before the first RX burst that brought frames
 
 
 def ack_template(
@@ -112,15 +117,24 @@ class FastPath:
         self._connections: dict[int, TcpConnection] = {}  # slot -> connection
         self._exported: dict[int, FastPathState] = {}
         self._segments_seen: dict[int, int] = {}
+        self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
         # RX burst (C stamp) to bytes readable in the connection, per absorb, in ns: the
         # in-stack latency of the first byte of each batch. Bounded: the newest 65536.
         self.rx_to_readable_ns: collections.deque[int] = collections.deque(maxlen=65536)
+        # The in-C part of it: RX burst -> the poll returning to Python, per poll that
+        # brought frames (the bytes are in the flow's ring or the slow arena by then).
+        self.rx_to_return_ns: collections.deque[int] = collections.deque(maxlen=65536)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
         self._engine.destroy()
+        self._flow_structs.clear()
         self._slots.clear()
         self._connections.clear()
+
+    @property
+    def closed(self) -> bool:
+        return not self._engine.handle
 
     def set_enabled(self, enabled: bool) -> None:
         self._engine.set_fast_path(enabled)
@@ -128,6 +142,16 @@ class FastPath:
     def wake(self) -> None:
         """From any thread: make the current poll return (a command is waiting)."""
         self._engine.wake()
+
+    def expect_rx(self) -> None:
+        """Python just transmitted: poll hard for the answer (see spin_after_tx_ns)."""
+        self._engine.expect_rx(self.config.spin_after_tx_ns)
+
+    def set_extra_fd(self, fd: int | None) -> None:
+        """An fd whose readiness ends a poll's back-off sleep (POLL_EXTERNAL), or None.
+        The engine loop (dataplane/loop.py) gives its epoll fd: while the stack idles, the
+        loop's own sockets and timers still wake it."""
+        self._engine.set_extra_fd(-1 if fd is None else fd)
 
     @property
     def flows(self) -> int:
@@ -137,12 +161,17 @@ class FastPath:
     def poll(self, deadline: float | None, budget: float) -> PollOutcome:
         deadline_ns = int(deadline * 1e9) if deadline is not None else 0
         result = self._engine.poll(max(deadline_ns, 0), int(budget * 1e9))
+        now_ns = int(result.now_ns)
+        first_rx_ns = int(result.first_rx_ns)
+        if first_rx_ns:
+            self.rx_to_return_ns.append(now_ns - first_rx_ns)
         return PollOutcome(
             reason=int(result.reason),
-            now=result.now_ns / 1e9,
+            now=now_ns / 1e9,
             slow_frames=self._engine.slow_frames(int(result.slow_frames)),
             touched=self._engine.touched(int(result.touched)),
             rx_frames=int(result.rx_frames),
+            first_rx_ns=first_rx_ns,
         )
 
     def set_time(self, now: float | None) -> None:
@@ -163,6 +192,13 @@ class FastPath:
     def flow(self, slot: int) -> FlowStruct:
         return self._engine.flow(slot)
 
+    def _flow(self, slot: int) -> FlowStruct:
+        """The flow's struct, looked up in C once per registration (the array is fixed)."""
+        flow = self._flow_structs.get(slot)
+        if flow is None:
+            flow = self._flow_structs[slot] = self._engine.flow(slot)
+        return flow
+
     def connection(self, slot: int) -> TcpConnection | None:
         return self._connections.get(slot)
 
@@ -172,7 +208,7 @@ class FastPath:
         conn = self._connections.get(slot)
         if conn is None:
             return
-        flow = self._engine.flow(slot)
+        flow = self._flow(slot)
         data = self._engine.flow_read(slot)
         deadline_ns = 0
         if flow.slow_pending:
@@ -213,7 +249,7 @@ class FastPath:
             self._connections[slot] = conn
             assert next_hop_mac is not None
             flow_template(
-                self._engine.flow(slot),
+                self._flow(slot),
                 ack_template(
                     local_mac,
                     next_hop_mac,
@@ -224,7 +260,7 @@ class FastPath:
                     state.ts_enabled,
                 ),
             )
-        flow = self._engine.flow(slot)
+        flow = self._flow(slot)
         if self._exported.get(slot) != state:
             flow.rcv_nxt = state.rcv_nxt
             flow.rcv_adv_right = state.rcv_adv_right
@@ -244,18 +280,25 @@ class FastPath:
         if state.ack_deadline is not None:
             self._engine.flow_give_ack(slot, int(state.ack_deadline * 1e9), state.unacked_bytes, 1)
             conn.fastpath_ack_handed_over()
+        elif state.last_ack_sent == state.rcv_nxt and (flow.ack_deadline_ns or flow.unacked_bytes):
+            # Python's own segment (data, say) carried the ACK C still owed: C owes nothing
+            # now. Left pending, C's count would keep growing across slow-path hand-backs
+            # until Python saw "two full segments unacknowledged" and sent a pure ACK per
+            # request/response exchange.
+            self._engine.flow_give_ack(slot, 0, 0, 0)
         flow.active = 1
 
     def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
         """Python alone handles the connection from now on. Its bytes were absorbed after
         the poll (C cannot have received since); an ACK C still owed becomes Python's."""
-        flow = self._engine.flow(slot)
+        flow = self._flow(slot)
         flow.active = 0
         unacked = int(flow.unacked_bytes)
         deadline_ns = self._engine.flow_take_ack(slot)
         if deadline_ns:
             conn.fastpath_owe_ack(deadline_ns / 1e9, unacked)
         self._engine.flow_del(slot)
+        self._flow_structs.pop(slot, None)
         del self._slots[key]
         self._connections.pop(slot, None)
         self._exported.pop(slot, None)

@@ -75,6 +75,7 @@ ENGINE_STAT_FIELDS = (
     "polls", "rx_frames", "rx_bursts", "empty_polls", "sleeps", "sleep_ns",
     "fast_segments", "fast_bytes", "slow_frames", "acks_sent", "dropped_slow_full",
     "bad_ip_checksum", "bad_tcp_checksum", "not_ipv4", "not_for_us", "tx_dropped",
+    "rx_to_ring_bursts", "rx_to_ring_ns_sum", "rx_to_ring_ns_max",
 )  # fmt: skip
 
 
@@ -90,6 +91,7 @@ class PollResult(ctypes.Structure):
         ("tx_captured", ctypes.c_uint32),
         ("now_ns", ctypes.c_uint64),
         ("rx_frames", ctypes.c_uint64),
+        ("first_rx_ns", ctypes.c_uint64),
     ]
 
 
@@ -119,6 +121,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(PollResult)]
     ),
     "wsgw_engine_wake": (None, [_vp]),
+    "wsgw_engine_set_extra_fd": (None, [_vp, ctypes.c_int]),
+    "wsgw_engine_expect_rx": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_set_time": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_slow_arena": (_u8p, [_vp]),
     "wsgw_engine_slow_offsets": (_u32p, [_vp]),
@@ -168,6 +172,11 @@ class EngineBinding:
         self._tx_buf = (ctypes.c_uint8 * (1 << 18))()
         self._tx_off = (ctypes.c_uint32 * 1024)()
         self._tx_len = (ctypes.c_uint16 * 1024)()
+        if self.handle:  # fixed for the engine's life: no three C calls per poll
+            self._slow_base = ctypes.addressof(lib.wsgw_engine_slow_arena(self.handle).contents)
+            self._slow_off = lib.wsgw_engine_slow_offsets(self.handle)
+            self._slow_len = lib.wsgw_engine_slow_lengths(self.handle)
+            self._touched = lib.wsgw_engine_touched(self.handle)
 
     @property
     def _h(self) -> int:
@@ -243,22 +252,27 @@ class EngineBinding:
     def wake(self) -> None:
         self._lib.wsgw_engine_wake(self._h)
 
+    def set_extra_fd(self, fd: int) -> None:
+        self._lib.wsgw_engine_set_extra_fd(self._h, fd)
+
+    def expect_rx(self, spin_ns: int) -> None:
+        self._lib.wsgw_engine_expect_rx(self._h, spin_ns)
+
     def set_time(self, now_ns: int) -> None:
         self._lib.wsgw_engine_set_time(self._h, now_ns)
 
     def slow_frames(self, count: int) -> list[bytes]:
         if not count:
             return []
-        arena = self._lib.wsgw_engine_slow_arena(self._h)
-        offsets = self._lib.wsgw_engine_slow_offsets(self._h)
-        lengths = self._lib.wsgw_engine_slow_lengths(self._h)
-        base = ctypes.addressof(arena.contents)
+        self._h  # noqa: B018 (raises once destroyed)
+        base, offsets, lengths = self._slow_base, self._slow_off, self._slow_len
         return [ctypes.string_at(base + offsets[i], lengths[i]) for i in range(count)]
 
     def touched(self, count: int) -> list[int]:
         if not count:
             return []
-        pointer = self._lib.wsgw_engine_touched(self._h)
+        self._h  # noqa: B018 (raises once destroyed)
+        pointer = self._touched
         return [int(pointer[i]) for i in range(count)]
 
     def inject(self, frames: list[bytes]) -> int:

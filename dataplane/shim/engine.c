@@ -29,6 +29,7 @@
 #define ENGINE_BURST_MAX 64
 #define DATA_BATCH (256u * 1024u) /* fast-path bytes gathered before a poll returns */
 #define DATA_DELAY_NS 20000u      /* ... or the age of the oldest of them */
+#define EXTRA_FD_CHECK_POLLS 64u  /* busy polling: empty polls between looks at the extra fd */
 
 struct wsgw_engine {
     struct wsgw_engine_conf conf;
@@ -69,10 +70,13 @@ struct wsgw_engine {
 #endif
     int wake;
     int wake_fd;                /* eventfd: a wake() interrupts the back-off sleep at once */
-    uint64_t manual_now;
-    uint64_t first_data_ns;     /* RX time of the first fast-path byte in this poll */        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
+    int extra_fd;               /* -1, or another fd whose readiness ends a poll (an event
+                                 * loop's epoll fd: its sockets and timers keep working) */
+    uint64_t manual_now;        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
+    uint64_t first_data_ns;     /* RX time of the first fast-path byte in this poll */
     uint32_t idle_polls;
     uint64_t backoff_ns;
+    uint64_t spin_until_ns;     /* no back-off sleep before this (a reply is expected) */
     struct wsgw_engine_stats st;
 };
 
@@ -341,6 +345,7 @@ WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *
     memset(e->flows, 0, sizeof(struct wsgw_flow) * conf->max_flows);
     e->backoff_ns = conf->sleep_min_ns;
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->extra_fd = -1;
     *out = e;
     return 0;
 }
@@ -390,6 +395,52 @@ WSGW_API void wsgw_engine_wake(wsgw_engine *e)
     if (e->wake_fd >= 0 && write(e->wake_fd, &one, sizeof(one)) < 0) {
         /* EAGAIN: the counter is already non-zero, the sleeper will see it */
     }
+}
+
+WSGW_API void wsgw_engine_set_extra_fd(wsgw_engine *e, int fd) { e->extra_fd = fd; }
+
+WSGW_API void wsgw_engine_expect_rx(wsgw_engine *e, uint64_t spin_ns)
+{
+    e->idle_polls = 0;
+    e->backoff_ns = e->conf.sleep_min_ns;
+    uint64_t until = engine_now(e) + spin_ns;
+    if (until > e->spin_until_ns)
+        e->spin_until_ns = until;
+}
+
+/* Wait up to nap_ns (0: just look) for a wake() or the extra fd; the eventfd is drained,
+ * the extra fd is left as it is (its owner reads it). Returns 1 when the extra fd is
+ * readable. */
+static int wait_fds(struct wsgw_engine *e, uint64_t nap_ns)
+{
+    struct timespec ts = {(time_t)(nap_ns / 1000000000ull), (long)(nap_ns % 1000000000ull)};
+    struct pollfd pfd[2];
+    nfds_t n = 0;
+    if (e->wake_fd >= 0)
+        pfd[n++] = (struct pollfd){.fd = e->wake_fd, .events = POLLIN, .revents = 0};
+    if (e->extra_fd >= 0)
+        pfd[n++] = (struct pollfd){.fd = e->extra_fd, .events = POLLIN, .revents = 0};
+    if (n == 0) {
+        if (nap_ns)
+            nanosleep(&ts, NULL);
+        return 0;
+    }
+    if (ppoll(pfd, n, &ts, NULL) <= 0)
+        return 0;
+    int extra = 0;
+    for (nfds_t i = 0; i < n; i++) {
+        if (!pfd[i].revents)
+            continue;
+        if (pfd[i].fd == e->wake_fd) {
+            uint64_t drained;
+            if (read(e->wake_fd, &drained, sizeof(drained)) < 0) {
+                /* another reader drained it: fine */
+            }
+        } else {
+            extra = 1;
+        }
+    }
+    return extra;
 }
 
 WSGW_API const uint8_t *wsgw_engine_slow_arena(const wsgw_engine *e) { return e->slow; }
@@ -803,10 +854,22 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     uint32_t reason = 0;
     uint64_t rx_total = 0;
     uint64_t bytes_at_start = e->st.fast_bytes;
+    int extra_ready = 0;
+    uint64_t first_rx = 0;
     for (;;) {
+        uint64_t fast_before = e->st.fast_bytes;
         uint32_t n = rx_burst(e, now);
         rx_total += n;
+        if (e->st.fast_bytes != fast_before) {
+            uint64_t took = engine_now(e) - now;
+            e->st.rx_to_ring_bursts++;
+            e->st.rx_to_ring_ns_sum += took;
+            if (took > e->st.rx_to_ring_ns_max)
+                e->st.rx_to_ring_ns_max = took;
+        }
         if (n) {
+            if (!first_rx)
+                first_rx = now;
             e->st.rx_frames += n;
             e->st.rx_bursts++;
             e->idle_polls = 0;
@@ -836,6 +899,8 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             reason |= WSGW_POLL_TIMER;
         if (now - start >= budget_ns)
             reason |= WSGW_POLL_BUDGET;
+        if (extra_ready)
+            reason |= WSGW_POLL_EXTERNAL;
         if (reason) {
             /* Timers that came due while this iteration ran still fire before returning. */
             run_ack_timers(e, now);
@@ -843,7 +908,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             break;
         }
         if (n == 0 && e->conf.sleep_max_ns && !e->manual_now &&
-            e->idle_polls > e->conf.idle_polls_before_sleep) {
+            e->idle_polls > e->conf.idle_polls_before_sleep && now >= e->spin_until_ns) {
             /* Adaptive polling: sleep, doubling up to the ceiling, never past a deadline. */
             uint64_t nap = e->backoff_ns;
             uint64_t limit = budget_ns - (now - start);
@@ -854,25 +919,19 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
             if (nap > limit)
                 nap = limit;
             if (nap) {
-                struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
-                if (e->wake_fd >= 0) {
-                    /* Sleep on the eventfd: another thread's wake() ends the nap at once. */
-                    struct pollfd pfd = {.fd = e->wake_fd, .events = POLLIN, .revents = 0};
-                    if (ppoll(&pfd, 1, &ts, NULL) > 0) {
-                        uint64_t drained;
-                        if (read(e->wake_fd, &drained, sizeof(drained)) < 0) {
-                            /* another reader drained it: fine */
-                        }
-                    }
-                } else {
-                    nanosleep(&ts, NULL);
-                }
+                /* Sleep on the eventfd (another thread's wake() ends the nap at once) and
+                 * on the extra fd (the event loop has work). */
+                extra_ready = wait_fds(e, nap);
                 e->st.sleeps++;
                 e->st.sleep_ns += nap;
                 now = engine_now(e);
             }
             uint64_t doubled = e->backoff_ns * 2;
             e->backoff_ns = doubled > e->conf.sleep_max_ns ? e->conf.sleep_max_ns : doubled;
+        } else if (n == 0 && e->extra_fd >= 0 && !e->manual_now &&
+                   (e->idle_polls & (EXTRA_FD_CHECK_POLLS - 1)) == 0) {
+            /* Busy polling never sleeps: look at the extra fd every few empty polls. */
+            extra_ready = wait_fds(e, 0);
         }
     }
     out->reason = reason;
@@ -881,6 +940,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     out->tx_captured = e->cap_count;
     out->now_ns = now;
     out->rx_frames = rx_total;
+    out->first_rx_ns = first_rx;
     return 0;
 }
 

@@ -101,3 +101,191 @@ WSGW_API void wsgw_ws_mask(uint8_t *buf, size_t len, const uint8_t *key, size_t 
 {
     wsgw_ws_mask_copy(buf, buf, len, key, phase);
 }
+
+/* RFC 3629 section 4 (Unicode 3-7 well-formed byte sequences); ASCII 8 bytes at a time. */
+static inline int utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, sizeof(w));
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c < 0xC2) /* a stray continuation byte, or an overlong 2-byte lead */
+            return 0;
+        if (c < 0xE0) {
+            if (n - i < 2 || (s[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+            continue;
+        }
+        if (c < 0xF0) {
+            if (n - i < 3)
+                return 0;
+            uint8_t c1 = s[i + 1];
+            if (c == 0xE0) { /* overlong below U+0800 */
+                if (c1 < 0xA0 || c1 > 0xBF)
+                    return 0;
+            } else if (c == 0xED) { /* surrogates U+D800..U+DFFF */
+                if (c1 < 0x80 || c1 > 0x9F)
+                    return 0;
+            } else if ((c1 & 0xC0) != 0x80) {
+                return 0;
+            }
+            if ((s[i + 2] & 0xC0) != 0x80)
+                return 0;
+            i += 3;
+            continue;
+        }
+        if (c < 0xF5) {
+            if (n - i < 4)
+                return 0;
+            uint8_t c1 = s[i + 1];
+            if (c == 0xF0) { /* overlong below U+10000 */
+                if (c1 < 0x90 || c1 > 0xBF)
+                    return 0;
+            } else if (c == 0xF4) { /* above U+10FFFF */
+                if (c1 < 0x80 || c1 > 0x8F)
+                    return 0;
+            } else if ((c1 & 0xC0) != 0x80) {
+                return 0;
+            }
+            if ((s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            i += 4;
+            continue;
+        }
+        return 0; /* 0xF5..0xFF never appear in UTF-8 */
+    }
+    return 1;
+}
+
+WSGW_API int wsgw_utf8_valid(const uint8_t *buf, size_t len)
+{
+    return buf == NULL ? len == 0 : utf8_valid(buf, len);
+}
+
+WSGW_API int wsgw_ws_scan_batch(const uint8_t *buf, size_t start, size_t len, uint64_t max_size,
+                                uint64_t *spans, uint8_t *ops, uint32_t max_frames,
+                                uint64_t *tail)
+{
+    if (unlikely(start > len || (buf == NULL && len != 0) || tail == NULL ||
+                 ((spans == NULL || ops == NULL) && max_frames != 0))) {
+        wsgw_set_error("wsgw_ws_scan_batch: bad arguments (start %zu, len %zu)", start, len);
+        return -EINVAL;
+    }
+    if (max_frames > INT_MAX)
+        max_frames = INT_MAX;
+    size_t pos = start;
+    uint32_t n = 0;
+    uint64_t why = WSGW_WS_BATCH_END;
+    for (;;) {
+        size_t avail = len - pos;
+        if (avail == 0) {
+            why = WSGW_WS_BATCH_END;
+            break;
+        }
+        if (n == max_frames) {
+            why = WSGW_WS_BATCH_FULL;
+            break;
+        }
+        const uint8_t *p = buf + pos;
+        uint8_t b0 = p[0];
+        /* FIN set, RSV clear, opcode 1 or 2: 0x81 or 0x82. */
+        if (b0 != 0x81 && b0 != 0x82) {
+            why = WSGW_WS_BATCH_OTHER;
+            break;
+        }
+        if (avail < 2) {
+            why = WSGW_WS_BATCH_PARTIAL;
+            break;
+        }
+        uint8_t b1 = p[1];
+        if (b1 & 0x80u) { /* masked by the server: the per-frame code fails it */
+            why = WSGW_WS_BATCH_OTHER;
+            break;
+        }
+        uint64_t plen = b1;
+        size_t hlen = 2;
+        if (plen == 126)
+            hlen = 4;
+        else if (plen == 127)
+            hlen = 10;
+        if (avail < hlen) {
+            why = WSGW_WS_BATCH_PARTIAL;
+            break;
+        }
+        if (plen == 126) {
+            plen = (uint64_t)p[2] << 8 | p[3];
+        } else if (plen == 127) {
+            plen = 0;
+            for (int i = 0; i < 8; i++)
+                plen = plen << 8 | p[2 + i];
+        }
+        if (plen > max_size) {
+            why = WSGW_WS_BATCH_OTHER;
+            break;
+        }
+        if (plen > avail - hlen) {
+            why = WSGW_WS_BATCH_PARTIAL;
+            break;
+        }
+        if (b0 == 0x81 && !utf8_valid(p + hlen, (size_t)plen)) {
+            why = WSGW_WS_BATCH_OTHER;
+            break;
+        }
+        spans[2 * (size_t)n] = pos + hlen;
+        spans[2 * (size_t)n + 1] = plen;
+        ops[n] = b0 & WSGW_WS_OPCODE;
+        pos += hlen + (size_t)plen;
+        n++;
+    }
+    tail[0] = pos;
+    tail[1] = why;
+    return (int)n;
+}
+
+WSGW_API void wsgw_ws_seq_check(const uint8_t *buf, const uint64_t *spans, uint32_t n,
+                                uint64_t size, uint64_t *state)
+{
+    uint64_t next = state[0], gaps = state[1], dups = state[2], bad = state[3];
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *p = buf + spans[2 * (size_t)i];
+        uint64_t plen = spans[2 * (size_t)i + 1];
+        if (plen != size)
+            bad++;
+        uint64_t seq;
+        if (likely(plen >= 8)) {
+            memcpy(&seq, p, sizeof(seq));
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            seq = __builtin_bswap64(seq);
+#endif
+        } else {
+            seq = 0;
+            for (uint64_t k = 0; k < plen; k++)
+                seq = seq << 8 | p[k];
+        }
+        if (seq != next) {
+            if (seq > next)
+                gaps += seq - next;
+            else
+                dups++;
+        }
+        if (seq >= next)
+            next = seq == UINT64_MAX ? UINT64_MAX : seq + 1;
+    }
+    state[0] = next;
+    state[1] = gaps;
+    state[2] = dups;
+    state[3] = bad;
+}

@@ -36,6 +36,7 @@ enum wsgw_poll_reason {
     WSGW_POLL_COMMAND = 8,   /* another thread called wsgw_engine_wake */
     WSGW_POLL_BUDGET = 16,   /* the time budget ran out */
     WSGW_POLL_TX_FULL = 32,  /* the ACK capture arena (no port) needs draining */
+    WSGW_POLL_EXTERNAL = 64, /* the extra fd (wsgw_engine_set_extra_fd) became readable */
 };
 
 struct wsgw_engine_conf {
@@ -106,6 +107,9 @@ struct wsgw_engine_stats {
     uint64_t fast_segments, fast_bytes, slow_frames, acks_sent, dropped_slow_full;
     uint64_t bad_ip_checksum, bad_tcp_checksum, not_ipv4, not_for_us;
     uint64_t tx_dropped;
+    /* RX burst -> the burst's fast-path bytes appended to their flows' rings (clock read
+     * before the burst, then after it), per burst that brought fast-path data */
+    uint64_t rx_to_ring_bursts, rx_to_ring_ns_sum, rx_to_ring_ns_max;
 };
 
 struct wsgw_poll_result {
@@ -115,6 +119,8 @@ struct wsgw_poll_result {
     uint32_t tx_captured;        /* frames in the capture arena (no port) */
     uint64_t now_ns;             /* CLOCK_MONOTONIC at return */
     uint64_t rx_frames;          /* frames received in this poll */
+    uint64_t first_rx_ns;        /* clock just before the first RX burst of this poll
+                                  * that brought frames (0: none came) */
 };
 
 typedef struct wsgw_engine wsgw_engine;
@@ -149,6 +155,15 @@ WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadl
 WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t budget_ns,
                               struct wsgw_poll_result *out);
 WSGW_API void wsgw_engine_wake(wsgw_engine *e);
+/* One more fd (or -1: none) whose readiness ends the adaptive back-off sleep, like wake():
+ * an event loop's epoll fd when the engine runs inside that loop (dataplane/loop.py). The
+ * poll returns WSGW_POLL_EXTERNAL and leaves the fd alone. Busy polling (sleep_max_ns 0)
+ * looks at it every 64 empty polls. */
+WSGW_API void wsgw_engine_set_extra_fd(wsgw_engine *e, int fd);
+/* Python just transmitted (a SYN, a request): an answer is expected within a round trip,
+ * so restart the back-off from its shortest sleep and busy-poll for spin_ns first. Without
+ * this, an engine that was idle would sleep up to sleep_max_ns before seeing the answer. */
+WSGW_API void wsgw_engine_expect_rx(wsgw_engine *e, uint64_t spin_ns);
 /* Tests: run on a virtual clock (ns, monotonic like CLOCK_MONOTONIC); 0 returns to the real
  * clock. With a virtual clock the engine never sleeps. */
 WSGW_API void wsgw_engine_set_time(wsgw_engine *e, uint64_t now_ns);

@@ -46,4 +46,39 @@ WSGW_API void wsgw_ws_mask(uint8_t *buf, size_t len, const uint8_t *key, size_t 
 WSGW_API void wsgw_ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t *key,
                                 size_t phase);
 
+/* Why wsgw_ws_scan_batch stopped (tail[1]). */
+#define WSGW_WS_BATCH_END 0       /* the buffer ends on a frame boundary */
+#define WSGW_WS_BATCH_FULL 1      /* max_frames were described: call again from tail[0] */
+#define WSGW_WS_BATCH_PARTIAL 2   /* the next frame is batchable so far but not all here */
+#define WSGW_WS_BATCH_OTHER 3     /* the next frame is not for the batch (see below) */
+
+/* Scan buf[start..len) for the run of frames the batch path takes without any decision in
+ * Python: complete, FIN set, RSV1-3 clear, unmasked, opcode text (1) or binary (2), payload
+ * <= max_size, and for text frames valid UTF-8 (RFC 3629: no overlongs, no surrogates,
+ * nothing above U+10FFFF). For frame i:
+ *   spans[2i] = offset of its payload in buf, spans[2i + 1] = its payload length,
+ *   ops[i] = its opcode.
+ * The run stops at the first frame that is anything else (control frame, fragment, RSV bit,
+ * mask, other opcode, oversized, bad UTF-8: WSGW_WS_BATCH_OTHER), at an incomplete frame
+ * (WSGW_WS_BATCH_PARTIAL; a header whose fields already rule the batch out is OTHER), at
+ * the end of the buffer (WSGW_WS_BATCH_END) or after max_frames (WSGW_WS_BATCH_FULL).
+ * tail[0] = offset where the run stopped, tail[1] = why. Returns the frames described
+ * (>= 0), or -EINVAL. */
+WSGW_API int wsgw_ws_scan_batch(const uint8_t *buf, size_t start, size_t len, uint64_t max_size,
+                                uint64_t *spans, uint8_t *ops, uint32_t max_frames,
+                                uint64_t *tail);
+
+/* 1 when buf[0..len) is valid UTF-8 (RFC 3629, the same rule as Python's strict decoder),
+ * else 0. ASCII runs go 8 bytes at a time. */
+WSGW_API int wsgw_utf8_valid(const uint8_t *buf, size_t len);
+
+/* Verify sequence-numbered messages (the benchmark's floods: the first 8 payload bytes are a
+ * big-endian counter, consecutive from 0) described by spans as wsgw_ws_scan_batch writes
+ * them, n of them. state (in and out): state[0] = next expected sequence number,
+ * state[1] += messages missing (a jump forward), state[2] += messages seen again (a step
+ * back), state[3] += payloads whose length is not size. A payload shorter than 8 bytes
+ * reads as the big-endian number of the bytes it has. */
+WSGW_API void wsgw_ws_seq_check(const uint8_t *buf, const uint64_t *spans, uint32_t n,
+                                uint64_t size, uint64_t *state);
+
 #endif

@@ -5,32 +5,51 @@ own TCP/IP stack on a DPDK port.
     async with connect_dpdk("ws://198.18.5.1:9000/stream", engine=engine) as ws:
         async for message in ws: ...
 
-The TCP connection lives on the engine thread (every stack object does). `EngineTransport`
-is an `asyncio.Transport` whose bytes cross threads once per engine batch: writes are
-queued and the engine is woken to send them; what the socket received is handed to the
-event loop in one `call_soon_threadsafe` per batch. On the loop side it is the kernel
-transport's very connection class (`KernelWebSocket`): the WebSocket, TLS, ping and close
-logic is one piece of code whichever network carries the bytes.
+The TCP connection lives on the thread that drives the engine (every stack object does).
+`EngineTransport` is an `asyncio.Transport` over it, in one of two modes, chosen by the loop
+it is opened on:
+
+- threaded: the engine runs its own thread (`engine.start()`), the application any asyncio
+  loop. Bytes cross threads once per engine batch: writes are queued and the engine is
+  woken to send them; what the socket received is handed to the loop in one
+  `call_soon_threadsafe` per batch.
+- direct: the application runs on the engine's own loop (`dataplane/loop.py`,
+  `asyncio.Runner(loop_factory=engine.loop_factory)`). One thread, no hand-off: writes go
+  straight into the TcpSocket (on the wire at the loop's next turn, or at once with
+  `flush_on_write`), received bytes reach `data_received` inside the engine's batch, and
+  the connect completes without a cross-thread future.
+
+On the loop side it is the kernel transport's very connection class (`KernelWebSocket`):
+the WebSocket, TLS, ping and close logic is one piece of code whichever network carries
+the bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dataplane.engine import Engine
+from dataplane.loop import engine_of
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
+from dataplane.transports.base import parse_ws_url
 from dataplane.transports.kernel import KernelWebSocket, _Connect, _Protocol, prepare_connection
 from dataplane.wire.addr import ip_to_int
 
 
 class EngineTransport(asyncio.Transport):
-    """asyncio's transport interface over a TcpSocket that the engine thread drives."""
+    """asyncio's transport interface over a TcpSocket that the engine drives."""
+
+    #: Direct mode: put each write on the wire at once instead of at the loop's next turn
+    #: (which comes right after the callbacks that wrote: batches several writes).
+    flush_on_write = False
 
     def __init__(
         self, engine: Engine, loop: asyncio.AbstractEventLoop, protocol: asyncio.Protocol
@@ -39,27 +58,50 @@ class EngineTransport(asyncio.Transport):
         self._engine = engine
         self._loop = loop
         self._protocol = protocol
+        self.direct = engine_of(loop) is engine  # the engine runs on this very loop
         self._out: collections.deque[bytes] = collections.deque()  # loop -> engine
         self._sock: TcpSocket | None = None
         self._closing = False
         self._eof_requested = False
-        self._abort_requested = False
         self._reading = True
+        self._made = False  # connection_made was called: connection_lost is owed
         self._lost_reported = False
         self._eof_reported = False
-        self._pending: bytes = b""  # engine side: what the socket did not take yet
+        self._pending: bytes = b""  # what the socket did not take yet
         self.peer: tuple[str, int] | None = None
 
     # ---- asyncio.Transport, on the loop thread -----------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
             return
-        self._out.append(bytes(data))
-        self._engine.fastpath.wake()
+        if not self.direct:
+            self._out.append(bytes(data))
+            self._engine.fastpath.wake()
+            return
+        sock = self._sock
+        if sock is not None and not self._pending and not self._out and sock.state in _SENDING:
+            taken = sock.send(data)
+            if taken < len(data):
+                self._pending = bytes(data[taken:])
+        else:
+            self._out.append(bytes(data))
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """Direct mode: output for the wire, now or at the next turn."""
+        if self.flush_on_write:
+            self._engine.flush()
+        else:
+            self._engine.mark_dirty()
 
     def write_eof(self) -> None:
         self._eof_requested = True
-        self._engine.fastpath.wake()
+        if self.direct:
+            if self._sock is not None:
+                self._push(self._sock)
+            self._wrote()
+        else:
+            self._engine.fastpath.wake()
 
     def can_write_eof(self) -> bool:
         return True
@@ -71,24 +113,34 @@ class EngineTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._closing = True
-        self._abort_requested = True
-        self._engine.fastpath.wake()
+        if self.direct:
+            self._abort_now()
+            self._wrote()
+        else:
+            self._engine.call(self._abort_now)
 
     def is_closing(self) -> bool:
         return self._closing
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        assert isinstance(protocol, asyncio.Protocol)
+        self._protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol
 
     def pause_reading(self) -> None:
         self._reading = False  # the socket's buffer fills and TCP's window closes
 
     def resume_reading(self) -> None:
         self._reading = True
-        self._engine.fastpath.wake()
+        self._engine.fastpath.wake()  # the next poll returns at once: the pump delivers
 
     def is_reading(self) -> bool:
         return self._reading
 
     def get_write_buffer_size(self) -> int:
-        return sum(len(chunk) for chunk in self._out)
+        return len(self._pending) + sum(len(chunk) for chunk in self._out)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
@@ -97,20 +149,18 @@ class EngineTransport(asyncio.Transport):
             return "dpdk"
         return default
 
-    # ---- the engine side: a service run once per batch on the engine thread ------------------
+    # ---- the engine side: a service run once per batch on the engine's thread ----------------
     def attach(self, sock: TcpSocket) -> None:
         self._sock = sock
         self.peer = (str(ipaddress.IPv4Address(sock.remote.ip)), sock.remote.port)
 
-    def pump(self, now: float) -> None:
-        sock = self._sock
-        if sock is None:
-            return
-        if self._abort_requested:
-            sock.abort()
-            self._finish(None)
-            return
-        # Out: everything queued, as far as the send buffer takes it (backpressure).
+    def _abort_now(self) -> None:
+        if self._sock is not None:
+            self._sock.abort()
+        self._finish(None)
+
+    def _push(self, sock: TcpSocket) -> None:
+        """Out: everything queued, as far as the send buffer takes it (backpressure)."""
         pending = self._pending
         while pending or self._out:
             if not pending:
@@ -122,17 +172,33 @@ class EngineTransport(asyncio.Transport):
         self._pending = pending
         if self._eof_requested and not pending and not self._out and sock.state in _SENDING:
             sock.close()
-        # In: whatever arrived, in one hand-off per batch.
+
+    def pump(self, now: float) -> None:
+        sock = self._sock
+        if sock is None or self._lost_reported:
+            return
+        if self._pending or self._out or self._eof_requested:
+            self._push(sock)
+        # In: whatever arrived, in one hand-off per batch (direct: no hand-off at all).
         if self._reading:
             data = sock.recv(1 << 22)
             if data:
-                self._loop.call_soon_threadsafe(self._deliver, data)
+                if self.direct:
+                    rx_ns = self._engine.batch_rx_ns
+                    if rx_ns:
+                        self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
+                    self._deliver(data)
+                else:
+                    self._loop.call_soon_threadsafe(self._deliver, data)
         if sock.error is not None:
             self._finish(sock.error)
         elif sock.at_eof and not self._eof_reported and self._reading:
             # (recv above took every byte: at_eof means the peer's FIN is next)
             self._eof_reported = True
-            self._loop.call_soon_threadsafe(self._deliver_eof)
+            if self.direct:
+                self._deliver_eof()
+            else:
+                self._loop.call_soon_threadsafe(self._deliver_eof)
         # Both directions are over once the peer's FIN is read and ours is queued, as a
         # kernel socket's close() would have it: the stack finishes LAST-ACK on its own.
         if sock.state is TcpState.CLOSED or (
@@ -147,17 +213,42 @@ class EngineTransport(asyncio.Transport):
         self._closing = True
         if self.pump in self._engine.services:
             self._engine.services.remove(self.pump)
-        self._loop.call_soon_threadsafe(self._protocol.connection_lost, exc)
+        if not self._made:
+            return
+        if self.direct:
+            self._loop.call_soon(self._protocol.connection_lost, exc)
+        else:
+            self._loop.call_soon_threadsafe(self._protocol.connection_lost, exc)
 
-    # ---- back on the loop thread --------------------------------------------------------------
+    # ---- on the loop thread (direct mode: inside the engine's batch) ---------------------------
     def _deliver(self, data: bytes) -> None:
-        self._protocol.data_received(data)
+        try:
+            self._protocol.data_received(data)
+        except Exception as exc:
+            self._protocol_failed(exc, "data_received")
 
     def _deliver_eof(self) -> None:
         # asyncio's contract: a protocol that does not ask to keep the transport open on
         # EOF gets it closed for it.
-        if not self._protocol.eof_received():
+        try:
+            keep_open = self._protocol.eof_received()
+        except Exception as exc:
+            self._protocol_failed(exc, "eof_received")
+            return
+        if not keep_open:
             self.close()
+
+    def _protocol_failed(self, exc: Exception, where: str) -> None:
+        """As asyncio's own transports do: report it to the loop and drop the connection."""
+        self._loop.call_exception_handler(
+            {
+                "message": f"EngineTransport: the protocol's {where} raised",
+                "exception": exc,
+                "transport": self,
+                "protocol": self._protocol,
+            }
+        )
+        self.abort()
 
 
 _SENDING = frozenset({TcpState.ESTABLISHED, TcpState.CLOSE_WAIT})
@@ -179,13 +270,14 @@ async def _resolve(host: str, port: int) -> int:
 async def _open_dpdk(
     url: str, *, engine: Engine, connect_timeout: float, **options: Any
 ) -> KernelWebSocket:
-    connection, target, open_timeout = prepare_connection(url, **options)
+    target = parse_ws_url(url)
     loop = asyncio.get_running_loop()
     host = options.get("connect_host") or target.host
     port = options.get("connect_port") or target.port
     remote_ip = await _resolve(host, port)
-    transport = EngineTransport(engine, loop, _Protocol(connection))
+    transport = EngineTransport(engine, loop, asyncio.Protocol())  # ours once prepared
     established: asyncio.Future[None] = loop.create_future()
+    deliver = _set if transport.direct else _threadsafe(loop)
 
     def open_on_engine() -> None:
         sock = engine.interface.connect(remote_ip, port, time.monotonic())
@@ -195,18 +287,30 @@ async def _open_dpdk(
             if sock.state in _SENDING:
                 engine.services.remove(watch)
                 engine.services.append(transport.pump)
-                loop.call_soon_threadsafe(_set, established, None)
+                deliver(established, None)
             elif sock.error is not None or sock.state is TcpState.CLOSED:
                 engine.services.remove(watch)
                 error = sock.error or ConnectionError(f"connect to {host}:{port} failed")
-                loop.call_soon_threadsafe(_set, established, error)
+                deliver(established, error)
 
         engine.services.append(watch)
+        if transport.direct:
+            engine.flush()  # the SYN leaves now, not at the next turn
 
     try:
         async with asyncio.timeout(connect_timeout):
-            await asyncio.wrap_future(engine.call(open_on_engine))
+            if transport.direct:
+                opened: concurrent.futures.Future[None] | None = None
+                open_on_engine()
+            else:
+                opened = engine.call(open_on_engine)
+            # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
+            connection, _, open_timeout = prepare_connection(url, **options)
+            transport.set_protocol(_Protocol(connection))
+            if opened is not None:
+                await asyncio.wrap_future(opened)
             await established
+        transport._made = True
         transport._protocol.connection_made(transport)
         async with asyncio.timeout(open_timeout):
             connection._start()
@@ -218,6 +322,15 @@ async def _open_dpdk(
         transport.abort()
         raise
     return connection
+
+
+def _threadsafe(
+    loop: asyncio.AbstractEventLoop,
+) -> Callable[[asyncio.Future[None], BaseException | None], None]:
+    def deliver(future: asyncio.Future[None], result: BaseException | None) -> None:
+        loop.call_soon_threadsafe(_set, future, result)
+
+    return deliver
 
 
 def _set(future: asyncio.Future[None], result: BaseException | None) -> None:

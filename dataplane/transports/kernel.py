@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from dataplane.transports.base import WsUrl, parse_ws_url
 from dataplane.ws.client import (
@@ -47,6 +47,7 @@ from dataplane.ws.events import (
     CloseReceived,
     Handshake,
     Message,
+    MessageBatch,
     Ping,
     Pong,
     RejectedHandshake,
@@ -103,7 +104,10 @@ class KernelWebSocket:
         self._transport: asyncio.Transport | None = None
         self._opened: asyncio.Future[Handshake] = self._loop.create_future()
         self._lost: asyncio.Future[None] = self._loop.create_future()
-        self._messages: collections.deque[Message] = collections.deque()
+        # Queued data: Messages, and MessageBatches (runs of messages from one scan) that
+        # recv() splits on demand; _queued counts messages, for max_queue.
+        self._messages: collections.deque[Message | MessageBatch] = collections.deque()
+        self._queued = 0
         self._recv_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._writing_paused = False
@@ -155,21 +159,18 @@ class KernelWebSocket:
         """The next message; raises ConnectionClosed once the queue is empty and the
         connection is over."""
         while True:
-            if self._messages:
-                message = self._messages.popleft()
-                if self._reading_paused and len(self._messages) <= self._max_queue // 2:
-                    self._reading_paused = False
-                    if self._transport is not None:
-                        self._transport.resume_reading()
-                return message
-            if self._ws.state not in _OPEN_STATES or self._lost.done():
-                raise self._closed_exception()
-            waiter = self._loop.create_future()
-            self._recv_waiter = waiter
-            try:
-                await waiter
-            finally:
-                self._recv_waiter = None
+            messages = self._messages
+            if messages:
+                head = messages.popleft()
+                if type(head) is MessageBatch:
+                    split = head.messages()
+                    head = split.pop(0)
+                    messages.extendleft(reversed(split))
+                assert type(head) is Message
+                self._queued -= 1
+                self._taken()
+                return head
+            await self._wait_data()
 
     async def recv_batch(self, max_messages: int) -> list[Message]:
         """Wait for one message, then take every message already queued (up to
@@ -177,12 +178,59 @@ class KernelWebSocket:
         batch = [await self.recv()]
         messages = self._messages
         while messages and len(batch) < max_messages:
-            batch.append(messages.popleft())
-        if self._reading_paused and len(messages) <= self._max_queue // 2:
+            head = messages.popleft()
+            if type(head) is MessageBatch:
+                split = head.messages()
+                room = max_messages - len(batch)
+                if len(split) > room:
+                    messages.extendleft(reversed(split[room:]))
+                    split = split[:room]
+                batch += split
+            else:
+                assert type(head) is Message
+                batch.append(head)
+        self._queued -= len(batch) - 1
+        self._taken()
+        return batch
+
+    async def recv_frames(self) -> MessageBatch:
+        """The next run of messages as one `MessageBatch`, without a Python object per
+        message: a batch from one scan of a read as it is, or the messages queued one by
+        one (fragmented, compressed...) gathered into one. Raises ConnectionClosed like
+        recv() once nothing is queued and the connection is over."""
+        messages = self._messages
+        while not messages:
+            await self._wait_data()
+        head = messages.popleft()
+        if type(head) is MessageBatch:
+            batch = head
+        else:
+            assert type(head) is Message
+            run = [head]
+            while messages and type(messages[0]) is Message:
+                run.append(messages.popleft())  # type: ignore[arg-type]
+            batch = MessageBatch.of(run)
+        self._queued -= len(batch)
+        self._taken()
+        return batch
+
+    async def _wait_data(self) -> None:
+        """Wait until data is queued; raise the close once the connection is over."""
+        if self._ws.state not in _OPEN_STATES or self._lost.done():
+            raise self._closed_exception()
+        waiter = self._loop.create_future()
+        self._recv_waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._recv_waiter = None
+
+    def _taken(self) -> None:
+        """Messages were taken from the queue: read the socket again below half of it."""
+        if self._reading_paused and self._queued <= self._max_queue // 2:
             self._reading_paused = False
             if self._transport is not None:
                 self._transport.resume_reading()
-        return batch
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
@@ -300,8 +348,8 @@ class KernelWebSocket:
             transport.write(self._ws.initiate())
 
     def _connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports quack like asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -338,8 +386,16 @@ class KernelWebSocket:
 
     def _dispatch(self) -> None:
         for event in self._ws.events():
-            if type(event) is Message:
-                self._messages.append(event)
+            kind = type(event)
+            if kind is MessageBatch:
+                self._messages.append(event)  # type: ignore[arg-type]
+                count = len(event)  # type: ignore[arg-type]
+                self._queued += count
+                self.messages_received += count
+                continue
+            if kind is Message:
+                self._messages.append(event)  # type: ignore[arg-type]
+                self._queued += 1
                 self.messages_received += 1
                 continue
             if isinstance(event, Ping):
@@ -370,7 +426,7 @@ class KernelWebSocket:
                 waiter.set_result(None)
             if (
                 not self._reading_paused
-                and len(self._messages) >= self._max_queue
+                and self._queued >= self._max_queue
                 and self._transport is not None
             ):
                 self._reading_paused = True
@@ -530,6 +586,7 @@ def connect_kernel(
     close_timeout: float = 10.0,
     max_queue: int = 4096,
     scan_backend: BackendName = "auto",
+    batch_receive: bool = True,
 ) -> _Connect:
     """Open a client WebSocket to url (ws:// or wss://) over an OS TCP socket.
 
@@ -538,6 +595,8 @@ def connect_kernel(
     for SNI and certificate checks (default: the URL's host). connect_host/connect_port:
     where to connect, when it is not the URL's host and port (a local tunnel, a test).
     max_queue: messages held for recv() before the socket stops being read.
+    batch_receive: runs of plain data frames from one read are queued as one
+    `MessageBatch` (`recv_frames()` hands them out whole; `recv()` splits them).
     """
     return _Connect(
         url,
@@ -557,6 +616,7 @@ def connect_kernel(
             "close_timeout": close_timeout,
             "max_queue": max_queue,
             "scan_backend": scan_backend,
+            "batch_receive": batch_receive,
         },
     )
 
@@ -577,6 +637,7 @@ def prepare_connection(
     close_timeout: float = 10.0,
     max_queue: int = 4096,
     scan_backend: BackendName = "auto",
+    batch_receive: bool = True,
     **_transport_options: Any,
 ) -> tuple[KernelWebSocket, WsUrl, float]:
     """The sans-IO WebSocket (and TLS for wss://) wrapped in a connection object, not yet
@@ -595,6 +656,7 @@ def prepare_connection(
         max_message_size=max_message_size,
         max_frame_size=max_frame_size,
         scan_backend=scan_backend,
+        batch=batch_receive,
     )
     tls: TlsClient | None = None
     if target.secure:
@@ -627,6 +689,7 @@ async def _open(
     close_timeout: float,
     max_queue: int,
     scan_backend: BackendName,
+    batch_receive: bool,
 ) -> KernelWebSocket:
     connection, target, _ = prepare_connection(
         url,
@@ -643,6 +706,7 @@ async def _open(
         close_timeout=close_timeout,
         max_queue=max_queue,
         scan_backend=scan_backend,
+        batch_receive=batch_receive,
     )
     loop = asyncio.get_running_loop()
     transport: asyncio.Transport | None = None

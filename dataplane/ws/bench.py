@@ -1,8 +1,10 @@
 """`bench_ws_scan`: the WebSocket per-byte kernels, C shim against their pure-Python twins.
 
-Registered by the gateway in `wsgw bench micro`. Three metrics: scanning a read full of
-small market-data frames (ns per frame), masking an outgoing payload (bytes per second),
-and the whole receive path of `WsClient` for those frames (ns per message).
+Registered by the gateway in `wsgw bench micro`. Metrics: scanning a read full of small
+market-data frames (ns per frame), masking an outgoing payload (bytes per second), the
+whole receive path of `WsClient` for those frames (ns per message), and the same two for
+the batch path (the batch scan with its UTF-8 check; `WsClient(batch=True)`, one
+`MessageBatch` per read).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from dataplane.ws.scan import (
     BackendName,
+    make_batch_scanner,
     make_scanner,
     mask_py,
     resolve,
@@ -47,11 +50,13 @@ def _server_frames(count: int, size: int) -> bytes:
     return (header + payload) * count
 
 
-def _client_on_read(backend: BackendName, handshake_done: bytes) -> Callable[[bytes], None]:
+def _client_on_read(
+    backend: BackendName, handshake_done: bytes, batch: bool = False
+) -> Callable[[bytes], None]:
     from dataplane.ws.client import WsClient
     from dataplane.ws.handshake import accept_token
 
-    client = WsClient("bench.invalid", deflate=None, scan_backend=backend)
+    client = WsClient("bench.invalid", deflate=None, scan_backend=backend, batch=batch)
     client.initiate()
     key = client._handshake.key  # the bench plays the server
     client.receive_data(
@@ -79,6 +84,19 @@ def _scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_s: flo
     return _per_call(scan_all, min_s) / frames * 1e9
 
 
+def _batch_scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_s: float) -> float:
+    """The batch scan: frame boundaries plus the UTF-8 check of every text payload."""
+    scanner = make_batch_scanner(backend)
+    limit = len(buf)
+
+    def scan_all() -> None:
+        start = 0
+        while start < limit:
+            start = scanner.scan(buf, start, limit)[3]
+
+    return _per_call(scan_all, min_s) / frames * 1e9
+
+
 def _mask_bytes_per_s(backend: BackendName, data: bytes, min_s: float) -> float:
     key = os.urandom(4)
     if backend == "c":
@@ -88,8 +106,10 @@ def _mask_bytes_per_s(backend: BackendName, data: bytes, min_s: float) -> float:
     return len(data) / _per_call(lambda: mask_py(data, key), min_s)
 
 
-def _client_ns_per_message(backend: BackendName, read: bytes, frames: int, min_s: float) -> float:
-    on_read = _client_on_read(backend, b"")
+def _client_ns_per_message(
+    backend: BackendName, read: bytes, frames: int, min_s: float, batch: bool = False
+) -> float:
+    on_read = _client_on_read(backend, b"", batch)
     return _per_call(lambda: on_read(read), min_s) / frames * 1e9
 
 
@@ -125,6 +145,18 @@ def bench_ws_scan(quick: bool) -> list[Measurement]:
             "ns/msg",
             False,
             lambda b: _client_ns_per_message(b, read, frames, min_s),
+        ),
+        (
+            "ws batch scan + UTF-8, 100 B text",
+            "ns/frame",
+            False,
+            lambda b: _batch_scan_ns_per_frame(b, read, frames, min_s),
+        ),
+        (
+            "ws client batch receive, 100 B text",
+            "ns/msg",
+            False,
+            lambda b: _client_ns_per_message(b, read, frames, min_s, batch=True),
         ),
     ]
     results: list[Measurement] = []

@@ -14,6 +14,11 @@ in a `Closed(failure=True)` event with the close frame queued in `data_to_send()
 
 Hot path: one shim call scans every complete frame of a read (`dataplane.ws.scan`); an
 unfragmented, uncompressed data frame then costs one slice, one ASCII check and one event.
+With `batch=True` (the transports' default) it costs nothing in Python: one shim call finds
+the run of such frames of a read and checks the UTF-8 of the text ones, and the run is one
+`MessageBatch` event (the read's bytes plus offset/length pairs). Every other frame (control,
+fragment, RSV bit, mask, oversize, bad UTF-8, the partial frame at the end) goes through the
+per-frame code, so the events are the same messages in the same order either way.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dataplane.ws.events import (
     CloseReceived,
     Handshake,
     Message,
+    MessageBatch,
     Ping,
     Pong,
     RejectedHandshake,
@@ -45,6 +51,8 @@ from dataplane.ws.events import (
 )
 from dataplane.ws.handshake import Accepted, ClientHandshake, HeaderPairs
 from dataplane.ws.scan import (
+    BATCH_FULL,
+    BATCH_OTHER,
     FIN,
     MASKED,
     OPCODE,
@@ -54,6 +62,7 @@ from dataplane.ws.scan import (
     SCAN_WORDS,
     UINT64_MAX,
     BackendName,
+    make_batch_scanner,
     make_scanner,
     masker,
 )
@@ -159,7 +168,10 @@ class WsClient:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         scan_backend: BackendName = "auto",
+        batch: bool = False,
     ) -> None:
+        """batch: complete unfragmented data frames found by one scan come out as one
+        `MessageBatch` event instead of one `Message` each (see `_feed_batches`)."""
         if max_message_size < 1 or max_frame_size < 1:
             raise LocalProtocolError("size limits must be positive")
         options = DeflateOptions() if deflate is True else deflate or None
@@ -181,6 +193,8 @@ class WsClient:
         self._fast_limit = min(max_message_size, max_frame_size)
         self._scanner = make_scanner(scan_backend)
         self._max_words = self._scanner.max_frames * SCAN_WORDS
+        self._batch = make_batch_scanner(scan_backend) if batch else None
+        self._one = make_scanner(scan_backend, max_frames=1) if batch else None
         self._mask = masker(scan_backend)
         self._events: list[WsEvent] = []
         self._outgoing: list[bytes] = []
@@ -378,9 +392,13 @@ class WsClient:
             self._chunks = []
         else:
             buf = data
+        start = 0
+        if self._batch is not None and self._decompressor is None:
+            start = self._feed_batches(buf)
+            if start < 0:
+                return  # closed or failed
         scan = self._scanner.scan
         max_words = self._max_words
-        start = 0
         while True:
             words, start, need, pending = scan(buf, start)
             if words and not self._frames(buf, words):
@@ -403,6 +421,37 @@ class WsClient:
         else:
             self._buffered = 0
             self._need = 0
+
+    def _feed_batches(self, buf: bytes) -> int:
+        """The batch path: one C scan gives the run of complete, final, unmasked, RSV-clear
+        data frames within the size limit (text validated as UTF-8 in C), which becomes one
+        MessageBatch event. The frame that ends a run goes through the per-frame code, then
+        the next run starts. Returns where the per-frame loop of `_feed` carries on (the end
+        of the buffer, or a partial frame to buffer), or -1 when the connection ended."""
+        batch = self._batch
+        one = self._one
+        assert batch is not None
+        assert one is not None
+        append = self._events.append
+        limit = self._fast_limit
+        start = 0
+        while True:
+            if self._frag_opcode is None:
+                count, spans, opcodes, start, why = batch.scan(buf, start, limit)
+                if count:
+                    append(MessageBatch(buf, spans, opcodes))
+                if why == BATCH_FULL:
+                    continue
+                if why != BATCH_OTHER:
+                    return start  # the end, or a partial frame: the per-frame code buffers it
+            # One frame through the per-frame code: the one that ended the run, or the next
+            # of a fragmented message (frame by frame until it ends, then runs again).
+            words, after, _, _ = one.scan(buf, start)
+            if not words:
+                return start  # incomplete: judged and buffered by the per-frame code
+            if not self._frames(buf, words):
+                return -1
+            start = after
 
     def _frames(self, buf: bytes, words: list[int]) -> bool:
         """Handle scanned frames; False when the connection ended on one of them."""

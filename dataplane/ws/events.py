@@ -4,6 +4,9 @@ every event as immutable."""
 
 from __future__ import annotations
 
+import array
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dataplane.ws.deflate import DeflateParams
@@ -40,6 +43,68 @@ class Message:
 
     def as_text(self) -> str:
         return self.data.decode("utf-8")
+
+
+@dataclass(slots=True)
+class MessageBatch:
+    """A run of whole data messages, each one unfragmented, uncompressed frame, found by
+    one scan of a read (RFC 6455 section 5.6; text payloads are valid UTF-8).
+
+    `data` is the buffer the payloads sit in (one read, so several batches may share it);
+    `spans` holds, per message, its payload offset and length in `data` as native uint64
+    pairs, and `opcodes` one byte per message (1 text, 2 binary). Python costs per batch,
+    not per message: `views()` gives zero-copy memoryviews, `offsets`/`lengths` the spans
+    as memoryviews of unsigned 64-bit ints, `messages()` the per-message `Message`s."""
+
+    data: bytes
+    spans: bytes
+    opcodes: bytes
+
+    def __len__(self) -> int:
+        return len(self.opcodes)
+
+    @property
+    def offsets(self) -> memoryview:
+        return memoryview(self.spans).cast("Q")[0::2]
+
+    @property
+    def lengths(self) -> memoryview:
+        return memoryview(self.spans).cast("Q")[1::2]
+
+    def views(self) -> list[memoryview]:
+        """Each payload as a memoryview of `data` (no copy)."""
+        whole = memoryview(self.data)
+        it = iter(memoryview(self.spans).cast("Q").tolist())
+        return [whole[offset : offset + size] for offset, size in zip(it, it, strict=True)]
+
+    def payloads(self) -> list[bytes]:
+        """Each payload as bytes (one copy each)."""
+        data = self.data
+        it = iter(memoryview(self.spans).cast("Q").tolist())
+        return [data[offset : offset + size] for offset, size in zip(it, it, strict=True)]
+
+    def messages(self) -> list[Message]:
+        """The batch as the per-message API's events."""
+        data = self.data
+        it = iter(memoryview(self.spans).cast("Q").tolist())
+        return [
+            Message(data[offset : offset + size], op == 1)
+            for offset, size, op in zip(it, it, self.opcodes, strict=True)
+        ]
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> MessageBatch:
+        """Messages that came one by one (fragmented, compressed...), as one batch."""
+        offsets = itertools.accumulate((len(m.data) for m in messages), initial=0)
+        spans = array.array("Q")
+        for message, offset in zip(messages, offsets, strict=False):
+            spans.append(offset)
+            spans.append(len(message.data))
+        return cls(
+            b"".join(m.data for m in messages),
+            spans.tobytes(),
+            bytes(1 if m.text else 2 for m in messages),
+        )
 
 
 @dataclass(slots=True)
@@ -81,4 +146,6 @@ class Closed:
     failure: bool = False
 
 
-WsEvent = Handshake | RejectedHandshake | Message | Ping | Pong | CloseReceived | Closed
+WsEvent = (
+    Handshake | RejectedHandshake | Message | MessageBatch | Ping | Pong | CloseReceived | Closed
+)

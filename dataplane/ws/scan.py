@@ -10,6 +10,7 @@ See wsgw_ws.h for the exact contract.
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
 import os
@@ -27,7 +28,16 @@ HEADER_SHIFT = 16
 UINT64_MAX = (1 << 64) - 1
 DEFAULT_MAX_FRAMES = 128
 
+# Why scan_batch stopped (WSGW_WS_BATCH_* in wsgw_ws.h).
+BATCH_END = 0  # the buffer ends on a frame boundary
+BATCH_FULL = 1  # max_frames described: scan again from the stop offset
+BATCH_PARTIAL = 2  # the next frame could be batched but is not wholly in the buffer
+BATCH_OTHER = 3  # the next frame is for the per-frame code
+DEFAULT_MAX_BATCH = 4096
+
 ScanResult = tuple[list[int], int, int, int]
+#: (count, spans: native uint64 (offset, length) pairs, opcodes: one byte each, stop, why)
+BatchResult = tuple[int, bytes, bytes, int, int]
 BackendName = Literal["auto", "c", "python"]
 
 
@@ -80,6 +90,98 @@ def scan_frames(buf: bytes, start: int = 0, max_frames: int = DEFAULT_MAX_FRAMES
         pos += hlen + plen
         count += 1
     return words, pos, need, pending
+
+
+def _utf8_ok(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def scan_batch(
+    buf: bytes, start: int, max_size: int, max_frames: int = DEFAULT_MAX_BATCH
+) -> BatchResult:
+    """Pure-Python `wsgw_ws_scan_batch`: the run of complete, final, unmasked, RSV-clear
+    text/binary frames of at most max_size bytes (text: valid UTF-8) from start."""
+    if start > len(buf):
+        raise ValueError(f"scan start {start} beyond buffer of {len(buf)} bytes")
+    spans = array.array("Q")
+    ops = bytearray()
+    pos = start
+    end = len(buf)
+    why = BATCH_END
+    while True:
+        avail = end - pos
+        if avail == 0:
+            why = BATCH_END
+            break
+        if len(ops) == max_frames:
+            why = BATCH_FULL
+            break
+        b0 = buf[pos]
+        if b0 not in (0x81, 0x82):
+            why = BATCH_OTHER
+            break
+        if avail < 2:
+            why = BATCH_PARTIAL
+            break
+        b1 = buf[pos + 1]
+        if b1 & 0x80:
+            why = BATCH_OTHER
+            break
+        plen = b1
+        hlen = 4 if plen == 126 else 10 if plen == 127 else 2
+        if avail < hlen:
+            why = BATCH_PARTIAL
+            break
+        if hlen > 2:
+            plen = int.from_bytes(buf[pos + 2 : pos + hlen], "big")
+        if plen > max_size:
+            why = BATCH_OTHER
+            break
+        if plen > avail - hlen:
+            why = BATCH_PARTIAL
+            break
+        if b0 == 0x81:
+            payload = buf[pos + hlen : pos + hlen + plen]
+            if not (payload.isascii() or _utf8_ok(payload)):
+                why = BATCH_OTHER
+                break
+        spans.append(pos + hlen)
+        spans.append(plen)
+        ops.append(b0 & OPCODE)
+        pos += hlen + plen
+    return len(ops), spans.tobytes(), bytes(ops), pos, why
+
+
+class BatchScanner(Protocol):
+    max_frames: int
+
+    def scan(self, buf: bytes, start: int, max_size: int) -> BatchResult: ...
+
+
+class PyBatchScanner:
+    """`scan_batch` behind the BatchScanner interface."""
+
+    def __init__(self, max_frames: int = DEFAULT_MAX_BATCH) -> None:
+        if max_frames < 1:
+            raise ValueError("a batch scan needs max_frames >= 1")
+        self.max_frames = max_frames
+
+    def scan(self, buf: bytes, start: int, max_size: int) -> BatchResult:
+        return scan_batch(buf, start, max_size, self.max_frames)
+
+
+def make_batch_scanner(
+    backend: BackendName = "auto", max_frames: int = DEFAULT_MAX_BATCH
+) -> BatchScanner:
+    if resolve(backend) == "c":
+        from dataplane.shim._bind_ws import CBatchScanner
+
+        return CBatchScanner(max_frames)
+    return PyBatchScanner(max_frames)
 
 
 class PyScanner:

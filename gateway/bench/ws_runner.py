@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import inspect
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-CONTENDERS = ("picows", "aiohttp", "websockets", "wsgw-kernel", "tcp")
+CONTENDERS = ("picows", "aiohttp", "websockets", "wsgw-kernel", "wsgw-kernel-batch", "tcp")
 TESTS = ("tcp", "connect", "rtt", "ingest")
 
 
@@ -96,6 +97,43 @@ class IngestCheck:
     last_ns: int = 0
     first_cpu: float = 0.0
     last_cpu: float = 0.0
+    head: int = 0  # messages timed as one with the first (the rest of the first batch)
+    _seq: Any = None  # the C sequence check (`batch`), made on first use
+
+    def batch(self, data: bytes, spans: bytes, count: int) -> None:
+        """A run of messages as `MessageBatch` holds them (payload offset/length pairs
+        into data), every sequence number and length checked in C: no Python per
+        message. The clock starts after the first batch, whose other messages are then
+        not counted in the rate (as message() counts none before the first)."""
+        if count <= 0:
+            return
+        seq = self._seq
+        if seq is None:
+            from dataplane.shim._bind_ws import SeqCheck
+
+            seq = self._seq = SeqCheck(self.size)
+        if self.received == 0:
+            self.first_ns = time.perf_counter_ns()
+            self.first_cpu = time.process_time()
+            self.head = count - 1
+        state = seq.state
+        state[0], state[1], state[2], state[3] = (
+            self.next_seq,
+            self.gaps,
+            self.duplicates,
+            self.bad_length,
+        )
+        seq.check(data, spans, count)
+        self.next_seq, self.gaps, self.duplicates, self.bad_length = (
+            state[0],
+            state[1],
+            state[2],
+            state[3],
+        )
+        self.received += count
+        if self.received >= self.expected and not self.last_ns:
+            self.last_ns = time.perf_counter_ns()
+            self.last_cpu = time.process_time()
 
     def message(self, data: bytes | bytearray | memoryview) -> None:
         if self.received == 0:
@@ -120,7 +158,7 @@ class IngestCheck:
             self.last_ns = self.last_ns or time.perf_counter_ns()
             self.last_cpu = self.last_cpu or time.process_time()
         seconds = (self.last_ns - self.first_ns) / 1e9
-        intervals = max(self.received - 1, 0)
+        intervals = max(self.received - 1 - self.head, 0)
         return {
             "expected": self.expected,
             "received": self.received,
@@ -336,8 +374,8 @@ ConnectFn = Callable[[str], Awaitable[Any]]
 class WsgwContender:
     """One of wsgw's own clients, as the hook finds it."""
 
-    name: str  # "wsgw kernel", "wsgw DPDK"
-    transport: str  # "kernel" | "dpdk"
+    name: str  # "wsgw kernel", "wsgw DPDK", "wsgw DPDK (engine loop)"
+    transport: str  # "kernel" | "dpdk" | "dpdk-loop" (run on the engine's own event loop)
     connect: ConnectFn | None  # async (url) -> an open WebSocketConnection; None: skipped
     note: str
     available: bool  # the code is there (the DPDK one still needs an engine to connect)
@@ -385,6 +423,11 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
     `WebSocketConnection` (like `connect_kernel`); its keywords are matched by name to
     what the benchmark has: `engine` (a running `dataplane.engine.Engine`), `interface`,
     `port`, and `deflate=False`. Pass `engine` to get a usable connect function for it.
+
+    The DPDK transport comes twice: "wsgw DPDK" (the engine on its own thread, the
+    client on any loop) and "wsgw DPDK (engine loop)" (transport "dpdk-loop": the same
+    connect function, awaited on `asyncio.Runner(loop_factory=engine.loop_factory)`, so the
+    stack, the WebSocket and the client share one thread); the caller picks the loop.
     """
     found: list[WsgwContender] = []
     closed_ok, note = _load("dataplane.ws.errors", "ConnectionClosedOK")
@@ -400,13 +443,23 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
             WsgwContender("wsgw kernel", "kernel", None, f"skipped: {kernel_note or note}", False)
         )
     connect_dpdk, dpdk_note = _load("dataplane.transports.dpdk", "connect_dpdk")
-    if connect_dpdk is None or closed_ok is None:
+    if connect_dpdk is None or closed_ok is None:  # (no engine-loop row without it either)
         found.append(
             WsgwContender("wsgw DPDK", "dpdk", None, f"skipped: {dpdk_note or note}", False)
         )
         return found
+    _, loop_note = _load("dataplane.loop", "EngineEventLoop")
     if engine is None:
         found.append(WsgwContender("wsgw DPDK", "dpdk", None, "needs a DPDK engine", True))
+        found.append(
+            WsgwContender(
+                "wsgw DPDK (engine loop)",
+                "dpdk-loop",
+                None,
+                f"skipped: {loop_note}" if loop_note else "needs a DPDK engine",
+                not loop_note,
+            )
+        )
         return found
     offered = {
         "engine": engine,
@@ -420,6 +473,14 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
         return _WsgwConn(await opened, closed_ok)
 
     found.append(WsgwContender("wsgw DPDK", "dpdk", dpdk_connect, "", True))
+    if loop_note:
+        found.append(
+            WsgwContender(
+                "wsgw DPDK (engine loop)", "dpdk-loop", None, f"skipped: {loop_note}", False
+            )
+        )
+    else:
+        found.append(WsgwContender("wsgw DPDK (engine loop)", "dpdk-loop", dpdk_connect, "", True))
     return found
 
 
@@ -427,7 +488,47 @@ def wsgw_adapter(contender: WsgwContender) -> AwaitAdapter:
     if contender.connect is None:
         raise ContenderUnavailable(contender.note)
     version = _dist("wsgw") + f" ({contender.transport} transport)"
+    if contender.name.endswith(BATCH_SUFFIX):
+        return WsgwBatchAdapter(contender.name, version + ", batch receive", contender.connect)
     return AwaitAdapter(contender.name, version, contender.connect)
+
+
+# -- wsgw's batch receive: the same clients, ingest through `recv_frames` --
+BATCH_SUFFIX = " (batch)"
+
+
+def wsgw_batch_contenders(engine: Any = None) -> list[WsgwContender]:
+    """ "wsgw kernel (batch)" and "wsgw DPDK (batch)": wsgw's clients from
+    `wsgw_contenders`, measured through the batch receive API (`recv_frames`: one
+    `MessageBatch` per run of frames, sequence numbers checked in C). `wsgw_adapter`
+    gives a `WsgwBatchAdapter` for them; the kernel one runs as "wsgw-kernel-batch"."""
+    return [dataclasses.replace(c, name=c.name + BATCH_SUFFIX) for c in wsgw_contenders(engine)]
+
+
+class WsgwBatchAdapter(AwaitAdapter):
+    """A wsgw client whose ingest takes whole `MessageBatch`es and checks them in C; the
+    other tests (connect, rtt) are the per-message adapter's."""
+
+    async def ingest(self, url: str, size: int, count: int) -> dict[str, Any]:
+        from dataplane.ws.errors import ConnectionClosedOK
+
+        check = IngestCheck(size, count)
+        conn = await self._open(url + flood_path(count, size))
+        ws = getattr(conn, "_ws", None)
+        if ws is None or not hasattr(ws, "recv_frames"):
+            await conn.close()
+            raise ContenderUnavailable(f"{self.name}: the connection has no recv_frames()")
+        take = check.batch
+        try:
+            while True:
+                try:
+                    batch = await ws.recv_frames()
+                except ConnectionClosedOK:
+                    break
+                take(batch.data, batch.spans, len(batch))
+        finally:
+            await conn.close()
+        return check.result()
 
 
 # -- picows: callbacks, as its API is meant to be used --
@@ -587,6 +688,9 @@ def make_adapter(contender: str) -> Adapter:
         return TcpAdapter()
     if contender == "wsgw-kernel":
         kernel = next(c for c in wsgw_contenders() if c.transport == "kernel")
+        return wsgw_adapter(kernel)
+    if contender == "wsgw-kernel-batch":
+        kernel = next(c for c in wsgw_batch_contenders() if c.transport == "kernel")
         return wsgw_adapter(kernel)
     raise ValueError(f"unknown contender {contender!r} (known: {', '.join(CONTENDERS)})")
 

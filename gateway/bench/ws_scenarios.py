@@ -6,30 +6,37 @@ The peer runs in the lab namespace and answers on both of its veth ends. Contend
   kernel-client namespace, over a veth pair with the same offloads off;
 - wsgw's own clients through the `wsgw_contenders()` hook: the kernel transport
   (`dataplane.transports.kernel`, run like the libraries) and the DPDK transport
-  (`dataplane.transports.dpdk`, run in this process on the lab's DPDK port); one whose
-  code is missing is skipped with a note;
+  (`dataplane.transports.dpdk`, run in this process on the lab's DPDK port) twice: with
+  the engine on its own thread and the client on uvloop ("wsgw DPDK"), and with the
+  client on the engine's own event loop (`dataplane/loop.py`, "wsgw DPDK (engine loop)":
+  one thread, no hand-off; the engine thread is stopped for that contender's runs and
+  started again after, the same engine and port for both); one whose code is missing is
+  skipped with a note;
 - for `connect` only: a plain kernel TCP connect, and the TCP connect of wsgw's own stack
-  on the DPDK engine, so the upgrade's share of the open time shows.
+  on the DPDK engine (on its thread, and on the engine loop), so the upgrade's share of
+  the open time shows.
 Contenders alternate within each repetition; every echo and every flood sequence number is
 checked, and a contender whose data does not check out gets a note instead of a sample.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
 from gateway.bench.peers import REPO, WsPeer
 from gateway.bench.ws_runner import (
+    BATCH_SUFFIX,
     Adapter,
     ContenderUnavailable,
     WsgwContender,
@@ -37,16 +44,22 @@ from gateway.bench.ws_runner import (
     run_loop,
     run_test,
     wsgw_adapter,
+    wsgw_batch_contenders,
     wsgw_contenders,
 )
 from gateway.lab import Lab
 
 __all__ = ["connect", "ingest", "rtt", "wsgw_contenders"]
 
+T = TypeVar("T")
+DPDK_TRANSPORTS = ("dpdk", "dpdk-loop", "stack", "stack-loop")
+
 REFERENCE = "picows"
 LIBRARIES = ("picows", "aiohttp", "websockets")
 KERNEL_TCP = "kernel socket"
 STACK_TCP = "wsgw stack (DPDK)"
+STACK_TCP_LOOP = "wsgw stack (DPDK, engine loop)"
+ENGINE_LOOP = "engine loop (asyncio)"
 RTT_SIZES = (64, 1024)
 INGEST_SIZES = (100, 1024)
 PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"))
@@ -76,12 +89,15 @@ def params(test: str, options: BenchOptions) -> dict[str, Any]:
 class Contender:
     name: str
     runner: str | None = None  # ws_runner contender, run in the kernel-client namespace
-    transport: str = "kernel"  # kernel | dpdk | stack (the DPDK engine's TCP, no WebSocket)
+    # kernel | dpdk | dpdk-loop (on the engine's own loop) | stack | stack-loop (the DPDK
+    # engine's TCP, no WebSocket, on its thread or on its loop)
+    transport: str = "kernel"
     skip: str = ""  # why it cannot run (it then keeps a note and no sample)
     loop: str = "uvloop"  # what the next run asks for: uvloop | asyncio
     loop_used: str = ""  # what the last run had, with its version
     version: str = ""
     notes: list[str] = field(default_factory=list)
+    latency_note: str = ""  # engine loop: RX burst -> data_received, from its last run
 
 
 # ---- where the contenders run ------------------------------------------------------------
@@ -137,6 +153,7 @@ class DpdkSide:
         from dataplane.stack.tcp import TcpConfig
 
         self.lab = lab
+        self._stats_before: dict[str, int] = {}
         eal = Eal.init(EalConfig())
         self.port = eal.open_port(lab.vdev)
         try:
@@ -157,6 +174,83 @@ class DpdkSide:
             self.engine.close()
         finally:
             self.port.close()
+
+    def run_in_loop(self, main: Coroutine[Any, Any, T]) -> T:
+        """Run main on the engine's own event loop in this thread: the engine thread is
+        stopped meanwhile and started again after (same engine, port, ARP cache)."""
+        self.engine.stop()
+        self.engine.rx_to_protocol_ns.clear()
+        self.engine.fastpath.rx_to_return_ns.clear()
+        self._stats_before = self.engine.fastpath.stats()
+        try:
+            with asyncio.Runner(loop_factory=self.engine.loop_factory) as runner:
+                return runner.run(main)
+        finally:
+            self.engine.start()
+
+    def rx_latency_note(self) -> str:
+        """RX burst -> data_received (and its in-C part) of the last engine-loop run."""
+        from gateway.bench.ws_runner import summary
+
+        protocol = summary(list(self.engine.rx_to_protocol_ns))
+        in_c = summary(list(self.engine.fastpath.rx_to_return_ns))
+        if not protocol["n"]:
+            return ""
+        now, before = self.engine.fastpath.stats(), self._stats_before
+        bursts = now["rx_to_ring_bursts"] - before["rx_to_ring_bursts"]
+        ring = ""
+        if bursts:
+            mean = (now["rx_to_ring_ns_sum"] - before["rx_to_ring_ns_sum"]) / bursts
+            ring = f"; to the flow's ring: mean {mean / 1e3:.2f} us, max since start "
+            ring += f"{now['rx_to_ring_ns_max'] / 1e3:.1f} us"
+        return (
+            f"RX burst -> data_received p50 {protocol['p50'] / 1e3:.1f} us, p99 "
+            f"{protocol['p99'] / 1e3:.1f} us (in C, RX burst -> poll returns: p50 "
+            f"{in_c['p50'] / 1e3:.1f} us, p99 {in_c['p99'] / 1e3:.1f} us{ring}), "
+            "last repetition"
+        )
+
+    def loop_tcp_connects(self, port: int, count: int, warmup: int) -> dict[str, Any]:
+        """TCP connect times of the stack on the engine loop (SYN out to ESTABLISHED, as
+        the engine's batch sees it), each connection closed before the next."""
+        from dataplane.stack.tcp import TcpState
+        from dataplane.wire.addr import ip_to_int
+        from gateway.bench.ws_runner import summary
+
+        engine = self.engine
+        remote = ip_to_int(self.lab.peer_ip)
+
+        async def main() -> dict[str, Any]:
+            loop = asyncio.get_running_loop()
+            samples: list[int] = []
+            for i in range(warmup + count):
+                done: asyncio.Future[int] = loop.create_future()
+                t0 = time.perf_counter_ns()
+                sock = engine.interface.connect(remote, port, time.monotonic())
+
+                def watch(now: float, sock: Any = sock, done: Any = done, t0: int = t0) -> None:
+                    if done.done():
+                        return
+                    if sock.state is TcpState.ESTABLISHED:
+                        done.set_result(time.perf_counter_ns() - t0)
+                    elif sock.error is not None or sock.state is TcpState.CLOSED:
+                        done.set_exception(
+                            RuntimeError(f"the stack's TCP connect failed: {sock.error}")
+                        )
+
+                engine.services.append(watch)
+                engine.flush()  # the SYN leaves now
+                try:
+                    elapsed = await asyncio.wait_for(done, 5)
+                finally:
+                    engine.services.remove(watch)
+                    sock.close()
+                    engine.flush()  # the FIN leaves now, not with the next SYN
+                if i >= warmup:
+                    samples.append(elapsed)
+            return {"open_ns": summary(samples)}
+
+        return self.run_in_loop(main())
 
     def tcp_connects(self, port: int, count: int, warmup: int) -> dict[str, Any]:
         """TCP connect times of the stack (SYN out to ESTABLISHED), on the engine thread."""
@@ -215,7 +309,7 @@ def _session(
     dpdk: DpdkSide | None = None
     try:
         peer = WsPeer.start(lab)
-        wants_dpdk = [c for c in contenders if c.transport in ("dpdk", "stack") and not c.skip]
+        wants_dpdk = [c for c in contenders if c.transport in DPDK_TRANSPORTS and not c.skip]
         if wants_dpdk:
             try:
                 dpdk = DpdkSide(lab)
@@ -242,6 +336,7 @@ def _contenders(test: str) -> list[Contender]:
         out += [
             Contender(KERNEL_TCP, runner="tcp"),
             Contender(STACK_TCP, transport="stack"),
+            Contender(STACK_TCP_LOOP, transport="stack-loop", loop=ENGINE_LOOP),
         ]
     for lib in LIBRARIES:
         missing = importlib.util.find_spec(lib) is None
@@ -254,23 +349,29 @@ def _contenders(test: str) -> list[Contender]:
                 else "",
             )
         )
-    for wsgw in wsgw_contenders():
-        transport = "kernel" if wsgw.transport == "kernel" else "dpdk"
+    hooked = wsgw_contenders()
+    if test == "ingest":  # the batch receive API: one MessageBatch per run of frames
+        hooked += wsgw_batch_contenders()
+    for wsgw in hooked:
+        transport = wsgw.transport if wsgw.transport in DPDK_TRANSPORTS else "kernel"
+        batch = wsgw.name.endswith(BATCH_SUFFIX)
         out.append(
             Contender(
                 wsgw.name,
-                runner="wsgw-kernel" if transport == "kernel" else None,
+                runner=("wsgw-kernel-batch" if batch else "wsgw-kernel")
+                if transport == "kernel"
+                else None,
                 transport=transport,
                 skip="" if wsgw.available else wsgw.note,
+                loop=ENGINE_LOOP if transport == "dpdk-loop" else "uvloop",
             )
         )
     return out
 
 
-def _dpdk_adapter(dpdk: DpdkSide) -> Adapter:
-    found: WsgwContender = next(
-        c for c in wsgw_contenders(engine=dpdk.engine) if c.transport == "dpdk"
-    )
+def _dpdk_adapter(dpdk: DpdkSide, name: str) -> Adapter:
+    hooked = wsgw_contenders(engine=dpdk.engine) + wsgw_batch_contenders(engine=dpdk.engine)
+    found: WsgwContender = next(c for c in hooked if c.name == name)
     return wsgw_adapter(found)
 
 
@@ -285,21 +386,26 @@ def _run_one(
     """One repetition of one contender: its results, or None (a note says why)."""
     kernel_url = f"ws://{lab.peer_client_ip}:{peer.port}"
     dpdk_url = f"ws://{lab.peer_ip}:{peer.port}"
-    if c.transport == "stack":
+    if c.transport in ("stack", "stack-loop"):
         assert dpdk is not None
+        connects = dpdk.tcp_connects if c.transport == "stack" else dpdk.loop_tcp_connects
         try:
-            return dpdk.tcp_connects(peer.port, run_params["count"], run_params["warmup"])
+            return connects(peer.port, run_params["count"], run_params["warmup"])
         except Exception as exc:
             c.notes.append(f"failed: {describe(exc)}")
             return None
-    if c.transport == "dpdk":
+    if c.transport in ("dpdk", "dpdk-loop"):
         assert dpdk is not None
         try:
-            adapter = _dpdk_adapter(dpdk)
+            adapter = _dpdk_adapter(dpdk, c.name)
             c.version = adapter.version()
-            dpdk_results, c.loop_used = run_loop(
-                run_test(adapter, test, dpdk_url, run_params), c.loop
-            )
+            main = run_test(adapter, test, dpdk_url, run_params)
+            if c.transport == "dpdk-loop":
+                c.loop_used = ENGINE_LOOP
+                loop_results = dpdk.run_in_loop(main)
+                c.latency_note = dpdk.rx_latency_note()
+                return loop_results
+            dpdk_results, c.loop_used = run_loop(main, c.loop)
             return dpdk_results
         except ContenderUnavailable as exc:
             c.skip = f"skipped: {exc}"
@@ -355,6 +461,8 @@ def _finish(
             parts.append(f"{c.version} on {c.loop_used}" if c.loop_used else c.version)
         if c.name in extra and not c.skip:
             parts.append(extra[c.name])
+        if c.latency_note and not c.skip:
+            parts.append(c.latency_note)
         first.note = "; ".join(p for p in parts if p)
     return [m for group in groups for m in group.values()]
 
@@ -367,7 +475,7 @@ def _finish(
 )
 def connect(options: BenchOptions) -> list[Measurement]:
     contenders = _contenders("connect")
-    tcp_names = (KERNEL_TCP, STACK_TCP)
+    tcp_names = (KERNEL_TCP, STACK_TCP, STACK_TCP_LOOP)
     tcp = {
         c.name: Measurement("connect", "TCP connect p50", c.name, "us", False)
         for c in contenders
@@ -391,7 +499,10 @@ def connect(options: BenchOptions) -> list[Measurement]:
             opens[c.name].samples.append(stats["p50"] / 1e3)
             opens99[c.name].samples.append(stats["p99"] / 1e3)
     count = params("connect", options)["count"]
-    stack_note = {STACK_TCP: "SYN sent to ESTABLISHED, timed on the engine thread"}
+    stack_note = {
+        STACK_TCP: "SYN sent to ESTABLISHED, timed on the engine thread",
+        STACK_TCP_LOOP: "SYN sent to ESTABLISHED, timed in the engine loop's batch",
+    }
     out = _finish([c for c in contenders if c.name in tcp], [tcp], stack_note)
     out += _finish([c for c in contenders if c.name not in tcp], [opens, opens99], {})
     out[0].note = "; ".join(
@@ -505,6 +616,10 @@ def ingest(options: BenchOptions) -> list[Measurement]:
         if c.transport == "dpdk":
             extra[c.name] = (
                 extra.get(c.name, "") + "; CPU includes the engine thread (it polls)"
+            ).lstrip("; ")
+        elif c.transport == "dpdk-loop":
+            extra[c.name] = (
+                extra.get(c.name, "") + "; one thread: engine polls and client share it"
             ).lstrip("; ")
     out = _finish(contenders, groups, extra)
     p = params("ingest", options)

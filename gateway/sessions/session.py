@@ -540,18 +540,33 @@ class UpstreamSession:
     async def _read(
         self, link: _Link, conn: WebSocketConnection, dialect: Dialect
     ) -> tuple[int, str]:
-        """The read loop: a burst from the connection, one classification, one publish."""
+        """The read loop: a burst from the connection, one classification, one publish.
+
+        A connection with `recv_frames()` (the kernel and DPDK transports) hands over each
+        run of frames of a read as one `MessageBatch`: its payloads go to the dialect
+        without a `Message` per message, max_batch at a time."""
         max_batch = self.config.max_batch
+        frames = getattr(conn, "recv_frames", None)
         while True:
             try:
-                batch = await recv_batch(conn, max_batch)
+                if frames is not None:
+                    run = await frames()
+                    ts = time.time_ns()  # one receive stamp per burst, before any work on it
+                    payloads = run.payloads()
+                else:
+                    batch = await recv_batch(conn, max_batch)
+                    ts = time.time_ns()
+                    payloads = [m.data for m in batch]
             except ConnectionClosed as exc:
                 return exc.code, exc.reason
             except (WsError, OSError) as exc:
                 return 1006, str(exc)
-            ts = time.time_ns()  # one receive stamp per burst, before any work on it
-            payloads = [m.data for m in batch]
-            self._on_batch(link, dialect, payloads, dialect.classify_batch(payloads), ts)
+            if len(payloads) <= max_batch:
+                self._on_batch(link, dialect, payloads, dialect.classify_batch(payloads), ts)
+                continue
+            for at in range(0, len(payloads), max_batch):
+                part = payloads[at : at + max_batch]
+                self._on_batch(link, dialect, part, dialect.classify_batch(part), ts)
 
     def _on_batch(
         self,

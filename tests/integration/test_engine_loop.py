@@ -1,0 +1,180 @@
+"""The engine loop on a real DPDK port: the WebSocket client runs on the engine's own
+event loop (dataplane/loop.py), one thread for the stack, the WebSocket and the
+application, against a `websockets` server on the kernel in the lab namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane.engine import Engine
+from dataplane.stack.tcp import TcpConfig
+from dataplane.stack.tcp_errors import TcpRefusedError
+from dataplane.transports.dpdk import EngineTransport, connect_dpdk
+from dataplane.ws.errors import ConnectionClosed
+from gateway.lab import Lab
+from tests.conftest import requires_dpdk
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+SERVERS = str(Path(__file__).parents[1] / "utils" / "ws_servers.py")
+SIZES = [1, 125, 126, 65535, 65536, 1 << 20]
+
+
+@pytest.fixture
+def loop_engine(eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:  # type: ignore[no-untyped-def]
+    """An engine on a DPDK port on the lab's veth, not started: the test runs it in a loop."""
+    port = eal.open_port(lab.vdev)
+    engine = Engine.on_port(
+        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20)
+    )
+    try:
+        yield engine, lab
+    finally:
+        engine.close()
+        port.close()
+
+
+@pytest.fixture
+def server(lab: Lab) -> Iterator[Callable[[int], None]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(port: int) -> None:
+        proc = lab.popen(
+            [sys.executable, SERVERS, "websockets", lab.peer_ip, str(port), "--no-deflate"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def run_in_loop(engine: Engine, main: Callable[[], Any]) -> Any:
+    with asyncio.Runner(loop_factory=engine.loop_factory) as runner:
+        return runner.run(main())
+
+
+def transport_of(ws: Any) -> EngineTransport:
+    transport = ws._transport
+    assert isinstance(transport, EngineTransport)
+    return transport
+
+
+@pytest.mark.parametrize("flush_on_write", [False, True])
+def test_echo_on_the_engine_loop(
+    loop_engine: tuple[Engine, Lab],
+    server: Callable[[int], None],
+    flush_on_write: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine, lab = loop_engine
+    server(8200)
+    monkeypatch.setattr(EngineTransport, "flush_on_write", flush_on_write)
+
+    async def main() -> None:
+        commands_before = engine.counters.commands
+        async with connect_dpdk(f"ws://{lab.peer_ip}:8200/", engine=engine) as ws:
+            transport = transport_of(ws)
+            assert transport.direct  # no thread hop: same loop, same thread as the engine
+            assert engine.native_id == threading.get_native_id()
+            for size in SIZES:
+                payload = os.urandom(size)
+                await ws.send(payload)
+                message = await ws.recv()
+                assert message.data == payload and not message.text
+                await ws.send("é" * (size // 2) or "x")
+                assert (await ws.recv()).data.decode() == "é" * (size // 2) or "x"
+            assert await ws.ping() >= 0
+            await ws.send(b"z" * (3 << 20))
+            assert (await ws.recv()).data == b"z" * (3 << 20)
+        assert engine.counters.commands == commands_before  # nothing crossed threads
+        assert engine.interface.connection_count <= 1  # ours in TIME_WAIT at most
+
+    run_in_loop(engine, main)
+    assert engine.fastpath.stats()["fast_segments"] > 0  # the C fast path carried bytes
+    # RX burst (C clock) -> data_received, and its in-C part, were stamped
+    assert engine.rx_to_protocol_ns and engine.fastpath.rx_to_return_ns
+    assert all(0 <= ns < 10**9 for ns in engine.rx_to_protocol_ns)
+
+
+def test_server_close_and_our_abort(
+    loop_engine: tuple[Engine, Lab], server: Callable[[int], None]
+) -> None:
+    engine, lab = loop_engine
+    server(8201)
+    url = f"ws://{lab.peer_ip}:8201/"
+
+    async def main() -> None:
+        async with connect_dpdk(url, engine=engine) as ws:
+            await ws.send("close:4001")
+            with pytest.raises(ConnectionClosed):
+                await ws.recv()
+            assert ws.close_code == 4001 and ws.close_reason == "asked to"
+        ws = await connect_dpdk(url, engine=engine)
+        transport = transport_of(ws)
+        sock = transport._sock
+        assert sock is not None
+        transport.abort()
+        await asyncio.wait_for(ws.wait_closed(), 5)
+        assert transport.is_closing()
+        assert ws.close_code == 1006  # no closing handshake: abnormal
+        assert transport.pump not in engine.services
+        assert sock.state.name == "CLOSED"  # RST sent, the stack forgot it
+        with pytest.raises(ConnectionClosed):
+            await ws.send(b"after abort")
+
+    run_in_loop(engine, main)
+
+
+def test_connect_refused_and_engine_call_from_a_thread(
+    loop_engine: tuple[Engine, Lab],
+) -> None:
+    engine, lab = loop_engine
+
+    async def main() -> None:
+        # nobody listens: the kernel answers RST, the connect fails without hanging
+        with pytest.raises(TcpRefusedError):
+            await connect_dpdk(f"ws://{lab.peer_ip}:8299/", engine=engine, connect_timeout=5)
+        assert engine.services == []
+        ident = threading.get_ident()
+        ran_on = await asyncio.to_thread(
+            lambda: engine.call(lambda: (threading.get_ident(), engine.interface.ip)).result(5)
+        )
+        assert ran_on == (ident, engine.interface.ip)
+
+    run_in_loop(engine, main)
+
+
+def test_threaded_mode_still_works_after_the_loop(
+    loop_engine: tuple[Engine, Lab], server: Callable[[int], None]
+) -> None:
+    """The same engine, first on a loop, then on its own thread: both transports."""
+    engine, lab = loop_engine
+    server(8202)
+    url = f"ws://{lab.peer_ip}:8202/"
+
+    async def once() -> bool:
+        async with connect_dpdk(url, engine=engine) as ws:
+            await ws.send(b"ping")
+            assert (await ws.recv()).data == b"ping"
+            return transport_of(ws).direct
+
+    assert run_in_loop(engine, once) is True
+    engine.start()
+    try:
+        assert asyncio.run(once()) is False
+    finally:
+        engine.stop()
