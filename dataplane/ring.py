@@ -14,6 +14,11 @@ never a torn one. Layout, protocol and the reasons behind them: `shim/wsgw_ring.
     for event in reader:            # blocks; ends when the writer closes the ring
         if isinstance(event, Gap): ...
         else: handle(event.topic, event.payload)   # a memoryview, valid until the next read
+
+How a reader waits is its `WaitPolicy`: "futex" (the default: sleep at once, no CPU while
+idle, a wake-up costs tens of microseconds on a loaded machine), "spin" (poll for `spin_us`,
+then sleep: no wake-up while the feed keeps coming within spin_us) or "busy" (poll until
+something comes: a whole core, the lowest latency). Spinning runs in C with the GIL released.
 """
 
 from __future__ import annotations
@@ -153,6 +158,64 @@ def ring_path(name: str | os.PathLike[str]) -> Path:
 def record_size(payload_len: int) -> int:
     """Bytes one message takes in the ring (for sizing a ring to hold a backlog)."""
     return (RECORD_HEADER + payload_len + 7) & ~7
+
+
+# ---- wait policies ----------------------------------------------------------------------------
+WaitMode = Literal["futex", "spin", "busy"]
+WAIT_MODES: tuple[WaitMode, ...] = ("futex", "spin", "busy")
+#: The spin of the "spin" policy when none is given: a feed publishing at 20k msg/s and up
+#: (one message every 50 us or less) then never pays a futex wake-up.
+DEFAULT_SPIN_US = 100.0
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How a reader waits for the writer (see wsgw_ring.h, "Wait policies").
+
+    - futex: sleep on the ring's futex at once (the default; no CPU while idle);
+    - spin: poll for spin_us (cpu_relax), then sleep on the futex;
+    - busy: poll until data, the close, an interrupt or the timeout: a whole core. Once the
+      writer is gone (crashed) it stops spinning and sleeps.
+    `WaitPolicy.parse("spin:50")` reads the command-line form (mode[:spin_us])."""
+
+    mode: WaitMode = "futex"
+    spin_us: float = DEFAULT_SPIN_US
+
+    def __post_init__(self) -> None:
+        if self.mode not in WAIT_MODES:
+            raise ValueError(f"wait mode must be one of {', '.join(WAIT_MODES)}, not {self.mode!r}")
+        if not 0 < self.spin_us <= 10_000_000:
+            raise ValueError(f"spin_us must be > 0 and at most 10 s, not {self.spin_us}")
+
+    @classmethod
+    def parse(cls, value: WaitPolicy | str | None) -> WaitPolicy:
+        """A policy from "futex", "spin", "spin:<us>" or "busy" (None: the default)."""
+        if value is None:
+            return cls()
+        if isinstance(value, WaitPolicy):
+            return value
+        mode, _, spin = value.strip().partition(":")
+        if mode not in WAIT_MODES:
+            raise ValueError(f"wait policy must be futex, spin[:us] or busy, not {value!r}")
+        if spin and mode != "spin":
+            raise ValueError(f"only the spin policy takes a time ({value!r})")
+        try:
+            spin_us = float(spin) if spin else DEFAULT_SPIN_US
+        except ValueError:
+            raise ValueError(f"spin time must be microseconds, not {spin!r}") from None
+        return cls(mode, spin_us)
+
+    @property
+    def spin_ns(self) -> int:
+        """wsgw_ring_wait's spin_ns: 0 futex, > 0 spin then futex, < 0 busy."""
+        if self.mode == "futex":
+            return 0
+        if self.mode == "busy":
+            return _c.SPIN_BUSY
+        return max(1, int(self.spin_us * 1000))
+
+    def __str__(self) -> str:
+        return f"spin:{self.spin_us:g}" if self.mode == "spin" else self.mode
 
 
 # ---- events -----------------------------------------------------------------------------------
@@ -408,7 +471,13 @@ class RingReader:
         *,
         copy: bool,
         max_batch: int,
+        wait: WaitPolicy | str | None = None,
     ) -> None:
+        try:
+            self.wait_policy = WaitPolicy.parse(wait)
+        except ValueError:
+            _c.detach(handle)
+            raise
         if not 1 <= max_batch <= MAX_BATCH:
             _c.detach(handle)
             raise ValueError(f"max_batch must be 1..{MAX_BATCH}, not {max_batch}")
@@ -444,16 +513,18 @@ class RingReader:
         copy: bool = False,
         start: Start = "latest",
         max_batch: int = 1024,
+        wait: WaitPolicy | str | None = None,
     ) -> RingReader:
         """Attach to the ring `name` (see ring_path). topics: names or shell patterns
         ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
-        start: "latest" (only what comes next) or "oldest" (what is still in the ring)."""
+        start: "latest" (only what comes next) or "oldest" (what is still in the ring).
+        wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy")."""
         _check_library()
         path = ring_path(name)
         rc, handle = _c.attach(os.fsencode(path), -1, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring {path}")
-        return cls(handle, path, topics, copy=copy, max_batch=max_batch)
+        return cls(handle, path, topics, copy=copy, max_batch=max_batch, wait=wait)
 
     @classmethod
     def attach_fd(
@@ -464,13 +535,14 @@ class RingReader:
         copy: bool = False,
         start: Start = "latest",
         max_batch: int = 1024,
+        wait: WaitPolicy | str | None = None,
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
         _check_library()
         rc, handle = _c.attach(None, fd, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring fd {fd}")
-        return cls(handle, None, topics, copy=copy, max_batch=max_batch)
+        return cls(handle, None, topics, copy=copy, max_batch=max_batch, wait=wait)
 
     @staticmethod
     def _flags(start: Start) -> int:
@@ -584,12 +656,13 @@ class RingReader:
         self._apply_filter()
         return events
 
-    def wait(self, timeout: float | None = None, spin: float = 0.0) -> bool:
+    def wait(self, timeout: float | None = None, spin: float | None = None) -> bool:
         """Block until there is something to read or the ring closed (True), or until timeout
-        seconds passed or `interrupt` was called (False). Spins `spin` seconds before
-        sleeping on the ring's futex; releases the GIL meanwhile. None waits forever."""
+        seconds passed or `interrupt` was called (False). None waits forever. Waits as the
+        reader's wait_policy says, or spins `spin` seconds before sleeping on the ring's
+        futex when spin is given (0: no spin); releases the GIL meanwhile."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        spin_ns = int(spin * 1e9)
+        spin_ns = self.wait_policy.spin_ns if spin is None else int(spin * 1e9)
         while True:
             if self._stop:
                 return False
@@ -660,7 +733,8 @@ class RingReader:
         return RingInfo._from(_c.reader_info(self._live()))
 
     def stats(self) -> dict[str, int]:
-        """messages, bytes, gaps, lost, filtered, retries (copies discarded), waits, wakeups."""
+        """messages, bytes, gaps, lost, filtered, retries (copies discarded), waits, wakeups,
+        spin_hits (waits that ended while spinning), spin_ns (time spent spinning)."""
         return _c.reader_stats(self._live())
 
     def close(self) -> None:
@@ -712,3 +786,61 @@ def bench_c_read(reader: RingReader, count: int, timeout: float) -> tuple[int, i
     if rc < 0 and rc != -errno.ETIMEDOUT:
         raise _error(rc, "bench read")
     return delivered, lost, nbytes, ns
+
+
+@dataclass(frozen=True)
+class PaceResult:
+    publishes: int
+    messages: int
+    largest: int  # messages in the largest publish (a late wake-up makes a batch)
+    elapsed_ns: int
+
+
+def bench_c_pace(writer: RingWriter, payload_len: int, count: int, rate: float) -> PaceResult:
+    """Publish count messages at `rate` msg/s from C (sleeping between them), each stamped
+    with CLOCK_REALTIME right before it is published: the writer of a latency run."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, not {rate}")
+    rc, (publishes, messages, largest, ns) = _c.bench_pace(
+        writer._live(), payload_len, count, max(1, round(1e9 / rate))
+    )
+    if rc < 0:
+        raise _error(rc, "bench pace")
+    return PaceResult(publishes, messages, largest, ns)
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """What a reader measured from C: per-message latencies (ns, publish stamp to receipt,
+    CLOCK_REALTIME on both sides) and the CPU the reading thread used meanwhile."""
+
+    latencies_ns: list[int]
+    lost: int
+    wall_ns: int  # from the first receipt to the end
+    cpu_ns: int  # the reading thread's CPU time over the same span
+    waits: int
+    wakeups: int
+    spin_hits: int
+    disorder: int
+    timed_out: bool
+    preempted: int  # involuntary context switches of the reading thread (scheduler)
+
+    @property
+    def cpu_percent(self) -> float:
+        return 100.0 * self.cpu_ns / self.wall_ns if self.wall_ns else 0.0
+
+
+def bench_c_latency(
+    reader: RingReader, count: int, timeout: float, wait: WaitPolicy | str | None = None
+) -> LatencyResult:
+    """Read count messages in C with the reader's wait policy (or `wait`), timing each from
+    its ts_ns to its receipt; see wsgw_ring_bench_latency."""
+    policy = reader.wait_policy if wait is None else WaitPolicy.parse(wait)
+    with reader._lock:
+        rc, res, lat = _c.bench_latency(reader._live(), count, int(timeout * 1e9), policy.spin_ns)
+    if rc < 0 and rc not in (-errno.ETIMEDOUT, -errno.EPIPE):
+        raise _error(rc, "bench latency")
+    _, lost, wall, cpu, waits, wakeups, hits, disorder, preempted = res
+    return LatencyResult(
+        lat, lost, wall, cpu, waits, wakeups, hits, disorder, rc == -errno.ETIMEDOUT, preempted
+    )

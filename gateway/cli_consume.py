@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from dataplane.ring import WaitPolicy
 
 
 def consume(
@@ -34,15 +37,33 @@ def consume(
     timeout: Annotated[
         float, typer.Option(help="stop after this many idle seconds (0: never)")
     ] = 0.0,
+    wait: Annotated[
+        str,
+        typer.Option(
+            help="how the ring reader waits: futex (sleep), spin[:us] (poll that long, "
+            "then sleep) or busy (poll: a whole core, the lowest latency)"
+        ),
+    ] = "futex",
 ) -> None:
     """Print one line per message (`seq topic payload`) and per gap (`GAP ...`)."""
+    from dataplane.ring import WaitPolicy
+
+    try:
+        policy = WaitPolicy.parse(wait)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--wait") from None
     if url is not None:
         sys.exit(asyncio.run(_websocket(url, token, count, timeout)))
-    sys.exit(_ring(gateway, session, topic, count, timeout))
+    sys.exit(_ring(gateway, session, topic, count, timeout, policy))
 
 
 def _ring(
-    gateway: str, session: int | None, topics: list[str] | None, count: int, timeout: float
+    gateway: str,
+    session: int | None,
+    topics: list[str] | None,
+    count: int,
+    timeout: float,
+    policy: WaitPolicy | None = None,
 ) -> int:
     from dataplane.ring import Gap, RingError
     from gateway.client import Client
@@ -53,7 +74,7 @@ def _ring(
     else:
         patterns = topics or None  # `<session>:<topic>` names or shell patterns
     try:
-        client = Client.attach("messages", gateway=gateway, topics=patterns, copy=True)
+        client = Client.attach("messages", gateway=gateway, topics=patterns, copy=True, wait=policy)
     except RingError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         return 1

@@ -12,6 +12,13 @@ remote one, with the same events either way: `RingMessage` and `Gap`.
         async for event in client:
             ...
 
+Latency-critical consumers choose how to wait (`wait=`, see dataplane.ring.WaitPolicy):
+"futex" (the default: sleep, no CPU while idle), "spin:<us>" (poll that long, then sleep),
+"busy" (poll: a whole core, the lowest latency). The polling runs in C with the GIL released;
+under asyncio it runs on the loop's own thread (in slices of at most BUSY_SLICE, yielding to
+the other tasks between them), because handing the wait to another thread and back would
+cost the very wake-up the policy avoids.
+
 Where messages come from is a `MessageSource`. `RingSource` reads the gateway's shared-memory
 ring (local, zero-copy, no gateway involvement per message). The downstream WebSocket source
 (/v1/stream, for consumers on other hosts) is the second implementation to come: it plugs in
@@ -27,7 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, Protocol
 from urllib.parse import urlsplit
 
-from dataplane.ring import Gap, RingError, RingEvent, RingMessage, RingReader, ring_name
+from dataplane.ring import (
+    Gap,
+    RingError,
+    RingEvent,
+    RingMessage,
+    RingReader,
+    WaitPolicy,
+    ring_name,
+)
 
 __all__ = [
     "Client",
@@ -36,10 +51,13 @@ __all__ = [
     "MessagesLostError",
     "RingMessage",
     "RingSource",
+    "WaitPolicy",
 ]
 
 OnGap = Literal["event", "raise"]
 Start = Literal["latest", "oldest"]
+#: Longest spin of an asyncio consumer on its loop before the other tasks get a turn.
+BUSY_SLICE = 0.001
 
 
 class MessagesLostError(RingError):
@@ -61,7 +79,12 @@ class MessageSource(Protocol):
 
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]: ...
 
-    def wait(self, timeout: float | None) -> bool: ...
+    def wait(self, timeout: float | None, spin: float | None = None) -> bool:
+        """spin: seconds to poll before sleeping (None: the source's own policy)."""
+        ...
+
+    @property
+    def wait_policy(self) -> WaitPolicy: ...
 
     def interrupt(self) -> None: ...
 
@@ -83,8 +106,12 @@ class RingSource:
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]:
         return self.reader.read_batch(max, timeout)
 
-    def wait(self, timeout: float | None) -> bool:
-        return self.reader.wait(timeout)
+    def wait(self, timeout: float | None, spin: float | None = None) -> bool:
+        return self.reader.wait(timeout, spin)
+
+    @property
+    def wait_policy(self) -> WaitPolicy:
+        return self.reader.wait_policy
 
     def interrupt(self) -> None:
         self.reader.interrupt()
@@ -129,12 +156,16 @@ class Client:
         start: Start = "latest",
         on_gap: OnGap = "event",
         max_batch: int = 1024,
+        wait: WaitPolicy | str | None = None,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
-        all. copy: payloads as bytes rather than views valid until the next read."""
+        all. copy: payloads as bytes rather than views valid until the next read. wait:
+        "futex" (default), "spin[:us]" or "busy", or a WaitPolicy (module doc)."""
         name = ring_name(gateway, ring) if gateway else ring
-        reader = RingReader.attach(name, topics, copy=copy, start=start, max_batch=max_batch)
+        reader = RingReader.attach(
+            name, topics, copy=copy, start=start, max_batch=max_batch, wait=wait
+        )
         return cls(RingSource(reader), on_gap=on_gap)
 
     @classmethod
@@ -146,6 +177,7 @@ class Client:
         copy: bool = False,
         start: Start = "latest",
         on_gap: OnGap = "event",
+        wait: WaitPolicy | str | None = None,
     ) -> Client:
         """Open a stream by URL: shm://<gateway>/<ring> (this host's shared memory), or a
         ws(s)://host:port/v1/stream downstream WebSocket (remote consumers)."""
@@ -153,7 +185,13 @@ class Client:
         if parts.scheme == "shm":
             ring = parts.path.strip("/") or "messages"
             return cls.attach(
-                ring, gateway=parts.netloc, topics=topics, copy=copy, start=start, on_gap=on_gap
+                ring,
+                gateway=parts.netloc,
+                topics=topics,
+                copy=copy,
+                start=start,
+                on_gap=on_gap,
+                wait=wait,
             )
         if parts.scheme in ("ws", "wss"):
             # The downstream WebSocket source plugs in here: a MessageSource that reads
@@ -208,12 +246,15 @@ class Client:
 
     # ---- asyncio --------------------------------------------------------------------------
     async def aread(self, max: int | None = None, timeout: float | None = None) -> list[RingEvent]:
-        """Up to max events without blocking the event loop: the wait runs in this client's
-        own thread (the futex wait releases the GIL) and is interrupted on cancellation."""
+        """Up to max events without blocking the event loop: the futex wait runs in this
+        client's own thread (it releases the GIL) and is interrupted on cancellation. With
+        the spin policy the loop first polls for spin_us itself; with busy it polls in
+        slices of BUSY_SLICE, letting the other tasks run between them."""
         if self._pending:
             return self._take_pending()
         deadline = None if timeout is None else time.monotonic() + timeout
         loop = asyncio.get_running_loop()
+        policy = self.source.wait_policy
         while True:
             events = self.read(max, 0.0)
             if events or self._closed or timeout == 0 or self.source.ended:
@@ -223,9 +264,16 @@ class Client:
                 left = min(left, deadline - time.monotonic())
                 if left <= 0:
                     return []
+            if policy.mode != "futex":
+                spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
+                if self.source.wait(spin, spin):
+                    continue
+                if policy.mode == "busy":
+                    await asyncio.sleep(0)  # the other tasks' turn, then poll again
+                    continue
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="wsgw-client-wait")
-            future = loop.run_in_executor(self._executor, self.source.wait, left)
+            future = loop.run_in_executor(self._executor, self.source.wait, left, 0.0)
             try:
                 await future
             except asyncio.CancelledError:

@@ -24,7 +24,7 @@ _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
 
 #: Must equal WSGW_RING_API / WSGW_RING_LAYOUT in wsgw_ring.h.
-RING_API = 1
+RING_API = 2
 RING_LAYOUT = 1
 
 F_REPLACE = 1
@@ -74,7 +74,11 @@ READER_STAT_FIELDS = (
     "retries",
     "waits",
     "wakeups",
+    "spin_hits",
+    "spin_ns",
 )
+#: wsgw_ring_wait's spin_ns for the busy policy (WSGW_RING_SPIN_BUSY).
+SPIN_BUSY = -1
 
 
 class _RingInfo(ctypes.Structure):
@@ -158,6 +162,14 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [_vp, _vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32],
     ),
     "wsgw_ring_bench_read": (ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_int64, _u64p]),
+    "wsgw_ring_bench_pace": (
+        ctypes.c_int,
+        [_vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64, _u64p],
+    ),
+    "wsgw_ring_bench_latency": (
+        ctypes.c_int,
+        [_vp, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, _u64p, _u64p],
+    ),
 }
 
 # Called with the GIL held (see the module docstring); everything else goes through CDLL.
@@ -406,3 +418,22 @@ def bench_read(handle: int, count: int, timeout_ns: int) -> tuple[int, list[int]
     result = (ctypes.c_uint64 * 4)()
     rc = int(_get().slow.wsgw_ring_bench_read(handle, count, timeout_ns, result))
     return rc, [int(x) for x in result]
+
+
+def bench_pace(handle: int, payload_len: int, count: int, period_ns: int) -> tuple[int, list[int]]:
+    """(rc, [publishes, messages, largest publish, elapsed ns])."""
+    result = (ctypes.c_uint64 * 4)()
+    rc = int(_get().slow.wsgw_ring_bench_pace(handle, payload_len, count, period_ns, result))
+    return rc, [int(x) for x in result]
+
+
+def bench_latency(
+    handle: int, count: int, timeout_ns: int, spin_ns: int
+) -> tuple[int, list[int], list[int]]:
+    """(rc, [delivered, lost, wall ns, cpu ns, waits, wakeups, spin hits, disorder,
+    involuntary context switches], latencies in ns of the delivered messages)."""
+    result = (ctypes.c_uint64 * 9)()
+    lat = (ctypes.c_uint64 * max(1, count))()
+    rc = int(_get().slow.wsgw_ring_bench_latency(handle, count, timeout_ns, spin_ns, lat, result))
+    out = [int(x) for x in result]
+    return rc, out, list(lat[: out[0]])

@@ -18,7 +18,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1045,6 +1047,45 @@ static inline int ready_or_closed(const struct wsgw_ring_reader *r)
     return closed ? -EPIPE : 0;
 }
 
+/* The spin phase of a wait: poll write_pos (one load of the producer's line, which stays in
+ * this core's cache until the writer publishes) until data, the close, an interrupt or
+ * spin_end. A busy spin also probes the writer's flock every WSGW_RING_PROBE_NS and stops
+ * when the writer is gone: nothing more can come, so the futex costs nothing to wait on.
+ * 1: data, -EPIPE: closed and drained, 0: go on to the futex (time up, writer gone, or
+ * interrupted: the caller's loop reports that). */
+static int spin_phase(struct wsgw_ring_reader *r, uint64_t start, uint64_t spin_end, int busy)
+{
+    uint64_t now = start, next_probe = start + WSGW_RING_PROBE_NS;
+    int rc = 0;
+    for (unsigned i = 1;; i++) {
+        if (has_data(r)) {
+            rc = 1;
+            break;
+        }
+        if ((i & 63) == 0) {
+            if (unlikely(is_closed(r))) {
+                rc = ready_or_closed(r);
+                break;
+            }
+            if (unlikely(atomic_load_explicit(&r->interrupted, memory_order_relaxed)))
+                break;
+            now = now_ns(CLOCK_MONOTONIC);
+            if (now >= spin_end)
+                break;
+            if (busy && now >= next_probe) {
+                next_probe = now + WSGW_RING_PROBE_NS;
+                if (wsgw_ring_writer_alive(r) == 0 && !has_data(r))
+                    break;
+            }
+        }
+        cpu_relax();
+    }
+    r->st.spin_ns += now_ns(CLOCK_MONOTONIC) - start;
+    if (rc == 1)
+        r->st.spin_hits++;
+    return rc;
+}
+
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns)
 {
     if (atomic_exchange(&r->interrupted, 0))
@@ -1055,17 +1096,13 @@ WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spi
     r->st.waits++;
     uint64_t start = now_ns(CLOCK_MONOTONIC);
     uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : start + (uint64_t)timeout_ns;
-    if (spin_ns > 0) {
-        uint64_t spin_end = start + (uint64_t)spin_ns;
+    if (spin_ns != 0) {
+        uint64_t spin_end = spin_ns < 0 ? deadline : start + (uint64_t)spin_ns;
         if (spin_end > deadline)
             spin_end = deadline;
-        for (unsigned i = 0;; i++) {
-            if (has_data(r))
-                return 1;
-            if ((i & 63) == 0 && now_ns(CLOCK_MONOTONIC) >= spin_end)
-                break;
-            cpu_relax();
-        }
+        rc = spin_phase(r, start, spin_end, spin_ns < 0);
+        if (rc != 0)
+            return rc;
     }
     uint64_t backoff = 50000; /* read-only mapping: poll from 50 us up to 1 ms */
     for (;;) {
@@ -1334,6 +1371,151 @@ WSGW_API int wsgw_ring_bench_read(wsgw_ring_reader *r, uint64_t n, int64_t timeo
     result[1] = lost;
     result[2] = bytes;
     result[3] = last - first;
+    free(views);
+    free(arena);
+    return rc;
+}
+
+WSGW_API int wsgw_ring_bench_pace(wsgw_ring_writer *w, uint32_t payload_len, uint64_t n,
+                                  uint64_t period_ns, uint64_t result[4])
+{
+    if (payload_len > w->max_payload || period_ns == 0) {
+        wsgw_set_error("bench pace: payload <= %u and a period > 0", w->max_payload);
+        return -EINVAL;
+    }
+    uint8_t *payload = malloc(payload_len ? payload_len : 1);
+    struct wsgw_ring_msg *msgs = malloc(sizeof(*msgs) * BENCH_BATCH_MAX);
+    if (payload == NULL || msgs == NULL) {
+        free(payload);
+        free(msgs);
+        return -ENOMEM;
+    }
+    bench_payload(payload, payload_len);
+    /* The default 50 us timer slack would make every sleep 50 us late: 1 ns while pacing. */
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    uint64_t publishes = 0, largest = 0;
+    const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    uint64_t last = 0;
+    for (uint64_t done = 0; done < n;) {
+        uint64_t due = t0 + done * period_ns;
+        if (last && due < last + WSGW_RING_PACE_TICK_NS)
+            due = last + WSGW_RING_PACE_TICK_NS;
+        uint64_t now = now_ns(CLOCK_MONOTONIC);
+        if (now < due) {
+            struct timespec ts = {.tv_sec = (time_t)(due / 1000000000u),
+                                  .tv_nsec = (long)(due % 1000000000u)};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+            }
+            now = now_ns(CLOCK_MONOTONIC);
+        }
+        last = now;
+        /* Every message due by now goes out in this publish (a late wake-up makes a batch,
+         * as an engine poll that finds several messages does). */
+        const uint64_t due_by_now = (now - t0) / period_ns + 1;
+        uint64_t k = due_by_now > done ? due_by_now - done : 1;
+        if (k > n - done)
+            k = n - done;
+        if (k > BENCH_BATCH_MAX)
+            k = BENCH_BATCH_MAX;
+        const uint64_t stamp = now_ns(CLOCK_REALTIME);
+        for (uint64_t i = 0; i < k; i++)
+            msgs[i] = (struct wsgw_ring_msg){.data = payload, .len = payload_len,
+                                             .session_id = 1, .topic_id = 0, .ts_ns = stamp};
+        append(w, msgs, (uint32_t)k, stamp);
+        done += k;
+        publishes++;
+        if (k > largest)
+            largest = k;
+    }
+    result[0] = publishes;
+    result[1] = n;
+    result[2] = largest;
+    result[3] = now_ns(CLOCK_MONOTONIC) - t0;
+    prctl(PR_SET_TIMERSLACK, slack > 0 ? (unsigned long)slack : 0ul, 0, 0, 0);
+    free(payload);
+    free(msgs);
+    return 0;
+}
+
+static uint64_t involuntary_switches(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_nivcsw : 0;
+}
+
+WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
+                                     int64_t spin_ns, uint64_t *lat_ns, uint64_t result[9])
+{
+    struct wsgw_ring_view *views = malloc(sizeof(*views) * BENCH_BATCH_MAX);
+    uint32_t arena_size = bench_arena_size(r);
+    uint8_t *arena = malloc(arena_size);
+    if (views == NULL || arena == NULL) {
+        free(views);
+        free(arena);
+        return -ENOMEM;
+    }
+    const uint64_t waits0 = r->st.waits, wakeups0 = r->st.wakeups, hits0 = r->st.spin_hits;
+    struct wsgw_ring_read_info info;
+    uint64_t delivered = 0, lost = 0, disorder = 0, wall0 = 0, cpu0 = 0, ivcsw0 = 0;
+    uint64_t expect = r->next_seq;
+    const uint64_t deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
+    int rc = 0;
+    while (delivered + lost < n) {
+        uint64_t left = n - delivered - lost;
+        uint32_t max = left < BENCH_BATCH_MAX ? (uint32_t)left : BENCH_BATCH_MAX;
+        int k = wsgw_ring_read(r, views, max, arena, arena_size, &info);
+        if (k < 0) {
+            rc = k;
+            break;
+        }
+        if (k > 0) {
+            const uint64_t now = now_ns(CLOCK_REALTIME);
+            if (delivered == 0) {
+                wall0 = now_ns(CLOCK_MONOTONIC);
+                cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
+                ivcsw0 = involuntary_switches();
+            }
+            if (info.lost) {
+                lost += info.lost;
+                expect = info.resume_seq;
+            }
+            for (int i = 0; i < k; i++) {
+                disorder += views[i].seq != expect;
+                expect = views[i].seq + 1;
+                lat_ns[delivered++] = now > views[i].ts_ns ? now - views[i].ts_ns : 0;
+            }
+            continue;
+        }
+        if (info.lost) {
+            lost += info.lost;
+            expect = info.resume_seq;
+            continue;
+        }
+        if (info.closed) {
+            rc = -EPIPE;
+            break;
+        }
+        const uint64_t mono = now_ns(CLOCK_MONOTONIC);
+        if (mono >= deadline) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        int w = wsgw_ring_wait(r, (int64_t)(deadline - mono), spin_ns);
+        if (w < 0 && w != -EINTR && w != -EPIPE) {
+            rc = w;
+            break;
+        }
+    }
+    result[0] = delivered;
+    result[1] = lost;
+    result[2] = delivered ? now_ns(CLOCK_MONOTONIC) - wall0 : 0;
+    result[3] = delivered ? now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0 : 0;
+    result[4] = r->st.waits - waits0;
+    result[5] = r->st.wakeups - wakeups0;
+    result[6] = r->st.spin_hits - hits0;
+    result[7] = disorder;
+    result[8] = delivered ? involuntary_switches() - ivcsw0 : 0;
     free(views);
     free(arena);
     return rc;

@@ -64,8 +64,20 @@
  * The writer, after publishing, issues a full fence and loads waiters; only when it is not
  * zero does it bump notify and FUTEX_WAKE everyone: one load per slice while nobody sleeps.
  * A reader SIGKILLed while asleep leaves waiters > 0; the writer then pays one useless
- * FUTEX_WAKE per slice: a cost, never a lost wake-up. Readers may spin first (spin_ns) or
- * only busy-poll. A reader that could only open the file read-only polls with short sleeps.
+ * FUTEX_WAKE per slice: a cost, never a lost wake-up. A reader that could only open the file
+ * read-only polls with short sleeps.
+ *
+ * Wait policies (wsgw_ring_wait's spin_ns), for consumers that trade a core for latency:
+ *  - futex (0, the default): sleep at once. Costs no CPU while idle; a wake-up costs a futex
+ *    round trip and a scheduler wake-up of the reader (tens of us on a loaded 2-core VM).
+ *  - spin then block (> 0): poll write_pos with cpu_relax (PAUSE) for spin_ns, then sleep on
+ *    the futex. The DPDK/Aeron/LMAX "busy spin, then back off" wait: a feed that keeps
+ *    publishing within spin_ns never pays a wake-up; an idle one costs spin_ns per wait.
+ *  - busy (< 0, WSGW_RING_SPIN_BUSY): poll until data, close, interrupt or the timeout; a
+ *    whole core. Every WSGW_RING_PROBE_NS it probes the writer's flock: once the writer is
+ *    gone (crashed), nothing more can come and the wait falls back to the futex.
+ * Spinning readers never write shared memory (waiters stays untouched), so the writer's cost
+ * does not change; the spin runs in C with the caller's GIL released.
  *
  * Liveness: the writer holds an flock(LOCK_EX) on the file for its whole life; readers probe
  * it (wsgw_ring_writer_alive) to tell a crashed gateway from an idle one. A successor
@@ -88,7 +100,7 @@
 
 #define WSGW_RING_MAGIC 0x474e495257475357ull /* "WSGWRING" as little-endian bytes */
 #define WSGW_RING_LAYOUT 1                    /* bumped on any change of the file layout */
-#define WSGW_RING_API 1                       /* bumped on any change of the C API below */
+#define WSGW_RING_API 2                       /* bumped on any change of the C API below */
 #define WSGW_RING_CACHELINE 64
 #define WSGW_RING_PAGE 4096
 #define WSGW_RING_ALIGN 8
@@ -187,7 +199,13 @@ struct wsgw_ring_reader_stats {
     uint64_t filtered;
     uint64_t retries;     /* copies discarded by validation */
     uint64_t waits, wakeups;
+    uint64_t spin_hits;   /* waits that saw data while spinning (no futex) */
+    uint64_t spin_ns;     /* time spent spinning, all waits together */
 };
+
+/* wsgw_ring_wait's spin_ns for the busy policy; how often a busy spin probes the writer. */
+#define WSGW_RING_SPIN_BUSY (-1)
+#define WSGW_RING_PROBE_NS 50000000ull
 
 typedef struct wsgw_ring_writer wsgw_ring_writer;
 typedef struct wsgw_ring_reader wsgw_ring_reader;
@@ -244,8 +262,10 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
                             struct wsgw_ring_read_info *info);
 /* Wait until there is something to read: 1 ready, 0 timeout, -EPIPE closed and drained,
  * -EINTR a signal arrived (retry after handling it), -ECANCELED wsgw_ring_reader_interrupt.
- * timeout_ns < 0 waits forever. Spins spin_ns first, then sleeps on the futex (or polls
- * with short sleeps when the ring was opened read-only). */
+ * timeout_ns < 0 waits forever. spin_ns is the wait policy (see "Wait policies" above):
+ * 0 sleeps on the futex at once, > 0 spins that long first, < 0 spins until the timeout
+ * (falling back to the futex only when the writer is gone). Without write access to the
+ * wait page the sleep is a poll with short sleeps. */
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
 /* Make a wait on r (in another thread) return -ECANCELED now, or the next one if none runs. */
 WSGW_API void wsgw_ring_reader_interrupt(wsgw_ring_reader *r);
@@ -280,5 +300,24 @@ WSGW_API int64_t wsgw_ring_bench_rw(wsgw_ring_writer *w, wsgw_ring_reader *r,
  * Returns 0 or -errno (-ETIMEDOUT keeps the partial result). */
 WSGW_API int wsgw_ring_bench_read(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                   uint64_t result[4]);
+/* Publish -> receipt latency, writer side: n messages of payload_len bytes, one due every
+ * period_ns (CLOCK_MONOTONIC). The thread sleeps until the next one is due, but at least
+ * WSGW_RING_PACE_TICK_NS between publishes (an engine poll's worth: 100k wake-ups a second
+ * would take the writer a core of their own), with 1 ns timer slack while it runs; the
+ * messages that fell due meanwhile go out in one publish, each stamped (ts_ns,
+ * CLOCK_REALTIME) right before it. result[0..3] = publishes, messages, largest publish,
+ * elapsed ns. Returns 0 or -errno. */
+#define WSGW_RING_PACE_TICK_NS 50000ull
+WSGW_API int wsgw_ring_bench_pace(wsgw_ring_writer *w, uint32_t payload_len, uint64_t n,
+                                  uint64_t period_ns, uint64_t result[4]);
+/* Reader side: read, and wsgw_ring_wait(spin_ns) whenever there is nothing, until n messages
+ * were delivered or lost (or the timeout, -ETIMEDOUT, or the close, -EPIPE, keeping the
+ * partial result); checks the order. lat_ns[i] = CLOCK_REALTIME right after the read that
+ * delivered message i, minus its ts_ns (lat_ns holds n). result[0..7] = delivered, lost,
+ * wall ns and thread CPU ns from the first receipt to the end, waits, futex wake-ups,
+ * spin hits, out-of-order messages, involuntary context switches of the thread (times the
+ * scheduler took its CPU away: what a spinning reader's tail latency is made of). */
+WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
+                                     int64_t spin_ns, uint64_t *lat_ns, uint64_t result[9]);
 
 #endif

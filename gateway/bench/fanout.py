@@ -21,14 +21,27 @@ it can; time from the first publish to the last consumer's last message), and th
 p50/p99 from the publisher's timestamp (in the payload) to a consumer's receipt, at a fixed
 rate that keeps the summed delivery rate sustainable (`_latency_rate`). Consumers are spread
 over at most `WORKERS` processes. Losses, if any, are in the notes.
+
+A consumer stall (issue #7: "a consumer stall never raises the feed's latency p99"), for the
+ring and /v1/stream at STALL_N healthy consumers: the feed's latency p99 (publisher stamp ->
+a healthy consumer's receipt, at the latency run's rate) in alternating phases of the same
+run (A B, B A, ...), (A) without a straggler, (B) with one more consumer, in a process of
+its own, that connected, then stopped (SIGSTOP: it reads nothing more) before a burst of
+STALL_FILL messages, so its socket buffers are full and its queue in the hub grows (the
+steady state of a stall, not its first seconds); A gets the same burst without it. The
+healthy consumers receive the whole burst before a phase is measured (counted, not timed).
+A stopped process uses no CPU, so the only difference between A and B is what the stall
+costs the gateway. The ratio B / A, one sample per pair.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import tempfile
 import threading
@@ -46,6 +59,9 @@ RING, WEBSOCKET, NATS, RELAY = "ring", "websocket /v1/stream", "nats", "picows r
 CONTENDERS = (RING, WEBSOCKET, NATS, RELAY)
 PAYLOAD = 100  # bytes per message
 WORKERS = 4  # consumer processes at most
+STALL_N = 10  # healthy consumers of the stall comparison (plus the straggler)
+STALL_FILL = 80_000  # messages published while the straggler is stopped, before measuring
+STALL_PAIRS = 2  # (A, B) phase pairs per stall run, alternating
 SESSION, TOPIC = 1, "bench"
 TIMEOUT = 120.0
 CTX = mp.get_context("spawn")
@@ -107,13 +123,14 @@ def publish_to_hub(hub: Any, count: int, rate: float) -> int:
 class _Tally:
     """One consumer's count, time of its last message and latency samples (ns)."""
 
-    __slots__ = ("count", "done", "expect", "last_ns", "on_done", "sample", "samples")
+    __slots__ = ("count", "done", "expect", "last_ns", "on_done", "sample", "samples", "since")
 
     def __init__(self) -> None:
         self.count = 0
         self.expect = 0
         self.last_ns = 0
         self.sample = False
+        self.since = 0
         self.samples: list[int] = []
         self.on_done: Callable[[], None] | None = None
         self.done = False
@@ -121,13 +138,17 @@ class _Tally:
     def arm(self, expect: int, sample: bool, on_done: Callable[[], None] | None) -> None:
         self.count, self.expect, self.sample, self.samples = 0, expect, sample, []
         self.last_ns, self.done, self.on_done = 0, False, on_done
+        self.since = time.time_ns()  # a latency run ignores what was published before it
 
     def hit(self, data: bytes | memoryview) -> None:
         now = time.time_ns()
+        if self.sample:
+            sent = stamp(data)
+            if sent < self.since:
+                return
+            self.samples.append(now - sent)
         self.count += 1
         self.last_ns = now
-        if self.sample:
-            self.samples.append(now - stamp(data))
         if self.count >= self.expect and not self.done:
             self.done = True
             if self.on_done is not None:
@@ -314,11 +335,22 @@ class Workers:
     def measure(self, expect: int, sample: bool, send: Callable[[], int]) -> dict[str, Any]:
         """Arm every consumer for `expect` messages, run send() (it returns the time.time_ns
         of the first message), collect what they got."""
+        self.arm(expect, sample)
+        start_ns = send()
+        return {**self.collect(), "start_ns": start_ns}
+
+    def arm(self, expect: int, sample: bool) -> None:
         for c in self.conns:
             c.send(("measure", expect, sample, TIMEOUT))
         for c in self.conns:
             self._expect(c, "armed")
-        start_ns = send()
+
+    def signal(self, sig: int) -> None:
+        for p in self.procs:
+            if p.pid is not None and p.is_alive():
+                os.kill(p.pid, sig)
+
+    def collect(self) -> dict[str, Any]:
         counts: list[int] = []
         samples: list[int] = []
         last = 0
@@ -327,9 +359,10 @@ class Workers:
             counts += report["counts"]
             samples += report["samples"]
             last = max(last, report["last_ns"])
-        return {"counts": counts, "samples": samples, "start_ns": start_ns, "last_ns": last}
+        return {"counts": counts, "samples": samples, "last_ns": last}
 
     def close(self) -> None:
+        self.signal(signal.SIGCONT)  # a straggler left stopped must be able to stop
         for c in self.conns:
             with contextlib.suppress(OSError):
                 c.send(("stop",))
@@ -625,6 +658,215 @@ def _run_relay(n: int, plan: Plan) -> Outcome:
         relay.close()
 
 
+def _p99(samples: list[int]) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] / 1e3
+
+
+@dataclass
+class StallOutcome:
+    p99_all_us: list[float]  # (A) no straggler, per (A, B) pair
+    p99_stalled_us: list[float]  # (B) one stopped, per pair
+    lost: int  # deliveries to healthy consumers missing in A and B
+    straggler_lag: int  # (B) messages the stopped stream had queued in the hub at the end
+    gc_all: tuple[int, float]  # (A) full (gen 2) collections in the hub's process, longest ms
+    gc_stalled: tuple[int, float]  # (B) the same
+    cpu_all_us: float  # (A) CPU of the hub's process (publisher, hub, API) per message, us
+    cpu_stalled_us: float  # (B) the same
+
+
+class _GcWatch:
+    """Full (generation 2) garbage collections in this process (the hub's and the
+    publisher's): how many, and the longest pause, while `active`."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.count = 0
+        self.longest = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.active or info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.count += 1
+            self.longest = max(self.longest, (time.perf_counter() - self._t0) * 1e3)
+
+    def take(self) -> tuple[int, float]:
+        out = (self.count, self.longest)
+        self.count, self.longest = 0, 0.0
+        return out
+
+
+def _stream_lags(gw: Gateway, hub: Any) -> list[int]:
+    """Queue lengths of the hub's stream consumers, read on the API loop, largest first."""
+    lags: list[int] = gw.server.call(lambda: sorted((c.lag for c in hub.consumers()), reverse=True))
+    return lags
+
+
+def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
+    """The feed's latency p99 at n healthy consumers without a straggler (A), then with one
+    more consumer that stopped reading (B), alternating: see the module doc."""
+    rate = plan.rate(n)
+    paced_count = int(rate * plan.latency_s)
+    hub = gw.hub(ring_messages=STALL_FILL + 4 * paced_count)
+    healthy: Workers | None = None
+    straggler: Workers | None = None
+    watch = _GcWatch()
+    gc.callbacks.append(watch)
+    target, endpoint = (ring_worker, gw.ring) if contender == RING else (ws_worker, gw.stream_url)
+    try:
+        if contender != RING:
+            gw.app.state.hub = hub
+        healthy = Workers(target, endpoint, n)
+        if contender != RING:
+            _wait(lambda: len(hub.consumers()) == n, f"{n} stream consumers")
+
+        def send() -> int:
+            return publish_to_hub(hub, paced_count, rate)
+
+        def fill(count: int) -> int:
+            return publish_to_hub(hub, count, 0)
+
+        def measured() -> dict[str, Any]:
+            watch.take()
+            watch.active = True
+            cpu0 = time.process_time()
+            try:
+                got = healthy.measure(paced_count, True, send)
+            finally:
+                watch.active = False
+            got["cpu_s"] = time.process_time() - cpu0
+            return got
+
+        def filled() -> None:
+            """The fill, received by every healthy consumer before the phase is measured (its
+            backlog in their sockets would otherwise delay the phase's first messages)."""
+            got = healthy.measure(STALL_FILL, False, lambda: fill(STALL_FILL))
+            if sum(got["counts"]) != n * STALL_FILL:
+                raise RuntimeError(f"healthy consumers got {sum(got['counts'])} of the fill")
+
+        p99_a: list[float] = []
+        p99_b: list[float] = []
+        delivered = lag = 0
+        cpu_a = cpu_b = 0.0
+        gc_a: list[tuple[int, float]] = []
+        gc_b: list[tuple[int, float]] = []
+
+        def phase_a() -> None:
+            """No straggler: the same fill, then the measured run."""
+            nonlocal delivered, cpu_a
+            filled()
+            got = measured()
+            gc_a.append(watch.take())
+            p99_a.append(_p99(got["samples"]))
+            cpu_a += got["cpu_s"]
+            delivered += sum(got["counts"])
+
+        def phase_b() -> None:
+            """One more consumer, stopped before the fill: its buffers reach their limits."""
+            nonlocal straggler, delivered, cpu_b, lag
+            straggler = Workers(target, endpoint, 1)
+            if contender != RING:
+                _wait(lambda: len(hub.consumers()) == n + 1, f"{n + 1} stream consumers")
+            straggler.arm(paced_count + STALL_FILL, False)
+            straggler.signal(signal.SIGSTOP)
+            try:
+                filled()
+                got = measured()
+                gc_b.append(watch.take())
+                p99_b.append(_p99(got["samples"]))
+                cpu_b += got["cpu_s"]
+                delivered += sum(got["counts"])
+                if contender != RING:
+                    lag = max(lag, _stream_lags(gw, hub)[0])
+            finally:
+                straggler.signal(signal.SIGCONT)
+            straggler.collect()  # it caught up and leaves
+            straggler.close()
+            straggler = None
+            if contender != RING:
+                _wait(lambda: len(hub.consumers()) == n, f"{n} stream consumers")
+
+        for k in range(STALL_PAIRS):  # A B, then B A: drift spreads over both
+            for phase in (phase_a, phase_b) if k % 2 == 0 else (phase_b, phase_a):
+                phase()
+        lost = 2 * STALL_PAIRS * n * paced_count - delivered
+        return StallOutcome(
+            p99_a,
+            p99_b,
+            max(0, lost),
+            lag,
+            (sum(g[0] for g in gc_a), max(g[1] for g in gc_a)),
+            (sum(g[0] for g in gc_b), max(g[1] for g in gc_b)),
+            cpu_a * 1e6 / (STALL_PAIRS * paced_count),
+            cpu_b * 1e6 / (STALL_PAIRS * paced_count),
+        )
+    finally:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(watch)
+        for w in (straggler, healthy):
+            if w is not None:
+                w.close()
+        gw.app.state.hub = None
+        hub.close()
+
+
+def _stall_series(gw: Gateway, plan: Plan, reps: int) -> list[Measurement]:
+    """The stall comparison for the ring and /v1/stream (module doc)."""
+    n = STALL_N
+    contenders = [RING, WEBSOCKET]
+    name = f"{n} consumers, stall: "
+    all_p99 = {
+        c: Measurement(SCENARIO, name + "latency p99, no straggler", c, "us", False)
+        for c in contenders
+    }
+    stalled_p99 = {
+        c: Measurement(SCENARIO, name + "latency p99, one stopped", c, "us", False)
+        for c in contenders
+    }
+    ratio = {
+        c: Measurement(SCENARIO, name + "p99 one stopped / none", c, "x", False) for c in contenders
+    }
+    lost = dict.fromkeys(contenders, 0)
+    lags: dict[str, list[int]] = {c: [] for c in contenders}
+    gcs: dict[str, list[str]] = {c: [] for c in contenders}
+    cpus: dict[str, list[str]] = {c: [] for c in contenders}
+    for _, contender in alternate(reps, contenders):
+        out = _run_stall(gw, contender, n, plan)
+        all_p99[contender].samples += out.p99_all_us
+        stalled_p99[contender].samples += out.p99_stalled_us
+        ratio[contender].samples += [
+            b / a for a, b in zip(out.p99_all_us, out.p99_stalled_us, strict=True)
+        ]
+        lost[contender] += out.lost
+        lags[contender].append(out.straggler_lag)
+        gcs[contender].append(
+            f"A {out.gc_all[0]} ({out.gc_all[1]:.1f} ms), B {out.gc_stalled[0]} "
+            f"({out.gc_stalled[1]:.1f} ms)"
+        )
+        cpus[contender].append(f"A {out.cpu_all_us:.0f}, B {out.cpu_stalled_us:.0f}")
+    for c in contenders:
+        notes = [
+            f"publishing {plan.rate(n):.0f} msg/s, {int(plan.rate(n) * plan.latency_s)} msgs "
+            f"per phase, {STALL_PAIRS} (A: no straggler, B: one stopped) pairs per round, "
+            f"{reps} rounds (a sample per pair); the straggler stopped (SIGSTOP) before a "
+            f"{STALL_FILL}-msg burst (A gets the burst too); target: ratio <= 1 within noise",
+            "full GCs in the hub's process per round (longest): " + "; ".join(gcs[c]),
+            "CPU of the hub's process per published message, us: " + "; ".join(cpus[c]),
+        ]
+        if c == WEBSOCKET:
+            notes.append(f"stopped stream's hub queue at the end of B: {lags[c]} msgs")
+        if lost[c]:
+            notes.append(f"{lost[c]} deliveries to healthy consumers missing")
+        ratio[c].note = "; ".join(notes)
+    return [*all_p99.values(), *stalled_p99.values(), *ratio.values()]
+
+
 @scenario(SCENARIO, "fan-out to N consumers: ring, /v1/stream, NATS vs a picows relay")
 def bench_fanout(options: BenchOptions) -> list[Measurement]:
     """Throughput and latency of each consumer path at N consumers (see module doc)."""
@@ -666,6 +908,8 @@ def bench_fanout(options: BenchOptions) -> list[Measurement]:
                     notes.append(f"{lost[c]} deliveries missing over the runs")
                 rate[c].note = "; ".join(notes)
             results += [*rate.values(), *p50.values(), *p99.values()]
+        # Each stall round takes (A, B) pairs with fill bursts: three rounds at most.
+        results += _stall_series(gw, plan, min(options.repetitions, 3))
         if gw.nats is None:
             results.append(
                 Measurement(SCENARIO, "nats", NATS, "msg/s", True, note="skipped: no nats-server")

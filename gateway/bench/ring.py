@@ -10,6 +10,16 @@ reader process, end to end: from the writer's first write to the reader's last m
 The writer never waits for readers, so the cross-process rings are sized to hold the whole
 run: a reader slower than the writer would otherwise be lapped and the rate would count
 messages it never got. Messages lost anyway are reported in the note.
+
+Latency (issue #7: the ring adds at most 5 us, p99), per reader wait policy (futex, the
+default; spin LAT_SPIN_US then futex; busy spin): a C writer (`bench_c_pace`) publishes 100 B
+messages at a paced rate (20k and 100k msg/s), each stamped with CLOCK_REALTIME right before
+it is published; a C reader in another process (`bench_c_latency`) stamps each on receipt and
+keeps the difference, so no Python runs on either side of the measured path. p50/p99/p99.9
+of publish -> receipt, and the reading thread's CPU% over the run (a spinning reader takes
+a core: that is the price of the latency). The first LAT_WARMUP of each run is left out.
+The same runs with a Python reader (RingReader.read_batch with the policy, time.time_ns()
+once per batch) show what a Python consumer gets on top.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, alternate
+from gateway.bench.core import BenchOptions, Measurement, alternate, format_value
 
 SCENARIO = "ring"
 SIZES = (100, 1460)
@@ -31,6 +41,12 @@ PY_API = "Python API (batches of 256)"
 PUBLISHED = "old C client (published, not measured here): ring SP/SC 26.8 Gbps at 1460 B, 2.3 Mpps"
 PY_BATCH = 256
 C_BATCH = 32
+LAT_RATES = (20_000, 100_000)
+LAT_SPIN_US = 100
+FUTEX, SPIN, BUSY = "futex (default)", f"spin {LAT_SPIN_US} us then futex", "busy spin"
+LAT_POLICIES = {FUTEX: "futex", SPIN: f"spin:{LAT_SPIN_US}", BUSY: "busy"}
+LAT_TARGET_US = 5.0
+LAT_WARMUP = 0.01  # share of each run's first messages left out (page faults, caches)
 
 
 def _counts(options: BenchOptions, size: int) -> tuple[int, int]:
@@ -56,15 +72,33 @@ def _name(tag: str) -> str:
 def _reader_server(conn: Connection) -> None:
     """Runs in a spawned process: for each ("c" | "py", ring, count), attach, say ready, read
     count messages, answer (delivered, lost, bytes, monotonic ns at the last message)."""
-    from dataplane.ring import Gap, RingReader, bench_c_read
+    from dataplane.ring import Gap, RingReader, bench_c_latency, bench_c_read
 
     while True:
         cmd = conn.recv()
         if cmd is None:
             return
-        kind, name, count = cmd
+        kind, name, count = cmd[:3]
         with RingReader.attach(name, start="oldest", max_batch=1024) as reader:
             conn.send("ready")
+            if kind == "pylat":
+                conn.send(_python_latency(reader, count, cmd[3]))
+                continue
+            if kind == "lat":
+                res = bench_c_latency(reader, count, 60.0, cmd[3])
+                conn.send(
+                    {
+                        "latencies": res.latencies_ns,
+                        "lost": res.lost,
+                        "cpu_percent": res.cpu_percent,
+                        "disorder": res.disorder,
+                        "timed_out": res.timed_out,
+                        "wakeups": res.wakeups,
+                        "spin_hits": res.spin_hits,
+                        "preempted": res.preempted,
+                    }
+                )
+                continue
             if kind == "c":
                 delivered, lost, nbytes, _ = bench_c_read(reader, count, 60.0)
             else:
@@ -81,6 +115,45 @@ def _reader_server(conn: Connection) -> None:
                             nbytes += len(event.payload)
             done = time.monotonic_ns()
         conn.send((delivered, lost, nbytes, done))
+
+
+def _python_latency(reader: Any, count: int, policy: str) -> dict[str, Any]:
+    """The Python side of a latency run: read_batch with the wait policy, stamp per batch."""
+    import resource
+
+    from dataplane.ring import Gap, RingReader, WaitPolicy
+
+    r: RingReader = reader
+    r.wait_policy = WaitPolicy.parse(policy)
+    latencies: list[int] = []
+    lost = disorder = 0
+    expect = 0
+    deadline = time.monotonic() + 60.0
+    cpu0 = wall0 = switches0 = 0
+    while len(latencies) + lost < count and time.monotonic() < deadline:
+        events = r.read_batch(min(1024, count - len(latencies) - lost), timeout=1.0)
+        now = time.time_ns()
+        if events and not wall0:
+            cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
+            switches0 = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        for event in events:
+            if isinstance(event, Gap):
+                lost += event.lost
+                expect = event.first_seq + event.lost
+                continue
+            disorder += bool(expect) and event.seq != expect
+            expect = event.seq + 1
+            latencies.append(now - event.ts_ns)
+    cpu, wall = time.thread_time_ns() - cpu0, time.monotonic_ns() - wall0
+    switches = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - switches0 if wall0 else 0
+    return {
+        "preempted": switches,
+        "latencies": latencies,
+        "lost": lost,
+        "cpu_percent": 100.0 * cpu / wall if wall0 and wall else 0.0,
+        "disorder": disorder,
+        "timed_out": len(latencies) + lost < count,
+    }
 
 
 class _ReaderProcess:
@@ -101,6 +174,17 @@ class _ReaderProcess:
             raise RuntimeError("ring bench reader did not finish")
         delivered, lost, nbytes, done = self.conn.recv()
         return {"delivered": delivered, "lost": lost, "bytes": nbytes, "ns": done - start}
+
+    def latency(
+        self, kind: str, name: str, count: int, policy: str, write: Callable[[], None]
+    ) -> Any:
+        self.conn.send((kind, name, count, policy))
+        if not self.conn.poll(60) or self.conn.recv() != "ready":
+            raise RuntimeError("ring bench reader did not attach")
+        write()
+        if not self.conn.poll(120):
+            raise RuntimeError("ring bench reader did not finish")
+        return self.conn.recv()
 
     def close(self) -> None:
         try:
@@ -164,6 +248,111 @@ def _cross_process(reader: _ReaderProcess, kind: str, size: int, count: int) -> 
         return reader.run(kind, name, count, write)
 
 
+def _percentile(ordered: list[int], q: float) -> float:
+    """The q-quantile (nearest rank) of sorted ns samples, in us."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] / 1e3
+
+
+def _latency_run(
+    reader: _ReaderProcess, kind: str, policy: str, rate: int, count: int
+) -> dict[str, Any]:
+    """One paced run: a C writer here, a reader ("lat": C, "pylat": Python) with `policy` in
+    the reader process."""
+    from dataplane.ring import RingWriter, bench_c_pace
+
+    name = _name(f"{kind}-{policy.replace(':', '')}-{rate}")
+    with RingWriter.create(name, _ring_for(count, 100), replace=True) as writer:
+        paced: list[Any] = []
+        got = reader.latency(
+            kind, name, count, policy, lambda: paced.append(bench_c_pace(writer, 100, count, rate))
+        )
+    samples = got["latencies"][max(1, int(count * LAT_WARMUP)) :]
+    if got["disorder"] or got["timed_out"] or not samples:
+        raise RuntimeError(f"ring latency run ({policy}, {rate} msg/s) went wrong: {got}")
+    ordered = sorted(samples)
+    return {
+        "p50": _percentile(ordered, 0.50),
+        "p99": _percentile(ordered, 0.99),
+        "p999": _percentile(ordered, 0.999),
+        "cpu": got["cpu_percent"],
+        "preempted": got["preempted"],
+        "lost": got["lost"],
+        "publishes": paced[0].publishes,
+    }
+
+
+def bench_latency(options: BenchOptions, reader: _ReaderProcess) -> list[Measurement]:
+    """Publish -> receipt latency per wait policy and rate, and the reader's CPU (module doc)."""
+    results: list[Measurement] = []
+    seconds = 0.5 if options.quick else 2.0
+    for rate, kind in ((r, k) for k in ("lat", "pylat") for r in LAT_RATES):
+        count = int(rate * seconds)
+        label = f"{rate // 1000}k msg/s"
+        reader_kind = "C" if kind == "lat" else "Python reader"
+
+        def series(
+            what: str, unit: str, label: str = label, reader_kind: str = reader_kind
+        ) -> dict[str, Measurement]:
+            return {
+                c: Measurement(
+                    SCENARIO,
+                    f"publish->receipt {what} at {label}, cross-process ({reader_kind})",
+                    c,
+                    unit,
+                    False,
+                    reference=c == FUTEX,
+                )
+                for c in LAT_POLICIES
+            }
+
+        p50, p99, p999 = series("p50", "us"), series("p99", "us"), series("p99.9", "us")
+        cpu = series("reader CPU", "%")
+        lost = dict.fromkeys(LAT_POLICIES, 0)
+        publishes = dict.fromkeys(LAT_POLICIES, 0)
+        preempted: dict[str, list[int]] = {c: [] for c in LAT_POLICIES}
+        for _, contender in alternate(options.repetitions, list(LAT_POLICIES)):
+            out = _latency_run(reader, kind, LAT_POLICIES[contender], rate, count)
+            p50[contender].samples.append(out["p50"])
+            p99[contender].samples.append(out["p99"])
+            p999[contender].samples.append(out["p999"])
+            cpu[contender].samples.append(out["cpu"])
+            lost[contender] += out["lost"]
+            publishes[contender] += out["publishes"]
+            preempted[contender].append(out["preempted"])
+        meets = [c for c in LAT_POLICIES if p99[c].median <= LAT_TARGET_US]
+        verdict = (
+            f"p99 <= {LAT_TARGET_US:g} us met by "
+            + ", ".join(f"{c} (reader CPU {format_value(cpu[c].median, '%')})" for c in meets)
+            if meets
+            else f"p99 <= {LAT_TARGET_US:g} us met by no policy"
+        )
+        misses = [c for c in LAT_POLICIES if c not in meets]
+        if misses:
+            verdict += "; not by " + ", ".join(
+                f"{c} (p99 {format_value(p99[c].median, 'us')}, "
+                f"CPU {format_value(cpu[c].median, '%')})"
+                for c in misses
+            )
+        for c in LAT_POLICIES:
+            notes = [
+                f"{count} msgs of 100 B per run, {publishes[c] / options.repetitions:.0f} "
+                f"publishes (late wake-ups batch), first {LAT_WARMUP:.0%} left out"
+            ]
+            if lost[c]:
+                notes.append(f"{lost[c]} messages lost (reader lapped)")
+            p50[c].note = "; ".join(notes)
+            # What a spinning reader's tail is made of: the runs where the scheduler took its
+            # CPU away (others' work on a shared machine, or the writer waking on its core).
+            per_run = ", ".join(
+                f"{format_value(v, 'us')} ({k})"
+                for v, k in zip(p99[c].samples, preempted[c], strict=True)
+            )
+            p99[c].note = f"per run: p99 (times the reader was preempted): {per_run}"
+        p99[FUTEX].note += "; " + verdict
+        results += [*p50.values(), *p99.values(), *p999.values(), *cpu.values()]
+    return results
+
+
 def bench_ring(options: BenchOptions) -> list[Measurement]:
     """The ring's write+read cost and rate, in-process and cross-process (see module doc)."""
     results: list[Measurement] = []
@@ -210,6 +399,7 @@ def bench_ring(options: BenchOptions) -> list[Measurement]:
                 x_rate[kind].note = "; ".join(notes)
             for group in (in_ns, in_rate, x_ns, x_rate, x_bits):
                 results += group.values()
+        results += bench_latency(options, reader)
     finally:
         reader.close()
     return results
