@@ -38,7 +38,7 @@ from dataplane.errors import DataplaneError
 from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
 from dataplane.stack.iface import Interface
-from dataplane.stack.tcp import TcpConfig, TcpConnection
+from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
 
 log = logging.getLogger("wsgw.engine")
@@ -134,7 +134,6 @@ class Engine:
         self.counters = EngineCounters()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._tx_backlog: deque[bytes] = deque()
-        self._exported: dict[int, TcpConnection] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._started = threading.Event()
@@ -268,15 +267,16 @@ class Engine:
             self.counters.tx_backlog_dropped += 1
 
     def _export(self, now: float) -> None:
-        """Hand every eligible connection to the fast path; withdraw the others."""
-        live: dict[int, TcpConnection] = {}
-        for conn, mac in self.interface.connections(now):
-            live[id(conn)] = conn
-            self.fastpath.export(conn, mac, self.interface.mac)
-        for key, conn in self._exported.items():
-            if key not in live:
-                self.fastpath.forget(conn)
-        self._exported = live
+        """Sync the fast path with the connections whose state may have changed since the
+        last export (the interface tracks them): hand over the eligible ones, withdraw the
+        others and the connections that are gone. Idle flows cost nothing here."""
+        fastpath = self.fastpath
+        changed, removed = self.interface.export_changes(now)
+        for conn in removed:
+            fastpath.forget(conn)
+        local_mac = self.interface.mac
+        for conn, mac in changed:
+            fastpath.export(conn, mac, local_mac)
 
     # ---- running on the caller's event loop (dataplane/loop.py) -------------------------------
     def loop_factory(self) -> asyncio.AbstractEventLoop:

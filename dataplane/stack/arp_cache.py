@@ -112,6 +112,41 @@ class ArpCache:
         self._entries: dict[int, _Entry] = {}
         self._pending: dict[int, _Pending] = {}
         self._refresh: set[int] = set()
+        #: Bumped whenever an entry appears, changes or goes: whoever caches lookups (the
+        #: engine's fast-path export) knows to look again.
+        self.version = 0
+        self._lookup_at: float | None = None  # see lookups_due; None: compute again
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._lookup_at = None
+
+    def lookups_due(self, now: float) -> bool:
+        """An entry reached its refresh margin or its expiry since `lookups_done`: the
+        users that cache lookups must look up again (a lookup schedules the refresh)."""
+        at = self._lookup_at
+        if at is None:
+            at = self._lookup_at = self._next_lookup_time(now, after_pass=False)
+        return now >= at
+
+    def lookups_done(self, now: float) -> None:
+        """Every user just looked its entry up: the next time a lookup would change
+        something (an entry nobody looked up stays as it is until someone does)."""
+        self._lookup_at = self._next_lookup_time(now, after_pass=True)
+
+    def _next_lookup_time(self, now: float, *, after_pass: bool) -> float:
+        best = float("inf")
+        margin = self.config.refresh_margin
+        for entry in self._entries.values():
+            if entry.static:
+                continue
+            at = entry.expires_at if entry.refreshing else entry.expires_at - margin
+            if after_pass and at <= now:
+                at = entry.expires_at
+                if at <= now:
+                    continue
+            best = min(best, at)
+        return best
 
     def __contains__(self, ip: int) -> bool:
         return ip in self._entries
@@ -138,10 +173,12 @@ class ArpCache:
             del self._entries[ip]
             self._refresh.discard(ip)
             self.stats.expired += 1
+            self._changed()
             return None
         if not entry.refreshing and now >= entry.expires_at - self.config.refresh_margin:
             entry.refreshing = True  # still used: re-ask before it expires, keep sending
             self._refresh.add(ip)
+            self._lookup_at = None
         return entry.mac
 
     def enqueue(self, ip: int, packet: bytes, now: float) -> None:
@@ -175,6 +212,7 @@ class ArpCache:
                 self._refresh.discard(oldest)
                 self.stats.evicted += 1
         self._entries[ip] = _Entry(mac, now + self.config.reachable_time)
+        self._changed()
         self._refresh.discard(ip)
         self.stats.learnt += 1
         if pending is None:
@@ -189,11 +227,18 @@ class ArpCache:
         pending = self._pending.pop(ip, None)
         self._entries[ip] = _Entry(mac, float("inf"), static=True)
         self._refresh.discard(ip)
+        self._changed()
         return list(pending.queue) if pending else []
 
     def forget(self, ip: int) -> None:
         self._entries.pop(ip, None)
         self._refresh.discard(ip)
+        self._changed()
+
+    @property
+    def busy(self) -> bool:
+        """Resolutions or refreshes are under way (else `poll` has nothing to do)."""
+        return bool(self._pending or self._refresh)
 
     def poll(self, now: float) -> ArpPoll:
         """Requests due now (first tries, retries, refreshes) and resolutions given up."""

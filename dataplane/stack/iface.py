@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import errno as _errno
+import heapq
 import logging
 import random
+import struct
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -33,6 +35,7 @@ from dataplane.stack.tcp import (
 from dataplane.stack.tcp_errors import TcpError
 from dataplane.wire.addr import int_to_ip
 from dataplane.wire.arp import OP_REPLY, OP_REQUEST, ArpRepr
+from dataplane.wire.checksum import sum16
 from dataplane.wire.errors import (
     ChecksumError,
     MalformedError,
@@ -45,12 +48,14 @@ from dataplane.wire.icmp import TYPE_ECHO_REQUEST, IcmpRepr
 from dataplane.wire.ipv4 import HEADER_LEN as IPV4_HEADER_LEN
 from dataplane.wire.ipv4 import PROTO_ICMP, PROTO_TCP, PROTO_UDP, Ipv4Repr
 from dataplane.wire.tcp import HEADER_LEN as TCP_HEADER_LEN
-from dataplane.wire.tcp import TcpFlags, TcpRepr
+from dataplane.wire.tcp import TcpFlags, TcpFrameTemplate, TcpRepr
 from dataplane.wire.udp import UdpRepr
 
 log = logging.getLogger(__name__)
 
 LIMITED_BROADCAST = 0xFFFFFFFF
+# IPv4 total length, flags/fragment offset, source, destination (RFC 791 section 3.1).
+_IPV4_FIELDS = struct.Struct("!2xH2xH4xII")
 ZERO_MAC = bytes(6)
 
 
@@ -129,13 +134,17 @@ class InterfaceCounters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Flow:
     key: FlowKey
     connection: TcpConnection
     socket: TcpSocket
     next_hop: int
     listener: TcpListener | None = None
+    order: int = 0  # creation order: flows are polled in it, as they always were
+    timer_at: float | None = None  # the deadline of this flow's live entry in the timer heap
+    alive: bool = True  # still in the interface's table
+    template: TcpFrameTemplate | None = None  # its frames' prebuilt headers (per next-hop MAC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +243,19 @@ class Interface:
         self.tcp_config = config
         self._isn = _make_isn_generator(seed)
         self._flows: dict[FlowKey, _Flow] = {}
+        # Per-batch work is proportional to the flows with something to do: `_dirty` holds
+        # the flows whose connection changed outside `poll` (a segment, the application,
+        # the fast path), `_timers` a heap of (deadline, order, flow) for the others, with
+        # stale entries (flow.timer_at moved, flow gone) skipped lazily; `_export` the
+        # flows whose exported state may have changed since the engine last asked.
+        self._dirty: dict[_Flow, None] = {}
+        self._timers: list[tuple[float, int, _Flow]] = []
+        self._export: dict[_Flow, None] = {}
+        self._export_removed: list[TcpConnection] = []
+        self._export_all = True  # the next-hop MACs may have changed: re-export every flow
+        self._exporting = False  # someone calls export_changes (else removals are not kept)
+        self._arp_version = -1
+        self._flow_order = 0
         self._listeners: dict[int, TcpListener] = {}
         self._udp_queues: dict[int, deque[UdpDatagram]] = {}
         self._udp_queue_limit = udp_queue_limit
@@ -287,6 +309,10 @@ class Interface:
                 log.exception("internal error handling a received frame (dropped)")
 
     def _receive_frame(self, frame: bytes, now: float) -> None:
+        if frame[12:14] == b"\x08\x00" and frame[:6] == self.mac:
+            # Untagged IPv4 to our MAC, the common case: no Ethernet object needed.
+            self._receive_ipv4(None, memoryview(frame)[14:], now)
+            return
         eth, payload = EthernetRepr.parse(frame)
         if eth.dst not in (self.mac, BROADCAST):
             self.counters.rx_dropped_not_for_us += 1
@@ -331,8 +357,21 @@ class Interface:
             self._emit_frame(arp.sender_mac, ETHERTYPE_ARP, reply.emit())
             counters.arp_replies_sent += 1
 
-    def _receive_ipv4(self, eth: EthernetRepr, packet: memoryview, now: float) -> None:
+    def _receive_ipv4(self, eth: EthernetRepr | None, packet: memoryview, now: float) -> None:
         counters = self.counters
+        if len(packet) >= 40 and packet[0] == 0x45 and packet[9] == PROTO_TCP:
+            # TCP in an option-less header: checked field by field, no Ipv4Repr; anything
+            # unusual (and every error) takes the general path below, which counts it.
+            total_len, flags_frag, src, dst = _IPV4_FIELDS.unpack_from(packet, 0)
+            if (
+                dst == self.ip
+                and not flags_frag & 0x3FFF
+                and 20 <= total_len <= len(packet)
+                and not self._is_martian_source(src)
+                and sum16(packet[:20].tobytes()) == 0
+            ):
+                self._receive_tcp_from(src, dst, TcpRepr.parse(packet[20:total_len], src, dst), now)
+                return
         try:
             ip, payload = Ipv4Repr.parse(packet)
         except UnsupportedError:  # the only one Ipv4Repr.parse raises: a fragment
@@ -379,9 +418,12 @@ class Interface:
         queue.append(UdpDatagram(ip.src, udp.src_port, udp.payload))
 
     def _receive_tcp(self, ip: Ipv4Repr, seg: TcpRepr, now: float) -> None:
+        self._receive_tcp_from(ip.src, ip.dst, seg, now)
+
+    def _receive_tcp_from(self, src: int, dst: int, seg: TcpRepr, now: float) -> None:
         counters = self.counters
         counters.tcp_rx_segments += 1
-        key = FlowKey.inbound(ip.src, seg.src_port, ip.dst, seg.dst_port)
+        key = FlowKey(dst, seg.dst_port, src, seg.src_port)  # FlowKey.inbound
         flow = self._flows.get(key)
         if flow is not None:
             flow.connection.on_segment(seg, now)
@@ -396,7 +438,7 @@ class Interface:
         counters.tcp_unmatched += 1
         # RFC 9293 section 3.10.7.1: a segment for no connection gets a reset (never a RST).
         reset = reset_for_unmatched(seg)
-        if reset is not None and self._send_tcp(ip.src, reset, now):
+        if reset is not None and self._send_tcp(src, reset, now):
             counters.tcp_rst_sent += 1
 
     def _accept_syn(self, listener: TcpListener, key: FlowKey, syn: TcpRepr, now: float) -> None:
@@ -416,7 +458,7 @@ class Interface:
         if not listener._offer(sock):
             self.counters.tcp_syn_dropped_backlog += 1
             return
-        self._flows[key] = _Flow(key, connection, sock, next_hop, listener)
+        self._add_flow(_Flow(key, connection, sock, next_hop, listener))
         self.counters.tcp_connections_opened += 1
 
     # -- transmit ---------------------------------------------------------------------------
@@ -452,6 +494,19 @@ class Interface:
         self.counters.tcp_tx_segments += 1
         return self._send_ipv4(dst, PROTO_TCP, seg.emit(self.ip, dst), now)
 
+    def _send_flow_segment(self, flow: _Flow, seg: TcpRepr, now: float) -> None:
+        """`_send_tcp` for a connection's own segment, through its frame template."""
+        mac = self.arp.lookup(flow.next_hop, now)
+        if mac is None:  # unresolved: the generic path queues it behind ARP
+            self._send_tcp(flow.key.remote_ip, seg, now)
+            return
+        self.counters.tcp_tx_segments += 1
+        template = flow.template
+        if template is None or template.dst_mac != mac:
+            template = flow.template = TcpFrameTemplate(self.mac, mac, self.ip, flow.key.remote_ip)
+        self._ident = ident = (self._ident + 1) & 0xFFFF
+        self._tx.append(template.emit(seg, ident))
+
     def _announce(self) -> None:
         """RFC 5227 section 2.3 ARP announcement: a request for our own address."""
         request = ArpRepr(OP_REQUEST, self.mac, self.ip, ZERO_MAC, self.ip)
@@ -465,24 +520,32 @@ class Interface:
             self._announce_pending = False
             self._announce()
         closed: list[_Flow] = []
-        for flow in self._flows.values():
+        export = self._export
+        for flow in self._due_flows(now):
             connection = flow.connection
             for seg in connection.poll_output(now):
-                self._send_tcp(flow.key.remote_ip, seg, now)
+                self._send_flow_segment(flow, seg, now)
+            export[flow] = None
             if connection.state is TcpState.CLOSED:
                 closed.append(flow)
+            else:
+                self._schedule(flow)
         for flow in closed:
             self._remove_flow(flow, now)
-        arp_poll = self.arp.poll(now)
-        for ip in arp_poll.requests:
-            request = ArpRepr(OP_REQUEST, self.mac, self.ip, ZERO_MAC, ip)
-            self._emit_frame(BROADCAST, ETHERTYPE_ARP, request.emit())
-            self.counters.arp_requests_sent += 1
-        for failure in arp_poll.failures:
-            self._resolution_failed(failure, now)
-        frames, self._tx = self._tx, []
+        if self.arp.busy:
+            arp_poll = self.arp.poll(now)
+            for ip in arp_poll.requests:
+                request = ArpRepr(OP_REQUEST, self.mac, self.ip, ZERO_MAC, ip)
+                self._emit_frame(BROADCAST, ETHERTYPE_ARP, request.emit())
+                self.counters.arp_requests_sent += 1
+            for failure in arp_poll.failures:
+                self._resolution_failed(failure, now)
+        frames = self._tx
+        if not frames:
+            return []
+        self._tx = []
         self.counters.tx_frames += len(frames)
-        self.counters.tx_bytes += sum(len(frame) for frame in frames)
+        self.counters.tx_bytes += sum(map(len, frames))
         return frames
 
     def _resolution_failed(self, failure: ArpFailure, now: float) -> None:
@@ -493,9 +556,62 @@ class Interface:
             self.counters.tcp_unreachable_aborts += 1
             self._remove_flow(flow, now)
 
+    # -- which flows have work: the dirty set and the timer heap --------------------------------
+
+    def _add_flow(self, flow: _Flow) -> None:
+        self._flow_order += 1
+        flow.order = self._flow_order
+        self._flows[flow.key] = flow
+        dirty = self._dirty
+
+        def changed(_connection: TcpConnection) -> None:
+            dirty[flow] = None
+
+        flow.connection.on_change = changed
+        dirty[flow] = None
+
+    def _schedule(self, flow: _Flow) -> None:
+        """Put the flow's next deadline in the heap (right after its `poll_output`, when
+        nothing is pending: its `poll_at()` is its earliest timer)."""
+        at = flow.connection.timer_deadline()
+        if at == flow.timer_at:
+            return
+        flow.timer_at = at
+        if at is None:
+            return
+        timers = self._timers
+        heapq.heappush(timers, (at, flow.order, flow))
+        if len(timers) > 64 + 4 * len(self._flows):
+            # Restarted timers (an RTO per round trip) leave stale entries: drop them.
+            self._timers = [
+                (f.timer_at, f.order, f) for f in self._flows.values() if f.timer_at is not None
+            ]
+            heapq.heapify(self._timers)
+
+    def _due_flows(self, now: float) -> list[_Flow]:
+        """The flows `poll` must handle: every dirty one and every one whose timer is due,
+        in creation order."""
+        dirty = self._dirty
+        due = dirty.copy()  # the connections' hooks keep filling this very dict
+        dirty.clear()
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            at, _, flow = heapq.heappop(timers)
+            if flow.alive and flow.timer_at == at:
+                flow.timer_at = None
+                due[flow] = None
+        return sorted(due, key=_order) if len(due) > 1 else list(due)
+
     def _remove_flow(self, flow: _Flow, now: float) -> None:
         if self._flows.pop(flow.key, None) is None:
             return
+        flow.alive = False
+        flow.timer_at = None
+        flow.connection.on_change = None
+        self._dirty.pop(flow, None)
+        self._export.pop(flow, None)
+        if self._exporting:
+            self._export_removed.append(flow.connection)
         self.counters.tcp_connections_closed += 1
         key = flow.key
         if flow.listener is None:
@@ -505,7 +621,26 @@ class Interface:
         """When `poll` next has work: now if frames wait, else the earliest timer."""
         if self._tx or self._announce_pending:
             return self._now
-        times = [t for flow in self._flows.values() if (t := flow.connection.poll_at()) is not None]
+        dirty = self._dirty
+        times = [t for flow in list(dirty) if (t := flow.connection.poll_at()) is not None]
+        timers = self._timers
+        while timers:
+            at, _, flow = timers[0]
+            if flow.alive and flow.timer_at == at:
+                break
+            heapq.heappop(timers)  # stale: the flow moved its deadline or is gone
+        if timers:
+            flow = timers[0][2]
+            if flow not in dirty:
+                times.append(timers[0][0])
+            else:  # its entry may be out of date: the earliest among the clean flows
+                clean = [
+                    at
+                    for at, _, flow in timers
+                    if flow.alive and flow.timer_at == at and flow not in dirty
+                ]
+                if clean:
+                    times.append(min(clean))
         arp_at = self.arp.poll_at()
         if arp_at is not None:
             times.append(arp_at)
@@ -540,7 +675,7 @@ class Interface:
         sock = TcpSocket(
             connection, Endpoint(self.ip, local_port), Endpoint(remote_ip, remote_port)
         )
-        self._flows[key] = _Flow(key, connection, sock, next_hop)
+        self._add_flow(_Flow(key, connection, sock, next_hop))
         self.counters.tcp_connections_opened += 1
         return sock
 
@@ -558,6 +693,35 @@ class Interface:
     def _unlisten(self, port: int) -> None:
         self._listeners.pop(port, None)
         self.ports.unreserve(port)
+
+    def export_changes(
+        self, now: float
+    ) -> tuple[list[tuple[TcpConnection, bytes | None]], list[TcpConnection]]:
+        """What the engine must re-sync with the C fast path since it last asked: the live
+        connections whose state may have changed (handled by `poll`, or touched since),
+        each with the MAC of its next hop (None while unresolved), and the connections
+        removed. Every flow is in the first list when the ARP cache changed or one of
+        its entries is due for a refresh (looking an entry up is what keeps it fresh)."""
+        self._exporting = True
+        arp = self.arp
+        if self._export_all or arp.version != self._arp_version or arp.lookups_due(now):
+            self._export_all = False
+            flows: Iterable[_Flow] = list(self._flows.values())
+            lookups_done = True
+        else:
+            lookups_done = False
+            flows = self._export
+            flows.update(self._dirty)
+            if len(flows) > 1:
+                flows = sorted(flows, key=_order)
+        lookup = arp.lookup
+        changed = [(flow.connection, lookup(flow.next_hop, now)) for flow in flows]
+        if lookups_done:
+            arp.lookups_done(now)
+        self._arp_version = arp.version
+        self._export.clear()
+        removed, self._export_removed = self._export_removed, []
+        return changed, removed
 
     def connections(self, now: float) -> list[tuple[TcpConnection, bytes | None]]:
         """Every live connection with the MAC of its next hop (None while unresolved): what
@@ -598,6 +762,10 @@ class Interface:
         sent = self._send_ipv4(dst_ip, PROTO_UDP, datagram, now)
         self.counters.udp_tx += int(sent)
         return sent
+
+
+def _order(flow: _Flow) -> int:
+    return flow.order
 
 
 def _make_isn_generator(seed: int | None) -> IsnGenerator:

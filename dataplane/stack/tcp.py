@@ -23,7 +23,7 @@ import hashlib
 import secrets
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dataplane.stack.tcp_buffers import OutOfOrderQueue, SackScoreboard, SendBuffer
 from dataplane.stack.tcp_congestion import DUP_THRESH, NewReno
@@ -38,6 +38,9 @@ from dataplane.stack.tcp_fastpath import FastPathState
 from dataplane.stack.tcp_rtt import RttEstimator
 from dataplane.stack.tcp_seq import SEQ_MASK, seq_add, seq_lt, unwrap, wrap
 from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "IsnGenerator",
@@ -66,6 +69,10 @@ _TIMESTAMP_OPTION_SPACE = 12  # 10 bytes plus 2 bytes of padding
 _PAWS_IDLE_LIMIT = 24 * 24 * 3600.0  # RFC 7323 section 5.5: TS.Recent is stale after 24 days
 _TS_HZ = 1000  # the timestamp clock ticks in milliseconds (RFC 7323 section 5.4: 1 ms - 1 s)
 _TS_SECRET = secrets.token_bytes(16)
+# The flags as plain ints for the per-segment paths (IntFlag arithmetic builds enum members),
+# and every combination interned for the segments we build.
+_FIN, _SYN, _RST, _PSH, _ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+_FLAGS = tuple(TcpFlags(i) for i in range(256))
 
 
 class TcpState(enum.Enum):
@@ -80,6 +87,10 @@ class TcpState(enum.Enum):
     CLOSING = "CLOSING"
     LAST_ACK = "LAST_ACK"
     TIME_WAIT = "TIME_WAIT"
+
+    # Members are singletons: hash them by identity in C (Enum's own __hash__ is Python
+    # code, and the per-segment paths test state sets many times per segment).
+    __hash__ = object.__hash__
 
 
 _S = TcpState
@@ -350,6 +361,15 @@ class TcpConnection:
 
         self._control: list[TcpRepr] = []  # RSTs and probes decided outside poll_output
         self._stats = TcpStats()
+        #: Called with this connection whenever something outside `poll_output` may have
+        #: changed its output or timers (a segment, the application, the fast path): the
+        #: interface keeps a set of such connections so idle ones cost nothing per batch.
+        self.on_change: Callable[[TcpConnection], None] | None = None
+
+    def _changed(self) -> None:
+        notify = self.on_change
+        if notify is not None:
+            notify(self)
 
     def __repr__(self) -> str:
         return (
@@ -388,6 +408,7 @@ class TcpConnection:
             raise TcpStateError(f"listen() on a connection that is {self._state.name}")
         self._used = True
         self._set_state(TcpState.LISTEN)
+        self._changed()
 
     def connect(self, now: float) -> None:
         """Active open (RFC 9293 section 3.10.1): queue our SYN, CLOSED -> SYN-SENT."""
@@ -397,6 +418,7 @@ class TcpConnection:
         self._now = now
         self._last_rx_time = now
         self._set_state(TcpState.SYN_SENT)
+        self._changed()
 
     # ------------------------------------------------------------------ application side
 
@@ -452,7 +474,10 @@ class TcpConnection:
             )
         if self._close_pending:
             raise TcpStateError("cannot send after close()", errno.EPIPE)
-        return self._tx.write(data)
+        taken = self._tx.write(data)
+        if taken:
+            self._changed()
+        return taken
 
     def recv(self, max_bytes: int = 65536) -> bytes:
         """Take up to `max_bytes` in-order bytes; b"" when none (check `at_eof`/`error`)."""
@@ -462,6 +487,7 @@ class TcpConnection:
         data = bytes(self._rx[:count])
         del self._rx[:count]
         self._maybe_window_update()
+        self._changed()
         return data
 
     # ------------------------------------------------------------------ C fast path hooks
@@ -478,23 +504,23 @@ class TcpConnection:
         ):
             return None
         owed = self._ack_now or self._delack_deadline is not None
+        window_field = self._snd_wnd >> self._snd_wscale
+        # Positional, in FastPathState's field order (built once per export: kept cheap).
         return FastPathState(
-            rcv_nxt=wrap(self._rcv_nxt),
-            rcv_adv_right=wrap(self._rcv_adv_right),
-            ts_recent=self._ts_recent,
-            last_ack_sent=wrap(self._last_ack_sent),
-            snd_una=wrap(self._snd_una),
-            snd_nxt=wrap(self._snd_max),
-            snd_wnd_field=min(self._snd_wnd >> self._snd_wscale, _MAX_WINDOW_FIELD),
-            rcv_wscale=self._rcv_wscale,
-            ts_enabled=self._ts_enabled,
-            ts_offset=self._ts_offset,
-            rcv_space=self._free_receive_space(),
-            mss=self._rcv_mss,
-            ack_deadline=(
-                (self._now if self._ack_now else self._delack_deadline) if owed else None
-            ),
-            unacked_bytes=self._unacked_rx_bytes if owed else 0,
+            self._rcv_nxt & SEQ_MASK,
+            self._rcv_adv_right & SEQ_MASK,
+            self._ts_recent,
+            self._last_ack_sent & SEQ_MASK,
+            self._snd_una & SEQ_MASK,
+            self._snd_max & SEQ_MASK,  # snd_nxt: the highest sent
+            window_field if window_field < _MAX_WINDOW_FIELD else _MAX_WINDOW_FIELD,
+            self._rcv_wscale,
+            self._ts_enabled,
+            self._ts_offset,
+            self._free_receive_space(),
+            self._rcv_mss,
+            (self._now if self._ack_now else self._delack_deadline) if owed else None,
+            self._unacked_rx_bytes if owed else 0,
         )
 
     def fastpath_ack_handed_over(self) -> None:
@@ -502,12 +528,14 @@ class TcpConnection:
         self._ack_now = False
         self._delack_deadline = None
         self._unacked_rx_bytes = 0
+        self._changed()
 
     def fastpath_owe_ack(self, deadline: float, unacked_bytes: int) -> None:
         """The fast path let go of this connection while it owed a delayed ACK: ours now."""
         self._unacked_rx_bytes += unacked_bytes
         if self._delack_deadline is None or deadline < self._delack_deadline:
             self._delack_deadline = deadline
+        self._changed()
 
     def fastpath_absorb(
         self,
@@ -552,6 +580,7 @@ class TcpConnection:
             if ack_deadline is not None:
                 self._delack_deadline = ack_deadline
         self._now = max(self._now, now)
+        self._changed()
 
     def close(self) -> None:
         """Half-close (RFC 9293 section 3.10.4): our FIN goes after the queued data."""
@@ -570,6 +599,7 @@ class TcpConnection:
             self._fin_seq = self._tx.end
             self._set_state(TcpState.LAST_ACK)
         # CLOSED and the closing states: already closed for sending, nothing to do.
+        self._changed()
 
     def abort(self) -> None:
         """RFC 9293 section 3.10.5: reset a synchronised connection, drop everything."""
@@ -580,6 +610,7 @@ class TcpConnection:
         self._clear()
         if self._state is not TcpState.CLOSED:
             self._set_state(TcpState.CLOSED)
+        self._changed()
 
     # ------------------------------------------------------------------ the driver side
 
@@ -588,18 +619,21 @@ class TcpConnection:
         when output is pending, the next timer deadline otherwise, None when idle."""
         if self._output_pending():
             return self._now
-        deadlines = [
-            d
-            for d in (
-                self._rto_deadline,
-                self._persist_deadline,
-                self._delack_deadline,
-                self._tw_deadline,
-                self._keepalive_deadline(),
-            )
-            if d is not None
-        ]
-        return min(deadlines) if deadlines else None
+        return self.timer_deadline()
+
+    def timer_deadline(self) -> float | None:
+        """The earliest timer, None when none runs: `poll_at()` when no output is pending,
+        as is always the case right after `poll_output` (it sends everything it may)."""
+        best = self._rto_deadline
+        for deadline in (
+            self._persist_deadline,
+            self._delack_deadline,
+            self._tw_deadline,
+            self._keepalive_deadline() if self.config.keepalive is not None else None,
+        ):
+            if deadline is not None and (best is None or deadline < best):
+                best = deadline
+        return best
 
     def poll_output(self, now: float) -> list[TcpRepr]:
         """Fire due timers and return every segment to transmit now."""
@@ -654,6 +688,7 @@ class TcpConnection:
         else:
             self._on_segment_synchronized(seg, now)
         self._update_timers(now)
+        self._changed()
 
     # ------------------------------------------------------------------ arrival: CLOSED, LISTEN
 
@@ -766,8 +801,8 @@ class TcpConnection:
     # ------------------------------------------------------------------ arrival: synchronised
 
     def _on_segment_synchronized(self, seg: TcpRepr, now: float) -> None:
-        flags = seg.flags
-        is_rst = bool(flags & TcpFlags.RST)
+        flags = int(seg.flags)
+        is_rst = bool(flags & _RST)
         seq = unwrap(seg.seq, self._rcv_nxt)
         timestamp = seg.options.timestamp
 
@@ -785,8 +820,8 @@ class TcpConnection:
 
         if (
             self._state is TcpState.SYN_RECEIVED
-            and flags & TcpFlags.SYN
-            and not flags & TcpFlags.ACK
+            and flags & _SYN
+            and not flags & _ACK
             and seq == self._irs
         ):
             # The peer did not get our SYN,ACK and sent its SYN again: repeat the SYN,ACK.
@@ -797,7 +832,7 @@ class TcpConnection:
         if not self._acceptable(seq, seg):
             if not is_rst:
                 self._ack_now = True  # <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>
-            if self._state is TcpState.TIME_WAIT and flags & TcpFlags.FIN:
+            if self._state is TcpState.TIME_WAIT and flags & _FIN:
                 # A retransmitted FIN: acknowledge it and restart the 2 MSL timeout.
                 self._tw_deadline = now + self.config.time_wait
             self._stats.dropped_out_of_window += 1
@@ -815,12 +850,12 @@ class TcpConnection:
             return
 
         # Fourth: SYN in a synchronised state (RFC 5961 section 4.2): challenge ACK.
-        if flags & TcpFlags.SYN:
+        if flags & _SYN:
             self._challenge_ack()
             return
 
         # Fifth: ACK processing. Without ACK the segment is dropped.
-        if not flags & TcpFlags.ACK:
+        if not flags & _ACK:
             return
         ack = unwrap(seg.ack, self._snd_una)
         just_established = False
@@ -861,7 +896,7 @@ class TcpConnection:
         # Sixth: URG is ignored (RFC 6093 advises against it). Seventh and eighth: text, FIN.
         if self._state in _RECEIVING_STATES:
             self._process_text(seg, seq, now)
-        elif flags & TcpFlags.FIN:
+        elif flags & _FIN:
             # CLOSE-WAIT, CLOSING, LAST-ACK: the FIN was already seen; TIME-WAIT: restart.
             self._ack_now = True
             if self._state is TcpState.TIME_WAIT:
@@ -934,7 +969,7 @@ class TcpConnection:
             ack == self._snd_una
             and self._snd_max > self._snd_una
             and not seg.payload
-            and not seg.flags & (TcpFlags.SYN | TcpFlags.FIN)
+            and not int(seg.flags) & (_SYN | _FIN)
             and window == old_window
         ):
             # RFC 5681 section 2, DUPLICATE ACKNOWLEDGMENT (a) to (e).
@@ -1032,7 +1067,7 @@ class TcpConnection:
     def _process_text(self, seg: TcpRepr, seq: int, now: float) -> None:
         """RFC 9293 section 3.10.7.4, seventh (text) and eighth (FIN)."""
         payload = memoryview(seg.payload)
-        fin = bool(seg.flags & TcpFlags.FIN)
+        fin = bool(int(seg.flags) & _FIN)
         if seq < self._rcv_nxt:
             # Trim what we already have.
             payload = payload[min(self._rcv_nxt - seq, len(payload)) :]
@@ -1079,7 +1114,7 @@ class TcpConnection:
         elif filled_gap:
             self._ack_now = True  # RFC 5681 section 4.2: a segment that fills a gap
         else:
-            self._schedule_ack(now, bool(seg.flags & TcpFlags.PSH))
+            self._schedule_ack(now, bool(int(seg.flags) & _PSH))
 
     def _schedule_ack(self, now: float, psh: bool) -> None:
         """Delayed ACK (RFC 9293 section 3.8.6.3, RFC 5681 section 4.2): at once for every
@@ -1183,6 +1218,9 @@ class TcpConnection:
 
     def _payload_limit(self) -> int:
         """RFC 9293 section 3.7.1: the MSS less the options this segment will carry."""
+        if not (self._sack_enabled and len(self._ooo)):
+            # Timestamps alone: 10 bytes padded to 12 (what _segment_options would give).
+            return max(self._snd_mss - (_TIMESTAMP_OPTION_SPACE if self._ts_enabled else 0), 1)
         options = self._segment_options(self._now)
         return max(self._snd_mss - _options_length(options), 1)
 
@@ -1316,13 +1354,13 @@ class TcpConnection:
             if retransmission:
                 self._syn_retransmitted = True
         else:
-            flags = TcpFlags.ACK
+            bits = _ACK
             if length and seq + length == self._tx.end:
-                flags |= TcpFlags.PSH
+                bits |= _PSH
             if fin:
-                flags |= TcpFlags.FIN
+                bits |= _FIN
             payload = self._tx.read(seq, length) if length else b""
-            segment = self._ack_segment(seq, flags, now, payload)
+            segment = self._ack_segment(seq, _FLAGS[bits], now, payload)
         self._snd_nxt = max(self._snd_nxt, end)
         self._snd_max = max(self._snd_max, self._snd_nxt)
         if retransmission:

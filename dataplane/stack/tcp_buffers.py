@@ -196,7 +196,8 @@ class SackScoreboard:
 
     def prune(self, snd_una: int) -> None:
         """Forget what the cumulative ACK now covers."""
-        self._blocks = [(max(s, snd_una), e) for s, e in self._blocks if e > snd_una]
+        if self._blocks:
+            self._blocks = [(max(s, snd_una), e) for s, e in self._blocks if e > snd_una]
 
     def clear(self) -> None:
         self._blocks = []

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class FastPathState:
+class FastPathState(NamedTuple):
     """A connection's receive state as the C fast path needs it: 32-bit wire values.
 
     `ack_deadline`/`unacked_bytes` carry a delayed ACK that Python still owes, handed to C.
+    Immutable and compared as a whole (a tuple: built once per export, cheaply).
     """
 
     rcv_nxt: int

@@ -10,6 +10,7 @@ word order, so chain them only through these functions, and only after even-leng
 from __future__ import annotations
 
 import struct
+import sys
 
 from dataplane.shim import Shim, load
 from dataplane.wire._common import Buffer
@@ -50,4 +51,28 @@ def pseudo_header_sum(src: int, dst: int, protocol: int, length: int) -> int:
     return shim.csum_partial(header, 0)
 
 
-__all__ = ["csum_partial", "inet_checksum", "pseudo_header_sum"]
+#: Below this many bytes the sum is cheaper in Python (one bignum reduction, no ctypes call).
+_SMALL = 512
+
+
+def sum16(data: bytes) -> int:
+    """The one's complement sum of data's 16-bit big-endian words (an odd last byte padded
+    with zero), reduced modulo 0xFFFF: add such sums and plain 16-bit fields, reduce once
+    more, and `(-total) % 0xFFFF` is the checksum field (RFC 1071; 2**16 = 1 mod 0xFFFF,
+    so the end-around carry is the modulo). Large buffers go through the shim's C sum."""
+    size = len(data)
+    if size <= _SMALL:
+        value = int.from_bytes(data, "big")
+        return (value << 8 if size & 1 else value) % 0xFFFF
+    shim = _shim or _get_shim()
+    native = shim.csum_partial(data, 0)
+    native = (native & 0xFFFF) + (native >> 16)
+    native = (native & 0xFFFF) + (native >> 16)
+    # The shim sums in the machine's word order: swap the folded sum back to network order
+    # (RFC 1071 section 2(B): byte order independence).
+    return ((native & 0xFF) << 8 | native >> 8) % 0xFFFF if _LITTLE else native % 0xFFFF
+
+
+_LITTLE = sys.byteorder == "little"
+
+__all__ = ["csum_partial", "inet_checksum", "pseudo_header_sum", "sum16"]

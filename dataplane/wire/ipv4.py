@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from dataplane.wire._common import Buffer, as_view
-from dataplane.wire.checksum import inet_checksum
+from dataplane.wire.checksum import inet_checksum, sum16
 from dataplane.wire.errors import (
     ChecksumError,
     MalformedError,
@@ -69,7 +69,9 @@ class Ipv4Repr:
             raise MalformedError(f"IPv4 header length {header_len} is below 20")
         if header_len > size:
             raise TruncatedError(f"IPv4 header of {header_len} bytes in a {size}-byte buffer")
-        if verify_checksum and inet_checksum(view[:header_len]) != 0:
+        # A header that verifies sums to 0xFFFF, 0 modulo 0xFFFF (it is never all zeros:
+        # the version is 4). Summed in Python: cheaper than a C call for 20 bytes.
+        if verify_checksum and sum16(view[:header_len].tobytes()) != 0:
             raise ChecksumError("IPv4 header checksum does not verify")
         if total_len < header_len:
             raise MalformedError(f"IPv4 total length {total_len} below header length")

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass, field
 
 from dataplane.wire._common import Buffer, as_bytes
-from dataplane.wire.checksum import csum_partial, inet_checksum, pseudo_header_sum
+from dataplane.wire.checksum import csum_partial, inet_checksum, pseudo_header_sum, sum16
 from dataplane.wire.errors import ChecksumError, MalformedError, TruncatedError
 
 
@@ -180,6 +180,9 @@ def _parse_options(data: bytes, start: int, end: int) -> TcpOptions:
     # RFC 2018 sections 2 and 3.
     if start == end:
         return _NO_OPTIONS
+    if end - start == 12 and data[start : start + 4] == _TS_ALONE:
+        # NOP, NOP, timestamps: what every segment after the handshake carries.
+        return TcpOptions(timestamp=_U32_PAIR.unpack_from(data, start + 4))
     mss: int | None = None
     window_scale: int | None = None
     sack_permitted = False
@@ -240,11 +243,8 @@ class TcpRepr:
     @property
     def seg_len(self) -> int:
         """Sequence space the segment occupies: payload plus one each for SYN and FIN."""
-        return (
-            len(self.payload)
-            + (1 if self.flags & TcpFlags.SYN else 0)
-            + (1 if self.flags & TcpFlags.FIN else 0)
-        )
+        flags = int(self.flags)
+        return len(self.payload) + (flags >> 1 & 1) + (flags & 1)  # SYN is 0x02, FIN 0x01
 
     @classmethod
     def parse(
@@ -271,8 +271,10 @@ class TcpRepr:
         if header_len > size:
             raise MalformedError(f"TCP header of {header_len} bytes in a {size}-byte segment")
         if verify_checksum:
-            pseudo = pseudo_header_sum(src_ip, dst_ip, PROTO_TCP, size)
-            if inet_checksum(data, pseudo) != 0:
+            # RFC 1071: segment plus pseudo header sum to 0xFFFF, 0 modulo 0xFFFF (the
+            # pseudo header is never all zeros: the protocol is 6).
+            pseudo = (src_ip >> 16) + (src_ip & 0xFFFF) + (dst_ip >> 16) + (dst_ip & 0xFFFF)
+            if (pseudo + PROTO_TCP + size + sum16(data)) % 0xFFFF != 0:
                 raise ChecksumError("TCP checksum does not verify")
         options = _parse_options(data, HEADER_LEN, header_len)
         return cls(
@@ -322,6 +324,102 @@ class TcpRepr:
         )
 
 
+_IPV4_TCP = struct.Struct("!BBHHHBBHII")  # an option-less IPv4 header for PROTO_TCP
+_TS_OPTION = struct.Struct("!BBBBII")  # NOP, NOP, TS, 10, TSval, TSecr
+_TS_OPTION_SUM = (OPT_NOP << 8 | OPT_NOP) + (OPT_TIMESTAMPS << 8 | _LEN_TIMESTAMPS)
+_IPV4_FLAGS_TTL_SUM = 0x4000 + (64 << 8 | PROTO_TCP)  # DF; TTL 64, protocol 6
+
+
+class TcpFrameTemplate:
+    """Ethernet + IPv4 + TCP for one connection with the constant parts prebuilt: emitting
+    a segment fills in only what changes (lengths, IP ident, seq, ack, flags, window,
+    options) and computes both checksums from per-connection partial sums, so a data
+    segment costs a few struct packs and one checksum pass over its payload.
+
+    The bytes are exactly those of `EthernetRepr(...).emit(Ipv4Repr(src, dst, 6, len,
+    ident=ident).emit(seg.emit(src, dst)))` (tests compare them)."""
+
+    __slots__ = ("_dst", "_eth", "_ip_sum", "_pseudo_sum", "_src", "dst_mac")
+
+    def __init__(self, src_mac: bytes, dst_mac: bytes, src_ip: int, dst_ip: int) -> None:
+        self.dst_mac = dst_mac
+        self._eth = dst_mac + src_mac + b"\x08\x00"
+        self._src = src_ip
+        self._dst = dst_ip
+        addresses = (src_ip >> 16) + (src_ip & 0xFFFF) + (dst_ip >> 16) + (dst_ip & 0xFFFF)
+        # IPv4 header words that never change: version/IHL, flags, TTL/protocol, addresses.
+        self._ip_sum = 0x4500 + _IPV4_FLAGS_TTL_SUM + addresses
+        # RFC 9293 section 3.1 pseudo header, less the TCP length.
+        self._pseudo_sum = addresses + PROTO_TCP
+
+    def emit(self, seg: TcpRepr, ident: int) -> bytes:
+        """The whole frame for seg with this IP identification."""
+        options = seg.options
+        if (
+            options.timestamp is not None
+            and options.mss is None
+            and options.window_scale is None
+            and not options.sack_permitted
+            and not options.sack_blocks
+        ):
+            tsval, tsecr = options.timestamp
+            opt_bytes = _TS_OPTION.pack(
+                OPT_NOP, OPT_NOP, OPT_TIMESTAMPS, _LEN_TIMESTAMPS, tsval, tsecr
+            )
+            opt_sum = _TS_OPTION_SUM + (tsval >> 16) + (tsval & 0xFFFF)
+            opt_sum += (tsecr >> 16) + (tsecr & 0xFFFF)
+        elif options == _NO_OPTIONS:
+            opt_bytes = b""
+            opt_sum = 0
+        else:
+            opt_bytes = options.emit()
+            opt_sum = sum16(opt_bytes)
+        payload = seg.payload
+        header_len = HEADER_LEN + len(opt_bytes)
+        tcp_len = header_len + len(payload)
+        if tcp_len > MAX_SEGMENT_LEN - 20:
+            raise ValueError(f"TCP segment of {tcp_len} bytes does not fit in IPv4")
+        seq = seg.seq
+        ack = seg.ack
+        offset_flags = (header_len // 4) << 12 | int(seg.flags)
+        total = (
+            self._pseudo_sum
+            + tcp_len
+            + seg.src_port
+            + seg.dst_port
+            + (seq >> 16)
+            + (seq & 0xFFFF)
+            + (ack >> 16)
+            + (ack & 0xFFFF)
+            + offset_flags
+            + seg.window
+            + seg.urgent
+            + opt_sum
+        )
+        if payload:
+            total += sum16(payload)
+        ip_len = 20 + tcp_len
+        ip_checksum = (-(self._ip_sum + ip_len + ident)) % 0xFFFF
+        try:
+            ip_header = _IPV4_TCP.pack(
+                0x45, 0, ip_len, ident, 0x4000, 64, PROTO_TCP, ip_checksum, self._src, self._dst
+            )
+            tcp_header = _HEADER.pack(
+                seg.src_port,
+                seg.dst_port,
+                seq,
+                ack,
+                offset_flags >> 8,
+                offset_flags & 0xFF,
+                seg.window,
+                (-total) % 0xFFFF,
+                seg.urgent,
+            )
+        except struct.error as exc:
+            raise ValueError(f"TCP or IPv4 field out of range: {exc}") from exc
+        return self._eth + ip_header + tcp_header + opt_bytes + payload
+
+
 __all__ = [
     "HEADER_LEN",
     "MAX_OPTIONS_LEN",
@@ -336,6 +434,7 @@ __all__ = [
     "OPT_WINDOW_SCALE",
     "PROTO_TCP",
     "TcpFlags",
+    "TcpFrameTemplate",
     "TcpOptions",
     "TcpRepr",
 ]
