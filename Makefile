@@ -4,11 +4,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := dpdk libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core nats-server
+APT_PACKAGES := dpdk dpdk-dev libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core nats-server
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench deps venv shim clean lab-clean
+.PHONY: run test lint bench soak deps venv shim clean lab-clean
 
 run: deps venv shim
 	$(VENV)/bin/wsgw demo
@@ -23,6 +23,10 @@ lint: venv
 
 bench: deps venv shim
 	$(VENV)/bin/wsgw bench all --out results/latest
+
+# Resident memory over 10 minutes of stream through the whole gateway (not in `bench`).
+soak: deps venv shim
+	$(VENV)/bin/wsgw bench soak --out results/soak
 
 # Debian packages: installed only when one is missing (apt-get update first: a fresh
 # machine has no package lists).

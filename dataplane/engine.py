@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from dataplane.dpdk import DpdkPort
 from dataplane.errors import DataplaneError
-from dataplane.fastpath import FastPath, FastPathConfig
+from dataplane.fastpath import FastPath, FastPathConfig, LatencySamples
 from dataplane.links.base import Link, link_poll_at
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
@@ -148,7 +148,7 @@ class Engine:
         #: none), and per delivery in loop mode, from it to the protocol's data_received
         #: (the transports append): RX burst -> bytes in the WebSocket layer, newest 65536.
         self.batch_rx_ns = 0
-        self.rx_to_protocol_ns: deque[int] = deque(maxlen=65536)
+        self.rx_to_protocol_ns = LatencySamples()
 
     @classmethod
     def on_port(

@@ -11,8 +11,9 @@ belongs to Python (`flow_take_ack` / `flow_give_ack`).
 
 from __future__ import annotations
 
-import collections
+import array
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,6 +65,34 @@ def _check_sync_layout() -> None:
         if field_.offset != offset or field_.size != size:
             raise FastPathError(f"struct wsgw_flow layout changed at {name}: update _SYNC")
         offset += size
+
+
+class LatencySamples:
+    """The newest `capacity` latency samples (ns) in memory allocated once, up front: a
+    deque of ints grows the heap by ~70 B per sample until it is full, which a memory
+    soak then reads as growth."""
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self._values = array.array("q", bytes(8 * capacity))
+        self._capacity = capacity
+        self._count = 0  # samples ever appended since the last clear
+
+    def append(self, value: int) -> None:
+        self._values[self._count % self._capacity] = value
+        self._count += 1
+
+    def clear(self) -> None:
+        self._count = 0
+
+    def __len__(self) -> int:
+        return min(self._count, self._capacity)
+
+    def __iter__(self) -> Iterator[int]:
+        """Oldest first."""
+        if self._count <= self._capacity:
+            return iter(self._values[: self._count])
+        start = self._count % self._capacity
+        return iter(self._values[start:] + self._values[:start])
 
 
 class FastPathError(DataplaneError):
@@ -156,10 +185,10 @@ class FastPath:
         self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
         # RX burst (C stamp) to bytes readable in the connection, per absorb, in ns: the
         # in-stack latency of the first byte of each batch. Bounded: the newest 65536.
-        self.rx_to_readable_ns: collections.deque[int] = collections.deque(maxlen=65536)
+        self.rx_to_readable_ns = LatencySamples()
         # The in-C part of it: RX burst -> the poll returning to Python, per poll that
         # brought frames (the bytes are in the flow's ring or the slow arena by then).
-        self.rx_to_return_ns: collections.deque[int] = collections.deque(maxlen=65536)
+        self.rx_to_return_ns = LatencySamples()
 
     # ---- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:

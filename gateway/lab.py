@@ -8,6 +8,19 @@ an unreachable host. 198.18.0.0/15 is the benchmarking range (RFC 2544), so the 
 shadows a real network. Offloads are off on both ends (af_packet would hand DPDK truncated
 GSO frames and unfinished checksums), IPv6 and forwarding are off on the gateway end, so the
 kernel stays out of the conversation. `up` is idempotent and `down` removes everything.
+
+The gateway end's interface index is chosen, not left to the kernel: DPDK 22.11's
+net_af_packet joins each port's sockets to the PACKET_FANOUT group `(pid ^ ifindex) &
+0xffff` of the root namespace, and a second process whose pid and port give the same group
+cannot open its port (setsockopt PACKET_FANOUT fails). Two gateways started together have
+pids close to each other, and labs made together got consecutive indexes from the kernel:
+a collision was likely. A lab's index is now `k << (FANOUT_SAFE_BITS + 1)` with k in
+1..FANOUT_SLOTS, distinct among the labs present (`ip link add ... index N` fails with
+"File exists" when N is taken: the next k is tried). For any two such labs, opened by one
+process or by two whose pids differ by less than 2 ** FANOUT_SAFE_BITS, the groups differ:
+the indexes' XOR is zero in its low FANOUT_SAFE_BITS + 1 bits and not in the bits above,
+while two pids that close XOR to zero in bit FANOUT_SAFE_BITS only if they also do in every
+bit above it (see `fanout_group`). Beyond FANOUT_SLOTS labs at once the kernel picks.
 """
 
 from __future__ import annotations
@@ -23,6 +36,32 @@ from dataplane import hostinfo
 
 OFFLOADS = ("tso", "gso", "gro", "tx", "rx")
 SUBNET_PREFIX = "198.18"
+#: Processes whose pids differ by less than 2 ** FANOUT_SAFE_BITS never share a fanout group.
+FANOUT_SAFE_BITS = 10
+#: Labs that get a collision-free gateway interface index (at once, on one host).
+FANOUT_SLOTS = (1 << (15 - FANOUT_SAFE_BITS)) - 1
+
+
+def fanout_group(pid: int, ifindex: int) -> int:
+    """The PACKET_FANOUT group DPDK 22.11's net_af_packet joins for a port on `ifindex`
+    opened by process `pid` (drivers/net/af_packet/rte_eth_af_packet.c)."""
+    return (pid ^ ifindex) & 0xFFFF
+
+
+def lab_ifindexes() -> list[int]:
+    """The interface indexes a lab may give its gateway end (`k << (FANOUT_SAFE_BITS + 1)`)."""
+    return [k << (FANOUT_SAFE_BITS + 1) for k in range(1, FANOUT_SLOTS + 1)]
+
+
+def _ifindexes_in_use() -> set[int]:
+    """Interface indexes of this (the root) namespace."""
+    used: set[int] = set()
+    for path in Path("/sys/class/net").glob("*/ifindex"):
+        try:
+            used.add(int(path.read_text()))
+        except (OSError, ValueError):  # an interface going away meanwhile
+            continue
+    return used
 
 
 class LabError(RuntimeError):
@@ -44,6 +83,8 @@ class Lab:
     subnet_index: int | None = None
     extra_peer_addresses: tuple[str, ...] = field(default=())
     kernel_client: bool = False  # a second namespace with a kernel TCP client (benchmarks)
+    #: The gateway end's interface index; None: one of `lab_ifindexes()` (tests force one).
+    gw_ifindex: int | None = None
 
     def __post_init__(self) -> None:
         if not (1 <= len(self.name) <= 10 and self.name.isalnum() and self.name.islower()):
@@ -134,6 +175,10 @@ class Lab:
     def gw_mac(self) -> str:
         return Path(f"/sys/class/net/{self.gw_if}/address").read_text().strip()
 
+    def gw_index(self) -> int:
+        """The interface index of the gateway end (the lab must be up)."""
+        return int(Path(f"/sys/class/net/{self.gw_if}/ifindex").read_text())
+
     def status(self) -> dict[str, Any]:
         up = self.netns_exists() and hostinfo.interface_exists(self.gw_if)
         info: dict[str, Any] = {
@@ -166,21 +211,7 @@ class Lab:
         if not self.netns_exists():
             _run(["ip", "netns", "add", self.netns])
         if not hostinfo.interface_exists(self.gw_if):
-            _run(
-                [
-                    "ip",
-                    "link",
-                    "add",
-                    self.gw_if,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    self.peer_if,
-                    "netns",
-                    self.netns,
-                ]
-            )
+            self._add_gw_link()
         # Gateway end: no kernel IP, no IPv6, no forwarding; the kernel must stay silent.
         for key, value in (("ipv6/conf/{}/disable_ipv6", "1"), ("ipv4/conf/{}/forwarding", "0")):
             Path(f"/proc/sys/net/{key.format(self.gw_if)}").write_text(value)
@@ -198,6 +229,27 @@ class Lab:
         _run([*ns, "ip", "link", "set", self.peer_if, "up"])
         if self.kernel_client:
             self._up_kernel_client(ns)
+
+    def _add_gw_link(self) -> None:
+        """The veth pair, its gateway end at a chosen interface index (module docstring)."""
+        base = ["ip", "link", "add", self.gw_if]
+        veth = ["type", "veth", "peer", "name", self.peer_if, "netns", self.netns]
+        if self.gw_ifindex is not None:
+            _run([*base, "index", str(self.gw_ifindex), *veth])
+            return
+        slots = lab_ifindexes()
+        start = self.index % len(slots)  # labs made together start apart
+        for attempt in range(len(slots)):
+            index = slots[(start + attempt) % len(slots)]
+            if index in _ifindexes_in_use():
+                continue
+            proc = _run([*base, "index", str(index), *veth], check=False)
+            if proc.returncode == 0:
+                return
+            if hostinfo.interface_exists(self.gw_if) or "File exists" not in proc.stderr:
+                raise LabError(f"{' '.join(proc.args)} failed: {proc.stderr.strip()}")
+            # taken meanwhile by another lab: the next one
+        _run([*base, *veth])  # every slot taken: the kernel picks (no fanout guarantee)
 
     def _up_kernel_client(self, ns: list[str]) -> None:
         if not Path(f"/run/netns/{self.client_netns}").exists():

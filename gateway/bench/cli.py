@@ -18,7 +18,9 @@ def _load_scenarios() -> None:
     from gateway.bench import (  # noqa: F401
         conformance,
         fanout,
+        floor,
         micro,
+        soak,
         stream,
         topic,
         udp,
@@ -51,13 +53,17 @@ def bench(
         Path | None, typer.Option("--out", help="write table.txt, results.json and PNG plots here")
     ] = None,
     list_only: Annotated[bool, typer.Option("--list", help="list scenarios")] = False,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="seconds, for scenarios that run for a time (soak)", min=1),
+    ] = None,
 ) -> None:
     _load_scenarios()
     if list_only:
         for s in core.SCENARIOS.values():
-            print(f"{s.name:12} {s.description}")
+            print(f"{s.name:12} {s.description}" + ("" if s.in_all else " (not in 'all')"))
         return
-    names = list(core.SCENARIOS) if scenario == "all" else [scenario]
+    names = [n for n, s in core.SCENARIOS.items() if s.in_all] if scenario == "all" else [scenario]
     unknown = [n for n in names if n not in core.SCENARIOS]
     if unknown:
         typer.secho(
@@ -66,7 +72,9 @@ def bench(
             err=True,
         )
         raise typer.Exit(2)
-    options = core.BenchOptions(quick=quick, repetitions=2 if quick else repetitions)
+    options = core.BenchOptions(
+        quick=quick, repetitions=2 if quick else repetitions, duration=duration
+    )
     results: list[core.Measurement] = []
     cond = core.conditions()
     print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))

@@ -41,6 +41,7 @@ class Scenario:
     description: str
     run: Callable[[BenchOptions], list[Measurement]]
     needs_root: bool = False
+    in_all: bool = True  # False: run only when named (long runs such as `soak`)
 
 
 @dataclass(frozen=True)
@@ -48,20 +49,21 @@ class BenchOptions:
     quick: bool = False
     repetitions: int = 5
     lab_name: str = "bench"
+    duration: float | None = None  # seconds, for scenarios that run for a time (`soak`)
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
 def scenario(
-    name: str, description: str, *, needs_root: bool = False
+    name: str, description: str, *, needs_root: bool = False, in_all: bool = True
 ) -> Callable[
     [Callable[[BenchOptions], list[Measurement]]], Callable[[BenchOptions], list[Measurement]]
 ]:
     def register(
         func: Callable[[BenchOptions], list[Measurement]],
     ) -> Callable[[BenchOptions], list[Measurement]]:
-        SCENARIOS[name] = Scenario(name, description, func, needs_root)
+        SCENARIOS[name] = Scenario(name, description, func, needs_root, in_all)
         return func
 
     return register

@@ -120,6 +120,8 @@ class Consumer:
         self._latest: dict[str, Delivery] = {}
         self._window: asyncio.TimerHandle | None = None
         self.push = self._conflate if self._interval else self._push  # the router's entry
+        #: The seq of the session's gap this consumer got as past on subscribing (if any).
+        self.past_gap_seq: int | None = None
         stats.connected += 1
         stats.opened += 1
 

@@ -157,7 +157,8 @@ class _Router:
     def _gap(self, event: GapEvent) -> None:
         notice = GapNotice(event.session_id, event.lost, event.reason, event.seq)
         for consumer in self._session_consumers(event.session_id):
-            consumer.push_gap(notice)
+            if consumer.past_gap_seq != event.seq:  # else it got this one as a past gap
+                consumer.push_gap(notice)
 
     def _overflow(self, overflow: Overflow) -> None:
         counts = overflow.counts
@@ -214,6 +215,8 @@ class Hub:
         self._routers: dict[asyncio.AbstractEventLoop, _Router] = {}
         self._sinks: tuple[Handoff, ...] = ()
         self._stats: dict[str, ConsumerStats] = {}
+        # session -> its last upstream gap, for consumers that subscribe afterwards
+        self._last_gaps: dict[int, GapEvent] = {}
         self._closed = False
         if nats is not None:
             self._sinks = (nats.handoff,)
@@ -269,7 +272,9 @@ class Hub:
 
     def publish_gap(self, session_id: int, lost: int | None, reason: str) -> int:
         """A session reconnected: `lost` messages (None: unknown) may have been missed.
-        Every consumer of the session gets a gap event; the ring gets a `$gap` record."""
+        Every consumer of the session gets a gap event; the ring gets a `$gap` record. The
+        hub remembers it as the session's last gap: a consumer that subscribes later gets
+        it first, marked as past (see `subscribe`)."""
         seq = self._next_seq
         if self._closed:
             return seq
@@ -284,6 +289,10 @@ class Hub:
             except RingError as exc:
                 self._ring_failed(exc)
         self._next_seq = seq + 1
+        # Remembered before it is offered: a consumer subscribing meanwhile (its hand-off
+        # registered before it reads this) gets it at least once, and `_gap` skips the
+        # live copy of a gap a consumer already got as past.
+        self._last_gaps[session_id] = event
         for sink in self._sinks:
             sink.offer_event(event)
         self.counters.gaps += 1
@@ -380,7 +389,10 @@ class Hub:
         name: str = "anonymous",
     ) -> Consumer:
         """A consumer of these topics of a session (None: every topic) on the running loop.
-        It gets every message published after this call returns."""
+        It gets every message published after this call returns. When the session had an
+        upstream gap before (a reconnect, a restart), the consumer's first event is that
+        gap, once, marked past with its time (GapNotice.past, ts_ns): what was published
+        before it subscribed may be missing, and a late consumer learns so too."""
         loop = asyncio.get_running_loop()
         if self._closed:
             raise HubClosedError("the hub is closed")
@@ -395,6 +407,12 @@ class Hub:
             router.remove,
         )
         router.add(consumer)
+        last = self._last_gaps.get(session_id)  # read after the hand-off is registered
+        if last is not None:
+            consumer.past_gap_seq = last.seq
+            consumer.push_gap(
+                GapNotice(session_id, last.lost, last.reason, last.seq, last.ts_ns, past=True)
+            )
         return consumer
 
     def _router_for(self, loop: asyncio.AbstractEventLoop) -> _Router:
@@ -428,6 +446,10 @@ class Hub:
         return stats
 
     # ---- reading (any thread) ------------------------------------------------------------
+    def last_gap(self, session_id: int) -> GapEvent | None:
+        """The session's last upstream gap (None: none since this hub started)."""
+        return self._last_gaps.get(session_id)
+
     def consumers(self) -> list[Consumer]:
         """The live consumers of every loop (a snapshot)."""
         return [c for router in list(self._routers.values()) for c in router.consumers]

@@ -179,23 +179,31 @@ class GapNotice(NamedTuple):
     """Messages a consumer will not get. reason: the session's (an upstream reconnect),
     QUEUE_FULL (drop_oldest dropped them from its queue) or OVERLOAD (the gateway's own
     hand-off was full). lost: how many (None when the session could not tell). seq: the
-    gap record's sequence number for upstream gaps, None for the others."""
+    gap record's sequence number for upstream gaps, None for the others.
+
+    past: the session's last upstream gap, which happened before this consumer subscribed
+    (`Hub.subscribe` hands it over once, first): data from before the subscription may be
+    missing. ts_ns: when that gap happened (time.time_ns()); set on past notices only."""
 
     session_id: int
     lost: int | None
     reason: str
     seq: int | None = None
+    ts_ns: int | None = None
+    past: bool = False
 
     def json(self) -> str:
-        return orjson.dumps(
-            {
-                "type": "gap",
-                "seq": self.seq,
-                "session": self.session_id,
-                "lost": self.lost,
-                "reason": self.reason,
-            }
-        ).decode()
+        body: dict[str, object] = {
+            "type": "gap",
+            "seq": self.seq,
+            "session": self.session_id,
+            "lost": self.lost,
+            "reason": self.reason,
+        }
+        if self.past:
+            body["past"] = True
+            body["ts_ns"] = self.ts_ns
+        return orjson.dumps(body).decode()
 
 
 StreamEvent = Delivery | GapNotice

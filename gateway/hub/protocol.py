@@ -23,7 +23,12 @@ Frames, server to client:
   session's (an upstream reconnect: lost may be null when it cannot tell), `queue_full`
   (drop_oldest dropped that many of this stream's oldest messages) or `gateway_overload`
   (the gateway's own hand-off was full). In raw mode a gap frame can only be told from an
-  upstream payload by its shape: use envelope=1 when that matters.
+  upstream payload by its shape: use envelope=1 when that matters;
+- a past gap, first (after `subscribed`), when the session had an upstream gap (a
+  reconnect, a gateway restart) before this stream subscribed: the session's last one,
+  once, `{"type":"gap",...,"past":true,"ts_ns":NS}` with the time it happened. What was
+  published before the stream subscribed may be missing; a stream that subscribes before
+  the session reconnects gets that gap live instead (without `past`).
 
 `seq` is the gateway's sequence number of the message: the same number the shared-memory
 ring gives it, increasing along a stream (not contiguous: other topics take numbers too).

@@ -1,15 +1,14 @@
 """The restart guarantee, end to end: `wsgw serve` killed with SIGKILL mid-stream and started
 again on the same database brings back, without any API call, the DPDK port, the topics
-and the running session; a /v1/stream consumer of the subscription gets a gap (reason
-"restart: ...") and then data again, in order; the simulator sees each topic subscribed
-exactly once; a graceful stop exits 0 and unlinks the shared-memory ring the killed
-process left behind (and the second one took over).
+and the running session; the simulator sees each topic subscribed exactly once; a graceful
+stop exits 0 and unlinks the shared-memory ring the killed process left behind (and the
+second one took over).
 
-The hub hands a /v1/stream consumer only what is published after it subscribed, and a
-restored session reconnects within milliseconds of the start, before the control plane
-even listens. To see the restart gap on the stream, the test holds the upstream back (a
-blackhole route to the gateway's address in the simulator's namespace: the session's
-connection attempts get no answer) until its consumer is subscribed, then lets it through.
+A restored session reconnects within milliseconds of the start, before any consumer is
+there. The hub remembers a session's last gap and hands it to a /v1/stream consumer that
+subscribes later, first and once, marked past with its time: the test subscribes only once
+the restart gap was published, and the consumer gets that gap (reason "restart: ...") and
+then data again, in order.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,17 +199,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextlib.contextmanager
-def upstream_held(lab: Lab) -> Iterator[None]:
-    """No answer from the simulator's namespace to the gateway's address while inside."""
-    route = ["ip", "route", "add", "blackhole", f"{lab.gw_ip}/32"]
-    lab.exec(route)
-    try:
-        yield
-    finally:
-        lab.exec(["ip", "route", "del", "blackhole", f"{lab.gw_ip}/32"], check=False)
-
-
 def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_path: Path) -> None:
     started = time.monotonic()
 
@@ -264,25 +252,36 @@ def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_pa
         assert not [f for f in frames if f["type"] == "gap"], frames
         last_before = {t: s[-1] for t, s in sim_seqs(frames).items()}
 
-        # 2. Killed mid-stream, while the upstream is held back (see the module docstring).
-        with upstream_held(lab):
-            os.kill(first.proc.pid, signal.SIGKILL)
-            assert first.proc.wait(10) == -signal.SIGKILL
-            before.close()
-            assert ring.exists(), "the killed gateway's ring should be left behind"
+        # 2. Killed mid-stream.
+        os.kill(first.proc.pid, signal.SIGKILL)
+        killed_ns = time.time_ns()
+        assert first.proc.wait(10) == -signal.SIGKILL
+        before.close()
+        assert ring.exists(), "the killed gateway's ring should be left behind"
 
-            # 3. Started again on the same database: no API call, only a consumer.
-            second = Serve(env, port, tmp_path / "serve2.log")
-            serves.append(second)
-            mark("killed; second serve started")
-            second.wait_ready()
-            mark("second serve ready")
-            after = Stream(exits, port, sub["id"])
-            assert after.hello["session"] == sid
-            assert after.hello["topics"] == list(TOPICS)
-        mark("second stream subscribed; upstream let through")
+        # 3. Started again on the same database: no API call. The restored session
+        # reconnects at once; the consumer subscribes after its restart gap.
+        second = Serve(env, port, tmp_path / "serve2.log")
+        serves.append(second)
+        mark("killed; second serve started")
+        second.wait_ready()
+        mark("second serve ready")
 
-        # 4. The restored session reconnects: a restart gap, then data again, in order.
+        def restart_gap() -> bool:
+            events = second.api.get(f"/v1/sessions/{sid}/events", params={"limit": 200})
+            return any(
+                e["kind"] == "gap" and e["reason"].startswith("restart")
+                for e in events.json()["data"]
+            )
+
+        wait_for("the restored session's restart gap", restart_gap, 30)
+        mark("restart gap published")
+        after = Stream(exits, port, sub["id"])
+        assert after.hello["session"] == sid
+        assert after.hello["topics"] == list(TOPICS)
+
+        # 4. The late consumer is told of the restart gap first (past, with its time),
+        # then gets data again, in order.
         frames = after.frames(each_topic(3), 40)
         mark("restart gap and data on the second stream")
         gaps = [f for f in frames if f["type"] == "gap"]
@@ -291,6 +290,9 @@ def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_pa
         assert gaps[0]["session"] == sid
         assert gaps[0]["reason"].startswith("restart"), gaps[0]
         assert gaps[0]["lost"] is None
+        assert gaps[0]["past"] is True, gaps[0]
+        assert killed_ns < gaps[0]["ts_ns"] < time.time_ns(), gaps[0]
+        assert gaps[0]["seq"] < frames[1]["seq"], frames[:2]
         seqs = sim_seqs(frames)
         for topic, numbers in seqs.items():
             assert numbers[0] > last_before[topic], (topic, last_before[topic], numbers)

@@ -172,6 +172,10 @@ async def _ws_client(spec: dict[str, Any], go: Any) -> dict[str, Any]:
             while True:
                 frame = await asyncio.wait_for(ws.recv(), 30)
                 obj = orjson.loads(frame)
+                if obj.get("type") == "gap" and obj.get("past"):
+                    # the session's gap from an earlier test (see the late-consumer test)
+                    assert not got, "a past gap after data"
+                    continue
                 if obj.get("type") == "gap":
                     gaps.append((len(got), obj))
                     continue
@@ -450,6 +454,98 @@ def test_drop_oldest_tells_the_consumer_exactly_what_it_lost(gw: Gateway, procs:
     gw.wait_consumers(0)
     assert stats.dropped == sum(g["lost"] for _, g in gaps)
     assert stats.disconnects == {"client": 1}
+
+
+def test_a_late_consumer_is_told_of_the_sessions_last_gap(gw: Gateway) -> None:
+    """A stream that subscribes after the session's gap (a restored session reconnects
+    before any consumer is there) gets that gap first, once, marked past with its time, in
+    both modes; a stream that was there gets it live, once; a newer gap reaches both live;
+    a stream of another session gets none."""
+    from websockets.asyncio.client import ClientConnection, connect
+
+    sid = gw.service.create_session(
+        {"name": "late", "url": "wss://feed.example/ws", "dialect": "generic",
+         "transport": "kernel"}
+    ).id  # fmt: skip
+    quiet = gw.service.create_session(
+        {"name": "quiet", "url": "wss://feed.example/ws", "dialect": "generic",
+         "transport": "kernel"}
+    ).id  # fmt: skip
+    base = f"{gw.ws}?topics=t0&token={gw.consume}&session="
+
+    async def frames(ws: ClientConnection, until: int = SENTINEL) -> list[dict[str, Any]]:
+        """Frames (without the hello) up to the data message numbered `until`."""
+        out: list[dict[str, Any]] = []
+        while True:
+            obj = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+            if obj.get("type") == "subscribed":
+                continue
+            out.append(obj)
+            data = orjson.loads(obj["payload"]) if obj.get("type") == "msg" else obj
+            if data.get("i") == until:
+                return out
+
+    def numbers(got: list[dict[str, Any]]) -> list[Any]:
+        """Data messages as their number, gaps as (reason, past)."""
+        return [
+            (f["reason"], bool(f.get("past")))
+            if f.get("type") == "gap"
+            else orjson.loads(f["payload"] if f.get("type") == "msg" else orjson.dumps(f))["i"]
+            for f in got
+        ]
+
+    async def consumers(n: int) -> None:
+        while len(gw.hub.consumers()) != n:
+            await asyncio.sleep(0.005)
+
+    async def run() -> dict[str, Any]:
+        async with connect(f"{base}{sid}&envelope=1") as early:
+            await consumers(1)
+            publish(gw.hub, sid, 0, 8, topics=["t0"])
+            before = time.time_ns()
+            gw.hub.publish_gap(sid, None, "restart: an older one")
+            gap = gw.hub.publish_gap(sid, None, "restart: killed")
+            after = time.time_ns()
+            publish(gw.hub, sid, 8, 8, topics=["t0"])
+            seen = await frames(early, 15)  # routed: nothing old is pending any more
+            async with (
+                connect(f"{base}{sid}&envelope=1") as late,
+                connect(f"{base}{sid}") as late_raw,
+                connect(f"{base}{quiet}&envelope=1") as other,
+            ):
+                await consumers(4)
+                publish(gw.hub, sid, 16, 4, topics=["t0"])
+                newer = gw.hub.publish_gap(sid, 2, "reconnect")
+                publish(gw.hub, sid, 20, 4, topics=["t0"])
+                publish_sentinel(gw.hub, sid, "t0")
+                publish_sentinel(gw.hub, quiet, "t0")
+                return {
+                    "early": seen + await frames(early),
+                    "late": await frames(late),
+                    "late_raw": await frames(late_raw),
+                    "other": await frames(other),
+                    "gap": gap,
+                    "newer": newer,
+                    "window": (before, after),
+                }
+
+    r = asyncio.run(run())
+    after_gap = [*range(16, 20), ("reconnect", False), *range(20, 24), SENTINEL]
+    assert numbers(r["early"]) == [
+        *range(8),
+        ("restart: an older one", False),
+        ("restart: killed", False),
+        *range(8, 16),
+        *after_gap,
+    ]
+    for name in ("late", "late_raw"):
+        assert numbers(r[name]) == [("restart: killed", True), *after_gap], name
+        past = r[name][0]
+        assert (past["seq"], past["session"], past["lost"]) == (r["gap"], sid, None), name
+        assert r["window"][0] <= past["ts_ns"] <= r["window"][1], name
+        assert r[name][5]["seq"] == r["newer"] and "past" not in r[name][5], name
+    assert numbers(r["other"]) == [SENTINEL]
+    gw.wait_consumers(0)
 
 
 async def _close_of(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
