@@ -715,8 +715,11 @@ async def run_test(adapter: Adapter, test: str, url: str, params: dict[str, Any]
             }
         if test == "ingest":
             count = int(params.get("count", 10000))
+            floor_bytes = int(params.get("bytes", 0))
             return {
-                str(size): await adapter.ingest(url, int(size), count)
+                str(size): await adapter.ingest(
+                    url, int(size), max(count, floor_bytes // (int(size) + 2))
+                )
                 for size in params.get("sizes", [100])
             }
         raise ValueError(f"unknown test {test!r} (known: {', '.join(TESTS)})")
