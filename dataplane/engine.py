@@ -35,8 +35,9 @@ from typing import Any, TypeVar
 
 from dataplane.dpdk import DpdkPort
 from dataplane.errors import DataplaneError
-from dataplane.fastpath import FastPath, FastPathConfig, LatencySamples
+from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
+from dataplane.samples import LatencySamples
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int

@@ -314,7 +314,12 @@ async def _open_dpdk(
         transport._protocol.connection_made(transport)
         async with asyncio.timeout(open_timeout):
             connection._start()
-            await asyncio.shield(connection._opened)
+            # Awaited as is, not through asyncio.shield: the shield's outer future wakes
+            # this task one loop iteration later, and on the engine loop every iteration
+            # is an engine turn (a flush and a C poll) paid before the open returns. The
+            # future is this opener's alone: a timeout or a cancel cancelling it only
+            # drops a connection that is aborted right below.
+            await connection._opened
     except TimeoutError:
         transport.abort()
         raise TimeoutError(f"opening {url} over DPDK timed out") from None

@@ -718,7 +718,10 @@ async def _open(
                 connect_port or target.port,
             )
             connection._start()
-            await asyncio.shield(connection._opened)
+            # Not through asyncio.shield (one loop iteration more before the open returns):
+            # the future is this opener's alone, and a timeout or a cancel cancelling it
+            # only drops a connection that is aborted right below.
+            await connection._opened
     except TimeoutError:
         if transport is not None:
             transport.abort()

@@ -66,6 +66,7 @@ from dataplane.ws.scan import (
     make_scanner,
     masker,
 )
+from dataplane.ws.scan import resolve as resolve_backend
 
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -191,11 +192,12 @@ class WsClient:
         self.max_message_size = max_message_size
         self.max_frame_size = max_frame_size
         self._fast_limit = min(max_message_size, max_frame_size)
-        self._scanner = make_scanner(scan_backend)
+        backend = resolve_backend(scan_backend)  # once, not once per scanner (reads the env)
+        self._scanner = make_scanner(backend)
         self._max_words = self._scanner.max_frames * SCAN_WORDS
-        self._batch = make_batch_scanner(scan_backend) if batch else None
-        self._one = make_scanner(scan_backend, max_frames=1) if batch else None
-        self._mask = masker(scan_backend)
+        self._batch = make_batch_scanner(backend) if batch else None
+        self._one = make_scanner(backend, max_frames=1) if batch else None
+        self._mask = masker(backend)
         self._events: list[WsEvent] = []
         self._outgoing: list[bytes] = []
         # Receive buffer: reads not yet parsed, and how many bytes the next frame needs.

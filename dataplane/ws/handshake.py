@@ -43,6 +43,9 @@ _MANAGED = frozenset(
     }
 )
 HeaderPairs = Sequence[tuple[str | bytes, str | bytes]]
+# Request header sets (all but the key) h11 validated already: see ClientHandshake.
+_CHECKED_HEADERS: set[tuple[tuple[bytes, bytes], ...]] = set()
+_CHECKED_HEADERS_MAX = 256
 
 
 def accept_token(key: bytes) -> bytes:
@@ -59,6 +62,8 @@ def host_header(host: str, port: int | None, secure: bool) -> str:
 
 def _split_commas(value: str) -> list[str]:
     """Split a header list on commas outside quoted strings (RFC 7230 section 7)."""
+    if '"' not in value:  # no quoted string (the usual case): every comma separates
+        return [item for item in (part.strip() for part in value.split(",")) if item]
     items: list[str] = []
     current: list[str] = []
     quoted = False
@@ -104,13 +109,8 @@ def parse_extensions(values: Iterable[bytes]) -> list[tuple[str, list[tuple[str,
     return out
 
 
-def _tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> list[str]:
-    return [
-        token.lower()
-        for key, value in headers
-        if key == name
-        for token in _split_commas(value.decode("latin-1"))
-    ]
+def _lower_tokens(values: Iterable[bytes]) -> list[str]:
+    return [token.lower() for value in values for token in _split_commas(value.decode("latin-1"))]
 
 
 def _as_bytes(value: str | bytes) -> bytes:
@@ -172,12 +172,26 @@ class ClientHandshake:
         if not has_agent:
             headers.append((b"User-Agent", b"wsgw"))
         self._h11 = h11.Connection(h11.CLIENT)
+        # h11 checks every header name and value against its grammar (a regex each, most
+        # of the request's cost). The same headers come back on every open to a given URL
+        # with the same options, only the key differs (base64: always a valid value), so
+        # a set of headers h11 accepted once skips the check (`_parsed`); h11 still checks
+        # the method, the target and the Host header count.
+        checked = tuple(pair for pair in headers if pair[0] != b"Sec-WebSocket-Key")
+        known = checked in _CHECKED_HEADERS
         try:
             self._request = self._h11.send(
-                h11.Request(method="GET", target=path.encode("latin-1"), headers=headers)
+                h11.Request(
+                    method=b"GET",
+                    target=path.encode("latin-1"),
+                    headers=headers,
+                    _parsed=known,
+                )
             ) + (self._h11.send(h11.EndOfMessage()) or b"")
         except h11.LocalProtocolError as exc:
             raise LocalProtocolError(f"invalid handshake request: {exc}") from exc
+        if not known and len(_CHECKED_HEADERS) < _CHECKED_HEADERS_MAX:
+            _CHECKED_HEADERS.add(checked)
         self._response: h11.Response | None = None
         self._body = bytearray()
 
@@ -232,25 +246,38 @@ class ClientHandshake:
         )
 
     def _accept(self, event: h11.InformationalResponse) -> Accepted | RejectedHandshake:
-        headers = [(bytes(k), bytes(v)) for k, v in event.headers]
-        frozen = tuple(headers)
+        frozen = tuple((bytes(k), bytes(v)) for k, v in event.headers)  # names lowercase
+        # One pass over the headers collects what every check below needs.
+        upgrade: list[bytes] = []
+        connection: list[bytes] = []
+        accepts: list[bytes] = []
+        extensions: list[bytes] = []
+        protocols: list[bytes] = []
+        wanted = {
+            b"upgrade": upgrade,
+            b"connection": connection,
+            b"sec-websocket-accept": accepts,
+            b"sec-websocket-extensions": extensions,
+            b"sec-websocket-protocol": protocols,
+        }
+        for key, value in frozen:
+            found = wanted.get(key)
+            if found is not None:
+                found.append(value)
 
         def fail(reason: str) -> RejectedHandshake:
             return RejectedHandshake(101, reason, frozen)
 
         # Section 4.1, the client's checks of the server's handshake, items 2 to 6.
-        if "websocket" not in _tokens(headers, b"upgrade"):
+        if "websocket" not in _lower_tokens(upgrade):
             return fail("101 without 'Upgrade: websocket'")
-        if "upgrade" not in _tokens(headers, b"connection"):
+        if "upgrade" not in _lower_tokens(connection):
             return fail("101 without 'Connection: Upgrade'")
-        accepts = [v for k, v in headers if k == b"sec-websocket-accept"]
         if len(accepts) != 1 or accepts[0].strip() != accept_token(self.key):
             return fail("Sec-WebSocket-Accept does not match our key")
         deflate: DeflateParams | None = None
         names: list[str] = []
-        for name, params in parse_extensions(
-            v for k, v in headers if k == b"sec-websocket-extensions"
-        ):
+        for name, params in parse_extensions(extensions):
             if name != EXTENSION_NAME or self.deflate is None:
                 return fail(f"server chose extension {name!r} that we did not offer")
             if deflate is not None:
@@ -260,9 +287,7 @@ class ClientHandshake:
             except NegotiationError as exc:
                 return fail(f"bad permessage-deflate response: {exc}")
             names.append(name)
-        chosen = _split_commas(
-            ",".join(v.decode("latin-1") for k, v in headers if k == b"sec-websocket-protocol")
-        )
+        chosen = _split_commas(",".join(v.decode("latin-1") for v in protocols))
         if len(chosen) > 1 or (chosen and chosen[0] not in self.subprotocols):
             return fail(f"server chose subprotocol {', '.join(chosen)!r} that we did not offer")
         leftover, _closed = self._h11.trailing_data

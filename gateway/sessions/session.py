@@ -22,7 +22,6 @@ change is an event with a reason, for the control plane's event log.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import email.utils
 import logging
@@ -36,6 +35,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from dataplane.samples import LatencySamples
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
 from dataplane.ws.errors import (
     ConnectionClosed,
@@ -194,7 +194,8 @@ class UpstreamSession:
         self.planner = SubscriptionPlanner(self._proto.limits.max_topics_per_connection)
         self.counters = SessionCounters()
         #: Per burst: receive stamp to hand-off to the hub (ns), the newest 4096.
-        self.latency_ns: collections.deque[int] = collections.deque(maxlen=4096)
+        # receive stamp -> published, per batch; allocated once (a soak reads growth)
+        self.latency_ns = LatencySamples(4096)
         self.failed_topics: dict[str, str] = {}  # topic -> the exchange's (or dialect's) reason
         self._wanted: dict[str, None] = {}
         self._links: dict[int, _Link] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dataplane.fastpath import LatencySamples
+from dataplane.samples import LatencySamples
 
 
 @given(st.lists(st.integers(0, 2**62), max_size=40), st.integers(1, 16))

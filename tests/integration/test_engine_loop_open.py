@@ -1,0 +1,133 @@
+"""Opening a WebSocket on the engine loop: the open returns in the loop iteration that
+handled the server's 101 (no extra engine turn, each of which is a flush and a C poll),
+and an open that gets no answer still ends in a TimeoutError with the connection aborted."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane.engine import Engine
+from dataplane.stack.tcp import TcpConfig
+from dataplane.transports.dpdk import EngineTransport, connect_dpdk
+from gateway.lab import Lab
+from tests.conftest import requires_dpdk
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+SERVERS = str(Path(__file__).parents[1] / "utils" / "ws_servers.py")
+SILENT = (
+    "import socket, sys, time\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((sys.argv[1], int(sys.argv[2])))\n"
+    "s.listen(8)\n"  # the kernel completes the handshake; nobody ever answers the upgrade
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+@pytest.fixture
+def loop_engine(eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:  # type: ignore[no-untyped-def]
+    port = eal.open_port(lab.vdev)
+    engine = Engine.on_port(
+        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20)
+    )
+    try:
+        yield engine, lab
+    finally:
+        engine.close()
+        port.close()
+
+
+@pytest.fixture
+def spawn(lab: Lab) -> Iterator[Callable[[list[str]], None]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(argv: list[str]) -> None:
+        proc = lab.popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def run_in_loop(engine: Engine, main: Callable[[], Any]) -> Any:
+    with asyncio.Runner(loop_factory=engine.loop_factory) as runner:
+        return runner.run(main())
+
+
+def test_open_returns_in_the_turn_that_read_the_101(
+    loop_engine: tuple[Engine, Lab],
+    spawn: Callable[[list[str]], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine, lab = loop_engine
+    spawn([SERVERS, "websockets", lab.peer_ip, "9301", "--no-deflate"])
+    turns = 0
+    turn = engine.turn
+
+    def counting_turn(timeout: float | None) -> None:
+        nonlocal turns
+        turns += 1
+        turn(timeout)
+
+    monkeypatch.setattr(engine, "turn", counting_turn)
+    at_101: list[int] = []
+    deliver = EngineTransport._deliver
+
+    def marking_deliver(self: EngineTransport, data: bytes) -> None:
+        if b" 101 " in data[:16]:
+            at_101.append(turns)
+        deliver(self, data)
+
+    monkeypatch.setattr(EngineTransport, "_deliver", marking_deliver)
+
+    async def main() -> list[tuple[int, int]]:
+        seen = []
+        for _ in range(5):
+            ws = await connect_dpdk(f"ws://{lab.peer_ip}:9301/", engine=engine, deflate=False)
+            seen.append((at_101[-1], turns))
+            await ws.send("ping")
+            assert (await ws.recv()).data == b"ping"
+            await ws.close()
+        return seen
+
+    for delivered_in, returned_after in run_in_loop(engine, main):
+        assert returned_after == delivered_in  # no turn between the 101 and the open
+
+
+def test_open_without_an_answer_times_out_and_aborts(
+    loop_engine: tuple[Engine, Lab], spawn: Callable[[list[str]], None]
+) -> None:
+    engine, lab = loop_engine
+    spawn(["-c", SILENT, lab.peer_ip, "9302"])
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError, match="timed out"):
+            await connect_dpdk(
+                f"ws://{lab.peer_ip}:9302/", engine=engine, deflate=False, open_timeout=0.3
+            )
+        # the aborted connection is gone from the stack (RST sent, flow dropped)
+        for _ in range(100):
+            if engine.interface.connection_count == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.interface.connection_count == 0
+        # and the engine still opens the next one
+        spawn([SERVERS, "websockets", lab.peer_ip, "9303", "--no-deflate"])
+        ws = await connect_dpdk(f"ws://{lab.peer_ip}:9303/", engine=engine, deflate=False)
+        await ws.send("ok")
+        assert (await ws.recv()).data == b"ok"
+        await ws.close()
+
+    run_in_loop(engine, main)
