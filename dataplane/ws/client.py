@@ -62,6 +62,7 @@ from dataplane.ws.scan import (
     SCAN_WORDS,
     UINT64_MAX,
     BackendName,
+    _utf8_ok,
     make_batch_scanner,
     make_scanner,
     masker,
@@ -142,14 +143,6 @@ _TRANSITIONS: dict[tuple[ConnectionState, _Trigger], ConnectionState] = {
     (_S.ERROR, _T.EOF): _S.ERROR,
 }
 _RECEIVING = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
-
-
-def _utf8_ok(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 class WsClient:

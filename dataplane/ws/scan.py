@@ -93,6 +93,7 @@ def scan_frames(buf: bytes, start: int = 0, max_frames: int = DEFAULT_MAX_FRAMES
 
 
 def _utf8_ok(data: bytes) -> bool:
+    """RFC 3629 validity, by Python's own decoder (the batch scan's twin does it in C)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:

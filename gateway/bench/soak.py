@@ -515,8 +515,8 @@ def _measurements(
             "RSS slope, second half of the run",
             "KiB/min",
             v.late_slope_kib_min,
-            "leaves out bounded buffers still filling after the warm-up (the fast path's two "
-            "latency deques of 65536 samples, about 5 MB, fill at its batch rate)",
+            "leaves out bounded buffers still filling after the warm-up (allocator arenas, "
+            "caches); the latency sample buffers are allocated up front",
         ),
         m("RssAnon slope after the warm-up", "KiB/min", v.anon_slope_kib_min),
         m("RssAnon growth after the warm-up", "MB", v.anon_growth_kb / 1024),
