@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import statistics
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -75,6 +76,24 @@ def alternate(repetitions: int, contenders: list[str]) -> Iterator[tuple[int, st
         shift = round_ % len(contenders)
         for name in contenders[shift:] + contenders[:shift]:
             yield round_, name
+
+
+def time_per_op(
+    func: Callable[[], object],
+    min_seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Seconds of `clock` per call (wall by default; pass time.process_time for CPU),
+    calibrated: the call count grows until one timed loop lasts at least min_seconds."""
+    count = 1
+    while True:
+        start = clock()
+        for _ in range(count):
+            func()
+        elapsed = clock() - start
+        if elapsed >= min_seconds:
+            return elapsed / count
+        count *= 4 if elapsed < min_seconds / 8 else 2
 
 
 def ratio(m: Measurement, ref: Measurement | None) -> float | None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import functools
 import os
 import struct
-import time
 from collections.abc import Callable
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
 
 OLD_CLIENT = {
     "lookup": "old C client: hash lookup 1.9 ns",
@@ -25,19 +24,6 @@ def python_checksum(data: bytes) -> int:
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
-
-
-def time_per_op(func: Callable[[], object], min_seconds: float) -> float:
-    """Seconds per call, calibrated to run at least min_seconds."""
-    count = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(count):
-            func()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return elapsed / count
-        count *= 4 if elapsed < min_seconds / 8 else 2
 
 
 def _segments(size: int, count: int) -> tuple[list[bytes], int, int]:
@@ -173,7 +159,7 @@ def micro(options: BenchOptions) -> list[Measurement]:
                 results.append(lookup)
         finally:
             fastpath.close()
-    from dataplane.ws.bench import bench_ws_scan
+    from gateway.bench.ws_micro import bench_ws_scan
 
     results += bench_ws_scan(options.quick)
     return results

@@ -17,25 +17,12 @@ from typing import Any
 
 import orjson
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
 
 BURST = 256
 NOTE = (
     "CPU time (process_time): single-threaded kernels, so time-slicing on a busy host is left out"
 )
-
-
-def cpu_time_per_op(func: Callable[[], object], min_seconds: float) -> float:
-    """CPU seconds per call, calibrated to run at least min_seconds of CPU."""
-    count = 1
-    while True:
-        start = time.process_time()
-        for _ in range(count):
-            func()
-        elapsed = time.process_time() - start
-        if elapsed >= min_seconds:
-            return elapsed / count
-        count *= 4 if elapsed < min_seconds / 8 else 2
 
 
 #: name -> (message, key paths, dict lookup that finds the same topic)
@@ -122,6 +109,7 @@ def bench_topic(options: BenchOptions) -> list[Measurement]:
         }
         for _, label in alternate(options.repetitions, list(contenders)):
             func, count = contenders[label]
-            per[label].samples.append(cpu_time_per_op(func, min_seconds) * 1e9 / count)
+            cpu_per_call = time_per_op(func, min_seconds, time.process_time)
+            per[label].samples.append(cpu_per_call * 1e9 / count)
         results += per.values()
     return results

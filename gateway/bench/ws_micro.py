@@ -1,6 +1,6 @@
 """`bench_ws_scan`: the WebSocket per-byte kernels, C shim against their pure-Python twins.
 
-Registered by the gateway in `wsgw bench micro`. Metrics: scanning a read full of small
+Part of `wsgw bench micro`. Metrics: scanning a read full of small
 market-data frames (ns per frame), masking an outgoing payload (bytes per second), the
 whole receive path of `WsClient` for those frames (ns per message), and the same two for
 the batch path (the batch scan with its UTF-8 check; `WsClient(batch=True)`, one
@@ -10,9 +10,7 @@ the batch path (the batch scan with its UTF-8 check; `WsClient(batch=True)`, one
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from dataplane.ws.scan import (
     BackendName,
@@ -21,26 +19,11 @@ from dataplane.ws.scan import (
     mask_py,
     resolve,
 )
-
-if TYPE_CHECKING:
-    from gateway.bench.core import Measurement
+from gateway.bench.core import Measurement, alternate, time_per_op
 
 _C = "shim (C via ctypes)"
 _PY = "pure Python"
 _SCENARIO = "micro"
-
-
-def _per_call(func: Callable[[], object], min_seconds: float) -> float:
-    """Seconds per call, calibrated to run at least min_seconds."""
-    count = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(count):
-            func()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return elapsed / count
-        count *= 4 if elapsed < min_seconds / 8 else 2
 
 
 def _server_frames(count: int, size: int) -> bytes:
@@ -81,7 +64,7 @@ def _scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_s: flo
         while start < len(buf):
             start = scanner.scan(buf, start)[1]
 
-    return _per_call(scan_all, min_s) / frames * 1e9
+    return time_per_op(scan_all, min_s) / frames * 1e9
 
 
 def _batch_scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_s: float) -> float:
@@ -94,7 +77,7 @@ def _batch_scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_
         while start < limit:
             start = scanner.scan(buf, start, limit)[3]
 
-    return _per_call(scan_all, min_s) / frames * 1e9
+    return time_per_op(scan_all, min_s) / frames * 1e9
 
 
 def _mask_bytes_per_s(backend: BackendName, data: bytes, min_s: float) -> float:
@@ -102,21 +85,19 @@ def _mask_bytes_per_s(backend: BackendName, data: bytes, min_s: float) -> float:
     if backend == "c":
         from dataplane.shim._bind_ws import mask_copy
 
-        return len(data) / _per_call(lambda: mask_copy(data, key), min_s)
-    return len(data) / _per_call(lambda: mask_py(data, key), min_s)
+        return len(data) / time_per_op(lambda: mask_copy(data, key), min_s)
+    return len(data) / time_per_op(lambda: mask_py(data, key), min_s)
 
 
 def _client_ns_per_message(
     backend: BackendName, read: bytes, frames: int, min_s: float, batch: bool = False
 ) -> float:
     on_read = _client_on_read(backend, b"", batch)
-    return _per_call(lambda: on_read(read), min_s) / frames * 1e9
+    return time_per_op(lambda: on_read(read), min_s) / frames * 1e9
 
 
 def bench_ws_scan(quick: bool) -> list[Measurement]:
     """C and Python side by side for scan, mask and the client's receive path."""
-    from gateway.bench.core import Measurement, alternate
-
     min_s = 0.05 if quick else 0.3
     repetitions = 3 if quick else 5
     backends: list[BackendName] = ["c", "python"] if resolve("auto") == "c" else ["python"]
