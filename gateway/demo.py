@@ -33,6 +33,7 @@ import httpx
 import orjson
 
 from gateway.lab import Lab, LabError
+from gateway.simulator.process import start_simulator
 
 SIM_PORT = 9443
 TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]
@@ -115,27 +116,11 @@ def run_demo(*, name: str, duration: float, hugepages: str) -> int:
                 f"lab {name}: simulator at {lab.peer_ip}:{SIM_PORT} in namespace {lab.netns}; "
                 f"the gateway's stack is {lab.gw_ip} on {lab.gw_if} (DPDK net_af_packet)"
             )
-        sim_cmd = [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            sim_host,
-            "--port",
-            str(SIM_PORT),
-            "--rate",
-            "50",
-            "--no-stdin",
-        ]
-        sim = (
-            lab.popen(sim_cmd, stdout=subprocess.PIPE, text=True)
-            if lab
-            else subprocess.Popen(sim_cmd, stdout=subprocess.PIPE, text=True)
-        )
+        try:
+            sim = start_simulator(lab, SIM_PORT, 50, host=sim_host)
+        except RuntimeError as exc:
+            raise LabError(str(exc)) from None
         children.append(sim)
-        assert sim.stdout is not None
-        if sim.stdout.readline().strip() != "ready":
-            raise LabError("the feed simulator did not start")
         api_port = _free_port(8080)
         settings = Settings(
             state_dir=state,

@@ -91,33 +91,3 @@ def lab_engine(eal, lab: Lab):  # type: ignore[no-untyped-def]
     for engine, port in opened:
         engine.close()
         port.close()  # type: ignore[attr-defined]
-
-
-def start_simulator(
-    lab: Lab, port: int, rate: int, *, stdin: bool = False
-) -> subprocess.Popen[str]:
-    """The feed simulator on the kernel in the lab's peer namespace, once it says `ready`."""
-    import sys
-
-    proc = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            str(port),
-            "--rate",
-            str(rate),
-            "--stdin" if stdin else "--no-stdin",
-        ],
-        stdin=subprocess.PIPE if stdin else None,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        raise RuntimeError("the feed simulator did not start")
-    return proc

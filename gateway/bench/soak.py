@@ -39,7 +39,6 @@ import multiprocessing as mp
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.bench.core import BenchOptions, Measurement, scenario
+from gateway.simulator.process import start_simulator
 
 SCENARIO = "soak"
 TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "bnbusdt@depth")
@@ -265,29 +265,6 @@ class Child:
 
 
 # ---- the run -------------------------------------------------------------------------------
-def _start_simulator(lab: Any, rate: float) -> subprocess.Popen[str]:
-    proc: subprocess.Popen[str] = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            str(SIM_PORT),
-            "--rate",
-            str(rate),
-            "--no-stdin",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        proc.kill()
-        proc.wait()
-        raise RuntimeError("the feed simulator did not start")
-    return proc
 
 
 def _wait(check: Any, what: str, timeout: float = 30.0) -> None:
@@ -355,7 +332,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
     load_before = os.getloadavg()
     try:
         lab.up()
-        sim = _start_simulator(lab, plan.rate)
+        sim = start_simulator(lab, SIM_PORT, plan.rate)
         hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
         app = gateway_app(state, hub, auth="none")
         server = ServerThread(app).start()

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from api.app import create_app
 from gateway.cli_serve import build_runtime
 from gateway.lab import Lab
 from gateway.settings import Settings
+from gateway.simulator.process import start_simulator
 from tests.browser.conftest import Dashboard, Server, UvicornThread
 from tests.conftest import requires_dpdk
 
@@ -67,25 +66,9 @@ def real_gateway(lab: Lab, tmp_path: Path) -> Iterator[RealGateway]:
     """The simulator in the lab, the real gateway in this process (auth off), a DPDK port
     on lab.vdev configured through the REST API. Everything is stopped afterwards; the lab
     fixture removes the namespace."""
-    sim = lab.popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.simulator",
-            "--host",
-            lab.peer_ip,
-            "--port",
-            str(SIM_PORT),
-            "--rate",
-            str(SIM_RATE),
-            "--no-stdin",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    sim = start_simulator(lab, SIM_PORT, SIM_RATE)
     thread: UvicornThread | None = None
     try:
-        assert sim.stdout is not None and sim.stdout.readline().strip() == "ready"
         settings = Settings(
             state_dir=tmp_path,
             db={"url": f"sqlite:///{tmp_path}/wsgw.db"},  # type: ignore[arg-type]

@@ -27,7 +27,8 @@ from gateway.cli_serve import build_runtime
 from gateway.hub.testing import NatsServer, nats_server_binary
 from gateway.lab import Lab
 from gateway.settings import Settings
-from tests.conftest import requires_dpdk, start_simulator
+from gateway.simulator.process import start_simulator
+from tests.conftest import requires_dpdk
 from tests.integration.test_nats_sink import Subscriber
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]

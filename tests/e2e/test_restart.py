@@ -34,6 +34,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from dataplane.dpdk import RUNTIME_DIR
 from gateway.lab import Lab
+from gateway.simulator.process import simulator_command
 from tests.conftest import requires_dpdk
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
@@ -56,18 +57,7 @@ class SimulatorProcess:
 
     def __init__(self, lab: Lab) -> None:
         self.proc: subprocess.Popen[str] = lab.popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway.simulator",
-                "--host",
-                lab.peer_ip,
-                "--port",
-                "0",
-                "--rate",
-                str(RATE),
-                "--stdin",
-            ],
+            simulator_command(lab.peer_ip, 0, RATE, stdin=True),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -21,7 +21,8 @@ from gateway.runtime import (
 from gateway.runtime_live import LiveRuntime
 from gateway.sessions import RecordingSink
 from gateway.settings import Settings
-from tests.conftest import requires_dpdk, start_simulator
+from gateway.simulator.process import start_simulator
+from tests.conftest import requires_dpdk
 from tests.integration.test_sessions_helpers import check_order
 from tests.integration.test_sessions_runtime import quick
 

@@ -15,7 +15,8 @@ from dataplane.engine import Engine
 from gateway.dialects import make_dialect
 from gateway.lab import Lab
 from gateway.sessions import HeartbeatConfig, RecordingSink, State, UpstreamSession
-from tests.conftest import requires_dpdk, start_simulator
+from gateway.simulator.process import start_simulator
+from tests.conftest import requires_dpdk
 from tests.integration.test_sessions_helpers import (
     EventLog,
     check_order,
