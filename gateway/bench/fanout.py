@@ -379,19 +379,17 @@ def feed_main(conn: Connection) -> None:
     _run_async(_feed(conn))
 
 
-async def _feed(conn: Connection) -> None:
+def _client_list(clients: list[Any]) -> Callable[[Any], Any]:
+    """A picows listener factory that keeps `clients` = the connected transports, with no
+    flow control: what a simple server or relay written by a user does (it buffers)."""
     import picows
 
-    from gateway.hub.testing import free_port
-
-    clients: list[Any] = []
-
-    class Listener(picows.WSListener):
+    class Tracked(picows.WSListener):
         def on_ws_connected(self, transport: Any) -> None:
             clients.append(transport)
 
         def pause_writing(self) -> None:
-            """No flow control: a simple server buffers what it sends."""
+            pass
 
         def resume_writing(self) -> None:
             pass
@@ -400,8 +398,17 @@ async def _feed(conn: Connection) -> None:
             if transport in clients:
                 clients.remove(transport)
 
+    return lambda _request: Tracked()
+
+
+async def _feed(conn: Connection) -> None:
+    import picows
+
+    from gateway.hub.testing import free_port
+
+    clients: list[Any] = []
     port = free_port()
-    server = await picows.ws_create_server(lambda _request: Listener(), "127.0.0.1", port)
+    server = await picows.ws_create_server(_client_list(clients), "127.0.0.1", port)
     conn.send(("port", port))
     loop = asyncio.get_running_loop()
     text = picows.WSMsgType.TEXT
@@ -440,20 +447,6 @@ async def _relay(conn: Connection, upstream: str) -> None:
     downstream: list[Any] = []
     text = picows.WSMsgType.TEXT
 
-    class Downstream(picows.WSListener):
-        def on_ws_connected(self, transport: Any) -> None:
-            downstream.append(transport)
-
-        def pause_writing(self) -> None:
-            """No flow control, as in the simple relay a user writes: it buffers."""
-
-        def resume_writing(self) -> None:
-            pass
-
-        def on_ws_disconnected(self, transport: Any) -> None:
-            if transport in downstream:
-                downstream.remove(transport)
-
     class Upstream(picows.WSListener):
         def on_ws_frame(self, transport: Any, frame: Any) -> None:
             if frame.msg_type == text:
@@ -462,7 +455,7 @@ async def _relay(conn: Connection, upstream: str) -> None:
                     client.send(text, data)
 
     port = free_port()
-    server = await picows.ws_create_server(lambda _request: Downstream(), "127.0.0.1", port)
+    server = await picows.ws_create_server(_client_list(downstream), "127.0.0.1", port)
     up, _ = await picows.ws_connect(Upstream, upstream)
     conn.send(("port", port))
     loop = asyncio.get_running_loop()
