@@ -1228,10 +1228,25 @@ WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r)
 
 /* ---- benchmarks -------------------------------------------------------------------------- */
 
-static void bench_payload(uint8_t *buf, uint32_t len)
+/* `count` messages all pointing at one patterned payload (session 1, topic 0); NULL when
+ * out of memory. The caller frees *payload and the array. */
+static struct wsgw_ring_msg *bench_messages(uint32_t payload_len, uint32_t count,
+                                            uint8_t **payload)
 {
-    for (uint32_t i = 0; i < len; i++)
+    uint8_t *buf = malloc(payload_len ? payload_len : 1);
+    struct wsgw_ring_msg *msgs = malloc(sizeof(*msgs) * count);
+    if (buf == NULL || msgs == NULL) {
+        free(buf);
+        free(msgs);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < payload_len; i++)
         buf[i] = (uint8_t)(i * 31 + 7);
+    for (uint32_t i = 0; i < count; i++)
+        msgs[i] = (struct wsgw_ring_msg){.data = buf, .len = payload_len,
+                                         .session_id = 1, .topic_id = 0};
+    *payload = buf;
+    return msgs;
 }
 
 #define BENCH_BATCH_MAX 1024
@@ -1248,17 +1263,10 @@ WSGW_API int64_t wsgw_ring_bench_write(wsgw_ring_writer *w, uint32_t payload_len
         wsgw_set_error("bench: batch 1..%d and payload <= %u", BENCH_BATCH_MAX, w->max_payload);
         return -EINVAL;
     }
-    uint8_t *payload = malloc(payload_len ? payload_len : 1);
-    struct wsgw_ring_msg *msgs = malloc(sizeof(*msgs) * batch);
-    if (payload == NULL || msgs == NULL) {
-        free(payload);
-        free(msgs);
+    uint8_t *payload;
+    struct wsgw_ring_msg *msgs = bench_messages(payload_len, batch, &payload);
+    if (msgs == NULL)
         return -ENOMEM;
-    }
-    bench_payload(payload, payload_len);
-    for (uint32_t i = 0; i < batch; i++)
-        msgs[i] = (struct wsgw_ring_msg){.data = payload, .len = payload_len,
-                                         .session_id = 1, .topic_id = 0};
     uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     for (uint64_t done = 0; done < n;) {
         uint32_t c = n - done < batch ? (uint32_t)(n - done) : batch;
@@ -1278,22 +1286,18 @@ WSGW_API int64_t wsgw_ring_bench_rw(wsgw_ring_writer *w, wsgw_ring_reader *r,
         wsgw_set_error("bench: batch 1..%d and payload <= %u", BENCH_BATCH_MAX, w->max_payload);
         return -EINVAL;
     }
-    uint8_t *payload = malloc(payload_len ? payload_len : 1);
-    struct wsgw_ring_msg *msgs = malloc(sizeof(*msgs) * batch);
+    uint8_t *payload = NULL;
+    struct wsgw_ring_msg *msgs = bench_messages(payload_len, batch, &payload);
     struct wsgw_ring_view *views = malloc(sizeof(*views) * batch);
     uint32_t arena_size = bench_arena_size(r);
     uint8_t *arena = malloc(arena_size);
-    if (payload == NULL || msgs == NULL || views == NULL || arena == NULL) {
+    if (msgs == NULL || views == NULL || arena == NULL) {
         free(payload);
         free(msgs);
         free(views);
         free(arena);
         return -ENOMEM;
     }
-    bench_payload(payload, payload_len);
-    for (uint32_t i = 0; i < batch; i++)
-        msgs[i] = (struct wsgw_ring_msg){.data = payload, .len = payload_len,
-                                         .session_id = 1, .topic_id = 0};
     int64_t rc = 0;
     uint64_t expect = r->next_seq;
     struct wsgw_ring_read_info info;
@@ -1383,14 +1387,10 @@ WSGW_API int wsgw_ring_bench_pace(wsgw_ring_writer *w, uint32_t payload_len, uin
         wsgw_set_error("bench pace: payload <= %u and a period > 0", w->max_payload);
         return -EINVAL;
     }
-    uint8_t *payload = malloc(payload_len ? payload_len : 1);
-    struct wsgw_ring_msg *msgs = malloc(sizeof(*msgs) * BENCH_BATCH_MAX);
-    if (payload == NULL || msgs == NULL) {
-        free(payload);
-        free(msgs);
+    uint8_t *payload;
+    struct wsgw_ring_msg *msgs = bench_messages(payload_len, BENCH_BATCH_MAX, &payload);
+    if (msgs == NULL)
         return -ENOMEM;
-    }
-    bench_payload(payload, payload_len);
     /* The default 50 us timer slack would make every sleep 50 us late: 1 ns while pacing. */
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
@@ -1420,8 +1420,7 @@ WSGW_API int wsgw_ring_bench_pace(wsgw_ring_writer *w, uint32_t payload_len, uin
             k = BENCH_BATCH_MAX;
         const uint64_t stamp = now_ns(CLOCK_REALTIME);
         for (uint64_t i = 0; i < k; i++)
-            msgs[i] = (struct wsgw_ring_msg){.data = payload, .len = payload_len,
-                                             .session_id = 1, .topic_id = 0, .ts_ns = stamp};
+            msgs[i].ts_ns = stamp;
         append(w, msgs, (uint32_t)k, stamp);
         done += k;
         publishes++;
