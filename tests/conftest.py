@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -91,3 +93,47 @@ def lab_engine(eal, lab: Lab):  # type: ignore[no-untyped-def]
     for engine, port in opened:
         engine.close()
         port.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def loop_engine(eal, lab: Lab):  # type: ignore[no-untyped-def]
+    """(engine, lab): an engine on a DPDK port on the lab's veth, not started — the test runs
+    it on its own event loop with `run_in_loop`; engine and port are closed afterwards."""
+    from dataplane.engine import Engine
+    from dataplane.stack.tcp import TcpConfig
+
+    port = eal.open_port(lab.vdev)
+    engine = Engine.on_port(
+        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20)
+    )
+    try:
+        yield engine, lab
+    finally:
+        engine.close()
+        port.close()
+
+
+def run_in_loop(engine: Any, main: Callable[[], Any]) -> Any:
+    """main() on the engine's own event loop (dataplane/loop.py), to completion."""
+    with asyncio.Runner(loop_factory=engine.loop_factory) as runner:
+        return runner.run(main())
+
+
+@pytest.fixture
+def lab_spawn(lab: Lab) -> Iterator[Callable[[list[str]], None]]:
+    """spawn(argv): `python argv` in the lab's peer namespace, returned once it printed
+    `ready`; every process spawned is killed after the test."""
+    import sys
+
+    procs: list[subprocess.Popen[str]] = []
+
+    def spawn(argv: list[str]) -> None:
+        proc = lab.popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+
+    yield spawn
+    for proc in procs:
+        proc.kill()
+        proc.wait()

@@ -6,65 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dataplane.engine import Engine
-from dataplane.stack.tcp import TcpConfig
 from dataplane.stack.tcp_errors import TcpRefusedError
 from dataplane.transports.dpdk import EngineTransport, connect_dpdk
 from dataplane.ws.errors import ConnectionClosed
 from gateway.lab import Lab
-from tests.conftest import requires_dpdk
+from tests.conftest import requires_dpdk, run_in_loop
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 SERVERS = str(Path(__file__).parents[1] / "utils" / "ws_servers.py")
 SIZES = [1, 125, 126, 65535, 65536, 1 << 20]
 
 
-@pytest.fixture
-def loop_engine(eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:  # type: ignore[no-untyped-def]
-    """An engine on a DPDK port on the lab's veth, not started: the test runs it in a loop."""
-    port = eal.open_port(lab.vdev)
-    engine = Engine.on_port(
-        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20)
-    )
-    try:
-        yield engine, lab
-    finally:
-        engine.close()
-        port.close()
-
-
-@pytest.fixture
-def server(lab: Lab) -> Iterator[Callable[[int], None]]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(port: int) -> None:
-        proc = lab.popen(
-            [sys.executable, SERVERS, "websockets", lab.peer_ip, str(port), "--no-deflate"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-
-
-def run_in_loop(engine: Engine, main: Callable[[], Any]) -> Any:
-    with asyncio.Runner(loop_factory=engine.loop_factory) as runner:
-        return runner.run(main())
+def websockets_server(lab: Lab, port: int) -> list[str]:
+    return [SERVERS, "websockets", lab.peer_ip, str(port), "--no-deflate"]
 
 
 def transport_of(ws: Any) -> EngineTransport:
@@ -76,12 +38,12 @@ def transport_of(ws: Any) -> EngineTransport:
 @pytest.mark.parametrize("flush_on_write", [False, True])
 def test_echo_on_the_engine_loop(
     loop_engine: tuple[Engine, Lab],
-    server: Callable[[int], None],
+    lab_spawn: Callable[[list[str]], None],
     flush_on_write: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     engine, lab = loop_engine
-    server(8200)
+    lab_spawn(websockets_server(lab, 8200))
     monkeypatch.setattr(EngineTransport, "flush_on_write", flush_on_write)
 
     async def main() -> None:
@@ -111,10 +73,10 @@ def test_echo_on_the_engine_loop(
 
 
 def test_server_close_and_our_abort(
-    loop_engine: tuple[Engine, Lab], server: Callable[[int], None]
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
 ) -> None:
     engine, lab = loop_engine
-    server(8201)
+    lab_spawn(websockets_server(lab, 8201))
     url = f"ws://{lab.peer_ip}:8201/"
 
     async def main() -> None:
@@ -159,11 +121,11 @@ def test_connect_refused_and_engine_call_from_a_thread(
 
 
 def test_threaded_mode_still_works_after_the_loop(
-    loop_engine: tuple[Engine, Lab], server: Callable[[int], None]
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
 ) -> None:
     """The same engine, first on a loop, then on its own thread: both transports."""
     engine, lab = loop_engine
-    server(8202)
+    lab_spawn(websockets_server(lab, 8202))
     url = f"ws://{lab.peer_ip}:8202/"
 
     async def once() -> bool:

@@ -5,19 +5,15 @@ and an open that gets no answer still ends in a TimeoutError with the connection
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dataplane.engine import Engine
-from dataplane.stack.tcp import TcpConfig
 from dataplane.transports.dpdk import EngineTransport, connect_dpdk
 from gateway.lab import Lab
-from tests.conftest import requires_dpdk
+from tests.conftest import requires_dpdk, run_in_loop
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 SERVERS = str(Path(__file__).parents[1] / "utils" / "ws_servers.py")
@@ -32,47 +28,13 @@ SILENT = (
 )
 
 
-@pytest.fixture
-def loop_engine(eal, lab: Lab) -> Iterator[tuple[Engine, Lab]]:  # type: ignore[no-untyped-def]
-    port = eal.open_port(lab.vdev)
-    engine = Engine.on_port(
-        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(time_wait=0.5, recv_buffer=4 << 20)
-    )
-    try:
-        yield engine, lab
-    finally:
-        engine.close()
-        port.close()
-
-
-@pytest.fixture
-def spawn(lab: Lab) -> Iterator[Callable[[list[str]], None]]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(argv: list[str]) -> None:
-        proc = lab.popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-
-
-def run_in_loop(engine: Engine, main: Callable[[], Any]) -> Any:
-    with asyncio.Runner(loop_factory=engine.loop_factory) as runner:
-        return runner.run(main())
-
-
 def test_open_returns_in_the_turn_that_read_the_101(
     loop_engine: tuple[Engine, Lab],
-    spawn: Callable[[list[str]], None],
+    lab_spawn: Callable[[list[str]], None],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     engine, lab = loop_engine
-    spawn([SERVERS, "websockets", lab.peer_ip, "9301", "--no-deflate"])
+    lab_spawn([SERVERS, "websockets", lab.peer_ip, "9301", "--no-deflate"])
     turns = 0
     turn = engine.turn
 
@@ -107,10 +69,10 @@ def test_open_returns_in_the_turn_that_read_the_101(
 
 
 def test_open_without_an_answer_times_out_and_aborts(
-    loop_engine: tuple[Engine, Lab], spawn: Callable[[list[str]], None]
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
 ) -> None:
     engine, lab = loop_engine
-    spawn(["-c", SILENT, lab.peer_ip, "9302"])
+    lab_spawn(["-c", SILENT, lab.peer_ip, "9302"])
 
     async def main() -> None:
         with pytest.raises(TimeoutError, match="timed out"):
@@ -124,7 +86,7 @@ def test_open_without_an_answer_times_out_and_aborts(
             await asyncio.sleep(0.01)
         assert engine.interface.connection_count == 0
         # and the engine still opens the next one
-        spawn([SERVERS, "websockets", lab.peer_ip, "9303", "--no-deflate"])
+        lab_spawn([SERVERS, "websockets", lab.peer_ip, "9303", "--no-deflate"])
         ws = await connect_dpdk(f"ws://{lab.peer_ip}:9303/", engine=engine, deflate=False)
         await ws.send("ok")
         assert (await ws.recv()).data == b"ok"
