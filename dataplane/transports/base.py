@@ -4,6 +4,7 @@ gateway's sessions program against, whichever network carries the bytes."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,9 +29,12 @@ class WsUrl:
         return self.port == (443 if self.secure else 80)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_ws_url(url: str) -> WsUrl:
     """Parse ws://host[:port]/path?query or wss://...; fragments and user info are refused
-    (section 3: "Fragment identifiers ... MUST NOT be used")."""
+    (section 3: "Fragment identifiers ... MUST NOT be used"). Remembered per URL (a WsUrl
+    is immutable): a client reopens the same few URLs, and urlsplit costs microseconds
+    on every open; a refused URL is not remembered (it raises)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("ws", "wss"):

@@ -347,6 +347,11 @@ class KernelWebSocket:
         else:
             transport.write(self._ws.initiate())
 
+    def _prepare_receive(self) -> None:
+        """Get ready for the answer (`WsClient.prepare_receive`): the openers call it once
+        the request (or the ClientHello) is on its way, so the work overlaps its trip."""
+        self._ws.prepare_receive()
+
     def _connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports quack like asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
@@ -718,6 +723,7 @@ async def _open(
                 connect_port or target.port,
             )
             connection._start()
+            connection._prepare_receive()
             # Not through asyncio.shield (one loop iteration more before the open returns):
             # the future is this opener's alone, and a timeout or a cancel cancelling it
             # only drops a connection that is aborted right below.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import codecs
 import enum
+import functools
 import os
 import struct
 import zlib
@@ -62,6 +63,8 @@ from dataplane.ws.scan import (
     SCAN_WORDS,
     UINT64_MAX,
     BackendName,
+    BatchScanner,
+    Scanner,
     _utf8_ok,
     make_batch_scanner,
     make_scanner,
@@ -143,10 +146,21 @@ _TRANSITIONS: dict[tuple[ConnectionState, _Trigger], ConnectionState] = {
     (_S.ERROR, _T.EOF): _S.ERROR,
 }
 _RECEIVING = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+# One masker per backend: a function without state, made once instead of once per client.
+_masker = functools.cache(masker)
+# deflate=True's offer, made once (it is immutable) rather than checked anew per client.
+_DEFAULT_DEFLATE = DeflateOptions()
 
 
 class WsClient:
     """One client connection's WebSocket protocol state (RFC 6455 + RFC 7692)."""
+
+    # The frame scanners (`prepare_receive`): frames are only read once the connection is
+    # open, and the 101 that opens it makes them at the latest.
+    _scanner: Scanner
+    _max_words: int
+    _batch: BatchScanner | None
+    _one: Scanner | None
 
     def __init__(
         self,
@@ -168,7 +182,7 @@ class WsClient:
         `MessageBatch` event instead of one `Message` each (see `_feed_batches`)."""
         if max_message_size < 1 or max_frame_size < 1:
             raise LocalProtocolError("size limits must be positive")
-        options = DeflateOptions() if deflate is True else deflate or None
+        options = _DEFAULT_DEFLATE if deflate is True else deflate or None
         self._handshake = ClientHandshake(
             host,
             path,
@@ -186,11 +200,10 @@ class WsClient:
         self.max_frame_size = max_frame_size
         self._fast_limit = min(max_message_size, max_frame_size)
         backend = resolve_backend(scan_backend)  # once, not once per scanner (reads the env)
-        self._scanner = make_scanner(backend)
-        self._max_words = self._scanner.max_frames * SCAN_WORDS
-        self._batch = make_batch_scanner(backend) if batch else None
-        self._one = make_scanner(backend, max_frames=1) if batch else None
-        self._mask = masker(backend)
+        self._backend = backend
+        self._batching = batch
+        self._receive_ready = False  # the scanners exist (prepare_receive)
+        self._mask = _masker(backend)
         self._events: list[WsEvent] = []
         self._outgoing: list[bytes] = []
         # Receive buffer: reads not yet parsed, and how many bytes the next frame needs.
@@ -202,7 +215,7 @@ class WsClient:
         self._frag_compressed = False
         self._frag_parts: list[bytes] = []
         self._frag_size = 0
-        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self._utf8: codecs.IncrementalDecoder | None = None  # for fragmented text, made then
         self._compressor: Compressor | None = None
         self._decompressor: Decompressor | None = None
         self._keys = b""
@@ -239,6 +252,25 @@ class WsClient:
             raise LocalProtocolError("the opening handshake was already sent")
         self._initiated = True
         return self._handshake.request()
+
+    def prepare_receive(self) -> None:
+        """Work for the answer done ahead: a transport calls it once the request is on the
+        wire, so that it overlaps the round trip instead of delaying the open. The 101's
+        expected outcome (`ClientHandshake.expect`), and the frame scanners (their result
+        arrays: 64 KiB for the batch scan), which the accepted 101 makes otherwise."""
+        if self._state is ConnectionState.CONNECTING:
+            self._handshake.expect()
+        self._make_scanners()
+
+    def _make_scanners(self) -> None:
+        if self._receive_ready:
+            return
+        self._receive_ready = True
+        backend = self._backend
+        self._scanner = make_scanner(backend)
+        self._max_words = self._scanner.max_frames * SCAN_WORDS
+        self._batch = make_batch_scanner(backend) if self._batching else None
+        self._one = make_scanner(backend, max_frames=1) if self._batching else None
 
     def data_to_send(self) -> bytes:
         """Bytes the protocol produced on its own (pongs, close replies, failure closes)."""
@@ -360,6 +392,7 @@ class WsClient:
 
     def _accept(self, accepted: Accepted) -> None:
         self._move(_Trigger.ACCEPTED)
+        self._make_scanners()
         self.handshake = accepted.event
         params = accepted.event.deflate
         if params is not None and self._deflate_options is not None:
@@ -543,8 +576,11 @@ class WsClient:
                     return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
             else:
                 # Validate as fragments arrive, so bad UTF-8 fails fast (section 8.1).
+                utf8 = self._utf8
+                if utf8 is None:
+                    utf8 = self._utf8 = codecs.getincrementaldecoder("utf-8")()
                 try:
-                    self._utf8.decode(payload, final=bool(fin))
+                    utf8.decode(payload, final=bool(fin))
                 except UnicodeDecodeError:
                     return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
         if fin:
@@ -555,7 +591,8 @@ class WsClient:
                 self._frag_parts = []
             self._frag_opcode = None
             self._frag_size = 0
-            self._utf8.reset()
+            if self._utf8 is not None:
+                self._utf8.reset()
             self._events.append(Message(payload, text))
         else:
             self._frag_parts.append(payload)

@@ -43,9 +43,19 @@ _MANAGED = frozenset(
     }
 )
 HeaderPairs = Sequence[tuple[str | bytes, str | bytes]]
-# Request header sets (all but the key) h11 validated already: see ClientHandshake.
-_CHECKED_HEADERS: set[tuple[tuple[bytes, bytes], ...]] = set()
-_CHECKED_HEADERS_MAX = 256
+KEY_HEADER = b"Sec-WebSocket-Key"
+ACCEPT_SIZE = 28  # base64 of a SHA-1 digest
+# Upgrade requests h11 wrote, per set of handshake options (see `_RequestTemplate`).
+_TEMPLATES: dict[tuple[object, ...], _RequestTemplate] = {}
+_TEMPLATES_MAX = 256
+# 101 heads h11 parsed, by their bytes with the Sec-WebSocket-Accept value blanked out
+# (see `_KnownHead`): h11 refuses NUL anywhere in a head, so the blank can only stand
+# where a token was taken out.
+_HEADS: dict[bytes, _KnownHead] = {}
+_HEADS_MAX = 256
+_BLANK = b"\0" * ACCEPT_SIZE
+# Where a head ends, found the way h11 finds it (h11._receivebuffer.blank_line_regex).
+_END_OF_HEAD = re.compile(b"\n\r?\n", re.MULTILINE)
 
 
 def accept_token(key: bytes) -> bytes:
@@ -123,8 +133,177 @@ class Accepted:
     leftover: bytes  # bytes after the 101's header block: already WebSocket frames
 
 
+@dataclass(slots=True)
+class _RequestTemplate:
+    """The upgrade request h11 wrote for one set of options, cut around the key.
+
+    Opens to one URL with the same options send the same request but for the key (fresh
+    random base64: always a valid header value), so h11 writes and checks a set of options
+    once and the next opens splice their key in. The headers are kept to bring an h11
+    connection to the state its own request would have left it in (`ClientHandshake`).
+    `answer` is the head the server last answered it with: the next open expects it."""
+
+    target: bytes
+    headers: tuple[tuple[bytes, bytes], ...]  # as sent; the key's value is the first key
+    before_key: bytes
+    after_key: bytes
+    answer: _KnownHead | None = None
+
+    def request(self, key: bytes) -> bytes:
+        return self.before_key + key + self.after_key
+
+    def headers_with(self, key: bytes) -> list[tuple[bytes, bytes]]:
+        return [(name, key if name == KEY_HEADER else value) for name, value in self.headers]
+
+
+def _write_request(
+    host: str,
+    path: str,
+    port: int | None,
+    secure: bool,
+    origin: str | None,
+    subprotocols: tuple[str, ...],
+    extra_headers: HeaderPairs,
+    deflate: DeflateOptions | None,
+    key: bytes,
+) -> tuple[_RequestTemplate, h11.Connection]:
+    """Check the options, have h11 write (and check) the request with `key`, and cut it
+    into a template; the h11 connection is left waiting for the response."""
+    if not host:
+        raise LocalProtocolError("host must not be empty")
+    if not path.startswith("/"):
+        raise LocalProtocolError(f"path must start with '/', got {path!r}")
+    for proto in subprotocols:
+        if not _TOKEN.match(proto):
+            raise LocalProtocolError(f"subprotocol {proto!r} is not an HTTP token")
+    ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
+    headers: list[tuple[bytes, bytes]] = [
+        (b"Host", host_header(ascii_host, port, secure).encode("ascii")),
+        (b"Upgrade", b"websocket"),
+        (b"Connection", b"Upgrade"),
+        (KEY_HEADER, key),
+        (b"Sec-WebSocket-Version", b"13"),
+    ]
+    if origin is not None:
+        headers.append((b"Origin", origin.encode("latin-1")))
+    if subprotocols:
+        headers.append((b"Sec-WebSocket-Protocol", ", ".join(subprotocols).encode()))
+    if deflate is not None:
+        headers.append((b"Sec-WebSocket-Extensions", deflate.offer().encode()))
+    has_agent = False
+    for name, value in extra_headers:
+        lname = _as_bytes(name).lower().decode("latin-1")
+        if lname in _MANAGED or (lname == "origin" and origin is not None):
+            raise LocalProtocolError(f"header {lname!r} is set by the WebSocket handshake")
+        has_agent = has_agent or lname == "user-agent"
+        headers.append((_as_bytes(name), _as_bytes(value)))
+    if not has_agent:
+        headers.append((b"User-Agent", b"wsgw"))
+    target = path.encode("latin-1")
+    connection = h11.Connection(h11.CLIENT)
+    try:
+        request = connection.send(h11.Request(method=b"GET", target=target, headers=headers))
+        end = connection.send(h11.EndOfMessage())
+    except h11.LocalProtocolError as exc:
+        raise LocalProtocolError(f"invalid handshake request: {exc}") from exc
+    request = (request or b"") + (end or b"")
+    # h11 writes each header as "name: value\r\n": the key's line is there exactly once.
+    line = b"\r\n" + KEY_HEADER + b": " + key + b"\r\n"
+    at = request.index(line) + len(line) - 2 - len(key)
+    template = _RequestTemplate(target, tuple(headers), request[:at], request[at + len(key) :])
+    return template, connection
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A 101 response head as h11 parsed it, reduced to what the checks of section 4.1
+    read (none of it depends on our offer or our key).
+
+    See `_KnownHead` for how a head h11 parsed once stands for the next ones."""
+
+    headers: tuple[tuple[bytes, bytes], ...]  # names in lower case
+    accepts: tuple[bytes, ...]  # the Sec-WebSocket-Accept values
+    accept_at: int  # the index of that header in headers, -1 without one
+    upgrade: bool  # "websocket" among the Upgrade tokens
+    connection: bool  # "upgrade" among the Connection tokens
+    extensions: tuple[tuple[str, tuple[tuple[str, str | None], ...]], ...]
+    subprotocols: tuple[str, ...]  # what the server chose (one, or none, is valid)
+
+    @classmethod
+    def parse(cls, headers: tuple[tuple[bytes, bytes], ...]) -> _Head:
+        upgrade: list[bytes] = []
+        connection: list[bytes] = []
+        accepts: list[bytes] = []
+        extensions: list[bytes] = []
+        protocols: list[bytes] = []
+        wanted = {
+            b"upgrade": upgrade,
+            b"connection": connection,
+            b"sec-websocket-accept": accepts,
+            b"sec-websocket-extensions": extensions,
+            b"sec-websocket-protocol": protocols,
+        }
+        accept_at = -1
+        for index, (key, value) in enumerate(headers):
+            found = wanted.get(key)
+            if found is not None:
+                found.append(value)
+                if found is accepts:
+                    accept_at = index
+        return cls(
+            headers,
+            tuple(accepts),
+            accept_at,
+            "websocket" in _lower_tokens(upgrade),
+            "upgrade" in _lower_tokens(connection),
+            tuple((name, tuple(params)) for name, params in parse_extensions(extensions)),
+            tuple(_split_commas(",".join(v.decode("latin-1") for v in protocols))),
+        )
+
+    def with_accept(self, token: bytes) -> _Head:
+        """This head with `token` as its (single) Sec-WebSocket-Accept value."""
+        at = self.accept_at
+        headers = (*self.headers[:at], (b"sec-websocket-accept", token), *self.headers[at + 1 :])
+        return _Head(
+            headers,
+            (token,),
+            at,
+            self.upgrade,
+            self.connection,
+            self.extensions,
+            self.subprotocols,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _KnownHead:
+    """A 101 head h11 parsed, kept as its bytes with the accept token blanked out.
+
+    The same server answers every open with the same head but for the Sec-WebSocket-Accept
+    token. A head read later whose bytes, once our own expected token is blanked the same
+    way, equal `blanked` IS this head with another base64 token at `at` (the blank is NUL,
+    which h11 never lets into a head: it cannot stand anywhere else), so h11 would parse it
+    into the same headers but for the accept value: `head.with_accept(token)`. Every other
+    head (another server, a Date header, a split read, a 1xx first, a wrong token) goes
+    through h11, which adds it here."""
+
+    blanked: bytes
+    at: int  # where the token stands in the head's bytes
+    head: _Head  # h11's parse of the head it was kept from
+
+    def with_token(self, token: bytes) -> bytes:
+        """The head's bytes as the server sends them to the key whose token this is."""
+        return self.blanked[: self.at] + token + self.blanked[self.at + ACCEPT_SIZE :]
+
+
 class ClientHandshake:
-    """Request out, response in; the key comes from os.urandom (section 4.1 item 7)."""
+    """Request out, response in; the key comes from os.urandom (section 4.1 item 7).
+
+    h11 writes the request and parses the response; what it wrote or parsed once is reused
+    when only the key (request) or its accept token (response) differs: `_RequestTemplate`,
+    `_KnownHead`. The h11 connection is then only made for a response h11 has not seen.
+    `expect()`, called while the request travels, checks in advance the head the server
+    answered last time, with this key's token: the answer is then one byte comparison."""
 
     def __init__(
         self,
@@ -138,75 +317,107 @@ class ClientHandshake:
         extra_headers: HeaderPairs = (),
         deflate: DeflateOptions | None = None,
     ) -> None:
-        if not host:
-            raise LocalProtocolError("host must not be empty")
-        if not path.startswith("/"):
-            raise LocalProtocolError(f"path must start with '/', got {path!r}")
-        for proto in subprotocols:
-            if not _TOKEN.match(proto):
-                raise LocalProtocolError(f"subprotocol {proto!r} is not an HTTP token")
         self.subprotocols = tuple(subprotocols)
         self.deflate = deflate
-        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
         self.key = base64.b64encode(os.urandom(16))
-        headers: list[tuple[bytes, bytes]] = [
-            (b"Host", host_header(ascii_host, port, secure).encode("ascii")),
-            (b"Upgrade", b"websocket"),
-            (b"Connection", b"Upgrade"),
-            (b"Sec-WebSocket-Key", self.key),
-            (b"Sec-WebSocket-Version", b"13"),
-        ]
-        if origin is not None:
-            headers.append((b"Origin", origin.encode("latin-1")))
-        if self.subprotocols:
-            headers.append((b"Sec-WebSocket-Protocol", ", ".join(self.subprotocols).encode()))
-        if deflate is not None:
-            headers.append((b"Sec-WebSocket-Extensions", deflate.offer().encode()))
-        has_agent = False
-        for name, value in extra_headers:
-            lname = _as_bytes(name).lower().decode("latin-1")
-            if lname in _MANAGED or (lname == "origin" and origin is not None):
-                raise LocalProtocolError(f"header {lname!r} is set by the WebSocket handshake")
-            has_agent = has_agent or lname == "user-agent"
-            headers.append((_as_bytes(name), _as_bytes(value)))
-        if not has_agent:
-            headers.append((b"User-Agent", b"wsgw"))
-        self._h11 = h11.Connection(h11.CLIENT)
-        # h11 checks every header name and value against its grammar (a regex each, most
-        # of the request's cost). The same headers come back on every open to a given URL
-        # with the same options, only the key differs (base64: always a valid value), so
-        # a set of headers h11 accepted once skips the check (`_parsed`); h11 still checks
-        # the method, the target and the Host header count.
-        checked = tuple(pair for pair in headers if pair[0] != b"Sec-WebSocket-Key")
-        known = checked in _CHECKED_HEADERS
-        try:
-            self._request = self._h11.send(
-                h11.Request(
-                    method=b"GET",
-                    target=path.encode("latin-1"),
-                    headers=headers,
-                    _parsed=known,
-                )
-            ) + (self._h11.send(h11.EndOfMessage()) or b"")
-        except h11.LocalProtocolError as exc:
-            raise LocalProtocolError(f"invalid handshake request: {exc}") from exc
-        if not known and len(_CHECKED_HEADERS) < _CHECKED_HEADERS_MAX:
-            _CHECKED_HEADERS.add(checked)
+        self._h11: h11.Connection | None = None
+        # The options decide the request's bytes but for the key, and whether they are
+        # valid at all: a template exists only for options h11 accepted.
+        options = (
+            host,
+            path,
+            port,
+            secure,
+            origin,
+            self.subprotocols,
+            deflate,
+            tuple((name, value) for name, value in extra_headers) if extra_headers else (),
+        )
+        template = _TEMPLATES.get(options)
+        if template is None:
+            template, self._h11 = _write_request(
+                host,
+                path,
+                port,
+                secure,
+                origin,
+                self.subprotocols,
+                extra_headers,
+                deflate,
+                self.key,
+            )
+            if len(_TEMPLATES) < _TEMPLATES_MAX:
+                _TEMPLATES[options] = template
+        self._template = template
+        self._sent_key = self.key  # the key in the request's bytes
+        self._request = template.request(self.key)
+        self._token = b""  # the Sec-WebSocket-Accept we expect, once asked for
+        # The head the server answered last time, with our token, and its outcome: expect()
+        self._expected: tuple[bytes, Accepted | RejectedHandshake] | None = None
+        self._fed = False  # response bytes went to h11 (or the head was known)
+        self._interim = False  # a 1xx came before the answer
         self._response: h11.Response | None = None
         self._body = bytearray()
 
     def request(self) -> bytes:
         return self._request
 
+    def expected_accept(self) -> bytes:
+        token = self._token
+        if not token:
+            token = self._token = accept_token(self.key)
+        return token
+
+    def expect(self) -> None:
+        """Work done ahead, while the request travels: the accept token, and the outcome
+        of the head the server answered the last open with (`_RequestTemplate.answer`),
+        which it most likely sends again with our token in it."""
+        token = self.expected_accept()
+        known = self._template.answer
+        if known is not None and not self._fed:
+            self._expected = (known.with_token(token), self._verdict(known.head.with_accept(token)))
+
+    def _connection(self) -> h11.Connection:
+        """h11, in the state our request left it in: h11 wrote that very request once
+        (the template), and writes it again here for this key, unchecked (it was)."""
+        connection = self._h11
+        if connection is None:
+            connection = h11.Connection(h11.CLIENT)
+            template = self._template
+            request = h11.Request(
+                method=b"GET",
+                target=template.target,
+                headers=template.headers_with(self._sent_key),
+                _parsed=True,
+            )
+            sent = (connection.send(request) or b"") + (connection.send(h11.EndOfMessage()) or b"")
+            if sent != self._request:  # pragma: no cover - the template is h11's own output
+                raise LocalProtocolError("the upgrade request differs from what h11 writes")
+            self._h11 = connection
+        return connection
+
     def receive_data(self, data: bytes) -> Accepted | RejectedHandshake | None:
         """Feed response bytes (b"" at end of stream); None until the outcome is known."""
+        first = not self._fed
+        self._fed = True
+        if first and data:
+            expected = self._expected
+            if expected is not None and data.startswith(expected[0]):
+                outcome = expected[1]
+                if isinstance(outcome, Accepted):
+                    return Accepted(outcome.event, data[len(expected[0]) :])
+                return outcome
+            known = self._known_head(data)
+            if known is not None:
+                return known
+        connection = self._connection()
         try:
-            self._h11.receive_data(data)
+            connection.receive_data(data)
         except RuntimeError:  # pragma: no cover - data after EOF: h11's own guard
             return self._reject("data after end of stream")
         while True:
             try:
-                event = self._h11.next_event()
+                event = connection.next_event()
             except h11.RemoteProtocolError as exc:
                 if self._response is not None:
                     return self._reject(f"server answered {self._response.status_code}")
@@ -217,7 +428,8 @@ class ClientHandshake:
                 return None
             if isinstance(event, h11.InformationalResponse):
                 if event.status_code == 101:
-                    return self._accept(event)
+                    return self._accept(event, data if first else b"")
+                self._interim = True
                 continue  # 100 Continue and friends: the real answer follows
             if isinstance(event, h11.Response):
                 self._response = event
@@ -234,6 +446,41 @@ class ClientHandshake:
                 return self._reject()
             return None  # PAUSED: h11 waits for a switch that did not come
 
+    def _known_head(self, data: bytes) -> Accepted | RejectedHandshake | None:
+        """The outcome for a first read whose head h11 parsed before (`_KnownHead`), or
+        None. The head's end is found as h11 finds it (the first empty line)."""
+        end = _END_OF_HEAD.search(data)
+        if end is None:
+            return None
+        size = end.end()
+        token = self.expected_accept()
+        at = data.find(token, 0, size)
+        if at < 0:
+            return None
+        known = _HEADS.get(data[:at] + _BLANK + data[at + ACCEPT_SIZE : size])
+        if known is None:
+            return None
+        self._template.answer = known
+        return self._verdict(known.head.with_accept(token), data[size:])
+
+    def _remember(self, data: bytes, leftover: bytes, head: _Head) -> None:
+        """Keep a 101 head h11 parsed from one read (nothing before it) for the next
+        opens (`_KnownHead`): its token must be ours, and appear once."""
+        token = self.expected_accept()
+        if self._interim or head.accepts != (token,):
+            return
+        raw = data[: len(data) - len(leftover)]
+        at = raw.find(token)
+        if at < 0 or raw.find(token, at + 1) >= 0:
+            return  # not once: which one to blank would be a guess
+        blanked = raw[:at] + _BLANK + raw[at + ACCEPT_SIZE :]
+        known = _HEADS.get(blanked)
+        if known is None:
+            known = _KnownHead(blanked, at, head)
+            if len(_HEADS) < _HEADS_MAX:
+                _HEADS[blanked] = known
+        self._template.answer = known
+
     def _reject(self, reason: str | None = None) -> RejectedHandshake:
         response = self._response
         status = response.status_code if response is not None else 0
@@ -245,51 +492,45 @@ class ClientHandshake:
             bytes(self._body),
         )
 
-    def _accept(self, event: h11.InformationalResponse) -> Accepted | RejectedHandshake:
-        frozen = tuple((bytes(k), bytes(v)) for k, v in event.headers)  # names lowercase
-        # One pass over the headers collects what every check below needs.
-        upgrade: list[bytes] = []
-        connection: list[bytes] = []
-        accepts: list[bytes] = []
-        extensions: list[bytes] = []
-        protocols: list[bytes] = []
-        wanted = {
-            b"upgrade": upgrade,
-            b"connection": connection,
-            b"sec-websocket-accept": accepts,
-            b"sec-websocket-extensions": extensions,
-            b"sec-websocket-protocol": protocols,
-        }
-        for key, value in frozen:
-            found = wanted.get(key)
-            if found is not None:
-                found.append(value)
+    def _accept(
+        self, event: h11.InformationalResponse, data: bytes
+    ) -> Accepted | RejectedHandshake:
+        """h11's 101; data: the read it came whole in, when it was the first one."""
+        assert self._h11 is not None
+        head = _Head.parse(tuple((bytes(k), bytes(v)) for k, v in event.headers))
+        leftover = bytes(self._h11.trailing_data[0])
+        if data:
+            self._remember(data, leftover, head)
+        return self._verdict(head, leftover)
+
+    def _verdict(self, head: _Head, leftover: bytes = b"") -> Accepted | RejectedHandshake:
+        """Section 4.1, the client's checks of the server's handshake, items 2 to 6."""
+        frozen = head.headers
 
         def fail(reason: str) -> RejectedHandshake:
             return RejectedHandshake(101, reason, frozen)
 
-        # Section 4.1, the client's checks of the server's handshake, items 2 to 6.
-        if "websocket" not in _lower_tokens(upgrade):
+        if not head.upgrade:
             return fail("101 without 'Upgrade: websocket'")
-        if "upgrade" not in _lower_tokens(connection):
+        if not head.connection:
             return fail("101 without 'Connection: Upgrade'")
-        if len(accepts) != 1 or accepts[0].strip() != accept_token(self.key):
+        accepts = head.accepts
+        if len(accepts) != 1 or accepts[0].strip() != self.expected_accept():
             return fail("Sec-WebSocket-Accept does not match our key")
         deflate: DeflateParams | None = None
         names: list[str] = []
-        for name, params in parse_extensions(extensions):
+        for name, params in head.extensions:
             if name != EXTENSION_NAME or self.deflate is None:
                 return fail(f"server chose extension {name!r} that we did not offer")
             if deflate is not None:
                 return fail("server chose permessage-deflate twice")
             try:
-                deflate = accept_response(self.deflate, params)
+                deflate = accept_response(self.deflate, list(params))
             except NegotiationError as exc:
                 return fail(f"bad permessage-deflate response: {exc}")
             names.append(name)
-        chosen = _split_commas(",".join(v.decode("latin-1") for v in protocols))
+        chosen = head.subprotocols
         if len(chosen) > 1 or (chosen and chosen[0] not in self.subprotocols):
             return fail(f"server chose subprotocol {', '.join(chosen)!r} that we did not offer")
-        leftover, _closed = self._h11.trailing_data
         handshake = Handshake(chosen[0] if chosen else None, tuple(names), frozen, deflate)
-        return Accepted(handshake, bytes(leftover))
+        return Accepted(handshake, leftover)

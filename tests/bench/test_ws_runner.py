@@ -201,6 +201,28 @@ def test_hook_refuses_a_signature_it_cannot_fill(monkeypatch: pytest.MonkeyPatch
         run_loop(run_test(adapter, "connect", "ws://127.0.0.1:1", {"count": 1}), "asyncio")
 
 
+def test_the_offered_keywords_are_bound_once_before_any_connect() -> None:
+    """The signature is read when the contender is made, not inside each timed open."""
+    calls: list[tuple[str, dict[str, object]]] = []
+
+    def connect_dpdk(url: str, *, engine: object, deflate: bool = True, **_: object) -> str:
+        calls.append((url, {"engine": engine, "deflate": deflate}))
+        return url
+
+    bound = ws_runner._bind_offered(connect_dpdk, {"engine": 1, "deflate": False, "port": 2})
+    assert bound("ws://a") == "ws://a" and bound("ws://b") == "ws://b"
+    assert calls == [
+        ("ws://a", {"engine": 1, "deflate": False}),
+        ("ws://b", {"engine": 1, "deflate": False}),
+    ]
+
+    def needs_more(url: str, *, mystery: object) -> None:
+        raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="mystery"):
+        ws_runner._bind_offered(needs_more, {"engine": 1})
+
+
 def test_hook_skips_a_half_written_kernel_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(
         sys.modules, "dataplane.transports.kernel", types.ModuleType("dataplane.transports.kernel")

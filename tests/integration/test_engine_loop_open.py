@@ -93,3 +93,42 @@ def test_open_without_an_answer_times_out_and_aborts(
         await ws.close()
 
     run_in_loop(engine, main)
+
+
+def test_connect_timeout_bounds_tcp_and_open_timeout_the_upgrade(
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
+) -> None:
+    """One deadline serves both phases: connect_timeout until TCP is up, then it moves to
+    open_timeout from there (a long connect_timeout does not stretch the upgrade)."""
+    engine, lab = loop_engine
+    lab_spawn(["-c", SILENT, lab.peer_ip, "9304"])
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises((TimeoutError, OSError)):  # nobody answers ARP for unused_ip
+            await connect_dpdk(
+                f"ws://{lab.unused_ip}:9304/",
+                engine=engine,
+                deflate=False,
+                connect_timeout=0.3,
+                open_timeout=30,
+            )
+        assert loop.time() - started < 5
+        started = loop.time()
+        with pytest.raises(TimeoutError, match="timed out"):
+            await connect_dpdk(
+                f"ws://{lab.peer_ip}:9304/",
+                engine=engine,
+                deflate=False,
+                connect_timeout=30,
+                open_timeout=0.3,
+            )
+        assert loop.time() - started < 5
+        for _ in range(100):
+            if engine.interface.connection_count == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.interface.connection_count == 0
+
+    run_in_loop(engine, main)
