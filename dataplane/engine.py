@@ -222,14 +222,14 @@ class Engine:
         if self._loop_thread is not None and self.link is None:
             # Loop mode: the output (and the flows' sync to C) waits for the next turn's
             # flush, right after the loop's callbacks: what the application answers to
-            # this batch leaves in the same segments as the stack's own ACKs.
+            # this batch leaves in the same segments as the stack's own ACKs. So does the
+            # processing of the ACKs C took (`settle_acks`): off the answer's path.
             self._dirty = True
             return outcome.rx_frames
+        fastpath.settle_acks()
+        fastpath.sync_receive_space()
         self._dirty = False  # what the services' protocols wrote leaves right now
-        out = iface.poll(now)
-        if self.link is not None:
-            out = fastpath.take_tx() + out
-        self._transmit(out)
+        self._transmit(iface.poll(now))
         self._export(now)
         return outcome.rx_frames
 
@@ -249,6 +249,12 @@ class Engine:
         return processed
 
     def _transmit(self, frames: Sequence[bytes]) -> None:
+        if self.link is not None:
+            # C's frames first (its ACKs, the data segments flow sends built): they were
+            # decided before Python's, and a flow's segments leave in sequence order.
+            frames = self.fastpath.take_tx() + list(frames)
+        elif frames:
+            self.fastpath.flush_tx()  # the same order on a port
         backlog = self._tx_backlog
         backlog.extend(frames)
         sender = self.port if self.port is not None else self.link
@@ -339,9 +345,14 @@ class Engine:
         if self._thread is not None and threading.get_ident() != self._thread.ident:
             raise EngineError("flush() from another thread: the engine thread owns the stack")
         self._dirty = False
+        self.fastpath.settle_acks()
+        self.fastpath.sync_receive_space()
         now = self._clock() if self._clock is not None else time.monotonic()
-        self._transmit(self.interface.poll(now))
-        self._export(now)
+        if self.interface.has_work(now) or self.link is not None:
+            self._transmit(self.interface.poll(now))
+            self._export(now)
+        elif self._tx_backlog:
+            self._transmit(())
 
     def turn(self, timeout: float | None) -> None:
         """One turn of the engine loop (the selector calls it with the loop's timeout):
@@ -378,6 +389,8 @@ class Engine:
         return future
 
     def _run_commands(self) -> int:
+        if self._commands.empty():  # the common case, without raising queue.Empty
+            return 0
         ran = 0
         while True:
             try:

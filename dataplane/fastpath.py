@@ -12,8 +12,9 @@ belongs to Python (`flow_take_ack` / `flow_give_ack`).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from dataplane.errors import DataplaneError
 from dataplane.samples import LatencySamples
@@ -32,6 +33,7 @@ from dataplane.wire.checksum import inet_checksum
 ACK_POLICIES = {"delayed": 0, "every_second": 1, "immediate": 2}
 POLL_SLOW, POLL_DATA, POLL_TIMER, POLL_COMMAND, POLL_BUDGET, POLL_TX_FULL = 1, 2, 4, 8, 16, 32
 POLL_EXTERNAL = 64  # the extra fd (an event loop's epoll fd) became readable
+FLOW_DATA, FLOW_ACKS = 1, 2  # `active` bits (enum wsgw_flow_active)
 
 
 # The flow fields Python writes on export, rcv_nxt through active, in C's layout (native
@@ -91,8 +93,9 @@ class FastPathConfig:
 _check_sync_layout()
 
 
-@dataclass
-class PollOutcome:
+class PollOutcome(NamedTuple):
+    """One poll's result (a tuple: built once per poll, positionally)."""
+
     reason: int
     now: float
     slow_frames: list[bytes]
@@ -145,6 +148,7 @@ class FastPath:
             delayed_ack_ns=int(config.delayed_ack * 1e9),
             fast_path=int(config.enabled),
             ts_hz=1000,
+            spin_after_tx_ns=config.spin_after_tx_ns,
         )
         self._engine = EngineBinding(shim.lib, conf, port_handle)
         if self._engine.rc < 0:
@@ -152,8 +156,12 @@ class FastPath:
         self._slots: dict[int, int] = {}  # id(connection) -> slot
         self._connections: dict[int, TcpConnection] = {}  # slot -> connection
         self._exported: dict[int, FastPathState] = {}
-        self._segments_seen: dict[int, int] = {}
         self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
+        self._senders: dict[int, Callable[[bytes, int, int], int]] = {}  # slot -> C transmit
+        self._clock = self._engine.clock()  # what a C transmit is timed with
+        self._quiet: list[tuple[int, TcpConnection]] = []  # absorbed, not exported
+        # (conn, acks, snd_una, window field, wl1, tsecr, now) for `settle_acks`
+        self._acks_due: list[tuple[TcpConnection, int, int, int, int, int, float]] = []
         # RX burst (C stamp) to bytes readable in the connection, per absorb, in ns: the
         # in-stack latency of the first byte of each batch. Bounded: the newest 65536.
         self.rx_to_readable_ns = LatencySamples()
@@ -163,6 +171,9 @@ class FastPath:
 
     # ---- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
+        for conn in self._connections.values():
+            conn.fast_sender = None  # its C engine is about to go
+        self._senders.clear()
         self._engine.destroy()
         self._flow_structs.clear()
         self._slots.clear()
@@ -196,18 +207,19 @@ class FastPath:
     # ---- polling -----------------------------------------------------------------------
     def poll(self, deadline: float | None, budget: float) -> PollOutcome:
         deadline_ns = int(deadline * 1e9) if deadline is not None else 0
-        result = self._engine.poll(max(deadline_ns, 0), int(budget * 1e9))
-        now_ns = int(result.now_ns)
-        first_rx_ns = int(result.first_rx_ns)
+        engine = self._engine
+        reason, slow, touched, _, now_ns, rx_frames, first_rx_ns = engine.poll_fields(
+            deadline_ns if deadline_ns > 0 else 0, int(budget * 1e9)
+        )
         if first_rx_ns:
             self.rx_to_return_ns.append(now_ns - first_rx_ns)
         return PollOutcome(
-            reason=int(result.reason),
-            now=now_ns / 1e9,
-            slow_frames=self._engine.slow_frames(int(result.slow_frames)),
-            touched=self._engine.touched(int(result.touched)),
-            rx_frames=int(result.rx_frames),
-            first_rx_ns=first_rx_ns,
+            reason,
+            now_ns / 1e9,
+            engine.slow_frames(slow) if slow else [],
+            engine.touched(touched) if touched else [],
+            rx_frames,
+            first_rx_ns,
         )
 
     def set_time(self, now: float | None) -> None:
@@ -239,33 +251,85 @@ class FastPath:
         return self._connections.get(slot)
 
     # ---- sync with the Python connections ---------------------------------------------------
-    def absorb(self, slot: int, now: float) -> None:
-        """Move what C received for this flow into its connection (after each poll)."""
+    def absorb(self, slot: int, now: float) -> bool:
+        """Move what C received for this flow into its connection (after each poll), in one
+        C call (`wsgw_engine_flow_sync`). True when only data moved (see
+        `TcpConnection.fastpath_absorb`), or when there is no such connection."""
         conn = self._connections.get(slot)
         if conn is None:
-            return
-        flow = self._flow(slot)
-        # The ring is empty when only slow-path segments touched the flow: no C call then.
-        data = self._engine.flow_read(slot) if flow.ring_head != flow.ring_tail else b""
-        deadline_ns = 0
-        if flow.slow_pending:
-            # Python is about to handle this flow's segments: the pending ACK is its own now.
-            deadline_ns = self._engine.flow_take_ack(slot)
-        conn.fastpath_absorb(
+            return True
+        (
             data,
-            rcv_nxt=int(flow.rcv_nxt),
-            rcv_adv_right=int(flow.rcv_adv_right),
-            ts_recent=int(flow.ts_recent),
-            last_ack_sent=int(flow.last_ack_sent),
-            segments=int(flow.fast_segments) - self._segments_seen.get(slot, 0),
-            unacked_bytes=int(flow.unacked_bytes) if flow.slow_pending else 0,
-            ack_deadline=deadline_ns / 1e9 if deadline_ns else None,
-            now=now,
+            rcv_nxt,
+            rcv_adv_right,
+            ts_recent,
+            last_ack_sent,
+            segments,
+            acks,
+            snd_una,
+            snd_wl1,
+            ack_tsecr,
+            unacked_bytes,
+            snd_wnd_field,
+            slow_pending,
+            deadline_ns,
+            first_rx_ns,
+            now_ns,
+        ) = self._engine.flow_sync(slot)
+        # (slow_pending: Python is about to handle this flow's segments, and the delayed
+        # ACK C owed is its own now: deadline_ns, unacked_bytes.)
+        quiet = conn.fastpath_absorb(
+            data,
+            rcv_nxt,
+            rcv_adv_right,
+            ts_recent,
+            last_ack_sent,
+            segments,
+            unacked_bytes,
+            deadline_ns / 1e9 if deadline_ns else None,
+            now,
         )
-        self._segments_seen[slot] = int(flow.fast_segments)
-        if data and flow.first_rx_ns:
-            self.rx_to_readable_ns.append(self._engine.monotonic_ns() - int(flow.first_rx_ns))
-        self._engine.flow_synced(slot)
+        if acks:
+            ack = (conn, acks, snd_una, snd_wnd_field, snd_wl1, ack_tsecr, now)
+            if slow_pending:
+                conn.fastpath_acked(*ack[1:])  # before its slow-path segments, in order
+            else:
+                self._acks_due.append(ack)
+        if first_rx_ns and data:
+            self.rx_to_readable_ns.append(now_ns - first_rx_ns)
+        if quiet:
+            # The connection is not exported this batch: `sync_receive_space` tells C
+            # what receive buffer is left once the services have read.
+            self._quiet.append((slot, conn))
+        return quiet
+
+    def settle_acks(self) -> None:
+        """The ACK processing of the ACKs C took in the last poll (`fastpath_acked`),
+        left until the batch's data was delivered: on the engine loop the application
+        answers first, and this runs while its answer is on the wire. The connections'
+        output decisions in between only see a window that is smaller than it is."""
+        due = self._acks_due
+        if due:
+            for conn, acks, snd_una, window_field, wl1, tsecr, now in due:
+                conn.fastpath_acked(acks, snd_una, window_field, wl1, tsecr, now)
+            due.clear()
+
+    def sync_receive_space(self) -> None:
+        """After the batch's services read what was absorbed: C's window offers the free
+        receive buffer of the flows that were not exported (stale, it would offer either
+        too much, or too little for a sender that fills it)."""
+        connections = self._connections
+        for slot, conn in self._quiet:
+            if connections.get(slot) is not conn:
+                continue  # withdrawn since (its slot may hold another flow now)
+            self._flow(slot).rcv_space = conn.fastpath_receive_space()
+            self._exported.pop(slot, None)  # C's copy differs now: the next export writes
+        self._quiet.clear()
+
+    def flush_tx(self) -> None:
+        """Put what flow sends queued on the wire before Python transmits its own frames:
+        a flow's segments must leave in sequence order."""
+        self._engine.tx_flush()
 
     def export(self, conn: TcpConnection, next_hop_mac: bytes | None, local_mac: bytes) -> None:
         """Register, refresh or withdraw the connection's flow, as its state allows."""
@@ -284,6 +348,7 @@ class FastPath:
                 return  # no free slot: the slow path carries this connection (still correct)
             self._slots[key] = slot
             self._connections[slot] = conn
+            self._senders[slot] = self._sender(slot)
             assert next_hop_mac is not None
             flow_template(
                 self._flow(slot),
@@ -298,6 +363,8 @@ class FastPath:
                 ),
             )
         flow = self._flow(slot)
+        conn.fast_sender = self._senders[slot]
+        conn.fast_clock = self._clock
         if self._exported.get(slot) != state:
             # rcv_nxt .. active in one write (the layout is checked at import: _SYNC).
             _SYNC.pack_into(
@@ -316,7 +383,7 @@ class FastPath:
                 state.rcv_space,
                 state.mss,
                 self._ack_policy,
-                1,  # active
+                FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA,
             )
             self._exported[slot] = state
         # A delayed ACK Python still owes goes back to C, which sends it on time.
@@ -331,13 +398,15 @@ class FastPath:
             self._engine.flow_give_ack(slot, 0, 0, 0)
         else:
             return  # active is set (with the state above, or by an earlier export)
-        flow.active = 1
+        flow.active = FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA
 
     def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
         """Python alone handles the connection from now on. Its bytes were absorbed after
         the poll (C cannot have received since); an ACK C still owed becomes Python's."""
         flow = self._flow(slot)
         flow.active = 0
+        conn.fast_sender = None
+        self._senders.pop(slot, None)
         unacked = int(flow.unacked_bytes)
         deadline_ns = self._engine.flow_take_ack(slot)
         if deadline_ns:
@@ -347,7 +416,12 @@ class FastPath:
         del self._slots[key]
         self._connections.pop(slot, None)
         self._exported.pop(slot, None)
-        self._segments_seen.pop(slot, None)
+
+    def _sender(self, slot: int) -> Callable[[bytes, int, int], int]:
+        """The connection's `fast_sender`: one data segment built by C (see
+        `wsgw_engine_flow_send`); the first since the last flush leaves at once, later
+        ones at the next poll or `flush_tx`."""
+        return self._engine.flow_sender(slot)
 
     def forget(self, conn: TcpConnection) -> None:
         slot = self._slots.get(id(conn))

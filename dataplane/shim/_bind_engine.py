@@ -7,11 +7,15 @@ size and offsets against the C compiler's, so the two cannot drift apart silentl
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
+from collections.abc import Callable
 from typing import Any
 
 _u8p = ctypes.POINTER(ctypes.c_uint8)
 _u16p = ctypes.POINTER(ctypes.c_uint16)
 _u32p = ctypes.POINTER(ctypes.c_uint32)
+_READ_MAX = 1 << 20  # bytes a flow read copies at once
 
 
 class EngineConf(ctypes.Structure):
@@ -28,6 +32,7 @@ class EngineConf(ctypes.Structure):
         ("delayed_ack_ns", ctypes.c_uint32),
         ("fast_path", ctypes.c_uint16),
         ("ts_hz", ctypes.c_uint16),
+        ("spin_after_tx_ns", ctypes.c_uint32),
     ]
 
 
@@ -67,15 +72,34 @@ class FlowStruct(ctypes.Structure):
         ("unacked_segments", ctypes.c_uint16),
         ("ack_template", ctypes.c_uint8 * 68),
         ("ring", ctypes.c_void_p),
-        ("_align_pad", ctypes.c_uint8 * 48),  # struct wsgw_flow is 64-byte aligned: 256 B
+        ("snd_wl1", ctypes.c_uint32),
+        ("ack_tsecr", ctypes.c_uint32),
+        ("acks_advanced", ctypes.c_uint32),
+        ("pure_acks", ctypes.c_uint32),
+        ("tx_segments", ctypes.c_uint64),
+        ("tx_bytes", ctypes.c_uint64),
+        ("segments_synced", ctypes.c_uint64),
+        ("_align_pad", ctypes.c_uint8 * 8),  # struct wsgw_flow is 64-byte aligned: 256 B
     ]
 
+
+# struct wsgw_poll_result as one struct.unpack_from (PollResult's fields, in order).
+POLL_RESULT = struct.Struct("=4I3Q")
+
+# struct wsgw_flow_sync, read in one struct.unpack_from (its fields in order).
+FLOW_SYNC = struct.Struct("=11I2H3Q")
+FLOW_SYNC_FIELDS = (
+    "bytes", "rcv_nxt", "rcv_adv_right", "ts_recent", "last_ack_sent", "segments", "acks",
+    "snd_una", "snd_wl1", "ack_tsecr", "unacked_bytes", "snd_wnd_field", "slow_pending",
+    "ack_deadline_ns", "first_rx_ns", "now_ns",
+)  # fmt: skip
 
 ENGINE_STAT_FIELDS = (
     "polls", "rx_frames", "rx_bursts", "empty_polls", "sleeps", "sleep_ns",
     "fast_segments", "fast_bytes", "slow_frames", "acks_sent", "dropped_slow_full",
     "bad_ip_checksum", "bad_tcp_checksum", "not_ipv4", "not_for_us", "tx_dropped",
     "rx_to_ring_bursts", "rx_to_ring_ns_sum", "rx_to_ring_ns_max",
+    "fast_acks", "tx_data_segments", "tx_data_bytes",
 )  # fmt: skip
 
 
@@ -113,10 +137,15 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_engine_flow_read": (ctypes.c_uint32, [_vp, ctypes.c_int, _u8p, ctypes.c_uint32]),
     "wsgw_engine_flow_synced": (None, [_vp, ctypes.c_int]),
+    "wsgw_engine_flow_sync": (ctypes.c_int, [_vp, ctypes.c_int, _u8p, ctypes.c_uint32, _vp]),
     "wsgw_engine_flow_take_ack": (ctypes.c_uint64, [_vp, ctypes.c_int]),
     "wsgw_engine_flow_give_ack": (
         None, [_vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32]
     ),
+    "wsgw_engine_flow_send": (
+        ctypes.c_int64, [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
+    ),
+    "wsgw_engine_tx_flush": (None, [_vp]),
     "wsgw_engine_poll": (
         ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(PollResult)]
     ),
@@ -124,6 +153,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_engine_set_extra_fd": (None, [_vp, ctypes.c_int]),
     "wsgw_engine_expect_rx": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_set_time": (None, [_vp, ctypes.c_uint64]),
+    "wsgw_engine_now": (ctypes.c_uint64, [_vp]),
     "wsgw_engine_slow_arena": (_u8p, [_vp]),
     "wsgw_engine_slow_offsets": (_u32p, [_vp]),
     "wsgw_engine_slow_lengths": (_u16p, [_vp]),
@@ -168,7 +198,10 @@ class EngineBinding:
         )
         self.handle = int(handle.value or 0)
         self._result = PollResult()
-        self._read_buf = (ctypes.c_uint8 * (1 << 20))()
+        self._result_ref = ctypes.byref(self._result)
+        self._poll = lib.wsgw_engine_poll
+        self._read_buf = (ctypes.c_uint8 * _READ_MAX)()
+        self._sync_out = ctypes.create_string_buffer(FLOW_SYNC.size)
         self._tx_buf = (ctypes.c_uint8 * (1 << 18))()
         self._tx_off = (ctypes.c_uint32 * 1024)()
         self._tx_len = (ctypes.c_uint16 * 1024)()
@@ -232,6 +265,21 @@ class EngineBinding:
                 break
         return b"".join(chunks)
 
+    def flow_sync(self, slot: int) -> tuple[Any, ...]:
+        """wsgw_engine_flow_sync: (data, *the fields of struct wsgw_flow_sync but bytes);
+        data holds every byte the ring had."""
+        out = self._sync_out
+        if self._lib.wsgw_engine_flow_sync(self._h, slot, self._read_buf, _READ_MAX, out) < 0:
+            raise KeyError(slot)
+        fields = FLOW_SYNC.unpack_from(out)
+        count = fields[0]
+        if not count:
+            return (b"", *fields[1:])
+        data = ctypes.string_at(self._read_buf, count)
+        if count == _READ_MAX:
+            data += self.flow_read(slot)  # the ring held more than one read buffer
+        return (data, *fields[1:])
+
     def flow_synced(self, slot: int) -> None:
         self._lib.wsgw_engine_flow_synced(self._h, slot)
 
@@ -245,9 +293,27 @@ class EngineBinding:
             self.handle, slot, deadline_ns, unacked_bytes, unacked_segments
         )
 
+    def flow_sender(self, slot: int) -> Callable[[bytes, int, int], int]:
+        """`send(payload, len(payload), rcv_space) -> int` for one flow:
+        wsgw_engine_flow_send bound to this engine and slot (no Python frame in between):
+        rcv_adv_right after the segment, or a negative errno."""
+        sender: Callable[[bytes, int, int], int] = functools.partial(
+            self._lib.wsgw_engine_flow_send, self._h, slot
+        )
+        return sender
+
+    def tx_flush(self) -> None:
+        self._lib.wsgw_engine_tx_flush(self._h)
+
     def poll(self, deadline_ns: int, budget_ns: int) -> PollResult:
-        self._lib.wsgw_engine_poll(self._h, deadline_ns, budget_ns, ctypes.byref(self._result))
+        self._poll(self._h, deadline_ns, budget_ns, self._result_ref)
         return self._result
+
+    def poll_fields(self, deadline_ns: int, budget_ns: int) -> tuple[int, ...]:
+        """`poll`, with the fields of struct wsgw_poll_result as a tuple, in order (one
+        unpack instead of an attribute read each)."""
+        self._poll(self._h, deadline_ns, budget_ns, self._result_ref)
+        return POLL_RESULT.unpack_from(self._result)
 
     def wake(self) -> None:
         self._lib.wsgw_engine_wake(self._h)
@@ -260,6 +326,17 @@ class EngineBinding:
 
     def set_time(self, now_ns: int) -> None:
         self._lib.wsgw_engine_set_time(self._h, now_ns)
+
+    def clock(self) -> Callable[[], float]:
+        """The engine's clock in seconds (its virtual time when set), for the code that
+        acts between polls on the engine's behalf."""
+        now = functools.partial(self._lib.wsgw_engine_now, self._h)
+
+        def seconds() -> float:
+            ns: int = now()
+            return ns / 1e9
+
+        return seconds
 
     def slow_frames(self, count: int) -> list[bytes]:
         if not count:

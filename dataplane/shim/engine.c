@@ -80,6 +80,8 @@ struct wsgw_engine {
     struct wsgw_engine_stats st;
 };
 
+static inline uint64_t engine_now(const struct wsgw_engine *e);
+
 WSGW_API uint64_t wsgw_monotonic_ns(void)
 {
     struct timespec ts;
@@ -249,13 +251,49 @@ WSGW_API uint32_t wsgw_engine_flow_read(wsgw_engine *e, int slot, uint8_t *dst, 
     return n;
 }
 
+WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max,
+                                   struct wsgw_flow_sync *out)
+{
+    struct wsgw_flow *f = wsgw_engine_flow(e, slot);
+    if (!f)
+        return -ENOENT;
+    uint32_t first_rx_unread = f->delivered_since_sync ? 1 : 0;
+    out->bytes = f->ring_head != f->ring_tail ? wsgw_engine_flow_read(e, slot, dst, max) : 0;
+    out->rcv_nxt = f->rcv_nxt;
+    out->rcv_adv_right = f->rcv_adv_right;
+    out->ts_recent = f->ts_recent;
+    out->last_ack_sent = f->last_ack_sent;
+    uint64_t taken = f->fast_segments + f->pure_acks;
+    out->segments = (uint32_t)(taken - f->segments_synced);
+    f->segments_synced = taken;
+    out->acks = f->acks_advanced;
+    out->snd_una = f->snd_una;
+    out->snd_wl1 = f->snd_wl1;
+    out->ack_tsecr = f->ack_tsecr;
+    out->snd_wnd_field = f->snd_wnd_field;
+    out->slow_pending = f->slow_pending;
+    out->unacked_bytes = f->slow_pending ? f->unacked_bytes : 0;
+    out->ack_deadline_ns = f->slow_pending ? wsgw_engine_flow_take_ack(e, slot) : 0;
+    out->first_rx_ns = first_rx_unread ? f->first_rx_ns : 0;
+    out->now_ns = engine_now(e);
+    /* The bytes move into Python's buffer, which has that much less room: until Python
+     * says otherwise (an export, wsgw_engine_flow_set_space), C's window counts them. */
+    f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
+    f->delivered_since_sync = 0;
+    f->slow_pending = 0;
+    f->acks_advanced = 0;
+    return 0;
+}
+
 WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot)
 {
     struct wsgw_flow *f = wsgw_engine_flow(e, slot);
     if (!f)
         return;
+    f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
     f->delivered_since_sync = 0;
     f->slow_pending = 0;
+    f->acks_advanced = 0;
 }
 
 WSGW_API uint64_t wsgw_engine_flow_take_ack(wsgw_engine *e, int slot)
@@ -285,6 +323,8 @@ WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadl
 }
 
 WSGW_API void wsgw_engine_set_time(wsgw_engine *e, uint64_t now_ns) { e->manual_now = now_ns; }
+
+WSGW_API uint64_t wsgw_engine_now(const wsgw_engine *e) { return engine_now(e); }
 
 static inline uint64_t engine_now(const struct wsgw_engine *e)
 {
@@ -554,6 +594,10 @@ static uint8_t *tx_slot(struct wsgw_engine *e, uint16_t len, void **handle)
         if (unlikely(!m))
             return NULL;
         uint8_t *dst = (uint8_t *)rte_pktmbuf_append(m, len);
+        if (unlikely(!dst)) { /* longer than the mbuf's data room */
+            rte_pktmbuf_free(m);
+            return NULL;
+        }
         e->txq[e->txq_n++] = m;
         *handle = m;
         return dst;
@@ -585,24 +629,12 @@ static void tx_flush(struct wsgw_engine *e)
 #endif
 }
 
-static void send_ack(struct wsgw_engine *e, struct wsgw_flow *f, uint64_t now)
+WSGW_API void wsgw_engine_tx_flush(wsgw_engine *e) { tx_flush(e); }
+
+/* TCP checksum (RFC 9293 section 3.1) over the pseudo-header and tcp_len bytes at tcp. */
+static void tcp_checksum(uint8_t *ip, uint8_t *tcp, uint32_t tcp_len)
 {
-    void *handle;
-    uint8_t *p = tx_slot(e, f->ack_len, &handle);
-    if (unlikely(!p))
-        return; /* no buffer: the delayed-ACK timer or the next segment retries */
-    memcpy(p, f->ack_template, f->ack_len);
-    uint8_t *ip = p + ETH_HDR;
-    uint8_t *tcp = ip + IP_HDR;
-    wr32(tcp + 4, f->snd_nxt);
-    wr32(tcp + 8, f->rcv_nxt);
-    wr16(tcp + 14, advertise_window(f));
     wr16(tcp + 16, 0);
-    uint32_t tcp_len = (uint32_t)f->ack_len - ETH_HDR - IP_HDR;
-    if (f->ts_enabled && tcp_len >= TCP_HDR + 12) {
-        wr32(tcp + 24, ts_now(e, f, now));
-        wr32(tcp + 28, f->ts_recent);
-    }
     uint8_t pseudo[12];
     memcpy(pseudo, ip + 12, 8);
     pseudo[8] = 0;
@@ -612,6 +644,20 @@ static void send_ack(struct wsgw_engine *e, struct wsgw_flow *f, uint64_t now)
     sum = wsgw_csum_partial(tcp, tcp_len, sum);
     uint16_t csum = wsgw_csum_fold(sum);
     memcpy(tcp + 16, &csum, 2); /* native-order sum: stored as is */
+}
+
+/* seq, ack, window and timestamps of a segment from the flow's template; the segment
+ * carries the current ACK, so whatever ACK was owed is settled. */
+static void fill_ack_fields(struct wsgw_engine *e, struct wsgw_flow *f, uint8_t *tcp,
+                            uint32_t tcp_hdr_len, uint64_t now)
+{
+    wr32(tcp + 4, f->snd_nxt);
+    wr32(tcp + 8, f->rcv_nxt);
+    wr16(tcp + 14, advertise_window(f));
+    if (f->ts_enabled && tcp_hdr_len >= TCP_HDR + 12) {
+        wr32(tcp + 24, ts_now(e, f, now));
+        wr32(tcp + 28, f->ts_recent);
+    }
     f->last_ack_sent = f->rcv_nxt;
     f->unacked_bytes = 0;
     f->unacked_segments = 0;
@@ -619,8 +665,66 @@ static void send_ack(struct wsgw_engine *e, struct wsgw_flow *f, uint64_t now)
         f->ack_deadline_ns = 0;
         e->pending_acks--;
     }
+}
+
+static void send_ack(struct wsgw_engine *e, struct wsgw_flow *f, uint64_t now)
+{
+    void *handle;
+    uint8_t *p = tx_slot(e, f->ack_len, &handle);
+    if (unlikely(!p))
+        return; /* no buffer: the delayed-ACK timer or the next segment retries */
+    memcpy(p, f->ack_template, f->ack_len);
+    uint8_t *ip = p + ETH_HDR;
+    uint8_t *tcp = ip + IP_HDR;
+    uint32_t tcp_len = (uint32_t)f->ack_len - ETH_HDR - IP_HDR;
+    fill_ack_fields(e, f, tcp, tcp_len, now);
+    tcp_checksum(ip, tcp, tcp_len);
     f->acks_sent++;
     e->st.acks_sent++;
+}
+
+WSGW_API int64_t wsgw_engine_flow_send(wsgw_engine *e, int slot, const uint8_t *payload,
+                                       uint32_t len, uint32_t rcv_space)
+{
+    struct wsgw_flow *f = wsgw_engine_flow(e, slot);
+    if (!f || !f->active || !f->ack_len || !e->conf.fast_path)
+        return -ENOENT;
+    f->rcv_space = rcv_space; /* Python's free buffer now (nothing arrives between polls) */
+    uint32_t frame_len = (uint32_t)f->ack_len + len;
+    if (len == 0 || frame_len > FRAME_MAX)
+        return -EMSGSIZE;
+    void *handle;
+    uint8_t *p = tx_slot(e, (uint16_t)frame_len, &handle);
+    if (unlikely(!p))
+        return -ENOBUFS;
+    uint64_t now = engine_now(e);
+    memcpy(p, f->ack_template, f->ack_len);
+    memcpy(p + f->ack_len, payload, len);
+    uint8_t *ip = p + ETH_HDR;
+    uint8_t *tcp = ip + IP_HDR;
+    uint32_t tcp_hdr_len = (uint32_t)f->ack_len - ETH_HDR - IP_HDR;
+    /* IPv4 total length changed: redo the header checksum (RFC 791). */
+    wr16(ip + 2, (uint16_t)(frame_len - ETH_HDR));
+    wr16(ip + 10, 0);
+    uint16_t ip_sum = wsgw_csum_fold(wsgw_csum_partial(ip, IP_HDR, 0));
+    memcpy(ip + 10, &ip_sum, 2);
+    tcp[13] = TCP_ACK | TCP_PSH;
+    fill_ack_fields(e, f, tcp, tcp_hdr_len, now);
+    tcp_checksum(ip, tcp, tcp_hdr_len + len);
+    f->snd_nxt += len;
+    f->tx_segments++;
+    f->tx_bytes += len;
+    e->st.tx_data_segments++;
+    e->st.tx_data_bytes += len;
+#ifdef WSGW_HAVE_DPDK
+    /* The first segment since the last flush leaves at once: the caller's answer to what
+     * it received is on the wire while the rest of its turn runs. Segments written after
+     * it in the same turn wait for the next poll (or tx_flush) and leave in one burst. */
+    if (e->port && e->txq_n == 1)
+        tx_flush(e);
+#endif
+    wsgw_engine_expect_rx(e, e->conf.spin_after_tx_ns);
+    return (int64_t)f->rcv_adv_right;
 }
 
 /* Send every ACK that is due (deadline passed); returns the earliest future deadline. */
@@ -697,9 +801,25 @@ static int fast_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len, 
         return 0;
     uint32_t plen = total - IP_HDR - hl;
     uint32_t seq = rd32(tcp + 4);
-    if (plen == 0 || seq != f->rcv_nxt || rd32(tcp + 8) != f->snd_una ||
-        rd16(tcp + 14) != f->snd_wnd_field)
+    uint32_t ack = rd32(tcp + 8);
+    uint16_t wnd = rd16(tcp + 14);
+    if (seq != f->rcv_nxt)
         return 0;
+    /* 1: the segment moves the send side (snd_una, or the window of a data segment). */
+    int send_moved = 0;
+    if (ack == f->snd_una && wnd == f->snd_wnd_field) {
+        if (plen == 0)
+            return 0; /* a duplicate ACK or a keep-alive: Python counts and decides */
+    } else {
+        /* RFC 9293 section 3.10.7.4: SND.UNA =< SEG.ACK =< SND.NXT, a window that is not
+         * zero (the persist timer is Python's), and Python allowed it. An ACK that only
+         * changes the window moves nothing Python must act on at once, but it comes with
+         * data (a pure window update stays Python's). */
+        if (!(f->active & WSGW_FLOW_ACKS) || seq_diff(ack, f->snd_una) < 0 ||
+            seq_diff(ack, f->snd_nxt) > 0 || wnd == 0 || (plen == 0 && ack == f->snd_una))
+            return 0;
+        send_moved = 1;
+    }
     uint32_t tsval = 0;
     if (f->ts_enabled) {
         /* RFC 7323 section 3.2: once negotiated, every segment carries the option. */
@@ -732,6 +852,25 @@ static int fast_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len, 
         }
     }
     /* Commit: the bytes are in order and ours. */
+    /* RFC 7323 section 4.3: TS.Recent from a segment at or before Last.ACK.sent. */
+    if (f->ts_enabled && seq_diff(seq, f->last_ack_sent) <= 0)
+        f->ts_recent = tsval;
+    if (send_moved) {
+        /* RFC 9293 section 3.10.7.4: this segment is newer than the one that set the
+         * window (SEG.SEQ = RCV.NXT >= SND.WL1, SEG.ACK >= SND.UNA >= SND.WL2). */
+        if (ack != f->snd_una && f->ts_enabled)
+            f->ack_tsecr = rd32(tcp + 28); /* RFC 7323 section 4.1: the ACK's own echo */
+        f->snd_una = ack;
+        f->snd_wnd_field = wnd;
+        f->snd_wl1 = seq;
+        f->acks_advanced++;
+        e->st.fast_acks++;
+        touch(e, f, (uint32_t)slot);
+        if (plen == 0) {
+            f->pure_acks++;
+            return 1;
+        }
+    }
     const uint8_t *payload = tcp + hl;
     uint32_t pos = f->ring_head & (f->ring_size - 1);
     uint32_t first = f->ring_size - pos < plen ? f->ring_size - pos : plen;
@@ -742,9 +881,6 @@ static int fast_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len, 
         f->first_rx_ns = now;
     if (!e->first_data_ns)
         e->first_data_ns = now;
-    /* RFC 7323 section 4.3: TS.Recent from a segment at or before Last.ACK.sent. */
-    if (f->ts_enabled && seq_diff(seq, f->last_ack_sent) <= 0)
-        f->ts_recent = tsval;
     f->rcv_nxt = seq + plen;
     f->delivered_since_sync += plen;
     f->unacked_bytes += plen;
@@ -850,6 +986,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     e->slow_used = 0;
     e->first_data_ns = 0;
     e->st.polls++;
+    tx_flush(e); /* segments Python had C build since the last poll leave first */
     uint64_t start = engine_now(e), now = start;
     uint32_t reason = 0;
     uint64_t rx_total = 0;

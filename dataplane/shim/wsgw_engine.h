@@ -52,6 +52,8 @@ struct wsgw_engine_conf {
     uint32_t delayed_ack_ns;     /* delayed-ACK timer */
     uint16_t fast_path;          /* 0: every frame goes to the slow path */
     uint16_t ts_hz;              /* timestamp clock rate (RFC 7323), e.g. 1000 */
+    uint32_t spin_after_tx_ns;   /* after wsgw_engine_flow_send: busy-poll this long before
+                                  * backing off (an answer comes within a round trip) */
 };
 
 /* One flow, shared with Python (ctypes mirrors this layout; keep them in step). Sequence
@@ -100,7 +102,27 @@ struct wsgw_flow {
     uint16_t unacked_segments;   /* received by C since the last ACK */
     uint8_t ack_template[68];
     uint8_t *ring;               /* ring_size bytes, owned by the engine */
+    /* ACKs C took (active & WSGW_FLOW_ACKS): C moves snd_una and snd_wnd_field, Python
+     * reads these at the next sync to run its ACK processing (RTT, congestion control,
+     * send buffer) once per batch. */
+    uint32_t snd_wl1;            /* SEQ of the last segment whose window C took */
+    uint32_t ack_tsecr;          /* TSecr of the last segment that advanced snd_una */
+    uint32_t acks_advanced;      /* segments that moved the send side (advanced snd_una, or
+                                  * data with a new window) since the last sync */
+    uint32_t pure_acks;          /* counter: data-less ACKs C took */
+    /* data segments C built for Python (wsgw_engine_flow_send) */
+    uint64_t tx_segments;
+    uint64_t tx_bytes;
+    uint64_t segments_synced;    /* fast_segments at the last wsgw_engine_flow_sync */
 } __attribute__((aligned(64)));
+
+/* `active` bits, set by Python. */
+enum wsgw_flow_active {
+    WSGW_FLOW_DATA = 1,  /* C may take in-order data segments that do not move snd_una */
+    WSGW_FLOW_ACKS = 2,  /* ... and segments (data or not) that advance snd_una, with any
+                          * non-zero window: nothing in Python's send side needs a
+                          * per-segment decision (no recovery, no FIN sent, no SACK) */
+};
 
 struct wsgw_engine_stats {
     uint64_t polls, rx_frames, rx_bursts, empty_polls, sleeps, sleep_ns;
@@ -110,6 +132,8 @@ struct wsgw_engine_stats {
     /* RX burst -> the burst's fast-path bytes appended to their flows' rings (clock read
      * before the burst, then after it), per burst that brought fast-path data */
     uint64_t rx_to_ring_bursts, rx_to_ring_ns_sum, rx_to_ring_ns_max;
+    uint64_t fast_acks;          /* segments C took that moved the send side (acks_advanced) */
+    uint64_t tx_data_segments, tx_data_bytes; /* wsgw_engine_flow_send */
 };
 
 struct wsgw_poll_result {
@@ -140,12 +164,51 @@ WSGW_API int wsgw_engine_flow_lookup(const wsgw_engine *e, uint32_t remote_ip,
                                      uint16_t remote_port, uint16_t local_port);
 /* Copy up to max bytes from the flow's ring to dst and advance its tail. */
 WSGW_API uint32_t wsgw_engine_flow_read(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max);
-/* Python synced the flow: rcv_space etc. were rewritten, start counting again. */
+/* One flow's hand-over to Python after a poll, in one call: the ring's bytes (up to max,
+ * into dst; more may remain, see flow_read) and what C moved since the last sync. Counting
+ * starts again (as wsgw_engine_flow_synced), and when a frame of the flow went to the slow
+ * path the pending delayed ACK becomes Python's (as wsgw_engine_flow_take_ack). */
+struct wsgw_flow_sync {
+    uint32_t bytes;              /* copied to dst */
+    uint32_t rcv_nxt;            /* after every byte in the ring (copied or not) */
+    uint32_t rcv_adv_right;
+    uint32_t ts_recent;
+    uint32_t last_ack_sent;
+    uint32_t segments;           /* segments C took since the last sync (pure ACKs too) */
+    uint32_t acks;               /* segments that moved the send side (acks_advanced) */
+    uint32_t snd_una;
+    uint32_t snd_wl1;
+    uint32_t ack_tsecr;
+    uint32_t unacked_bytes;      /* with slow_pending: what the ACK Python now owes covers */
+    uint16_t snd_wnd_field;
+    uint16_t slow_pending;
+    uint64_t ack_deadline_ns;    /* with slow_pending: the delayed ACK's deadline (0: none) */
+    uint64_t first_rx_ns;        /* RX time of the oldest byte synced now (0: none) */
+    uint64_t now_ns;             /* clock at the sync */
+};
+WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max,
+                                   struct wsgw_flow_sync *out);
+/* Python synced the flow: start counting again (rcv_space drops by what C delivered since
+ * the last sync: those bytes are in Python's buffer now). */
 WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot);
 /* Hand the pending delayed ACK to Python (returns its deadline, 0: none; the flow's
  * unacked_bytes stay readable) or back to C. Ownership of a flow's ACK moves with the
  * processing: C between polls, Python while it handles the flow's slow-path segments. */
 WSGW_API uint64_t wsgw_engine_flow_take_ack(wsgw_engine *e, int slot);
+/* Transmit one data segment for a flow Python handed over: payload at SND.NXT with the
+ * current ACK, window (from rcv_space, Python's free receive buffer, which the flow keeps)
+ * and timestamps, from the flow's template (ACK|PSH). Python decided
+ * it may be sent (windows, Nagle) and keeps the bytes for retransmission; C moves snd_nxt,
+ * and the ACK it carries settles any delayed ACK C owed. On a port, a segment that finds
+ * the transmit queue empty is sent at once; later ones wait for the next poll or
+ * wsgw_engine_tx_flush (one burst). Without a port it is captured. The poll then spins
+ * for conf.spin_after_tx_ns before backing off (as wsgw_engine_expect_rx). Returns the flow's
+ * rcv_adv_right after the segment (>= 0), or a negative errno: not active (-ENOENT), too
+ * big for one frame (-EMSGSIZE), no buffer or queue full (-ENOBUFS). */
+WSGW_API int64_t wsgw_engine_flow_send(wsgw_engine *e, int slot, const uint8_t *payload,
+                                       uint32_t len, uint32_t rcv_space);
+/* Put the frames queued for the port on the wire now. */
+WSGW_API void wsgw_engine_tx_flush(wsgw_engine *e);
 WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadline_ns,
                                         uint32_t unacked_bytes, uint32_t unacked_segments);
 
@@ -167,6 +230,8 @@ WSGW_API void wsgw_engine_expect_rx(wsgw_engine *e, uint64_t spin_ns);
 /* Tests: run on a virtual clock (ns, monotonic like CLOCK_MONOTONIC); 0 returns to the real
  * clock. With a virtual clock the engine never sleeps. */
 WSGW_API void wsgw_engine_set_time(wsgw_engine *e, uint64_t now_ns);
+/* The engine's clock: the virtual one when set, else CLOCK_MONOTONIC (ns). */
+WSGW_API uint64_t wsgw_engine_now(const wsgw_engine *e);
 /* Results of the last poll. */
 WSGW_API const uint8_t *wsgw_engine_slow_arena(const wsgw_engine *e);
 WSGW_API const uint32_t *wsgw_engine_slow_offsets(const wsgw_engine *e);

@@ -567,7 +567,12 @@ class Interface:
         def changed(_connection: TcpConnection) -> None:
             dirty[flow] = None
 
+        def timers_moved(_connection: TcpConnection) -> None:
+            if flow not in dirty:  # (a dirty flow is rescheduled by its poll anyway)
+                self._schedule(flow)
+
         flow.connection.on_change = changed
+        flow.connection.on_timer = timers_moved
         dirty[flow] = None
 
     def _schedule(self, flow: _Flow) -> None:
@@ -608,6 +613,7 @@ class Interface:
         flow.alive = False
         flow.timer_at = None
         flow.connection.on_change = None
+        flow.connection.on_timer = None
         self._dirty.pop(flow, None)
         self._export.pop(flow, None)
         if self._exporting:
@@ -616,6 +622,25 @@ class Interface:
         key = flow.key
         if flow.listener is None:
             self.ports.release(key.local_port, key.remote_ip, key.remote_port, now)
+
+    def has_work(self, now: float) -> bool:
+        """`poll` or `export_changes` would do something at `now`: frames or an
+        announcement wait, a connection changed, a timer is due, ARP is busy or changed.
+        False lets the engine skip both (a turn where only the C fast path moved data)."""
+        if (
+            self._tx
+            or self._announce_pending
+            or self._dirty
+            or self._export
+            or self._export_removed
+            or self._export_all
+        ):
+            return True
+        timers = self._timers
+        if timers and timers[0][0] <= now:
+            return True
+        arp = self.arp
+        return arp.busy or arp.version != self._arp_version or arp.lookups_due(now)
 
     def poll_at(self) -> float | None:
         """When `poll` next has work: now if frames wait, else the earliest timer."""

@@ -85,11 +85,12 @@ class TcpSocket:
         """Buffer as much of data as fits; returns how many bytes were taken."""
         if self._error is not None:
             raise self._error
-        return int(self.connection.send(data))
+        taken: int = self.connection.send(data)
+        return taken
 
     def recv(self, max_bytes: int = 65536) -> bytes:
         """Up to max_bytes of received data; b"" when none is buffered (or at EOF)."""
-        data = bytes(self.connection.recv(max_bytes))
+        data: bytes = self.connection.recv(max_bytes)
         if not data and self._error is not None:
             raise self._error
         return data

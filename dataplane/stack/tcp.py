@@ -365,6 +365,17 @@ class TcpConnection:
         #: changed its output or timers (a segment, the application, the fast path): the
         #: interface keeps a set of such connections so idle ones cost nothing per batch.
         self.on_change: Callable[[TcpConnection], None] | None = None
+        #: Called when only the timers may have moved (a segment the C fast path sent, or
+        #: an ACK it took): the interface reschedules the connection without handling it.
+        self.on_timer: Callable[[TcpConnection], None] | None = None
+        #: The C fast path's transmit for this connection, installed by each export (the
+        #: flow's state in C then matches ours) and dropped by anything that may change
+        #: what C would put in a segment before the next export: `send` then builds the
+        #: segment in C at once (`_send_in_c`). Returns rcv_adv_right or a negative errno.
+        self.fast_sender: Callable[[bytes, int, int], int] | None = None
+        #: The engine's clock, installed with `fast_sender`: a send between polls is timed
+        #: (RTO, RTT, idle restart) from when it leaves, not from the last poll.
+        self.fast_clock: Callable[[], float] | None = None
 
     def _changed(self) -> None:
         notify = self.on_change
@@ -476,18 +487,90 @@ class TcpConnection:
             raise TcpStateError("cannot send after close()", errno.EPIPE)
         taken = self._tx.write(data)
         if taken:
-            self._changed()
+            sender = self.fast_sender
+            if sender is not None and self._send_in_c(sender, data, taken):
+                self._timers_moved()
+            else:
+                self._changed()
         return taken
+
+    def _send_in_c(
+        self,
+        sender: Callable[[bytes, int, int], int],
+        data: bytes | bytearray | memoryview,
+        taken: int,
+    ) -> bool:
+        """The common case of `send` for a connection the C fast path holds: the bytes just
+        queued are all there is to send, they fit one segment and both windows, so C builds
+        and queues that segment now. Everything `poll_output` would have done besides the
+        frame is done here (sequence numbers, RTO, RTT timing, the ACK it carries); the
+        bytes stay in the send buffer for retransmission. False: `poll_output` sends them."""
+        seq = self._snd_nxt
+        tx = self._tx
+        if (
+            self._state is not TcpState.ESTABLISHED
+            or seq != self._snd_max
+            or seq + taken != tx.start + len(tx)
+            or self._forced_rtx is not None
+            or self._control
+            or self._cc.in_recovery
+            or self._fin_seq is not None
+            or self._ack_now  # a window update is owed: poll_output sends it, with the data
+            or self._scoreboard
+            or self._ooo
+            # one segment: the MSS less the timestamp option (no SACK blocks: _ooo is empty)
+            or taken > self._snd_mss - (_TIMESTAMP_OPTION_SPACE if self._ts_enabled else 0)
+        ):
+            return False
+        clock = self.fast_clock
+        now = clock() if clock is not None else self._now
+        self._now = max(self._now, now)
+        if (
+            self._snd_una == seq
+            and self._last_send_time is not None
+            and now - self._last_send_time > self._rtt.rto
+        ):
+            self._cc.restart_after_idle()  # RFC 5681 section 4.1
+        in_flight = seq - self._snd_una
+        if taken > self._snd_una + self._snd_wnd - seq or taken > self._cc.cwnd - in_flight:
+            return False  # a window is full: poll_output waits for it
+        if taken < len(data) or not isinstance(data, bytes):
+            data = bytes(data[:taken])
+        right = sender(data, taken, self._free_receive_space())
+        if right < 0:
+            return False  # no buffer in C: the Python path sends it
+        end = seq + taken
+        self._snd_nxt = self._snd_max = end
+        if self._rtt_seq is None and not self._ts_enabled:
+            self._rtt_seq = end
+            self._rtt_time = now
+        if self._rto_deadline is None:
+            self._rto_deadline = now + self._rtt.rto  # RFC 6298 section 5.1
+        stats = self._stats
+        stats.bytes_out += taken
+        stats.segments_out += 1
+        self._last_send_time = now
+        self._ack_sent()  # the segment carried C's ACK and window
+        moved = (right - self._rcv_adv_right) & SEQ_MASK
+        if 0 < moved < 1 << 31:
+            self._rcv_adv_right += moved
+        return True
 
     def recv(self, max_bytes: int = 65536) -> bytes:
         """Take up to `max_bytes` in-order bytes; b"" when none (check `at_eof`/`error`)."""
-        count = min(max(max_bytes, 0), len(self._rx))
+        rx = self._rx
+        count = min(max(max_bytes, 0), len(rx))
         if not count:
             return b""
-        data = bytes(self._rx[:count])
-        del self._rx[:count]
+        if count == len(rx):
+            data = bytes(rx)
+            rx.clear()
+        else:
+            data = bytes(rx[:count])
+            del rx[:count]
         self._maybe_window_update()
-        self._changed()
+        if self._ack_now:
+            self._changed()  # a window update is due (the rest waits for other output)
         return data
 
     # ------------------------------------------------------------------ C fast path hooks
@@ -505,6 +588,15 @@ class TcpConnection:
             return None
         owed = self._ack_now or self._delack_deadline is not None
         window_field = self._snd_wnd >> self._snd_wscale
+        # C may take ACKs too while nothing in the send side needs a per-ACK decision.
+        acks_in_c = (
+            self._fin_seq is None
+            and self._snd_nxt == self._snd_max
+            and self._forced_rtx is None
+            and not self._cc.in_recovery
+            and not self._scoreboard
+            and self._snd_wnd > 0
+        )
         # Positional, in FastPathState's field order (built once per export: kept cheap).
         return FastPathState(
             self._rcv_nxt & SEQ_MASK,
@@ -521,7 +613,12 @@ class TcpConnection:
             self._rcv_mss,
             (self._now if self._ack_now else self._delack_deadline) if owed else None,
             self._unacked_rx_bytes if owed else 0,
+            acks_in_c,
         )
+
+    def fastpath_receive_space(self) -> int:
+        """Free receive buffer, what C may offer in its window (FastPathState.rcv_space)."""
+        return self._free_receive_space()
 
     def fastpath_ack_handed_over(self) -> None:
         """C now owes the delayed ACK that was ours (it sends it on time)."""
@@ -540,7 +637,6 @@ class TcpConnection:
     def fastpath_absorb(
         self,
         data: bytes,
-        *,
         rcv_nxt: int,
         rcv_adv_right: int,
         ts_recent: int,
@@ -549,20 +645,22 @@ class TcpConnection:
         unacked_bytes: int,
         ack_deadline: float | None,
         now: float,
-    ) -> None:
+    ) -> bool:
         """Take in what the fast path received in order since the last sync: its bytes, the
         sequence numbers they moved, what C's ACKs announced, and (when Python is about to
-        handle this connection's segments itself) the delayed ACK C still owed."""
+        handle this connection's segments itself) the delayed ACK C still owed. The ACKs
+        C took come separately (`fastpath_acked`). Returns True when nothing but data
+        moved: no output is due, so the connection need not be polled or exported."""
         advance = (rcv_nxt - self._rcv_nxt) & SEQ_MASK
         if advance != len(data):
             raise TcpStateError(
                 f"fast path out of step: RCV.NXT moved {advance} for {len(data)} bytes"
             )
+        self._stats.segments_in += segments
         if data:
             self._rx += data
             self._rcv_nxt += advance
-            self._stats.segments_in += segments
-            self._stats.bytes_in += len(data)
+            self._stats.bytes_in += advance
             self._last_rx_time = max(self._last_rx_time, now)
             self._ka_probes = 0
         # Both only move forward; C wrote 32-bit values.
@@ -575,12 +673,66 @@ class TcpConnection:
         if ts_recent != self._ts_recent:
             self._ts_recent = ts_recent
             self._ts_recent_time = now
+        self._now = max(self._now, now)
         if ack_deadline is not None or unacked_bytes:
             self._unacked_rx_bytes = unacked_bytes
             if ack_deadline is not None:
                 self._delack_deadline = ack_deadline
-        self._now = max(self._now, now)
-        self._changed()
+            self._changed()
+            return False
+        if self.config.keepalive is not None:
+            self._timers_moved()  # its deadline follows the last segment received
+        return True
+
+    def fastpath_acked(
+        self, acks: int, snd_una: int, window_field: int, wl1: int, tsecr: int, now: float
+    ) -> None:
+        """The ACK processing for `acks` segments that moved the send side in C (the
+        values are the last one's, 32-bit): RTT, send buffer, congestion window, RTO.
+        Only the timers move unless it opened a window for data that waits."""
+        if self._state is TcpState.CLOSED:
+            return  # aborted since C took them: nothing is left to acknowledge
+        self._absorb_acks(acks, snd_una, window_field, wl1, tsecr, now)
+        if (
+            not self._ack_now
+            and not self._control
+            and self._snd_nxt == self._tx.end
+            and self._forced_rtx is None
+        ):
+            self._timers_moved()  # the RTO stopped or restarted
+        else:
+            self._changed()
+
+    def _timers_moved(self) -> None:
+        notify = self.on_timer
+        if notify is not None:
+            notify(self)
+
+    def _absorb_acks(
+        self, acks: int, snd_una: int, window_field: int, wl1: int, tsecr: int, now: float
+    ) -> None:
+        """RFC 9293 section 3.10.7.4 fifth, for the ACKs C took (SND.UNA =< SEG.ACK =<
+        SND.NXT, a non-zero window, data or an advancing ACK): the window update, then the
+        new ACK's RTT sample, send buffer release, congestion window and RTO, once for
+        the batch (the congestion window grows as for `acks` separate ACKs)."""
+        ack = unwrap(snd_una, self._snd_una)
+        if not self._snd_una <= ack <= self._snd_max:
+            raise TcpStateError(
+                f"fast path out of step: ACK {snd_una} outside [{wrap(self._snd_una)}, "
+                f"{wrap(self._snd_max)}]"
+            )
+        window = window_field << self._snd_wscale
+        self._snd_wnd = window
+        self._snd_wl1 = unwrap(wl1, self._rcv_nxt)
+        self._snd_wl2 = ack
+        self._max_snd_wnd = max(self._max_snd_wnd, window)
+        self._probes_out = 0
+        self._persist_deadline = None
+        self._persist_backoff = 0
+        self._last_rx_time = now
+        self._ka_probes = 0
+        if ack > self._snd_una:
+            self._on_new_ack(ack, tsecr if self._ts_enabled else None, now, acks)
 
     def close(self) -> None:
         """Half-close (RFC 9293 section 3.10.4): our FIN goes after the queued data."""
@@ -638,6 +790,7 @@ class TcpConnection:
     def poll_output(self, now: float) -> list[TcpRepr]:
         """Fire due timers and return every segment to transmit now."""
         self._now = now
+        self.fast_sender = None  # until the export that follows puts C in step again
         self._fire_timers(now)
         out = list(self._control)
         self._control.clear()
@@ -676,6 +829,7 @@ class TcpConnection:
     def on_segment(self, seg: TcpRepr, now: float) -> None:
         """Process one inbound segment already matched to this 4-tuple (RFC 9293 3.10.7)."""
         self._now = now
+        self.fast_sender = None  # C's copy of the state is behind until the next export
         self._stats.segments_in += 1
         self._stats.bytes_in += len(seg.payload)
         state = self._state
@@ -778,7 +932,7 @@ class TcpConnection:
             # Our SYN is acknowledged: ESTABLISHED, and ACK the peer's SYN at once.
             self._snd_wl2 = ack
             self._set_state(TcpState.ESTABLISHED)
-            self._on_new_ack(ack, seg, now)
+            self._on_new_ack(ack, _tsecr(seg), now)
             self._on_established()
             self._ack_now = True
             # "If there are other controls or text in the segment, continue processing at
@@ -964,7 +1118,7 @@ class TcpConnection:
             self._take_sack_blocks(seg.options.sack_blocks)
 
         if ack > self._snd_una:
-            self._on_new_ack(ack, seg, now)
+            self._on_new_ack(ack, _tsecr(seg), now)
         elif (
             ack == self._snd_una
             and self._snd_max > self._snd_una
@@ -995,13 +1149,13 @@ class TcpConnection:
             if self._snd_una <= left < right <= self._snd_max:
                 self._scoreboard.add(left, right)
 
-    def _on_new_ack(self, ack: int, seg: TcpRepr, now: float) -> None:
-        """SND.UNA < SEG.ACK =< SND.NXT: new data (or our SYN/FIN) is acknowledged."""
-        timestamp = seg.options.timestamp
-        if self._ts_enabled and timestamp is not None and timestamp[1] != 0:
+    def _on_new_ack(self, ack: int, tsecr: int | None, now: float, acks: int = 1) -> None:
+        """SND.UNA < SEG.ACK =< SND.NXT: new data (or our SYN/FIN) is acknowledged. `tsecr`
+        is the segment's TSecr (None without the option); `acks`, how many ACKs this
+        stands for (the C fast path reports a batch's as one)."""
+        if self._ts_enabled and tsecr:
             # RFC 7323 section 4: RTTM from the echoed timestamp, valid even for a
             # retransmission because it names the transmission that was acknowledged...
-            tsecr = timestamp[1]
             ticks = (self._ts_now(now) - tsecr) & SEQ_MASK
             if self._ts_rto_floor is not None and seq_lt(tsecr, self._ts_rto_floor):
                 # ...except an echo from before the last timeout: the original was
@@ -1036,7 +1190,7 @@ class TcpConnection:
                     # segment (with SACK, the pipe algorithm picks what to resend).
                     self._forced_rtx = self._snd_una
         elif data_acked:
-            cc.on_new_ack(data_acked)
+            cc.on_new_ack(data_acked, acks)
         cc.dup_acks = 0
 
         # RFC 6298 section 5.2 and 5.3: stop the timer when everything is acknowledged,
@@ -1160,6 +1314,8 @@ class TcpConnection:
         if self._state not in _RECEIVING_STATES or self._fin_received:
             return
         current = max(self._rcv_adv_right - self._rcv_nxt, 0)
+        if 2 * current > self.config.recv_buffer:
+            return  # the window offered is more than half of anything we could offer
         largest = min(self.config.recv_buffer, _MAX_WINDOW_FIELD << self._rcv_wscale)
         possible = min(self._free_receive_space(), largest)
         if (
@@ -1585,3 +1741,9 @@ class TcpConnection:
         self._delack_deadline = None
         self._tw_deadline = None
         self._close_pending = False
+
+
+def _tsecr(seg: TcpRepr) -> int | None:
+    """The segment's TSecr, or None when it carries no timestamp option."""
+    timestamp = seg.options.timestamp
+    return None if timestamp is None else timestamp[1]

@@ -35,12 +35,13 @@ class NewReno:
         self.smss = smss
         self.cwnd = self.initial_window
 
-    def on_new_ack(self, acked: int) -> None:
-        """An ACK for new data outside recovery: grow cwnd (RFC 5681 section 3.1)."""
+    def on_new_ack(self, acked: int, acks: int = 1) -> None:
+        """An ACK for new data outside recovery: grow cwnd (RFC 5681 section 3.1). `acks`:
+        how many ACKs `acked` came in (one report may stand for several)."""
         self.dup_acks = 0
         if self.cwnd < self.ssthresh:
             # Slow start: cwnd += min(N, SMSS) per ACK.
-            self.cwnd += min(acked, self.smss)
+            self.cwnd += min(acked, max(acks, 1) * self.smss)
         else:
             # Congestion avoidance, byte counting: one SMSS per cwnd of acknowledged data
             # (RFC 5681 equation 3 is the per-ACK approximation of this).

@@ -26,3 +26,6 @@ class FastPathState(NamedTuple):
     mss: int
     ack_deadline: float | None = None
     unacked_bytes: int = 0
+    #: C may also take segments that advance SND.UNA (WSGW_FLOW_ACKS): nothing on the
+    #: send side needs a per-ACK decision (no recovery, FIN, SACK holes or zero window).
+    acks_in_c: bool = False

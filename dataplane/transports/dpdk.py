@@ -190,8 +190,12 @@ class EngineTransport(asyncio.Transport):
                     self._deliver(data)
                 else:
                     self._loop.call_soon_threadsafe(self._deliver, data)
-        if sock.error is not None:
-            self._finish(sock.error)
+        state = sock.state
+        error = sock.error
+        if state is TcpState.ESTABLISHED and error is None:
+            return  # the common case: no EOF (that is CLOSE-WAIT), no end, no failure
+        if error is not None:
+            self._finish(error)
         elif sock.at_eof and not self._eof_reported and self._reading:
             # (recv above took every byte: at_eof means the peer's FIN is next)
             self._eof_reported = True
@@ -201,8 +205,8 @@ class EngineTransport(asyncio.Transport):
                 self._loop.call_soon_threadsafe(self._deliver_eof)
         # Both directions are over once the peer's FIN is read and ours is queued, as a
         # kernel socket's close() would have it: the stack finishes LAST-ACK on its own.
-        if sock.state is TcpState.CLOSED or (
-            self._eof_reported and self._eof_requested and sock.state not in _SENDING
+        if state is TcpState.CLOSED or (
+            self._eof_reported and self._eof_requested and state not in _SENDING
         ):
             self._finish(None)
 
@@ -254,12 +258,29 @@ class EngineTransport(asyncio.Transport):
 _SENDING = frozenset({TcpState.ESTABLISHED, TcpState.CLOSE_WAIT})
 
 
+# IPv4 literals already parsed (an open to a literal then costs a dict look-up).
+_LITERALS: dict[str, int] = {}
+_LITERALS_MAX = 1024
+
+
+def _ipv4_literal(host: str) -> int | None:
+    """host as an IPv4 address when it is a literal, else None (a name)."""
+    found = _LITERALS.get(host)
+    if found is None:
+        try:
+            found = ip_to_int(str(ipaddress.IPv4Address(host)))
+        except ValueError:
+            return None
+        if len(_LITERALS) < _LITERALS_MAX:
+            _LITERALS[host] = found
+    return found
+
+
 async def _resolve(host: str, port: int) -> int:
     """IPv4 address of host: a literal as is, a name through the system resolver."""
-    try:
-        return ip_to_int(str(ipaddress.IPv4Address(host)))
-    except ValueError:
-        pass
+    literal = _ipv4_literal(host)
+    if literal is not None:
+        return literal
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
     if not infos:
@@ -274,7 +295,9 @@ async def _open_dpdk(
     loop = asyncio.get_running_loop()
     host = options.get("connect_host") or target.host
     port = options.get("connect_port") or target.port
-    remote_ip = await _resolve(host, port)
+    remote_ip = _ipv4_literal(host)
+    if remote_ip is None:
+        remote_ip = await _resolve(host, port)
     transport = EngineTransport(engine, loop, asyncio.Protocol())  # ours once prepared
     established: asyncio.Future[None] = loop.create_future()
     deliver = _set if transport.direct else _threadsafe(loop)
@@ -298,22 +321,26 @@ async def _open_dpdk(
             engine.flush()  # the SYN leaves now, not at the next turn
 
     try:
-        async with asyncio.timeout(connect_timeout):
-            if transport.direct:
-                opened: concurrent.futures.Future[None] | None = None
-                open_on_engine()
-            else:
-                opened = engine.call(open_on_engine)
+        if transport.direct:
+            opened: concurrent.futures.Future[None] | None = None
+            open_on_engine()
+        else:
+            opened = engine.call(open_on_engine)
+        # One deadline, moved on once TCP is up: connect_timeout, then open_timeout.
+        async with asyncio.timeout(connect_timeout) as deadline:
             # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
             connection, _, open_timeout = prepare_connection(url, **options)
             transport.set_protocol(_Protocol(connection))
             if opened is not None:
                 await asyncio.wrap_future(opened)
             await established
-        transport._made = True
-        transport._protocol.connection_made(transport)
-        async with asyncio.timeout(open_timeout):
+            deadline.reschedule(loop.time() + open_timeout)
+            transport._made = True
+            transport._protocol.connection_made(transport)
             connection._start()
+            if transport.direct:
+                engine.flush()  # the request leaves now, not at the next turn...
+            connection._prepare_receive()  # ...and the answer is prepared for meanwhile
             # Awaited as is, not through asyncio.shield: the shield's outer future wakes
             # this task one loop iteration later, and on the engine loop every iteration
             # is an engine turn (a flush and a C poll) paid before the open returns. The

@@ -123,7 +123,9 @@ def test_idle_time_wait_flows_are_not_exported_and_still_expire(exports: Counter
         assert got == stream and peer.recv(100) == b"subscribe"
         waiting_ids = {id(sock.connection) for sock in waiting}
         assert not waiting_ids & exports.keys(), "an idle TIME-WAIT flow was re-exported"
-        assert exports[id(live.connection)] > 0
+        # The live flow stayed in C the whole stream: a batch that only brought data (and
+        # ACKs) is synced by the absorb itself, without a re-export.
+        assert s.engine.fastpath.flows == 1
         assert s.engine.fastpath.stats()["fast_segments"] > 0
         # With no traffic at all, every TIME-WAIT flow still goes at its deadline.
         s.run(lambda: all(sock.state is TcpState.CLOSED for sock in waiting), limit=TIME_WAIT + 1)
