@@ -205,6 +205,12 @@ class Engine:
         if outcome.slow_frames:
             self.counters.slow_frames += len(outcome.slow_frames)
             iface.receive(outcome.slow_frames, now)
+            if self._loop_thread is not None and self.link is None:
+                # Loop mode: the flows these frames changed go to C before the loop's
+                # callbacks run (a connection that just became ESTABLISHED among them,
+                # with the ACK it owes), so what the application writes in answer leaves
+                # through C, carrying that ACK, instead of waiting for the next turn.
+                self._export(now)
         commands = self._run_commands()
         for service in self.services:
             try:

@@ -30,6 +30,7 @@
 #define DATA_BATCH (256u * 1024u) /* fast-path bytes gathered before a poll returns */
 #define DATA_DELAY_NS 20000u      /* ... or the age of the oldest of them */
 #define EXTRA_FD_CHECK_POLLS 64u  /* busy polling: empty polls between looks at the extra fd */
+#define SPARE_RINGS 8u            /* rings of deleted flows kept for the next flows */
 
 struct wsgw_engine {
     struct wsgw_engine_conf conf;
@@ -68,6 +69,11 @@ struct wsgw_engine {
     struct rte_mbuf *txq[ENGINE_BURST_MAX];
     uint16_t txq_n;
 #endif
+    /* Rings of deleted flows, reused by flow_add: a new connection then needs no mmap and
+     * no page faults on its first bytes (a 1 MiB malloc is an mmap). */
+    uint8_t *spare_ring[SPARE_RINGS];
+    uint32_t spare_size[SPARE_RINGS];
+    uint32_t spare_count;
     int wake;
     int wake_fd;                /* eventfd: a wake() interrupts the back-off sleep at once */
     int extra_fd;               /* -1, or another fd whose readiness ends a poll (an event
@@ -177,7 +183,18 @@ WSGW_API int wsgw_engine_flow_add(wsgw_engine *e, uint32_t remote_ip, uint16_t r
         wsgw_set_error("all %u flow slots are in use", e->conf.max_flows);
         return -ENOSPC;
     }
-    uint8_t *ring = malloc(ring_size);
+    uint8_t *ring = NULL;
+    for (uint32_t i = 0; i < e->spare_count; i++) {
+        if (e->spare_size[i] == ring_size) {
+            ring = e->spare_ring[i];
+            e->spare_count--;
+            e->spare_ring[i] = e->spare_ring[e->spare_count];
+            e->spare_size[i] = e->spare_size[e->spare_count];
+            break;
+        }
+    }
+    if (!ring)
+        ring = malloc(ring_size);
     if (!ring) {
         wsgw_set_error("out of memory for a %u-byte flow ring", ring_size);
         return -ENOMEM;
@@ -223,7 +240,13 @@ WSGW_API int wsgw_engine_flow_del(wsgw_engine *e, int slot)
     }
     if (f->ack_deadline_ns)
         e->pending_acks--;
-    free(f->ring);
+    if (e->spare_count < SPARE_RINGS) {
+        e->spare_ring[e->spare_count] = f->ring;
+        e->spare_size[e->spare_count] = f->ring_size;
+        e->spare_count++;
+    } else {
+        free(f->ring);
+    }
     memset(f, 0, sizeof(*f));
     e->flow_used[slot] = 0;
     return 0;
@@ -403,6 +426,8 @@ WSGW_API void wsgw_engine_destroy(wsgw_engine *e)
     if (e->txq_n)
         rte_pktmbuf_free_bulk(e->txq, e->txq_n);
 #endif
+    for (uint32_t i = 0; i < e->spare_count; i++)
+        free(e->spare_ring[i]);
     free(e->flows); free(e->flow_used); free(e->table); free(e->table_keys);
     free(e->slow); free(e->slow_off); free(e->slow_len); free(e->touched);
     free(e->inj); free(e->inj_off); free(e->inj_len);

@@ -145,7 +145,7 @@ _TRANSITIONS: dict[tuple[ConnectionState, _Trigger], ConnectionState] = {
     (_S.REJECTED, _T.EOF): _S.REJECTED,
     (_S.ERROR, _T.EOF): _S.ERROR,
 }
-_RECEIVING = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+_SPAN = struct.Struct("=QQ")  # one (offset, length) pair of a batch scan's spans
 # One masker per backend: a function without state, made once instead of once per client.
 _masker = functools.cache(masker)
 # deflate=True's offer, made once (it is immutable) rather than checked anew per client.
@@ -367,7 +367,8 @@ class WsClient:
     def receive_data(self, data: bytes) -> None:
         """Feed bytes from the server; b"" means the server closed TCP (end of stream)."""
         state = self._state
-        if state in _RECEIVING:
+        # OPEN or CLOSING: frames still come (compared by identity: an enum's hash is Python)
+        if state is ConnectionState.OPEN or state is ConnectionState.CLOSING:
             if data:
                 self._feed(bytes(data))
             else:
@@ -422,9 +423,31 @@ class WsClient:
             buf = data
         start = 0
         if self._batch is not None and self._decompressor is None:
+            # The commonest read of a request/response exchange is exactly one short,
+            # final, unmasked, uncompressed data frame: taken without a C scan.
+            size = len(buf) - 2
+            if (
+                0 <= size < 126
+                and buf[1] == size  # the 7-bit length, mask bit clear
+                and size <= self._fast_limit
+                and self._frag_opcode is None
+            ):
+                first = buf[0]
+                payload = buf[2:]
+                if first == _FIN_BINARY or (
+                    first == _FIN_TEXT and (payload.isascii() or _utf8_ok(payload))
+                ):
+                    self._events.append(Message(payload, first == _FIN_TEXT))
+                    self._buffered = 0
+                    self._need = 0
+                    return
             start = self._feed_batches(buf)
             if start < 0:
                 return  # closed or failed
+            if start == len(buf):  # every frame taken: no partial frame to judge
+                self._buffered = 0
+                self._need = 0
+                return
         scan = self._scanner.scan
         max_words = self._max_words
         while True:
@@ -466,7 +489,12 @@ class WsClient:
         while True:
             if self._frag_opcode is None:
                 count, spans, opcodes, start, why = batch.scan(buf, start, limit)
-                if count:
+                if count == 1:
+                    # One message (a request's answer, a quiet feed): as the per-message
+                    # API wants it, without a batch to split.
+                    offset, size = _SPAN.unpack(spans)
+                    append(Message(buf[offset : offset + size], opcodes[0] == 1))
+                elif count:
                     append(MessageBatch(buf, spans, opcodes))
                 if why == BATCH_FULL:
                     continue
