@@ -46,7 +46,11 @@ log = logging.getLogger("wsgw.engine")
 T = TypeVar("T")
 Service = Callable[[float], None]
 ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
-PUBLISH_EVERY_NS = 1_000_000  # loop mode: the snapshot at most once a millisecond
+# Loop mode: the snapshot (a dict and a C call, several microseconds) at most every 10 ms,
+# and in a turn that received frames only when it is 100 ms old: it would otherwise sit
+# between a received message and the application's answer (a few % of round trips).
+PUBLISH_EVERY_NS = 10_000_000
+PUBLISH_BUSY_NS = 100_000_000
 
 
 class EngineError(DataplaneError):
@@ -335,6 +339,8 @@ class Engine:
             return
         if self._dirty and not self.fastpath.closed:
             self.flush()  # what the last turn owes (a FIN, an ACK) still leaves
+        if not self.fastpath.closed:
+            self._publish()  # the counters as the loop leaves them
         self._loop_thread = None
         if not self.fastpath.closed:
             self.fastpath.set_extra_fd(None)
@@ -372,9 +378,10 @@ class Engine:
         if timeout is not None and timeout > 0:
             now = self._clock() if self._clock is not None else time.monotonic()
             until = now + timeout
-        self.run_once(max(budget, 0.0), until)
+        received = self.run_once(max(budget, 0.0), until)
         now_ns = time.monotonic_ns()
-        if now_ns - self._published_ns >= PUBLISH_EVERY_NS:  # (a dict and a C call each)
+        age = now_ns - self._published_ns
+        if age >= PUBLISH_EVERY_NS and (not received or age >= PUBLISH_BUSY_NS):
             self._published_ns = now_ns
             self._publish()
 
