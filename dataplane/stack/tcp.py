@@ -376,6 +376,10 @@ class TcpConnection:
         #: The engine's clock, installed with `fast_sender`: a send between polls is timed
         #: (RTO, RTT, idle restart) from when it leaves, not from the last poll.
         self.fast_clock: Callable[[], float] | None = None
+        #: Where the bytes the C fast path brings go when nothing is buffered ahead of
+        #: them: straight to the reader (an event-loop transport's protocol) instead of
+        #: the receive buffer that `recv` drains. None: the buffer, as for any segment.
+        self.direct_reader: Callable[[bytes], None] | None = None
 
     def _changed(self) -> None:
         notify = self.on_change
@@ -657,8 +661,12 @@ class TcpConnection:
                 f"fast path out of step: RCV.NXT moved {advance} for {len(data)} bytes"
             )
         self._stats.segments_in += segments
+        reader = None
         if data:
-            self._rx += data
+            reader = self.direct_reader
+            if reader is None or self._rx:
+                reader = None
+                self._rx += data
             self._rcv_nxt += advance
             self._stats.bytes_in += advance
             self._last_rx_time = max(self._last_rx_time, now)
@@ -674,15 +682,18 @@ class TcpConnection:
             self._ts_recent = ts_recent
             self._ts_recent_time = now
         self._now = max(self._now, now)
+        quiet = True
         if ack_deadline is not None or unacked_bytes:
             self._unacked_rx_bytes = unacked_bytes
             if ack_deadline is not None:
                 self._delack_deadline = ack_deadline
             self._changed()
-            return False
-        if self.config.keepalive is not None:
+            quiet = False
+        elif self.config.keepalive is not None:
             self._timers_moved()  # its deadline follows the last segment received
-        return True
+        if reader is not None:
+            reader(data)  # last: the connection is in step with C for what it may send
+        return quiet
 
     def fastpath_acked(
         self, acks: int, snd_una: int, window_field: int, wl1: int, tsecr: int, now: float

@@ -131,10 +131,29 @@ class EngineTransport(asyncio.Transport):
 
     def pause_reading(self) -> None:
         self._reading = False  # the socket's buffer fills and TCP's window closes
+        if self._sock is not None:
+            self._sock.connection.direct_reader = None
 
     def resume_reading(self) -> None:
         self._reading = True
+        self._read_directly()
         self._engine.fastpath.wake()  # the next poll returns at once: the pump delivers
+
+    def _read_directly(self) -> None:
+        """Direct mode, once connection_made has run and while reading: the bytes the C
+        fast path brings go from the flow's sync straight to the protocol
+        (`TcpConnection.direct_reader`), not through the socket's buffer and the pump."""
+        sock = self._sock
+        if self.direct and self._reading and self._made and sock is not None:
+            sock.connection.direct_reader = self._read_direct
+
+    def _read_direct(self, data: bytes) -> None:
+        if self._lost_reported:
+            return
+        rx_ns = self._engine.batch_rx_ns
+        if rx_ns:
+            self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
+        self._deliver(data)
 
     def is_reading(self) -> bool:
         return self._reading
@@ -215,6 +234,8 @@ class EngineTransport(asyncio.Transport):
             return
         self._lost_reported = True
         self._closing = True
+        if self._sock is not None:
+            self._sock.connection.direct_reader = None
         if self.pump in self._engine.services:
             self._engine.services.remove(self.pump)
         if not self._made:
@@ -337,6 +358,7 @@ async def _open_dpdk(
             deadline.reschedule(loop.time() + open_timeout)
             transport._made = True
             transport._protocol.connection_made(transport)
+            transport._read_directly()
             connection._start()
             if transport.direct:
                 engine.flush()  # the request leaves now, not at the next turn...

@@ -808,3 +808,49 @@ def test_a_send_after_draining_a_full_buffer_still_opens_the_window(fast_path: b
         assert pair.clock() - read_at[0] < 0.01, "the peer waited for its persist timer"
     finally:
         pair.close()
+
+
+# ---- direct reading: the bytes C brings go straight to a reader -------------------------------
+
+
+def test_a_direct_reader_gets_the_fast_path_bytes_in_order_and_the_buffer_stays_empty() -> None:
+    """With `direct_reader` set, what the fast path brings skips the receive buffer (and
+    the copies in and out of it); the stream is the same, nothing is left to `recv`."""
+    pair = Pair()
+    try:
+        sock, server = pair.open()
+        conn = sock.connection
+        got = bytearray()
+        conn.direct_reader = got.extend
+        stream = random.Random(11).randbytes(300_000)
+        sent = 0
+        while sent < len(stream):
+            sent += server.send(stream[sent : sent + 50_000])
+            pair.run(lambda: len(got) >= sent)
+        assert bytes(got) == stream
+        assert conn.recv(1 << 20) == b""  # nothing went through the buffer
+        assert pair.engine.fastpath.stats()["fast_segments"] > 0
+    finally:
+        pair.close()
+
+
+def test_bytes_buffered_ahead_keep_their_place_before_a_direct_reader() -> None:
+    """A reader set while bytes wait in the buffer (reading was paused) gets nothing until
+    they are read: later bytes queue behind them, so the stream stays in order."""
+    pair = Pair()
+    try:
+        sock, server = pair.open()
+        conn = sock.connection
+        server.send(b"first ")
+        pair.run(lambda: conn.readable)
+        got = bytearray()
+        conn.direct_reader = got.extend  # the buffer still holds b"first "
+        server.send(b"second")
+        pair.run(lambda: len(conn._rx) == len(b"first second"))
+        assert got == b""
+        assert conn.recv(100) == b"first second"
+        server.send(b" third")
+        pair.run(lambda: bool(got))
+        assert bytes(got) == b" third"
+    finally:
+        pair.close()
