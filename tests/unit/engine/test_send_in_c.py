@@ -826,7 +826,7 @@ def test_a_direct_reader_gets_the_fast_path_bytes_in_order_and_the_buffer_stays_
         sent = 0
         while sent < len(stream):
             sent += server.send(stream[sent : sent + 50_000])
-            pair.run(lambda: len(got) >= sent)
+            pair.run(lambda sent=sent: len(got) >= sent)  # type: ignore[misc]
         assert bytes(got) == stream
         assert conn.recv(1 << 20) == b""  # nothing went through the buffer
         assert pair.engine.fastpath.stats()["fast_segments"] > 0
