@@ -11,6 +11,7 @@ belongs to Python (`flow_take_ack` / `flow_give_ack`).
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,16 +116,26 @@ def ack_template(
 ) -> bytes:
     """Ethernet + IPv4 + TCP(ACK) [+ NOP NOP TS] with the constant fields filled in: the IP
     header is complete (ident 0, DF), C writes seq, ack, window, TS and the TCP checksum."""
-    options = b"\x01\x01\x08\x0a" + bytes(8) if timestamps else b""
-    tcp_len = 20 + len(options)
+    tcp_len = 20 + (12 if timestamps else 0)
+    tcp_header = struct.pack(
+        "!HHIIBBHHH", src_port, dst_port, 0, 0, (tcp_len // 4) << 4, 0x10, 0, 0, 0
+    )
+    options = _TS_OPTION if timestamps else b""
+    return _frame_prefix(src_mac, dst_mac, src_ip, dst_ip, tcp_len) + tcp_header + options
+
+
+_TS_OPTION = b"\x01\x01\x08\x0a" + bytes(8)  # NOP NOP TS (values filled in by C)
+
+
+@functools.lru_cache(maxsize=256)
+def _frame_prefix(src_mac: bytes, dst_mac: bytes, src_ip: int, dst_ip: int, tcp_len: int) -> bytes:
+    """Ethernet and IPv4 headers of an ACK template: the same for every connection between
+    two hosts, so built (with the IPv4 checksum) once, not per connection."""
     ip_header = struct.pack(
         "!BBHHHBBHII", 0x45, 0, 20 + tcp_len, 0, 0x4000, 64, 6, 0, src_ip, dst_ip
     )
     ip_header = ip_header[:10] + struct.pack("!H", inet_checksum(ip_header)) + ip_header[12:]
-    tcp_header = struct.pack(
-        "!HHIIBBHHH", src_port, dst_port, 0, 0, (tcp_len // 4) << 4, 0x10, 0, 0, 0
-    )
-    return dst_mac + src_mac + b"\x08\x00" + ip_header + tcp_header + options
+    return dst_mac + src_mac + b"\x08\x00" + ip_header
 
 
 class FastPath:

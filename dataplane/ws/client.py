@@ -66,9 +66,8 @@ from dataplane.ws.scan import (
     BatchScanner,
     Scanner,
     _utf8_ok,
-    make_batch_scanner,
-    make_scanner,
     masker,
+    shared_scanners,
 )
 from dataplane.ws.scan import resolve as resolve_backend
 
@@ -266,11 +265,8 @@ class WsClient:
         if self._receive_ready:
             return
         self._receive_ready = True
-        backend = self._backend
-        self._scanner = make_scanner(backend)
+        self._scanner, self._batch, self._one = shared_scanners(self._backend, batch=self._batching)
         self._max_words = self._scanner.max_frames * SCAN_WORDS
-        self._batch = make_batch_scanner(backend) if self._batching else None
-        self._one = make_scanner(backend, max_frames=1) if self._batching else None
 
     def data_to_send(self) -> bytes:
         """Bytes the protocol produced on its own (pongs, close replies, failure closes)."""
