@@ -148,6 +148,8 @@ class Engine:
         self._clock = clock
         self._loop_thread: int | None = None  # the thread of the event loop we run on
         self._dirty = False  # loop mode: the application wrote since the last flush
+        self._in_batch = False  # between a poll and the end of its handling (no flush then)
+        self._tx_held = False  # C's data segments held back behind Python's TX backlog
         self._published_ns = 0  # loop mode: when the snapshot was last published
         #: Clock (ns) just before the RX burst that brought this batch's first frame (0:
         #: none), and per delivery in loop mode, from it to the protocol's data_received
@@ -199,6 +201,13 @@ class Engine:
     def _poll_and_process(self, deadline: float | None, budget: float) -> int:
         """C polls, then Python: absorb, slow path, commands, services, output, export.
         Every poll is followed by all of it, so C never runs on a stale flow state."""
+        self._in_batch = True
+        try:
+            return self._handle_poll(deadline, budget)
+        finally:
+            self._in_batch = False
+
+    def _handle_poll(self, deadline: float | None, budget: float) -> int:
         iface = self.interface
         fastpath = self.fastpath
         outcome = fastpath.poll(deadline, budget)
@@ -213,7 +222,9 @@ class Engine:
                 # Loop mode: the flows these frames changed go to C before the loop's
                 # callbacks run (a connection that just became ESTABLISHED among them,
                 # with the ACK it owes), so what the application writes in answer leaves
-                # through C, carrying that ACK, instead of waiting for the next turn.
+                # through C, carrying that ACK, instead of waiting for the next turn. The
+                # ACKs C took are processed first: an export writes the send state.
+                fastpath.settle_acks()
                 self._export(now)
         commands = self._run_commands()
         for service in self.services:
@@ -282,6 +293,11 @@ class Engine:
         while len(backlog) > 8192:
             backlog.popleft()
             self.counters.tx_backlog_dropped += 1
+        if bool(backlog) is not self._tx_held:
+            self._tx_held = bool(backlog)
+            self.fastpath.hold_tx(self._tx_held)
+        if backlog and self._loop_thread is not None:
+            self._dirty = True  # loop mode: the next turn tries the port again
 
     def _export(self, now: float) -> None:
         """Sync the fast path with the connections whose state may have changed since the
@@ -340,6 +356,7 @@ class Engine:
         if self._dirty and not self.fastpath.closed:
             self.flush()  # what the last turn owes (a FIN, an ACK) still leaves
         if not self.fastpath.closed:
+            self.fastpath.flush_tx()  # segments C built that no poll sent yet
             self._publish()  # the counters as the loop leaves them
         self._loop_thread = None
         if not self.fastpath.closed:
@@ -356,6 +373,11 @@ class Engine:
         on the wire now, and sync the flows to C before it polls again."""
         if self._thread is not None and threading.get_ident() != self._thread.ident:
             raise EngineError("flush() from another thread: the engine thread owns the stack")
+        if self._in_batch:
+            # From inside the batch (a protocol writing from data_received, say): the
+            # batch's other flows are not absorbed yet, so the output waits for its end.
+            self._dirty = True
+            return
         self._dirty = False
         self.fastpath.settle_acks()
         self.fastpath.sync_receive_space()
@@ -443,6 +465,8 @@ class Engine:
     def close(self) -> None:
         self.stop()
         self.detach_loop()
+        if not self.fastpath.closed:
+            self.fastpath.flush_tx()  # segments C built that no poll sent yet
         self.fastpath.close()
 
     @property

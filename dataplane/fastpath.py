@@ -169,6 +169,7 @@ class FastPath:
         self._exported: dict[int, FastPathState] = {}
         self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
         self._senders: dict[int, Callable[[bytes, int, int], int]] = {}  # slot -> C transmit
+        self._acks_seen: dict[int, int] = {}  # slot -> acking_segments_sent at its export
         self._clock = self._engine.clock()  # what a C transmit is timed with
         self._quiet: list[tuple[int, TcpConnection]] = []  # absorbed, not exported
         # (conn, acks, snd_una, window field, wl1, tsecr, now) for `settle_acks`
@@ -196,6 +197,11 @@ class FastPath:
 
     def set_enabled(self, enabled: bool) -> None:
         self._engine.set_fast_path(enabled)
+
+    def hold_tx(self, hold: bool) -> None:
+        """While Python's frames wait for room on the port, C builds no data segment
+        (the sends fall back to Python and queue behind them, in order)."""
+        self._engine.set_tx_hold(hold)
 
     def wake(self) -> None:
         """From any thread: make the current poll return (a command is waiting)."""
@@ -401,14 +407,21 @@ class FastPath:
         if state.ack_deadline is not None:
             self._engine.flow_give_ack(slot, int(state.ack_deadline * 1e9), state.unacked_bytes, 1)
             conn.fastpath_ack_handed_over()
-        elif state.last_ack_sent == state.rcv_nxt and (flow.ack_deadline_ns or flow.unacked_bytes):
+        elif (
+            state.last_ack_sent == state.rcv_nxt
+            and conn.acking_segments_sent != self._acks_seen.get(slot)
+            and (flow.ack_deadline_ns or flow.unacked_bytes)
+        ):
             # Python's own segment (data, say) carried the ACK C still owed: C owes nothing
             # now. Left pending, C's count would keep growing across slow-path hand-backs
             # until Python saw "two full segments unacknowledged" and sent a pure ACK per
-            # request/response exchange.
+            # request/response exchange. (Only when Python did send one since the last
+            # export: an ACK it handed over at that export is still C's to send.)
             self._engine.flow_give_ack(slot, 0, 0, 0)
         else:
+            self._acks_seen[slot] = conn.acking_segments_sent
             return  # active is set (with the state above, or by an earlier export)
+        self._acks_seen[slot] = conn.acking_segments_sent
         flow.active = FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA
 
     def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
@@ -418,6 +431,7 @@ class FastPath:
         flow.active = 0
         conn.fast_sender = None
         self._senders.pop(slot, None)
+        self._acks_seen.pop(slot, None)
         unacked = int(flow.unacked_bytes)
         deadline_ns = self._engine.flow_take_ack(slot)
         if deadline_ns:

@@ -146,6 +146,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int64, [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
     ),
     "wsgw_engine_tx_flush": (None, [_vp]),
+    "wsgw_engine_set_tx_hold": (None, [_vp, ctypes.c_int]),
     "wsgw_engine_poll": (
         ctypes.c_int, [_vp, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(PollResult)]
     ),
@@ -304,6 +305,9 @@ class EngineBinding:
 
     def tx_flush(self) -> None:
         self._lib.wsgw_engine_tx_flush(self._h)
+
+    def set_tx_hold(self, hold: bool) -> None:
+        self._lib.wsgw_engine_set_tx_hold(self._h, int(hold))
 
     def poll(self, deadline_ns: int, budget_ns: int) -> PollResult:
         self._poll(self._h, deadline_ns, budget_ns, self._result_ref)

@@ -74,6 +74,7 @@ struct wsgw_engine {
     uint8_t *spare_ring[SPARE_RINGS];
     uint32_t spare_size[SPARE_RINGS];
     uint32_t spare_count;
+    int tx_hold;                /* Python's own frames wait (port full): flow_send refuses */
     int wake;
     int wake_fd;                /* eventfd: a wake() interrupts the back-off sleep at once */
     int extra_fd;               /* -1, or another fd whose readiness ends a poll (an event
@@ -656,6 +657,8 @@ static void tx_flush(struct wsgw_engine *e)
 
 WSGW_API void wsgw_engine_tx_flush(wsgw_engine *e) { tx_flush(e); }
 
+WSGW_API void wsgw_engine_set_tx_hold(wsgw_engine *e, int hold) { e->tx_hold = hold ? 1 : 0; }
+
 /* TCP checksum (RFC 9293 section 3.1) over the pseudo-header and tcp_len bytes at tcp. */
 static void tcp_checksum(uint8_t *ip, uint8_t *tcp, uint32_t tcp_len)
 {
@@ -714,6 +717,8 @@ WSGW_API int64_t wsgw_engine_flow_send(wsgw_engine *e, int slot, const uint8_t *
     struct wsgw_flow *f = wsgw_engine_flow(e, slot);
     if (!f || !f->active || !f->ack_len || !e->conf.fast_path)
         return -ENOENT;
+    if (e->tx_hold)
+        return -EAGAIN; /* it would overtake Python's frames still waiting for the port */
     f->rcv_space = rcv_space; /* Python's free buffer now (nothing arrives between polls) */
     uint32_t frame_len = (uint32_t)f->ack_len + len;
     if (len == 0 || frame_len > FRAME_MAX)

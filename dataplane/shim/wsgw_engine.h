@@ -8,9 +8,14 @@
  * ACK|PSH, no other flag, seq == RCV.NXT, ack == SND.UNA, the same window as before, no
  * option but a timestamp that passes PAWS (RFC 7323 section 5), and a payload that fits
  * the window we advertised. Its payload is appended to the flow's byte ring and ACKed by
- * policy. Any other frame is copied, unchanged and in arrival order, to the slow-path
- * arena for Python; once a flow has a frame there, the rest of that flow's frames in the
- * same poll follow it, so Python always sees a flow's segments in order.
+ * policy. For flows Python marks WSGW_FLOW_ACKS it also takes the other common case of a
+ * request/response exchange: a segment (data or a pure ACK) that advances SND.UNA, with
+ * any non-zero window; it moves snd_una and the window and counts it, and Python runs the
+ * ACK processing once per batch. Any other frame is copied, unchanged and in arrival order,
+ * to the slow-path arena for Python; once a flow has a frame there, the rest of that flow's
+ * frames in the same poll follow it, so Python always sees a flow's segments in order.
+ * On the send side C builds the data segments Python decided to send
+ * (wsgw_engine_flow_send), from the same per-flow template as its ACKs.
  *
  * Frames come from a DPDK port or, without one, from frames injected by Python (tests,
  * the in-memory link, microbenchmarks); ACKs go to the port or to a capture arena.
@@ -204,11 +209,14 @@ WSGW_API uint64_t wsgw_engine_flow_take_ack(wsgw_engine *e, int slot);
  * wsgw_engine_tx_flush (one burst). Without a port it is captured. The poll then spins
  * for conf.spin_after_tx_ns before backing off (as wsgw_engine_expect_rx). Returns the flow's
  * rcv_adv_right after the segment (>= 0), or a negative errno: not active (-ENOENT), too
- * big for one frame (-EMSGSIZE), no buffer or queue full (-ENOBUFS). */
+ * big for one frame (-EMSGSIZE), no buffer or queue full (-ENOBUFS), held (-EAGAIN). */
 WSGW_API int64_t wsgw_engine_flow_send(wsgw_engine *e, int slot, const uint8_t *payload,
                                        uint32_t len, uint32_t rcv_space);
 /* Put the frames queued for the port on the wire now. */
 WSGW_API void wsgw_engine_tx_flush(wsgw_engine *e);
+/* 1: Python has frames waiting for room on the port, and flow_send refuses (-EAGAIN) until
+ * it says 0 again: a segment built in C would overtake them. */
+WSGW_API void wsgw_engine_set_tx_hold(wsgw_engine *e, int hold);
 WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadline_ns,
                                         uint32_t unacked_bytes, uint32_t unacked_segments);
 

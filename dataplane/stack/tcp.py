@@ -380,6 +380,9 @@ class TcpConnection:
         #: them: straight to the reader (an event-loop transport's protocol) instead of
         #: the receive buffer that `recv` drains. None: the buffer, as for any segment.
         self.direct_reader: Callable[[bytes], None] | None = None
+        #: Segments sent for this connection that carried its current ACK (any kind): the
+        #: fast path compares it across exports to learn whether Python acknowledged.
+        self.acking_segments_sent = 0
 
     def _changed(self) -> None:
         notify = self.on_change
@@ -743,7 +746,11 @@ class TcpConnection:
         self._last_rx_time = now
         self._ka_probes = 0
         if ack > self._snd_una:
-            self._on_new_ack(ack, tsecr if self._ts_enabled else None, now, acks)
+            # Processed after the application's turn: the RTT sample is the poll's (when
+            # the ACK came), the RTO restarts from now (RFC 6298 5.3), so that a segment
+            # sent meanwhile gets its whole RTO.
+            restart = max(now, self._now)
+            self._on_new_ack(ack, tsecr if self._ts_enabled else None, now, acks, restart)
 
     def close(self) -> None:
         """Half-close (RFC 9293 section 3.10.4): our FIN goes after the queued data."""
@@ -1160,10 +1167,18 @@ class TcpConnection:
             if self._snd_una <= left < right <= self._snd_max:
                 self._scoreboard.add(left, right)
 
-    def _on_new_ack(self, ack: int, tsecr: int | None, now: float, acks: int = 1) -> None:
+    def _on_new_ack(
+        self,
+        ack: int,
+        tsecr: int | None,
+        now: float,
+        acks: int = 1,
+        restart_at: float | None = None,
+    ) -> None:
         """SND.UNA < SEG.ACK =< SND.NXT: new data (or our SYN/FIN) is acknowledged. `tsecr`
         is the segment's TSecr (None without the option); `acks`, how many ACKs this
-        stands for (the C fast path reports a batch's as one)."""
+        stands for (the C fast path reports a batch's as one); `restart_at`, when the
+        retransmission timer restarts if not at `now`."""
         if self._ts_enabled and tsecr:
             # RFC 7323 section 4: RTTM from the echoed timestamp, valid even for a
             # retransmission because it names the transmission that was acknowledged...
@@ -1209,7 +1224,7 @@ class TcpConnection:
         if self._snd_una >= self._snd_max:
             self._rto_deadline = None
         else:
-            self._rto_deadline = now + self._rtt.rto
+            self._rto_deadline = (now if restart_at is None else restart_at) + self._rtt.rto
 
     def _on_dup_ack(self) -> None:
         self._stats.dup_acks += 1
@@ -1608,6 +1623,7 @@ class TcpConnection:
         return self._ack_segment(self._snd_una - 1, TcpFlags.ACK, now)
 
     def _ack_sent(self) -> None:
+        self.acking_segments_sent += 1
         self._ack_now = False
         self._delack_deadline = None
         self._unacked_rx_bytes = 0

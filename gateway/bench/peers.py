@@ -1,6 +1,7 @@
 """The benchmark peers: small C programs in bench/peer/, built on demand, run in the lab.
 
     wspeer   a WebSocket server (echo, or a flood of sequence-numbered messages)
+    wsclient a busy-polling C WebSocket client over kernel TCP: the round trip's floor
     udpsend  the kernel's UDP transmit path (sendto or sendmmsg loop)
     udpsink  counts and checks UDP datagrams (recvmmsg), driven over stdin
 
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PEER_SOURCES = REPO / "bench" / "peer"
 BUILD_DIR = REPO / "build" / "bench"
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11")
-PROGRAMS = ("wspeer", "udpsend", "udpsink")
+PROGRAMS = ("wspeer", "wsclient", "udpsend", "udpsink")
 
 
 class PeerError(RuntimeError):

@@ -14,7 +14,10 @@ The peer runs in the lab namespace and answers on both of its veth ends. Contend
   skipped with a note;
 - for `connect` only: a plain kernel TCP connect, and the TCP connect of wsgw's own stack
   on the DPDK engine (on its thread, and on the engine loop), so the upgrade's share of
-  the open time shows.
+  the open time shows;
+- for `rtt` only: the floor, bench/peer/wsclient.c, a C client over kernel TCP that
+  busy-polls its socket (no wake-up, next to no work per message): what a round trip costs
+  on this link with this peer; no Python client can go below it.
 Contenders alternate within each repetition; every echo and every flood sequence number is
 checked, and a contender whose data does not check out gets a note instead of a sample.
 """
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
-from gateway.bench.peers import REPO, WsPeer
+from gateway.bench.peers import REPO, PeerError, WsPeer, build
 from gateway.bench.ws_runner import (
     BATCH_SUFFIX,
     Adapter,
@@ -57,6 +60,7 @@ DPDK_TRANSPORTS = ("dpdk", "dpdk-loop", "stack", "stack-loop")
 REFERENCE = "picows"
 LIBRARIES = ("picows", "aiohttp", "websockets")
 KERNEL_TCP = "kernel socket"
+FLOOR_CLIENT = "C client, busy poll (floor)"
 STACK_TCP = "wsgw stack (DPDK)"
 STACK_TCP_LOOP = "wsgw stack (DPDK, engine loop)"
 ENGINE_LOOP = "engine loop (asyncio)"
@@ -96,7 +100,7 @@ class Contender:
     name: str
     runner: str | None = None  # ws_runner contender, run in the kernel-client namespace
     # kernel | dpdk | dpdk-loop (on the engine's own loop) | stack | stack-loop (the DPDK
-    # engine's TCP, no WebSocket, on its thread or on its loop)
+    # engine's TCP, no WebSocket, on its thread or on its loop) | native (bench/peer/wsclient)
     transport: str = "kernel"
     skip: str = ""  # why it cannot run (it then keeps a note and no sample)
     loop: str = "uvloop"  # what the next run asks for: uvloop | asyncio
@@ -338,6 +342,8 @@ def _contenders(test: str) -> list[Contender]:
     import importlib.util
 
     out: list[Contender] = []
+    if test == "rtt":
+        out.append(Contender(FLOOR_CLIENT, transport="native", loop="none (C, busy poll)"))
     if test == "connect":
         out += [
             Contender(KERNEL_TCP, runner="tcp"),
@@ -400,6 +406,9 @@ def _run_one(
         except Exception as exc:
             c.notes.append(f"failed: {describe(exc)}")
             return None
+    if c.transport == "native":
+        c.loop_used = c.loop
+        return _run_floor_client(c, lab, peer, run_params)
     if c.transport in ("dpdk", "dpdk-loop"):
         assert dpdk is not None
         try:
@@ -438,6 +447,45 @@ def _run_one(
     else:
         c.notes.append(f"failed: {answer.get('error', answer)}")
     return None
+
+
+def _run_floor_client(
+    c: Contender, lab: Lab, peer: WsPeer, run_params: dict[str, Any]
+) -> dict[str, Any] | None:
+    """bench/peer/wsclient in the kernel-client namespace: its JSON results, or None."""
+    try:
+        binary = build("wsclient")
+    except PeerError as exc:
+        c.skip = f"skipped: {exc}"
+        return None
+    c.version = "bench/peer/wsclient.c"
+    cmd = [
+        str(binary),
+        lab.peer_client_ip,
+        str(peer.port),
+        "rtt",
+        ",".join(str(size) for size in run_params["sizes"]),
+        str(run_params["count"]),
+        str(run_params["warmup"]),
+    ]
+    proc = lab.client_popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        c.notes.append("failed: no answer within 600 s")
+        return None
+    try:
+        answer = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        c.notes.append(f"failed: exit {proc.returncode}: {err.strip()[-200:]}")
+        return None
+    if not answer.get("ok"):
+        c.notes.append(f"failed: {answer.get('error')}")
+        return None
+    results: dict[str, Any] = answer["results"]
+    return results
 
 
 def _run_all(

@@ -36,7 +36,7 @@ def test_unknown_peer_is_refused() -> None:
 
 def test_all_peers_build_warning_free() -> None:
     built = peers.build_all()
-    assert set(built) == {"wspeer", "udpsend", "udpsink"}
+    assert set(built) == {"wspeer", "wsclient", "udpsend", "udpsink"}
     assert all(path.exists() for path in built.values())
 
 
