@@ -25,6 +25,7 @@ checked, and a contender whose data does not check out gets a note instead of a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -184,6 +185,16 @@ class DpdkSide:
             self.engine.close()
         finally:
             self.port.close()
+
+    @contextmanager
+    def engine_paused(self) -> Iterator[None]:
+        """The engine thread stopped meanwhile (and started again after): a kernel-side
+        contender then has the machine to itself, as the engine-loop one has it."""
+        self.engine.stop()
+        try:
+            yield
+        finally:
+            self.engine.start()
 
     def run_in_loop(self, main: Coroutine[Any, Any, T]) -> T:
         """Run main on the engine's own event loop in this thread: the engine thread is
@@ -406,9 +417,12 @@ def _run_one(
         except Exception as exc:
             c.notes.append(f"failed: {describe(exc)}")
             return None
+    # Kernel-side contenders run with the engine thread stopped (see DpdkSide.engine_paused).
+    pause = dpdk.engine_paused if dpdk is not None else contextlib.nullcontext
     if c.transport == "native":
         c.loop_used = c.loop
-        return _run_floor_client(c, lab, peer, run_params)
+        with pause():
+            return _run_floor_client(c, lab, peer, run_params)
     if c.transport in ("dpdk", "dpdk-loop"):
         assert dpdk is not None
         try:
@@ -429,10 +443,12 @@ def _run_one(
         return None
     assert c.runner is not None
     runner_test = "tcp" if c.runner == "tcp" else test
-    answer = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, c.loop)
+    with pause():
+        answer = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, c.loop)
     if not answer.get("ok") and "error" in answer and c.loop == "uvloop":
         # A client that breaks on uvloop still gets measured, on asyncio, with a note.
-        retry = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, "asyncio")
+        with pause():
+            retry = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, "asyncio")
         if retry.get("ok"):
             c.loop = "asyncio"
             c.notes.append(f"fails on uvloop ({answer['error']}); measured on asyncio")
