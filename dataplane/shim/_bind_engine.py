@@ -385,9 +385,6 @@ class EngineBinding:
         self._lib.wsgw_engine_stats(self._h, ctypes.byref(stats))
         return {name: int(getattr(stats, name)) for name in ENGINE_STAT_FIELDS}
 
-    def monotonic_ns(self) -> int:
-        return int(self._lib.wsgw_monotonic_ns())
-
     def bench_flow_lookup(self, iterations: int) -> int:
         return int(self._lib.wsgw_bench_flow_lookup(self._h, iterations))
 

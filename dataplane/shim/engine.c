@@ -300,12 +300,7 @@ WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint3
     out->ack_deadline_ns = f->slow_pending ? wsgw_engine_flow_take_ack(e, slot) : 0;
     out->first_rx_ns = first_rx_unread ? f->first_rx_ns : 0;
     out->now_ns = engine_now(e);
-    /* The bytes move into Python's buffer, which has that much less room: until Python
-     * says otherwise (an export, wsgw_engine_flow_set_space), C's window counts them. */
-    f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
-    f->delivered_since_sync = 0;
-    f->slow_pending = 0;
-    f->acks_advanced = 0;
+    wsgw_engine_flow_synced(e, slot);
     return 0;
 }
 
@@ -314,6 +309,9 @@ WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot)
     struct wsgw_flow *f = wsgw_engine_flow(e, slot);
     if (!f)
         return;
+    /* The bytes move into Python's buffer, which has that much less room: until Python
+     * writes rcv_space again (an export, a C send, sync_receive_space), C's window counts
+     * them. */
     f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
     f->delivered_since_sync = 0;
     f->slow_pending = 0;

@@ -330,22 +330,12 @@ class ClientHandshake:
             secure,
             origin,
             self.subprotocols,
-            deflate,
             tuple((name, value) for name, value in extra_headers) if extra_headers else (),
-        )
+            deflate,
+        )  # in _write_request's order: the key of the template and its arguments
         template = _TEMPLATES.get(options)
         if template is None:
-            template, self._h11 = _write_request(
-                host,
-                path,
-                port,
-                secure,
-                origin,
-                self.subprotocols,
-                extra_headers,
-                deflate,
-                self.key,
-            )
+            template, self._h11 = _write_request(*options, self.key)
             if len(_TEMPLATES) < _TEMPLATES_MAX:
                 _TEMPLATES[options] = template
         self._template = template

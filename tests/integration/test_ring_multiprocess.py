@@ -44,20 +44,6 @@ def name(request: pytest.FixtureRequest) -> Iterator[str]:
             path.unlink(missing_ok=True)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[SpawnProcess]]:
-    """Every process a test starts; killed and reaped whatever happened."""
-    started: list[SpawnProcess] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            if p.is_alive():
-                os.kill(pid(p), signal.SIGCONT)
-                p.kill()
-            p.join(10)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _no_leftovers() -> Iterator[None]:
     yield

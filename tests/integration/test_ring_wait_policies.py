@@ -56,20 +56,6 @@ def name(request: pytest.FixtureRequest) -> Iterator[str]:
             path.unlink(missing_ok=True)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[SpawnProcess]]:
-    started: list[SpawnProcess] = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            if p.is_alive():
-                assert p.pid is not None
-                os.kill(p.pid, signal.SIGCONT)
-                p.kill()
-            p.join(10)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _no_leftovers() -> Iterator[None]:
     yield
