@@ -51,6 +51,9 @@ ISOLATED_CPUS = Path("/sys/devices/system/cpu/isolated")
 # between a received message and the application's answer (a few % of round trips).
 PUBLISH_EVERY_NS = 10_000_000
 PUBLISH_BUSY_NS = 100_000_000
+#: Loop mode: how many polls' worth of ACKs C took may wait for Python's ACK processing
+#: (`FastPath.settle_acks`) while every turn brings data; see `Engine.flush`.
+SETTLE_EVERY = 8
 
 
 class EngineError(DataplaneError):
@@ -148,6 +151,8 @@ class Engine:
         self._clock = clock
         self._loop_thread: int | None = None  # the thread of the event loop we run on
         self._dirty = False  # loop mode: the application wrote since the last flush
+        self._settle_due = False  # loop mode: the next flush settles the ACKs C took
+        self.poll_reason = 0  # why the last poll returned (POLL_* bits of dataplane.fastpath)
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
         self._published_ns = 0  # loop mode: when the snapshot was last published
@@ -213,9 +218,13 @@ class Engine:
         outcome = fastpath.poll(deadline, budget)
         now = outcome.now
         self.batch_rx_ns = outcome.first_rx_ns
+        self.poll_reason = outcome.reason
         for slot in outcome.touched:
             fastpath.absorb(slot, now)
         if outcome.slow_frames:
+            # The ACKs C took in earlier polls come first: a segment of the slow path (a FIN,
+            # an RST) must find the send side they moved.
+            fastpath.settle_acks()
             self.counters.slow_frames += len(outcome.slow_frames)
             iface.receive(outcome.slow_frames, now)
             if self._loop_thread is not None and self.link is None:
@@ -379,14 +388,33 @@ class Engine:
             self._dirty = True
             return
         self._dirty = False
-        self.fastpath.settle_acks()
-        self.fastpath.sync_receive_space()
+        fastpath = self.fastpath
         now = self._clock() if self._clock is not None else time.monotonic()
-        if self.interface.has_work(now) or self.link is not None:
+        work = self.interface.has_work(now) or self.link is not None
+        if work or self._settle_due or fastpath.settle_wanted(SETTLE_EVERY):
+            # The ACK processing of the ACKs C took (RTT, send buffer, congestion window,
+            # RTO) runs before anything reads the send side: the stack's output and timers,
+            # the export, a sender waiting for window or buffer. Otherwise it waits, up to
+            # SETTLE_EVERY polls or a poll that brings nothing: this flush runs between the
+            # application's answer leaving and the next poll, the very time the reply is on
+            # its way, and the reply is often already there. Meanwhile a sender only sees
+            # less window than it has.
+            self._settle_due = False
+            fastpath.settle_acks()
+            work = work or self.interface.has_work(now)
+        fastpath.sync_receive_space()
+        if work:
             self._transmit(self.interface.poll(now))
             self._export(now)
         elif self._tx_backlog:
             self._transmit(())
+
+    def settle_if_quiet(self, received: int) -> None:
+        """Loop mode, after a turn's poll: one that brought nothing is the moment for the
+        ACK processing `flush` left waiting (no reply is there to wait for it)."""
+        if not received and self.fastpath.acks_due():
+            self._settle_due = True
+            self.flush()
 
     def turn(self, timeout: float | None) -> None:
         """One turn of the engine loop (the selector calls it with the loop's timeout):
@@ -401,6 +429,7 @@ class Engine:
             now = self._clock() if self._clock is not None else time.monotonic()
             until = now + timeout
         received = self.run_once(max(budget, 0.0), until)
+        self.settle_if_quiet(received)
         now_ns = time.monotonic_ns()
         age = now_ns - self._published_ns
         if age >= PUBLISH_EVERY_NS and (not received or age >= PUBLISH_BUSY_NS):

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from dataplane.errors import DataplaneError
 from dataplane.samples import LatencySamples
@@ -170,7 +171,10 @@ class FastPath:
         self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
         self._senders: dict[int, Callable[[bytes, int, int], int]] = {}  # slot -> C transmit
         self._acks_seen: dict[int, int] = {}  # slot -> acking_segments_sent at its export
-        self._clock = self._engine.clock()  # what a C transmit is timed with
+        # What a C transmit is timed with: C's clock is CLOCK_MONOTONIC, time.monotonic's
+        # too (read without a C call), until a test sets a virtual time.
+        self._virtual_clock = self._engine.clock()
+        self._clock: Callable[[], float] = time.monotonic
         self._quiet: list[tuple[int, TcpConnection]] = []  # absorbed, not exported
         # (conn, acks, snd_una, window field, wl1, tsecr, now) for `settle_acks`
         self._acks_due: list[tuple[TcpConnection, int, int, int, int, int, float]] = []
@@ -242,6 +246,12 @@ class FastPath:
     def set_time(self, now: float | None) -> None:
         """Tests: C reads this virtual time (seconds) instead of CLOCK_MONOTONIC."""
         self._engine.set_time(0 if now is None else max(int(now * 1e9), 1))
+        clock = time.monotonic if now is None else self._virtual_clock
+        if clock is not self._clock:
+            self._clock = clock
+            for conn in self._connections.values():
+                if conn.fast_clock is not None:
+                    conn.fast_clock = clock
 
     def inject(self, frames: list[bytes]) -> int:
         """Frames for the fast path when there is no DPDK port (memory links, tests)."""
@@ -275,6 +285,8 @@ class FastPath:
         conn = self._connections.get(slot)
         if conn is None:
             return True
+        # Bytes for a direct reader do not fill the receive buffer: C's window stays right.
+        direct = conn.reads_directly()
         (
             data,
             rcv_nxt,
@@ -292,7 +304,7 @@ class FastPath:
             deadline_ns,
             first_rx_ns,
             now_ns,
-        ) = self._engine.flow_sync(slot)
+        ) = self._engine.flow_sync(slot, direct)
         # (slow_pending: Python is about to handle this flow's segments, and the delayed
         # ACK C owed is its own now: deadline_ns, unacked_bytes.)
         quiet = conn.fastpath_absorb(
@@ -308,28 +320,59 @@ class FastPath:
         )
         if acks:
             ack = (conn, acks, snd_una, snd_wnd_field, snd_wl1, ack_tsecr, now)
-            if slow_pending:
-                conn.fastpath_acked(*ack[1:])  # before its slow-path segments, in order
+            if slow_pending:  # before its slow-path segments, in order
+                self.settle_acks()
+                conn.fastpath_acked(*ack[1:])
             else:
                 self._acks_due.append(ack)
         if first_rx_ns and data:
             self.rx_to_readable_ns.append(now_ns - first_rx_ns)
-        if quiet:
+        if quiet and not direct:
             # The connection is not exported this batch: `sync_receive_space` tells C
             # what receive buffer is left once the services have read.
             self._quiet.append((slot, conn))
         return quiet
 
-    def settle_acks(self) -> None:
-        """The ACK processing of the ACKs C took in the last poll (`fastpath_acked`),
-        left until the batch's data was delivered: on the engine loop the application
-        answers first, and this runs while its answer is on the wire. The connections'
-        output decisions in between only see a window that is smaller than it is."""
+    def acks_due(self) -> int:
+        """How many polls' ACK entries wait for `settle_acks`."""
+        return len(self._acks_due)
+
+    def settle_wanted(self, limit: int) -> bool:
+        """The ACKs waiting should be processed now: `limit` polls' entries, or one of a
+        connection whose sender waits for what they free (data beyond a window, a full
+        send buffer)."""
         due = self._acks_due
-        if due:
-            for conn, acks, snd_una, window_field, wl1, tsecr, now in due:
-                conn.fastpath_acked(acks, snd_una, window_field, wl1, tsecr, now)
-            due.clear()
+        if not due:
+            return False
+        if len(due) >= limit:
+            return True
+        return any(entry[0].send_blocked for entry in due)
+
+    def settle_acks(self) -> None:
+        """The ACK processing of the ACKs C took (`fastpath_acked`), left until the
+        batch's data was delivered (on the engine loop: until `Engine.flush` needs it). A
+        connection's entries from several polls become one call with the latest values,
+        when it has timestamps (the RTT sample is the newest ACK's TSecr, RFC 7323
+        section 4); without, each entry is processed in order (its own RTT timing)."""
+        due = self._acks_due
+        if not due:
+            return
+        self._acks_due = []
+        if len(due) == 1:
+            conn, acks, snd_una, window_field, wl1, tsecr, now = due[0]
+            conn.fastpath_acked(acks, snd_una, window_field, wl1, tsecr, now)
+            return
+        merged: dict[TcpConnection, list[Any]] = {}
+        for conn, acks, snd_una, window_field, wl1, tsecr, now in due:
+            last = merged.get(conn)
+            if last is not None and conn.timestamps_enabled:
+                last[:] = (last[0] + acks, snd_una, window_field, wl1, tsecr, now)
+                continue
+            if last is not None:
+                conn.fastpath_acked(*last)
+            merged[conn] = [acks, snd_una, window_field, wl1, tsecr, now]
+        for conn, args in merged.items():
+            conn.fastpath_acked(*args)
 
     def sync_receive_space(self) -> None:
         """After the batch's services read what was absorbed: C's window offers the free

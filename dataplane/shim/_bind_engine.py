@@ -137,7 +137,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_engine_flow_read": (ctypes.c_uint32, [_vp, ctypes.c_int, _u8p, ctypes.c_uint32]),
     "wsgw_engine_flow_synced": (None, [_vp, ctypes.c_int]),
-    "wsgw_engine_flow_sync": (ctypes.c_int, [_vp, ctypes.c_int, _u8p, ctypes.c_uint32, _vp]),
+    "wsgw_engine_flow_sync": (
+        ctypes.c_int,
+        [_vp, ctypes.c_int, _u8p, ctypes.c_uint32, _vp, ctypes.c_int],
+    ),
     "wsgw_engine_flow_take_ack": (ctypes.c_uint64, [_vp, ctypes.c_int]),
     "wsgw_engine_flow_give_ack": (
         None, [_vp, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32]
@@ -266,11 +269,13 @@ class EngineBinding:
                 break
         return b"".join(chunks)
 
-    def flow_sync(self, slot: int) -> tuple[Any, ...]:
+    def flow_sync(self, slot: int, keep_space: bool = False) -> tuple[Any, ...]:
         """wsgw_engine_flow_sync: (data, *the fields of struct wsgw_flow_sync but bytes);
-        data holds every byte the ring had."""
+        data holds every byte the ring had. keep_space: they go straight to a reader (C's
+        rcv_space stays)."""
         out = self._sync_out
-        if self._lib.wsgw_engine_flow_sync(self._h, slot, self._read_buf, _READ_MAX, out) < 0:
+        lib = self._lib
+        if lib.wsgw_engine_flow_sync(self._h, slot, self._read_buf, _READ_MAX, out, keep_space) < 0:
             raise KeyError(slot)
         fields = FLOW_SYNC.unpack_from(out)
         count = fields[0]

@@ -275,8 +275,20 @@ WSGW_API uint32_t wsgw_engine_flow_read(wsgw_engine *e, int slot, uint8_t *dst, 
     return n;
 }
 
+static void flow_synced(struct wsgw_flow *f, int keep_space)
+{
+    /* The bytes move into Python's buffer, which has that much less room: until Python
+     * writes rcv_space again (an export, a C send, sync_receive_space), C's window counts
+     * them. Unless they go straight to a reader (keep_space): the buffer stays as free. */
+    if (!keep_space)
+        f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
+    f->delivered_since_sync = 0;
+    f->slow_pending = 0;
+    f->acks_advanced = 0;
+}
+
 WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max,
-                                   struct wsgw_flow_sync *out)
+                                   struct wsgw_flow_sync *out, int keep_space)
 {
     struct wsgw_flow *f = wsgw_engine_flow(e, slot);
     if (!f)
@@ -300,22 +312,15 @@ WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint3
     out->ack_deadline_ns = f->slow_pending ? wsgw_engine_flow_take_ack(e, slot) : 0;
     out->first_rx_ns = first_rx_unread ? f->first_rx_ns : 0;
     out->now_ns = engine_now(e);
-    wsgw_engine_flow_synced(e, slot);
+    flow_synced(f, keep_space);
     return 0;
 }
 
 WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot)
 {
     struct wsgw_flow *f = wsgw_engine_flow(e, slot);
-    if (!f)
-        return;
-    /* The bytes move into Python's buffer, which has that much less room: until Python
-     * writes rcv_space again (an export, a C send, sync_receive_space), C's window counts
-     * them. */
-    f->rcv_space = f->rcv_space > f->delivered_since_sync ? f->rcv_space - f->delivered_since_sync : 0;
-    f->delivered_since_sync = 0;
-    f->slow_pending = 0;
-    f->acks_advanced = 0;
+    if (f)
+        flow_synced(f, 0);
 }
 
 WSGW_API uint64_t wsgw_engine_flow_take_ack(wsgw_engine *e, int slot)

@@ -172,7 +172,9 @@ WSGW_API uint32_t wsgw_engine_flow_read(wsgw_engine *e, int slot, uint8_t *dst, 
 /* One flow's hand-over to Python after a poll, in one call: the ring's bytes (up to max,
  * into dst; more may remain, see flow_read) and what C moved since the last sync. Counting
  * starts again (as wsgw_engine_flow_synced), and when a frame of the flow went to the slow
- * path the pending delayed ACK becomes Python's (as wsgw_engine_flow_take_ack). */
+ * path the pending delayed ACK becomes Python's (as wsgw_engine_flow_take_ack). keep_space:
+ * the bytes go straight to a reader, not into Python's receive buffer, so rcv_space stays
+ * (else it drops by them, as wsgw_engine_flow_synced). */
 struct wsgw_flow_sync {
     uint32_t bytes;              /* copied to dst */
     uint32_t rcv_nxt;            /* after every byte in the ring (copied or not) */
@@ -192,7 +194,7 @@ struct wsgw_flow_sync {
     uint64_t now_ns;             /* clock at the sync */
 };
 WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max,
-                                   struct wsgw_flow_sync *out);
+                                   struct wsgw_flow_sync *out, int keep_space);
 /* Python synced the flow: start counting again (rcv_space drops by what C delivered since
  * the last sync: those bytes are in Python's buffer now). */
 WSGW_API void wsgw_engine_flow_synced(wsgw_engine *e, int slot);

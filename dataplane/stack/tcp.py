@@ -384,6 +384,11 @@ class TcpConnection:
         #: fast path compares it across exports to learn whether Python acknowledged.
         self.acking_segments_sent = 0
 
+    @property
+    def timestamps_enabled(self) -> bool:
+        """Both ends agreed on the timestamp option (RFC 7323 section 3.2)."""
+        return self._ts_enabled
+
     def _changed(self) -> None:
         notify = self.on_change
         if notify is not None:
@@ -622,6 +627,18 @@ class TcpConnection:
             self._unacked_rx_bytes if owed else 0,
             acks_in_c,
         )
+
+    @property
+    def send_blocked(self) -> bool:
+        """Queued data waits for a window, or the send buffer is full: what the next ACK
+        processing frees is awaited."""
+        tx = self._tx
+        return self._snd_nxt < tx.end or not tx.free
+
+    def reads_directly(self) -> bool:
+        """Bytes the fast path brings now go straight to `direct_reader` (nothing is
+        buffered ahead of them), not into the receive buffer."""
+        return self.direct_reader is not None and not self._rx
 
     def fastpath_receive_space(self) -> int:
         """Free receive buffer, what C may offer in its window (FastPathState.rcv_space)."""

@@ -153,7 +153,10 @@ class EngineTransport(asyncio.Transport):
         rx_ns = self._engine.batch_rx_ns
         if rx_ns:
             self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
-        self._deliver(data)
+        try:  # (_deliver, inline: this is every read of the engine loop)
+            self._protocol.data_received(data)
+        except Exception as exc:
+            self._protocol_failed(exc, "data_received")
 
     def is_reading(self) -> bool:
         return self._reading

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import socket
 import ssl
@@ -26,6 +27,7 @@ from typing import Any, cast
 from dataplane.transports.base import WsUrl, parse_ws_url
 from dataplane.ws.client import (
     CLOSE_ABNORMAL,
+    CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -57,6 +59,10 @@ from dataplane.ws.scan import BackendName
 from dataplane.ws.tls import TlsClient
 
 _OPEN_STATES = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+_log = logging.getLogger(__name__)
+
+#: What `KernelWebSocket.set_message_handler` takes: called with each message, in order.
+MessageHandler = Callable[[Message], None]
 
 
 class _Protocol(asyncio.Protocol):
@@ -64,6 +70,8 @@ class _Protocol(asyncio.Protocol):
 
     def __init__(self, owner: KernelWebSocket) -> None:
         self._owner = owner
+        # Each read goes straight to the connection: one Python call less per read.
+        self.data_received = owner._data_received  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._owner._connection_made(transport)
@@ -109,6 +117,8 @@ class KernelWebSocket:
         self._messages: collections.deque[Message | MessageBatch] = collections.deque()
         self._queued = 0
         self._recv_waiter: asyncio.Future[None] | None = None
+        self._handler: MessageHandler | None = None
+        self._draining = False  # set_message_handler is handing the queue over
         self._reading_paused = False
         self._writing_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -158,6 +168,8 @@ class KernelWebSocket:
     async def recv(self) -> Message:
         """The next message; raises ConnectionClosed once the queue is empty and the
         connection is over."""
+        if self._handler is not None:
+            raise self._handler_set()
         while True:
             messages = self._messages
             if messages:
@@ -198,6 +210,8 @@ class KernelWebSocket:
         message: a batch from one scan of a read as it is, or the messages queued one by
         one (fragmented, compressed...) gathered into one. Raises ConnectionClosed like
         recv() once nothing is queued and the connection is over."""
+        if self._handler is not None:
+            raise self._handler_set()
         messages = self._messages
         while not messages:
             await self._wait_data()
@@ -224,6 +238,8 @@ class KernelWebSocket:
             await waiter
         finally:
             self._recv_waiter = None
+        if self._handler is not None:
+            raise self._handler_set()
 
     def _taken(self) -> None:
         """Messages were taken from the queue: read the socket again below half of it."""
@@ -243,8 +259,77 @@ class KernelWebSocket:
             except ConnectionClosedOK:
                 return
 
+    def set_message_handler(self, handler: MessageHandler | None) -> None:
+        """Have each message handed to handler(message) as soon as it is read, on the
+        loop's thread, instead of queued for recv(): no task wakes up per message (the
+        callback style of picows's listener). Messages already queued go to it first, in
+        order; None queues them again. While a handler is set recv(), recv_batch() and
+        recv_frames() raise LocalProtocolError; answer from the handler with `send_nowait`.
+        A handler that raises gets no more messages: the exception is logged and kept in
+        `error`, the rest of the read is queued, and the connection closes with 1011
+        (internal error, RFC 6455 section 7.4.1)."""
+        self._handler = handler
+        if handler is None:
+            return
+        waiter = self._recv_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)  # a recv() already waiting raises: the messages go here
+        if self._draining:
+            return  # called by a handler while the queue drains: that loop goes on with it
+        messages = self._messages
+        self._draining = True
+        try:
+            while messages and self._handler is not None:
+                head = messages.popleft()
+                run = head.messages() if type(head) is MessageBatch else [head]
+                self._queued -= len(run)
+                rest = self._hand_over(run)  # type: ignore[arg-type]
+                messages.extendleft(reversed(rest))
+                self._queued += len(rest)
+        finally:
+            self._draining = False
+        self._taken()
+
+    def _hand_over(self, run: list[Message]) -> list[Message]:
+        """Each message of run to the handler of the moment, in order (a handler may
+        replace or remove itself); returns the messages left once there is none (removed,
+        or it raised), for the queue."""
+        for index, message in enumerate(run):
+            handler = self._handler
+            if handler is None:
+                return run[index:]
+            try:
+                handler(message)
+            except Exception as exc:
+                self._handler_failed(exc)
+                return run[index + 1 :]
+        return []
+
+    def _handler_failed(self, exc: Exception) -> None:
+        _log.exception("message handler %r raised; closing with 1011", self._handler)
+        self._handler = None
+        if self.error is None:
+            self.error = exc
+        if self._ws.state is ConnectionState.OPEN and self._transport is not None:
+            self._write(self._ws.close(CLOSE_INTERNAL_ERROR, "message handler failed"))
+            self._local_close = (CLOSE_INTERNAL_ERROR, "message handler failed")
+
+    def _handler_set(self) -> LocalProtocolError:
+        return LocalProtocolError(
+            "a message handler is set: messages go to it, not to recv() "
+            "(set_message_handler(None) first)"
+        )
+
     async def send(self, data: str | bytes, *, text: bool | None = None) -> None:
-        """Send one message: str as text, bytes as binary unless text=True (then UTF-8)."""
+        """Send one message: str as text, bytes as binary unless text=True (then UTF-8);
+        waits while the transport's buffer is above its high-water mark."""
+        self.send_nowait(data, text=text)
+        if self._writing_paused:
+            await self._drain()
+
+    def send_nowait(self, data: str | bytes, *, text: bool | None = None) -> None:
+        """`send` without the wait for the transport to drain, for code that cannot await
+        (a message handler); `writing_paused` says when the buffer is above its mark."""
         ws = self._ws
         if ws.state is not ConnectionState.OPEN:
             raise self._closed_exception()
@@ -257,8 +342,11 @@ class KernelWebSocket:
         else:
             frame = ws.send_binary(data)
         self._write(frame)
-        if self._writing_paused:
-            await self._drain()
+
+    @property
+    def writing_paused(self) -> bool:
+        """The transport's write buffer is above its high-water mark (`send` waits)."""
+        return self._writing_paused
 
     def ping(self, payload: bytes | None = None) -> asyncio.Future[float]:
         """Send a ping now; the future gives the round-trip time in seconds when the pong
@@ -392,16 +480,28 @@ class KernelWebSocket:
     def _dispatch(self) -> None:
         for event in self._ws.events():
             kind = type(event)
-            if kind is MessageBatch:
-                self._messages.append(event)  # type: ignore[arg-type]
-                count = len(event)  # type: ignore[arg-type]
-                self._queued += count
-                self.messages_received += count
-                continue
             if kind is Message:
+                self.messages_received += 1
+                handler = self._handler
+                if handler is not None:
+                    try:
+                        handler(event)  # type: ignore[arg-type]
+                    except Exception as exc:
+                        self._handler_failed(exc)
+                    continue
                 self._messages.append(event)  # type: ignore[arg-type]
                 self._queued += 1
-                self.messages_received += 1
+                continue
+            if kind is MessageBatch:
+                count = len(event)  # type: ignore[arg-type]
+                self.messages_received += count
+                if self._handler is not None:
+                    rest = self._hand_over(event.messages())  # type: ignore[union-attr]
+                    self._messages.extend(rest)
+                    self._queued += len(rest)
+                    continue
+                self._messages.append(event)  # type: ignore[arg-type]
+                self._queued += count
                 continue
             if isinstance(event, Ping):
                 self.pings_received += 1

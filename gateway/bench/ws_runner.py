@@ -44,7 +44,15 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-CONTENDERS = ("picows", "aiohttp", "websockets", "wsgw-kernel", "wsgw-kernel-batch", "tcp")
+CONTENDERS = (
+    "picows",
+    "aiohttp",
+    "websockets",
+    "wsgw-kernel",
+    "wsgw-kernel-batch",
+    "wsgw-kernel-callbacks",
+    "tcp",
+)
 TESTS = ("tcp", "connect", "rtt", "ingest")
 
 
@@ -500,6 +508,8 @@ def wsgw_adapter(contender: WsgwContender) -> AwaitAdapter:
     version = _dist("wsgw") + f" ({contender.transport} transport)"
     if contender.name.endswith(BATCH_SUFFIX):
         return WsgwBatchAdapter(contender.name, version + ", batch receive", contender.connect)
+    if contender.name.endswith(CALLBACKS_MARK):
+        return WsgwCallbackAdapter(contender.name, version + ", message handler", contender.connect)
     return AwaitAdapter(contender.name, version, contender.connect)
 
 
@@ -539,6 +549,68 @@ class WsgwBatchAdapter(AwaitAdapter):
         finally:
             await conn.close()
         return check.result()
+
+
+# -- wsgw's message handler: round trips driven from a callback, as picows's are --
+CALLBACKS_MARK = "callbacks)"  # how their names end
+
+
+def wsgw_callback_contenders(engine: Any = None) -> list[WsgwContender]:
+    """ "wsgw kernel (callbacks)", "wsgw DPDK (callbacks)" and "wsgw DPDK (engine loop,
+    callbacks)": wsgw's clients from `wsgw_contenders` with each message handed to a
+    callback (`set_message_handler`) that answers with `send_nowait`, the way picows's
+    listener is measured; `wsgw_adapter` gives a `WsgwCallbackAdapter` for them."""
+    out = []
+    for c in wsgw_contenders(engine):
+        name = c.name[:-1] + ", callbacks)" if c.name.endswith(")") else c.name + " (callbacks)"
+        out.append(dataclasses.replace(c, name=name))
+    return out
+
+
+class WsgwCallbackAdapter(AwaitAdapter):
+    """A wsgw client whose round trips run in its message handler: the echo is handed to
+    the callback inside the read that brought it, which times it and sends the next
+    message at once (no task wakes up), exactly as `PicowsAdapter.rtt` drives picows's
+    listener. The other tests (connect, ingest) are the per-message adapter's."""
+
+    async def rtt(self, url: str, size: int, count: int, warmup: int) -> dict[str, Any]:
+        conn = await self._open(url)
+        ws = conn._ws  # type: ignore[attr-defined]
+        total = warmup + count
+        state: dict[str, Any] = {"seq": 0, "payload": b"", "sent_at": 0, "mismatches": 0}
+        samples: list[int] = []
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def fire() -> None:
+            state["payload"] = rtt_payload(state["seq"], size)
+            state["sent_at"] = time.perf_counter_ns()
+            ws.send_nowait(state["payload"])
+
+        def on_echo(message: Any) -> None:
+            elapsed = time.perf_counter_ns() - state["sent_at"]
+            if message.data != state["payload"]:
+                state["mismatches"] += 1
+            if state["seq"] >= warmup:
+                samples.append(elapsed)
+            state["seq"] += 1
+            if state["seq"] < total:
+                fire()
+            elif not done.done():
+                done.set_result(None)
+
+        ws.set_message_handler(on_echo)
+        closed = asyncio.ensure_future(ws.wait_closed())
+        try:
+            fire()
+            async with asyncio.timeout(600):
+                await asyncio.wait((done, closed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not ws.error:
+                ws.set_message_handler(None)
+            await conn.close()
+        lost = total - state["seq"]
+        return {**summary(samples), "mismatches": state["mismatches"] + lost}
 
 
 # -- picows: callbacks, as its API is meant to be used --
@@ -701,6 +773,9 @@ def make_adapter(contender: str) -> Adapter:
         return wsgw_adapter(kernel)
     if contender == "wsgw-kernel-batch":
         kernel = next(c for c in wsgw_batch_contenders() if c.transport == "kernel")
+        return wsgw_adapter(kernel)
+    if contender == "wsgw-kernel-callbacks":
+        kernel = next(c for c in wsgw_callback_contenders() if c.transport == "kernel")
         return wsgw_adapter(kernel)
     raise ValueError(f"unknown contender {contender!r} (known: {', '.join(CONTENDERS)})")
 

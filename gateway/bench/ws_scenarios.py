@@ -20,12 +20,17 @@ The peer runs in the lab namespace and answers on both of its veth ends. Contend
   on this link with this peer; no Python client can go below it.
 Contenders alternate within each repetition; every echo and every flood sequence number is
 checked, and a contender whose data does not check out gets a note instead of a sample.
+
+CPU placement (with two CPUs or more): the peer runs on the last CPU this process may use,
+and every single-threaded contender (each library's runner process, the floor client, the
+engine loop) on the first, one at a time; the threaded DPDK contender (an engine thread and
+a client loop) is left to the scheduler. Left to it, a contender sometimes shared the peer's
+CPU: the same client's p50 then jumped between two values (38 and 45 us) from run to run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -41,6 +46,7 @@ from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
 from gateway.bench.peers import REPO, PeerError, WsPeer, build
 from gateway.bench.ws_runner import (
     BATCH_SUFFIX,
+    CALLBACKS_MARK,
     Adapter,
     ContenderUnavailable,
     WsgwContender,
@@ -49,6 +55,7 @@ from gateway.bench.ws_runner import (
     run_test,
     wsgw_adapter,
     wsgw_batch_contenders,
+    wsgw_callback_contenders,
     wsgw_contenders,
 )
 from gateway.lab import Lab
@@ -112,6 +119,29 @@ class Contender:
 
 
 # ---- where the contenders run ------------------------------------------------------------
+def cpu_plan() -> tuple[int, int] | None:
+    """(the contenders' CPU, the peer's CPU): the first and the last this process may use;
+    None on one CPU (nothing to separate)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[-1]) if len(cpus) >= 2 else None
+
+
+@contextmanager
+def on_client_cpu() -> Iterator[None]:
+    """This thread, and the processes and threads it starts meanwhile, on the contenders'
+    CPU (see the module docstring); its own CPUs again after."""
+    plan = cpu_plan()
+    if plan is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {plan[0]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def run_in_client_ns(
     lab: Lab, runner: str, test: str, url: str, run_params: dict[str, Any], loop: str
 ) -> dict[str, Any]:
@@ -192,7 +222,8 @@ class DpdkSide:
         contender then has the machine to itself, as the engine-loop one has it."""
         self.engine.stop()
         try:
-            yield
+            with on_client_cpu():
+                yield
         finally:
             self.engine.start()
 
@@ -204,7 +235,7 @@ class DpdkSide:
         self.engine.fastpath.rx_to_return_ns.clear()
         self._stats_before = self.engine.fastpath.stats()
         try:
-            with asyncio.Runner(loop_factory=self.engine.loop_factory) as runner:
+            with on_client_cpu(), asyncio.Runner(loop_factory=self.engine.loop_factory) as runner:
                 return runner.run(main)
         finally:
             self.engine.start()
@@ -330,6 +361,9 @@ def _session(
     dpdk: DpdkSide | None = None
     try:
         peer = WsPeer.start(lab)
+        plan = cpu_plan()
+        if plan is not None:
+            os.sched_setaffinity(peer.proc.pid, {plan[1]})
         wants_dpdk = [c for c in contenders if c.transport in DPDK_TRANSPORTS and not c.skip]
         if wants_dpdk:
             try:
@@ -375,15 +409,19 @@ def _contenders(test: str) -> list[Contender]:
     hooked = wsgw_contenders()
     if test == "ingest":  # the batch receive API: one MessageBatch per run of frames
         hooked += wsgw_batch_contenders()
+    if test == "rtt":  # the message handler: callbacks, as picows is driven
+        hooked += wsgw_callback_contenders()
     for wsgw in hooked:
         transport = wsgw.transport if wsgw.transport in DPDK_TRANSPORTS else "kernel"
-        batch = wsgw.name.endswith(BATCH_SUFFIX)
+        runner = "wsgw-kernel"
+        if wsgw.name.endswith(BATCH_SUFFIX):
+            runner = "wsgw-kernel-batch"
+        elif wsgw.name.endswith(CALLBACKS_MARK):
+            runner = "wsgw-kernel-callbacks"
         out.append(
             Contender(
                 wsgw.name,
-                runner=("wsgw-kernel-batch" if batch else "wsgw-kernel")
-                if transport == "kernel"
-                else None,
+                runner=runner if transport == "kernel" else None,
                 transport=transport,
                 skip="" if wsgw.available else wsgw.note,
                 loop=ENGINE_LOOP if transport == "dpdk-loop" else "uvloop",
@@ -393,7 +431,12 @@ def _contenders(test: str) -> list[Contender]:
 
 
 def _dpdk_adapter(dpdk: DpdkSide, name: str) -> Adapter:
-    hooked = wsgw_contenders(engine=dpdk.engine) + wsgw_batch_contenders(engine=dpdk.engine)
+    engine = dpdk.engine
+    hooked = (
+        wsgw_contenders(engine=engine)
+        + wsgw_batch_contenders(engine=engine)
+        + wsgw_callback_contenders(engine=engine)
+    )
     found: WsgwContender = next(c for c in hooked if c.name == name)
     return wsgw_adapter(found)
 
@@ -417,8 +460,9 @@ def _run_one(
         except Exception as exc:
             c.notes.append(f"failed: {describe(exc)}")
             return None
-    # Kernel-side contenders run with the engine thread stopped (see DpdkSide.engine_paused).
-    pause = dpdk.engine_paused if dpdk is not None else contextlib.nullcontext
+    # Kernel-side contenders run with the engine thread stopped (see DpdkSide.engine_paused),
+    # on the contenders' CPU.
+    pause = dpdk.engine_paused if dpdk is not None else on_client_cpu
     if c.transport == "native":
         c.loop_used = c.loop
         with pause():

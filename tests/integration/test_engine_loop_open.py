@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from dataplane.engine import Engine
-from dataplane.transports.dpdk import EngineTransport, connect_dpdk
+from dataplane.transports.dpdk import connect_dpdk
+from dataplane.transports.kernel import KernelWebSocket
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk, run_in_loop
 
@@ -45,14 +46,14 @@ def test_open_returns_in_the_turn_that_read_the_101(
 
     monkeypatch.setattr(engine, "turn", counting_turn)
     at_101: list[int] = []
-    deliver = EngineTransport._deliver
+    received = KernelWebSocket._data_received
 
-    def marking_deliver(self: EngineTransport, data: bytes) -> None:
+    def marking_received(self: KernelWebSocket, data: bytes) -> None:
         if b" 101 " in data[:16]:
             at_101.append(turns)
-        deliver(self, data)
+        received(self, data)
 
-    monkeypatch.setattr(EngineTransport, "_deliver", marking_deliver)
+    monkeypatch.setattr(KernelWebSocket, "_data_received", marking_received)
 
     async def main() -> list[tuple[int, int]]:
         seen = []

@@ -86,7 +86,7 @@ class LoopPair(Pair):
             engine.flush()
             self.drain_c()
         self.inject_rx()
-        engine.run_once(0.0)
+        engine.settle_if_quiet(engine.run_once(0.0))  # as Engine.turn does
         self.drain_c()
 
     def close(self) -> None:
