@@ -17,7 +17,10 @@ message is checked: an echo must equal what was sent, a flood must bring sequenc
 
 Tests:
   tcp      TCP connect time of a plain kernel socket (`loop.sock_connect`)
-  connect  WebSocket open time: TCP connect + HTTP upgrade, until the library says open
+  connect  WebSocket open time: TCP connect + HTTP upgrade, until the library says open;
+           with "wss_url" and "ca_file" in the params, then the same for wss:// (TCP
+           connect + TLS handshake + upgrade) against that URL, the server verified
+           against ca_file ("wss_count"/"wss_warmup" connections, default as for ws://)
   rtt      echo round trips of each size: p50, p99, p99.9 after a warm-up
   ingest   a flood of N messages of each size: messages/s and process CPU per message
 """
@@ -35,6 +38,7 @@ import inspect
 import json
 import math
 import socket
+import ssl
 import sys
 import time
 import traceback
@@ -229,6 +233,13 @@ def _require(module: str) -> Any:
         ) from exc
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """The client context a library is given for wss://: the default one (certificate and
+    host name verified) trusting ca_file. Made once per adapter, before anything is timed,
+    as an application keeps it; None without a ca_file (plain ws://)."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+
 class AwaitAdapter:
     """A library with `await send()` / `await recv()`: one loop body for all of them."""
 
@@ -302,13 +313,14 @@ class _WebsocketsConn:
         await self._ws.close()
 
 
-def websockets_adapter() -> AwaitAdapter:
+def websockets_adapter(ssl_context: ssl.SSLContext | None = None) -> AwaitAdapter:
     client = _require("websockets.asyncio.client")
     exceptions = _require("websockets.exceptions")
+    tls = {"ssl": ssl_context} if ssl_context is not None else {}
 
     async def opener(url: str) -> Connection:
         ws = await client.connect(
-            url, compression=None, max_size=None, ping_interval=None, proxy=None
+            url, compression=None, max_size=None, ping_interval=None, proxy=None, **tls
         )
         return _WebsocketsConn(ws, exceptions.ConnectionClosedOK)
 
@@ -339,15 +351,18 @@ class _AiohttpConn:
 
 
 class AiohttpAdapter(AwaitAdapter):
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._aiohttp = _require("aiohttp")
         self._session: Any = None
+        self._tls = {"ssl": ssl_context} if ssl_context is not None else {}
         super().__init__("aiohttp", _dist("aiohttp"), self._opener)
 
     async def _opener(self, url: str) -> Connection:
         if self._session is None:  # one session, as an application keeps it
             self._session = self._aiohttp.ClientSession()
-        ws = await self._session.ws_connect(url, compress=0, max_msg_size=0, autoping=True)
+        ws = await self._session.ws_connect(
+            url, compress=0, max_msg_size=0, autoping=True, **self._tls
+        )
         return _AiohttpConn(ws, self._aiohttp)
 
     async def aclose(self) -> None:
@@ -390,12 +405,17 @@ class WsgwContender:
     available: bool  # the code is there (the DPDK one still needs an engine to connect)
 
 
-def _bind_offered(fn: Callable[..., Any], offered: dict[str, Any]) -> Callable[[str], Any]:
-    """fn with the offered keywords its signature takes bound, as `url -> fn(url, ...)`;
-    refuse unknown required ones. Done once per contender, not once per connect: the
-    signature look-up would be timed as part of every open."""
+def _bind_offered(
+    fn: Callable[..., Any], offered: dict[str, Any], options: dict[str, Any] | None = None
+) -> Callable[[str], Any]:
+    """fn with the offered keywords its signature names bound, as `url -> fn(url, ...)`,
+    and the options (connect options such as `deflate` and `ssl_context`) also when it
+    takes them through `**options`; refuse unknown required ones. Done once per contender,
+    not once per connect: the signature look-up would be timed as part of every open."""
     params = inspect.signature(fn).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     kwargs = {k: v for k, v in offered.items() if k in params}
+    kwargs.update({k: v for k, v in (options or {}).items() if takes_any or k in params})
     missing = [
         name
         for name, p in list(params.items())[1:]
@@ -425,7 +445,7 @@ def _load(module: str, attr: str) -> tuple[Any, str]:
     return found, ""
 
 
-def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
+def wsgw_contenders(engine: Any = None, *, ca_file: str | None = None) -> list[WsgwContender]:
     """The hook for wsgw's own WebSocket clients: `dataplane.transports.kernel` (an OS
     socket) and `dataplane.transports.dpdk` (the user-space stack), each as an async
     connect function, or skipped with a note when its code is missing.
@@ -433,7 +453,13 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
     The DPDK transport is expected to export `connect_dpdk(url, ...)` returning an open
     `WebSocketConnection` (like `connect_kernel`); its keywords are matched by name to
     what the benchmark has: `engine` (a running `dataplane.engine.Engine`), `interface`,
-    `port`, and `deflate=False`. Pass `engine` to get a usable connect function for it.
+    `port`, and the connect options `deflate=False` (and `ssl_context`, see below), these
+    also through `**options`. Pass `engine` to get a usable connect function for it.
+
+    With ca_file, the connect functions are for wss:// URLs: they pass `ssl_context`, the
+    context wsgw itself makes from a `ca_file=` (`dataplane.ws.tls.client_context`, ALPN
+    http/1.1), made once here as the libraries' contexts are (`tls_context`): given
+    `ca_file=`, wsgw would make it again for every connect (about 0.2 ms here).
 
     The DPDK transport comes twice: "wsgw DPDK" (the engine on its own thread, the
     client on any loop) and "wsgw DPDK (engine loop)" (transport "dpdk-loop": the same
@@ -442,11 +468,19 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
     """
     found: list[WsgwContender] = []
     closed_ok, note = _load("dataplane.ws.errors", "ConnectionClosedOK")
+    options: dict[str, Any] = {"deflate": False}
+    if ca_file:
+        client_context, _ = _load("dataplane.ws.tls", "client_context")
+        options["ssl_context"] = (
+            client_context(ca_file, alpn_protocols=["http/1.1"])
+            if client_context is not None
+            else tls_context(ca_file)
+        )
     connect_kernel, kernel_note = _load("dataplane.transports.kernel", "connect_kernel")
     if connect_kernel is not None and closed_ok is not None:
 
         async def kernel_connect(url: str) -> Any:
-            return _WsgwConn(await connect_kernel(url, deflate=False), closed_ok)
+            return _WsgwConn(await connect_kernel(url, **options), closed_ok)
 
         found.append(WsgwContender("wsgw kernel", "kernel", kernel_connect, "", True))
     else:
@@ -476,11 +510,10 @@ def wsgw_contenders(engine: Any = None) -> list[WsgwContender]:
         "engine": engine,
         "interface": getattr(engine, "interface", None),
         "port": getattr(engine, "port", None),
-        "deflate": False,
     }
 
     try:
-        open_dpdk = _bind_offered(connect_dpdk, offered)
+        open_dpdk = _bind_offered(connect_dpdk, offered, options)
     except TypeError as exc:
         refused = exc  # raised by the connects: the contender fails with it, not the hook
 
@@ -517,12 +550,15 @@ def wsgw_adapter(contender: WsgwContender) -> AwaitAdapter:
 BATCH_SUFFIX = " (batch)"
 
 
-def wsgw_batch_contenders(engine: Any = None) -> list[WsgwContender]:
+def wsgw_batch_contenders(engine: Any = None, *, ca_file: str | None = None) -> list[WsgwContender]:
     """ "wsgw kernel (batch)" and "wsgw DPDK (batch)": wsgw's clients from
     `wsgw_contenders`, measured through the batch receive API (`recv_frames`: one
     `MessageBatch` per run of frames, sequence numbers checked in C). `wsgw_adapter`
     gives a `WsgwBatchAdapter` for them; the kernel one runs as "wsgw-kernel-batch"."""
-    return [dataclasses.replace(c, name=c.name + BATCH_SUFFIX) for c in wsgw_contenders(engine)]
+    return [
+        dataclasses.replace(c, name=c.name + BATCH_SUFFIX)
+        for c in wsgw_contenders(engine, ca_file=ca_file)
+    ]
 
 
 class WsgwBatchAdapter(AwaitAdapter):
@@ -555,13 +591,15 @@ class WsgwBatchAdapter(AwaitAdapter):
 CALLBACKS_MARK = "callbacks)"  # how their names end
 
 
-def wsgw_callback_contenders(engine: Any = None) -> list[WsgwContender]:
+def wsgw_callback_contenders(
+    engine: Any = None, *, ca_file: str | None = None
+) -> list[WsgwContender]:
     """ "wsgw kernel (callbacks)", "wsgw DPDK (callbacks)" and "wsgw DPDK (engine loop,
     callbacks)": wsgw's clients from `wsgw_contenders` with each message handed to a
     callback (`set_message_handler`) that answers with `send_nowait`, the way picows's
     listener is measured; `wsgw_adapter` gives a `WsgwCallbackAdapter` for them."""
     out = []
-    for c in wsgw_contenders(engine):
+    for c in wsgw_contenders(engine, ca_file=ca_file):
         name = c.name[:-1] + ", callbacks)" if c.name.endswith(")") else c.name + " (callbacks)"
         out.append(dataclasses.replace(c, name=name))
     return out
@@ -621,8 +659,9 @@ class PicowsAdapter:
 
     name = "picows"
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self._picows = _require("picows")
+        self._tls = {"ssl_context": ssl_context} if ssl_context is not None else {}
 
     def version(self) -> str:
         return _dist("picows")
@@ -658,7 +697,11 @@ class PicowsAdapter:
 
     async def _connect(self, url: str, listener: Any) -> Any:
         transport, _ = await self._picows.ws_connect(
-            lambda: listener, url, websocket_handshake_timeout=10, max_frame_size=1 << 30
+            lambda: listener,
+            url,
+            websocket_handshake_timeout=10,
+            max_frame_size=1 << 30,
+            **self._tls,
         )
         return transport
 
@@ -759,39 +802,67 @@ class TcpAdapter:
         return None
 
 
-def make_adapter(contender: str) -> Adapter:
+def make_adapter(contender: str, ca_file: str | None = None) -> Adapter:
+    """The contender's adapter; with ca_file, one for wss:// URLs whose server is verified
+    against ca_file (the plain TCP one has no TLS and ignores it)."""
     if contender == "picows":
-        return PicowsAdapter()
+        return PicowsAdapter(tls_context(ca_file))
     if contender == "aiohttp":
-        return AiohttpAdapter()
+        return AiohttpAdapter(tls_context(ca_file))
     if contender == "websockets":
-        return websockets_adapter()
+        return websockets_adapter(tls_context(ca_file))
     if contender == "tcp":
         return TcpAdapter()
     if contender == "wsgw-kernel":
-        kernel = next(c for c in wsgw_contenders() if c.transport == "kernel")
+        kernel = next(c for c in wsgw_contenders(ca_file=ca_file) if c.transport == "kernel")
         return wsgw_adapter(kernel)
     if contender == "wsgw-kernel-batch":
-        kernel = next(c for c in wsgw_batch_contenders() if c.transport == "kernel")
-        return wsgw_adapter(kernel)
+        found = wsgw_batch_contenders(ca_file=ca_file)
+        return wsgw_adapter(next(c for c in found if c.transport == "kernel"))
     if contender == "wsgw-kernel-callbacks":
-        kernel = next(c for c in wsgw_callback_contenders() if c.transport == "kernel")
-        return wsgw_adapter(kernel)
+        found = wsgw_callback_contenders(ca_file=ca_file)
+        return wsgw_adapter(next(c for c in found if c.transport == "kernel"))
     raise ValueError(f"unknown contender {contender!r} (known: {', '.join(CONTENDERS)})")
 
 
 # ---- the tests ---------------------------------------------------------------------------
-async def run_test(adapter: Adapter, test: str, url: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Run one test; the result dict is what the runner prints under "results"."""
+async def _open_times(adapter: Adapter, url: str, count: int, warmup: int) -> dict[str, int]:
+    samples = []
+    for i in range(warmup + count):
+        elapsed = await adapter.open_close(url)
+        if i >= warmup:
+            samples.append(elapsed)
+    return summary(samples)
+
+
+async def run_test(
+    adapter: Adapter,
+    test: str,
+    url: str,
+    params: dict[str, Any],
+    *,
+    wss: Adapter | None = None,
+) -> dict[str, Any]:
+    """Run one test; the result dict is what the runner prints under "results".
+
+    connect: with wss (the contender's adapter for wss://, see `make_adapter`) and
+    params["wss_url"], the wss:// open times follow the ws:// ones, as "wss_open_ns"; when
+    they fail, "wss_error" says why and the ws:// times stand."""
     try:
         if test in ("tcp", "connect"):
             count, warmup = int(params.get("count", 20)), int(params.get("warmup", 3))
-            samples = []
-            for i in range(warmup + count):
-                elapsed = await adapter.open_close(url)
-                if i >= warmup:
-                    samples.append(elapsed)
-            return {"open_ns": summary(samples)}
+            results: dict[str, Any] = {"open_ns": await _open_times(adapter, url, count, warmup)}
+            wss_url = params.get("wss_url")
+            if test == "connect" and wss is not None and wss_url:
+                wss_count = int(params.get("wss_count", count))
+                wss_warmup = int(params.get("wss_warmup", warmup))
+                try:
+                    results["wss_open_ns"] = await _open_times(
+                        wss, str(wss_url), wss_count, wss_warmup
+                    )
+                except Exception as exc:
+                    results["wss_error"] = describe(exc)
+            return results
         if test == "rtt":
             count, warmup = int(params.get("count", 1000)), int(params.get("warmup", 100))
             return {
@@ -809,7 +880,11 @@ async def run_test(adapter: Adapter, test: str, url: str, params: dict[str, Any]
             }
         raise ValueError(f"unknown test {test!r} (known: {', '.join(TESTS)})")
     finally:
-        await adapter.aclose()
+        try:
+            await adapter.aclose()
+        finally:
+            if wss is not None:
+                await wss.aclose()
 
 
 def run_loop(main: Awaitable[dict[str, Any]], loop: str) -> tuple[dict[str, Any], str]:
@@ -837,16 +912,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contender", required=True, choices=CONTENDERS)
     parser.add_argument("--test", required=True, choices=TESTS)
     parser.add_argument("--url", required=True, help="ws://host:port (no path)")
-    parser.add_argument("--params", default="{}", help="JSON: count, warmup, sizes")
+    parser.add_argument(
+        "--params",
+        default="{}",
+        help="JSON: count, warmup, sizes; for connect also wss_url, ca_file, wss_count, wss_warmup",
+    )
     parser.add_argument("--loop", default="uvloop", choices=("uvloop", "asyncio"))
     args = parser.parse_args(argv)
     out: dict[str, Any] = {"contender": args.contender, "test": args.test}
     try:
+        params = json.loads(args.params)
         adapter = make_adapter(args.contender)
         out["version"] = adapter.version()
-        results, loop = run_loop(
-            run_test(adapter, args.test, args.url, json.loads(args.params)), args.loop
-        )
+        wss: Adapter | None = None
+        wss_error = ""
+        if args.test == "connect" and params.get("wss_url") and params.get("ca_file"):
+            try:
+                wss = make_adapter(args.contender, ca_file=str(params["ca_file"]))
+            except Exception as exc:  # the ws:// times still count
+                wss_error = describe(exc)
+        results, loop = run_loop(run_test(adapter, args.test, args.url, params, wss=wss), args.loop)
+        if wss_error:
+            results["wss_error"] = wss_error
         out.update(ok=True, results=results, loop=loop)
     except ContenderUnavailable as exc:
         out.update(ok=False, skip=str(exc))

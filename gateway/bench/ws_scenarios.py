@@ -15,13 +15,17 @@ The peer runs in the lab namespace and answers on both of its veth ends. Contend
 - for `connect` only: a plain kernel TCP connect, and the TCP connect of wsgw's own stack
   on the DPDK engine (on its thread, and on the engine loop), so the upgrade's share of
   the open time shows;
+- for `connect`, every WebSocket contender also opens wss:// (TCP connect + TLS handshake +
+  upgrade) against a second peer, gateway/bench/tls_peer.py (the `websockets` library's
+  TLS server: the C peer has no TLS), right after its ws:// opens in the same run; the
+  certificate comes from a CA minted for the run, and every client verifies it;
 - for `rtt` only: the floor, bench/peer/wsclient.c, a C client over kernel TCP that
   busy-polls its socket (no wake-up, next to no work per message): what a round trip costs
   on this link with this peer; no Python client can go below it.
 Contenders alternate within each repetition; every echo and every flood sequence number is
 checked, and a contender whose data does not check out gets a note instead of a sample.
 
-CPU placement (with two CPUs or more): the peer runs on the last CPU this process may use,
+CPU placement (with two CPUs or more): the peers run on the last CPU this process may use,
 and every single-threaded contender (each library's runner process, the floor client, the
 engine loop) on the first, one at a time; the threaded DPDK contender (an engine thread and
 a client loop) is left to the scheduler. Left to it, a contender sometimes shared the peer's
@@ -44,6 +48,7 @@ from typing import Any, TypeVar
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
 from gateway.bench.peers import REPO, PeerError, WsPeer, build
+from gateway.bench.tls_peer import TlsPeer
 from gateway.bench.ws_runner import (
     BATCH_SUFFIX,
     CALLBACKS_MARK,
@@ -85,7 +90,14 @@ def params(test: str, options: BenchOptions) -> dict[str, Any]:
     """How much each run does: `--quick` keeps a scenario to a few seconds."""
     quick = options.quick
     if test in ("connect", "tcp"):
-        return {"count": 20 if quick else 200, "warmup": 3 if quick else 10}
+        # wss_*: the wss:// opens of `connect` (a TLS handshake is some 1.5 ms, so these
+        # take about 0.3 s per contender and repetition)
+        return {
+            "count": 20 if quick else 200,
+            "warmup": 3 if quick else 10,
+            "wss_count": 20 if quick else 200,
+            "wss_warmup": 3 if quick else 10,
+        }
     if test == "rtt":
         return {
             "count": 300 if quick else 10_000,
@@ -182,6 +194,17 @@ def run_in_client_ns(
             return answer
     tail = " | ".join(err.strip().splitlines()[-3:])
     return {"ok": False, "error": f"runner exited {proc.returncode}: {tail}"}
+
+
+@dataclass
+class TlsSide:
+    """The wss:// peer of `connect`: asked for with `want`, then `peer` (started) or
+    `error` (why not)."""
+
+    want: bool = False
+    peer: TlsPeer | None = None
+    about: str = ""  # what the peer runs, e.g. "websockets 16.0 on uvloop 0.23.0"
+    error: str = ""
 
 
 class DpdkSide:
@@ -351,9 +374,10 @@ class DpdkSide:
 
 @contextmanager
 def _session(
-    options: BenchOptions, contenders: list[Contender]
+    options: BenchOptions, contenders: list[Contender], tls: TlsSide | None = None
 ) -> Iterator[tuple[Lab, WsPeer, DpdkSide | None]]:
-    """The lab, the peer in it, and the DPDK side when a contender needs it (else a note)."""
+    """The lab, the peer in it, and the DPDK side when a contender needs it (else a note);
+    the TLS peer too when tls wants it (on the same CPU as the C peer), or tls.error."""
     lab = Lab(options.lab_name, kernel_client=True)
     lab.down()
     lab.up()
@@ -364,6 +388,15 @@ def _session(
         plan = cpu_plan()
         if plan is not None:
             os.sched_setaffinity(peer.proc.pid, {plan[1]})
+        if tls is not None and tls.want:
+            try:
+                tls.peer = TlsPeer.start(lab)
+            except Exception as exc:
+                tls.error = f"the TLS peer did not start ({describe(exc)})"
+            else:
+                tls.about = tls.peer.about
+                if plan is not None:
+                    os.sched_setaffinity(tls.peer.proc.pid, {plan[1]})
         wants_dpdk = [c for c in contenders if c.transport in DPDK_TRANSPORTS and not c.skip]
         if wants_dpdk:
             try:
@@ -377,9 +410,13 @@ def _session(
             if dpdk is not None:
                 dpdk.close()
         finally:
-            if peer is not None:
-                peer.stop()
-            lab.down()
+            try:
+                if tls is not None and tls.peer is not None:
+                    tls.peer.stop()
+            finally:
+                if peer is not None:
+                    peer.stop()
+                lab.down()
 
 
 def _contenders(test: str) -> list[Contender]:
@@ -430,12 +467,13 @@ def _contenders(test: str) -> list[Contender]:
     return out
 
 
-def _dpdk_adapter(dpdk: DpdkSide, name: str) -> Adapter:
+def _dpdk_adapter(dpdk: DpdkSide, name: str, ca_file: str | None = None) -> Adapter:
+    """The DPDK contender name's adapter; with ca_file, for wss:// (see make_adapter)."""
     engine = dpdk.engine
     hooked = (
-        wsgw_contenders(engine=engine)
-        + wsgw_batch_contenders(engine=engine)
-        + wsgw_callback_contenders(engine=engine)
+        wsgw_contenders(engine=engine, ca_file=ca_file)
+        + wsgw_batch_contenders(engine=engine, ca_file=ca_file)
+        + wsgw_callback_contenders(engine=engine, ca_file=ca_file)
     )
     found: WsgwContender = next(c for c in hooked if c.name == name)
     return wsgw_adapter(found)
@@ -448,10 +486,20 @@ def _run_one(
     peer: WsPeer,
     dpdk: DpdkSide | None,
     run_params: dict[str, Any],
+    tls_peer: TlsPeer | None = None,
 ) -> dict[str, Any] | None:
-    """One repetition of one contender: its results, or None (a note says why)."""
+    """One repetition of one contender: its results, or None (a note says why). With
+    tls_peer, a WebSocket contender's `connect` also times wss:// opens to it."""
     kernel_url = f"ws://{lab.peer_client_ip}:{peer.port}"
     dpdk_url = f"ws://{lab.peer_ip}:{peer.port}"
+    wss = tls_peer is not None and test == "connect" and c.runner != "tcp"
+    ca_file = str(tls_peer.ca_file) if tls_peer is not None else None
+
+    def with_wss(ip: str) -> dict[str, Any]:
+        if not wss or tls_peer is None:
+            return run_params
+        return {**run_params, "wss_url": f"wss://{ip}:{tls_peer.port}", "ca_file": ca_file}
+
     if c.transport in ("stack", "stack-loop"):
         assert dpdk is not None
         connects = dpdk.tcp_connects if c.transport == "stack" else dpdk.loop_tcp_connects
@@ -472,7 +520,8 @@ def _run_one(
         try:
             adapter = _dpdk_adapter(dpdk, c.name)
             c.version = adapter.version()
-            main = run_test(adapter, test, dpdk_url, run_params)
+            wss_adapter = _dpdk_adapter(dpdk, c.name, ca_file) if wss else None
+            main = run_test(adapter, test, dpdk_url, with_wss(lab.peer_ip), wss=wss_adapter)
             if c.transport == "dpdk-loop":
                 c.loop_used = ENGINE_LOOP
                 loop_results = dpdk.run_in_loop(main)
@@ -487,12 +536,15 @@ def _run_one(
         return None
     assert c.runner is not None
     runner_test = "tcp" if c.runner == "tcp" else test
+    kernel_params = with_wss(lab.peer_client_ip)
     with pause():
-        answer = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, c.loop)
+        answer = run_in_client_ns(lab, c.runner, runner_test, kernel_url, kernel_params, c.loop)
     if not answer.get("ok") and "error" in answer and c.loop == "uvloop":
         # A client that breaks on uvloop still gets measured, on asyncio, with a note.
         with pause():
-            retry = run_in_client_ns(lab, c.runner, runner_test, kernel_url, run_params, "asyncio")
+            retry = run_in_client_ns(
+                lab, c.runner, runner_test, kernel_url, kernel_params, "asyncio"
+            )
         if retry.get("ok"):
             c.loop = "asyncio"
             c.notes.append(f"fails on uvloop ({answer['error']}); measured on asyncio")
@@ -549,16 +601,18 @@ def _run_floor_client(
 
 
 def _run_all(
-    options: BenchOptions, test: str, contenders: list[Contender]
+    options: BenchOptions, test: str, contenders: list[Contender], tls: TlsSide | None = None
 ) -> Iterator[tuple[Contender, dict[str, Any]]]:
-    """Every (contender, results) of every repetition, contenders alternating."""
+    """Every (contender, results) of every repetition, contenders alternating; with the
+    TLS peer when tls wants it."""
     run_params = params(test, options)
-    with _session(options, contenders) as (lab, peer, dpdk):
+    with _session(options, contenders, tls) as (lab, peer, dpdk):
+        tls_peer = tls.peer if tls is not None else None
         for _, name in alternate(options.repetitions, [c.name for c in contenders]):
             c = next(x for x in contenders if x.name == name)
             if c.skip:
                 continue
-            results = _run_one(c, test, lab, peer, dpdk, run_params)
+            results = _run_one(c, test, lab, peer, dpdk, run_params, tls_peer)
             if results is not None:
                 yield c, results
 
@@ -584,7 +638,8 @@ def _finish(
 # ---- the scenarios -----------------------------------------------------------------------
 @scenario(
     "connect",
-    "TCP connect and WebSocket open (connect+upgrade) time: picows, aiohttp, websockets, wsgw",
+    "TCP connect and WebSocket open time, ws:// (connect+upgrade) and wss:// (connect+TLS+"
+    "upgrade): picows, aiohttp, websockets, wsgw",
     needs_root=True,
 )
 def connect(options: BenchOptions) -> list[Measurement]:
@@ -605,28 +660,57 @@ def connect(options: BenchOptions) -> list[Measurement]:
         n: Measurement("connect", "WS open p99", n, "us", False, reference=n == REFERENCE)
         for n in ws_names
     }
-    for c, results in _run_all(options, "connect", contenders):
+    wss50 = {
+        n: Measurement("connect", "WSS open p50", n, "us", False, reference=n == REFERENCE)
+        for n in ws_names
+    }
+    wss99 = {
+        n: Measurement("connect", "WSS open p99", n, "us", False, reference=n == REFERENCE)
+        for n in ws_names
+    }
+    tls = TlsSide(want=True)
+    for c, results in _run_all(options, "connect", contenders, tls):
         stats = results["open_ns"]
         if c.name in tcp:
             tcp[c.name].samples.append(stats["p50"] / 1e3)
+            continue
+        opens[c.name].samples.append(stats["p50"] / 1e3)
+        opens99[c.name].samples.append(stats["p99"] / 1e3)
+        if "wss_open_ns" in results:
+            wss50[c.name].samples.append(results["wss_open_ns"]["p50"] / 1e3)
+            wss99[c.name].samples.append(results["wss_open_ns"]["p99"] / 1e3)
+        elif "wss_error" in results:
+            c.notes.append(f"wss:// failed: {results['wss_error']}")
         else:
-            opens[c.name].samples.append(stats["p50"] / 1e3)
-            opens99[c.name].samples.append(stats["p99"] / 1e3)
-    count = params("connect", options)["count"]
+            c.notes.append("wss:// not measured")
+    if tls.error:
+        for c in contenders:
+            if c.name in wss50 and not c.skip:
+                c.notes.append(f"wss:// not measured: {tls.error}")
+    p = params("connect", options)
     stack_note = {
         STACK_TCP: "SYN sent to ESTABLISHED, timed on the engine thread",
         STACK_TCP_LOOP: "SYN sent to ESTABLISHED, timed in the engine loop's batch",
     }
     out = _finish([c for c in contenders if c.name in tcp], [tcp], stack_note)
-    out += _finish([c for c in contenders if c.name not in tcp], [opens, opens99], {})
+    out += _finish([c for c in contenders if c.name not in tcp], [opens, opens99, wss50, wss99], {})
+    wss_note = (
+        f"wss://: {p['wss_count']} connections per repetition after {p['wss_warmup']} of "
+        f"warm-up, to a second peer in the peer namespace ({tls.about}, TLS, certificate "
+        "from a CA minted for the run, verified by every client against it, with one "
+        "client SSL context each made before the timing)"
+        if not tls.error
+        else f"wss:// not measured: {tls.error}"
+    )
     out[0].note = "; ".join(
-        p
-        for p in (
+        x
+        for x in (
             out[0].note,
-            f"{count} connections per repetition, p50/p99 of each",
-            "wss:// not measured: the C peer speaks plain ws:// only",
+            f"ws://: {p['count']} connections per repetition after {p['warmup']} of warm-up, "
+            "p50/p99 of each",
+            wss_note,
         )
-        if p
+        if x
     )
     return out
 

@@ -74,7 +74,13 @@ def check_present_or_skipped(results: list[Measurement], contenders: set[str]) -
 def test_connect() -> None:
     results = run(connect, "c")
     groups = by_metric(results)
-    assert set(groups) == {"TCP connect p50", "WS open p50", "WS open p99"}
+    assert set(groups) == {
+        "TCP connect p50",
+        "WS open p50",
+        "WS open p99",
+        "WSS open p50",
+        "WSS open p99",
+    }
     check_present_or_skipped([m for m in results if m.metric != "TCP connect p50"], WS_CONTENDERS)
     tcp = groups["TCP connect p50"]
     assert tcp["kernel socket"].samples

@@ -413,6 +413,19 @@ def test_a_burst_in_one_read_goes_message_by_message(runs: list[int], use_uvloop
 
 
 # ---- a handler that changes the handler ----------------------------------------------------------
+async def hand_over_burst(
+    ws: KernelWebSocket, handler: Callable[[Message], None], queued: bool, total: int
+) -> None:
+    """Set handler once a burst of `total` messages is queued (queued), or set it first and
+    then ask the server for the burst (it comes with the reads)."""
+    if queued:
+        await wait_for(lambda: ws.messages_received == total)
+        ws.set_message_handler(handler)
+    else:
+        ws.set_message_handler(handler)
+        await ws.send(str(total))
+
+
 @pytest.mark.parametrize(
     ("compression", "queued"),
     [(False, False), (True, False), (False, True), (True, True)],
@@ -439,13 +452,8 @@ def test_handler_set_to_none_from_inside_takes_effect_at_once(
                 if len(got) == 5:
                     ws.set_message_handler(None)
 
-            if queued:
-                await wait_for(lambda: ws.messages_received == total)
-                ws.set_message_handler(five_then_recv)
-            else:
-                ws.set_message_handler(five_then_recv)
-                await ws.send(str(total))
-                await wait_for(lambda: len(got) >= 5)
+            await hand_over_burst(ws, five_then_recv, queued, total)
+            await wait_for(lambda: len(got) >= 5)
             rest = [await ws.recv() for _ in range(total - len(got))]
             assert got == [seq_message(i) for i in range(5)]
             assert rest == [seq_message(i) for i in range(5, total)]
@@ -473,12 +481,7 @@ def test_handler_replaced_from_inside_takes_effect_at_once(compression: bool, qu
                 if len(first) == 5:
                     ws.set_message_handler(second)
 
-            if queued:
-                await wait_for(lambda: ws.messages_received == total)
-                ws.set_message_handler(five_then_switch)
-            else:
-                ws.set_message_handler(five_then_switch)
-                await ws.send(str(total))
+            await hand_over_burst(ws, five_then_switch, queued, total)
             await wait_for(lambda: len(first) + len(second.got) >= total)
             assert first == [seq_message(i) for i in range(5)]
             assert second.got == [seq_message(i) for i in range(5, total)]

@@ -18,7 +18,7 @@ from dataplane.ws.errors import (
 )
 from dataplane.ws.events import Handshake, Message
 from dataplane.ws.handshake import accept_token
-from dataplane.ws.tls import TlsClient, client_context
+from dataplane.ws.tls import TlsClient, client_context, shared_client_context
 
 
 class MemoryServer:
@@ -213,3 +213,26 @@ def test_websocket_over_sans_io_tls(server_context: ssl.SSLContext, ca_file: Pat
     ws.receive_data(tls.receive_data(server.send(response)))
     events = list(ws.events())
     assert isinstance(events[0], Handshake) and events[1] == Message(b"hello", True)
+
+
+def test_the_context_for_a_ca_file_is_made_once(
+    server_context: ssl.SSLContext, ca_file: Path, tmp_path: Path
+) -> None:
+    """Building a context parses the CA bundle: TlsClient reuses one per set of options,
+    and a CA file replaced on disk (at once: same second, same size) gets its own."""
+    first = shared_client_context(ca_file, alpn_protocols=["http/1.1"])
+    assert shared_client_context(ca_file, alpn_protocols=["http/1.1"]) is first
+    assert shared_client_context(ca_file) is not first
+    assert shared_client_context(ca_file, verify=False) is not shared_client_context(ca_file)
+    copy = tmp_path / "ca.pem"
+    copy.write_bytes(ca_file.read_bytes())
+    before = shared_client_context(copy)
+    assert shared_client_context(copy) is before
+    other = trustme.CA()
+    copy.write_bytes(other.cert_pem.bytes())  # replaced: another CA now
+    after = shared_client_context(copy)
+    assert after is not before
+    with pytest.raises(TlsCertificateError):  # and it is the new CA that is trusted
+        handshake(TlsClient("feed.test", ca_file=copy), MemoryServer(server_context))
+    with pytest.raises(FileNotFoundError):
+        shared_client_context(tmp_path / "missing.pem")
