@@ -152,7 +152,6 @@ class Engine:
         self._loop_thread: int | None = None  # the thread of the event loop we run on
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._settle_due = False  # loop mode: the next flush settles the ACKs C took
-        self.poll_reason = 0  # why the last poll returned (POLL_* bits of dataplane.fastpath)
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
         self._published_ns = 0  # loop mode: when the snapshot was last published
@@ -218,7 +217,6 @@ class Engine:
         outcome = fastpath.poll(deadline, budget)
         now = outcome.now
         self.batch_rx_ns = outcome.first_rx_ns
-        self.poll_reason = outcome.reason
         for slot in outcome.touched:
             fastpath.absorb(slot, now)
         if outcome.slow_frames:

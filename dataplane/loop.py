@@ -17,12 +17,6 @@ threads on the data path. Each turn of the loop (`EngineSelector.select`):
    to its protocol (`data_received`), and what the protocol answers leaves in this batch;
 4. `epoll_wait(0)` collects the loop's ready fds, which asyncio handles as usual.
 
-A turn whose poll returned only for received data and whose callbacks scheduled nothing
-(a message handler answered inside the batch, say) is followed by the next turn at once,
-within the same `select`: asyncio's own turn and the `epoll_wait(0)` are skipped, up to
-the loop's timeout and at most TURNS_PER_SELECT times in a row (so the loop's fds and
-timers are looked at often even under a continuous stream).
-
 The thread that creates the loop is prepared like the engine thread (CPU pinning,
 SCHED_FIFO, DPDK lcore registration) and the engine must not run its own thread meanwhile.
 """
@@ -30,20 +24,13 @@ SCHED_FIFO, DPDK lcore registration) and the engine must not run its own thread 
 from __future__ import annotations
 
 import asyncio
-import collections
 import selectors
-import time
-from typing import TYPE_CHECKING, Any
-
-from dataplane.fastpath import POLL_DATA
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dataplane.engine import Engine
 
 __all__ = ["EngineEventLoop", "EngineSelector", "engine_of"]
-
-#: Turns one `select` may run back to back while only data comes and nothing is scheduled.
-TURNS_PER_SELECT = 64
 
 
 class EngineSelector(selectors.EpollSelector):
@@ -52,9 +39,6 @@ class EngineSelector(selectors.EpollSelector):
     def __init__(self, engine: Engine) -> None:
         super().__init__()
         self.engine: Engine | None = engine
-        #: The loop's queue of ready callbacks (`EngineEventLoop` hands it over): a turn
-        #: that put something in it ends the select.
-        self.ready: collections.deque[Any] | None = None
         try:
             engine.attach_loop(self.fileno())
         except BaseException:
@@ -65,20 +49,7 @@ class EngineSelector(selectors.EpollSelector):
         engine = self.engine
         if engine is None:
             return super().select(timeout)
-        if timeout is not None:
-            timeout = max(timeout, 0.0)
-        engine.turn(timeout)
-        ready = self.ready
-        if ready is not None and timeout != 0:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            for _ in range(TURNS_PER_SELECT - 1):
-                if ready or engine.poll_reason != POLL_DATA:
-                    break
-                if deadline is not None:
-                    timeout = deadline - time.monotonic()
-                    if timeout <= 0:
-                        break
-                engine.turn(timeout)
+        engine.turn(None if timeout is None else max(timeout, 0.0))
         return super().select(0)
 
     def close(self) -> None:
@@ -96,9 +67,7 @@ class EngineEventLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        selector = EngineSelector(engine)
-        super().__init__(selector)
-        selector.ready = self._ready  # type: ignore[attr-defined]
+        super().__init__(EngineSelector(engine))
 
 
 def engine_of(loop: asyncio.AbstractEventLoop) -> Engine | None:
