@@ -446,9 +446,11 @@ class Interface:
         if next_hop is None:
             self.counters.ip_tx_no_route += 1
             return
-        isn = self._isn(key.local_ip, key.local_port, key.remote_ip, key.remote_port, now)
+        isn, ts_offset = self._isn.isn_and_ts_offset(
+            key.local_ip, key.local_port, key.remote_ip, key.remote_port, now
+        )
         connection = TcpConnection.from_syn(
-            syn, key.local_ip, key.remote_ip, self.tcp_config, isn=isn, now=now
+            syn, key.local_ip, key.remote_ip, self.tcp_config, isn=isn, now=now, ts_offset=ts_offset
         )
         sock = TcpSocket(
             connection,
@@ -692,9 +694,17 @@ class Interface:
         else:
             self.ports.claim(local_port, remote_ip, remote_port)
         key = FlowKey.outbound(self.ip, local_port, remote_ip, remote_port)
-        isn = self._isn(self.ip, local_port, remote_ip, remote_port, now)
+        isn, ts_offset = self._isn.isn_and_ts_offset(
+            self.ip, local_port, remote_ip, remote_port, now
+        )
         connection = TcpConnection(
-            self.ip, local_port, remote_ip, remote_port, self.tcp_config, isn=isn
+            self.ip,
+            local_port,
+            remote_ip,
+            remote_port,
+            self.tcp_config,
+            isn=isn,
+            ts_offset=ts_offset,
         )
         connection.connect(now)
         sock = TcpSocket(

@@ -31,6 +31,7 @@ DEFAULT_REUSE_DELAY = 60.0
 TABLE_SIZE = 1024
 
 _FLOW = struct.Struct("!IIH")
+_HASHES_KEPT = 4096  # 3-tuples whose F and G are remembered (then forgotten all at once)
 
 
 class LocalPortError(DataplaneError):
@@ -66,9 +67,11 @@ class EphemeralPorts:
         key_material = (
             secrets.token_bytes(32) if seed is None else random.Random(seed).randbytes(32)
         )
-        self._key_offset = key_material[:16]
-        self._key_table = key_material[16:]
+        self._key = key_material
         self._table = [0] * TABLE_SIZE
+        # (local ip, remote ip, remote port) -> (F, G): they depend on nothing else, and a
+        # client reconnects to the same few remotes (a keyed hash is a microsecond or two).
+        self._hashes: dict[tuple[int, int, int], tuple[int, int]] = {}
         self._in_use: set[tuple[int, int, int]] = set()  # (port, remote ip, remote port)
         self._cooling: dict[int, float] = {}  # port -> reusable from
         self._reserved: set[int] = set()
@@ -77,11 +80,18 @@ class EphemeralPorts:
     def size(self) -> int:
         return self.high - self.low + 1
 
-    def _hash(self, key: bytes, local_ip: int, remote_ip: int, remote_port: int) -> int:
-        digest = hashlib.blake2b(
-            _FLOW.pack(local_ip, remote_ip, remote_port), key=key, digest_size=8
-        ).digest()
-        return int.from_bytes(digest, "big")
+    def _f_and_g(self, local_ip: int, remote_ip: int, remote_port: int) -> tuple[int, int]:
+        """Algorithm 4's F (the offset) and G (the table slot) for the 3-tuple: the two
+        halves of one keyed hash, two independent 64-bit values, remembered per 3-tuple."""
+        three = (local_ip, remote_ip, remote_port)
+        found = self._hashes.get(three)
+        if found is None:
+            digest = hashlib.blake2b(_FLOW.pack(*three), key=self._key, digest_size=16).digest()
+            found = (int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big"))
+            if len(self._hashes) >= _HASHES_KEPT:
+                self._hashes.clear()
+            self._hashes[three] = found
+        return found
 
     def _available(self, port: int, remote_ip: int, remote_port: int, now: float) -> bool:
         if port in self._reserved or (port, remote_ip, remote_port) in self._in_use:
@@ -96,8 +106,8 @@ class EphemeralPorts:
 
     def allocate(self, local_ip: int, remote_ip: int, remote_port: int, now: float) -> int:
         """A fresh port for a connection to (remote_ip, remote_port), marked in use."""
-        offset = self._hash(self._key_offset, local_ip, remote_ip, remote_port)
-        index = self._hash(self._key_table, local_ip, remote_ip, remote_port) % TABLE_SIZE
+        offset, slot = self._f_and_g(local_ip, remote_ip, remote_port)
+        index = slot % TABLE_SIZE
         for _ in range(self.size):
             port = self.low + (offset + self._table[index]) % self.size
             self._table[index] += 1

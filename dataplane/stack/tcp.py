@@ -256,10 +256,18 @@ class IsnGenerator:
     def __call__(
         self, local_ip: int, local_port: int, remote_ip: int, remote_port: int, now: float
     ) -> int:
+        return self.isn_and_ts_offset(local_ip, local_port, remote_ip, remote_port, now)[0]
+
+    def isn_and_ts_offset(
+        self, local_ip: int, local_port: int, remote_ip: int, remote_port: int, now: float
+    ) -> tuple[int, int]:
+        """The ISN and, from the other half of the same keyed hash, the connection's
+        timestamp offset (RFC 7323 section 7.1: random per connection): one hash, not two."""
         timer = int(now * 250_000)  # one tick every 4 microseconds
         tuple_bytes = struct.pack("!IHIH", local_ip, local_port, remote_ip, remote_port)
-        digest = hashlib.blake2s(tuple_bytes, key=self._secret, digest_size=4).digest()
-        return (timer + int.from_bytes(digest, "big")) & SEQ_MASK
+        digest = hashlib.blake2s(tuple_bytes, key=self._secret, digest_size=8).digest()
+        isn = (timer + int.from_bytes(digest[:4], "big")) & SEQ_MASK
+        return isn, int.from_bytes(digest[4:], "big")
 
 
 class TcpConnection:

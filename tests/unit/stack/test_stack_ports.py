@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import dataplane.stack.ports as ports_module
 from dataplane.stack.ports import (
     DEFAULT_HIGH,
     DEFAULT_LOW,
@@ -83,3 +84,18 @@ def test_reserved_and_claimed_ports() -> None:
 def test_bad_range_is_refused() -> None:
     with pytest.raises(ValueError):
         EphemeralPorts(low=5000, high=4000)
+
+
+def test_f_and_g_are_remembered_per_three_tuple_within_a_bound() -> None:
+    """Reconnecting to a remote reuses its F and G (one keyed hash per new 3-tuple); the
+    memory is bounded, and what it gives is what the hash gives."""
+    ports = EphemeralPorts(seed=7)
+    first = ports._f_and_g(1, 2, 80)
+    assert ports._f_and_g(1, 2, 80) is first
+    fresh = EphemeralPorts(seed=7)
+    assert fresh._f_and_g(1, 2, 80) == first  # the same keys give the same values
+    assert ports._f_and_g(1, 2, 81) != first
+    for remote_port in range(1, ports_module._HASHES_KEPT + 10):
+        ports._f_and_g(1, 3, remote_port)
+    assert len(ports._hashes) <= ports_module._HASHES_KEPT
+    assert ports._f_and_g(1, 2, 80) == first

@@ -174,6 +174,18 @@ def test_isn_is_keyed_per_tuple_and_driven_by_a_4us_clock() -> None:
     assert other_key(LOCAL_IP, LOCAL_PORT, REMOTE_IP, REMOTE_PORT, 10.0) != base
 
 
+def test_the_timestamp_offset_comes_with_the_isn_keyed_and_clock_free() -> None:
+    """RFC 7323 section 7.1: a per-connection random TS offset; taken from the other half
+    of the ISN's keyed hash, so it is fixed per 4-tuple and key, and not clock-driven."""
+    generator = IsnGenerator(b"0123456789abcdef")
+    isn, offset = generator.isn_and_ts_offset(LOCAL_IP, LOCAL_PORT, REMOTE_IP, REMOTE_PORT, 10.0)
+    assert isn == generator(LOCAL_IP, LOCAL_PORT, REMOTE_IP, REMOTE_PORT, 10.0)
+    later = generator.isn_and_ts_offset(LOCAL_IP, LOCAL_PORT, REMOTE_IP, REMOTE_PORT, 11.0)
+    assert later == ((isn + 250_000) % 2**32, offset)
+    other = generator.isn_and_ts_offset(LOCAL_IP, LOCAL_PORT + 1, REMOTE_IP, REMOTE_PORT, 10.0)
+    assert other[1] != offset and 0 <= offset < 2**32
+
+
 def test_isn_stays_32_bit_and_random_secret_by_default() -> None:
     a, b = IsnGenerator(), IsnGenerator()
     values = {a(1, 2, 3, 4, 1e6), b(1, 2, 3, 4, 1e6)}
