@@ -18,6 +18,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -73,6 +74,15 @@ def build(name: str, *, build_dir: Path = BUILD_DIR) -> Path:
 
 def build_all() -> dict[str, Path]:
     return {name: build(name) for name in PROGRAMS}
+
+
+def python_module(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that run `python -m module args...` with this
+    repository importable (a bench process started in a lab namespace, say); run it with
+    cwd=REPO."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return [sys.executable, "-m", module, *args], env
 
 
 def _readline(stream: IO[str], timeout: float, what: str) -> str:

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import importlib
 import importlib.metadata
-import os
 import shutil
 import subprocess
 import sys
@@ -33,7 +32,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.peers import REPO, PeerError, _Process, _readline, _start, _stop
+from gateway.bench.peers import (
+    REPO,
+    PeerError,
+    _Process,
+    _readline,
+    _start,
+    _stop,
+    python_module,
+)
 from gateway.lab import Lab
 from gateway.simulator.tls import TlsFiles, ensure_certs
 
@@ -79,17 +86,9 @@ class TlsPeer(_Process):
         directory = Path(tempfile.mkdtemp(prefix="wsgw-tls-peer-"))
         try:
             files = ensure_certs(directory, list(names))
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-            cmd = [
-                sys.executable,
-                "-m",
-                "gateway.bench.tls_peer",
-                host,
-                str(port),
-                str(files.cert),
-                str(files.key),
-            ]
+            cmd, env = python_module(
+                "gateway.bench.tls_peer", host, str(port), str(files.cert), str(files.key)
+            )
             proc = _start(lab, cmd, "tls peer", stdout=subprocess.PIPE, cwd=str(REPO), env=env)
             try:
                 assert proc.stdout is not None

@@ -38,7 +38,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -47,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
-from gateway.bench.peers import REPO, PeerError, WsPeer, build
+from gateway.bench.peers import REPO, PeerError, WsPeer, build, python_module
 from gateway.bench.tls_peer import TlsPeer
 from gateway.bench.ws_runner import (
     BATCH_SUFFIX,
@@ -158,11 +157,7 @@ def run_in_client_ns(
     lab: Lab, runner: str, test: str, url: str, run_params: dict[str, Any], loop: str
 ) -> dict[str, Any]:
     """One ws_runner process in the lab's kernel-client namespace; its JSON answer."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    cmd = [
-        sys.executable,
-        "-m",
+    cmd, env = python_module(
         "gateway.bench.ws_runner",
         "--contender",
         runner,
@@ -174,7 +169,7 @@ def run_in_client_ns(
         json.dumps(run_params),
         "--loop",
         loop,
-    ]
+    )
     proc = lab.client_popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=env
     )
@@ -652,22 +647,15 @@ def connect(options: BenchOptions) -> list[Measurement]:
     }
     tcp[KERNEL_TCP].reference = True
     ws_names = [c.name for c in contenders if c.name not in tcp_names]
-    opens = {
-        n: Measurement("connect", "WS open p50", n, "us", False, reference=n == REFERENCE)
-        for n in ws_names
-    }
-    opens99 = {
-        n: Measurement("connect", "WS open p99", n, "us", False, reference=n == REFERENCE)
-        for n in ws_names
-    }
-    wss50 = {
-        n: Measurement("connect", "WSS open p50", n, "us", False, reference=n == REFERENCE)
-        for n in ws_names
-    }
-    wss99 = {
-        n: Measurement("connect", "WSS open p99", n, "us", False, reference=n == REFERENCE)
-        for n in ws_names
-    }
+
+    def per_contender(metric: str) -> dict[str, Measurement]:
+        return {
+            n: Measurement("connect", metric, n, "us", False, reference=n == REFERENCE)
+            for n in ws_names
+        }
+
+    opens, opens99 = per_contender("WS open p50"), per_contender("WS open p99")
+    wss50, wss99 = per_contender("WSS open p50"), per_contender("WSS open p99")
     tls = TlsSide(want=True)
     for c, results in _run_all(options, "connect", contenders, tls):
         stats = results["open_ns"]

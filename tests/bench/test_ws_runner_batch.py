@@ -5,8 +5,6 @@ checked in C) counts exactly like the per-message `IngestCheck.message`, and
 from __future__ import annotations
 
 import itertools
-import shutil
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -57,18 +55,7 @@ def test_the_first_batch_is_not_counted_in_the_rate() -> None:
     assert result["msg_per_s"] == pytest.approx(6 / result["seconds"])
 
 
-@pytest.fixture(scope="module")
-def peer() -> Iterator[WsPeer]:
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
-    peer = WsPeer.start(host="127.0.0.1")
-    try:
-        yield peer
-    finally:
-        peer.stop()
-
-
-def test_batch_contenders_are_named_and_made(peer: WsPeer) -> None:
+def test_batch_contenders_are_named_and_made(ws_peer: WsPeer) -> None:
     names = [c.name for c in ws_runner.wsgw_batch_contenders()]
     assert "wsgw kernel (batch)" in names and "wsgw DPDK (batch)" in names
     adapter = ws_runner.make_adapter("wsgw-kernel-batch")
@@ -76,7 +63,10 @@ def test_batch_contenders_are_named_and_made(peer: WsPeer) -> None:
     assert adapter.name == "wsgw kernel (batch)"
     results, _ = run_loop(
         run_test(
-            adapter, "ingest", f"ws://127.0.0.1:{peer.port}", {"count": 30000, "sizes": [100, 1024]}
+            adapter,
+            "ingest",
+            f"ws://127.0.0.1:{ws_peer.port}",
+            {"count": 30000, "sizes": [100, 1024]},
         ),
         "asyncio",
     )

@@ -59,17 +59,6 @@ def other_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def ws_peer() -> Iterator[WsPeer]:
-    if shutil.which("gcc") is None:
-        pytest.skip("needs gcc")
-    peer = WsPeer.start(host="127.0.0.1")
-    try:
-        yield peer
-    finally:
-        peer.stop()
-
-
 # ---- the TLS peer -----------------------------------------------------------------------
 def test_peer_stops_and_cleans_up() -> None:
     before = _peer_dirs()
