@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from wire_strategies import (
     FEW_SETTINGS,
@@ -175,9 +175,17 @@ def test_icmp_frag_needed_scapy_to_ours() -> None:
     assert parsed.payload == b"\x00\x00\x05\x78" + inner
 
 
+# Bytes after type, code and checksum that scapy's ICMP layout reads for the types it gives
+# fields of their own: timestamp request/reply (id, seq, three timestamps) and address mask
+# request/reply (id, seq, mask). Shorter, it fails to dissect; the rare draw of such a type
+# with 4 to 7 bytes made this test flaky.
+_SCAPY_ICMP_MIN = {13: 16, 14: 16, 17: 8, 18: 8}
+
+
 @FEW_SETTINGS
 @given(icmp_reprs())
 def test_icmp_ours_to_scapy(icmp: IcmpRepr) -> None:
+    assume(len(icmp.payload) >= _SCAPY_ICMP_MIN.get(icmp.type, 0) or icmp.is_echo)
     emitted = icmp.emit()
     dissected = ICMP(emitted)
     assert (dissected.type, dissected.code) == (icmp.type, icmp.code)

@@ -349,3 +349,19 @@ def test_aligned_options_keep_4_byte_fields_aligned(options: TcpOptions) -> None
         if kind in (5, 8):
             assert (pos + 2) % 4 == 0
         pos += emitted[pos + 1]
+
+
+def test_flag_arithmetic_is_the_integers_and_stays_a_tcp_flags() -> None:
+    """TcpFlags's own & and | (interned members, not enum's machinery) agree with the
+    integers for every pair, return the interned member, and mix with plain ints."""
+    members = [TcpFlags(i) for i in range(256)]
+    for a in members[::7]:
+        for b in members:
+            both, either = a & b, a | b
+            assert both == int(a) & int(b) and either == int(a) | int(b)
+            assert type(both) is TcpFlags and type(either) is TcpFlags
+            assert both is TcpFlags(int(a) & int(b))
+    syn_ack = TcpFlags.SYN | TcpFlags.ACK
+    assert syn_ack & 0x02 == 2 and 0x10 & syn_ack == 0x10 and syn_ack | 1 == 0x13
+    assert repr(syn_ack & TcpFlags.FIN) == "<TcpFlags: 0>"
+    assert not syn_ack & TcpFlags.FIN and syn_ack & TcpFlags.SYN
