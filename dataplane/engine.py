@@ -151,7 +151,6 @@ class Engine:
         self._clock = clock
         self._loop_thread: int | None = None  # the thread of the event loop we run on
         self._dirty = False  # loop mode: the application wrote since the last flush
-        self._settle_due = False  # loop mode: the next flush settles the ACKs C took
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
         self._published_ns = 0  # loop mode: when the snapshot was last published
@@ -229,9 +228,8 @@ class Engine:
                 # Loop mode: the flows these frames changed go to C before the loop's
                 # callbacks run (a connection that just became ESTABLISHED among them,
                 # with the ACK it owes), so what the application writes in answer leaves
-                # through C, carrying that ACK, instead of waiting for the next turn. The
-                # ACKs C took are processed first: an export writes the send state.
-                fastpath.settle_acks()
+                # through C, carrying that ACK, instead of waiting for the next turn. (The
+                # ACKs C took were settled above: an export writes the send state.)
                 self._export(now)
         commands = self._run_commands()
         for service in self.services:
@@ -375,9 +373,10 @@ class Engine:
         """Loop mode: the application gave the stack output; it leaves at the next turn."""
         self._dirty = True
 
-    def flush(self) -> None:
+    def flush(self, *, settle: bool = False) -> None:
         """Loop mode: put what the application wrote and what the last batch owes (ACKs)
-        on the wire now, and sync the flows to C before it polls again."""
+        on the wire now, and sync the flows to C before it polls again. settle: process
+        the ACKs C took now, whatever else there is to do (see `settle_if_quiet`)."""
         if self._thread is not None and threading.get_ident() != self._thread.ident:
             raise EngineError("flush() from another thread: the engine thread owns the stack")
         if self._in_batch:
@@ -389,7 +388,7 @@ class Engine:
         fastpath = self.fastpath
         now = self._clock() if self._clock is not None else time.monotonic()
         work = self.interface.has_work(now) or self.link is not None
-        if work or self._settle_due or fastpath.settle_wanted(SETTLE_EVERY):
+        if work or settle or fastpath.settle_wanted(SETTLE_EVERY):
             # The ACK processing of the ACKs C took (RTT, send buffer, congestion window,
             # RTO) runs before anything reads the send side: the stack's output and timers,
             # the export, a sender waiting for window or buffer. Otherwise it waits, up to
@@ -397,7 +396,6 @@ class Engine:
             # application's answer leaving and the next poll, the very time the reply is on
             # its way, and the reply is often already there. Meanwhile a sender only sees
             # less window than it has.
-            self._settle_due = False
             fastpath.settle_acks()
             work = work or self.interface.has_work(now)
         fastpath.sync_receive_space()
@@ -411,8 +409,7 @@ class Engine:
         """Loop mode, after a turn's poll: one that brought nothing is the moment for the
         ACK processing `flush` left waiting (no reply is there to wait for it)."""
         if not received and self.fastpath.acks_due():
-            self._settle_due = True
-            self.flush()
+            self.flush(settle=True)
 
     def turn(self, timeout: float | None) -> None:
         """One turn of the engine loop (the selector calls it with the loop's timeout):

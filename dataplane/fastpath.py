@@ -408,7 +408,7 @@ class FastPath:
                 return  # no free slot: the slow path carries this connection (still correct)
             self._slots[key] = slot
             self._connections[slot] = conn
-            self._senders[slot] = self._sender(slot)
+            self._senders[slot] = self._engine.flow_sender(slot)
             assert next_hop_mac is not None
             flow_template(
                 self._flow(slot),
@@ -425,6 +425,7 @@ class FastPath:
         flow = self._flow(slot)
         conn.fast_sender = self._senders[slot]
         conn.fast_clock = self._clock
+        active = FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA
         if self._exported.get(slot) != state:
             # rcv_nxt .. active in one write (the layout is checked at import: _SYNC).
             _SYNC.pack_into(
@@ -443,16 +444,18 @@ class FastPath:
                 state.rcv_space,
                 state.mss,
                 self._ack_policy,
-                FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA,
+                active,
             )
             self._exported[slot] = state
+        acks_seen = self._acks_seen.get(slot)
+        self._acks_seen[slot] = conn.acking_segments_sent
         # A delayed ACK Python still owes goes back to C, which sends it on time.
         if state.ack_deadline is not None:
             self._engine.flow_give_ack(slot, int(state.ack_deadline * 1e9), state.unacked_bytes, 1)
             conn.fastpath_ack_handed_over()
         elif (
             state.last_ack_sent == state.rcv_nxt
-            and conn.acking_segments_sent != self._acks_seen.get(slot)
+            and conn.acking_segments_sent != acks_seen
             and (flow.ack_deadline_ns or flow.unacked_bytes)
         ):
             # Python's own segment (data, say) carried the ACK C still owed: C owes nothing
@@ -462,10 +465,8 @@ class FastPath:
             # export: an ACK it handed over at that export is still C's to send.)
             self._engine.flow_give_ack(slot, 0, 0, 0)
         else:
-            self._acks_seen[slot] = conn.acking_segments_sent
             return  # active is set (with the state above, or by an earlier export)
-        self._acks_seen[slot] = conn.acking_segments_sent
-        flow.active = FLOW_DATA | FLOW_ACKS if state.acks_in_c else FLOW_DATA
+        flow.active = active
 
     def _withdraw(self, key: int, slot: int, conn: TcpConnection) -> None:
         """Python alone handles the connection from now on. Its bytes were absorbed after
@@ -484,12 +485,6 @@ class FastPath:
         del self._slots[key]
         self._connections.pop(slot, None)
         self._exported.pop(slot, None)
-
-    def _sender(self, slot: int) -> Callable[[bytes, int, int], int]:
-        """The connection's `fast_sender`: one data segment built by C (see
-        `wsgw_engine_flow_send`); the first since the last flush leaves at once, later
-        ones at the next poll or `flush_tx`."""
-        return self._engine.flow_sender(slot)
 
     def forget(self, conn: TcpConnection) -> None:
         slot = self._slots.get(id(conn))

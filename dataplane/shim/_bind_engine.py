@@ -302,7 +302,8 @@ class EngineBinding:
     def flow_sender(self, slot: int) -> Callable[[bytes, int, int], int]:
         """`send(payload, len(payload), rcv_space) -> int` for one flow:
         wsgw_engine_flow_send bound to this engine and slot (no Python frame in between):
-        rcv_adv_right after the segment, or a negative errno."""
+        rcv_adv_right after the segment, or a negative errno. The first segment since the
+        last flush leaves at once, later ones at the next poll or tx_flush."""
         sender: Callable[[bytes, int, int], int] = functools.partial(
             self._lib.wsgw_engine_flow_send, self._h, slot
         )

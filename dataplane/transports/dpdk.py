@@ -301,10 +301,8 @@ def _ipv4_literal(host: str) -> int | None:
 
 
 async def _resolve(host: str, port: int) -> int:
-    """IPv4 address of host: a literal as is, a name through the system resolver."""
-    literal = _ipv4_literal(host)
-    if literal is not None:
-        return literal
+    """IPv4 address of a host name, through the system resolver (a literal is taken by
+    `_ipv4_literal` before: no coroutine for it)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
     if not infos:

@@ -459,7 +459,8 @@ def wsgw_contenders(engine: Any = None, *, ca_file: str | None = None) -> list[W
     With ca_file, the connect functions are for wss:// URLs: they pass `ssl_context`, the
     context wsgw itself makes from a `ca_file=` (`dataplane.ws.tls.client_context`, ALPN
     http/1.1), made once here as the libraries' contexts are (`tls_context`): given
-    `ca_file=`, wsgw would make it again for every connect (about 0.2 ms here).
+    `ca_file=`, wsgw keeps one context per CA file but reads the file on every connect to
+    see that it is the same one, which the libraries given a context do not.
 
     The DPDK transport comes twice: "wsgw DPDK" (the engine on its own thread, the
     client on any loop) and "wsgw DPDK (engine loop)" (transport "dpdk-loop": the same

@@ -11,7 +11,7 @@ import re
 import h11
 import pytest
 from h11._receivebuffer import blank_line_regex
-from ws_helpers import server_frame
+from ws_helpers import head_101, server_frame
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request
 
@@ -112,14 +112,7 @@ def test_the_remembered_templates_are_bounded(monkeypatch: pytest.MonkeyPatch) -
 
 # ---- the 101 -------------------------------------------------------------------------------
 def head_for(hs: ClientHandshake, *extra: str, token: bytes | None = None) -> bytes:
-    lines = [
-        "HTTP/1.1 101 Switching Protocols",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        f"Sec-WebSocket-Accept: {(token or accept_token(hs.key)).decode()}",
-        *extra,
-    ]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return head_101(token or accept_token(hs.key), *extra)
 
 
 def through_h11(data: bytes, hs: ClientHandshake) -> Accepted | RejectedHandshake | None:

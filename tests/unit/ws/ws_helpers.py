@@ -48,9 +48,8 @@ def server_frame(
     return header + payload
 
 
-def raw_accept(client: WsClient, *extra: str, accept: bytes | None = None) -> bytes:
-    """A hand-written 101 for client's request, with extra header lines."""
-    token = accept_token(client._handshake.key) if accept is None else accept
+def head_101(token: bytes, *extra: str) -> bytes:
+    """A hand-written 101 carrying the accept token, with extra header lines."""
     lines = [
         "HTTP/1.1 101 Switching Protocols",
         "Upgrade: websocket",
@@ -59,6 +58,11 @@ def raw_accept(client: WsClient, *extra: str, accept: bytes | None = None) -> by
         *extra,
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def raw_accept(client: WsClient, *extra: str, accept: bytes | None = None) -> bytes:
+    """A hand-written 101 for client's request, with extra header lines."""
+    return head_101(accept_token(client._handshake.key) if accept is None else accept, *extra)
 
 
 def open_raw(*extra: str, backend: BackendName = "auto", **kwargs: Any) -> WsClient:
