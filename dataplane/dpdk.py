@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import shutil
+import socket
 import threading
 import weakref
 from collections.abc import Sequence
@@ -270,10 +271,44 @@ def _refuse_used_interface(iface: str, force: bool) -> None:
         )
 
 
+def _open_fds() -> set[int]:
+    try:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+    except OSError:
+        return set()
+
+
+def _af_packet_rx_fd(device: str, new_fds: set[int]) -> int | None:
+    """The socket the af_packet PMD opened for `device` (among the fds its probe created):
+    one AF_PACKET socket bound to the vdev's iface, whose TPACKET ring makes it readable
+    while frames wait. None for other drivers, or when it is not exactly one (qpairs > 1:
+    the engine polls queue 0 only, and which socket that is cannot be told)."""
+    name, _, args = device.partition(",")
+    if not name.startswith("net_af_packet"):
+        return None
+    iface = dict(arg.partition("=")[::2] for arg in args.split(",") if arg).get("iface")
+    found = []
+    for fd in sorted(new_fds):
+        try:
+            sock = socket.socket(fileno=fd)  # adopts fd: detached below, never closed
+        except OSError:
+            continue  # not a socket
+        try:
+            if sock.family == socket.AF_PACKET and sock.getsockname()[0] == iface:
+                found.append(fd)
+        except OSError:
+            pass
+        finally:
+            sock.detach()
+    return found[0] if len(found) == 1 else None
+
+
 class DpdkPort:
     """One DPDK ethdev with one RX and one TX queue, usable as a `Link`."""
 
-    def __init__(self, eal: Eal, device: str, handle: int, burst: int) -> None:
+    def __init__(
+        self, eal: Eal, device: str, handle: int, burst: int, rx_wait_fd: int | None = None
+    ) -> None:
         self.eal = eal
         self.device = device
         self._shim = eal.shim
@@ -285,6 +320,10 @@ class DpdkPort:
         self.mac: bytes = mac
         self.mtu: int = self._shim.check(self._shim.port_mtu(handle), f"MTU of {device}", PortError)
         self.port_id = self._shim.port_id(handle)
+        #: An fd readable while the RX queue holds frames (the af_packet PMD's socket), or
+        #: None: the engine's back-off sleep waits on it (`wsgw_engine_set_rx_fd`). The
+        #: PMD owns it; it is valid until the port closes.
+        self.rx_wait_fd = rx_wait_fd
 
     @classmethod
     def open(
@@ -305,6 +344,7 @@ class DpdkPort:
         """Probe, configure and (by default) start the port named by a PCI address or vdev."""
         _device_checks(eal, device, force)
         shim = eal.shim
+        fds_before = _open_fds()
         rc, handle = shim.port_open(
             device,
             n_mbufs=n_mbufs,
@@ -318,7 +358,7 @@ class DpdkPort:
             text = shim.last_error()
             kind = DeviceNotFoundError if -rc in (errno.ENOENT, errno.ENODEV) else PortError
             raise kind(f"cannot open DPDK port {device}: {text}", -rc)
-        port = cls(eal, device, handle, burst)
+        port = cls(eal, device, handle, burst, _af_packet_rx_fd(device, _open_fds() - fds_before))
         if start:
             port.start()
         return port

@@ -138,6 +138,10 @@ class Engine:
         self.config = config or EngineConfig()
         handle = port._live() if port is not None else 0
         self.fastpath = FastPath(interface.ip, self.config.fastpath, handle)
+        if port is not None and port.rx_wait_fd is not None:
+            # A frame that lands during a back-off nap ends it (else it waits up to
+            # sleep_max_ns: half of that on average, for a feed of a few messages a second).
+            self.fastpath.set_rx_fd(port.rx_wait_fd)
         self.services: list[Service] = []
         self.counters = EngineCounters()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -211,6 +211,11 @@ class FastPath:
         """From any thread: make the current poll return (a command is waiting)."""
         self._engine.wake()
 
+    def set_rx_fd(self, fd: int | None) -> None:
+        """An fd readable while the port holds received frames (`DpdkPort.rx_wait_fd`):
+        the back-off sleep ends when a frame arrives."""
+        self._engine.set_rx_fd(-1 if fd is None else fd)
+
     def expect_rx(self) -> None:
         """Python just transmitted: poll hard for the answer (see spin_after_tx_ns)."""
         self._engine.expect_rx(self.config.spin_after_tx_ns)

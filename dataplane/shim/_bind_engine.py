@@ -99,7 +99,7 @@ ENGINE_STAT_FIELDS = (
     "fast_segments", "fast_bytes", "slow_frames", "acks_sent", "dropped_slow_full",
     "bad_ip_checksum", "bad_tcp_checksum", "not_ipv4", "not_for_us", "tx_dropped",
     "rx_to_ring_bursts", "rx_to_ring_ns_sum", "rx_to_ring_ns_max",
-    "fast_acks", "tx_data_segments", "tx_data_bytes",
+    "fast_acks", "tx_data_segments", "tx_data_bytes", "rx_wakes",
 )  # fmt: skip
 
 
@@ -155,6 +155,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_engine_wake": (None, [_vp]),
     "wsgw_engine_set_extra_fd": (None, [_vp, ctypes.c_int]),
+    "wsgw_engine_set_rx_fd": (None, [_vp, ctypes.c_int]),
     "wsgw_engine_expect_rx": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_set_time": (None, [_vp, ctypes.c_uint64]),
     "wsgw_engine_now": (ctypes.c_uint64, [_vp]),
@@ -330,6 +331,9 @@ class EngineBinding:
 
     def set_extra_fd(self, fd: int) -> None:
         self._lib.wsgw_engine_set_extra_fd(self._h, fd)
+
+    def set_rx_fd(self, fd: int) -> None:
+        self._lib.wsgw_engine_set_rx_fd(self._h, fd)
 
     def expect_rx(self, spin_ns: int) -> None:
         self._lib.wsgw_engine_expect_rx(self._h, spin_ns)

@@ -79,6 +79,9 @@ struct wsgw_engine {
     int wake_fd;                /* eventfd: a wake() interrupts the back-off sleep at once */
     int extra_fd;               /* -1, or another fd whose readiness ends a poll (an event
                                  * loop's epoll fd: its sockets and timers keep working) */
+    int rx_fd;                  /* -1, or an fd readable while the port's RX queue holds
+                                 * frames (the af_packet PMD's socket): the back-off sleep
+                                 * ends when a frame arrives, not when the nap does */
     uint64_t manual_now;        /* a test's virtual clock (ns); 0: CLOCK_MONOTONIC */
     uint64_t first_data_ns;     /* RX time of the first fast-path byte in this poll */
     uint32_t idle_polls;
@@ -413,6 +416,7 @@ WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *
     e->backoff_ns = conf->sleep_min_ns;
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->extra_fd = -1;
+    e->rx_fd = -1;
     *out = e;
     return 0;
 }
@@ -467,6 +471,7 @@ WSGW_API void wsgw_engine_wake(wsgw_engine *e)
 }
 
 WSGW_API void wsgw_engine_set_extra_fd(wsgw_engine *e, int fd) { e->extra_fd = fd; }
+WSGW_API void wsgw_engine_set_rx_fd(wsgw_engine *e, int fd) { e->rx_fd = fd; }
 
 WSGW_API void wsgw_engine_expect_rx(wsgw_engine *e, uint64_t spin_ns)
 {
@@ -477,18 +482,20 @@ WSGW_API void wsgw_engine_expect_rx(wsgw_engine *e, uint64_t spin_ns)
         e->spin_until_ns = until;
 }
 
-/* Wait up to nap_ns (0: just look) for a wake() or the extra fd; the eventfd is drained,
- * the extra fd is left as it is (its owner reads it). Returns 1 when the extra fd is
- * readable. */
+/* Wait up to nap_ns (0: just look) for a wake(), the extra fd or a frame on the RX fd; the
+ * eventfd is drained, the others are left as they are (their owners read them). Returns 1
+ * when the extra fd is readable. */
 static int wait_fds(struct wsgw_engine *e, uint64_t nap_ns)
 {
     struct timespec ts = {(time_t)(nap_ns / 1000000000ull), (long)(nap_ns % 1000000000ull)};
-    struct pollfd pfd[2];
+    struct pollfd pfd[3];
     nfds_t n = 0;
     if (e->wake_fd >= 0)
         pfd[n++] = (struct pollfd){.fd = e->wake_fd, .events = POLLIN, .revents = 0};
     if (e->extra_fd >= 0)
         pfd[n++] = (struct pollfd){.fd = e->extra_fd, .events = POLLIN, .revents = 0};
+    if (e->rx_fd >= 0)
+        pfd[n++] = (struct pollfd){.fd = e->rx_fd, .events = POLLIN, .revents = 0};
     if (n == 0) {
         if (nap_ns)
             nanosleep(&ts, NULL);
@@ -505,6 +512,9 @@ static int wait_fds(struct wsgw_engine *e, uint64_t nap_ns)
             if (read(e->wake_fd, &drained, sizeof(drained)) < 0) {
                 /* another reader drained it: fine */
             }
+        } else if (pfd[i].fd == e->rx_fd) {
+            if (nap_ns)
+                e->st.rx_wakes++; /* the next rx_burst takes the frame */
         } else {
             extra = 1;
         }

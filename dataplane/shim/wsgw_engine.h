@@ -139,6 +139,7 @@ struct wsgw_engine_stats {
     uint64_t rx_to_ring_bursts, rx_to_ring_ns_sum, rx_to_ring_ns_max;
     uint64_t fast_acks;          /* segments C took that moved the send side (acks_advanced) */
     uint64_t tx_data_segments, tx_data_bytes; /* wsgw_engine_flow_send */
+    uint64_t rx_wakes;           /* back-off sleeps ended by a frame on the RX fd */
 };
 
 struct wsgw_poll_result {
@@ -233,6 +234,11 @@ WSGW_API void wsgw_engine_wake(wsgw_engine *e);
  * poll returns WSGW_POLL_EXTERNAL and leaves the fd alone. Busy polling (sleep_max_ns 0)
  * looks at it every 64 empty polls. */
 WSGW_API void wsgw_engine_set_extra_fd(wsgw_engine *e, int fd);
+/* An fd (or -1: none) that is readable while the port's RX queue holds frames: the adaptive
+ * back-off sleeps on it, so a frame that arrives during a nap is taken at once instead of
+ * when the nap ends (up to sleep_max_ns later). The af_packet PMD's socket is one: its
+ * TPACKET ring marks the fd readable. The poll leaves it alone (rx_burst takes the frame). */
+WSGW_API void wsgw_engine_set_rx_fd(wsgw_engine *e, int fd);
 /* Python just transmitted (a SYN, a request): an answer is expected within a round trip,
  * so restart the back-off from its shortest sleep and busy-poll for spin_ns first. Without
  * this, an engine that was idle would sleep up to sleep_max_ns before seeing the answer. */

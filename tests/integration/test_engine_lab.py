@@ -149,3 +149,41 @@ def test_the_api_keeps_answering_while_the_engine_streams(
         server.should_exit = True
         api.join(10)
         eng.close()
+
+
+def _ping_rtts_ms(lab: Lab, count: int) -> list[float]:
+    """Kernel ping from the lab namespace to the engine's address: one RTT (ms) per echo."""
+    out = lab.exec(["ping", "-n", "-c", str(count), "-i", "0.3", "-W", "2", lab.gw_ip]).stdout
+    return [
+        float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line
+    ]
+
+
+def test_a_frame_ends_the_back_off_sleep(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    """Adaptive polling naps up to sleep_max when idle; a frame that lands meanwhile must
+    end the nap (the af_packet socket is readable), not wait for it. With naps of 200 ms
+    the difference is two orders of magnitude; the RX fd off is the control."""
+    from dataplane.engine import EngineConfig
+    from dataplane.fastpath import FastPathConfig
+
+    port = eal.open_port(lab.vdev)
+    assert port.rx_wait_fd is not None, "the af_packet PMD's socket was not found"
+    config = EngineConfig(budget=1.0, fastpath=FastPathConfig(sleep_max_ns=200_000_000))
+    eng = Engine.on_port(port, lab.gw_ip, lab.netmask, config=config)
+    try:
+        eng.start()
+        _ping_rtts_ms(lab, 1)  # ARP resolved both ways
+        time.sleep(1.0)  # the back-off reaches its ceiling
+        woken = _ping_rtts_ms(lab, 4)
+        wakes = eng.fastpath.stats()["rx_wakes"]
+        eng.call(lambda: eng.fastpath.set_rx_fd(None)).result(5)
+        time.sleep(1.0)
+        napping = _ping_rtts_ms(lab, 4)
+        print(f"ping RTT ms, frames end the nap: {woken}; they wait for it: {napping}")
+        assert len(woken) == 4 and len(napping) == 4
+        assert wakes >= 4
+        assert max(woken) < 50.0  # the nap is 200 ms; a wake-up takes well under 1 ms
+        assert statistics.mean(napping) > 20.0  # the control: the mechanism is what helps
+    finally:
+        eng.close()
+        port.close()
