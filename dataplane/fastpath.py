@@ -11,7 +11,9 @@ belongs to Python (`flow_take_ack` / `flow_give_ack`).
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import struct
 import time
 from collections.abc import Callable
@@ -505,6 +507,29 @@ class FastPath:
         """Nanoseconds per segment through the fast path (0.0: a frame was not fast)."""
         total = self._engine.bench_fast_path(slot, frames, rounds)
         return total / (len(frames) * rounds) if total else 0.0
+
+    def bench_echo(
+        self, conn: TcpConnection, frame: bytes, reply_len: int, rounds: int, timeout: float
+    ) -> tuple[list[int], bytes]:
+        """Round trips (ns) of `frame` and a reply_len-byte answer with C alone in the loop
+        (`wsgw_bench_flow_echo`), and the last answer: the floor of this stack's request
+        path. The flow is withdrawn after it and the connection is out of step with what
+        C did: the caller aborts it."""
+        slot = self._slots.get(id(conn))
+        if slot is None:
+            raise FastPathError("the connection is not on the fast path", errno.ENOENT)
+        self.settle_acks()
+        try:
+            rc, rtts, reply = self._engine.bench_flow_echo(
+                slot, frame, reply_len, rounds, int(timeout * 1e9)
+            )
+        finally:
+            flow = self._flow(slot)
+            flow.active = 0  # nothing of it may reach the connection now
+            self._withdraw(id(conn), slot, conn)
+        if rc < 0:
+            raise FastPathError(f"C echo benchmark failed: {os.strerror(-rc)}", -rc)
+        return rtts, reply
 
 
 def bench_checksum_ns(data: bytes, iterations: int) -> float:

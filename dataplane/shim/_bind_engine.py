@@ -174,6 +174,11 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_uint64, [_vp, ctypes.c_int, _u8p, _u32p, _u16p, ctypes.c_uint32, ctypes.c_uint32]
     ),
     "wsgw_bench_checksum": (ctypes.c_uint64, [_u8p, ctypes.c_uint32, ctypes.c_uint32]),
+    "wsgw_bench_flow_echo": (
+        ctypes.c_int64,
+        [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+         ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), _u8p],
+    ),
 }  # fmt: skip
 
 
@@ -405,6 +410,19 @@ class EngineBinding:
                 self.handle, slot, buf, offsets, lengths, len(frames), rounds
             )
         )
+
+    def bench_flow_echo(
+        self, slot: int, frame: bytes, reply_len: int, rounds: int, timeout_ns: int
+    ) -> tuple[int, list[int], bytes]:
+        """wsgw_bench_flow_echo: (its return code, the round trips in ns, the last reply)."""
+        rtts = (ctypes.c_uint64 * max(rounds, 1))()
+        reply = (ctypes.c_uint8 * max(reply_len, 1))()
+        rc = int(
+            self._lib.wsgw_bench_flow_echo(
+                self.handle, slot, frame, len(frame), reply_len, rounds, timeout_ns, rtts, reply
+            )
+        )
+        return rc, list(rtts[: max(rc, 0)]), bytes(reply[:reply_len])
 
 
 def bench_checksum(lib: Any, data: bytes, iterations: int) -> int:

@@ -1183,6 +1183,42 @@ WSGW_API uint64_t wsgw_bench_fast_path(wsgw_engine *e, int slot, const uint8_t *
     return total;
 }
 
+WSGW_API int64_t wsgw_bench_flow_echo(wsgw_engine *e, int slot, const uint8_t *frame,
+                                      uint32_t frame_len, uint32_t reply_len, uint32_t rounds,
+                                      uint64_t timeout_ns, uint64_t *rtt_ns, uint8_t *last_reply)
+{
+    struct wsgw_flow *f = wsgw_engine_flow(e, slot);
+    if (!f || !f->active || !(f->active & WSGW_FLOW_ACKS) || !e->port || !reply_len)
+        return -ENOENT;
+    uint32_t rcv_space = f->rcv_space;
+    for (uint32_t r = 0; r < rounds; r++) {
+        uint64_t start = wsgw_monotonic_ns();
+        int64_t rc = wsgw_engine_flow_send(e, slot, frame, frame_len, rcv_space);
+        if (rc < 0)
+            return rc;
+        tx_flush(e);
+        for (;;) {
+            uint64_t now = wsgw_monotonic_ns();
+            rx_burst(e, now);
+            if (e->slow_count)
+                return -EPROTO; /* a segment left the fast path: not a clean echo */
+            if (f->ring_head - f->ring_tail >= reply_len)
+                break;
+            if (now - start > timeout_ns)
+                return -ETIMEDOUT;
+        }
+        rtt_ns[r] = wsgw_monotonic_ns() - start;
+        wsgw_engine_flow_read(e, slot, last_reply, reply_len);
+        flow_synced(f, 1);
+        if (f->ring_head != f->ring_tail)
+            return -EPROTO; /* more than one reply came */
+        for (uint32_t i = 0; i < e->touched_count; i++)
+            e->flows[e->touched[i]].touched = 0;
+        e->touched_count = 0;
+    }
+    return rounds;
+}
+
 WSGW_API uint64_t wsgw_bench_checksum(const uint8_t *buf, uint32_t len, uint32_t iterations)
 {
     volatile uint16_t sink = 0;

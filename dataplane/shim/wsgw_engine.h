@@ -263,6 +263,16 @@ WSGW_API uint64_t wsgw_monotonic_ns(void);
 
 /* Microbenchmarks: loops run in C so the ctypes call is not what is measured. */
 WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations);
+/* Benchmark, C alone in the loop: send `frame` on the flow (a data segment from its
+ * template), busy-poll the port until reply_len bytes are in its ring, take them (the last
+ * round's into last_reply), `rounds` times; rtt_ns[i] is each round trip. The flow must be
+ * active with ACKs in C (a quiet, established connection). Its state then moves in C only:
+ * Python must withdraw the flow and abort the connection afterwards. Returns rounds, or
+ * -ETIMEDOUT, -EPROTO (a segment left the fast path, or more than the reply came), or
+ * flow_send's error. */
+WSGW_API int64_t wsgw_bench_flow_echo(wsgw_engine *e, int slot, const uint8_t *frame,
+                                      uint32_t frame_len, uint32_t reply_len, uint32_t rounds,
+                                      uint64_t timeout_ns, uint64_t *rtt_ns, uint8_t *last_reply);
 WSGW_API uint64_t wsgw_bench_fast_path(wsgw_engine *e, int slot, const uint8_t *buf,
                                        const uint32_t *offsets, const uint16_t *lengths,
                                        uint32_t n, uint32_t rounds);

@@ -67,12 +67,13 @@ from gateway.lab import Lab
 __all__ = ["connect", "ingest", "rtt", "wsgw_contenders"]
 
 T = TypeVar("T")
-DPDK_TRANSPORTS = ("dpdk", "dpdk-loop", "stack", "stack-loop")
+DPDK_TRANSPORTS = ("dpdk", "dpdk-loop", "stack", "stack-loop", "stack-c-echo")
 
 REFERENCE = "picows"
 LIBRARIES = ("picows", "aiohttp", "websockets")
 KERNEL_TCP = "kernel socket"
 FLOOR_CLIENT = "C client, busy poll (floor)"
+STACK_FLOOR = "wsgw stack, C loop (floor)"
 STACK_TCP = "wsgw stack (DPDK)"
 STACK_TCP_LOOP = "wsgw stack (DPDK, engine loop)"
 ENGINE_LOOP = "engine loop (asyncio)"
@@ -119,7 +120,8 @@ class Contender:
     name: str
     runner: str | None = None  # ws_runner contender, run in the kernel-client namespace
     # kernel | dpdk | dpdk-loop (on the engine's own loop) | stack | stack-loop (the DPDK
-    # engine's TCP, no WebSocket, on its thread or on its loop) | native (bench/peer/wsclient)
+    # engine's TCP, no WebSocket, on its thread or on its loop) | stack-c-echo (the
+    # engine's C alone per round trip) | native (bench/peer/wsclient)
     transport: str = "kernel"
     skip: str = ""  # why it cannot run (it then keeps a note and no sample)
     loop: str = "uvloop"  # what the next run asks for: uvloop | asyncio
@@ -322,6 +324,50 @@ class DpdkSide:
 
         return self.run_in_loop(main())
 
+    def loop_c_echo(self, url: str, sizes: list[int], count: int, warmup: int) -> dict[str, Any]:
+        """The stack's own floor for `rtt`: a WebSocket opened on the engine loop, then C
+        alone in the loop (`FastPath.bench_echo`): a masked frame out through the flow's
+        template, the echo into its ring, no Python per round trip. One connection per
+        size, aborted after (C moved its state)."""
+        from wsproto.frame_protocol import FrameProtocol
+
+        from dataplane.transports.dpdk import connect_dpdk
+        from gateway.bench.ws_runner import rtt_payload, summary
+
+        engine = self.engine
+
+        async def main() -> dict[str, Any]:
+            results: dict[str, Any] = {}
+            for size in sizes:
+                ws = await connect_dpdk(url, engine=engine, deflate=False)
+                payload = rtt_payload(0, size)
+                await ws.send(payload)  # one echo through Python: the flow is quiet after
+                if (await ws.recv()).data != payload:
+                    raise RuntimeError("the peer's echo differs from what was sent")
+                await asyncio.sleep(0)
+                engine.flush(settle=True)
+                transport: Any = getattr(ws, "_transport", None)
+                sock = getattr(transport, "_sock", None)
+                if sock is None:
+                    raise RuntimeError("no DPDK socket under the WebSocket")
+                # The frames from wsproto (an oracle nobody here wrote): masked as a client
+                # sends them, and as the peer answers.
+                frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(payload))
+                reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(payload))
+                try:
+                    rtts, last = engine.fastpath.bench_echo(
+                        sock.connection, frame, len(reply), warmup + count, 5.0
+                    )
+                finally:
+                    transport.abort()  # the transport: its socket's state is C's now
+                results[str(size)] = {
+                    **summary(rtts[warmup:]),
+                    "mismatches": 0 if last == reply else 1,
+                }
+            return results
+
+        return self.run_in_loop(main())
+
     def tcp_connects(self, port: int, count: int, warmup: int) -> dict[str, Any]:
         """TCP connect times of the stack (SYN out to ESTABLISHED), on the engine thread."""
         from dataplane.stack.tcp import TcpState
@@ -421,6 +467,7 @@ def _contenders(test: str) -> list[Contender]:
     out: list[Contender] = []
     if test == "rtt":
         out.append(Contender(FLOOR_CLIENT, transport="native", loop="none (C, busy poll)"))
+        out.append(Contender(STACK_FLOOR, transport="stack-c-echo", loop="none (C, busy poll)"))
     if test == "connect":
         out += [
             Contender(KERNEL_TCP, runner="tcp"),
@@ -495,6 +542,17 @@ def _run_one(
             return run_params
         return {**run_params, "wss_url": f"wss://{ip}:{tls_peer.port}", "ca_file": ca_file}
 
+    if c.transport == "stack-c-echo":
+        assert dpdk is not None
+        c.version = "wsgw_bench_flow_echo (dataplane/shim/engine.c)"
+        c.loop_used = c.loop
+        try:
+            return dpdk.loop_c_echo(
+                dpdk_url, run_params["sizes"], run_params["count"], run_params["warmup"]
+            )
+        except Exception as exc:
+            c.notes.append(f"failed: {describe(exc)}")
+            return None
     if c.transport in ("stack", "stack-loop"):
         assert dpdk is not None
         connects = dpdk.tcp_connects if c.transport == "stack" else dpdk.loop_tcp_connects

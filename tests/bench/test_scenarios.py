@@ -104,6 +104,9 @@ def test_rtt() -> None:
             p999 = groups[f"RTT p99.9 {size}"][lib]
             assert p50.samples, p50.note
             assert p50.median <= p99.median <= p999.median
+        # the stack's own floor: C alone per round trip, its last echo checked
+        floor = groups[f"RTT p50 {size}"]["wsgw stack, C loop (floor)"]
+        assert floor.samples, floor.note
 
 
 def test_ingest() -> None:

@@ -140,3 +140,49 @@ def test_threaded_mode_still_works_after_the_loop(
         assert asyncio.run(once()) is False
     finally:
         engine.stop()
+
+
+def test_the_c_echo_benchmark_loop(
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
+) -> None:
+    """`FastPath.bench_echo` (C alone per round trip, the stack's own floor in `wsgw bench
+    rtt`): a kernel `websockets` server answers every frame it sends, the last answer is
+    the frame wsproto builds for it; an answer that never comes whole times out, and the
+    flow is withdrawn either way."""
+    from wsproto.frame_protocol import FrameProtocol
+
+    from dataplane.fastpath import FastPathError
+
+    engine, lab = loop_engine
+    lab_spawn(websockets_server(lab, 8205))
+    payload = os.urandom(64)
+    frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(payload))
+    reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(payload))
+
+    async def open_quiet() -> Any:
+        ws = await connect_dpdk(f"ws://{lab.peer_ip}:8205/", engine=engine, deflate=False)
+        await ws.send(payload)
+        assert (await ws.recv()).data == payload
+        await asyncio.sleep(0)
+        engine.flush(settle=True)
+        return ws
+
+    async def main() -> None:
+        ws = await open_quiet()
+        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        rtts, last = engine.fastpath.bench_echo(conn, frame, len(reply), 200, 5.0)
+        assert len(rtts) == 200 and all(0 < ns < 5 * 10**9 for ns in rtts)
+        assert last == reply
+        assert engine.fastpath.flows == 0  # withdrawn: C moved the state Python has
+        transport_of(ws).abort()
+
+        ws = await open_quiet()
+        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        with pytest.raises(FastPathError, match="timed out"):
+            engine.fastpath.bench_echo(conn, frame, len(reply) + 1, 3, 0.2)
+        assert engine.fastpath.flows == 0
+        transport_of(ws).abort()
+        with pytest.raises(FastPathError, match="not on the fast path"):
+            engine.fastpath.bench_echo(conn, frame, len(reply), 1, 0.2)
+
+    run_in_loop(engine, main)
