@@ -100,6 +100,7 @@ ENGINE_STAT_FIELDS = (
     "bad_ip_checksum", "bad_tcp_checksum", "not_ipv4", "not_for_us", "tx_dropped",
     "rx_to_ring_bursts", "rx_to_ring_ns_sum", "rx_to_ring_ns_max",
     "fast_acks", "tx_data_segments", "tx_data_bytes", "rx_wakes",
+    "bench_dropped",
 )  # fmt: skip
 
 

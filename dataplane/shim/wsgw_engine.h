@@ -140,6 +140,7 @@ struct wsgw_engine_stats {
     uint64_t fast_acks;          /* segments C took that moved the send side (acks_advanced) */
     uint64_t tx_data_segments, tx_data_bytes; /* wsgw_engine_flow_send */
     uint64_t rx_wakes;           /* back-off sleeps ended by a frame on the RX fd */
+    uint64_t bench_dropped;      /* slow-path frames wsgw_bench_flow_echo dropped */
 };
 
 struct wsgw_poll_result {
@@ -265,7 +266,8 @@ WSGW_API uint64_t wsgw_monotonic_ns(void);
 WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations);
 /* Benchmark, C alone in the loop: send `frame` on the flow (a data segment from its
  * template), busy-poll the port until reply_len bytes are in its ring, take them (the last
- * round's into last_reply), `rounds` times; rtt_ns[i] is each round trip. The flow must be
+ * round's into last_reply), `rounds` times; rtt_ns[i] is each round trip. Other flows'
+ * slow-path frames that come meanwhile are dropped (counted: bench_dropped). The flow must be
  * active with ACKs in C (a quiet, established connection). Its state then moves in C only:
  * Python must withdraw the flow and abort the connection afterwards. Returns rounds, or
  * -ETIMEDOUT, -EPROTO (a segment left the fast path, or more than the reply came), or
