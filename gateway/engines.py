@@ -1,9 +1,12 @@
 """The DPDK side of the live runtime: the EAL, the ports the operator configured, and one
 engine (lcore thread, stack, C fast path) per port. `LiveRuntime` calls it through its
-`EngineHook` protocol; sessions with transport `dpdk` get their port's engine from it."""
+`EngineHook` protocol; sessions with transport `dpdk` get their port's engine from it, and
+(engine.mode "loop", the default) the event loop on the engine's thread to run on: the
+stack, the WebSocket and the session then share that thread (`EngineLoopThread`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from dataclasses import dataclass
@@ -12,6 +15,7 @@ from typing import Any
 from dataplane.dpdk import DpdkPort, Eal, EalConfig
 from dataplane.engine import Engine, engine_config_from
 from dataplane.errors import DataplaneError
+from dataplane.loop import EngineLoopThread
 from dataplane.stack.tcp import TcpConfig
 from gateway.runtime import (
     EngineState,
@@ -31,6 +35,13 @@ class _Running:
     spec: PortSpec
     port: DpdkPort
     engine: Engine
+    runner: EngineLoopThread | None  # engine.mode "loop": the loop on the engine's thread
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()  # cancels what still runs there, detaches the engine
+        self.engine.close()
+        self.port.close()
 
 
 class DpdkEngines:
@@ -110,12 +121,17 @@ class DpdkEngines:
                     tcp_config=TcpConfig(recv_buffer=4 << 20),
                     config=engine_config_from(self.settings.engine),
                 )
-                engine.start()
+                runner = None
+                if self.settings.engine.mode == "loop":
+                    runner = EngineLoopThread(engine, name=f"wsgw-engine-{port.id}")
+                    runner.start()
+                else:
+                    engine.start()
             except BaseException as exc:
                 dpdk_port.close()
                 self._failed[port.id] = str(exc)
                 raise RuntimeRefusedError(f"port {port.name}: engine: {exc}") from exc
-            self._ports[port.id] = _Running(port, dpdk_port, engine)
+            self._ports[port.id] = _Running(port, dpdk_port, engine, runner)
             self._failed.pop(port.id, None)
             log.info("port %s up: %s, %s/%s", port.name, port.device, port.ipv4, port.netmask)
             return PortStatus(port.id, PortState.UP)
@@ -124,8 +140,7 @@ class DpdkEngines:
         with self._lock:
             run = self._ports.pop(port_id, None)
         if run is not None:
-            run.engine.close()
-            run.port.close()
+            run.close()
 
     def port_status(self, port_id: int) -> PortStatus:
         with self._lock:
@@ -136,18 +151,25 @@ class DpdkEngines:
             return PortStatus(port_id, PortState.DOWN)
 
     def engine_for(self, port_id: int | None) -> object:
+        return self._running(port_id).engine
+
+    def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop | None:
+        run = self._running(port_id)
+        return run.runner.loop if run.runner is not None else None
+
+    def _running(self, port_id: int | None) -> _Running:
+        """The port a session leaves through: port_id, or the only one when None."""
         with self._lock:
             if port_id is None and len(self._ports) == 1:
-                return next(iter(self._ports.values())).engine
+                return next(iter(self._ports.values()))
             run = self._ports.get(port_id) if port_id is not None else None
             if run is None:
                 raise RuntimeRefusedError(f"DPDK port {port_id} is not up")
-            return run.engine
+            return run
 
     def close(self) -> None:
         with self._lock:
             ports = list(self._ports.values())
             self._ports.clear()
         for run in ports:
-            run.engine.close()
-            run.port.close()
+            run.close()

@@ -3,9 +3,12 @@
 Sessions run on an asyncio loop in a thread of their own ("wsgw-sessions"). The API's
 threads never wait on it: start/stop/subscribe/unsubscribe hand a coroutine to that loop
 (`run_coroutine_threadsafe`) and return; status and metrics are read from a table the
-loop keeps up to date under a lock. Sessions use the kernel transport today; a session
-with transport "dpdk" and DPDK ports need the engine, which plugs in through
-`engine_factory` (see `EngineHook`), so this runtime refuses them (409) until one is given.
+loops keep up to date under a lock. A session with transport "dpdk" and DPDK ports need
+the engine, which plugs in through `engine_factory` (see `EngineHook`), so this runtime
+refuses them (409) until one is given. When the engine runs an event loop on its own
+thread (`EngineHook.loop_for`), the port's dpdk sessions run on that loop instead: the
+stack, the WebSocket and the session share one thread, and a session's commands go to
+the loop it runs on.
 
     runtime = LiveRuntime(hub)                 # hub: publish_batch / publish_gap
     service = GatewayService(settings, runtime=runtime)
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -101,6 +105,11 @@ class EngineHook(Protocol):
         leaves through port_id; RuntimeRefusedError when that port is not up."""
         ...
 
+    def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop | None:
+        """The event loop such a session must run on (the engine's own), or None: the
+        runtime's loop (the engine polls on a thread of its own and hands over)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -140,6 +149,9 @@ class LiveRuntime:
         self._topics: dict[int, dict[str, None]] = {}
         self._status: dict[int, SessionStatus] = {}
         self._sessions: dict[int, UpstreamSession] = {}  # written on the loop, under the lock
+        # session -> the loop it runs on, when not the runtime's own (an engine's loop)
+        self._session_loops: dict[int, asyncio.AbstractEventLoop] = {}
+        self._live_on: dict[UpstreamSession, asyncio.AbstractEventLoop] = {}  # with _sessions
         self._resume_gaps: dict[int, str] = {}  # session -> gap reason for its next start
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -208,8 +220,11 @@ class LiveRuntime:
         except (SessionConfigError, ValueError) as exc:
             raise RuntimeRefusedError(f"session {session.name or session.id}: {exc}") from None
         engine: object | None = None
+        loop = self._loop
         if config.transport == "dpdk":
-            engine = self._engine_hook(NO_ENGINE_SESSION).engine_for(session.port_id)
+            hook = self._engine_hook(NO_ENGINE_SESSION)
+            engine = hook.engine_for(session.port_id)
+            loop = hook.loop_for(session.port_id) or self._loop
         sid = session.id
         with self._lock:
             if sid in self._running and sid in self._status:
@@ -220,7 +235,19 @@ class LiveRuntime:
             )
             self._status[sid] = status
             resume_gap = self._resume_gaps.pop(sid, None)
-        self._submit(self._start(sid, config, engine, resume_gap))
+            previous = self._loop_of(sid)
+            if loop is self._loop:
+                self._session_loops.pop(sid, None)
+            else:
+                self._session_loops[sid] = loop
+        start = self._start(sid, config, engine, resume_gap)
+        if previous is not loop and not previous.is_closed():
+            # It ran on another loop before (its transport or port changed): what is left
+            # of it there stops first, on that loop, then it starts on this one.
+            retired = self._submit(self._retire(sid), previous)
+            self._submit(_after(retired, start), loop)
+        else:
+            self._submit(start, loop)
         return status
 
     def mark_resumed(self, session_id: int, reason: str) -> None:
@@ -245,7 +272,8 @@ class LiveRuntime:
                 self._held(session_id),
             )
             self._status[session_id] = status
-        self._submit(self._stop(session_id))
+            loop = self._loop_of(session_id)
+        self._submit(self._stop(session_id), loop)
         return status
 
     def session_status(self, session_id: int) -> SessionStatus:
@@ -259,8 +287,9 @@ class LiveRuntime:
             held = self._topics.setdefault(session_id, {})
             held.update(dict.fromkeys(topics))
             running = session_id in self._running
+            loop = self._loop_of(session_id)
         if running and topics:
-            self._submit(self._apply(session_id, "subscribe", list(topics)))
+            self._submit(self._apply(session_id, "subscribe", list(topics)), loop)
 
     def unsubscribe(self, session_id: int, topics: Sequence[str]) -> None:
         self._check_open()
@@ -271,8 +300,9 @@ class LiveRuntime:
             if not held:
                 self._topics.pop(session_id, None)
             running = session_id in self._running
+            loop = self._loop_of(session_id)
         if running and topics:
-            self._submit(self._apply(session_id, "unsubscribe", list(topics)))
+            self._submit(self._apply(session_id, "unsubscribe", list(topics)), loop)
 
     def metrics(self) -> MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
@@ -312,12 +342,19 @@ class LiveRuntime:
 
     def sessions_snapshot(self) -> dict[int, dict[str, Any]]:
         """Each live session's full snapshot (state, connections, counters), taken on the
-        loop; waits at most a second (for dashboards and debugging, not the hot API)."""
-        future = self._submit(self._snapshots())
+        loop it runs on; waits at most a second (for dashboards and debugging, not the hot
+        API)."""
         try:
-            result: dict[int, dict[str, Any]] = future.result(timeout=1.0)
-        except (concurrent.futures.TimeoutError, RuntimeError):
+            futures = [self._submit(self._snapshots(), loop) for loop in self._live_loops()]
+        except RuntimeRefusedError:
             return {}
+        result: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + 1.0
+        for future in futures:
+            try:
+                result.update(future.result(timeout=max(deadline - time.monotonic(), 0.0)))
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                return {}
         return result
 
     def close(self) -> None:
@@ -327,10 +364,12 @@ class LiveRuntime:
                 return
             self._closed = True
             self._running.clear()
-        future = asyncio.run_coroutine_threadsafe(self._stop_all(), self._loop)
-        try:
-            future.result(timeout=self._stop_timeout)
-        except (concurrent.futures.TimeoutError, Exception):
+        futures = []
+        for loop in self._live_loops():
+            with contextlib.suppress(RuntimeError):  # closed: its sessions went with it
+                futures.append(asyncio.run_coroutine_threadsafe(self._stop_all(), loop))
+        done, not_done = concurrent.futures.wait(futures, timeout=self._stop_timeout)
+        if not_done or any(f.exception() is not None for f in done):
             log.warning("sessions did not all stop within %.1f s", self._stop_timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=self._stop_timeout)
@@ -358,9 +397,21 @@ class LiveRuntime:
             status.session_id, status.state, status.reason, status.since, self._held(session_id)
         )
 
-    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+    def _loop_of(self, session_id: int) -> asyncio.AbstractEventLoop:
+        """The loop the session runs (or last ran) on (call under the lock)."""
+        return self._session_loops.get(session_id, self._loop)
+
+    def _live_loops(self) -> list[asyncio.AbstractEventLoop]:
+        """The runtime's loop and every engine loop a session runs on, open ones only."""
+        with self._lock:
+            loops = dict.fromkeys([self._loop, *self._session_loops.values()])
+        return [loop for loop in loops if not loop.is_closed()]
+
+    def _submit(
+        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None = None
+    ) -> concurrent.futures.Future[Any]:
         try:
-            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            future = asyncio.run_coroutine_threadsafe(coro, loop or self._loop)
         except RuntimeError:  # the loop is closed
             coro.close()
             raise RuntimeRefusedError("the runtime is closed") from None
@@ -392,7 +443,10 @@ class LiveRuntime:
     ) -> None:
         old = self._sessions.get(sid)
         if old is not None:  # a restart: the old connections close first
-            await old.stop("restarted")
+            if self._live_on.get(old) is asyncio.get_running_loop():
+                await old.stop("restarted")  # (on another loop: `_retire` stopped it)
+            with self._lock:
+                self._forget_locked(sid, old)
         with self._lock:
             if sid not in self._running:
                 return  # stopped again before this ran; _stop settles the status
@@ -406,16 +460,24 @@ class LiveRuntime:
         session.on_event = partial(self._on_event, session)
         with self._lock:
             self._sessions[sid] = session
+            self._live_on[session] = asyncio.get_running_loop()
         session.subscribe(topics)
         session.start()
+
+    async def _retire(self, sid: int) -> None:
+        """The session's object on this loop, if any, closes (it restarts elsewhere)."""
+        session = self._sessions.get(sid)
+        if session is not None and self._live_on.get(session) is asyncio.get_running_loop():
+            await session.stop("restarted")
+            with self._lock:
+                self._forget_locked(sid, session)
 
     async def _stop(self, sid: int) -> None:
         session = self._sessions.get(sid)
         if session is not None:
             await session.stop("stopped by the control plane")
             with self._lock:
-                if self._sessions.get(sid) is session:
-                    del self._sessions[sid]
+                self._forget_locked(sid, session)
         with self._lock:
             if sid not in self._running:
                 self._settle_locked(sid, SessionState.STOPPED, "stopped: stopped by request")
@@ -430,15 +492,28 @@ class LiveRuntime:
             session.unsubscribe(topics)
 
     async def _stop_all(self) -> None:
-        sessions = list(self._sessions.values())
+        """Every session that runs on this loop stops."""
+        here = self._here()
         await asyncio.gather(
-            *(s.stop("runtime shutting down") for s in sessions), return_exceptions=True
+            *(s.stop("runtime shutting down") for s in here.values()), return_exceptions=True
         )
         with self._lock:
-            self._sessions.clear()
+            for sid, session in here.items():
+                self._forget_locked(sid, session)
 
     async def _snapshots(self) -> dict[int, dict[str, Any]]:
-        return {sid: s.snapshot() for sid, s in self._sessions.items()}
+        return {sid: s.snapshot() for sid, s in self._here().items()}
+
+    def _here(self) -> dict[int, UpstreamSession]:
+        """The live sessions that run on the running loop."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            return {sid: s for sid, s in self._sessions.items() if self._live_on.get(s) is loop}
+
+    def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
+        if self._sessions.get(sid) is session:
+            del self._sessions[sid]
+        self._live_on.pop(session, None)
 
     def _on_event(self, session: UpstreamSession, event: SessionEvent) -> None:
         """A session's event: the status table (state events of the current session) and
@@ -497,3 +572,10 @@ __all__ = [
     "EngineHook",
     "LiveRuntime",
 ]
+
+
+async def _after(first: concurrent.futures.Future[Any], then: Coroutine[Any, Any, Any]) -> Any:
+    """Run `then` once `first` (another loop's work) is done, however it ended."""
+    with contextlib.suppress(Exception):  # logged by its own done callback
+        await asyncio.wrap_future(first)
+    return await then

@@ -66,6 +66,14 @@ class EngineSettings(BaseModel):
     sched_fifo_priority: int | None = Field(
         default=None, ge=1, le=99, description="run the engine thread SCHED_FIFO at this priority"
     )
+    mode: Literal["loop", "thread"] = Field(
+        default="loop",
+        description=(
+            "loop: the engine runs an event loop on its thread and the port's dpdk sessions"
+            " run there (stack, WebSocket and session on one thread, no hand-off per batch);"
+            " thread: the engine polls on its thread, sessions run on the runtime's loop"
+        ),
+    )
     poll_mode: Literal["adaptive", "busy"] = Field(
         default="adaptive",
         description="adaptive: back off to sleep when idle; busy: spin (a whole core)",

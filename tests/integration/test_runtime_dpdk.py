@@ -1,10 +1,14 @@
 """LiveRuntime with the DPDK engines: the control plane's calls open a real DPDK port on
 the lab, start an engine on it, and run a `dpdk` session through it to the simulator in the
-peer namespace; a port on an interface the host uses is refused with a clear reason."""
+peer namespace, in both engine modes (the session on the engine's own loop, or on the
+runtime's loop with the engine on its thread); a port on an interface the host uses is
+refused with a clear reason."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +23,7 @@ from gateway.runtime import (
     SessionState,
 )
 from gateway.runtime_live import LiveRuntime
-from gateway.sessions import RecordingSink
+from gateway.sessions import Published, RecordingSink
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.conftest import requires_dpdk
@@ -37,12 +41,24 @@ def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-d
         time.sleep(0.02)
 
 
-def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+class ThreadRecordingSink(RecordingSink):
+    """Also keeps the names of the threads that published."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def publish_batch(self, messages: Sequence[Published]) -> None:
+        self.threads.add(threading.current_thread().name)
+        super().publish_batch(messages)
+
+
+@pytest.mark.parametrize("mode", ["loop", "thread"])
+def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> None:  # type: ignore[no-untyped-def]
     sim = start_simulator(lab, 9500, 200)
-    sink = RecordingSink()
-    runtime = LiveRuntime(
-        sink, engine_factory=lambda: DpdkEngines(Settings()), session_config=quick
-    )
+    sink = ThreadRecordingSink()
+    settings = Settings(engine={"mode": mode})  # type: ignore[arg-type]
+    runtime = LiveRuntime(sink, engine_factory=lambda: DpdkEngines(settings), session_config=quick)
     try:
         port = PortSpec(
             id=1,
@@ -77,6 +93,10 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab) -> None:  # ty
         }
         assert set(latency) == {"0.5", "0.9", "0.99"}
         assert 0 < latency["0.5"] <= latency["0.99"] < 1.0
+        # loop: the session ran on the engine's thread, where its bytes arrive; thread: on
+        # the runtime's loop, the engine handing over from its own thread
+        assert sink.threads == {"wsgw-engine-1" if mode == "loop" else "wsgw-sessions"}
+        assert 7 in runtime.sessions_snapshot()
         runtime.stop_session(7)
         wait(lambda: runtime.session_status(7).state is SessionState.STOPPED)
         assert check_order(sink, TOPICS) == 0

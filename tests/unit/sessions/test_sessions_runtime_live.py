@@ -109,6 +109,9 @@ def test_the_engine_hook_takes_ports_and_dpdk_sessions() -> None:
             calls.append(f"engine for {port_id}")
             raise RuntimeRefusedError(f"port {port_id} is not up")
 
+        def loop_for(self, port_id: int | None) -> None:
+            return None
+
         def close(self) -> None:
             calls.append("close")
 
@@ -133,3 +136,71 @@ def test_close_is_final_and_idempotent() -> None:
     with pytest.raises(RuntimeRefusedError, match="closed"):
         rt.start_session(spec())
     assert not [t for t in threading.enumerate() if t.name == "wsgw-sessions" and t.is_alive()]
+
+
+def test_dpdk_sessions_run_on_the_loop_the_engine_names() -> None:
+    """An engine that runs an event loop on its thread (`EngineHook.loop_for`) gets its
+    port's dpdk sessions: their events come from that thread. Started again with the
+    kernel transport, the session stops there and runs on the runtime's own loop; close
+    stops the sessions on every loop."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-engine-loop", daemon=True)
+    thread.start()
+
+    class Hook:
+        def status(self) -> EngineStatus:
+            return EngineStatus(EngineState.RUNNING, "fake", {})
+
+        def port_up(self, port: PortSpec) -> PortStatus:
+            return PortStatus(port.id, PortState.UP)
+
+        def port_down(self, port_id: int) -> None:
+            pass
+
+        def port_status(self, port_id: int) -> PortStatus:
+            return PortStatus(port_id, PortState.UP)
+
+        def engine_for(self, port_id: int | None) -> object:
+            return object()  # no stack behind it: every connect fails, with an event
+
+        def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop:
+            return loop
+
+        def close(self) -> None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    events: list[tuple[str, str]] = []
+    seen = threading.Condition()
+
+    def record(event: object) -> None:
+        with seen:
+            events.append((threading.current_thread().name, getattr(event, "kind", "")))
+            seen.notify_all()
+
+    def wait_for_thread(name: str) -> None:
+        with seen:
+            assert seen.wait_for(lambda: any(t == name for t, _ in events), 10), events
+
+    rt = LiveRuntime(engine_factory=Hook)
+    rt.set_event_sink(record)
+    try:
+        rt.port_up(PORT)
+        rt.start_session(spec("dpdk"))
+        wait_for_thread("fake-engine-loop")
+        assert 4 in rt.sessions_snapshot()  # taken on the engine's loop
+        rt.stop_session(4)
+        with seen:
+            events.clear()
+        rt.start_session(spec("kernel"))
+        wait_for_thread("wsgw-sessions")
+        with seen:
+            late = [t for t, kind in events if t == "fake-engine-loop" and kind != "state"]
+        assert late == []  # nothing but its stopping reports came from the old loop
+        assert 4 in rt.sessions_snapshot()
+    finally:
+        rt.close()
+        thread.join(5)
+        loop.close()
+    assert rt.session_status(4).state is SessionState.STOPPED
