@@ -186,3 +186,41 @@ def test_the_c_echo_benchmark_loop(
             engine.fastpath.bench_echo(conn, frame, len(reply), 1, 0.2)
 
     run_in_loop(engine, main)
+
+
+def test_engine_loop_thread_serves_coroutines_from_other_threads(
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
+) -> None:
+    """`EngineLoopThread` (what the runtime runs a port's sessions on): coroutines submitted
+    from this thread run on the engine's loop, on the engine's thread, and a WebSocket
+    opened there is direct; stop cancels what is left and frees the engine; an engine that
+    runs its own thread is refused with the reason."""
+    from dataplane.engine import EngineError
+    from dataplane.loop import EngineLoopThread, engine_of
+
+    engine, lab = loop_engine
+    lab_spawn(websockets_server(lab, 8206))
+    runner = EngineLoopThread(engine, name="test-engine-loop")
+    runner.start()
+    try:
+        assert engine.running and engine.in_loop
+
+        async def echo() -> tuple[bool, bool, bytes]:
+            here = engine_of(asyncio.get_running_loop()) is engine and engine.on_engine_thread
+            async with connect_dpdk(f"ws://{lab.peer_ip}:8206/", engine=engine) as ws:
+                await ws.send(b"over the engine loop thread")
+                return here, transport_of(ws).direct, (await ws.recv()).data
+
+        assert runner.submit(echo()).result(10) == (True, True, b"over the engine loop thread")
+        forever = runner.submit(asyncio.sleep(3600))
+    finally:
+        runner.stop()
+    runner.stop()  # twice: nothing left to do
+    assert forever.cancelled()
+    assert not engine.running and not engine.in_loop
+    engine.start()  # free for its own thread again
+    try:
+        with pytest.raises(EngineError, match="runs its own thread"):
+            EngineLoopThread(engine).start()
+    finally:
+        engine.stop()
