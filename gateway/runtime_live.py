@@ -474,13 +474,17 @@ class LiveRuntime:
 
     async def _stop(self, sid: int) -> None:
         session = self._sessions.get(sid)
-        if session is not None:
-            await session.stop("stopped by the control plane")
+        try:
+            if session is not None:
+                await session.stop("stopped by the control plane")
+        finally:
+            # Also when cancelled: its loop is going away (the port it runs on was taken
+            # down while its closing handshake waited), and that is an end too.
             with self._lock:
-                self._forget_locked(sid, session)
-        with self._lock:
-            if sid not in self._running:
-                self._settle_locked(sid, SessionState.STOPPED, "stopped: stopped by request")
+                if session is not None:
+                    self._forget_locked(sid, session)
+                if sid not in self._running:
+                    self._settle_locked(sid, SessionState.STOPPED, "stopped: stopped by request")
 
     async def _apply(self, sid: int, op: str, topics: list[str]) -> None:
         session = self._sessions.get(sid)

@@ -113,7 +113,13 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> 
                 )
             )
         assert runtime.port_status(2).state is PortState.FAILED
+        # Stopped, and its port taken down before the closing handshake is over: the
+        # session still ends as stopped (in loop mode its loop goes with the port).
+        runtime.start_session(spec)
+        wait(lambda: runtime.session_status(7).state is SessionState.CONNECTED)
+        runtime.stop_session(7)
         runtime.port_down(1)
+        wait(lambda: runtime.session_status(7).state is SessionState.STOPPED, 10)
         assert runtime.port_status(1).state is PortState.DOWN
     finally:
         runtime.close()
