@@ -322,7 +322,8 @@ class DpdkPort:
         self.port_id = self._shim.port_id(handle)
         #: An fd readable while the RX queue holds frames (the af_packet PMD's socket), or
         #: None: the engine's back-off sleep waits on it (`wsgw_engine_set_rx_fd`). The
-        #: PMD owns it; it is valid until the port closes.
+        #: PMD owns it; it is valid while the port is started (af_packet's stop closes it,
+        #: and such a port does not start again).
         self.rx_wait_fd = rx_wait_fd
 
     @classmethod

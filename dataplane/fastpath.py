@@ -514,7 +514,9 @@ class FastPath:
         """Round trips (ns) of `frame` and a reply_len-byte answer with C alone in the loop
         (`wsgw_bench_flow_echo`), and the last answer: the floor of this stack's request
         path. The flow is withdrawn after it and the connection is out of step with what
-        C did: the caller aborts it."""
+        C did: the caller aborts it. On the engine's thread only, and on an engine that
+        carries nothing else meanwhile: other flows' slow-path frames (ARP too) are
+        dropped while it runs, and no Python runs for them."""
         slot = self._slots.get(id(conn))
         if slot is None:
             raise FastPathError("the connection is not on the fast path", errno.ENOENT)

@@ -123,14 +123,18 @@ class EngineLoopThread:
         engine already running, the thread's preparation failing)."""
         if self._thread is not None:
             raise RuntimeError("the engine loop thread is already started")
+        self._ready.clear()
+        self._error = None
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
+            self.stop(timeout)  # if it comes up after all, it goes down again
             raise RuntimeError(f"the engine loop did not start within {timeout} s")
         if self._error is not None:
+            error, self._error = self._error, None
             self._thread.join(timeout)
             self._thread = None
-            raise self._error
+            raise error
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run coro on the loop (from any thread)."""
@@ -138,18 +142,25 @@ class EngineLoopThread:
 
     def stop(self, timeout: float = 10.0) -> None:
         """End the loop: tasks still running are cancelled, the engine is detached (and
-        free to close). Safe to call twice."""
+        free to close). Safe to call twice. From the loop's own thread it only asks (the
+        loop ends once the current callback returns). Raises RuntimeError when the thread
+        is still running after `timeout`: the engine is not free then, do not close it."""
         thread, loop, stopping = self._thread, self._loop, self._stopping
         if thread is None:
             return
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # closed on its own (an error)
                 loop.call_soon_threadsafe(stopping.set)
+        if thread is threading.current_thread():
+            return
         thread.join(timeout)
+        if thread.is_alive():
+            raise RuntimeError(f"the engine loop {self.name} did not stop within {timeout} s")
         self._thread = None
         self._loop = None
 
     def _main(self) -> None:
+        self._loop = None
         try:
             with asyncio.Runner(loop_factory=self.engine.loop_factory) as runner:
                 runner.run(self._serve())

@@ -39,7 +39,13 @@ class _Running:
 
     def close(self) -> None:
         if self.runner is not None:
-            self.runner.stop()  # cancels what still runs there, detaches the engine
+            try:
+                self.runner.stop()  # cancels what still runs there, detaches the engine
+            except RuntimeError:
+                # Still in a turn: closing the engine and port under it would crash the
+                # process. They are left to the process's exit (logged, never silent).
+                log.exception("port %s: its engine loop did not stop; left open", self.spec.name)
+                return
         self.engine.close()
         self.port.close()
 
@@ -155,7 +161,11 @@ class DpdkEngines:
 
     def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop | None:
         run = self._running(port_id)
-        return run.runner.loop if run.runner is not None else None
+        if run.runner is None:
+            return None
+        if not run.runner.alive:
+            raise RuntimeRefusedError(f"the engine loop of DPDK port {run.spec.id} stopped")
+        return run.runner.loop
 
     def _running(self, port_id: int | None) -> _Running:
         """The port a session leaves through: port_id, or the only one when None."""

@@ -7,8 +7,9 @@ loops keep up to date under a lock. A session with transport "dpdk" and DPDK por
 the engine, which plugs in through `engine_factory` (see `EngineHook`), so this runtime
 refuses them (409) until one is given. When the engine runs an event loop on its own
 thread (`EngineHook.loop_for`), the port's dpdk sessions run on that loop instead: the
-stack, the WebSocket and the session share one thread, and a session's commands go to
-the loop it runs on.
+stack, the WebSocket and the session share one thread. Commands still all go to the
+runtime's loop, one at a time per session in the order the API made them, and reach a
+session on its own loop from there (`_on`).
 
     runtime = LiveRuntime(hub)                 # hub: publish_batch / publish_gap
     service = GatewayService(settings, runtime=runtime)
@@ -24,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gateway.runtime import (
     EngineState,
@@ -54,8 +55,10 @@ from gateway.sessions import (
 )
 
 log = logging.getLogger("wsgw.runtime")
+T = TypeVar("T")
 
 NO_ENGINE = "dpdk ports need the engine; run with an engine"
+LOOP_GONE = "the engine loop of its port is gone (the port went down or its thread stopped)"
 NO_ENGINE_SESSION = "dpdk sessions need the engine; run with an engine, or use the kernel transport"
 
 #: A session's own state -> the control plane's coarser one (the fine state is in reason).
@@ -149,9 +152,9 @@ class LiveRuntime:
         self._topics: dict[int, dict[str, None]] = {}
         self._status: dict[int, SessionStatus] = {}
         self._sessions: dict[int, UpstreamSession] = {}  # written on the loop, under the lock
-        # session -> the loop it runs on, when not the runtime's own (an engine's loop)
-        self._session_loops: dict[int, asyncio.AbstractEventLoop] = {}
         self._live_on: dict[UpstreamSession, asyncio.AbstractEventLoop] = {}  # with _sessions
+        # One lock per session, on the runtime's loop: its commands run in the API's order.
+        self._command_locks: dict[int, asyncio.Lock] = {}
         self._resume_gaps: dict[int, str] = {}  # session -> gap reason for its next start
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -187,6 +190,13 @@ class LiveRuntime:
     def port_down(self, port_id: int) -> None:
         if self._engine is not None:
             self._engine.port_down(port_id)
+            # Sessions that ran on that port's engine loop went with it: say so.
+            try:
+                self._submit(self._reap()).result(timeout=self._stop_timeout)
+            except (concurrent.futures.TimeoutError, RuntimeRefusedError):
+                log.warning(
+                    "sessions of port %d not settled within %.1f s", port_id, self._stop_timeout
+                )
 
     def port_status(self, port_id: int) -> PortStatus:
         if self._engine is None:
@@ -235,19 +245,7 @@ class LiveRuntime:
             )
             self._status[sid] = status
             resume_gap = self._resume_gaps.pop(sid, None)
-            previous = self._loop_of(sid)
-            if loop is self._loop:
-                self._session_loops.pop(sid, None)
-            else:
-                self._session_loops[sid] = loop
-        start = self._start(sid, config, engine, resume_gap)
-        if previous is not loop and not previous.is_closed():
-            # It ran on another loop before (its transport or port changed): what is left
-            # of it there stops first, on that loop, then it starts on this one.
-            retired = self._submit(self._retire(sid), previous)
-            self._submit(_after(retired, start), loop)
-        else:
-            self._submit(start, loop)
+        self._submit(self._start(sid, config, engine, loop, resume_gap))
         return status
 
     def mark_resumed(self, session_id: int, reason: str) -> None:
@@ -272,8 +270,7 @@ class LiveRuntime:
                 self._held(session_id),
             )
             self._status[session_id] = status
-            loop = self._loop_of(session_id)
-        self._submit(self._stop(session_id), loop)
+        self._submit(self._stop(session_id))
         return status
 
     def session_status(self, session_id: int) -> SessionStatus:
@@ -287,9 +284,8 @@ class LiveRuntime:
             held = self._topics.setdefault(session_id, {})
             held.update(dict.fromkeys(topics))
             running = session_id in self._running
-            loop = self._loop_of(session_id)
         if running and topics:
-            self._submit(self._apply(session_id, "subscribe", list(topics)), loop)
+            self._submit(self._apply(session_id, "subscribe", list(topics)))
 
     def unsubscribe(self, session_id: int, topics: Sequence[str]) -> None:
         self._check_open()
@@ -300,9 +296,8 @@ class LiveRuntime:
             if not held:
                 self._topics.pop(session_id, None)
             running = session_id in self._running
-            loop = self._loop_of(session_id)
         if running and topics:
-            self._submit(self._apply(session_id, "unsubscribe", list(topics)), loop)
+            self._submit(self._apply(session_id, "unsubscribe", list(topics)))
 
     def metrics(self) -> MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
@@ -345,16 +340,10 @@ class LiveRuntime:
         loop it runs on; waits at most a second (for dashboards and debugging, not the hot
         API)."""
         try:
-            futures = [self._submit(self._snapshots(), loop) for loop in self._live_loops()]
-        except RuntimeRefusedError:
+            future = self._submit(self._snapshots())
+            result: dict[int, dict[str, Any]] = future.result(timeout=1.0)
+        except (concurrent.futures.TimeoutError, RuntimeError):
             return {}
-        result: dict[int, dict[str, Any]] = {}
-        deadline = time.monotonic() + 1.0
-        for future in futures:
-            try:
-                result.update(future.result(timeout=max(deadline - time.monotonic(), 0.0)))
-            except (concurrent.futures.TimeoutError, RuntimeError):
-                return {}
         return result
 
     def close(self) -> None:
@@ -364,12 +353,10 @@ class LiveRuntime:
                 return
             self._closed = True
             self._running.clear()
-        futures = []
-        for loop in self._live_loops():
-            with contextlib.suppress(RuntimeError):  # closed: its sessions went with it
-                futures.append(asyncio.run_coroutine_threadsafe(self._stop_all(), loop))
-        done, not_done = concurrent.futures.wait(futures, timeout=self._stop_timeout)
-        if not_done or any(f.exception() is not None for f in done):
+        future = asyncio.run_coroutine_threadsafe(self._stop_all(), self._loop)
+        try:
+            future.result(timeout=self._stop_timeout)
+        except (concurrent.futures.TimeoutError, Exception):
             log.warning("sessions did not all stop within %.1f s", self._stop_timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=self._stop_timeout)
@@ -397,21 +384,9 @@ class LiveRuntime:
             status.session_id, status.state, status.reason, status.since, self._held(session_id)
         )
 
-    def _loop_of(self, session_id: int) -> asyncio.AbstractEventLoop:
-        """The loop the session runs (or last ran) on (call under the lock)."""
-        return self._session_loops.get(session_id, self._loop)
-
-    def _live_loops(self) -> list[asyncio.AbstractEventLoop]:
-        """The runtime's loop and every engine loop a session runs on, open ones only."""
-        with self._lock:
-            loops = dict.fromkeys([self._loop, *self._session_loops.values()])
-        return [loop for loop in loops if not loop.is_closed()]
-
-    def _submit(
-        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop | None = None
-    ) -> concurrent.futures.Future[Any]:
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop or self._loop)
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         except RuntimeError:  # the loop is closed
             coro.close()
             raise RuntimeRefusedError("the runtime is closed") from None
@@ -437,20 +412,68 @@ class LiveRuntime:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
 
-    # ---- internals (loop side) ----------------------------------------------------------
+    # ---- internals (the runtime's loop) ---------------------------------------------------
+    def _command_lock(self, sid: int) -> asyncio.Lock:
+        lock = self._command_locks.get(sid)
+        if lock is None:
+            lock = self._command_locks[sid] = asyncio.Lock()
+        return lock
+
+    async def _on(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+        """coro on `loop` (a session's own), awaited here; _LoopGone when that loop closed
+        (its port went down) before or while it ran."""
+        if loop is self._loop:
+            return await coro
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # closed
+            coro.close()
+            raise _LoopGone from None
+        waiting = asyncio.wrap_future(future)
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=1.0)
+            if done:
+                break
+            if loop.is_closed():  # it went before it ran coro: nobody will answer
+                future.cancel()
+                raise _LoopGone
+        if future.cancelled():  # cancelled with its loop
+            raise _LoopGone
+        return future.result()
+
     async def _start(
-        self, sid: int, config: SessionConfig, engine: object | None, resume_gap: str | None
+        self,
+        sid: int,
+        config: SessionConfig,
+        engine: object | None,
+        loop: asyncio.AbstractEventLoop,
+        resume_gap: str | None,
     ) -> None:
-        old = self._sessions.get(sid)
-        if old is not None:  # a restart: the old connections close first
-            if self._live_on.get(old) is asyncio.get_running_loop():
-                await old.stop("restarted")  # (on another loop: `_retire` stopped it)
+        async with self._command_lock(sid):
             with self._lock:
-                self._forget_locked(sid, old)
-        with self._lock:
-            if sid not in self._running:
-                return  # stopped again before this ran; _stop settles the status
-            topics = list(self._topics.get(sid, ()))
+                if sid not in self._running:
+                    return  # stopped again before this ran; _stop settles the status
+            await self._end_current(sid, "restarted")  # a restart: the old one closes first
+            with self._lock:
+                if sid not in self._running:
+                    return
+                topics = list(self._topics.get(sid, ()))
+            try:
+                await self._on(loop, self._create(sid, config, engine, resume_gap, topics))
+            except _LoopGone:
+                with self._lock:
+                    self._running.discard(sid)
+                    self._settle_locked(sid, SessionState.FAILED, f"failed: {LOOP_GONE}")
+
+    async def _create(
+        self,
+        sid: int,
+        config: SessionConfig,
+        engine: object | None,
+        resume_gap: str | None,
+        topics: list[str],
+    ) -> None:
+        """On the loop the session will run on: make it, register it, start it."""
         try:
             session = UpstreamSession(sid, config, self._sink, engine=engine, resume_gap=resume_gap)
         except (SessionConfigError, ValueError) as exc:
@@ -464,55 +487,81 @@ class LiveRuntime:
         session.subscribe(topics)
         session.start()
 
-    async def _retire(self, sid: int) -> None:
-        """The session's object on this loop, if any, closes (it restarts elsewhere)."""
+    async def _end_current(self, sid: int, reason: str) -> None:
+        """The session's current object, if any, stops on its loop and is forgotten."""
         session = self._sessions.get(sid)
-        if session is not None and self._live_on.get(session) is asyncio.get_running_loop():
-            await session.stop("restarted")
+        if session is None:
+            return
+        try:
+            loop = self._live_on.get(session)
+            if loop is not None:
+                await self._on(loop, session.stop(reason))
+        except _LoopGone:
+            pass  # its loop went (and its connections with it)
+        finally:
             with self._lock:
                 self._forget_locked(sid, session)
 
     async def _stop(self, sid: int) -> None:
-        session = self._sessions.get(sid)
-        try:
-            if session is not None:
-                await session.stop("stopped by the control plane")
-        finally:
-            # Also when cancelled: its loop is going away (the port it runs on was taken
-            # down while its closing handshake waited), and that is an end too.
-            with self._lock:
-                if session is not None:
-                    self._forget_locked(sid, session)
-                if sid not in self._running:
-                    self._settle_locked(sid, SessionState.STOPPED, "stopped: stopped by request")
+        async with self._command_lock(sid):
+            try:
+                await self._end_current(sid, "stopped by the control plane")
+            finally:
+                with self._lock:
+                    if sid not in self._running:
+                        self._settle_locked(
+                            sid, SessionState.STOPPED, "stopped: stopped by request"
+                        )
 
     async def _apply(self, sid: int, op: str, topics: list[str]) -> None:
-        session = self._sessions.get(sid)
-        if session is None:
-            return  # not connected yet: _start subscribes everything held
-        if op == "subscribe":
-            session.subscribe(topics)
-        else:
-            session.unsubscribe(topics)
+        async with self._command_lock(sid):
+            session = self._sessions.get(sid)
+            loop = self._live_on.get(session) if session is not None else None
+            if session is None or loop is None:
+                return  # not connected yet: _start subscribes everything held
+            with contextlib.suppress(_LoopGone):
+                await self._on(
+                    loop,
+                    _call(session.subscribe if op == "subscribe" else session.unsubscribe, topics),
+                )
 
     async def _stop_all(self) -> None:
-        """Every session that runs on this loop stops."""
-        here = self._here()
-        await asyncio.gather(
-            *(s.stop("runtime shutting down") for s in here.values()), return_exceptions=True
-        )
-        with self._lock:
-            for sid, session in here.items():
-                self._forget_locked(sid, session)
+        """Every session stops (the runtime is closing: nothing is wanted any more, so a
+        command still queued finds nothing to do)."""
+
+        async def end(sid: int) -> None:
+            async with self._command_lock(sid):
+                await self._end_current(sid, "runtime shutting down")
+
+        sids = set(self._sessions) | set(self._command_locks)
+        await asyncio.gather(*(end(sid) for sid in sids), return_exceptions=True)
 
     async def _snapshots(self) -> dict[int, dict[str, Any]]:
-        return {sid: s.snapshot() for sid, s in self._here().items()}
-
-    def _here(self) -> dict[int, UpstreamSession]:
-        """The live sessions that run on the running loop."""
-        loop = asyncio.get_running_loop()
         with self._lock:
-            return {sid: s for sid, s in self._sessions.items() if self._live_on.get(s) is loop}
+            live = [(sid, s, self._live_on.get(s)) for sid, s in self._sessions.items()]
+        out: dict[int, dict[str, Any]] = {}
+        for sid, session, loop in live:
+            if loop is not None:
+                with contextlib.suppress(_LoopGone):
+                    out[sid] = await self._on(loop, _call(session.snapshot))
+        return out
+
+    async def _reap(self) -> None:
+        """Sessions whose loop closed (their port went down) are forgotten; one still
+        wanted is failed with the reason."""
+        with self._lock:
+            gone = [
+                (sid, s)
+                for sid, s in self._sessions.items()
+                if self._live_on.get(s, self._loop).is_closed()
+            ]
+        for sid, session in gone:
+            async with self._command_lock(sid):
+                with self._lock:
+                    self._forget_locked(sid, session)
+                    if sid in self._running:
+                        self._running.discard(sid)
+                        self._settle_locked(sid, SessionState.FAILED, f"failed: {LOOP_GONE}")
 
     def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
         if self._sessions.get(sid) is session:
@@ -578,8 +627,10 @@ __all__ = [
 ]
 
 
-async def _after(first: concurrent.futures.Future[Any], then: Coroutine[Any, Any, Any]) -> Any:
-    """Run `then` once `first` (another loop's work) is done, however it ended."""
-    with contextlib.suppress(Exception):  # logged by its own done callback
-        await asyncio.wrap_future(first)
-    return await then
+class _LoopGone(Exception):
+    """The loop a session ran on closed (its port went down, or its thread died)."""
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) as a coroutine: to run a session's synchronous method on its loop."""
+    return fn(*args)

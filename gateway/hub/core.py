@@ -498,7 +498,8 @@ class Hub:
         if self.nats is not None:
             self.nats.stop(timeout)
         if self.ring is not None:
-            self.ring.close(unlink=unlink_ring)
+            with self._publish_lock:  # not under a publisher still writing (its last batch)
+                self.ring.close(unlink=unlink_ring)
 
     def __enter__(self) -> Hub:
         return self

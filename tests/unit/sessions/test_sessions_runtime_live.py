@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from dataplane.loop import EngineLoopThread
 from gateway.runtime import (
     EngineState,
     EngineStatus,
@@ -138,69 +142,155 @@ def test_close_is_final_and_idempotent() -> None:
     assert not [t for t in threading.enumerate() if t.name == "wsgw-sessions" and t.is_alive()]
 
 
-def test_dpdk_sessions_run_on_the_loop_the_engine_names() -> None:
-    """An engine that runs an event loop on its thread (`EngineHook.loop_for`) gets its
-    port's dpdk sessions: their events come from that thread. Started again with the
-    kernel transport, the session stops there and runs on the runtime's own loop; close
-    stops the sessions on every loop."""
-    import asyncio
+class FakeEngine:
+    """What EngineLoopThread needs of an engine: a loop factory (a plain asyncio loop)."""
 
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="fake-engine-loop", daemon=True)
-    thread.start()
+    loop_factory = staticmethod(asyncio.new_event_loop)
 
-    class Hook:
-        def status(self) -> EngineStatus:
-            return EngineStatus(EngineState.RUNNING, "fake", {})
 
-        def port_up(self, port: PortSpec) -> PortStatus:
-            return PortStatus(port.id, PortState.UP)
+class LoopHook:
+    """An engine hook whose port runs an event loop on a thread of its own ("fake-engine"),
+    as DpdkEngines does in engine.mode "loop"; port_down ends that loop."""
 
-        def port_down(self, port_id: int) -> None:
-            pass
+    def __init__(self) -> None:
+        self.runner = EngineLoopThread(FakeEngine(), name="fake-engine")  # type: ignore[arg-type]
+        self.runner.start()
 
-        def port_status(self, port_id: int) -> PortStatus:
-            return PortStatus(port_id, PortState.UP)
+    def status(self) -> EngineStatus:
+        return EngineStatus(EngineState.RUNNING, "fake", {})
 
-        def engine_for(self, port_id: int | None) -> object:
-            return object()  # no stack behind it: every connect fails, with an event
+    def port_up(self, port: PortSpec) -> PortStatus:
+        return PortStatus(port.id, PortState.UP)
 
-        def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop:
-            return loop
+    def port_down(self, port_id: int) -> None:
+        self.runner.stop()
 
-        def close(self) -> None:
-            loop.call_soon_threadsafe(loop.stop)
+    def port_status(self, port_id: int) -> PortStatus:
+        return PortStatus(port_id, PortState.UP)
 
-    events: list[tuple[str, str]] = []
-    seen = threading.Condition()
+    def engine_for(self, port_id: int | None) -> object:
+        return object()
 
-    def record(event: object) -> None:
-        with seen:
-            events.append((threading.current_thread().name, getattr(event, "kind", "")))
-            seen.notify_all()
+    def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop:
+        if not self.runner.alive:
+            raise RuntimeRefusedError("port 1 is not up")
+        return self.runner.loop
 
-    def wait_for_thread(name: str) -> None:
-        with seen:
-            assert seen.wait_for(lambda: any(t == name for t, _ in events), 10), events
+    def close(self) -> None:
+        self.runner.stop()
 
-    rt = LiveRuntime(engine_factory=Hook)
-    rt.set_event_sink(record)
+
+class Born:
+    """Every UpstreamSession made, with the thread it was made on; connecting never ends
+    (a closing handshake can take a while: a session's stop is slow here too)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from gateway.sessions import session as module
+
+        self.sessions: list[tuple[str, Any]] = []
+        original_init, original_stop = module.UpstreamSession.__init__, module.UpstreamSession.stop
+        born = self.sessions
+
+        def init(session: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(session, *args, **kwargs)
+            born.append((threading.current_thread().name, session))
+
+        async def stop(session: Any, reason: str = "stop requested") -> None:
+            await asyncio.sleep(0.2)
+            await original_stop(session, reason)
+
+        async def never(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(3600)
+
+        monkeypatch.setattr(module.UpstreamSession, "__init__", init)
+        monkeypatch.setattr(module.UpstreamSession, "stop", stop)
+        monkeypatch.setattr(module, "connector_for", lambda config, engine: never)
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.02)
+
+
+def live_sessions(rt: LiveRuntime) -> float:
+    return next(m.value for m in rt.metrics().metrics if m.name == "sessions_live")
+
+
+def test_dpdk_sessions_run_on_the_engines_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port whose engine runs an event loop (`EngineHook.loop_for`) gets its dpdk
+    sessions there; started again with the kernel transport, the session stops there and
+    runs on the runtime's own loop; snapshots and close reach both."""
+    born = Born(monkeypatch)
+    hook = LoopHook()
+    rt = LiveRuntime(engine_factory=lambda: hook)
     try:
         rt.port_up(PORT)
         rt.start_session(spec("dpdk"))
-        wait_for_thread("fake-engine-loop")
+        wait_until(lambda: len(born.sessions) == 1)
+        assert born.sessions[0][0] == "fake-engine"
         assert 4 in rt.sessions_snapshot()  # taken on the engine's loop
         rt.stop_session(4)
-        with seen:
-            events.clear()
         rt.start_session(spec("kernel"))
-        wait_for_thread("wsgw-sessions")
-        with seen:
-            late = [t for t, kind in events if t == "fake-engine-loop" and kind != "state"]
-        assert late == []  # nothing but its stopping reports came from the old loop
-        assert 4 in rt.sessions_snapshot()
+        wait_until(lambda: len(born.sessions) == 2 and live_sessions(rt) == 1)
+        assert born.sessions[1][0] == "wsgw-sessions"
+        assert born.sessions[0][1].snapshot()["state"] == "stopped"
+        assert rt.sessions_snapshot()[4]["state"] != "stopped"
     finally:
         rt.close()
-        thread.join(5)
-        loop.close()
+    assert [s.snapshot()["state"] for _, s in born.sessions] == ["stopped", "stopped"]
     assert rt.session_status(4).state is SessionState.STOPPED
+
+
+def test_commands_run_in_the_order_made_whatever_loop_a_session_is_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """start, stop, start, stop (kernel), start (dpdk), in a burst, with slow closing
+    handshakes: every earlier session object ends stopped, on the loop it was made on, and
+    exactly one runs, on the engine's loop (none is left running untracked)."""
+    born = Born(monkeypatch)
+    hook = LoopHook()
+    rt = LiveRuntime(engine_factory=lambda: hook)
+    try:
+        rt.port_up(PORT)
+        rt.start_session(spec("kernel"))
+        rt.stop_session(4)
+        rt.start_session(spec("kernel"))
+        rt.stop_session(4)
+        rt.start_session(spec("dpdk"))
+        wait_until(lambda: born.sessions and born.sessions[-1][0] == "fake-engine")
+        time.sleep(0.5)  # anything still queued has run
+        states = [(thread, s.snapshot()["state"]) for thread, s in born.sessions]
+        assert states[-1][0] == "fake-engine" and states[-1][1] != "stopped"
+        assert all(state == "stopped" for _, state in states[:-1]), states
+        assert live_sessions(rt) == 1
+    finally:
+        rt.close()
+    assert all(s.snapshot()["state"] == "stopped" for _, s in born.sessions)
+
+
+def test_a_port_going_down_fails_the_sessions_on_its_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime used directly (the control plane refuses this while sessions run):
+    the port's loop goes, its session is failed with the reason and forgotten; it starts
+    again on the kernel transport and stops as usual."""
+    born = Born(monkeypatch)
+    hook = LoopHook()
+    rt = LiveRuntime(engine_factory=lambda: hook)
+    try:
+        rt.port_up(PORT)
+        rt.start_session(spec("dpdk"))
+        wait_until(lambda: live_sessions(rt) == 1)
+        rt.port_down(1)
+        status = rt.session_status(4)
+        assert status.state is SessionState.FAILED and "engine loop" in status.reason
+        assert live_sessions(rt) == 0
+        with pytest.raises(RuntimeRefusedError, match="not up"):
+            rt.start_session(spec("dpdk"))
+        rt.start_session(spec("kernel"))
+        wait_until(lambda: live_sessions(rt) == 1)
+        assert born.sessions[-1][0] == "wsgw-sessions"
+        rt.stop_session(4)
+        wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
+    finally:
+        rt.close()
