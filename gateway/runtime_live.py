@@ -58,6 +58,8 @@ log = logging.getLogger("wsgw.runtime")
 T = TypeVar("T")
 
 NO_ENGINE = "dpdk ports need the engine; run with an engine"
+#: How long a command waits for an engine loop to run its part before giving up on it.
+UNRESPONSIVE_S = 30.0
 LOOP_GONE = "the engine loop of its port is gone (the port went down or its thread stopped)"
 NO_ENGINE_SESSION = "dpdk sessions need the engine; run with an engine, or use the kernel transport"
 
@@ -155,6 +157,7 @@ class LiveRuntime:
         self._live_on: dict[UpstreamSession, asyncio.AbstractEventLoop] = {}  # with _sessions
         # One lock per session, on the runtime's loop: its commands run in the API's order.
         self._command_locks: dict[int, asyncio.Lock] = {}
+        self._closing: set[asyncio.Task[None]] = set()  # stops nobody awaits (kept alive)
         self._resume_gaps: dict[int, str] = {}  # session -> gap reason for its next start
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -191,12 +194,7 @@ class LiveRuntime:
         if self._engine is not None:
             self._engine.port_down(port_id)
             # Sessions that ran on that port's engine loop went with it: say so.
-            try:
-                self._submit(self._reap()).result(timeout=self._stop_timeout)
-            except (concurrent.futures.TimeoutError, RuntimeRefusedError):
-                log.warning(
-                    "sessions of port %d not settled within %.1f s", port_id, self._stop_timeout
-                )
+            self._reap_if_any_loop_closed(wait=self._stop_timeout)
 
     def port_status(self, port_id: int) -> PortStatus:
         if self._engine is None:
@@ -236,16 +234,29 @@ class LiveRuntime:
             engine = hook.engine_for(session.port_id)
             loop = hook.loop_for(session.port_id) or self._loop
         sid = session.id
+        self._reap_if_any_loop_closed(wait=self._stop_timeout)
         with self._lock:
+            self._check_open()  # under the lock: close() clears _running under it too
             if sid in self._running and sid in self._status:
                 return self._status[sid]
+            before = self._status.get(sid)
             self._running.add(sid)
             status = SessionStatus(
                 sid, SessionState.CONNECTING, "starting", time.time(), self._held(sid)
             )
             self._status[sid] = status
             resume_gap = self._resume_gaps.pop(sid, None)
-        self._submit(self._start(sid, config, engine, loop, resume_gap))
+        try:
+            self._submit(self._start(sid, config, engine, loop, resume_gap))
+        except RuntimeRefusedError:
+            with self._lock:  # closed meanwhile: nothing started
+                self._running.discard(sid)
+                if self._status.get(sid) is status:
+                    if before is None:
+                        del self._status[sid]
+                    else:
+                        self._status[sid] = before
+            raise
         return status
 
     def mark_resumed(self, session_id: int, reason: str) -> None:
@@ -274,6 +285,7 @@ class LiveRuntime:
         return status
 
     def session_status(self, session_id: int) -> SessionStatus:
+        self._reap_if_any_loop_closed(wait=1.0)
         with self._lock:
             return self._status_locked(session_id)
 
@@ -302,6 +314,7 @@ class LiveRuntime:
     def metrics(self) -> MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
         waiting on the loop: counters are copied atomically (SessionCounters.snapshot)."""
+        self._reap_if_any_loop_closed(wait=1.0)
         with self._lock:
             sessions = list(self._sessions.items())
         out: list[Metric] = [
@@ -342,7 +355,7 @@ class LiveRuntime:
         try:
             future = self._submit(self._snapshots())
             result: dict[int, dict[str, Any]] = future.result(timeout=1.0)
-        except (concurrent.futures.TimeoutError, RuntimeError):
+        except (concurrent.futures.TimeoutError, RuntimeError, RuntimeRefusedError):
             return {}
         return result
 
@@ -384,6 +397,18 @@ class LiveRuntime:
             status.session_id, status.state, status.reason, status.since, self._held(session_id)
         )
 
+    def _reap_if_any_loop_closed(self, *, wait: float) -> None:
+        """A session whose loop closed (its port went down, its engine loop's thread
+        died) is failed and forgotten on the runtime's loop (`_reap`), waiting up to
+        `wait` seconds for that (a command in progress on it goes first)."""
+        with self._lock:
+            if not any(loop.is_closed() for loop in self._live_on.values()):
+                return
+        try:
+            self._submit(self._reap()).result(timeout=wait)
+        except (concurrent.futures.TimeoutError, RuntimeRefusedError):
+            log.warning("sessions of a closed engine loop not settled yet")
+
     def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -419,9 +444,15 @@ class LiveRuntime:
             lock = self._command_locks[sid] = asyncio.Lock()
         return lock
 
-    async def _on(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    async def _on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, T],
+        timeout: float = UNRESPONSIVE_S,
+    ) -> T:
         """coro on `loop` (a session's own), awaited here; _LoopGone when that loop closed
-        (its port went down) before or while it ran."""
+        (its port went down) before or while it ran, or did not answer within `timeout`
+        (blocked: coro stays queued there and runs if it ever wakes)."""
         if loop is self._loop:
             return await coro
         try:
@@ -430,12 +461,17 @@ class LiveRuntime:
             coro.close()
             raise _LoopGone from None
         waiting = asyncio.wrap_future(future)
+        deadline = time.monotonic() + timeout
         while True:
-            done, _ = await asyncio.wait({waiting}, timeout=1.0)
+            left = deadline - time.monotonic()
+            done, _ = await asyncio.wait({waiting}, timeout=min(1.0, max(left, 0.0)))
             if done:
                 break
             if loop.is_closed():  # it went before it ran coro: nobody will answer
                 future.cancel()
+                raise _LoopGone
+            if left <= 0:
+                log.error("an engine loop did not answer within %.0f s", timeout)
                 raise _LoopGone
         if future.cancelled():  # cancelled with its loop
             raise _LoopGone
@@ -451,19 +487,28 @@ class LiveRuntime:
     ) -> None:
         async with self._command_lock(sid):
             with self._lock:
-                if sid not in self._running:
+                if sid not in self._running or self._closed:
                     return  # stopped again before this ran; _stop settles the status
-            await self._end_current(sid, "restarted")  # a restart: the old one closes first
-            with self._lock:
-                if sid not in self._running:
-                    return
-                topics = list(self._topics.get(sid, ()))
             try:
+                await self._end_current(sid, "restarted")  # a restart: the old one first
+                with self._lock:
+                    if sid not in self._running or self._closed:
+                        return
+                    topics = list(self._topics.get(sid, ()))
                 await self._on(loop, self._create(sid, config, engine, resume_gap, topics))
             except _LoopGone:
-                with self._lock:
-                    self._running.discard(sid)
-                    self._settle_locked(sid, SessionState.FAILED, f"failed: {LOOP_GONE}")
+                self._fail_start(sid, LOOP_GONE)
+            except Exception as exc:  # a bug below: say so, never leave it "starting"
+                log.exception("session %d did not start", sid)
+                self._fail_start(sid, f"internal error: {exc!r}")
+
+    def _fail_start(self, sid: int, reason: str) -> None:
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is not None:
+                self._forget_locked(sid, session)
+            self._running.discard(sid)
+            self._settle_locked(sid, SessionState.FAILED, f"failed: {reason}")
 
     async def _create(
         self,
@@ -484,8 +529,17 @@ class LiveRuntime:
         with self._lock:
             self._sessions[sid] = session
             self._live_on[session] = asyncio.get_running_loop()
-        session.subscribe(topics)
-        session.start()
+        try:
+            session.subscribe(topics)
+            session.start()
+        except Exception:
+            with self._lock:
+                self._forget_locked(sid, session)
+            # What it opened before failing closes (its own loop; nobody waits for it).
+            task = asyncio.get_running_loop().create_task(session.stop("failed to start"))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+            raise
 
     async def _end_current(self, sid: int, reason: str) -> None:
         """The session's current object, if any, stops on its loop and is forgotten."""
@@ -543,7 +597,7 @@ class LiveRuntime:
         for sid, session, loop in live:
             if loop is not None:
                 with contextlib.suppress(_LoopGone):
-                    out[sid] = await self._on(loop, _call(session.snapshot))
+                    out[sid] = await self._on(loop, _call(session.snapshot), timeout=1.0)
         return out
 
     async def _reap(self) -> None:
@@ -558,6 +612,8 @@ class LiveRuntime:
         for sid, session in gone:
             async with self._command_lock(sid):
                 with self._lock:
+                    if self._sessions.get(sid) is not session:
+                        continue  # replaced meanwhile (its stop went through): not ours
                     self._forget_locked(sid, session)
                     if sid in self._running:
                         self._running.discard(sid)

@@ -294,3 +294,81 @@ def test_a_port_going_down_fails_the_sessions_on_its_loop(monkeypatch: pytest.Mo
         wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
     finally:
         rt.close()
+
+
+def test_a_start_that_breaks_fails_the_session_with_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug below (the connector raising here) fails the session with the error, not
+    'starting' for ever; it starts again once fixed."""
+    from gateway.sessions import session as module
+
+    def broken(config: Any, engine: Any) -> Any:
+        raise RuntimeError("boom in the connector")
+
+    monkeypatch.setattr(module, "connector_for", broken)
+    rt = LiveRuntime()
+    try:
+        rt.start_session(spec())
+        wait_until(lambda: rt.session_status(4).state is SessionState.FAILED)
+        assert "boom in the connector" in rt.session_status(4).reason
+        assert live_sessions(rt) == 0
+        monkeypatch.undo()
+        Born(monkeypatch)
+        assert rt.start_session(spec()).state is SessionState.CONNECTING
+        wait_until(lambda: live_sessions(rt) == 1)
+    finally:
+        rt.close()
+
+
+def test_an_engine_loop_that_dies_fails_its_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine loop's thread ends without port_down (an error): the next status read
+    reports the session failed, and metrics stop counting it."""
+    Born(monkeypatch)
+    hook = LoopHook()
+    rt = LiveRuntime(engine_factory=lambda: hook)
+    try:
+        rt.port_up(PORT)
+        rt.start_session(spec("dpdk"))
+        wait_until(lambda: live_sessions(rt) == 1)
+        hook.runner.stop()
+        status = rt.session_status(4)
+        assert status.state is SessionState.FAILED and "engine loop" in status.reason
+        assert live_sessions(rt) == 0
+    finally:
+        rt.close()
+
+
+def test_a_port_going_down_leaves_the_session_that_replaced_it_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """stop (slow handshake on the engine loop), start on the kernel transport queued
+    behind it, then the port goes down: the kernel session is the one running and stops
+    on request."""
+    born = Born(monkeypatch)
+    hook = LoopHook()
+    rt = LiveRuntime(engine_factory=lambda: hook)
+    try:
+        rt.port_up(PORT)
+        rt.start_session(spec("dpdk"))
+        wait_until(lambda: live_sessions(rt) == 1)
+        rt.stop_session(4)
+        rt.start_session(spec("kernel"))
+        rt.port_down(1)
+        wait_until(lambda: born.sessions[-1][0] == "wsgw-sessions")
+        assert rt.session_status(4).state is SessionState.CONNECTING
+        assert live_sessions(rt) == 1
+        rt.stop_session(4)
+        wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
+        assert born.sessions[-1][1].snapshot()["state"] == "stopped"
+    finally:
+        rt.close()
+
+
+def test_after_close_nothing_starts_and_snapshots_are_empty() -> None:
+    rt = LiveRuntime()
+    rt.close()
+    with pytest.raises(RuntimeRefusedError, match="closed"):
+        rt.start_session(spec())
+    assert rt.session_status(4).reason == "not started"
+    assert rt.sessions_snapshot() == {}
