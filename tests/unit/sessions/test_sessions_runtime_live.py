@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -218,82 +219,88 @@ def live_sessions(rt: LiveRuntime) -> float:
     return next(m.value for m in rt.metrics().metrics if m.name == "sessions_live")
 
 
-def test_dpdk_sessions_run_on_the_engines_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A port whose engine runs an event loop (`EngineHook.loop_for`) gets its dpdk
-    sessions there; started again with the kernel transport, the session stops there and
-    runs on the runtime's own loop; snapshots and close reach both."""
+@dataclass
+class Looped:
+    rt: LiveRuntime
+    hook: LoopHook
+    born: Born
+
+
+@pytest.fixture
+def looped(monkeypatch: pytest.MonkeyPatch) -> Iterator[Looped]:
+    """A runtime whose port 1 is up on a LoopHook, sessions recorded by Born; closed after
+    the test (a test may close it itself first: close is idempotent)."""
     born = Born(monkeypatch)
     hook = LoopHook()
     rt = LiveRuntime(engine_factory=lambda: hook)
     try:
         rt.port_up(PORT)
-        rt.start_session(spec("dpdk"))
-        wait_until(lambda: len(born.sessions) == 1)
-        assert born.sessions[0][0] == "fake-engine"
-        assert 4 in rt.sessions_snapshot()  # taken on the engine's loop
-        rt.stop_session(4)
-        rt.start_session(spec("kernel"))
-        wait_until(lambda: len(born.sessions) == 2 and live_sessions(rt) == 1)
-        assert born.sessions[1][0] == "wsgw-sessions"
-        assert born.sessions[0][1].snapshot()["state"] == "stopped"
-        assert rt.sessions_snapshot()[4]["state"] != "stopped"
+        yield Looped(rt, hook, born)
     finally:
         rt.close()
+
+
+def test_dpdk_sessions_run_on_the_engines_loop(looped: Looped) -> None:
+    """A port whose engine runs an event loop (`EngineHook.loop_for`) gets its dpdk
+    sessions there; started again with the kernel transport, the session stops there and
+    runs on the runtime's own loop; snapshots and close reach both."""
+    rt = looped.rt
+    born = looped.born
+    rt.start_session(spec("dpdk"))
+    wait_until(lambda: len(born.sessions) == 1)
+    assert born.sessions[0][0] == "fake-engine"
+    assert 4 in rt.sessions_snapshot()  # taken on the engine's loop
+    rt.stop_session(4)
+    rt.start_session(spec("kernel"))
+    wait_until(lambda: len(born.sessions) == 2 and live_sessions(rt) == 1)
+    assert born.sessions[1][0] == "wsgw-sessions"
+    assert born.sessions[0][1].snapshot()["state"] == "stopped"
+    assert rt.sessions_snapshot()[4]["state"] != "stopped"
+    rt.close()
     assert [s.snapshot()["state"] for _, s in born.sessions] == ["stopped", "stopped"]
     assert rt.session_status(4).state is SessionState.STOPPED
 
 
-def test_commands_run_in_the_order_made_whatever_loop_a_session_is_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_commands_run_in_the_order_made_whatever_loop_a_session_is_on(looped: Looped) -> None:
     """start, stop, start, stop (kernel), start (dpdk), in a burst, with slow closing
     handshakes: every earlier session object ends stopped, on the loop it was made on, and
     exactly one runs, on the engine's loop (none is left running untracked)."""
-    born = Born(monkeypatch)
-    hook = LoopHook()
-    rt = LiveRuntime(engine_factory=lambda: hook)
-    try:
-        rt.port_up(PORT)
-        rt.start_session(spec("kernel"))
-        rt.stop_session(4)
-        rt.start_session(spec("kernel"))
-        rt.stop_session(4)
-        rt.start_session(spec("dpdk"))
-        wait_until(lambda: born.sessions and born.sessions[-1][0] == "fake-engine")
-        time.sleep(0.5)  # anything still queued has run
-        states = [(thread, s.snapshot()["state"]) for thread, s in born.sessions]
-        assert states[-1][0] == "fake-engine" and states[-1][1] != "stopped"
-        assert all(state == "stopped" for _, state in states[:-1]), states
-        assert live_sessions(rt) == 1
-    finally:
-        rt.close()
+    rt = looped.rt
+    born = looped.born
+    rt.start_session(spec("kernel"))
+    rt.stop_session(4)
+    rt.start_session(spec("kernel"))
+    rt.stop_session(4)
+    rt.start_session(spec("dpdk"))
+    wait_until(lambda: born.sessions and born.sessions[-1][0] == "fake-engine")
+    time.sleep(0.5)  # anything still queued has run
+    states = [(thread, s.snapshot()["state"]) for thread, s in born.sessions]
+    assert states[-1][0] == "fake-engine" and states[-1][1] != "stopped"
+    assert all(state == "stopped" for _, state in states[:-1]), states
+    assert live_sessions(rt) == 1
+    rt.close()
     assert all(s.snapshot()["state"] == "stopped" for _, s in born.sessions)
 
 
-def test_a_port_going_down_fails_the_sessions_on_its_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_going_down_fails_the_sessions_on_its_loop(looped: Looped) -> None:
     """The runtime used directly (the control plane refuses this while sessions run):
     the port's loop goes, its session is failed with the reason and forgotten; it starts
     again on the kernel transport and stops as usual."""
-    born = Born(monkeypatch)
-    hook = LoopHook()
-    rt = LiveRuntime(engine_factory=lambda: hook)
-    try:
-        rt.port_up(PORT)
+    rt = looped.rt
+    born = looped.born
+    rt.start_session(spec("dpdk"))
+    wait_until(lambda: live_sessions(rt) == 1)
+    rt.port_down(1)
+    status = rt.session_status(4)
+    assert status.state is SessionState.FAILED and "engine loop" in status.reason
+    assert live_sessions(rt) == 0
+    with pytest.raises(RuntimeRefusedError, match="not up"):
         rt.start_session(spec("dpdk"))
-        wait_until(lambda: live_sessions(rt) == 1)
-        rt.port_down(1)
-        status = rt.session_status(4)
-        assert status.state is SessionState.FAILED and "engine loop" in status.reason
-        assert live_sessions(rt) == 0
-        with pytest.raises(RuntimeRefusedError, match="not up"):
-            rt.start_session(spec("dpdk"))
-        rt.start_session(spec("kernel"))
-        wait_until(lambda: live_sessions(rt) == 1)
-        assert born.sessions[-1][0] == "wsgw-sessions"
-        rt.stop_session(4)
-        wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
-    finally:
-        rt.close()
+    rt.start_session(spec("kernel"))
+    wait_until(lambda: live_sessions(rt) == 1)
+    assert born.sessions[-1][0] == "wsgw-sessions"
+    rt.stop_session(4)
+    wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
 
 
 def test_a_start_that_breaks_fails_the_session_with_the_error(
@@ -321,48 +328,35 @@ def test_a_start_that_breaks_fails_the_session_with_the_error(
         rt.close()
 
 
-def test_an_engine_loop_that_dies_fails_its_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_engine_loop_that_dies_fails_its_sessions(looped: Looped) -> None:
     """The engine loop's thread ends without port_down (an error): the next status read
     reports the session failed, and metrics stop counting it."""
-    Born(monkeypatch)
-    hook = LoopHook()
-    rt = LiveRuntime(engine_factory=lambda: hook)
-    try:
-        rt.port_up(PORT)
-        rt.start_session(spec("dpdk"))
-        wait_until(lambda: live_sessions(rt) == 1)
-        hook.runner.stop()
-        status = rt.session_status(4)
-        assert status.state is SessionState.FAILED and "engine loop" in status.reason
-        assert live_sessions(rt) == 0
-    finally:
-        rt.close()
+    rt = looped.rt
+    rt.start_session(spec("dpdk"))
+    wait_until(lambda: live_sessions(rt) == 1)
+    looped.hook.runner.stop()
+    status = rt.session_status(4)
+    assert status.state is SessionState.FAILED and "engine loop" in status.reason
+    assert live_sessions(rt) == 0
 
 
-def test_a_port_going_down_leaves_the_session_that_replaced_it_alone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_port_going_down_leaves_the_session_that_replaced_it_alone(looped: Looped) -> None:
     """stop (slow handshake on the engine loop), start on the kernel transport queued
     behind it, then the port goes down: the kernel session is the one running and stops
     on request."""
-    born = Born(monkeypatch)
-    hook = LoopHook()
-    rt = LiveRuntime(engine_factory=lambda: hook)
-    try:
-        rt.port_up(PORT)
-        rt.start_session(spec("dpdk"))
-        wait_until(lambda: live_sessions(rt) == 1)
-        rt.stop_session(4)
-        rt.start_session(spec("kernel"))
-        rt.port_down(1)
-        wait_until(lambda: born.sessions[-1][0] == "wsgw-sessions")
-        assert rt.session_status(4).state is SessionState.CONNECTING
-        assert live_sessions(rt) == 1
-        rt.stop_session(4)
-        wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
-        assert born.sessions[-1][1].snapshot()["state"] == "stopped"
-    finally:
-        rt.close()
+    rt = looped.rt
+    born = looped.born
+    rt.start_session(spec("dpdk"))
+    wait_until(lambda: live_sessions(rt) == 1)
+    rt.stop_session(4)
+    rt.start_session(spec("kernel"))
+    rt.port_down(1)
+    wait_until(lambda: born.sessions[-1][0] == "wsgw-sessions")
+    assert rt.session_status(4).state is SessionState.CONNECTING
+    assert live_sessions(rt) == 1
+    rt.stop_session(4)
+    wait_until(lambda: rt.session_status(4).state is SessionState.STOPPED)
+    assert born.sessions[-1][1].snapshot()["state"] == "stopped"
 
 
 def test_after_close_nothing_starts_and_snapshots_are_empty() -> None:
