@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -469,6 +470,8 @@ class LiveRuntime:
                 break
             if loop.is_closed():  # it went before it ran coro: nobody will answer
                 future.cancel()
+                if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                    coro.close()  # never started, never will: no "never awaited" warning
                 raise _LoopGone
             if left <= 0:
                 log.error("an engine loop did not answer within %.0f s", timeout)
