@@ -526,9 +526,7 @@ class FastPath:
                 slot, frame, reply_len, rounds, int(timeout * 1e9)
             )
         finally:
-            flow = self._flow(slot)
-            flow.active = 0  # nothing of it may reach the connection now
-            self._withdraw(id(conn), slot, conn)
+            self._withdraw(id(conn), slot, conn)  # nothing of it may reach the connection
         if rc < 0:
             raise FastPathError(f"C echo benchmark failed: {os.strerror(-rc)}", -rc)
         return rtts, reply

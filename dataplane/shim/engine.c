@@ -1018,13 +1018,19 @@ static uint32_t rx_burst(struct wsgw_engine *e, uint64_t now)
     return n;
 }
 
+/* The flows the last poll touched are no longer reported (Python has synced them). */
+static void clear_touched(struct wsgw_engine *e)
+{
+    for (uint32_t i = 0; i < e->touched_count; i++)
+        e->flows[e->touched[i]].touched = 0;
+    e->touched_count = 0;
+}
+
 WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t budget_ns,
                               struct wsgw_poll_result *out)
 {
     /* The previous poll's results have been consumed by Python. */
-    for (uint32_t i = 0; i < e->touched_count; i++)
-        e->flows[e->touched[i]].touched = 0;
-    e->touched_count = 0;
+    clear_touched(e);
     e->slow_count = 0;
     e->slow_used = 0;
     e->first_data_ns = 0;
@@ -1170,9 +1176,7 @@ WSGW_API uint64_t wsgw_bench_fast_path(wsgw_engine *e, int slot, const uint8_t *
                 e->cap_count = e->cap_used = 0;
         }
         total += wsgw_monotonic_ns() - start;
-        for (uint32_t i = 0; i < e->touched_count; i++)
-            e->flows[e->touched[i]].touched = 0;
-        e->touched_count = 0;
+        clear_touched(e);
     }
     uint8_t *ring = f->ring;
     if (f->ack_deadline_ns)
@@ -1219,9 +1223,7 @@ WSGW_API int64_t wsgw_bench_flow_echo(wsgw_engine *e, int slot, const uint8_t *f
         flow_synced(f, 1);
         if (f->ring_head != f->ring_tail)
             return -EPROTO; /* more than one reply came */
-        for (uint32_t i = 0; i < e->touched_count; i++)
-            e->flows[e->touched[i]].touched = 0;
-        e->touched_count = 0;
+        clear_touched(e);
     }
     return rounds;
 }
