@@ -5,6 +5,8 @@ One `Settings` object validates itself at start; sections mirror the parts of th
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -189,14 +191,19 @@ class ApiSettings(BaseModel):
     @field_validator("allowed_hosts")
     @classmethod
     def _check_hosts(cls, hosts: list[str]) -> list[str]:
-        for host in hosts:
+        checked = []
+        for given in hosts:
+            host = given
+            with contextlib.suppress(ValueError):  # a bare IPv6 address: Host brackets it
+                host = f"[{ipaddress.IPv6Address(given)}]"
             name = host.removeprefix("*.") if host != "*" else "x"
             if not HOST_NAME.fullmatch(name):
                 raise ValueError(
-                    f"api.allowed_hosts entry {host!r} is not a host name, an IP address, "
+                    f"api.allowed_hosts entry {given!r} is not a host name, an IP address, "
                     "'*.example.com' or '*' (no scheme, port or path)"
                 )
-        return [h.lower() for h in hosts]
+            checked.append(host.lower())
+        return checked
 
     @field_validator("allowed_origins")
     @classmethod
