@@ -48,7 +48,10 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
         "0000:00:03.0", 0x1AF4, 0x1041, "virtio-pci", "eth0", up=True,
         addresses=["192.0.2.2/24"], routes=["default"],
     )  # fmt: skip
-    settings_ = make_settings(root, f"sqlite:///{root / 'state/wsgw.db'}")
+    # schemathesis' ASGI client sends Host: testserver.
+    settings_ = make_settings(
+        root, f"sqlite:///{root / 'state/wsgw.db'}", api={"allowed_hosts": ["testserver"]}
+    )
     app = create_app(settings_, DetachedRuntime(), host=host.manager())
     with TestClient(app, base_url=BASE_URL):  # runs the lifespan: migrations, restore
         _, secret = app.state.service.create_token("fuzz", ["admin", "consume"])
