@@ -60,9 +60,10 @@ class OpenStreams:
         with self._lock:
             streams = self._by_token.pop(token_id, set())
         for consumer in streams:
-            consumer.loop.call_soon_threadsafe(
-                consumer.cut, CLOSE_POLICY_VIOLATION, REVOKED_REASON, "revoked"
-            )
+            with contextlib.suppress(RuntimeError):  # its loop is closed: the stream is gone
+                consumer.loop.call_soon_threadsafe(
+                    consumer.cut, CLOSE_POLICY_VIOLATION, REVOKED_REASON, "revoked"
+                )
         if streams:
             log.info("token %d revoked: closing its %d open streams", token_id, len(streams))
         return len(streams)

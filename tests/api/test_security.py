@@ -159,11 +159,13 @@ def test_a_host_not_allowed_is_refused(door: Door) -> None:
     )
     assert r.status_code == 400
     assert door.client.get("/v1/sessions", headers=door.admin).json()["count"] == 0
-    with pytest.raises(WebSocketDenialResponse) as denied:
-        with door.client.websocket_connect(
+    with (
+        pytest.raises(WebSocketDenialResponse) as denied,
+        door.client.websocket_connect(
             "ws://evil.example/v1/stream?session=1", headers=door.consume
-        ):
-            pass
+        ),
+    ):
+        pass
     assert denied.value.status_code == 400
 
 
@@ -243,11 +245,13 @@ def test_listed_origins_may_change_state(tmp_path: Path, db_url: str, fake_host:
 
 
 def test_stream_refuses_another_origin(door: Door) -> None:
-    with pytest.raises(WebSocketDenialResponse) as denied:
-        with door.client.websocket_connect(
+    with (
+        pytest.raises(WebSocketDenialResponse) as denied,
+        door.client.websocket_connect(
             f"{WS_BASE}/v1/stream?session=1", headers={"Origin": EVIL, **door.consume}
-        ):
-            pass
+        ),
+    ):
+        pass
     assert denied.value.status_code == 403
     # The API's own origin gets through the door (then: no session 1 here).
     with (
