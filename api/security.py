@@ -6,8 +6,9 @@ streams in, and a WebSocket upgrade passes through the same checks):
 - the Host allow-list is starlette's TrustedHostMiddleware over `api.trusted_hosts()`
   (DNS rebinding: a page on an attacker's name that resolves to us sends its own name);
 - `OriginGuard`: a state-changing request (POST, PUT, PATCH, DELETE) or a WebSocket
-  upgrade from a browser page of another origin gets 403 (RFC 6454 section 7.3: the
-  Origin header names the page that made the request; none, as from curl or an SDK, passes);
+  upgrade from a browser page of another origin gets 403 (RFC 6454 section 7: the Origin
+  header names the page that made the request; RFC 6455 section 10.2 for WebSocket; none,
+  as from curl or an SDK, passes);
   a state-changing request whose body is not JSON gets 415, so a cross-site "simple"
   request (text/plain, a form: no CORS preflight) cannot act even where no Origin is sent;
 - `BodyGuard`: a body over api.max_body_bytes gets 413 before it is read (Content-Length)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from email.message import Message as MimeMessage
 from typing import Any
 from urllib.parse import urlsplit
@@ -85,7 +87,12 @@ def install_log_redaction(*handlers: logging.Handler) -> None:
 
 
 async def _refuse(
-    scope: Scope, receive: Receive, send: Send, code: int, detail: str, headers: Any = None
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    code: int,
+    detail: str,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
     """Answer with {"detail": ...}; a WebSocket upgrade gets it as the HTTP answer to the
     handshake where the server can send one (the ASGI denial-response extension), else a
