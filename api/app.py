@@ -18,12 +18,15 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from api import errors
-from api.auth import check_auth_settings, require_scope
+from api.auth import AuthFailureLimiter, check_auth_settings, require_scope
 from api.metrics import GatewayCollector, HttpMetrics
+from api.revocation import OpenStreams
 from api.routes import dashboard, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
+from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.host import HostManager
 from gateway.hub import Hub
 from gateway.hub.metrics import HubCollector
@@ -60,6 +63,7 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.open_streams.close()
             await run_in_threadpool(service.shutdown)
 
     app = FastAPI(
@@ -72,6 +76,11 @@ def create_app(
     )
     app.state.settings = settings
     app.state.service = service
+    app.state.auth_limiter = AuthFailureLimiter(
+        settings.auth.failure_limit, settings.auth.failure_window_s
+    )
+    app.state.open_streams = OpenStreams(service)
+    install_log_redaction()
     app.state.host = host or HostManager.from_settings(settings)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GatewayCollector(service))
@@ -103,6 +112,10 @@ def create_app(
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
         response_model=None,
     )
+    # Added innermost first. A request meets, in order: the metrics, the Host allow-list,
+    # the Origin and Content-Type check, CORS, then authentication before its body and the
+    # body's size limit (api.security).
+    app.add_middleware(BodyGuard, state=app.state, max_bytes=settings.api.max_body_bytes)
     if settings.api.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -111,6 +124,12 @@ def create_app(
             allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(
+        OriginGuard, allowed_origins=[*settings.api.allowed_origins, *settings.api.cors_origins]
+    )
+    app.add_middleware(
+        TrustedHostMiddleware, allowed_hosts=settings.api.trusted_hosts(), www_redirect=False
+    )
     app.add_middleware(HttpMetrics, registry=registry)
     _document_page_limit(app, settings)
     return app

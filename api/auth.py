@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -38,6 +42,9 @@ class Principal:
     token_id: int | None = None
 
 
+LOCAL = Principal("local (auth off)", frozenset(SCOPES))
+
+
 class UnsafeSettingsError(ValueError):
     """The settings would expose an unauthenticated API beyond this machine."""
 
@@ -52,60 +59,168 @@ def is_loopback(host: str) -> bool:
 
 
 def check_auth_settings(settings: Settings) -> None:
-    """Refuse no-auth mode on a non-loopback address; warn loudly when it is on."""
+    """Refuse no-auth mode on a non-loopback address, or with any Host or any Origin let
+    in (a DNS-rebinding or cross-site page would drive the API); warn loudly when it is on."""
     if settings.auth.mode != "none":
         return
-    if not is_loopback(settings.api.host):
+    api = settings.api
+    if not is_loopback(api.host):
         raise UnsafeSettingsError(
             f"auth.mode 'none' serves the API without authentication, so it may only bind "
-            f"to a loopback address; api.host is {settings.api.host!r}: use 127.0.0.1, or "
+            f"to a loopback address; api.host is {api.host!r}: use 127.0.0.1, or "
             "turn auth on (auth.mode 'token') and create a token with `wsgw token create`"
         )
+    for name, values in (
+        ("allowed_hosts", api.allowed_hosts),
+        ("allowed_origins", api.allowed_origins),
+        ("cors_origins", api.cors_origins),
+    ):
+        if "*" in values:
+            raise UnsafeSettingsError(
+                f"auth.mode 'none' with api.{name} ['*'] lets any web page a local browser "
+                f"opens drive the API: list the {name.split('_')[1]} instead, or turn auth on"
+            )
     log.warning(
         "AUTHENTICATION IS OFF (auth.mode=none): anyone on this machine can change the "
         "gateway; the API answers loopback clients only"
     )
 
 
-def _unauthorized(detail: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
-    )
+class AuthFailed(HTTPException):
+    """Authentication refused: 401 (no or a bad token), 403 (not allowed), 429 (too many
+    failures from this address)."""
+
+
+def _unauthorized(detail: str) -> AuthFailed:
+    return AuthFailed(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class AuthFailureLimiter:
+    """Failed authentications per client address, a token bucket: `limit` failures at once,
+    refilled evenly over `window_s`. An empty bucket refuses every token from that address
+    (429 with Retry-After) until it refills, so secrets cannot be guessed at speed.
+
+    At most `max_clients` addresses are tracked; the least recently failing go first.
+    Thread-safe: the sync dependencies run in the threadpool."""
+
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
+    ) -> None:
+        self.limit = limit
+        self.rate = limit / window_s  # allowance regained per second
+        self.clock = clock
+        self.max_clients = max_clients
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _level(self, client: str, now: float) -> float:
+        tokens, then = self._buckets.get(client, (self.limit, now))
+        return min(float(self.limit), tokens + (now - then) * self.rate)
+
+    def retry_after(self, client: str) -> float:
+        """Seconds until `client` may try again; 0 when it may now."""
+        with self._lock:
+            level = self._level(client, self.clock())
+        return 0.0 if level >= 1 else (1 - level) / self.rate
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            now = self.clock()
+            self._buckets[client] = (self._level(client, now) - 1, now)
+            self._buckets.move_to_end(client)
+            while len(self._buckets) > self.max_clients:
+                self._buckets.popitem(last=False)
+
+
+def bearer_secret(authorization: str | None) -> str | None:
+    """The secret of an `Authorization: Bearer <secret>` header (RFC 6750 section 2.1)."""
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip() or None
+    return None
+
+
+def identify(state: Any, client: str, secret: str | None) -> Principal:
+    """Who is calling, from the app's state (settings, service, limiter), the client's
+    address and the bearer secret; raises AuthFailed. Blocking (a database read)."""
+    settings: Settings = state.settings
+    if settings.auth.mode == "none":
+        if not is_loopback(client):
+            raise AuthFailed(
+                status.HTTP_403_FORBIDDEN,
+                "authentication is off (auth.mode=none), so only loopback clients are served",
+            )
+        return LOCAL
+    if not secret:
+        raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    limiter: AuthFailureLimiter = state.auth_limiter
+    wait = limiter.retry_after(client)
+    if wait > 0:
+        seconds = math.ceil(wait)
+        raise AuthFailed(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"too many failed authentications from {client}: try again in {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )
+    service: GatewayService = state.service
+    token = service.authenticate(secret)
+    if token is None:
+        limiter.failed(client)
+        log.info("failed authentication from %s", client)
+        raise _unauthorized("invalid or revoked token")
+    return Principal(token.name, frozenset(token.scopes), token.id)
+
+
+def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    """The request's principal: the one the body guard found before the body was read
+    (api.security), else identified now."""
+    found = getattr(request.state, "principal", None)
+    if isinstance(found, Principal):
+        return found
+    secret = credentials.credentials.strip() if credentials else None
+    principal = identify(request.app.state, request.client.host if request.client else "", secret)
+    request.state.principal = principal
+    return principal
 
 
 def require_scope(scope: str) -> Callable[..., Principal]:
     """A dependency that admits a caller holding `scope` (401 without a token, 403 without
-    the scope)."""
+    the scope, 429 after too many failures)."""
     assert scope in SCOPES
 
     def dependency(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
-        settings: Settings = request.app.state.settings
-        if settings.auth.mode == "none":
-            client = request.client.host if request.client else ""
-            if not is_loopback(client):
-                raise HTTPException(
-                    status.HTTP_403_FORBIDDEN,
-                    "authentication is off (auth.mode=none), so only loopback clients are served",
-                )
-            return Principal("local (auth off)", frozenset(SCOPES))
-        if credentials is None or not credentials.credentials.strip():
-            raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-        service: GatewayService = request.app.state.service
-        token = service.authenticate(credentials.credentials.strip())
-        if token is None:
-            raise _unauthorized("invalid or revoked token")
-        principal = Principal(token.name, frozenset(token.scopes), token.id)
+        principal = _caller(request, credentials)
         if scope not in principal.scopes:
-            raise HTTPException(
+            raise AuthFailed(
                 status.HTTP_403_FORBIDDEN,
-                f"this route needs the '{scope}' scope; token '{token.name}' has "
+                f"this route needs the '{scope}' scope; token '{principal.name}' has "
                 f"{', '.join(sorted(principal.scopes)) or 'none'}",
             )
-        request.state.principal = principal
         return principal
 
     dependency.__name__ = f"require_{scope}"
     return dependency
+
+
+def is_admin_or_anonymous(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+) -> bool:
+    """For routes open to all that say more to an admin: True for an admin, False without
+    a token (or auth off and a client beyond loopback); a bad token is still refused."""
+    settings: Settings = request.app.state.settings
+    if credentials is None and settings.auth.mode != "none":
+        return False
+    try:
+        return "admin" in _caller(request, credentials).scopes
+    except AuthFailed as exc:
+        if exc.status_code == status.HTTP_403_FORBIDDEN:
+            return False
+        raise

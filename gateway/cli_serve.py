@@ -61,7 +61,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str, json_logs: bool) -> None:
+    """One stderr handler for everything (uvicorn's loggers too), which never writes a
+    bearer secret (api.security.SecretRedactingFilter)."""
+    from api.security import install_log_redaction
+
     handler = logging.StreamHandler(sys.stderr)
+    install_log_redaction(handler)
     handler.setFormatter(
         JsonFormatter()
         if json_logs

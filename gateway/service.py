@@ -18,7 +18,7 @@ import logging
 import queue
 import secrets
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -672,6 +672,11 @@ class GatewayService:
             if token.revoked_at is None:
                 token.revoked_at = datetime.now(UTC)
             return token
+
+    def revoked_tokens(self, token_ids: Collection[int]) -> set[int]:
+        """Those of token_ids revoked (or deleted) by now, by this process or another."""
+        with self.db.session() as s:
+            return set(token_ids) - TokenRepository(s).live_ids(token_ids)
 
     def authenticate(self, secret: str) -> ApiToken | None:
         """The live token with this secret, its last use noted (at most once a resolution)."""

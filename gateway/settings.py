@@ -5,17 +5,27 @@ One `Settings` object validates itself at start; sections mirror the parts of th
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+#: A Host header name: a DNS name or an IPv4 address, or an IPv6 address in brackets.
+HOST_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}|\[[0-9a-f:.]+\]", re.IGNORECASE)
+#: A browser origin (RFC 6454 section 6.2): scheme, host and an optional port, no path.
+ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE)
+#: Listen addresses that mean "every interface": no Host names them.
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names them, binds none)
 
 
 class DpdkSettings(BaseModel):
@@ -161,6 +171,59 @@ class ApiSettings(BaseModel):
     json_logs: bool = Field(default=False, description="one JSON object per log line")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header names served besides localhost, 127.0.0.1, [::1] and the "
+        "listen address (DNS rebinding protection): names, '*.example.com', or '*' for any",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="browser origins (scheme://host[:port]) that may change state or open "
+        "/v1/stream besides the API's own origin (and cors_origins); '*' for any",
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        le=1 << 30,
+        description="largest request body; a longer one is refused (413) before it is read",
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, hosts: list[str]) -> list[str]:
+        checked = []
+        for given in hosts:
+            host = given
+            with contextlib.suppress(ValueError):  # a bare IPv6 address: Host brackets it
+                host = f"[{ipaddress.IPv6Address(given)}]"
+            name = host.removeprefix("*.") if host != "*" else "x"
+            if not HOST_NAME.fullmatch(name):
+                raise ValueError(
+                    f"api.allowed_hosts entry {given!r} is not a host name, an IP address, "
+                    "'*.example.com' or '*' (no scheme, port or path)"
+                )
+            checked.append(host.lower())
+        return checked
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _check_origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin != "*" and not ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"api.allowed_origins entry {origin!r} is not an origin: "
+                    "scheme://host[:port] (http or https, no path), or '*'"
+                )
+        return [o.lower() for o in origins]
+
+    def trusted_hosts(self) -> list[str]:
+        """Every Host name the API answers: the loopback names (a rebinding page cannot
+        send them), the listen address unless it is a wildcard, and allowed_hosts."""
+        names = ["localhost", "127.0.0.1", "[::1]"]
+        listen = self.host.strip("[]")
+        if listen not in WILDCARD_ADDRESSES:
+            names.append(f"[{listen}]" if ":" in listen else listen)
+        return list(dict.fromkeys([*names, *self.allowed_hosts]))
 
     @model_validator(mode="after")
     def _check(self) -> ApiSettings:
@@ -201,6 +264,14 @@ class AuthSettings(BaseModel):
     last_used_resolution_s: float = Field(
         default=60.0, ge=0, description="how often a token's last_used time is written"
     )
+    failure_limit: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="failed authentications a client address may make per failure_window_s "
+        "before it gets 429 (a token bucket: the allowance refills evenly over the window)",
+    )
+    failure_window_s: float = Field(default=60.0, gt=0, le=86_400)
 
 
 class HostSettings(BaseModel):

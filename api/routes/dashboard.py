@@ -13,14 +13,12 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Request, Security, status
+from fastapi import APIRouter, Request, Security, status
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
-from api.auth import bearer, is_loopback
-from gateway.service import GatewayService
+from api.auth import bearer, identify
 from gateway.settings import Settings
-from gateway.store.models import SCOPES
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 ASSET_PREFIX = "/ui"
@@ -115,35 +113,14 @@ def dashboard_whoami(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
 ) -> JSONResponse:
-    """The caller's name and scopes: 401 for a missing or bad token, like the API."""
+    """The caller's name and scopes: 401 for a missing or bad token, like the API (and
+    429 after too many bad ones, so this is no faster an oracle for guessing secrets)."""
     settings: Settings = request.app.state.settings
-    headers = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
-    if settings.auth.mode == "none":
-        client = request.client.host if request.client else ""
-        if not is_loopback(client):
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                "authentication is off (auth.mode=none), so only loopback clients are served",
-            )
-        body = {"name": "local (auth off)", "scopes": sorted(SCOPES), "auth": "none"}
-        return JSONResponse(body, headers=headers)
-    secret = credentials.credentials.strip() if credentials else ""
-    if not secret:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing bearer token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    service: GatewayService = request.app.state.service
-    token = service.authenticate(secret)
-    if token is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "invalid or revoked token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    body = {"name": token.name, "scopes": sorted(token.scopes), "auth": "token"}
-    return JSONResponse(body, headers=headers)
+    secret = credentials.credentials.strip() if credentials else None
+    client = request.client.host if request.client else ""
+    principal = identify(request.app.state, client, secret)
+    body = {"name": principal.name, "scopes": sorted(principal.scopes), "auth": settings.auth.mode}
+    return JSONResponse(body, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
 
 
 @router.api_route(ASSET_PREFIX + "/{path:path}", methods=["GET", "HEAD"], name="dashboard_asset")

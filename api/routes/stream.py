@@ -28,7 +28,8 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from api.auth import is_loopback
+from api.auth import AuthFailed, Principal, bearer_secret, identify
+from api.revocation import OpenStreams
 from api.schemas.common import ID_MAX
 from api.schemas.subscriptions import check_consumer
 from gateway.hub.consumer import (
@@ -45,12 +46,12 @@ from gateway.hub.protocol import (
     CLOSE_FORBIDDEN,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NOT_FOUND,
+    CLOSE_TOO_MANY_FAILURES,
     CLOSE_TRY_AGAIN_LATER,
     CLOSE_UNAUTHORIZED,
     close_reason,
 )
 from gateway.service import GatewayService
-from gateway.settings import Settings
 from gateway.store.errors import NotFoundError
 from gateway.store.validate import check_topic
 
@@ -162,27 +163,30 @@ def _overflow(value: str) -> OverflowPolicy:
     return "drop_oldest" if value == "drop_oldest" else "disconnect"
 
 
-async def _authenticate(
-    websocket: WebSocket, settings: Settings, service: GatewayService
-) -> str | None:
-    """The caller's name, or None after closing the stream with 4401/4403."""
-    if settings.auth.mode == "none":
-        if not is_loopback(websocket.client.host if websocket.client else ""):
-            await websocket.close(CLOSE_FORBIDDEN, "auth is off: loopback clients only")
-            return None
-        return "local"
-    header = websocket.headers.get("authorization", "")
-    secret = header[7:].strip() if header.lower().startswith("bearer ") else None
+#: The stream's close code for each refusal of api.auth.identify.
+_AUTH_CLOSE = {401: CLOSE_UNAUTHORIZED, 403: CLOSE_FORBIDDEN, 429: CLOSE_TOO_MANY_FAILURES}
+
+
+async def _authenticate(websocket: WebSocket) -> Principal | None:
+    """The caller, or None after closing the stream with 4401/4403/4429."""
+    secret = bearer_secret(websocket.headers.get("authorization"))
     secret = secret or websocket.query_params.get("token")
-    found = await run_in_threadpool(service.authenticate, secret) if secret else None
-    if found is None:
-        await websocket.close(CLOSE_UNAUTHORIZED, "missing, invalid or revoked token")
+    client = websocket.client.host if websocket.client else ""
+    try:
+        found = await run_in_threadpool(identify, websocket.app.state, client, secret)
+    except AuthFailed as exc:
+        if exc.status_code == 401:
+            reason = "missing, invalid or revoked token"
+        elif exc.status_code == 403:
+            reason = "auth is off: loopback clients only"
+        else:
+            reason = close_reason(str(exc.detail))
+        await websocket.close(_AUTH_CLOSE.get(exc.status_code, CLOSE_FORBIDDEN), reason)
         return None
     if "consume" not in found.scopes:
         await websocket.close(CLOSE_FORBIDDEN, "the stream needs the 'consume' scope")
         return None
-    name: str = found.name
-    return name
+    return found
 
 
 def app_hub(app: Any) -> Hub | None:
@@ -198,13 +202,13 @@ def app_hub(app: Any) -> Hub | None:
 @router.websocket("/v1/stream")
 async def stream(websocket: WebSocket) -> None:
     """Messages of a subscription (or of a session's topics) as they are published."""
-    settings: Settings = websocket.app.state.settings
     service: GatewayService = websocket.app.state.service
     hub = app_hub(websocket.app)
     await websocket.accept()
-    caller = await _authenticate(websocket, settings, service)
-    if caller is None:
+    principal = await _authenticate(websocket)
+    if principal is None:
         return
+    caller = "local" if principal.token_id is None else principal.name
     try:
         request = parse_request(websocket.query_params)
     except (BadStreamRequest, ValueError) as exc:
@@ -247,7 +251,15 @@ async def stream(websocket: WebSocket) -> None:
             "next_seq": hub.next_seq,
         }
         await websocket.send_text(orjson.dumps(hello).decode())
-    await _serve(websocket, consumer, request.envelope)
+    if principal.token_id is None:  # auth off: no token to revoke
+        await _serve(websocket, consumer, request.envelope)
+        return
+    streams: OpenStreams = websocket.app.state.open_streams
+    streams.add(principal.token_id, consumer)
+    try:
+        await _serve(websocket, consumer, request.envelope)
+    finally:
+        streams.discard(principal.token_id, consumer)
 
 
 async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> None:

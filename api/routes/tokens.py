@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 
 from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.revocation import OpenStreams
 from api.schemas.common import responses
 from api.schemas.tokens import TokenCreate, TokenCreatedPublic, TokenListPublic, TokenPublic
 
@@ -37,6 +38,12 @@ def get_token(token_id: IdPath, service: ServiceDep, _: AdminDep) -> TokenPublic
 
 
 @router.delete("/{token_id}", response_model=TokenPublic, responses=responses(404))
-def revoke_token(token_id: IdPath, service: ServiceDep, _: AdminDep) -> TokenPublic:
-    """Revoke a token (kept for the record, refused from now on)."""
-    return TokenPublic.model_validate(service.revoke_token(token_id))
+def revoke_token(
+    token_id: IdPath, service: ServiceDep, _: AdminDep, request: Request
+) -> TokenPublic:
+    """Revoke a token (kept for the record, refused from now on); its open streams close
+    (1008)."""
+    token = TokenPublic.model_validate(service.revoke_token(token_id))
+    streams: OpenStreams = request.app.state.open_streams
+    streams.revoke(token_id)
+    return token

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from api.schemas.common import PublicSchema
 
@@ -17,7 +17,16 @@ class EnginePublic(PublicSchema):
     details: dict[str, Any]
 
 
-class ReadyPublic(PublicSchema):
+class ReadyStatusPublic(PublicSchema):
+    """/readyz for anyone: ready or not, nothing about why (no database host, no driver
+    error, no engine detail)."""
+
+    status: Literal["ready", "not_ready"]
+
+
+class ReadyPublic(ReadyStatusPublic):
+    """/readyz for an admin: what is not ready, and why."""
+
     ready: bool
     database: str
     database_error: str | None

@@ -29,7 +29,7 @@ from gateway.hub.protocol import (
 
 OverflowPolicy = Literal["disconnect", "drop_oldest"]
 #: Why a consumer ended: the label of the disconnects metric.
-DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error"]
+DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error", "revoked"]
 DEFAULT_QUEUE_SIZE = 4096
 MAX_QUEUE_SIZE = 1_000_000
 MAX_CONFLATION_MS = 60_000
@@ -72,7 +72,7 @@ class ConsumerStats:
 
 class ConsumerClosed(Exception):
     """The consumer was ended: `code` and `reason` are what its connection should close
-    with; `kind` says why (slow, overload, client, shutdown, error)."""
+    with; `kind` says why (slow, overload, client, shutdown, error, revoked)."""
 
     def __init__(self, code: int, reason: str, kind: DisconnectKind) -> None:
         super().__init__(f"{kind}: {reason} ({code})")

@@ -37,7 +37,9 @@ topic at once, then at most the latest one per topic per interval.
 
 Close codes: 4400 bad query parameters · 4401 no, an invalid or a revoked token · 4403 the
 token lacks `consume` (or auth is off and the client is not on loopback) · 4404 no such
-subscription or session · 4008 the consumer was too slow (overflow `disconnect`; reason
+subscription or session · 4429 too many failed authentications from this address (try
+again later) · 1008 the token was revoked while the stream was open (RFC 6455 section
+7.4.1, policy violation) · 4008 the consumer was too slow (overflow `disconnect`; reason
 "consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
 overloaded and dropped messages of a `disconnect` stream · 1001 the gateway is shutting
 down · 1011 an internal error. The client sends nothing (what it sends is ignored).
@@ -49,6 +51,7 @@ from typing import Final
 
 CLOSE_NORMAL: Final = 1000
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_INTERNAL_ERROR: Final = 1011
 CLOSE_TRY_AGAIN_LATER: Final = 1013
 CLOSE_SLOW_CONSUMER: Final = 4008
@@ -56,6 +59,7 @@ CLOSE_BAD_REQUEST: Final = 4400
 CLOSE_UNAUTHORIZED: Final = 4401
 CLOSE_FORBIDDEN: Final = 4403
 CLOSE_NOT_FOUND: Final = 4404
+CLOSE_TOO_MANY_FAILURES: Final = 4429
 
 #: A close reason holds at most 123 bytes (RFC 6455 5.5: 125-byte control payload).
 MAX_REASON_BYTES: Final = 123

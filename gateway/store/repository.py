@@ -8,7 +8,7 @@ the API returns ("port 7 not found").
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -207,3 +207,8 @@ class TokenRepository(Repository[ApiToken]):
 
     def named(self, name: str) -> Sequence[ApiToken]:
         return list(self.session.scalars(select(ApiToken).where(ApiToken.name == name)))
+
+    def live_ids(self, ids: Collection[int]) -> set[int]:
+        """Those of `ids` that name a stored token not revoked."""
+        query = select(ApiToken.id).where(ApiToken.id.in_(ids), ApiToken.revoked_at.is_(None))
+        return set(self.session.scalars(query))

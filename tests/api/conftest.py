@@ -22,6 +22,10 @@ from gateway.runtime import DetachedRuntime
 from gateway.settings import Settings
 from tests.host.fakesys import FakeHost
 
+#: The Host TestClient sends: a loopback name, which the API always serves.
+BASE_URL = "http://localhost"
+#: TestClient.websocket_connect joins a path to ws://testserver: give it this base instead.
+WS_BASE = "ws://localhost"
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
 
@@ -196,7 +200,7 @@ def _bearer(app: FastAPI, name: str, scopes: list[str]) -> dict[str, str]:
 
 @pytest.fixture
 def api(app: FastAPI, runtime: DetachedRuntime) -> Iterator[Api]:
-    with TestClient(app, client=("127.0.0.1", 50000)) as client:
+    with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
         yield Api(
             app,
             client,

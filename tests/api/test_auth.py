@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import UnsafeSettingsError
 from gateway.runtime import DetachedRuntime
-from tests.api.conftest import Api, make_settings
+from tests.api.conftest import BASE_URL, Api, make_settings
 from tests.host.fakesys import FakeHost
 
 PUBLIC = {"/healthz", "/readyz", "/metrics"}
@@ -76,7 +76,7 @@ def test_public_routes_need_no_token(api: Api) -> None:
 
 def test_metrics_can_require_admin(tmp_path: Path, sqlite_url: str, fake_host: FakeHost) -> None:
     settings = make_settings(tmp_path, sqlite_url, auth={"public_metrics": False})
-    with TestClient(create_app(settings, host=fake_host.manager())) as client:
+    with TestClient(create_app(settings, host=fake_host.manager()), base_url=BASE_URL) as client:
         assert client.get("/metrics").status_code == 401
 
 
@@ -87,10 +87,10 @@ def test_no_auth_mode_serves_loopback_only(
     with caplog.at_level(logging.WARNING, "wsgw.api.auth"):
         app = create_app(settings, DetachedRuntime(), host=fake_host.manager())
     assert "AUTHENTICATION IS OFF" in caplog.text
-    with TestClient(app, client=("127.0.0.1", 4000)) as client:
+    with TestClient(app, client=("127.0.0.1", 4000), base_url=BASE_URL) as client:
         assert client.get("/v1/ports").status_code == 200
         assert client.get("/v1/subscriptions").status_code == 200
-    with TestClient(app, client=("192.0.2.9", 4000)) as client:
+    with TestClient(app, client=("192.0.2.9", 4000), base_url=BASE_URL) as client:
         r = client.get("/v1/ports")
         assert r.status_code == 403
         assert "only loopback clients" in r.json()["detail"]
@@ -107,7 +107,7 @@ def test_no_auth_mode_refuses_a_non_loopback_bind(
 
 def test_cors(tmp_path: Path, sqlite_url: str, fake_host: FakeHost) -> None:
     settings = make_settings(tmp_path, sqlite_url, api={"cors_origins": ["https://ops.example"]})
-    with TestClient(create_app(settings, host=fake_host.manager())) as client:
+    with TestClient(create_app(settings, host=fake_host.manager()), base_url=BASE_URL) as client:
         r = client.options(
             "/v1/ports",
             headers={"Origin": "https://ops.example", "Access-Control-Request-Method": "GET"},

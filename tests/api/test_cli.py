@@ -100,6 +100,11 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
         "WSGW_HUB__GATEWAY": f"test{os.getpid()}",
     }
     ring = Path(f"/dev/shm/wsgw-test{os.getpid()}-messages")
+    made = subprocess.run(
+        [sys.executable, "-c", SERVE, "token", "create", "-n", "ops", "-s", "admin"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    admin = {"Authorization": f"Bearer {made.stdout.strip()}"}
     proc = subprocess.Popen(
         [sys.executable, "-c", SERVE, "serve", "--port", str(port), "--json-logs"],
         env=env,
@@ -117,7 +122,8 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
                 assert proc.poll() is None, proc.communicate()[1]
                 assert time.monotonic() < deadline, "serve did not come up"
                 time.sleep(0.1)
-        assert r.status_code == 200
+        assert (r.status_code, r.json()) == (200, {"status": "ready"})  # nothing more
+        r = httpx.get(f"http://127.0.0.1:{port}/readyz", headers=admin, timeout=5)
         engine = r.json()["engine"]
         assert engine["state"] == "running"  # the live runtime; no DPDK port opened yet
         assert "kernel transport only" in engine["reason"]

@@ -9,7 +9,7 @@ import pytest
 from starlette.websockets import WebSocketDisconnect
 
 from gateway.runtime import Metric, MetricsSnapshot
-from tests.api.conftest import Api
+from tests.api.conftest import BASE_URL, WS_BASE, Api
 
 
 def test_healthz(api: Api) -> None:
@@ -17,9 +17,10 @@ def test_healthz(api: Api) -> None:
 
 
 def test_readyz_reports_database_and_engine(api: Api) -> None:
-    r = api.client.get("/readyz")
+    r = api.client.get("/readyz", headers=api.admin)
     assert r.status_code == 200
     body = r.json()
+    assert body["status"] == "ready"
     assert body["ready"] is True
     assert body["database"] == "ok"
     assert body["engine"] == {
@@ -34,7 +35,7 @@ def test_readyz_is_503_when_the_database_is_gone(api: Api) -> None:
         raise ConnectionError("connection refused")
 
     api.service.db.ping = broken
-    r = api.client.get("/readyz")
+    r = api.client.get("/readyz", headers=api.admin)
     assert r.status_code == 503
     assert r.json()["database"] == "unreachable"
     assert "connection refused" in r.json()["database_error"]
@@ -75,7 +76,7 @@ def test_two_apps_have_their_own_registries(api: Api) -> None:
     from api.app import create_app
 
     other = create_app(api.app.state.settings, host=api.app.state.host)
-    with TestClient(other) as client:
+    with TestClient(other, base_url=BASE_URL) as client:
         assert client.get("/metrics").status_code == 200
 
 
@@ -93,12 +94,14 @@ def test_stream_checks_token_and_subscription_then_says_no_hub(
     ]
     for headers, code in cases:
         with (
-            api.client.websocket_connect(url, headers=headers) as ws,
+            api.client.websocket_connect(WS_BASE + url, headers=headers) as ws,
             pytest.raises(WebSocketDisconnect) as closed,
         ):
             ws.receive_text()
         assert closed.value.code == code
-    with api.client.websocket_connect("/v1/stream?subscription=999", headers=api.consume) as ws:
+    with api.client.websocket_connect(
+        f"{WS_BASE}/v1/stream?subscription=999", headers=api.consume
+    ) as ws:
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_text()
         assert (closed.value.code, closed.value.reason) == (4404, "subscription 999 not found")

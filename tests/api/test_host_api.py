@@ -14,7 +14,7 @@ from api.app import create_app
 from gateway.host import HostManager
 from gateway.host.system import HostPaths
 from gateway.settings import Settings
-from tests.api.conftest import Api, make_settings
+from tests.api.conftest import BASE_URL, Api, make_settings
 from tests.host.fakesys import FakeHost
 
 SPARE = "0000:03:00.0"
@@ -93,7 +93,7 @@ def test_nics_bind_unbind_refuse(api: Api, fake_host: FakeHost) -> None:
 def test_changes_disabled_is_409(tmp_path: Path, sqlite_url: str, fake_host: FakeHost) -> None:
     settings = make_settings(tmp_path, sqlite_url, auth={"mode": "none"})
     app = create_app(settings, host=fake_host.manager(allow_changes=False))
-    with TestClient(app, client=("127.0.0.1", 1)) as client:
+    with TestClient(app, client=("127.0.0.1", 1), base_url=BASE_URL) as client:
         r = client.post(f"/v1/host/nics/{SPARE}/bind")
         assert r.status_code == 409
         assert "host changes are disabled" in r.json()["detail"]
@@ -104,7 +104,9 @@ def real_api(tmp_path: Path, sqlite_url: str) -> Iterator[TestClient]:
     """An app on the real host (read-only use, except the hugepage test, which restores)."""
     settings = make_settings(tmp_path, sqlite_url, auth={"mode": "none"}, host={})
     real = HostManager(HostPaths(pmd_dirs=tuple(Settings().host.pmd_dirs)))
-    with TestClient(create_app(settings, host=real), client=("127.0.0.1", 1)) as client:
+    with TestClient(
+        create_app(settings, host=real), client=("127.0.0.1", 1), base_url=BASE_URL
+    ) as client:
         yield client
 
 

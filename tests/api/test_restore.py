@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from gateway.runtime import DetachedRuntime, PortSpec, SessionSpec
 from gateway.service import GatewayService
-from tests.api.conftest import make_settings
+from tests.api.conftest import BASE_URL, make_settings
 from tests.host.fakesys import FakeHost
 
 
@@ -18,7 +18,7 @@ def test_restart_restores_what_was_open(tmp_path: Path, db_url: str, fake_host: 
     settings = make_settings(tmp_path, db_url)
     first = DetachedRuntime()
     app = create_app(settings, first, host=fake_host.manager())
-    with TestClient(app) as client:
+    with TestClient(app, base_url=BASE_URL) as client:
         _, secret = app.state.service.create_token("t", ["admin", "consume"])
         h = {"Authorization": f"Bearer {secret}"}
 

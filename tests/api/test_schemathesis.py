@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
 
 from api.app import create_app
 from gateway.runtime import DetachedRuntime
-from tests.api.conftest import make_settings
+from tests.api.conftest import BASE_URL, make_settings
 from tests.host.fakesys import FakeHost
 
 CHECKS = [
@@ -48,9 +48,12 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
         "0000:00:03.0", 0x1AF4, 0x1041, "virtio-pci", "eth0", up=True,
         addresses=["192.0.2.2/24"], routes=["default"],
     )  # fmt: skip
-    settings_ = make_settings(root, f"sqlite:///{root / 'state/wsgw.db'}")
+    # schemathesis' ASGI client sends Host: testserver.
+    settings_ = make_settings(
+        root, f"sqlite:///{root / 'state/wsgw.db'}", api={"allowed_hosts": ["testserver"]}
+    )
     app = create_app(settings_, DetachedRuntime(), host=host.manager())
-    with TestClient(app):  # runs the lifespan: migrations, restore
+    with TestClient(app, base_url=BASE_URL):  # runs the lifespan: migrations, restore
         _, secret = app.state.service.create_token("fuzz", ["admin", "consume"])
         _headers["Authorization"] = f"Bearer {secret}"
         port = app.state.service.create_port(

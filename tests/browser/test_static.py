@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from api.routes import dashboard
 from gateway.runtime import DetachedRuntime
 from gateway.settings import Settings
+from tests.api.conftest import BASE_URL
 from tests.browser.conftest import build_app, make_fake_host
 
 STATIC = Path(dashboard.__file__).resolve().parent.parent / "static"
@@ -32,7 +33,7 @@ def _client(tmp_path: Path, auth: str = "token") -> Iterator[TestClient]:
         auth={"mode": auth},  # type: ignore[arg-type]
     )
     app = build_app(settings, DetachedRuntime(), host)
-    with TestClient(app, client=("127.0.0.1", 50000)) as client:
+    with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
         yield client
 
 

@@ -149,6 +149,9 @@ def test_prometheus_and_grafana_are_wired(compose: dict[str, Any]) -> None:
     (target,) = job["static_configs"][0]["targets"]
     host, _, port = target.partition(":")
     assert host in services and port == services[host]["environment"]["WSGW_API__PORT"]
+    # Prometheus sends Host: gateway:8080, which the API must answer (api.allowed_hosts).
+    settings = load_settings(services[host]["environment"])
+    assert host in settings["api"]["allowed_hosts"]
 
     grafana = services["grafana"]
     grafana_mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}

@@ -208,6 +208,24 @@ def test_probes_ports_and_service() -> None:
     assert service["spec"]["selector"].items() <= labels.items()
 
 
+def test_allowed_hosts_name_the_service_and_the_pod() -> None:
+    """Probes and a Prometheus scraping the pod send Host: <pod IP>:8080, clients in the
+    cluster the Service's names: the API must answer them all (api.allowed_hosts)."""
+    env = [e["name"] for e in container()["env"]]
+    values = {e["name"]: e for e in container()["env"]}
+    assert values["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # The kubelet expands $(POD_IP) only from a variable defined earlier in the list.
+    assert env.index("POD_IP") < env.index("WSGW_API__ALLOWED_HOSTS")
+    raw = values["WSGW_API__ALLOWED_HOSTS"]["value"]
+    service = one("Service")["metadata"]["name"]
+    namespace = one("Namespace")["metadata"]["name"]
+    for pod_ip, host in [("10.244.1.7", "10.244.1.7"), ("fd00:10:244::7", "[fd00:10:244::7]")]:
+        settings = load_settings({"WSGW_API__ALLOWED_HOSTS": raw.replace("$(POD_IP)", pod_ip)})
+        allowed = settings["api"]["allowed_hosts"]
+        assert host in allowed
+        assert {service, f"{service}.{namespace}.svc.cluster.local"} <= set(allowed)
+
+
 def test_secret_holds_placeholders_and_feeds_the_database_url() -> None:
     secret = one("Secret")
     for key, value in secret["stringData"].items():

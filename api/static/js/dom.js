@@ -149,6 +149,7 @@ export function stateBadge(state) {
   const tone =
     {
       running: "ok",
+      ready: "ok",
       connected: "ok",
       up: "ok",
       ok: "ok",
@@ -163,6 +164,7 @@ export function stateBadge(state) {
       closed: "idle",
       down: "bad",
       failed: "bad",
+      not_ready: "bad",
       unreachable: "bad",
     }[state] || "idle";
   return h("span", { class: `badge badge-${tone}`, dataset: { state } }, state);

@@ -90,21 +90,29 @@ function showChrome(on) {
       const page = PAGES[link.dataset.page];
       link.hidden = Boolean(page.scope && !auth.has(page.scope));
     }
+    pollReady(); // what /readyz says depends on the token: ask with this one
   }
 }
 
-// ---- the engine pill: /readyz every 5 s (no token needed) ------------------------------
+// ---- the engine pill: /readyz every 5 s ---------------------------------------------------
+// Anyone gets {status}; with an admin token (or auth off) also the engine and the database.
 async function pollReady() {
   clearTimeout(readyTimer);
   try {
-    const response = await fetch("/readyz", { cache: "no-store" });
+    const headers = auth.mode === "token" && auth.token ? { Authorization: `Bearer ${auth.token}` } : {};
+    const response = await fetch("/readyz", { cache: "no-store", headers, credentials: "omit" });
     const body = await response.json();
-    ctx.engine = body.engine;
+    ctx.engine = body.engine || null;
     ctx.ready = body;
-    replace(pill, "engine ", stateBadge(body.engine.state));
-    pill.title = body.engine.reason
-      ? `engine ${body.engine.state}: ${body.engine.reason}`
-      : `engine ${body.engine.state}`;
+    if (body.engine) {
+      replace(pill, "engine ", stateBadge(body.engine.state));
+      pill.title = body.engine.reason
+        ? `engine ${body.engine.state}: ${body.engine.reason}`
+        : `engine ${body.engine.state}`;
+    } else {
+      replace(pill, "gateway ", stateBadge(body.status || "unreachable"));
+      pill.title = "the engine's state needs the 'admin' scope";
+    }
     if (banner.classList.contains("banner-bad")) banner.hidden = true;
   } catch (err) {
     ctx.engine = null;

@@ -64,6 +64,15 @@ export function mount(root, ctx) {
       return;
     }
     const e = ready.engine;
+    if (!e) {
+      // /readyz says more than {status} to an admin only (it may name database hosts).
+      replace(
+        engineBody,
+        kv([["Ready", ready.status === "ready" ? "yes" : h("span", { class: "error-text" }, "no")]]),
+        h("p", { class: "muted" }, "The engine's and the database's state need the 'admin' scope."),
+      );
+      return;
+    }
     const details = Object.entries(e.details || {}).map(([k, v]) => [
       k,
       typeof v === "object" ? JSON.stringify(v) : String(v),
