@@ -197,6 +197,12 @@ class Runtime(Protocol):
 
     def session_status(self, session_id: int) -> SessionStatus: ...
 
+    def remove_session(self, session_id: int) -> None:
+        """The session is being deleted: stop it if it runs, wait (bounded) until it has
+        stopped, then forget it (status, topics, the hub's state of it); its late events
+        are dropped. RuntimeRefusedError, forgetting nothing, when it did not stop in time."""
+        ...
+
     def subscribe(self, session_id: int, topics: Sequence[str]) -> None: ...
 
     def unsubscribe(self, session_id: int, topics: Sequence[str]) -> None: ...
@@ -288,6 +294,13 @@ class DetachedRuntime:
                 self._since.get(session_id),
                 tuple(self.topics.get(session_id, ())),
             )
+
+    def remove_session(self, session_id: int) -> None:
+        with self._lock:
+            self.calls.append(("remove_session", session_id))
+            self.sessions.pop(session_id, None)
+            self.topics.pop(session_id, None)
+            self._since.pop(session_id, None)
 
     def subscribe(self, session_id: int, topics: Sequence[str]) -> None:
         with self._lock:

@@ -88,7 +88,8 @@ def update_session(
     "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
 )
 def delete_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
-    """Remove a stopped session with its subscriptions and events."""
+    """Remove a session with its subscriptions and events; a running one is stopped first
+    (409 when it does not stop in time: the session then stays, stopped)."""
     service.delete_session(session_id)
 
 

@@ -51,6 +51,7 @@ from gateway.hub.events import (
 )
 from gateway.hub.handoff import Handoff
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
+from gateway.hub.protocol import CLOSE_SESSION_DELETED
 
 log = logging.getLogger("wsgw.hub")
 
@@ -170,6 +171,11 @@ class _Router:
                 lost = sum(counts.get((sid, t), 0) for t in consumer.topics)
             if lost:
                 consumer.overflowed(lost)
+
+    def end_session(self, sid: int) -> None:
+        """The session was deleted: its consumers end with 4410 (loop thread)."""
+        for consumer in self._session_consumers(sid):
+            consumer.cut(CLOSE_SESSION_DELETED, f"session {sid} was deleted", "deleted")
 
     def shutdown(self) -> None:
         for consumer in list(self.consumers):
@@ -456,6 +462,19 @@ class Hub:
             if stats is None:
                 stats = self._stats[name] = ConsumerStats(name)
         return stats
+
+    def forget_session(self, session_id: int) -> None:
+        """A deleted session: its consumers end (close 4410, on their loops), and its last
+        gap and ring topic ids are forgotten, so nothing of it reaches a later consumer.
+        Call after the session stopped publishing (LiveRuntime.remove_session does)."""
+        with self._publish_lock:
+            self._last_gaps.pop(session_id, None)
+            self._tids = {key: tid for key, tid in self._tids.items() if key[0] != session_id}
+        with self._lock:
+            routers = list(self._routers.values())
+        for router in routers:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: no consumers left
+                router.loop.call_soon_threadsafe(router.end_session, session_id)
 
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:

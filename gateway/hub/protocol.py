@@ -37,8 +37,9 @@ topic at once, then at most the latest one per topic per interval.
 
 Close codes: 4400 bad query parameters · 4401 no, an invalid or a revoked token · 4403 the
 token lacks `consume` (or auth is off and the client is not on loopback) · 4404 no such
-subscription or session · 4008 the consumer was too slow (overflow `disconnect`; reason
-"consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
+subscription or session · 4410 the session was deleted (reason "session N was deleted":
+nothing more will come from it) · 4008 the consumer was too slow (overflow `disconnect`;
+reason "consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
 overloaded and dropped messages of a `disconnect` stream · 1001 the gateway is shutting
 down · 1011 an internal error. The client sends nothing (what it sends is ignored).
 """
@@ -56,6 +57,8 @@ CLOSE_BAD_REQUEST: Final = 4400
 CLOSE_UNAUTHORIZED: Final = 4401
 CLOSE_FORBIDDEN: Final = 4403
 CLOSE_NOT_FOUND: Final = 4404
+#: The session was deleted (HTTP 410 Gone's number, in the private range).
+CLOSE_SESSION_DELETED: Final = 4410
 
 #: A close reason holds at most 123 bytes (RFC 6455 5.5: 125-byte control payload).
 MAX_REASON_BYTES: Final = 123
