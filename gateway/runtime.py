@@ -29,6 +29,8 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 NOT_ATTACHED = "dataplane not attached"
+#: A session's `receiving_unparsable` clears after this long without an unparsable frame.
+UNPARSABLE_QUIET_S = 60.0
 
 
 class EngineState(StrEnum):
@@ -140,6 +142,9 @@ class SessionStatus:
     reason: str | None = None
     since: float | None = None  # time.time() of the last state change, when known
     topics: tuple[str, ...] = ()  # topics the runtime holds for this session
+    #: The upstream sends frames the dialect cannot parse (dropped, counted); clears after
+    #: UNPARSABLE_QUIET_S without one.
+    receiving_unparsable: bool = False
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("heartbeats", "counter", "Exchange heartbeats and keepalive answers"),
     ("pings_sent", "counter", "WebSocket pings sent"),
     ("sequence_gaps", "counter", "Breaks in the exchange's sequence numbers"),
+    ("unparsable", "counter", "Frames the session's dialect could not parse (dropped)"),
 )
 
 
@@ -429,8 +430,14 @@ class LiveRuntime:
             return SessionStatus(
                 session_id, SessionState.STOPPED, "not started", None, self._held(session_id)
             )
+        session = self._sessions.get(session_id)
         return SessionStatus(
-            status.session_id, status.state, status.reason, status.since, self._held(session_id)
+            status.session_id,
+            status.state,
+            status.reason,
+            status.since,
+            self._held(session_id),
+            session is not None and session.receiving_unparsable,
         )
 
     def _reap_if_any_loop_closed(self, *, wait: float) -> None:

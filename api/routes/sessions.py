@@ -31,6 +31,7 @@ def status_public(status_: SessionStatus) -> SessionStatusPublic:
         reason=status_.reason,
         since=datetime.fromtimestamp(status_.since, UTC) if status_.since else None,
         topics=list(status_.topics),
+        receiving_unparsable=status_.receiving_unparsable,
     )
 
 
