@@ -245,6 +245,7 @@ async def stream(websocket: WebSocket) -> None:
             "overflow": options.overflow,
             "conflation_ms": options.conflation_ms,
             "next_seq": hub.next_seq,
+            "epoch": hub.epoch_hex,
         }
         await websocket.send_text(orjson.dumps(hello).decode())
     await _serve(websocket, consumer, request.envelope)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -156,7 +157,9 @@ class _Router:
         return [c for c in self.consumers if c.session_id == sid]
 
     def _gap(self, event: GapEvent) -> None:
-        notice = GapNotice(event.session_id, event.lost, event.reason, event.seq)
+        notice = GapNotice(
+            event.session_id, event.lost, event.reason, event.seq, epoch=self.hub.epoch_hex
+        )
         for consumer in self._session_consumers(event.session_id):
             if consumer.past_gap_seq != event.seq:  # else it got this one as a past gap
                 consumer.push_gap(notice)
@@ -214,6 +217,12 @@ class Hub:
         self._tids: dict[tuple[int, str], int] = {}
         self._gap_tid = 0
         self._next_seq = 1
+        #: This run's identifier: the ring's epoch (its header's), else a random one. The
+        #: ring's sequence numbers start again at 1 on every start: with the epoch, a
+        #: consumer tells a restart from a replay (the /v1/stream hello and gap frames
+        #: carry it as 16 hex digits, `epoch_hex`).
+        self.epoch: int = ring.epoch if ring is not None else secrets.randbits(64)
+        self.epoch_hex = f"{self.epoch:016x}"
         if ring is not None:
             self._gap_tid = ring.register_topic(RING_GAP_TOPIC)
             self._next_seq = ring.last_seq + 1
@@ -429,7 +438,15 @@ class Hub:
         if last is not None:
             consumer.past_gap_seq = last.seq
             consumer.push_gap(
-                GapNotice(session_id, last.lost, last.reason, last.seq, last.ts_ns, past=True)
+                GapNotice(
+                    session_id,
+                    last.lost,
+                    last.reason,
+                    last.seq,
+                    last.ts_ns,
+                    past=True,
+                    epoch=self.epoch_hex,
+                )
             )
         return consumer
 

@@ -183,7 +183,9 @@ class GapNotice(NamedTuple):
 
     past: the session's last upstream gap, which happened before this consumer subscribed
     (`Hub.subscribe` hands it over once, first): data from before the subscription may be
-    missing. ts_ns: when that gap happened (time.time_ns()); set on past notices only."""
+    missing. ts_ns: when that gap happened (time.time_ns()); set on past notices only.
+    epoch: the hub's run identifier (Hub.epoch_hex), on upstream gaps: a restart of the
+    gateway is a new epoch."""
 
     session_id: int
     lost: int | None
@@ -191,6 +193,7 @@ class GapNotice(NamedTuple):
     seq: int | None = None
     ts_ns: int | None = None
     past: bool = False
+    epoch: str | None = None
 
     def json(self) -> str:
         body: dict[str, object] = {
@@ -203,6 +206,8 @@ class GapNotice(NamedTuple):
         if self.past:
             body["past"] = True
             body["ts_ns"] = self.ts_ns
+        if self.epoch is not None:
+            body["epoch"] = self.epoch
         return orjson.dumps(body).decode()
 
 

@@ -17,10 +17,13 @@ Frames, server to client:
 - `envelope=1`: a text frame per message,
   `{"type":"msg","seq":N,"session":S,"topic":T,"recv_ts_ns":NS[,"upstream_seq":U],
   "payload":"<the payload as a string>"}` (`"payload_b64"` instead when it is not UTF-8),
-  and first a `{"type":"subscribed",...}` frame that says what the stream carries;
+  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E}` frame that says what the
+  stream carries;
 - gap events in both modes: a text frame
-  `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R}`. reason is the
-  session's (an upstream reconnect: lost may be null when it cannot tell), `queue_full`
+  `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R[,"epoch":E]}`. reason is
+  the session's (an upstream reconnect, with lost null when it cannot tell; a break in the
+  exchange's own sequence numbers, with lost the count they skipped where they are
+  contiguous, e.g. Binance depth update ids, also across a reconnect), `queue_full`
   (drop_oldest dropped that many of this stream's oldest messages) or `gateway_overload`
   (the gateway's own hand-off was full). In raw mode a gap frame can only be told from an
   upstream payload by its shape: use envelope=1 when that matters;
@@ -29,6 +32,12 @@ Frames, server to client:
   once, `{"type":"gap",...,"past":true,"ts_ns":NS}` with the time it happened. What was
   published before the stream subscribed may be missing; a stream that subscribes before
   the session reconnects gets that gap live instead (without `past`).
+
+`epoch` (16 hex digits) identifies the gateway's run: the shared-memory ring's epoch, a new
+random one on every start. `seq` starts again at 1 after a restart; a consumer that keeps
+the epoch and finds another one on its next connection knows the gateway restarted and what
+was published while it was down is missing. It is in the `subscribed` frame and the session's
+gap frames (not in every message: one connection never spans two runs).
 
 `seq` is the gateway's sequence number of the message: the same number the shared-memory
 ring gives it, increasing along a stream (not contiguous: other topics take numbers too).

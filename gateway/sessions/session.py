@@ -515,7 +515,10 @@ class UpstreamSession:
             interval = cfg.heartbeat.keepalive_interval_s or keepalive[0]
             link.keepalive = keepalive[1]
         link.liveness = Liveness(cfg.heartbeat, interval, now)
+        previous = link.seq
         link.seq = sequence_checker(cfg.dialect) if cfg.sequence_check else None
+        if link.seq is not None and previous is not None:
+            link.seq.resume_from(previous)  # a jump across the reconnect is counted too
         topics = list(link.topics)
         self._move(
             link,
@@ -626,11 +629,11 @@ class UpstreamSession:
             return stamped
         # Publish in order: the messages before each break, the gap, then the rest.
         start = 0
-        for index, reason in breaks:
+        for index, reason, lost in breaks:
             if index > start:
                 self._publish(stamped[start:index])
             self.counters.sequence_gaps += 1
-            self._gap(link, reason)
+            self._gap(link, reason, lost)
             start = index
         return stamped[start:]
 
