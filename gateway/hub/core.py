@@ -305,7 +305,7 @@ class Hub:
         seq = self._next_seq
         if self._closed:
             return seq
-        event = GapEvent(seq, session_id, lost, reason, time.time_ns())
+        event = GapEvent(seq, session_id, lost, reason, time.time_ns(), self.epoch_hex)
         ring = self.ring
         if ring is not None:
             try:

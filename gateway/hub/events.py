@@ -30,25 +30,28 @@ class Batch(NamedTuple):
 
 
 class GapEvent(NamedTuple):
-    """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`."""
+    """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`.
+    epoch: the hub's run (Hub.epoch_hex), for NATS subscribers, who see no ring header."""
 
     seq: int
     session_id: int
     lost: int | None
     reason: str
     ts_ns: int
+    epoch: str | None = None
 
     def json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "type": "gap",
-                "seq": self.seq,
-                "session": self.session_id,
-                "lost": self.lost,
-                "reason": self.reason,
-                "ts_ns": self.ts_ns,
-            }
-        )
+        body: dict[str, object] = {
+            "type": "gap",
+            "seq": self.seq,
+            "session": self.session_id,
+            "lost": self.lost,
+            "reason": self.reason,
+            "ts_ns": self.ts_ns,
+        }
+        if self.epoch is not None:
+            body["epoch"] = self.epoch
+        return orjson.dumps(body)
 
 
 class Overflow(NamedTuple):

@@ -108,6 +108,7 @@ def test_sequence_numbers_are_the_rings(ring: RingWriter, ring_name: str) -> Non
             "lost": 17,
             "reason": "reconnect",
             "ts_ns": gap.ts_ns,
+            "epoch": f"{ring.epoch:016x}",
         }
         assert hub.counters.ring_written == 5
         reader.close()
