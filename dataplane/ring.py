@@ -260,7 +260,7 @@ class RingInfo:
     oldest_seq: int  # oldest sequence still in the ring (last_seq + 1 when empty)
     closed: bool
     writer_pid: int
-    instance: int
+    instance: int  # the epoch: random, one per ring creation (RingWriter.epoch)
     created_ns: int
     waiters: int
 
@@ -295,6 +295,9 @@ class RingWriter:
         self.capacity = info["capacity"]
         self.max_payload = info["max_payload"]
         self.max_topics = info["max_topics"]
+        #: This ring's run identifier (the header's random `instance`, one per creation):
+        #: a reader that finds another epoch than it saw last knows the writer restarted.
+        self.epoch: int = info["instance"]
         self._topics: dict[str, int] = {}
         self._finalizer = weakref.finalize(self, _c.writer_close, handle, path is not None)
 
@@ -488,6 +491,9 @@ class RingReader:
         self.capacity = info["capacity"]
         self.max_payload = info["max_payload"]
         self.max_topics = info["max_topics"]
+        #: The ring's run identifier (RingWriter.epoch): another one at the same path
+        #: means the writer (the gateway) restarted and sequence numbers began again.
+        self.epoch: int = info["instance"]
         self.max_batch = max_batch
         self._buf = _c.ReadBuffers(handle, max_batch, max(1 << 20, self.max_payload))
         self._lock = threading.Lock()

@@ -44,6 +44,12 @@ def consume(
             "then sleep) or busy (poll: a whole core, the lowest latency)"
         ),
     ] = "futex",
+    follow: Annotated[
+        bool,
+        typer.Option(
+            help="when the gateway restarts, go on with its new ring (prints RESTART first)"
+        ),
+    ] = False,
 ) -> None:
     """Print one line per message (`seq topic payload`) and per gap (`GAP ...`)."""
     from dataplane.ring import WaitPolicy
@@ -54,7 +60,7 @@ def consume(
         raise typer.BadParameter(str(exc), param_hint="--wait") from None
     if url is not None:
         sys.exit(asyncio.run(_websocket(url, token, count, timeout)))
-    sys.exit(_ring(gateway, session, topic, count, timeout, policy))
+    sys.exit(_ring(gateway, session, topic, count, timeout, policy, follow))
 
 
 def _ring(
@@ -64,9 +70,10 @@ def _ring(
     count: int,
     timeout: float,
     policy: WaitPolicy | None = None,
+    follow: bool = False,
 ) -> int:
     from dataplane.ring import Gap, RingError
-    from gateway.client import Client
+    from gateway.client import Client, Restart
     from gateway.hub.names import ring_topics
 
     if session is not None:
@@ -74,7 +81,9 @@ def _ring(
     else:
         patterns = topics or None  # `<session>:<topic>` names or shell patterns
     try:
-        client = Client.attach("messages", gateway=gateway, topics=patterns, copy=True, wait=policy)
+        client = Client.attach(
+            "messages", gateway=gateway, topics=patterns, copy=True, wait=policy, follow=follow
+        )
     except RingError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         return 1
@@ -92,6 +101,9 @@ def _ring(
             for event in events:
                 if isinstance(event, Gap):
                     print(f"GAP lost={event.lost} first_seq={event.first_seq}", flush=True)
+                    continue
+                if isinstance(event, Restart):
+                    print(f"RESTART epoch={event.epoch:016x}", flush=True)
                     continue
                 payload = bytes(event.payload).decode(errors="replace")
                 print(f"{event.seq} {event.topic} {payload}", flush=True)

@@ -12,6 +12,13 @@ remote one, with the same events either way: `RingMessage` and `Gap`.
         async for event in client:
             ...
 
+Each ring creation has an epoch (a random 64-bit run identifier in the ring's header): after
+a gateway restart the ring is a new one, its sequence numbers start again at 1, and what was
+published while the gateway was down is not in it. A consumer that keeps the epoch it last
+saw (`client.epoch`) and passes it back (`Client.attach(..., epoch=saved)`) gets a `Restart`
+event first when the ring is another; with `follow=True` a client whose gateway went away
+waits for the next ring at the same name, reports `Restart` and goes on reading it.
+
 Latency-critical consumers choose how to wait (`wait=`, see dataplane.ring.WaitPolicy):
 "futex" (the default: sleep, no CPU while idle), "spin:<us>" (poll that long, then sleep),
 "busy" (poll: a whole core, the lowest latency). The polling runs in C with the GIL released;
@@ -29,16 +36,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
 
 from dataplane.ring import (
     Gap,
     RingError,
-    RingEvent,
     RingMessage,
+    RingNotFoundError,
     RingReader,
     WaitPolicy,
     ring_name,
@@ -46,16 +53,33 @@ from dataplane.ring import (
 
 __all__ = [
     "Client",
+    "ClientEvent",
     "Gap",
     "MessageSource",
     "MessagesLostError",
+    "Restart",
     "RingMessage",
     "RingSource",
     "WaitPolicy",
 ]
 
+
+class Restart(NamedTuple):
+    """The stream is another run of the gateway than the one this consumer saw last (its
+    epoch differs): sequence numbers began again, and what the gateway would have published
+    in between is missing. previous_epoch: the epoch the consumer knew (None: none)."""
+
+    previous_epoch: int | None
+    epoch: int
+
+
+#: What a Client yields: a message, a gap (messages lost) or a restart (a new run).
+ClientEvent = RingMessage | Gap | Restart
+
 OnGap = Literal["event", "raise"]
 Start = Literal["latest", "oldest"]
+#: How often a following client looks for the gateway's next ring while it is not there.
+FOLLOW_POLL = 0.05
 #: Longest spin of an asyncio consumer on its loop before the other tasks get a turn.
 BUSY_SLICE = 0.001
 
@@ -77,7 +101,12 @@ class MessageSource(Protocol):
     None: until there is something or the source ended); wait may be called from another
     thread than the one that created the source, and interrupt from any thread."""
 
-    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]: ...
+    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]: ...
+
+    @property
+    def epoch(self) -> int:
+        """The run identifier of what this source reads (one per gateway start)."""
+        ...
 
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
         """spin: seconds to poll before sleeping (None: the source's own policy)."""
@@ -103,8 +132,13 @@ class RingSource:
         self.reader = reader
         self._ended = False
 
-    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]:
-        return self.reader.read_batch(max, timeout)
+    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
+        # A list of RingMessage | Gap is a list of ClientEvent (lists are invariant).
+        return cast("list[ClientEvent]", self.reader.read_batch(max, timeout))
+
+    @property
+    def epoch(self) -> int:
+        return self.reader.epoch
 
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
         return self.reader.wait(timeout, spin)
@@ -135,14 +169,32 @@ class Client:
     #: Longest single blocking wait: how often an idle consumer checks the gateway is alive.
     LIVENESS_INTERVAL = 1.0
 
-    def __init__(self, source: MessageSource, *, on_gap: OnGap = "event") -> None:
+    def __init__(
+        self,
+        source: MessageSource,
+        *,
+        on_gap: OnGap = "event",
+        epoch: int | None = None,
+        reopen: Callable[[], MessageSource] | None = None,
+    ) -> None:
+        """epoch: the one this consumer saw last (a Restart comes first when the source's
+        is another). reopen: how to open the source again once it ended (follow)."""
         if on_gap not in ("event", "raise"):
             raise ValueError(f"on_gap must be 'event' or 'raise', not {on_gap!r}")
         self.source = source
         self.on_gap = on_gap
-        self._pending: list[RingEvent] = []
+        self._reopen = reopen
+        self._pending: list[ClientEvent] = []
+        if epoch is not None and epoch != source.epoch:
+            self._pending.append(Restart(epoch, source.epoch))
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+
+    @property
+    def epoch(self) -> int:
+        """The run identifier of the gateway this client reads now: keep it, and pass it to
+        the next attach to learn whether the gateway restarted meanwhile."""
+        return self.source.epoch
 
     # ---- opening ------------------------------------------------------------------------
     @classmethod
@@ -157,16 +209,31 @@ class Client:
         on_gap: OnGap = "event",
         max_batch: int = 1024,
         wait: WaitPolicy | str | None = None,
+        epoch: int | None = None,
+        follow: bool = False,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
         all. copy: payloads as bytes rather than views valid until the next read. wait:
-        "futex" (default), "spin[:us]" or "busy", or a WaitPolicy (module doc)."""
+        "futex" (default), "spin[:us]" or "busy", or a WaitPolicy (module doc). epoch: the
+        one the consumer saw last (a Restart first if the ring is another run). follow:
+        when the gateway goes, wait for its next ring and read it from its oldest message,
+        after a Restart, instead of ending."""
         name = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
             name, topics, copy=copy, start=start, max_batch=max_batch, wait=wait
         )
-        return cls(RingSource(reader), on_gap=on_gap)
+
+        def reopen() -> MessageSource:
+            return RingSource(
+                RingReader.attach(
+                    name, topics, copy=copy, start="oldest", max_batch=max_batch, wait=wait
+                )
+            )
+
+        return cls(
+            RingSource(reader), on_gap=on_gap, epoch=epoch, reopen=reopen if follow else None
+        )
 
     @classmethod
     def connect(
@@ -178,6 +245,8 @@ class Client:
         start: Start = "latest",
         on_gap: OnGap = "event",
         wait: WaitPolicy | str | None = None,
+        epoch: int | None = None,
+        follow: bool = False,
     ) -> Client:
         """Open a stream by URL: shm://<gateway>/<ring> (this host's shared memory), or a
         ws(s)://host:port/v1/stream downstream WebSocket (remote consumers)."""
@@ -192,6 +261,8 @@ class Client:
                 start=start,
                 on_gap=on_gap,
                 wait=wait,
+                epoch=epoch,
+                follow=follow,
             )
         if parts.scheme in ("ws", "wss"):
             # The downstream WebSocket source plugs in here: a MessageSource that reads
@@ -200,30 +271,58 @@ class Client:
         raise ValueError(f"unsupported stream URL {url!r}: use shm://gateway/ring or ws(s)://")
 
     # ---- sync -----------------------------------------------------------------------------
-    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[RingEvent]:
+    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
         """Up to max events; timeout as in RingReader.read_batch. With on_gap="raise", the
-        messages that came with the gap are returned by the next read."""
+        messages that came with the gap are returned by the next read. Following, a source
+        that ended is replaced by the next run's as soon as there is one: [Restart]."""
         if self._pending:
             return self._take_pending()
-        return self._deliver(self.source.read(max, timeout))
+        events = self._deliver(self.source.read(max, timeout))
+        if not events and self._reopen is not None and self.source.ended:
+            switched = self._follow()
+            if not switched and timeout != 0:  # not there yet: wait a little, not spin
+                time.sleep(FOLLOW_POLL if timeout is None else min(timeout, FOLLOW_POLL))
+            return switched
+        return events
 
-    def _deliver(self, events: list[RingEvent]) -> list[RingEvent]:
+    def _follow(self) -> list[ClientEvent]:
+        """The next run's source, if its ring is there yet (else [] and the old one stays):
+        the file at the name is still the old run's until a new gateway replaces it."""
+        assert self._reopen is not None
+        try:
+            source = self._reopen()
+        except RingNotFoundError:
+            return []
+        if source.epoch == self.source.epoch:
+            source.close()
+            return []
+        previous, self.source = self.source, source
+        previous.close()
+        return [Restart(previous.epoch, source.epoch)]
+
+    @property
+    def following(self) -> bool:
+        """Whether the client goes on with the gateway's next run when this one ends."""
+        return self._reopen is not None
+
+    def _deliver(self, events: list[ClientEvent]) -> list[ClientEvent]:
         if self.on_gap == "raise" and events and type(events[0]) is Gap:
             gap = events[0]
             self._pending = events[1:]
             raise MessagesLostError(gap)
         return events
 
-    def _take_pending(self) -> list[RingEvent]:
+    def _take_pending(self) -> list[ClientEvent]:
         pending, self._pending = self._pending, []
         return pending
 
-    def __iter__(self) -> Iterator[RingEvent]:
+    def __iter__(self) -> Iterator[ClientEvent]:
         """Every event, blocking; ends when the stream ends or the client is closed."""
         return self.messages()
 
-    def messages(self, idle_timeout: float | None = None) -> Iterator[RingEvent]:
-        """Every event, blocking; also ends after idle_timeout seconds without any."""
+    def messages(self, idle_timeout: float | None = None) -> Iterator[ClientEvent]:
+        """Every event, blocking; also ends after idle_timeout seconds without any (and,
+        unless following, when the gateway is gone)."""
         last = time.monotonic()
         while not self._closed:
             wait = self.LIVENESS_INTERVAL
@@ -239,13 +338,15 @@ class Client:
                 last = time.monotonic()
                 yield from events
                 continue
-            if self._closed or self.source.ended:
+            if self._closed or (self.source.ended and not self.following):
                 return
             if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
                 return
 
     # ---- asyncio --------------------------------------------------------------------------
-    async def aread(self, max: int | None = None, timeout: float | None = None) -> list[RingEvent]:
+    async def aread(
+        self, max: int | None = None, timeout: float | None = None
+    ) -> list[ClientEvent]:
         """Up to max events without blocking the event loop: the futex wait runs in this
         client's own thread (it releases the GIL) and is interrupted on cancellation. With
         the spin policy the loop first polls for spin_us itself; with busy it polls in
@@ -257,8 +358,15 @@ class Client:
         policy = self.source.wait_policy
         while True:
             events = self.read(max, 0.0)
-            if events or self._closed or timeout == 0 or self.source.ended:
+            if events or self._closed or timeout == 0:
                 return events
+            if self.source.ended:
+                if not self.following:
+                    return events
+                await asyncio.sleep(FOLLOW_POLL)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+                continue
             left = self.LIVENESS_INTERVAL
             if deadline is not None:
                 left = min(left, deadline - time.monotonic())
@@ -280,16 +388,16 @@ class Client:
                 self.source.interrupt()
                 raise
 
-    def __aiter__(self) -> AsyncIterator[RingEvent]:
+    def __aiter__(self) -> AsyncIterator[ClientEvent]:
         return self._aiter()
 
-    async def _aiter(self) -> AsyncIterator[RingEvent]:
+    async def _aiter(self) -> AsyncIterator[ClientEvent]:
         while not self._closed:
             events = await self.aread()
             if events:
                 for event in events:
                     yield event
-            elif self._closed or self.source.ended:
+            elif self._closed or (self.source.ended and not self.following):
                 return
 
     # ---- lifetime --------------------------------------------------------------------------

@@ -54,12 +54,12 @@ class RingConsumer:
         self._thread.start()
 
     def _run(self) -> None:
-        from dataplane.ring import Gap
+        from dataplane.ring import Gap, RingMessage
 
         while not self._stop.is_set():
             for item in self.client.read(timeout=0.2):
-                if isinstance(item, Gap):
-                    self.gaps += 1
+                if not isinstance(item, RingMessage):
+                    self.gaps += isinstance(item, Gap)
                     continue
                 self.count += 1
                 payload = bytes(item.payload)

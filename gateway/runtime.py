@@ -29,6 +29,8 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 NOT_ATTACHED = "dataplane not attached"
+#: A session's `receiving_unparsable` clears after this long without an unparsable frame.
+UNPARSABLE_QUIET_S = 60.0
 
 
 class EngineState(StrEnum):
@@ -140,6 +142,9 @@ class SessionStatus:
     reason: str | None = None
     since: float | None = None  # time.time() of the last state change, when known
     topics: tuple[str, ...] = ()  # topics the runtime holds for this session
+    #: The upstream sends frames the dialect cannot parse (dropped, counted); clears after
+    #: UNPARSABLE_QUIET_S without one.
+    receiving_unparsable: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,12 @@ class Runtime(Protocol):
     def stop_session(self, session_id: int) -> SessionStatus: ...
 
     def session_status(self, session_id: int) -> SessionStatus: ...
+
+    def remove_session(self, session_id: int) -> None:
+        """The session is being deleted: stop it if it runs, wait (bounded) until it has
+        stopped, then forget it (status, topics, the hub's state of it); its late events
+        are dropped. RuntimeRefusedError, forgetting nothing, when it did not stop in time."""
+        ...
 
     def subscribe(self, session_id: int, topics: Sequence[str]) -> None: ...
 
@@ -288,6 +299,13 @@ class DetachedRuntime:
                 self._since.get(session_id),
                 tuple(self.topics.get(session_id, ())),
             )
+
+    def remove_session(self, session_id: int) -> None:
+        with self._lock:
+            self.calls.append(("remove_session", session_id))
+            self.sessions.pop(session_id, None)
+            self.topics.pop(session_id, None)
+            self._since.pop(session_id, None)
 
     def subscribe(self, session_id: int, topics: Sequence[str]) -> None:
         with self._lock:

@@ -91,6 +91,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("heartbeats", "counter", "Exchange heartbeats and keepalive answers"),
     ("pings_sent", "counter", "WebSocket pings sent"),
     ("sequence_gaps", "counter", "Breaks in the exchange's sequence numbers"),
+    ("unparsable", "counter", "Frames the session's dialect could not parse (dropped)"),
 )
 
 
@@ -160,6 +161,8 @@ class LiveRuntime:
         self._command_locks: dict[int, asyncio.Lock] = {}
         self._closing: set[asyncio.Task[None]] = set()  # stops nobody awaits (kept alive)
         self._resume_gaps: dict[int, str] = {}  # session -> gap reason for its next start
+        # Deleted sessions: their late events are dropped (ids are never reused).
+        self._removed: set[int] = set()
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._loop_ready = threading.Event()
@@ -285,6 +288,39 @@ class LiveRuntime:
         self._submit(self._stop(session_id))
         return status
 
+    def remove_session(self, session_id: int) -> None:
+        """Stop the session (if it runs), wait up to stop_timeout_s for it to have stopped,
+        then forget it here and in the hub. When it does not stop in time, nothing is
+        forgotten (it goes on stopping) and RuntimeRefusedError says so."""
+        self._check_open()
+        with self._lock:
+            self._running.discard(session_id)
+            if session_id in self._status:
+                status = self._status[session_id]
+                if status.state not in (SessionState.STOPPED, SessionState.FAILED):
+                    self._status[session_id] = SessionStatus(
+                        session_id,
+                        SessionState.STOPPING,
+                        "stopping: the session is being deleted",
+                        time.time(),
+                        self._held(session_id),
+                    )
+        given_up = threading.Event()
+        future = self._submit(self._remove(session_id, given_up))
+        try:
+            future.result(timeout=self._stop_timeout)
+            return
+        except concurrent.futures.TimeoutError:
+            pass
+        with self._lock:  # _remove forgets under this lock only when not given up
+            given_up.set()
+            if session_id in self._removed:
+                return
+        raise RuntimeRefusedError(
+            f"session {session_id} did not stop within {self._stop_timeout:g} s: it is "
+            "still stopping; delete it again once it has stopped"
+        )
+
     def session_status(self, session_id: int) -> SessionStatus:
         self._reap_if_any_loop_closed(wait=1.0)
         with self._lock:
@@ -394,8 +430,14 @@ class LiveRuntime:
             return SessionStatus(
                 session_id, SessionState.STOPPED, "not started", None, self._held(session_id)
             )
+        session = self._sessions.get(session_id)
         return SessionStatus(
-            status.session_id, status.state, status.reason, status.since, self._held(session_id)
+            status.session_id,
+            status.state,
+            status.reason,
+            status.since,
+            self._held(session_id),
+            session is not None and session.receiving_unparsable,
         )
 
     def _reap_if_any_loop_closed(self, *, wait: float) -> None:
@@ -570,6 +612,26 @@ class LiveRuntime:
                             sid, SessionState.STOPPED, "stopped: stopped by request"
                         )
 
+    async def _remove(self, sid: int, given_up: threading.Event) -> None:
+        """Stop the session's current object (after any command in progress), then forget
+        every trace of it, unless remove_session gave up waiting meanwhile."""
+        async with self._command_lock(sid):
+            await self._end_current(sid, "the session is being deleted")
+            with self._lock:
+                if given_up.is_set():
+                    self._settle_locked(sid, SessionState.STOPPED, "stopped: delete timed out")
+                    return
+                self._removed.add(sid)
+                self._running.discard(sid)
+                self._status.pop(sid, None)
+                self._topics.pop(sid, None)
+                self._resume_gaps.pop(sid, None)
+                self._command_locks.pop(sid, None)
+        for hub in {id(h): h for h in (self.hub, self._sink) if h is not None}.values():
+            forget = getattr(hub, "forget_session", None)
+            if callable(forget):
+                forget(sid)
+
     async def _apply(self, sid: int, op: str, topics: list[str]) -> None:
         async with self._command_lock(sid):
             session = self._sessions.get(sid)
@@ -660,8 +722,8 @@ class LiveRuntime:
 
     def _forward(self, event: RuntimeEvent) -> None:
         sink = self._event_sink
-        if sink is None:
-            return
+        if sink is None or event.session_id in self._removed:
+            return  # a deleted session's late event belongs to no session
         try:
             sink(event)
         except Exception:

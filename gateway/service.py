@@ -459,20 +459,22 @@ class GatewayService:
             return row
 
     def delete_session(self, session_id: int) -> None:
-        with self._tx() as s:
-            row = SessionRepository(s).get(session_id)
+        """Stop the session if it runs, wait until the runtime has stopped and forgotten it
+        (bounded: RuntimeRefusedError, a 409, leaves the row, stopped), then delete it with
+        its subscriptions and events. Held under the lock throughout, so nobody starts it
+        in between."""
+        with self._lock:
+            row = self.get_session(session_id)
             if row.desired_state == "running":
-                raise ConflictError(
-                    f"session {session_id} is running: stop it (POST /v1/sessions/{session_id}"
-                    "/stop) before deleting it"
-                )
-            subs = SubscriptionRepository(s)
-            topics = list(subs.topic_counts(session_id))
-            for sub in subs.of_session(session_id):
-                subs.delete(sub)
-            if topics:
-                self.runtime.unsubscribe(session_id, topics)
-            s.delete(row)
+                self.stop_session(session_id)
+            self.runtime.remove_session(session_id)
+            self.events.flush()  # its queued events are written now, and deleted with it
+            with self._tx() as s:
+                row = SessionRepository(s).get(session_id)
+                subs = SubscriptionRepository(s)
+                for sub in subs.of_session(session_id):
+                    subs.delete(sub)
+                s.delete(row)
 
     def start_session(self, session_id: int) -> tuple[UpstreamSession, SessionStatus]:
         with self._tx() as s:

@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from gateway.settings import Settings
 from gateway.store.db import database_url, make_engine
+from gateway.store.migrate import check_foreign_keys, sqlite_foreign_keys_off
 from gateway.store.models import Base
 
 config = context.config
@@ -52,10 +53,11 @@ def run_online() -> None:
         return
     engine = make_engine(_url())
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, sqlite_foreign_keys_off(conn):
             _configure(conn)
             with context.begin_transaction():
                 context.run_migrations()
+                check_foreign_keys(conn)
     finally:
         engine.dispose()
 

@@ -31,6 +31,7 @@ def status_public(status_: SessionStatus) -> SessionStatusPublic:
         reason=status_.reason,
         since=datetime.fromtimestamp(status_.since, UTC) if status_.since else None,
         topics=list(status_.topics),
+        receiving_unparsable=status_.receiving_unparsable,
     )
 
 
@@ -88,7 +89,8 @@ def update_session(
     "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
 )
 def delete_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
-    """Remove a stopped session with its subscriptions and events."""
+    """Remove a session with its subscriptions and events; a running one is stopped first
+    (409 when it does not stop in time: the session then stays, stopped)."""
     service.delete_session(session_id)
 
 

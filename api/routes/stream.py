@@ -249,6 +249,7 @@ async def stream(websocket: WebSocket) -> None:
             "overflow": options.overflow,
             "conflation_ms": options.conflation_ms,
             "next_seq": hub.next_seq,
+            "epoch": hub.epoch_hex,
         }
         await websocket.send_text(orjson.dumps(hello).decode())
     if principal.token_id is None:  # auth off: no token to revoke

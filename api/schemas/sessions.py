@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, Field, model_validator
 
 from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, refuse_nulls
+from gateway.runtime import UNPARSABLE_QUIET_S
 from gateway.store.validate import check_ws_url
 
 Url = Annotated[
@@ -100,6 +101,13 @@ class SessionStatusPublic(PublicSchema):
     reason: str | None
     since: datetime | None
     topics: list[str]
+    receiving_unparsable: bool = Field(
+        default=False,
+        description="the upstream sends frames the session's dialect cannot parse: they are "
+        "dropped (counted in wsgw_dataplane_session_unparsable, the first of a spell is an "
+        "'unparsable' event with a sample), so the session may stream while delivering "
+        f"nothing; clears after {UNPARSABLE_QUIET_S:g} s without one",
+    )
 
 
 class SessionPublic(PublicSchema):

@@ -29,7 +29,7 @@ from gateway.hub.protocol import (
 
 OverflowPolicy = Literal["disconnect", "drop_oldest"]
 #: Why a consumer ended: the label of the disconnects metric.
-DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error", "revoked"]
+DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error", "revoked", "deleted"]
 DEFAULT_QUEUE_SIZE = 4096
 MAX_QUEUE_SIZE = 1_000_000
 MAX_CONFLATION_MS = 60_000

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -51,6 +52,7 @@ from gateway.hub.events import (
 )
 from gateway.hub.handoff import Handoff
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
+from gateway.hub.protocol import CLOSE_SESSION_DELETED
 
 log = logging.getLogger("wsgw.hub")
 
@@ -155,7 +157,9 @@ class _Router:
         return [c for c in self.consumers if c.session_id == sid]
 
     def _gap(self, event: GapEvent) -> None:
-        notice = GapNotice(event.session_id, event.lost, event.reason, event.seq)
+        notice = GapNotice(
+            event.session_id, event.lost, event.reason, event.seq, epoch=self.hub.epoch_hex
+        )
         for consumer in self._session_consumers(event.session_id):
             if consumer.past_gap_seq != event.seq:  # else it got this one as a past gap
                 consumer.push_gap(notice)
@@ -170,6 +174,11 @@ class _Router:
                 lost = sum(counts.get((sid, t), 0) for t in consumer.topics)
             if lost:
                 consumer.overflowed(lost)
+
+    def end_session(self, sid: int) -> None:
+        """The session was deleted: its consumers end with 4410 (loop thread)."""
+        for consumer in self._session_consumers(sid):
+            consumer.cut(CLOSE_SESSION_DELETED, f"session {sid} was deleted", "deleted")
 
     def shutdown(self) -> None:
         for consumer in list(self.consumers):
@@ -208,6 +217,12 @@ class Hub:
         self._tids: dict[tuple[int, str], int] = {}
         self._gap_tid = 0
         self._next_seq = 1
+        #: This run's identifier: the ring's epoch (its header's), else a random one. The
+        #: ring's sequence numbers start again at 1 on every start: with the epoch, a
+        #: consumer tells a restart from a replay (the /v1/stream hello and gap frames
+        #: carry it as 16 hex digits, `epoch_hex`).
+        self.epoch: int = ring.epoch if ring is not None else secrets.randbits(64)
+        self.epoch_hex = f"{self.epoch:016x}"
         if ring is not None:
             self._gap_tid = ring.register_topic(RING_GAP_TOPIC)
             self._next_seq = ring.last_seq + 1
@@ -290,7 +305,7 @@ class Hub:
         seq = self._next_seq
         if self._closed:
             return seq
-        event = GapEvent(seq, session_id, lost, reason, time.time_ns())
+        event = GapEvent(seq, session_id, lost, reason, time.time_ns(), self.epoch_hex)
         ring = self.ring
         if ring is not None:
             try:
@@ -423,7 +438,15 @@ class Hub:
         if last is not None:
             consumer.past_gap_seq = last.seq
             consumer.push_gap(
-                GapNotice(session_id, last.lost, last.reason, last.seq, last.ts_ns, past=True)
+                GapNotice(
+                    session_id,
+                    last.lost,
+                    last.reason,
+                    last.seq,
+                    last.ts_ns,
+                    past=True,
+                    epoch=self.epoch_hex,
+                )
             )
         return consumer
 
@@ -456,6 +479,19 @@ class Hub:
             if stats is None:
                 stats = self._stats[name] = ConsumerStats(name)
         return stats
+
+    def forget_session(self, session_id: int) -> None:
+        """A deleted session: its consumers end (close 4410, on their loops), and its last
+        gap and ring topic ids are forgotten, so nothing of it reaches a later consumer.
+        Call after the session stopped publishing (LiveRuntime.remove_session does)."""
+        with self._publish_lock:
+            self._last_gaps.pop(session_id, None)
+            self._tids = {key: tid for key, tid in self._tids.items() if key[0] != session_id}
+        with self._lock:
+            routers = list(self._routers.values())
+        for router in routers:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: no consumers left
+                router.loop.call_soon_threadsafe(router.end_session, session_id)
 
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:

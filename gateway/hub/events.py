@@ -30,25 +30,28 @@ class Batch(NamedTuple):
 
 
 class GapEvent(NamedTuple):
-    """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`."""
+    """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`.
+    epoch: the hub's run (Hub.epoch_hex), for NATS subscribers, who see no ring header."""
 
     seq: int
     session_id: int
     lost: int | None
     reason: str
     ts_ns: int
+    epoch: str | None = None
 
     def json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "type": "gap",
-                "seq": self.seq,
-                "session": self.session_id,
-                "lost": self.lost,
-                "reason": self.reason,
-                "ts_ns": self.ts_ns,
-            }
-        )
+        body: dict[str, object] = {
+            "type": "gap",
+            "seq": self.seq,
+            "session": self.session_id,
+            "lost": self.lost,
+            "reason": self.reason,
+            "ts_ns": self.ts_ns,
+        }
+        if self.epoch is not None:
+            body["epoch"] = self.epoch
+        return orjson.dumps(body)
 
 
 class Overflow(NamedTuple):
@@ -183,7 +186,9 @@ class GapNotice(NamedTuple):
 
     past: the session's last upstream gap, which happened before this consumer subscribed
     (`Hub.subscribe` hands it over once, first): data from before the subscription may be
-    missing. ts_ns: when that gap happened (time.time_ns()); set on past notices only."""
+    missing. ts_ns: when that gap happened (time.time_ns()); set on past notices only.
+    epoch: the hub's run identifier (Hub.epoch_hex), on upstream gaps: a restart of the
+    gateway is a new epoch."""
 
     session_id: int
     lost: int | None
@@ -191,6 +196,7 @@ class GapNotice(NamedTuple):
     seq: int | None = None
     ts_ns: int | None = None
     past: bool = False
+    epoch: str | None = None
 
     def json(self) -> str:
         body: dict[str, object] = {
@@ -203,6 +209,8 @@ class GapNotice(NamedTuple):
         if self.past:
             body["past"] = True
             body["ts_ns"] = self.ts_ns
+        if self.epoch is not None:
+            body["epoch"] = self.epoch
         return orjson.dumps(body).decode()
 
 

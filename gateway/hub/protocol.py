@@ -17,10 +17,13 @@ Frames, server to client:
 - `envelope=1`: a text frame per message,
   `{"type":"msg","seq":N,"session":S,"topic":T,"recv_ts_ns":NS[,"upstream_seq":U],
   "payload":"<the payload as a string>"}` (`"payload_b64"` instead when it is not UTF-8),
-  and first a `{"type":"subscribed",...}` frame that says what the stream carries;
+  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E}` frame that says what the
+  stream carries;
 - gap events in both modes: a text frame
-  `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R}`. reason is the
-  session's (an upstream reconnect: lost may be null when it cannot tell), `queue_full`
+  `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R[,"epoch":E]}`. reason is
+  the session's (an upstream reconnect, with lost null when it cannot tell; a break in the
+  exchange's own sequence numbers, with lost the count they skipped where they are
+  contiguous, e.g. Binance depth update ids, also across a reconnect), `queue_full`
   (drop_oldest dropped that many of this stream's oldest messages) or `gateway_overload`
   (the gateway's own hand-off was full). In raw mode a gap frame can only be told from an
   upstream payload by its shape: use envelope=1 when that matters;
@@ -30,6 +33,12 @@ Frames, server to client:
   published before the stream subscribed may be missing; a stream that subscribes before
   the session reconnects gets that gap live instead (without `past`).
 
+`epoch` (16 hex digits) identifies the gateway's run: the shared-memory ring's epoch, a new
+random one on every start. `seq` starts again at 1 after a restart; a consumer that keeps
+the epoch and finds another one on its next connection knows the gateway restarted and what
+was published while it was down is missing. It is in the `subscribed` frame and the session's
+gap frames (not in every message: one connection never spans two runs).
+
 `seq` is the gateway's sequence number of the message: the same number the shared-memory
 ring gives it, increasing along a stream (not contiguous: other topics take numbers too).
 Messages arrive in publish order; conflation (`conflation_ms`) sends the first update of a
@@ -37,8 +46,9 @@ topic at once, then at most the latest one per topic per interval.
 
 Close codes: 4400 bad query parameters · 4401 no, an invalid or a revoked token · 4403 the
 token lacks `consume` (or auth is off and the client is not on loopback) · 4404 no such
-subscription or session · 4429 too many failed authentications from this address (try
-again later) · 1008 the token was revoked while the stream was open (RFC 6455 section
+subscription or session · 4410 the session was deleted (reason "session N was deleted":
+nothing more will come from it) · 4429 too many failed authentications from this address
+(try again later) · 1008 the token was revoked while the stream was open (RFC 6455 section
 7.4.1, policy violation) · 4008 the consumer was too slow (overflow `disconnect`; reason
 "consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
 overloaded and dropped messages of a `disconnect` stream · 1001 the gateway is shutting
@@ -60,6 +70,8 @@ CLOSE_UNAUTHORIZED: Final = 4401
 CLOSE_FORBIDDEN: Final = 4403
 CLOSE_NOT_FOUND: Final = 4404
 CLOSE_TOO_MANY_FAILURES: Final = 4429
+#: The session was deleted (HTTP 410 Gone's number, in the private range).
+CLOSE_SESSION_DELETED: Final = 4410
 
 #: A close reason holds at most 123 bytes (RFC 6455 5.5: 125-byte control payload).
 MAX_REASON_BYTES: Final = 123

@@ -29,7 +29,7 @@ class SessionCounters:
     pings_sent: int = 0
     pongs: int = 0
     keepalives_sent: int = 0
-    unparsable: int = 0  # messages that are not JSON (nor a known text control)
+    unparsable: int = 0  # messages that are not JSON (nor a known text control): dropped
     sequence_gaps: int = 0  # exchange sequence breaks (sequence_check)
     last_rtt_s: float | None = None  # round trip of the last answered ping
     last_message_at: float | None = None  # time.time() of the last message

@@ -10,13 +10,20 @@ Only rules that the exchanges document are checked:
 - Coinbase `sequence` and Bybit order book update id `u` only ever grow (Bybit resends
   u=1, a snapshot, after a service restart); a step back means a replay or reordering.
 The number found is also the message's upstream seq in the tuple handed to the hub.
+
+How many were skipped is told only where the rule makes the numbers contiguous: Binance's
+update ids (`lost` = the ids skipped: each event carries U..u, so it counts updates, not
+events). OKX's seqId chain only links a push to the previous one (seqIds need not be
+consecutive) and a growing number may jump legitimately, so their breaks carry lost=None.
+A session's next connection takes the last numbers over (`resume_from`), so a jump across
+a reconnect is counted as well.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from dataplane.shim._bind_topic import NUMBER
 from gateway.dialects.extract import TopicExtractor
@@ -41,6 +48,14 @@ RULES: dict[str, SequenceRule] = {
 }
 
 
+class SequenceBreak(NamedTuple):
+    """A break before message `at` of a burst; lost: numbers skipped (None: unknown)."""
+
+    at: int
+    reason: str
+    lost: int | None = None
+
+
 class SequenceChecker:
     """Per-topic last sequence for one connection (a new connection starts afresh)."""
 
@@ -50,16 +65,23 @@ class SequenceChecker:
         self._n = len(rule.paths.paths)
         self.last: dict[str, int] = {}
 
+    def resume_from(self, previous: SequenceChecker) -> None:
+        """Take over the last numbers of the session's previous connection when they are
+        contiguous ones ("next"): the first message after a reconnect then tells how many
+        were skipped meanwhile. Other rules start afresh (a snapshot restarts a chain)."""
+        if self.rule.mode == "next" and previous.rule == self.rule:
+            self.last = dict(previous.last)
+
     def check(
         self, payloads: Sequence[bytes], topics: Sequence[str]
-    ) -> tuple[list[int | None], list[tuple[int, str]]]:
-        """(seq per message or None, [(index of the message after a break, reason)])."""
+    ) -> tuple[list[int | None], list[SequenceBreak]]:
+        """(seq per message or None, a SequenceBreak per message that follows a break)."""
         _status, spans = self._extractor.run(payloads)
         stride = 3 * self._n
         mode = self.rule.mode
         last = self.last
         seqs: list[int | None] = []
-        breaks: list[tuple[int, str]] = []
+        breaks: list[SequenceBreak] = []
         for i, raw in enumerate(payloads):
             b = i * stride
             first = _number(raw, spans, b)
@@ -72,15 +94,17 @@ class SequenceChecker:
             if mode == "chain":
                 seq = first
                 if before is not None and second is not None and second not in (before, -1):
-                    breaks.append((i, f"{topic}: prevSeqId {second} after seqId {before}"))
+                    reason = f"{topic}: prevSeqId {second} after seqId {before}"
+                    breaks.append(SequenceBreak(i, reason))
             elif mode == "next":
                 seq = second if second is not None else first
                 if before is not None and first > before + 1:
-                    breaks.append((i, f"{topic}: update {first} follows {before}"))
+                    reason = f"{topic}: update {first} follows {before}"
+                    breaks.append(SequenceBreak(i, reason, first - before - 1))
             else:
                 seq = first
                 if before is not None and seq <= before and seq != 1:
-                    breaks.append((i, f"{topic}: sequence {seq} after {before}"))
+                    breaks.append(SequenceBreak(i, f"{topic}: sequence {seq} after {before}"))
             last[topic] = seq
             seqs.append(seq)
         return seqs, breaks

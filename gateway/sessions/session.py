@@ -58,6 +58,7 @@ from gateway.dialects import (
     make_dialect,
 )
 from gateway.dialects.base import Classified
+from gateway.runtime import UNPARSABLE_QUIET_S
 from gateway.sessions.backoff import Backoff
 from gateway.sessions.config import SessionConfig, SessionConfigError
 from gateway.sessions.connect import (
@@ -82,6 +83,7 @@ from gateway.sessions.state import (
     PROGRESS,
     STATE,
     SUBSCRIBE_ERROR,
+    UNPARSABLE_FRAMES,
     EventCallback,
     SessionEvent,
     State,
@@ -203,6 +205,9 @@ class UpstreamSession:
         self._options: dict[str, Any] = {}
         self._started = False
         self._resume_gap = resume_gap
+        self._unparsable_at: float | None = None  # self._clock() of the last unparsable frame
+        #: receiving_unparsable clears after this long without an unparsable frame.
+        self.unparsable_quiet_s = UNPARSABLE_QUIET_S
         self._final: State | None = None  # STOPPING, STOPPED or FAILED once the end began
         self._stop_requested = asyncio.Event()
         self._done = asyncio.Event()
@@ -251,6 +256,7 @@ class UpstreamSession:
             "failed_topics": dict(self.failed_topics),
             "connections": self.connections(),
             "counters": self.counters.snapshot(),
+            "receiving_unparsable": self.receiving_unparsable,
         }
 
     def start(self) -> None:
@@ -509,7 +515,10 @@ class UpstreamSession:
             interval = cfg.heartbeat.keepalive_interval_s or keepalive[0]
             link.keepalive = keepalive[1]
         link.liveness = Liveness(cfg.heartbeat, interval, now)
+        previous = link.seq
         link.seq = sequence_checker(cfg.dialect) if cfg.sequence_check else None
+        if link.seq is not None and previous is not None:
+            link.seq.resume_from(previous)  # a jump across the reconnect is counted too
         topics = list(link.topics)
         self._move(
             link,
@@ -620,11 +629,11 @@ class UpstreamSession:
             return stamped
         # Publish in order: the messages before each break, the gap, then the rest.
         start = 0
-        for index, reason in breaks:
+        for index, reason, lost in breaks:
             if index > start:
                 self._publish(stamped[start:index])
             self.counters.sequence_gaps += 1
-            self._gap(link, reason)
+            self._gap(link, reason, lost)
             start = index
         return stamped[start:]
 
@@ -659,8 +668,32 @@ class UpstreamSession:
                 link.reconnect_now = True
                 self._end_connection(link, CLOSE_NORMAL, reason)
             elif kind.kind == UNPARSABLE:
-                counters.unparsable += 1
-                log.debug("session %d: unparsable message %r", self.id, kind.detail)
+                self._unparsable(link, kind.detail)
+
+    @property
+    def receiving_unparsable(self) -> bool:
+        """True while the upstream sends frames the dialect cannot parse (the last one less
+        than unparsable_quiet_s ago): they are dropped, so the session may look healthy
+        while it delivers nothing. Safe to read from any thread."""
+        last = self._unparsable_at
+        return last is not None and self._clock() - last < self.unparsable_quiet_s
+
+    def _unparsable(self, link: _Link, sample: str) -> None:
+        """Count a frame the dialect cannot parse; the first of a spell (the first ever, or
+        the first after unparsable_quiet_s without one) is an event with a sample of it."""
+        first = not self.receiving_unparsable
+        self.counters.unparsable += 1
+        self._unparsable_at = self._clock()
+        if first:
+            self._emit(
+                UNPARSABLE_FRAMES,
+                f"the upstream sends frames the {self.config.dialect} dialect cannot parse: "
+                "they are dropped and counted (unparsable)",
+                link,
+                {"sample": sample, "count": self.counters.unparsable},
+            )
+        else:
+            log.debug("session %d: unparsable message %r", self.id, sample)
 
     def _refused(
         self, topics: list[str], reason: str, link: _Link | None, code: int | str | None = None

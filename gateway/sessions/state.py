@@ -61,6 +61,7 @@ GAP = "gap"  # messages may have been lost (reconnect, sequence break); details:
 SUBSCRIBE_ERROR = "subscribe_error"  # the exchange refused topics; details: topics, code
 ERROR = "error"  # the exchange reported a problem that names no topic
 NOTICE = "notice"  # the exchange asked us to reconnect, or an ack was late
+UNPARSABLE_FRAMES = "unparsable"  # frames the dialect cannot parse began; details: sample
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,12 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+#: Ids the API shows are never handed out twice (SQLite AUTOINCREMENT; PostgreSQL's
+#: sequences never reuse a number): a deleted session's late events, status and stream
+#: gaps must not land on a new one (migration 0002).
+NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
+
+
 class Timestamped:
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)
@@ -87,7 +93,10 @@ class Port(Timestamped, Base):
     """A DPDK port: the device it opens and the IPv4 identity the stack gives it."""
 
     __tablename__ = "ports"
-    __table_args__ = (CheckConstraint("mtu >= 576 AND mtu <= 9600", name="mtu_range"),)
+    __table_args__ = (
+        CheckConstraint("mtu >= 576 AND mtu <= 9600", name="mtu_range"),
+        NEVER_REUSE_IDS,
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -106,6 +115,7 @@ class UpstreamSession(Timestamped, Base):
     __table_args__ = (
         CheckConstraint(_in("transport", TRANSPORTS), name="transport"),
         CheckConstraint(_in("desired_state", DESIRED_STATES), name="desired_state"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -139,6 +149,7 @@ class Subscription(Timestamped, Base):
         CheckConstraint(_in("overflow", OVERFLOW_POLICIES), name="overflow"),
         CheckConstraint("queue_size >= 1", name="queue_size_positive"),
         CheckConstraint("conflation_ms >= 0", name="conflation_nonnegative"),
+        NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -156,6 +167,7 @@ class ApiToken(Base):
     """A bearer token: only the SHA-256 of its secret is kept (the secret is shown once)."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = NEVER_REUSE_IDS
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64))
@@ -171,7 +183,10 @@ class SessionEvent(Base):
     """One entry in a session's history: what was asked, what the dataplane reported."""
 
     __tablename__ = "session_events"
-    __table_args__ = (Index("ix_session_events_session_id_at", "session_id", "at"),)
+    __table_args__ = (
+        Index("ix_session_events_session_id_at", "session_id", "at"),
+        NEVER_REUSE_IDS,
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.runtime import SessionSpec
+from gateway.runtime import RuntimeRefusedError, SessionSpec
 from tests.api.conftest import Api
 
 VALID = {
@@ -136,9 +136,49 @@ def test_running_session_rules(
     )
     r = api.client.patch(f"/v1/sessions/{sid}", json={"name": "renamed"}, headers=api.admin)
     assert r.status_code == 200
+
+
+def test_deleting_a_running_session_stops_it_first_and_its_id_is_never_reused(
+    api: Api, make_session: Callable[..., dict[str, Any]]
+) -> None:
+    sid = make_session(name="old")["id"]
+    r = api.client.post(
+        "/v1/subscriptions",
+        json={"session_id": sid, "topics": ["a"], "consumer": "c"},
+        headers=api.both,
+    )
+    assert r.status_code == 201, r.text
+    assert api.client.post(f"/v1/sessions/{sid}/start", headers=api.admin).status_code == 200
+    del api.runtime.calls[:]
+
+    assert api.client.delete(f"/v1/sessions/{sid}", headers=api.admin).status_code == 204
+    assert api.runtime.calls == [("stop_session", sid), ("remove_session", sid)]
+    assert sid not in api.runtime.topics
+    assert api.client.get(f"/v1/sessions/{sid}", headers=api.admin).status_code == 404
+    listing = api.client.get(f"/v1/subscriptions?session_id={sid}", headers=api.both).json()
+    assert listing["count"] == 0
+
+    new = make_session(name="old")  # the same name is free again, the id is not
+    assert new["id"] > sid
+    events = api.client.get(f"/v1/sessions/{new['id']}/events", headers=api.admin).json()
+    assert [e["kind"] for e in events["data"]] == ["created"]
+
+
+def test_a_delete_the_runtime_cannot_finish_in_time_is_a_409_and_keeps_the_row(
+    api: Api, make_session: Callable[..., dict[str, Any]]
+) -> None:
+    sid = make_session()["id"]
+    assert api.client.post(f"/v1/sessions/{sid}/start", headers=api.admin).status_code == 200
+
+    def slow(session_id: int) -> None:
+        raise RuntimeRefusedError(f"session {session_id} did not stop within 5 s")
+
+    api.runtime.remove_session = slow  # type: ignore[method-assign]
     r = api.client.delete(f"/v1/sessions/{sid}", headers=api.admin)
     assert r.status_code == 409
-    assert "stop it" in r.json()["detail"]
+    assert r.json()["detail"] == f"the dataplane refused: session {sid} did not stop within 5 s"
+    row = api.client.get(f"/v1/sessions/{sid}", headers=api.admin).json()
+    assert row["desired_state"] == "stopped"  # asked to stop, still there
 
 
 def test_names_are_unique(api: Api, make_session: Callable[..., dict[str, Any]]) -> None:

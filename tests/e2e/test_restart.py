@@ -268,6 +268,8 @@ def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_pa
         mark("restart gap published")
         after = Stream(exits, port, sub["id"])
         assert after.hello["session"] == sid
+        # A new run: another epoch, which the restart gap carries too.
+        assert after.hello["epoch"] != before.hello["epoch"], (before.hello, after.hello)
         assert after.hello["topics"] == list(TOPICS)
 
         # 4. The late consumer is told of the restart gap first (past, with its time),
@@ -281,6 +283,7 @@ def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_pa
         assert gaps[0]["reason"].startswith("restart"), gaps[0]
         assert gaps[0]["lost"] is None
         assert gaps[0]["past"] is True, gaps[0]
+        assert gaps[0]["epoch"] == after.hello["epoch"], gaps[0]
         assert killed_ns < gaps[0]["ts_ns"] < time.time_ns(), gaps[0]
         assert gaps[0]["seq"] < frames[1]["seq"], frames[:2]
         seqs = sim_seqs(frames)

@@ -90,7 +90,8 @@ def test_sequence_numbers_are_the_rings(ring: RingWriter, ring_name: str) -> Non
         events = consumer.poll()
         seqs = [e.seq for e in events]
         assert seqs == [2, 4, gap_seq, 6] and gap_seq == 5
-        assert events[2] == GapNotice(1, 17, "reconnect", 5)
+        assert events[2] == GapNotice(1, 17, "reconnect", 5, epoch=hub.epoch_hex)
+        assert hub.epoch == ring.epoch  # the run is the ring's
         ring_events = reader.read_batch(timeout=1.0)
         assert [(e.seq, e.topic) for e in ring_events] == [
             (2, "1:a"),
@@ -107,6 +108,7 @@ def test_sequence_numbers_are_the_rings(ring: RingWriter, ring_name: str) -> Non
             "lost": 17,
             "reason": "reconnect",
             "ts_ns": gap.ts_ns,
+            "epoch": f"{ring.epoch:016x}",
         }
         assert hub.counters.ring_written == 5
         reader.close()
@@ -127,7 +129,7 @@ def test_gap_events_reach_every_consumer_of_the_session_only() -> None:
         hub.publish_gap(1, None, "reconnect after heartbeat timeout")
         hub.publish_batch([msg(1, "b", 1)])
         await settle()
-        notice = GapNotice(1, None, "reconnect after heartbeat timeout", 2)
+        notice = GapNotice(1, None, "reconnect after heartbeat timeout", 2, epoch=hub.epoch_hex)
         assert a.poll()[1:] == [notice]
         assert b.poll()[0] == notice
         assert every.poll()[1] == notice
@@ -138,6 +140,7 @@ def test_gap_events_reach_every_consumer_of_the_session_only() -> None:
             "session": 1,
             "lost": None,
             "reason": "reconnect after heartbeat timeout",
+            "epoch": hub.epoch_hex,
         }
 
     asyncio.run(main())

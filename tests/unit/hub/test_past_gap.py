@@ -45,13 +45,14 @@ def test_a_late_consumer_gets_the_last_gap_once_marked_past() -> None:
             "reason": "reconnect",
             "past": True,
             "ts_ns": past.ts_ns,
+            "epoch": hub.epoch_hex,
         }
         assert other.poll() == []  # session 2 had no gap (and no message)
 
         # A newer gap reaches the late consumer live, and the past one is not repeated.
         newer = hub.publish_gap(1, 1, "reconnect")
         await settle()
-        assert late.poll() == [GapNotice(1, 1, "reconnect", newer)]
+        assert late.poll() == [GapNotice(1, 1, "reconnect", newer, epoch=hub.epoch_hex)]
         (latest,) = hub.subscribe(1).poll()  # the next late consumer: the newer one, past
         assert isinstance(latest, GapNotice) and latest.past and latest.seq == newer
 
@@ -68,7 +69,7 @@ def test_a_subscription_racing_the_gap_gets_it_once() -> None:
         gap = hub.publish_gap(1, None, "restart: killed")
         racing = hub.subscribe(1)
         await settle()
-        assert early.poll() == [GapNotice(1, None, "restart: killed", gap)]
+        assert early.poll() == [GapNotice(1, None, "restart: killed", gap, epoch=hub.epoch_hex)]
         (notice,) = racing.poll()
         assert isinstance(notice, GapNotice) and notice.past and notice.seq == gap
 

@@ -81,7 +81,7 @@ def test_drop_oldest_never_drops_a_session_gap_notice() -> None:
         hub.publish_batch([msg(1, "a", i) for i in range(1, 8)])
         await settle()
         events = consumer.poll()
-        assert events[0] == GapNotice(1, 4, "reconnect", 2)
+        assert events[0] == GapNotice(1, 4, "reconnect", 2, epoch=hub.epoch_hex)
         assert events[1] == GapNotice(1, 5, QUEUE_FULL)  # 0, then 1..4 dropped
         assert numbers(events[2:]) == [5, 6, 7]
 
@@ -115,7 +115,7 @@ def test_conflation_sends_the_first_update_then_the_latest_per_interval() -> Non
         hub.publish_batch([msg(1, "b", 1), msg(1, "a", 2), msg(1, "b", 3), msg(1, "a", 4)])
         hub.publish_gap(1, 2, "reconnect")  # gaps are never conflated nor delayed
         await settle()
-        assert consumer.poll() == [GapNotice(1, 2, "reconnect", 6)]
+        assert consumer.poll() == [GapNotice(1, 2, "reconnect", 6, epoch=hub.epoch_hex)]
         hub.publish_batch([msg(1, "b", 5)])
         await asyncio.sleep(0.12)
         events = consumer.poll()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 from ring_helpers import leftovers, shm_name
 
-from dataplane.ring import RingNotFoundError, RingWriter, ring_name
-from gateway.client import Client, Gap, MessagesLostError, RingMessage
+from dataplane.ring import RingNotFoundError, RingReader, RingWriter, ring_name
+from gateway.client import Client, Gap, MessagesLostError, Restart, RingMessage
 
 
 @pytest.fixture
@@ -165,3 +166,31 @@ def test_async_read_timeout_and_cancellation(name: str) -> None:
                 assert ticks >= 5
 
     asyncio.run(main())
+
+
+def test_each_ring_creation_has_its_own_epoch_read_from_the_header(name: str) -> None:
+    """The epoch is the header's `instance` (control line 0, offset 48, wsgw_ring.h): the
+    writer, a reader and the raw file agree; a ring made again at the path has another."""
+    epochs = []
+    for _ in range(2):
+        with RingWriter.create(name, 1 << 16, replace=True) as writer:
+            raw = Path(writer.path or "").read_bytes()[:64]
+            (in_file,) = struct.unpack_from("=Q", raw, 48)
+            with RingReader.attach(name) as reader:
+                assert writer.epoch == reader.epoch == reader.info().instance == in_file != 0
+            epochs.append(writer.epoch)
+    assert epochs[0] != epochs[1]
+
+
+def test_a_client_that_saw_another_epoch_is_told_of_the_restart_first(name: str) -> None:
+    with RingWriter.create(name, 1 << 16) as writer:
+        tid = writer.register_topic("t")
+        writer.write(1, tid, b"new run")
+        with Client.attach(name, start="oldest", copy=True, epoch=writer.epoch ^ 1) as client:
+            assert client.epoch == writer.epoch
+            events = client.read(timeout=1.0)
+            assert events == [Restart(writer.epoch ^ 1, writer.epoch)]
+            (message,) = client.read(timeout=1.0)
+            assert isinstance(message, RingMessage) and message.payload == b"new run"
+        with Client.attach(name, start="oldest", copy=True, epoch=writer.epoch) as same:
+            assert [type(e) for e in same.read(timeout=1.0)] == [RingMessage]

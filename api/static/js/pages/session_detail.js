@@ -178,7 +178,7 @@ export function mount(root, ctx) {
       ),
       del,
       s.desired_state === "running"
-        ? h("span", { class: "muted" }, "Stop the session before deleting it.")
+        ? h("span", { class: "muted" }, "Deleting stops the session first.")
         : null,
     );
   };

@@ -1,0 +1,169 @@
+"""Deleting a session through the service with a LiveRuntime and a real hub: the session
+stops first, the runtime and the hub forget it, its stream consumers end with 4410, and
+the next session neither reuses its id nor inherits its status, events or gaps."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.hub import Hub
+from gateway.hub.protocol import CLOSE_SESSION_DELETED
+from gateway.runtime import RuntimeRefusedError, SessionSpec, SessionState
+from gateway.runtime_live import LiveRuntime
+from gateway.service import GatewayService
+from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
+from gateway.simulator import SimConfig, Simulator
+from tests.api.conftest import make_settings
+from tests.integration.test_sessions_helpers import run, until
+
+TOPIC = "btcusdt@trade"
+
+
+def quick(close_timeout_s: float) -> Callable[[SessionSpec], SessionConfig]:
+    def make(spec: SessionSpec) -> SessionConfig:
+        return SessionConfig.from_spec(
+            spec,
+            reconnect=ReconnectPolicy(initial_delay_s=0.02, max_delay_s=0.1),
+            heartbeat=HeartbeatConfig(ping_interval_s=5.0, ping_timeout_s=10.0),
+            close_timeout_s=close_timeout_s,
+        )
+
+    return make
+
+
+@asynccontextmanager
+async def gateway(
+    tmp_path: Path, *, stop_timeout_s: float = 5.0, close_timeout_s: float = 1.0
+) -> AsyncIterator[tuple[GatewayService, LiveRuntime, Hub]]:
+    hub = Hub()
+    runtime = LiveRuntime(
+        hub, hub=hub, session_config=quick(close_timeout_s), stop_timeout_s=stop_timeout_s
+    )
+    service = GatewayService(
+        make_settings(tmp_path, f"sqlite:///{tmp_path / 'state' / 'wsgw.db'}"), runtime=runtime
+    )
+    await asyncio.to_thread(service.start)
+    try:
+        yield service, runtime, hub
+    finally:
+        await asyncio.to_thread(service.shutdown)
+
+
+def session_values(url: str, name: str, dialect: str = "binance") -> dict[str, Any]:
+    return {"name": name, "url": url, "dialect": dialect, "transport": "kernel"}
+
+
+def streaming(runtime: LiveRuntime, sid: int) -> Callable[[], bool]:
+    def check() -> bool:
+        status = runtime.session_status(sid)
+        return status.state is SessionState.CONNECTED and (status.reason or "").startswith(
+            "streaming"
+        )
+
+    return check
+
+
+def test_deleting_a_running_session_stops_it_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            Simulator(SimConfig(rate=100.0)) as sim,
+            gateway(tmp_path) as (service, runtime, hub),
+        ):
+            url = sim.url("binance", "/stream")
+            old = service.create_session(session_values(url, "old"))
+            service.create_subscription({"session_id": old.id, "topics": [TOPIC], "consumer": "c"})
+            await asyncio.to_thread(service.start_session, old.id)
+            await until(streaming(runtime, old.id))
+            hub.publish_gap(old.id, 3, "reconnect: test")  # the hub now holds a last gap
+            consumer = hub.subscribe(old.id, [TOPIC])
+            await until(lambda: sim.sent("binance", TOPIC) > 0)
+
+            await asyncio.to_thread(service.delete_session, old.id)  # running: stops first
+
+            closed = await asyncio.wait_for(consumer.ended, 5)
+            assert (closed.code, closed.kind) == (CLOSE_SESSION_DELETED, "deleted")
+            assert closed.reason == f"session {old.id} was deleted"
+            await until(lambda: not sim.connections)  # the upstream connection is gone
+            assert hub.last_gap(old.id) is None
+            assert old.id not in runtime.sessions_snapshot()
+            status = runtime.session_status(old.id)
+            assert (status.state, status.reason, status.topics) == (
+                SessionState.STOPPED,
+                "not started",
+                (),
+            )
+
+            new = service.create_session(session_values(url, "new"))
+            assert new.id > old.id
+            assert runtime.session_status(new.id).reason == "not started"
+            late = hub.subscribe(new.id)
+            assert not late.queue  # no past gap of the deleted session
+            events = service.session_events(new.id, 0, 100).items
+            assert [e.kind for e in events] == ["created"]
+            late.close()
+
+    run(scenario())
+
+
+async def _silent_ws_server() -> tuple[asyncio.Server, int]:
+    """A WebSocket server that opens (RFC 6455 4.2.2) and then reads and ignores every
+    frame: it never answers a close, so a client's closing handshake has to time out."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in request.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(
+            hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
+        )
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        try:
+            while await reader.read(65536):
+                pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_session_that_does_not_stop_in_time_is_not_deleted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        server, port = await _silent_ws_server()
+        try:
+            async with gateway(tmp_path, stop_timeout_s=0.3, close_timeout_s=2.0) as (
+                service,
+                runtime,
+                _,
+            ):
+                row = service.create_session(
+                    session_values(f"ws://127.0.0.1:{port}/", "stuck", "generic")
+                )
+                await asyncio.to_thread(service.start_session, row.id)
+                await until(lambda: runtime.session_status(row.id).state is SessionState.CONNECTED)
+
+                with pytest.raises(RuntimeRefusedError, match=r"did not stop within 0\.3 s"):
+                    await asyncio.to_thread(service.delete_session, row.id)
+                kept = service.get_session(row.id)  # the row stays, stopped
+                assert kept.desired_state == "stopped"
+                await until(lambda: runtime.session_status(row.id).state is SessionState.STOPPED)
+                await asyncio.to_thread(service.delete_session, row.id)  # stopped: goes now
+                assert runtime.session_status(row.id).reason == "not started"
+        finally:
+            server.close()
+
+    run(scenario())
