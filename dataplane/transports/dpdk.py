@@ -36,12 +36,21 @@ from collections.abc import Callable
 from typing import Any
 
 from dataplane.engine import Engine
+from dataplane.errors import (
+    DataplaneError,
+    ResolveError,
+    TransportError,
+    TransportTimeoutError,
+    transport_error,
+)
 from dataplane.loop import engine_of
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
+from dataplane.stack.tcp_errors import TcpError
 from dataplane.transports.base import parse_ws_url
 from dataplane.transports.kernel import KernelWebSocket, _Connect, _Protocol, prepare_connection
 from dataplane.wire.addr import ip_to_int
+from dataplane.ws.errors import LocalProtocolError
 
 
 class EngineTransport(asyncio.Transport):
@@ -203,7 +212,10 @@ class EngineTransport(asyncio.Transport):
             self._push(sock)
         # In: whatever arrived, in one hand-off per batch (direct: no hand-off at all).
         if self._reading:
-            data = sock.recv(1 << 22)
+            try:
+                data = sock.recv(1 << 22)
+            except TcpError:  # failed below TCP (ARP gave up): reported as the end below
+                data = b""
             if data:
                 if self.direct:
                     rx_ns = self._engine.batch_rx_ns
@@ -304,16 +316,21 @@ async def _resolve(host: str, port: int) -> int:
     """IPv4 address of a host name, through the system resolver (a literal is taken by
     `_ipv4_literal` before: no coroutine for it)."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    try:
+        infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise transport_error(exc, f"resolving {host}") from exc
     if not infos:
-        raise OSError(f"{host} has no IPv4 address")
+        raise ResolveError(f"{host} has no IPv4 address")
     return ip_to_int(str(infos[0][4][0]))
 
 
 async def _open_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float, **options: Any
+    url: str, *, engine: Engine, connect_timeout: float | None, **options: Any
 ) -> KernelWebSocket:
     target = parse_ws_url(url)
+    if connect_timeout is None:
+        connect_timeout = float(options.get("open_timeout", 10.0))
     loop = asyncio.get_running_loop()
     host = options.get("connect_host") or target.host
     port = options.get("connect_port") or target.port
@@ -324,8 +341,13 @@ async def _open_dpdk(
     established: asyncio.Future[None] = loop.create_future()
     deliver = _set if transport.direct else _threadsafe(loop)
 
+    where = f"connecting to {host}:{port} over DPDK"
+
     def open_on_engine() -> None:
-        sock = engine.interface.connect(remote_ip, port, time.monotonic())
+        try:
+            sock = engine.interface.connect(remote_ip, port, time.monotonic())
+        except ValueError as exc:  # our own address, a broadcast: no retry changes that
+            raise LocalProtocolError(f"{where}: {exc}") from exc
         transport.attach(sock)
 
         def watch(now: float) -> None:
@@ -335,8 +357,8 @@ async def _open_dpdk(
                 deliver(established, None)
             elif sock.error is not None or sock.state is TcpState.CLOSED:
                 engine.services.remove(watch)
-                error = sock.error or ConnectionError(f"connect to {host}:{port} failed")
-                deliver(established, error)
+                error = sock.error or ConnectionResetError("the connection closed")
+                deliver(established, transport_error(error, where))
 
         engine.services.append(watch)
         if transport.direct:
@@ -370,9 +392,16 @@ async def _open_dpdk(
             # future is this opener's alone: a timeout or a cancel cancelling it only
             # drops a connection that is aborted right below.
             await connection._opened
-    except TimeoutError:
+    except TimeoutError as exc:
         transport.abort()
-        raise TimeoutError(f"opening {url} over DPDK timed out") from None
+        if isinstance(exc, TransportError):
+            raise
+        raise TransportTimeoutError(f"opening {url} over DPDK timed out") from None
+    except (OSError, DataplaneError) as exc:  # no route, no local port: the one family
+        transport.abort()
+        if isinstance(exc, TransportError | LocalProtocolError):
+            raise
+        raise transport_error(exc, where) from exc
     except BaseException:
         transport.abort()
         raise
@@ -398,10 +427,14 @@ def _set(future: asyncio.Future[None], result: BaseException | None) -> None:
 
 
 def connect_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float = 10.0, **options: Any
+    url: str, *, engine: Engine, connect_timeout: float | None = None, **options: Any
 ) -> _Connect:
     """Open a client WebSocket to url over the engine's user-space stack. Takes the same
-    options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts)."""
+    options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts) and raises
+    the same errors: the `TransportError` family (a TcpError chained as the cause).
+
+    connect_timeout: for TCP (SYN, ARP) to come up; default open_timeout, so a peer with
+    no ARP reply or no route fails within the open's own timeout, never hangs it."""
     return _Connect(
         url,
         options,
