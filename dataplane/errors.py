@@ -8,6 +8,7 @@ retryable part: every way a connection to a peer fails or ends, with its `Failur
 from __future__ import annotations
 
 import errno as _errno
+import os as _os
 import socket
 from enum import StrEnum
 
@@ -171,7 +172,10 @@ def transport_error(exc: BaseException, context: str) -> TransportError:
     else:
         code = getattr(exc, "errno", None) or 0
         family = _KIND_BY_ERRNO.get(code, ResetError)
-        detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        if isinstance(exc, OSError) and code:  # asyncio's own text hides the reason
+            detail = _os.strerror(code)
+        else:
+            detail = str(exc) or type(exc).__name__
     error = family(f"{context}: {detail}", getattr(exc, "errno", None) or 0)
     error.__cause__ = exc
     return error

@@ -341,7 +341,7 @@ async def _open_dpdk(
     established: asyncio.Future[None] = loop.create_future()
     deliver = _set if transport.direct else _threadsafe(loop)
 
-    where = f"connecting to {host}:{port} over DPDK"
+    where = f"{host}:{port}"
 
     def open_on_engine() -> None:
         try:
@@ -371,6 +371,7 @@ async def _open_dpdk(
         else:
             opened = engine.call(open_on_engine)
         # One deadline, moved on once TCP is up: connect_timeout, then open_timeout.
+        limit = connect_timeout
         async with asyncio.timeout(connect_timeout) as deadline:
             # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
             connection, _, open_timeout = prepare_connection(url, **options)
@@ -378,6 +379,7 @@ async def _open_dpdk(
             if opened is not None:
                 await asyncio.wrap_future(opened)
             await established
+            limit = open_timeout
             deadline.reschedule(loop.time() + open_timeout)
             transport._made = True
             transport._protocol.connection_made(transport)
@@ -396,7 +398,7 @@ async def _open_dpdk(
         transport.abort()
         if isinstance(exc, TransportError):
             raise
-        raise TransportTimeoutError(f"opening {url} over DPDK timed out") from None
+        raise TransportTimeoutError(f"opening {url} over DPDK took over {limit} s") from None
     except (OSError, DataplaneError) as exc:  # no route, no local port: the one family
         transport.abort()
         if isinstance(exc, TransportError | LocalProtocolError):

@@ -849,7 +849,7 @@ async def _open(
         if isinstance(exc, TransportError):
             raise
         where = f"{connect_host or target.host}:{connect_port or target.port}"
-        raise transport_error(exc, f"connecting to {where}") from exc
+        raise transport_error(exc, where) from exc
     except BaseException:
         if transport is not None:
             transport.abort()
