@@ -31,6 +31,7 @@ import collections
 import concurrent.futures
 import ipaddress
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +75,10 @@ class EngineTransport(asyncio.Transport):
         self._eof_requested = False
         self._reading = True
         self._made = False  # connection_made was called: connection_lost is owed
+        # The engine may see the end (a reset) before the opener, on the loop, made the
+        # connection: the loss waits here for it (see `made`); the lock orders the two.
+        self._handoff = threading.Lock()
+        self._early_loss: tuple[Exception | None] | None = None
         self._lost_reported = False
         self._eof_reported = False
         self._pending: bytes = b""  # what the socket did not take yet
@@ -253,14 +258,26 @@ class EngineTransport(asyncio.Transport):
             self._sock.connection.direct_reader = None
         if self.pump in self._engine.services:
             self._engine.services.remove(self.pump)
-        if not self._made:
-            return
+        with self._handoff:
+            if not self._made:
+                self._early_loss = (exc,)
+                return
         if self.direct:
             self._loop.call_soon(self._protocol.connection_lost, exc)
         else:
             self._loop.call_soon_threadsafe(self._protocol.connection_lost, exc)
 
     # ---- on the loop thread (direct mode: inside the engine's batch) ---------------------------
+    def made(self) -> None:
+        """The opener's connection_made; a loss the engine saw before it is reported now
+        (a peer that resets at once must read as a reset, not as an open that hangs)."""
+        with self._handoff:
+            self._made = True
+            early = self._early_loss
+        self._protocol.connection_made(self)
+        if early is not None:
+            self._loop.call_soon(self._protocol.connection_lost, early[0])
+
     def _deliver(self, data: bytes) -> None:
         try:
             self._protocol.data_received(data)
@@ -381,8 +398,7 @@ async def _open_dpdk(
             await established
             limit = open_timeout
             deadline.reschedule(loop.time() + open_timeout)
-            transport._made = True
-            transport._protocol.connection_made(transport)
+            transport.made()
             transport._read_directly()
             connection._start()
             if transport.direct:
