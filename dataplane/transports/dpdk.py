@@ -414,7 +414,7 @@ async def _open_dpdk(
         transport.abort()
         if isinstance(exc, TransportError):
             raise
-        raise TransportTimeoutError(f"opening {url} over DPDK took over {limit} s") from None
+        raise TransportTimeoutError(f"opening {url} over DPDK timed out after {limit} s") from None
     except (OSError, DataplaneError) as exc:  # no route, no local port: the one family
         transport.abort()
         if isinstance(exc, TransportError | LocalProtocolError):

@@ -841,7 +841,7 @@ async def _open(
         if isinstance(exc, TransportError):
             raise
         raise TransportTimeoutError(
-            f"opening handshake with {url} took over {open_timeout} s"
+            f"opening handshake with {url} timed out after {open_timeout} s"
         ) from None
     except OSError as exc:  # refused, unreachable, reset: one family for both transports
         if transport is not None:

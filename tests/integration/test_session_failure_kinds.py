@@ -65,7 +65,7 @@ class Case:
 CASES = [
     Case("refused", "refused", "refused"),
     Case("reset", "reset", "reset"),
-    Case("silent", "timeout", "took over 1.0 s"),
+    Case("silent", "timeout", "timed out after 1.0 s"),
     Case("http503", "handshake", "handshake rejected with HTTP 503: exchange restarting"),
     Case("accept", "handshake", "Sec-WebSocket-Accept does not match our key: expected '"),
     Case("eof", "eof", "connection closed before the handshake finished"),
