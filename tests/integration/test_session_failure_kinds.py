@@ -316,3 +316,44 @@ def test_dpdk_transport_retries_every_failure_kind_then_recovers(
             )
 
         asyncio.run(asyncio.wait_for(main(), 60))
+
+
+async def retried_as_unreachable(url: str, **session_options: Any) -> None:
+    """An address no route leads to: each attempt fails at once as `unreachable`, and the
+    session keeps trying (it cannot come back: nothing in the lab routes there)."""
+    overrides = session_options.pop("overrides", {})
+    config = fast_config(url, "binance", open_timeout_s=1.0, **overrides)
+    sink, events = RecordingSink(), EventLog()
+    session = UpstreamSession(
+        1, config, sink, on_event=events.append, topics=TOPIC_LIST, **session_options
+    )
+    session.start()
+    try:
+        await until(lambda: session.counters.failures["unreachable"] >= 3, timeout=10)
+        assert session.state in (State.BACKOFF, State.CONNECTING)
+        for event in events.entered("backoff"):
+            assert event.details["kind"] == "unreachable"
+            assert event.reason.startswith("connect failed: 10.255.255.1:9000: ")
+    finally:
+        await session.stop()
+    assert set(session.counters.failures) == {"unreachable"}
+    assert session.state is State.STOPPED  # stopped by us, never failed
+
+
+NO_ROUTE_URL = "ws://10.255.255.1:9000/binance/stream"  # off every lab subnet, no gateway
+
+
+@requires_root
+def test_kernel_no_route_is_unreachable_and_retried(lab: Lab) -> None:
+    in_namespace(lab.client_netns, lambda: retried_as_unreachable(NO_ROUTE_URL), timeout=30)
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+def test_dpdk_no_route_is_unreachable_and_retried(dpdk_engine: Engine) -> None:
+    async def main() -> None:
+        await retried_as_unreachable(
+            NO_ROUTE_URL, engine=dpdk_engine, overrides={"transport": "dpdk"}
+        )
+
+    asyncio.run(asyncio.wait_for(main(), 30))
