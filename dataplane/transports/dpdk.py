@@ -227,8 +227,8 @@ class EngineTransport(asyncio.Transport):
                     if rx_ns:
                         self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
                     self._deliver(data)
-                else:
-                    self._loop.call_soon_threadsafe(self._deliver, data)
+                elif not self._to_loop(self._deliver, data):
+                    return
         state = sock.state
         error = sock.error
         if state is TcpState.ESTABLISHED and error is None:
@@ -240,8 +240,8 @@ class EngineTransport(asyncio.Transport):
             self._eof_reported = True
             if self.direct:
                 self._deliver_eof()
-            else:
-                self._loop.call_soon_threadsafe(self._deliver_eof)
+            elif not self._to_loop(self._deliver_eof):
+                return
         # Both directions are over once the peer's FIN is read and ours is queued, as a
         # kernel socket's close() would have it: the stack finishes LAST-ACK on its own.
         if state is TcpState.CLOSED or (
@@ -265,7 +265,23 @@ class EngineTransport(asyncio.Transport):
         if self.direct:
             self._loop.call_soon(self._protocol.connection_lost, exc)
         else:
-            self._loop.call_soon_threadsafe(self._protocol.connection_lost, exc)
+            self._to_loop(self._protocol.connection_lost, exc)
+
+    def _to_loop(self, callback: Callable[..., object], *args: object) -> bool:
+        """Threaded mode: callback(*args) on the application's loop. False once that loop
+        is closed (it ended with this connection still open): nobody reads it any more,
+        so the connection is aborted instead of failing every engine turn."""
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
+            if self._sock is not None:
+                self._sock.abort()
+            self._made = False  # no connection_lost owed to a loop that is gone
+            self._finish(None)
+            return False
+        return True
 
     # ---- on the loop thread (direct mode: inside the engine's batch) ---------------------------
     def made(self) -> None:

@@ -12,6 +12,9 @@ Until it reads `heal` on stdin, every connection to port P fails the MODE way:
     accept    answer 101 with a wrong Sec-WebSocket-Accept
     eof       read the request, close (FIN) without an answer
     drop      proxy to the upstream, then abort with RST once some data went through
+    protocol  accept the upgrade, then send a frame with RSV1 set (nothing negotiated it)
+    closefin  accept the upgrade, then end TCP (FIN) without a close frame
+    restart   accept the upgrade, then close with 1012 (service restart)
     tls       TLS with a certificate from a CA the client does not trust (GOOD/BAD: dirs
               holding ca.pem, server.pem, server.key; after `heal` the GOOD one is used)
 
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import hashlib
 import socket
 import ssl
 import struct
@@ -31,6 +36,7 @@ import sys
 from pathlib import Path
 
 DROP_AFTER = 4096  # bytes from the upstream before `drop` resets the client
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 section 1.3
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
@@ -45,6 +51,28 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes:
     with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
         return await reader.readuntil(b"\r\n\r\n")
     return b""
+
+
+def _switching_protocols(head: bytes) -> bytes:
+    """A valid 101 for the upgrade request `head` (RFC 6455 section 4.2.2)."""
+    key = b""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-key":
+            key = value.strip()
+    accept = base64.b64encode(hashlib.sha1(key + GUID).digest())  # RFC 6455 section 4.2.2
+    return (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+    )
+
+
+# After a valid 101: what each mode sends (server frames are unmasked, section 5.1).
+AFTER_UPGRADE = {
+    "protocol": b"\xc1\x02hi",  # FIN + RSV1 + text: RSV1 with no extension (section 5.2)
+    "closefin": b"",
+    "restart": b"\x88\x11\x03\xf4service restart",  # close 1012 (section 7.4.1)
+}
 
 
 async def _pipe(
@@ -120,6 +148,13 @@ class Front:
                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
             )
             await writer.drain()
+        elif mode in AFTER_UPGRADE and head:
+            writer.write(_switching_protocols(head) + AFTER_UPGRADE[mode])
+            await writer.drain()
+            if mode == "closefin":
+                writer.write_eof()  # FIN, but read on: data after it must not draw a RST
+            with contextlib.suppress(asyncio.TimeoutError, ConnectionError):
+                await asyncio.wait_for(reader.read(), 2.0)  # until the client closes
         elif mode == "accept" and head:
             writer.write(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
@@ -140,6 +175,8 @@ class Front:
         )
 
     async def run(self) -> None:
+        # Its connections die rudely on purpose: asyncio's reports of that are noise here.
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: None)
         if self.mode == "tls":
             await self._serve(self._proxy, self.bad)
         elif self.mode != "refused":

@@ -70,6 +70,9 @@ CASES = [
     Case("accept", "handshake", "Sec-WebSocket-Accept does not match our key: expected '"),
     Case("eof", "eof", "connection closed before the handshake finished"),
     Case("drop", "reset", "close code 1006", lost=True),
+    Case("protocol", "protocol", "close code 1002", lost=True),
+    Case("closefin", "eof", "close code 1006", lost=True),
+    Case("restart", "closed", "close code 1012 (service restart)", lost=True),
     Case("tls", "certificate", "TLS certificate rejected"),
     # The kernel's EHOSTUNREACH, the stack's HostUnreachableError: no ARP reply either way.
     Case(
