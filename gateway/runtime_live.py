@@ -362,6 +362,10 @@ class LiveRuntime:
             counters = session.counters.snapshot()
             for name, kind, text in _COUNTERS:
                 out.append(Metric(f"session_{name}", kind, float(counters[name]), text, labels))
+            text = "Failed opens and lost connections, by kind (refused, reset, timeout, ...)"
+            for kind, count in counters["failures"].items():
+                kind_labels = {"session": str(sid), "kind": kind}
+                out.append(Metric("session_failures", "counter", float(count), text, kind_labels))
             rtt = counters["last_rtt_s"]
             if rtt is not None:
                 text = "Round trip of the last answered WebSocket ping"

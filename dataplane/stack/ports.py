@@ -15,6 +15,7 @@ in TIME_WAIT, RFC 9293 section 3.6.1), nor when it is reserved for a listener.
 
 from __future__ import annotations
 
+import errno as _errno
 import hashlib
 import random
 import secrets
@@ -116,7 +117,8 @@ class EphemeralPorts:
                 return port
         raise PortsExhaustedError(
             f"all {self.size} ephemeral ports ({self.low}-{self.high}) are in use or in "
-            f"their {self.reuse_delay:g} s reuse delay"
+            f"their {self.reuse_delay:g} s reuse delay",
+            _errno.EADDRNOTAVAIL,  # what a kernel socket's connect says when it runs out
         )
 
     def claim(self, port: int, remote_ip: int, remote_port: int) -> None:

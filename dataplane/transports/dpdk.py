@@ -31,17 +31,27 @@ import collections
 import concurrent.futures
 import ipaddress
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from dataplane.engine import Engine
+from dataplane.errors import (
+    DataplaneError,
+    ResolveError,
+    TransportError,
+    TransportTimeoutError,
+    transport_error,
+)
 from dataplane.loop import engine_of
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
+from dataplane.stack.tcp_errors import TcpError
 from dataplane.transports.base import parse_ws_url
 from dataplane.transports.kernel import KernelWebSocket, _Connect, _Protocol, prepare_connection
 from dataplane.wire.addr import ip_to_int
+from dataplane.ws.errors import LocalProtocolError
 
 
 class EngineTransport(asyncio.Transport):
@@ -65,6 +75,10 @@ class EngineTransport(asyncio.Transport):
         self._eof_requested = False
         self._reading = True
         self._made = False  # connection_made was called: connection_lost is owed
+        # The engine may see the end (a reset) before the opener, on the loop, made the
+        # connection: the loss waits here for it (see `made`); the lock orders the two.
+        self._handoff = threading.Lock()
+        self._early_loss: tuple[Exception | None] | None = None
         self._lost_reported = False
         self._eof_reported = False
         self._pending: bytes = b""  # what the socket did not take yet
@@ -203,15 +217,18 @@ class EngineTransport(asyncio.Transport):
             self._push(sock)
         # In: whatever arrived, in one hand-off per batch (direct: no hand-off at all).
         if self._reading:
-            data = sock.recv(1 << 22)
+            try:
+                data = sock.recv(1 << 22)
+            except TcpError:  # failed below TCP (ARP gave up): reported as the end below
+                data = b""
             if data:
                 if self.direct:
                     rx_ns = self._engine.batch_rx_ns
                     if rx_ns:
                         self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
                     self._deliver(data)
-                else:
-                    self._loop.call_soon_threadsafe(self._deliver, data)
+                elif not self._to_loop(self._deliver, data):
+                    return
         state = sock.state
         error = sock.error
         if state is TcpState.ESTABLISHED and error is None:
@@ -223,8 +240,8 @@ class EngineTransport(asyncio.Transport):
             self._eof_reported = True
             if self.direct:
                 self._deliver_eof()
-            else:
-                self._loop.call_soon_threadsafe(self._deliver_eof)
+            elif not self._to_loop(self._deliver_eof):
+                return
         # Both directions are over once the peer's FIN is read and ours is queued, as a
         # kernel socket's close() would have it: the stack finishes LAST-ACK on its own.
         if state is TcpState.CLOSED or (
@@ -241,14 +258,42 @@ class EngineTransport(asyncio.Transport):
             self._sock.connection.direct_reader = None
         if self.pump in self._engine.services:
             self._engine.services.remove(self.pump)
-        if not self._made:
-            return
+        with self._handoff:
+            if not self._made:
+                self._early_loss = (exc,)
+                return
         if self.direct:
             self._loop.call_soon(self._protocol.connection_lost, exc)
         else:
-            self._loop.call_soon_threadsafe(self._protocol.connection_lost, exc)
+            self._to_loop(self._protocol.connection_lost, exc)
+
+    def _to_loop(self, callback: Callable[..., object], *args: object) -> bool:
+        """Threaded mode: callback(*args) on the application's loop. False once that loop
+        is closed (it ended with this connection still open): nobody reads it any more,
+        so the connection is aborted instead of failing every engine turn."""
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
+            if self._sock is not None:
+                self._sock.abort()
+            self._made = False  # no connection_lost owed to a loop that is gone
+            self._finish(None)
+            return False
+        return True
 
     # ---- on the loop thread (direct mode: inside the engine's batch) ---------------------------
+    def made(self) -> None:
+        """The opener's connection_made; a loss the engine saw before it is reported now
+        (a peer that resets at once must read as a reset, not as an open that hangs)."""
+        with self._handoff:
+            self._made = True
+            early = self._early_loss
+        self._protocol.connection_made(self)
+        if early is not None:
+            self._loop.call_soon(self._protocol.connection_lost, early[0])
+
     def _deliver(self, data: bytes) -> None:
         try:
             self._protocol.data_received(data)
@@ -304,16 +349,21 @@ async def _resolve(host: str, port: int) -> int:
     """IPv4 address of a host name, through the system resolver (a literal is taken by
     `_ipv4_literal` before: no coroutine for it)."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    try:
+        infos = await loop.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise transport_error(exc, f"resolving {host}") from exc
     if not infos:
-        raise OSError(f"{host} has no IPv4 address")
+        raise ResolveError(f"{host} has no IPv4 address")
     return ip_to_int(str(infos[0][4][0]))
 
 
 async def _open_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float, **options: Any
+    url: str, *, engine: Engine, connect_timeout: float | None, **options: Any
 ) -> KernelWebSocket:
     target = parse_ws_url(url)
+    if connect_timeout is None:
+        connect_timeout = float(options.get("open_timeout", 10.0))
     loop = asyncio.get_running_loop()
     host = options.get("connect_host") or target.host
     port = options.get("connect_port") or target.port
@@ -324,8 +374,13 @@ async def _open_dpdk(
     established: asyncio.Future[None] = loop.create_future()
     deliver = _set if transport.direct else _threadsafe(loop)
 
+    where = f"{host}:{port}"
+
     def open_on_engine() -> None:
-        sock = engine.interface.connect(remote_ip, port, time.monotonic())
+        try:
+            sock = engine.interface.connect(remote_ip, port, time.monotonic())
+        except ValueError as exc:  # our own address, a broadcast: no retry changes that
+            raise LocalProtocolError(f"{where}: {exc}") from exc
         transport.attach(sock)
 
         def watch(now: float) -> None:
@@ -335,8 +390,8 @@ async def _open_dpdk(
                 deliver(established, None)
             elif sock.error is not None or sock.state is TcpState.CLOSED:
                 engine.services.remove(watch)
-                error = sock.error or ConnectionError(f"connect to {host}:{port} failed")
-                deliver(established, error)
+                error = sock.error or ConnectionResetError("the connection closed")
+                deliver(established, transport_error(error, where))
 
         engine.services.append(watch)
         if transport.direct:
@@ -349,6 +404,7 @@ async def _open_dpdk(
         else:
             opened = engine.call(open_on_engine)
         # One deadline, moved on once TCP is up: connect_timeout, then open_timeout.
+        limit = connect_timeout
         async with asyncio.timeout(connect_timeout) as deadline:
             # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
             connection, _, open_timeout = prepare_connection(url, **options)
@@ -356,9 +412,9 @@ async def _open_dpdk(
             if opened is not None:
                 await asyncio.wrap_future(opened)
             await established
+            limit = open_timeout
             deadline.reschedule(loop.time() + open_timeout)
-            transport._made = True
-            transport._protocol.connection_made(transport)
+            transport.made()
             transport._read_directly()
             connection._start()
             if transport.direct:
@@ -370,9 +426,16 @@ async def _open_dpdk(
             # future is this opener's alone: a timeout or a cancel cancelling it only
             # drops a connection that is aborted right below.
             await connection._opened
-    except TimeoutError:
+    except TimeoutError as exc:
         transport.abort()
-        raise TimeoutError(f"opening {url} over DPDK timed out") from None
+        if isinstance(exc, TransportError):
+            raise
+        raise TransportTimeoutError(f"opening {url} over DPDK timed out after {limit} s") from None
+    except (OSError, DataplaneError) as exc:  # no route, no local port: the one family
+        transport.abort()
+        if isinstance(exc, TransportError | LocalProtocolError):
+            raise
+        raise transport_error(exc, where) from exc
     except BaseException:
         transport.abort()
         raise
@@ -398,10 +461,14 @@ def _set(future: asyncio.Future[None], result: BaseException | None) -> None:
 
 
 def connect_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float = 10.0, **options: Any
+    url: str, *, engine: Engine, connect_timeout: float | None = None, **options: Any
 ) -> _Connect:
     """Open a client WebSocket to url over the engine's user-space stack. Takes the same
-    options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts)."""
+    options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts) and raises
+    the same errors: the `TransportError` family (a TcpError chained as the cause).
+
+    connect_timeout: for TCP (SYN, ARP) to come up; default open_timeout, so a peer with
+    no ARP reply or no route fails within the open's own timeout, never hangs it."""
     return _Connect(
         url,
         options,

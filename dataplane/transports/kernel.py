@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Seque
 from types import TracebackType
 from typing import Any, cast
 
+from dataplane.errors import DataplaneError, TransportError, TransportTimeoutError, transport_error
 from dataplane.transports.base import WsUrl, parse_ws_url
 from dataplane.ws.client import (
     CLOSE_ABNORMAL,
@@ -38,7 +39,6 @@ from dataplane.ws.deflate import DeflateOptions, DeflateParams
 from dataplane.ws.errors import (
     ConnectionClosed,
     ConnectionClosedOK,
-    HandshakeError,
     HandshakeRejected,
     LocalProtocolError,
     TlsError,
@@ -518,6 +518,8 @@ class KernelWebSocket:
                         event.status,
                         event.headers,
                         event.body,
+                        reason=event.reason,
+                        closed=event.closed,
                     )
                 )
                 self._abort()
@@ -600,6 +602,9 @@ class KernelWebSocket:
         self._drain_waiters.clear()
 
     def _connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, OSError | DataplaneError):
+            # Either transport's socket error (an OSError, a TcpError) as the one family.
+            exc = transport_error(exc, "connection lost")
         if exc is not None and self.error is None:
             self.error = exc
         if self._linger is not None:
@@ -610,10 +615,12 @@ class KernelWebSocket:
         if self.closed is None:
             self.closed = Closed(CLOSE_ABNORMAL, "connection lost", clean=False)
         if not self._opened.done():
-            reason = f": {exc}" if exc else ""
-            self._fail_open(
-                HandshakeError(f"connection closed during the opening handshake{reason}")
-            )
+            if isinstance(exc, TransportError):
+                self._fail_open(exc)
+            else:
+                reason = f": {exc}" if exc else ""
+                text = f"connection closed during the opening handshake{reason}"
+                self._fail_open(HandshakeRejected(text, 0, closed=exc is None))
         error = self._closed_exception()
         for future, _sent in self._pings.values():
             if not future.done():
@@ -828,10 +835,21 @@ async def _open(
             # the future is this opener's alone, and a timeout or a cancel cancelling it
             # only drops a connection that is aborted right below.
             await connection._opened
-    except TimeoutError:
+    except TimeoutError as exc:
         if transport is not None:
             transport.abort()
-        raise TimeoutError(f"opening handshake with {url} took over {open_timeout} s") from None
+        if isinstance(exc, TransportError):
+            raise
+        raise TransportTimeoutError(
+            f"opening handshake with {url} timed out after {open_timeout} s"
+        ) from None
+    except OSError as exc:  # refused, unreachable, reset: one family for both transports
+        if transport is not None:
+            transport.abort()
+        if isinstance(exc, TransportError):
+            raise
+        where = f"{connect_host or target.host}:{connect_port or target.port}"
+        raise transport_error(exc, where) from exc
     except BaseException:
         if transport is not None:
             transport.abort()

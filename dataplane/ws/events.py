@@ -26,12 +26,14 @@ class Handshake:
 class RejectedHandshake:
     """No WebSocket connection: a non-101 answer (`status`, headers, first bytes of the body)
     or a 101 that breaks section 4.1 (`status` 101 and `reason` says what was wrong), or no
-    HTTP at all (`status` 0). The connection state is REJECTED."""
+    HTTP at all (`status` 0; `closed` when the server ended the connection before it
+    answered). The connection state is REJECTED."""
 
     status: int
     reason: str
     headers: tuple[tuple[bytes, bytes], ...] = ()
     body: bytes = b""
+    closed: bool = False
 
 
 @dataclass(slots=True)

@@ -127,6 +127,16 @@ def _as_bytes(value: str | bytes) -> bytes:
     return value if isinstance(value, bytes) else value.encode("latin-1")
 
 
+def _shown(head: _Head, name: bytes) -> str:
+    """A response header's values as received, for an error message: quoted and cut to a
+    readable length, or "missing"."""
+    values = [value for key, value in head.headers if key == name]
+    if not values:
+        return "missing"
+    text = ", ".join(v.decode("latin-1") for v in values)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 @dataclass(slots=True)
 class Accepted:
     event: Handshake
@@ -412,7 +422,9 @@ class ClientHandshake:
                 if self._response is not None:
                     return self._reject(f"server answered {self._response.status_code}")
                 if not data:
-                    return RejectedHandshake(0, "connection closed before the handshake finished")
+                    return RejectedHandshake(
+                        0, "connection closed before the handshake finished", closed=True
+                    )
                 return RejectedHandshake(0, f"not an HTTP response: {exc}")
             if event is h11.NEED_DATA:
                 return None
@@ -432,7 +444,9 @@ class ClientHandshake:
                 continue
             if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 if self._response is None:  # pragma: no cover - h11 orders events
-                    return RejectedHandshake(0, "connection closed before the handshake finished")
+                    return RejectedHandshake(
+                        0, "connection closed before the handshake finished", closed=True
+                    )
                 return self._reject()
             return None  # PAUSED: h11 waits for a switch that did not come
 
@@ -501,17 +515,26 @@ class ClientHandshake:
             return RejectedHandshake(101, reason, frozen)
 
         if not head.upgrade:
-            return fail("101 without 'Upgrade: websocket'")
+            return fail(f"101 without 'Upgrade: websocket' (Upgrade: {_shown(head, b'upgrade')})")
         if not head.connection:
-            return fail("101 without 'Connection: Upgrade'")
+            return fail(
+                f"101 without 'Connection: Upgrade' (Connection: {_shown(head, b'connection')})"
+            )
         accepts = head.accepts
-        if len(accepts) != 1 or accepts[0].strip() != self.expected_accept():
-            return fail("Sec-WebSocket-Accept does not match our key")
+        expected = self.expected_accept()
+        if len(accepts) != 1 or accepts[0].strip() != expected:
+            return fail(
+                f"Sec-WebSocket-Accept does not match our key: expected "
+                f"{expected.decode()!r}, received {_shown(head, b'sec-websocket-accept')}"
+            )
         deflate: DeflateParams | None = None
         names: list[str] = []
         for name, params in head.extensions:
             if name != EXTENSION_NAME or self.deflate is None:
-                return fail(f"server chose extension {name!r} that we did not offer")
+                offered = "permessage-deflate" if self.deflate is not None else "none"
+                return fail(
+                    f"server chose extension {name!r} that we did not offer (offered: {offered})"
+                )
             if deflate is not None:
                 return fail("server chose permessage-deflate twice")
             try:
@@ -521,6 +544,10 @@ class ClientHandshake:
             names.append(name)
         chosen = head.subprotocols
         if len(chosen) > 1 or (chosen and chosen[0] not in self.subprotocols):
-            return fail(f"server chose subprotocol {', '.join(chosen)!r} that we did not offer")
+            offered = ", ".join(self.subprotocols) or "none"
+            return fail(
+                f"server chose subprotocol {', '.join(chosen)!r} that we did not offer "
+                f"(offered: {offered})"
+            )
         handshake = Handshake(chosen[0] if chosen else None, tuple(names), frozen, deflate)
         return Accepted(handshake, leftover)

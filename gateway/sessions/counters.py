@@ -34,11 +34,14 @@ class SessionCounters:
     last_rtt_s: float | None = None  # round trip of the last answered ping
     last_message_at: float | None = None  # time.time() of the last message
     topic_messages: Counter[str] = field(default_factory=Counter)
+    #: Failed opens and lost connections by FailureKind (refused, reset, timeout, ...);
+    #: a lost connection the exchange asked us to reopen is no failure.
+    failures: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
-        """A copy safe to read from another thread; topic_messages as a plain dict."""
+        """A copy safe to read from another thread; the Counters as plain dicts."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = dict.copy(value) if f.name == "topic_messages" else value
+            out[f.name] = dict.copy(value) if isinstance(value, Counter) else value
         return out

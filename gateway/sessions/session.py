@@ -35,13 +35,16 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from dataplane.errors import FailureKind, ResolveError, TransportError, transport_error
 from dataplane.samples import LatencySamples
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
 from dataplane.ws.errors import (
     ConnectionClosed,
     HandshakeRejected,
+    LocalProtocolError,
     TlsCertificateError,
     WsError,
+    failure_kind,
 )
 from gateway.dialects import (
     RECONNECT,
@@ -106,6 +109,7 @@ class _Lost:
     immediate: bool  # reconnect without waiting (the exchange asked for it)
     had_topics: bool  # subscriptions were out: messages may have been missed
     lived: float  # seconds it was open
+    kind: FailureKind  # what ended it
 
 
 class _Link:
@@ -414,8 +418,9 @@ class UpstreamSession:
                 self._move(link, State.CONNECTING, reason)
                 try:
                     conn, dialect, address = await self._open(link)
-                except (OSError, WsError, ValueError) as exc:  # TimeoutError is an OSError
+                except TransportError as exc:  # every transport's every failure to open
                     self.counters.connect_failures += 1
+                    self.counters.failures[exc.kind] += 1
                     why, retry_after, details = describe_failure(exc)
                     if not await self._backoff(
                         link, f"connect failed: {why}", retry_after, details
@@ -423,6 +428,10 @@ class UpstreamSession:
                         return
                     reason = f"retrying after: {why}"
                     continue
+                except (SessionConfigError, LocalProtocolError) as exc:
+                    # The same request fails the same way every time: only these end it.
+                    self._fail(f"configuration error: {exc}", link)
+                    return
                 self.counters.connects += 1
                 resume, self._resume_gap = self._resume_gap, None
                 if resume is not None and self._wanted:
@@ -438,7 +447,8 @@ class UpstreamSession:
                 if lost.immediate:
                     reason = f"reconnecting: {lost.reason}"
                     continue
-                details = {"close_code": lost.code}
+                self.counters.failures[lost.kind] += 1
+                details = {"close_code": lost.code, "kind": str(lost.kind)}
                 if not await self._backoff(link, f"connection lost: {lost.reason}", None, details):
                     return
                 reason = f"reconnecting after: {lost.reason}"
@@ -479,26 +489,44 @@ class UpstreamSession:
         if is_ip_literal(host):
             addresses = [host]
         else:
-            async with asyncio.timeout(self.config.open_timeout_s):
-                addresses = await self._resolver(host, port, address_family(self.config))
-            if not addresses:
-                raise OSError(f"{host} resolved to no address")
+            addresses = await self._resolve(host, port)
         start = link.backoff.attempt % len(addresses)
         ordered = addresses[start:] + addresses[:start]
         connector = self._connector
         assert connector is not None
-        last: OSError | None = None
+        last: TransportError | None = None
         for address in ordered:
             try:
                 conn = await connector(
                     self.config.url, connect_host=address, connect_port=port, **self._options
                 )
-            except OSError as exc:  # refused, unreachable, timed out: the next may work
+            except TransportError as exc:
                 last = exc
-                continue
-            return conn, self._new_dialect(), address
+            except OSError as exc:  # a connector of its own (tests) raising the builtins
+                last = transport_error(exc, f"{address}:{port}")
+            else:
+                return conn, self._new_dialect(), address
+            if last.kind not in _NEXT_ADDRESS:
+                raise last  # the server answered: another address of it answers the same
         assert last is not None
         raise last
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """The host's addresses, or ResolveError (a DNS failure is retried like the rest)."""
+        timeout = self.config.open_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                addresses = await self._resolver(host, port, address_family(self.config))
+        except TimeoutError:
+            raise ResolveError(f"resolving {host} took over {timeout} s") from None
+        except OSError as exc:  # socket.gaierror and friends
+            if isinstance(exc, TransportError):
+                raise
+            detail = exc.strerror or str(exc)
+            raise ResolveError(f"cannot resolve {host}: {detail}", exc.errno or 0) from exc
+        if not addresses:
+            raise ResolveError(f"{host} resolved to no address")
+        return addresses
 
     # ---- one open connection ----------------------------------------------------------------
     async def _serve(
@@ -531,7 +559,7 @@ class UpstreamSession:
         self._check_streaming(link, now)
         keeper = asyncio.get_running_loop().create_task(self._housekeep(link, conn))
         try:
-            code, why = await self._read(link, conn, dialect)
+            code, why, kind = await self._read(link, conn, dialect)
         except Exception:  # a bug below: never leave the connection open behind us
             self._end_connection(link, 1011, "internal error")
             raise
@@ -545,11 +573,14 @@ class UpstreamSession:
             link.closed()
         detail = f"close code {code}" + (f" ({why})" if why else "")
         reason = f"{link.close_reason}; {detail}" if link.close_reason else detail
-        return _Lost(reason, code, link.reconnect_now, had_topics, self._clock() - opened_at)
+        if link.close_reason and not link.reconnect_now:
+            kind = FailureKind.TIMEOUT  # we closed it: the feed or its pongs went silent
+        lived = self._clock() - opened_at
+        return _Lost(reason, code, link.reconnect_now, had_topics, lived, kind)
 
     async def _read(
         self, link: _Link, conn: WebSocketConnection, dialect: Dialect
-    ) -> tuple[int, str]:
+    ) -> tuple[int, str, FailureKind]:
         """The read loop: a burst from the connection, one classification, one publish.
 
         A connection with `recv_frames()` (the kernel and DPDK transports) hands over each
@@ -568,9 +599,9 @@ class UpstreamSession:
                     ts = time.time_ns()
                     payloads = [m.data for m in batch]
             except ConnectionClosed as exc:
-                return exc.code, exc.reason
+                return exc.code, exc.reason, failure_kind(exc)
             except (WsError, OSError) as exc:
-                return 1006, str(exc)
+                return 1006, str(exc), failure_kind(exc)
             if len(payloads) <= max_batch:
                 self._on_batch(link, dialect, payloads, dialect.classify_batch(payloads), ts)
                 continue
@@ -912,6 +943,12 @@ class UpstreamSession:
         self._spawn(close_others())
 
 
+#: Failures of one address that another address of the same name may not share.
+_NEXT_ADDRESS = frozenset(
+    {FailureKind.REFUSED, FailureKind.RESET, FailureKind.TIMEOUT, FailureKind.UNREACHABLE}
+)
+
+
 def _close_text(reason: str) -> str:
     """A close reason that fits a close frame (123 bytes of UTF-8)."""
     return reason.encode()[:_MAX_CLOSE_REASON].decode("utf-8", "ignore")
@@ -923,22 +960,33 @@ async def _close_quietly(conn: WebSocketConnection, code: int, reason: str) -> N
 
 
 def describe_failure(exc: BaseException) -> tuple[str, float | None, dict[str, Any]]:
-    """(reason for the event log, Retry-After seconds or None, details) of a failed open."""
+    """(reason for the event log, Retry-After seconds or None, details) of a failed open.
+
+    details always has "kind" (a FailureKind: what alerts and counters key on), and
+    http_status, errno or tls where they apply."""
+    kind = failure_kind(exc)
+    details: dict[str, Any] = {"kind": str(kind)}
     if isinstance(exc, HandshakeRejected):
+        details["http_status"] = exc.status
+        if exc.status in (101, 0):  # a 101 that broke section 4.1, or no HTTP at all
+            return f"handshake rejected: {exc.reason}", None, details
         body = exc.body[:120].decode("utf-8", "replace").strip()
         headers = {k.lower(): v for k, v in exc.headers}
         retry_after = _retry_after(headers.get(b"retry-after"))
         text = f"handshake rejected with HTTP {exc.status}" + (f": {body}" if body else "")
-        return text, retry_after, {"http_status": exc.status}
+        return text, retry_after, details
     if isinstance(exc, TlsCertificateError):
-        return f"TLS certificate rejected: {exc}", None, {"tls": "certificate"}
+        return f"TLS certificate rejected: {exc}", None, {**details, "tls": "certificate"}
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve the host: {exc.strerror or exc}", None, {}
-    if isinstance(exc, TimeoutError):
-        return f"timed out: {exc}" if str(exc) else "timed out", None, {}
+        return f"cannot resolve the host: {exc.strerror or exc}", None, details
+    errno = getattr(exc, "errno", None)
+    if errno:
+        details["errno"] = errno
+    if isinstance(exc, TimeoutError) and not isinstance(exc, TransportError):
+        return f"timed out: {exc}" if str(exc) else "timed out", None, details
     if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror, None, {"errno": exc.errno}
-    return str(exc) or type(exc).__name__, None, {}
+        return exc.strerror, None, details
+    return str(exc) or type(exc).__name__, None, details
 
 
 def _retry_after(value: bytes | None) -> float | None:

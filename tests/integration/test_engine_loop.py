@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dataplane.engine import Engine
+from dataplane.errors import RefusedError
 from dataplane.stack.tcp_errors import TcpRefusedError
 from dataplane.transports.dpdk import EngineTransport, connect_dpdk
 from dataplane.ws.errors import ConnectionClosed
@@ -108,8 +109,10 @@ def test_connect_refused_and_engine_call_from_a_thread(
 
     async def main() -> None:
         # nobody listens: the kernel answers RST, the connect fails without hanging
-        with pytest.raises(TcpRefusedError):
+        # as the one transport-error family, the stack's own error chained as the cause
+        with pytest.raises(RefusedError) as refused:
             await connect_dpdk(f"ws://{lab.peer_ip}:8299/", engine=engine, connect_timeout=5)
+        assert isinstance(refused.value.__cause__, TcpRefusedError)
         assert engine.services == []
         ident = threading.get_ident()
         ran_on = await asyncio.to_thread(

@@ -95,9 +95,10 @@ def test_failure_texts_say_what_happened() -> None:
     text, retry_after, details = describe_failure(rejected)
     assert text == "handshake rejected with HTTP 429: Too many connection attempts"
     assert retry_after == 7.0
-    assert details == {"http_status": 429}
-    text, _, _ = describe_failure(TlsCertificateError("unknown CA"))
+    assert details == {"http_status": 429, "kind": "handshake"}
+    text, _, details = describe_failure(TlsCertificateError("unknown CA"))
     assert text.startswith("TLS certificate rejected")
+    assert details == {"kind": "certificate", "tls": "certificate"}
     text, _, details = describe_failure(ConnectionRefusedError(111, "Connection refused"))
-    assert (text, details) == ("Connection refused", {"errno": 111})
+    assert (text, details) == ("Connection refused", {"errno": 111, "kind": "refused"})
     assert describe_failure(TimeoutError())[0] == "timed out"

@@ -307,9 +307,11 @@ def test_max_attempts_then_failed() -> None:
             "failed",
         ]
         assert events[-1].reason == (
-            "gave up after 3 failed attempts; last: connect failed: Connection refused"
+            "gave up after 3 failed attempts; last: connect failed: "
+            "127.0.0.1:9000: Connection refused"
         )
         assert s.counters.connect_failures == 3
+        assert s.counters.failures == {"refused": 3}
         await s.stop()  # a no-op on a failed session
         assert no_session_tasks()
 

@@ -251,6 +251,67 @@ def test_a_101_that_breaks_section_4_1_is_rejected(headers: list[str], reason: s
     assert client.state is ConnectionState.REJECTED
 
 
+def _reason_for_101(client: WsClient, **overrides: str | None) -> str:
+    """The rejection reason for a 101 with these headers changed (None: left out)."""
+    headers: dict[str, str | None] = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Accept": accept_token(client._handshake.key).decode(),
+    }
+    headers.update({name.replace("_", "-"): value for name, value in overrides.items()})
+    response = "HTTP/1.1 101 Switching Protocols\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers.items() if v is not None
+    )
+    (event,) = feed(client, response.encode() + b"\r\n")
+    assert isinstance(event, RejectedHandshake) and event.status == 101
+    return event.reason
+
+
+def test_a_refused_101_says_what_was_expected_and_what_came() -> None:
+    """Section 4.1 items 2-6: the reason names the header, what we expected and what the
+    server sent, so an operator can tell a proxy's mangling from a server's bug."""
+    client = WsClient("h", subprotocols=["v1"])
+    client.initiate()
+    expected = accept_token(client._handshake.key).decode()
+    assert _reason_for_101(client, Sec_WebSocket_Accept="AAAA") == (
+        f"Sec-WebSocket-Accept does not match our key: expected {expected!r}, received 'AAAA'"
+    )
+    client = WsClient("h")
+    client.initiate()
+    reason = _reason_for_101(client, Sec_WebSocket_Accept=None)
+    assert reason.endswith("received missing")
+    client = WsClient("h")
+    client.initiate()
+    assert (
+        _reason_for_101(client, Upgrade="h2c")
+        == "101 without 'Upgrade: websocket' (Upgrade: 'h2c')"
+    )
+    client = WsClient("h")
+    client.initiate()
+    assert _reason_for_101(client, Connection=None) == (
+        "101 without 'Connection: Upgrade' (Connection: missing)"
+    )
+    client = WsClient("h", deflate=None)
+    client.initiate()
+    assert _reason_for_101(client, Sec_WebSocket_Extensions="x-webkit-deflate-frame") == (
+        "server chose extension 'x-webkit-deflate-frame' that we did not offer (offered: none)"
+    )
+    client = WsClient("h", subprotocols=["v1", "v2"])
+    client.initiate()
+    assert _reason_for_101(client, Sec_WebSocket_Protocol="v9") == (
+        "server chose subprotocol 'v9' that we did not offer (offered: v1, v2)"
+    )
+
+
+def test_a_close_before_the_answer_is_marked_closed() -> None:
+    client = WsClient("h")
+    client.initiate()
+    client.receive_data(b"")
+    (event,) = client.events()
+    assert isinstance(event, RejectedHandshake)
+    assert (event.status, event.closed) == (0, True)
+
+
 def test_extensions_from_an_undeflated_client_are_rejected() -> None:
     client = WsClient("h", deflate=None)
     client.initiate()
