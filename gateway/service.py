@@ -40,7 +40,10 @@ from gateway.runtime import (
     SessionSpec,
     SessionStatus,
     TlsSpec,
+    known_dialects,
 )
+from gateway.sessions.config import SessionConfig, SessionConfigError
+from gateway.sessions.connect import tls_context
 from gateway.settings import Settings
 from gateway.store import migrate
 from gateway.store.db import Database
@@ -55,7 +58,7 @@ from gateway.store.repository import (
     TokenRepository,
     hash_secret,
 )
-from gateway.store.validate import check_port_network
+from gateway.store.validate import FieldError, check_port_network, device_claims
 
 log = logging.getLogger("wsgw.service")
 
@@ -81,6 +84,22 @@ SESSION_CONNECTION_FIELDS = frozenset(
     }
 )
 PORT_RUNTIME_FIELDS = frozenset({"device", "ipv4", "netmask", "gateway", "mtu"})
+#: SessionConfig's names of the settings an API session field becomes (SessionConfig.from_spec).
+CONFIG_FIELDS = {
+    "url": "url",
+    "dialect": "dialect",
+    "transport": "transport",
+    "tls.ca_file": "tls_ca_file",
+    "tls.server_name": "tls_server_name",
+    "heartbeat.ping_interval_s": "heartbeat_interval_s",
+    "heartbeat.ping_timeout_s": "heartbeat_timeout_s",
+    "heartbeat.dead_feed_timeout_s": "heartbeat_timeout_s",
+    "reconnect.initial_delay_s": "reconnect_initial_delay_s",
+    "reconnect.max_delay_s": "reconnect_max_delay_s",
+    "reconnect.multiplier": "reconnect_multiplier",
+    "reconnect.jitter": "reconnect_jitter",
+    "reconnect.max_attempts": "reconnect_max_attempts",
+}
 #: The gap a session restored at start publishes when it reconnects upstream.
 RESTART_GAP_REASON = "restart: the gateway was down; messages published meanwhile were missed"
 
@@ -128,6 +147,38 @@ def session_spec(row: UpstreamSession) -> SessionSpec:
             row.reconnect_max_attempts,
         ),
     )
+
+
+def _check_network(ipv4: str, netmask: str, gateway: str | None) -> None:
+    try:
+        check_port_network(ipv4, netmask, gateway)
+    except FieldError as exc:
+        raise InvalidError(str(exc), exc.field) from None
+
+
+def dialect_topics(dialect: str, topics: list[str], field: str = "topics") -> list[str]:
+    """`topics` as the session's dialect spells them (binance: btcusdt@trade), which is
+    how the session subscribes and publishes them; InvalidError when the dialect cannot
+    spell one (dialect.normalize is the check the session makes when it subscribes)."""
+    from gateway.dialects import DIALECTS, DialectError, make_dialect
+
+    if dialect not in DIALECTS:
+        return topics
+    proto = make_dialect(dialect)
+    spelled: list[str] = []
+    for topic in topics:
+        try:
+            name = proto.normalize(topic)
+        except DialectError as exc:
+            raise InvalidError(
+                f"topic {topic!r} is refused by the session's dialect: {exc}", field
+            ) from None
+        if name in spelled:
+            raise InvalidError(
+                f"topic {topic!r} is {name!r} in dialect {dialect}, which is listed already", field
+            )
+        spelled.append(name)
+    return spelled
 
 
 @dataclass
@@ -337,6 +388,7 @@ class GatewayService:
         return self._read(lambda s: PortRepository(s).get(port_id))
 
     def create_port(self, values: Mapping[str, Any]) -> Port:
+        _check_network(values["ipv4"], values["netmask"], values.get("gateway"))
         with self._tx() as s:
             ports = PortRepository(s)
             self._port_unique(ports, values["name"], values["device"], None)
@@ -357,10 +409,7 @@ class GatewayService:
             before = port_spec(port)
             for key, value in changed.items():
                 setattr(port, key, value)
-            try:
-                check_port_network(port.ipv4, port.netmask, port.gateway)
-            except ValueError as exc:
-                raise InvalidError(str(exc)) from None
+            _check_network(port.ipv4, port.netmask, port.gateway)
             affects_runtime = was_enabled and (
                 not port.enabled or bool(PORT_RUNTIME_FIELDS & changed.keys())
             )
@@ -397,8 +446,22 @@ class GatewayService:
     ) -> None:
         if name is not None and (other := ports.by_name(name)) and other.id != own:
             raise ConflictError(f"port name {name!r} is taken by port {other.id}")
-        if device is not None and (other := ports.by_device(device)) and other.id != own:
+        if device is None:
+            return
+        if (other := ports.by_device(device)) and other.id != own:
             raise ConflictError(f"device {device!r} is already port {other.id} ({other.name})")
+        # One port per PCI address, vdev name and host interface: the second would be
+        # accepted here and fail when the dataplane opens it (or steal the first's frames).
+        claims = device_claims(device)
+        for other in ports.all():
+            if other.id == own:
+                continue
+            for kind, value in device_claims(other.device).items():
+                if claims.get(kind) == value:
+                    raise ConflictError(
+                        f"device {device!r}: {kind} {value} is already used by port {other.id} "
+                        f"({other.name}, {other.device}): one port per {kind}"
+                    )
 
     def _refuse_running_sessions(self, s: Session, port_id: int, action: str) -> None:
         running = [u for u in SessionRepository(s).on_port(port_id) if u.desired_state == "running"]
@@ -453,6 +516,8 @@ class GatewayService:
             for key, value in changed.items():
                 setattr(row, key, value)
             self._check_session(s, row)
+            if "dialect" in changed:
+                self._check_subscribed_topics(s, row)
             EventRepository(s).record(
                 session_id, "updated", "configuration changed", {"fields": sorted(changed)}
             )
@@ -560,6 +625,27 @@ class GatewayService:
                 f"reconnect_initial_delay_s ({row.reconnect_initial_delay_s})",
                 "reconnect_max_delay_s",
             )
+        if row.dialect in known_dialects():
+            # What the session will be told when it starts, checked now with the same code
+            # (the rules above only give clearer messages): a session accepted here starts.
+            try:
+                config = SessionConfig.from_spec(session_spec(row))
+                tls_context(config)  # loads tls_ca_file as every connect will
+            except SessionConfigError as exc:
+                raise InvalidError(str(exc), CONFIG_FIELDS.get(exc.field or "")) from None
+
+    def _check_subscribed_topics(self, s: Session, row: UpstreamSession) -> None:
+        """A new dialect must accept, as they are spelled, the topics the session's
+        subscriptions hold: consumers filter the ring by that spelling."""
+        for sub in SubscriptionRepository(s).of_session(row.id):
+            spelled = dialect_topics(row.dialect, list(sub.topics), "dialect")
+            for before, after in zip(sub.topics, spelled, strict=True):
+                if before != after:
+                    raise InvalidError(
+                        f"dialect {row.dialect} spells topic {before!r} of subscription "
+                        f"{sub.id} as {after!r}: change the subscription's topics first",
+                        "dialect",
+                    )
 
     # -- subscriptions --------------------------------------------------------------------
 
@@ -576,7 +662,8 @@ class GatewayService:
     def create_subscription(self, values: Mapping[str, Any]) -> SubscriptionChange:
         with self._tx() as s:
             session_id = values["session_id"]
-            SessionRepository(s).get(session_id)
+            session = SessionRepository(s).get(session_id)
+            values = {**values, "topics": dialect_topics(session.dialect, values["topics"])}
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
             sub = subs.add(Subscription(**with_defaults(Subscription, values)))
@@ -592,6 +679,9 @@ class GatewayService:
             subs = SubscriptionRepository(s)
             sub = subs.get(subscription_id)
             before = list(sub.topics)
+            if "topics" in values:
+                dialect = SessionRepository(s).get(sub.session_id).dialect
+                values = {**values, "topics": dialect_topics(dialect, values["topics"])}
             for key, value in values.items():
                 setattr(sub, key, value)
             s.flush()

@@ -10,9 +10,10 @@ from gateway.store.validate import NAME, check_name
 
 
 class Schema(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped."""
+    """Base of request bodies: unknown fields are an error, not silently dropped, and numbers
+    are finite (Python's JSON reader takes NaN and Infinity, which no setting can use)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PublicSchema(BaseModel):
@@ -68,7 +69,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "the token lacks the scope this route needs",
         404: "an entity named in the path or body does not exist",
         409: "the request conflicts with the stored state or the host's",
-        503: "not ready",
+        503: "not ready, or the database is unavailable (retry later)",
     }
     return {code: {"model": ErrorPublic, "description": texts[code]} for code in codes}
 
