@@ -638,7 +638,12 @@ class GatewayService:
         """A new dialect must accept, as they are spelled, the topics the session's
         subscriptions hold: consumers filter the ring by that spelling."""
         for sub in SubscriptionRepository(s).of_session(row.id):
-            spelled = dialect_topics(row.dialect, list(sub.topics), "dialect")
+            try:
+                spelled = dialect_topics(row.dialect, list(sub.topics), "dialect")
+            except InvalidError as exc:
+                raise InvalidError(
+                    f"subscription {sub.id}: {exc}; change or delete it first", "dialect"
+                ) from None
             for before, after in zip(sub.topics, spelled, strict=True):
                 if before != after:
                     raise InvalidError(
