@@ -121,21 +121,21 @@ BAD = [
         {**SESSION, "heartbeat_interval_s": NAN},
         "heartbeat_interval_s",
         "finite number",
-    ),  # fmt: skip
+    ),
     Bad(
         "POST",
         "/v1/sessions",
         {**SESSION, "reconnect_multiplier": INF},
         "reconnect_multiplier",
         "finite number",
-    ),  # fmt: skip
+    ),
     Bad(
         "PATCH",
         "/v1/sessions/{session}",
         {"reconnect_jitter": -INF},
         "reconnect_jitter",
         "finite number",
-    ),  # fmt: skip
+    ),
     Bad("POST", "/v1/ports", {**PORT, "mtu": NAN}, "mtu", "finite number"),
     Bad("PUT", "/v1/host/hugepages", {"size_kb": 2048, "count": INF}, "count", "finite number"),
     Bad(
@@ -144,7 +144,7 @@ BAD = [
         {"session_id": 1, "topics": ["x@trade"], "consumer": "c", "queue_size": NAN},
         "queue_size",
         "finite number",
-    ),  # fmt: skip
+    ),
     # -- ports ---------------------------------------------------------------------------------
     Bad("POST", "/v1/ports", {**PORT, "device": "net_tap0,iface=a\x00"}, "device", "a NUL"),
     Bad("POST", "/v1/ports", {**PORT, "device": "net_tap0,iface=a b"}, "device", "a space"),
@@ -161,28 +161,28 @@ BAD = [
         {"session_id": "{binance}", "topics": ["BTCUSDT"], "consumer": "c"},
         "topics",
         "not a stream name like btcusdt@trade",
-    ),  # fmt: skip
+    ),
     Bad(
         "POST",
         "/v1/subscriptions",
         {"session_id": "{binance}", "topics": ["BTCUSDT@trade", "btcusdt@trade"], "consumer": "c"},
         "topics",
         "listed already",
-    ),  # fmt: skip
+    ),
     Bad(
         "POST",
         "/v1/subscriptions",
         {"session_id": "{binance}", "topics": ["a\x00@trade"], "consumer": "c"},
         "topics",
         "a NUL",
-    ),  # fmt: skip
+    ),
     Bad(
         "PATCH",
         "/v1/subscriptions/{sub}",
         {"topics": ["btcusdt/trade"]},
         "topics",
         "not a stream name",
-    ),  # fmt: skip
+    ),
     # -- a dialect change that the subscribed topics do not survive ---------------------------
     Bad(
         "PATCH",
@@ -190,7 +190,7 @@ BAD = [
         {"dialect": "okx"},
         "dialect",
         "is refused by the session's dialect: okx",
-    ),  # fmt: skip
+    ),
 ]
 
 
