@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.schemas.common import responses
 from api.schemas.sessions import (
     DialectListPublic,
@@ -22,7 +22,12 @@ from gateway.runtime import SessionStatus
 from gateway.service import GatewayService
 from gateway.store.models import UpstreamSession
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=responses(400, 401, 403))
+router = APIRouter(
+    prefix="/v1/sessions",
+    tags=["sessions"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
 
 
 def status_public(status_: SessionStatus) -> SessionStatusPublic:

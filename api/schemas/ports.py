@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
-from api.schemas.common import Name, PublicSchema, Schema, refuse_nulls
+from api.schemas.common import Name, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import (
     DEVICE,
     IPV4_HOST,
@@ -73,8 +73,10 @@ class PortCreate(PortBase):
     the field), as on PATCH, where they meet the stored values."""
 
 
-class PortUpdate(Schema):
+class PortUpdate(UpdateSchema):
     """Fields to change; the result is checked as a whole (address, netmask, gateway)."""
+
+    nullable = frozenset({"gateway"})
 
     name: Name | None = None
     device: Device | None = None
@@ -83,11 +85,6 @@ class PortUpdate(Schema):
     gateway: Gateway | None = None
     mtu: Mtu | None = None
     enabled: bool | None = None
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(self, frozenset({"gateway"}))
-        return self
 
 
 class PortStatusPublic(PublicSchema):

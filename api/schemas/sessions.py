@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
-from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, refuse_nulls
+from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
 from gateway.runtime import known_dialects
 from gateway.store.validate import (
     FILE_PATH,
@@ -102,9 +102,11 @@ class SessionCreate(SessionBase):
     pass
 
 
-class SessionUpdate(Schema):
+class SessionUpdate(UpdateSchema):
     """Fields to change; connection fields only while the session is stopped. The result
     is checked as a whole, with SessionBase's rules between fields."""
+
+    nullable = frozenset({"port_id", "tls_ca_file", "tls_server_name", "reconnect_max_attempts"})
 
     name: Name | None = None
     url: Url | None = None
@@ -121,14 +123,6 @@ class SessionUpdate(Schema):
     reconnect_multiplier: Multiplier | None = None
     reconnect_jitter: Jitter | None = None
     reconnect_max_attempts: MaxAttempts | None = None
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(
-            self,
-            frozenset({"port_id", "tls_ca_file", "tls_server_name", "reconnect_max_attempts"}),
-        )
-        return self
 
 
 class SessionStatusPublic(PublicSchema):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
-from api.schemas.common import ID_MAX, PublicSchema, Schema, refuse_nulls
+from api.schemas.common import ID_MAX, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import TOPIC, TOPIC_MAX, check_topics
 
 Topics = Annotated[
@@ -75,17 +75,12 @@ class SubscriptionCreate(SubscriptionBase):
     session_id: int = Field(ge=1, le=ID_MAX)
 
 
-class SubscriptionUpdate(Schema):
+class SubscriptionUpdate(UpdateSchema):
     topics: Topics | None = None
     consumer: Consumer | None = None
     queue_size: QueueSize | None = None
     overflow: Overflow | None = None
     conflation_ms: ConflationMs | None = None
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(self)
-        return self
 
 
 class ConsumePublic(PublicSchema):
