@@ -10,8 +10,9 @@ from gateway.store.validate import NAME, check_name
 
 
 class Schema(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped, and numbers
-    are finite (Python's JSON reader takes NaN and Infinity, which no setting can use)."""
+    """Base of request bodies: unknown fields are an error, not silently dropped; numbers are
+    finite (Python's JSON reader takes NaN and Infinity, which no setting can use). Booleans
+    are StrictBool: 0 or "no" is not false."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, StrictBool
 
 from api.schemas.common import Name, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import (
@@ -65,7 +65,7 @@ class PortBase(Schema):
     netmask: Netmask
     gateway: Gateway | None = None
     mtu: Mtu = 1500
-    enabled: bool = Field(default=True, description="open the port in the dataplane")
+    enabled: StrictBool = Field(default=True, description="open the port in the dataplane")
 
 
 class PortCreate(PortBase):
@@ -84,7 +84,7 @@ class PortUpdate(UpdateSchema):
     netmask: Netmask | None = None
     gateway: Gateway | None = None
     mtu: Mtu | None = None
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
 
 
 class PortStatusPublic(PublicSchema):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, StrictBool
 
 from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
 from gateway.runtime import known_dialects
@@ -86,7 +86,7 @@ class SessionBase(Schema):
     port_id: int | None = Field(
         default=None, ge=1, le=ID_MAX, description="the DPDK port (required for transport dpdk)"
     )
-    tls_verify: bool = Field(default=True, description="verify the server's certificate")
+    tls_verify: StrictBool = Field(default=True, description="verify the server's certificate")
     tls_ca_file: CaFile | None = None
     tls_server_name: ServerName | None = None
     heartbeat_interval_s: Seconds = 15.0
@@ -113,7 +113,7 @@ class SessionUpdate(UpdateSchema):
     dialect: Dialect | None = None
     transport: Transport | None = None
     port_id: int | None = Field(default=None, ge=1, le=ID_MAX)
-    tls_verify: bool | None = None
+    tls_verify: StrictBool | None = None
     tls_ca_file: CaFile | None = None
     tls_server_name: ServerName | None = None
     heartbeat_interval_s: Seconds | None = None

@@ -23,6 +23,7 @@ from schemathesis.checks import CheckContext, not_a_server_error
 from schemathesis.core.transport import Response
 from schemathesis.openapi.checks import RejectedPositiveData
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     content_type_conformance,
     ignored_auth,
     negative_data_rejection,
@@ -30,6 +31,7 @@ from schemathesis.specs.openapi.checks import (
     response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
+    unsupported_method,
 )
 
 from api.app import create_app
@@ -151,3 +153,19 @@ def test_api_conforms_to_its_schema(
                 except Unsatisfiable:
                     # No parameters and no body: nothing to make invalid.
                     assert mode is GenerationMode.NEGATIVE
+
+
+def test_api_coverage_phase(api_schema: schemathesis.BaseSchema, subtests: pytest.Subtests) -> None:
+    """schemathesis' coverage phase: each constraint of the document at its edges, valid
+    and not, and every method a path does not declare (405 with Allow, RFC 9110 section
+    15.5.6; OPTIONS lists the path's methods, section 9.3.7)."""
+    checks = [*CHECKS, unsupported_method, allow_header_conformance]
+    for result in api_schema.get_all_operations():
+        operation = result.ok()
+        config = api_schema.config.generation_for(operation=operation, phase="coverage")
+        with subtests.test(msg=f"{operation.label} [coverage]"):
+            cases = api_schema.iter_coverage_cases(
+                operation, generation_modes=MODES, generation_config=config
+            )
+            for case in cases:
+                case.call_and_validate(headers=_headers, checks=checks)

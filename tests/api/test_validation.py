@@ -137,6 +137,9 @@ BAD = [
         "finite number",
     ),
     Bad("POST", "/v1/ports", {**PORT, "mtu": NAN}, "mtu", "finite number"),
+    Bad("POST", "/v1/ports", {**PORT, "enabled": 0}, "enabled", "valid boolean"),
+    Bad("PATCH", "/v1/sessions/{session}", {"tls_verify": "no"}, "tls_verify", "valid boolean"),
+    Bad("PATCH", "/v1/ports/{port}", {"name": None}, "name", "cannot be null: leave it out"),
     Bad("PUT", "/v1/host/hugepages", {"size_kb": 2048, "count": INF}, "count", "finite number"),
     Bad(
         "POST",
@@ -316,6 +319,23 @@ def test_a_port_may_keep_its_own_device(api: Api, make_port: Callable[..., dict[
         headers=api.admin,
     )
     assert r.status_code == 200, r.text
+
+
+def test_unknown_query_parameter_is_refused(api: Api) -> None:
+    """?limt=10 would otherwise page with the default limit, silently."""
+    r = api.client.get("/v1/ports?limt=10", headers=api.admin)
+    assert r.status_code == 422, r.text
+    issue = r.json()["detail"][0]
+    assert issue["loc"] == ["query", "limt"]
+    assert issue["msg"] == "unknown query parameter 'limt'; this route takes: limit, offset"
+    assert api.client.get("/v1/ports?limit=10", headers=api.admin).status_code == 200
+
+
+def test_a_fixed_path_beside_an_id_answers_405(api: Api) -> None:
+    """DELETE /v1/sessions/dialects: the dialects list has no DELETE (not 'bad id')."""
+    r = api.client.delete("/v1/sessions/dialects", headers=api.admin)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == "GET, OPTIONS"
 
 
 @pytest.mark.parametrize(
