@@ -17,8 +17,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -29,6 +27,7 @@ from gateway.host.errors import (
     HostRefusedError,
 )
 from gateway.runtime import RuntimeRefusedError
+from gateway.store.db import DATABASE_UNAVAILABLE
 from gateway.store.errors import ConflictError, InvalidError, NotFoundError
 
 log = logging.getLogger("wsgw.api")
@@ -123,11 +122,11 @@ def install(app: FastAPI) -> None:
             headers={"Allow": allow},
         )
 
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
-    @app.exception_handler(PoolTimeoutError)
     async def database_unavailable(_: Request, exc: Exception) -> JSONResponse:
         return _database_unavailable(exc)
+
+    for kind in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(kind, database_unavailable)
 
     @app.exception_handler(NotFoundError)
     async def not_found(_: Request, exc: NotFoundError) -> JSONResponse:

@@ -1,6 +1,7 @@
 """A database that cannot answer is 503 with a clear message on every endpoint that needs
 it, never 500: PostgreSQL really stopped under the app, a SQLite file locked by another
-writer. The app serves again once the database is back (SQLite)."""
+writer. The app serves again once the database is back (SQLite); /metrics answers through
+the outage with wsgw_database_up 0."""
 
 from __future__ import annotations
 
@@ -89,6 +90,11 @@ def test_postgresql_stopped_is_503_everywhere(own_pg: PgServer, tmp_path: Path) 
             _assert_unavailable(open_client.request(method, path, json=body), f"{method} {path}")
         r = client.get("/v1/ports", headers=bearer)
         _assert_unavailable(r, "token check")
+        # The scrape still shows the dataplane, and the outage as a sample.
+        r = open_client.get("/metrics")
+        assert r.status_code == 200, r.text
+        assert "wsgw_database_up 0.0" in r.text
+        assert "wsgw_engine_state" in r.text
 
 
 def test_sqlite_locked_by_another_writer_is_503_then_serves(tmp_path: Path) -> None:
