@@ -14,6 +14,7 @@ lock: the control plane sees a few requests a second, and ref-counts must not ra
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import queue
 import secrets
@@ -28,6 +29,8 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from dataplane.transports.base import parse_ws_url
+from dataplane.ws.errors import LocalProtocolError
 from gateway.runtime import (
     DetachedRuntime,
     EngineStatus,
@@ -154,6 +157,27 @@ def _check_network(ipv4: str, netmask: str, gateway: str | None) -> None:
         check_port_network(ipv4, netmask, gateway)
     except FieldError as exc:
         raise InvalidError(str(exc), exc.field) from None
+
+
+def route_problem(port: Port, url: str) -> str | None:
+    """Why a dpdk session to `url` through `port` cannot connect, for a URL whose host is
+    an IPv4 address (a name is resolved at connect): the stack's connect refuses its own
+    address and martians, and an off-subnet host without a gateway has no route."""
+    try:
+        address = ipaddress.IPv4Address(parse_ws_url(url).host)
+    except (ValueError, LocalProtocolError):
+        return None
+    network = ipaddress.IPv4Interface(f"{port.ipv4}/{port.netmask}").network
+    if address == ipaddress.IPv4Address(port.ipv4):
+        return f"url host {address} is port {port.id}'s own address"
+    if address.is_loopback or address.is_multicast or address.is_unspecified:
+        return f"url host {address} is not a unicast address the stack can connect to"
+    if address not in network and port.gateway is None:
+        return (
+            f"url host {address} is outside port {port.id}'s subnet {network} and the port "
+            "has no gateway: give the port a gateway or use a host of its subnet"
+        )
+    return None
 
 
 def dialect_topics(dialect: str, topics: list[str], field: str = "topics") -> list[str]:
@@ -410,6 +434,10 @@ class GatewayService:
             for key, value in changed.items():
                 setattr(port, key, value)
             _check_network(port.ipv4, port.netmask, port.gateway)
+            for user in SessionRepository(s).on_port(port_id):
+                if problem := route_problem(port, user.url):
+                    field = "gateway" if "gateway" in changed else "ipv4"
+                    raise InvalidError(f"session {user.id} ({user.name}): {problem}", field)
             affects_runtime = was_enabled and (
                 not port.enabled or bool(PORT_RUNTIME_FIELDS & changed.keys())
             )
@@ -602,7 +630,9 @@ class GatewayService:
                 "port_id",
             )
         if row.port_id is not None:
-            PortRepository(s).get(row.port_id)
+            port = PortRepository(s).get(row.port_id)
+            if problem := route_problem(port, row.url):
+                raise InvalidError(problem, "url")
         if not row.url.startswith("wss://") and (row.tls_ca_file or row.tls_server_name):
             raise InvalidError(
                 "tls_ca_file and tls_server_name apply only to wss:// URLs", "tls_ca_file"

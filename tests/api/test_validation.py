@@ -114,6 +114,22 @@ BAD = [
         "not a readable file",
     ),
     Bad("POST", "/v1/sessions", {**SESSION, "dialect": "nasdaq"}, "dialect", "unknown dialect"),
+    # -- a dpdk session the port cannot route (an IPv4 host; names resolve at connect) --------
+    Bad(
+        "POST",
+        "/v1/sessions",
+        {**SESSION, "transport": "dpdk", "port_id": "{routeless}", "url": "ws://203.0.113.5/"},
+        "url",
+        "outside port",
+    ),
+    Bad(
+        "POST",
+        "/v1/sessions",
+        {**SESSION, "transport": "dpdk", "port_id": "{port}", "url": "ws://198.18.1.2:9000/"},
+        "url",
+        "own address",
+    ),
+    Bad("PATCH", "/v1/ports/{port}", {"gateway": None}, "gateway", "has no gateway"),
     # -- finite numbers only ------------------------------------------------------------------
     Bad(
         "POST",
@@ -199,9 +215,18 @@ BAD = [
 
 @pytest.fixture
 def ids(api: Api, make_port: Callable[..., dict[str, Any]]) -> dict[str, int]:
-    """A port, a generic session, a binance session with a subscription."""
+    """A port (with a gateway) and its dpdk session to an off-subnet host, a port without a
+    gateway, a generic session, a binance session with a subscription."""
     port = make_port()
+    routeless = make_port(gateway=None)
     headers = api.admin
+    dpdk = {**SESSION, "name": "d", "transport": "dpdk", "port_id": port["id"]}
+    assert (
+        api.client.post(
+            "/v1/sessions", json={**dpdk, "url": "ws://203.0.113.5/"}, headers=headers
+        ).status_code
+        == 201
+    )
     session = api.client.post("/v1/sessions", json={**SESSION, "name": "g"}, headers=headers)
     binance = api.client.post(
         "/v1/sessions", json={**SESSION, "name": "b", "dialect": "binance"}, headers=headers
@@ -215,6 +240,7 @@ def ids(api: Api, make_port: Callable[..., dict[str, Any]]) -> dict[str, int]:
     assert sub.status_code == 201, sub.text
     return {
         "port": int(port["id"]),
+        "routeless": int(routeless["id"]),
         "session": session.json()["id"],
         "binance": binance.json()["id"],
         "sub": sub.json()["id"],
