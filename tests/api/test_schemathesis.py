@@ -46,6 +46,7 @@ CROSS_FIELD_RULES = {
     "POST /v1/ports": {"ipv4", "gateway"},
     "PATCH /v1/ports/{port_id}": {"ipv4", "gateway"},
     "POST /v1/sessions": {
+        "url",  # an IPv4 host the session's port cannot route
         "port_id",
         "tls_ca_file",
         "tls_server_name",
@@ -53,6 +54,7 @@ CROSS_FIELD_RULES = {
         "reconnect_max_delay_s",
     },
     "PATCH /v1/sessions/{session_id}": {
+        "url",
         "port_id",
         "tls_ca_file",
         "tls_server_name",
