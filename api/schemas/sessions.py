@@ -16,6 +16,7 @@ from gateway.store.validate import (
     check_file_path,
     check_host_name,
     check_ws_url,
+    hide_user_info,
 )
 
 Url = Annotated[
@@ -137,7 +138,7 @@ class SessionStatusPublic(PublicSchema):
 class SessionPublic(PublicSchema):
     id: int
     name: str
-    url: str
+    url: Annotated[str, AfterValidator(hide_user_info)]
     dialect: str
     transport: str
     port_id: int | None

@@ -238,6 +238,17 @@ def check_ws_url(value: str) -> str:
     return value
 
 
+def hide_user_info(url: str) -> str:
+    """`url` with any user:password@ replaced by ***@: rows stored before check_ws_url
+    refused user info may hold a secret, which no answer shows."""
+    scheme, sep, rest = url.partition("://")
+    end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if not sep or "@" not in authority:
+        return url
+    return f"{scheme}://***@{authority.rpartition('@')[2]}{tail}"
+
+
 def check_host_name(value: str, what: str = "tls_server_name") -> str:
     """A DNS name or IPv4 address, as TLS SNI (RFC 6066 section 3) can carry it."""
     if not HOST_NAME.match(value):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gateway.store.models import UpstreamSession
 from tests.api.conftest import Api
 
 NAN, INF = math.nan, math.inf
@@ -383,3 +384,17 @@ def test_options_and_405_name_every_method_of_the_path(api: Api, path: str, allo
     assert r.headers["allow"] == allow
     assert "TRACE is not allowed" in r.json()["detail"]
     assert api.client.options("/v1/nothing-here").status_code == 404
+
+
+def test_a_stored_url_with_credentials_is_never_shown(api: Api) -> None:
+    """A row stored before user info was refused (or written around the API) keeps its
+    secret out of every answer."""
+    with api.service.db.session() as s:
+        row = UpstreamSession(**{**SESSION, "url": "wss://admin:hunter2@a.example/ws"})
+        s.add(row)
+        s.flush()
+        session_id = row.id
+    r = api.client.get(f"/v1/sessions/{session_id}", headers=api.admin)
+    assert r.status_code == 200, r.text
+    assert r.json()["url"] == "wss://***@a.example/ws"
+    assert "hunter2" not in api.client.get("/v1/sessions", headers=api.admin).text
