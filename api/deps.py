@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 
 from api.auth import Principal, require_scope
@@ -69,6 +70,37 @@ def pagination(
     return Pagination(offset, limit if limit is not None else api.page_limit_default)
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """A query parameter the route does not take is a 422, as an unknown body field is:
+    `?limt=10` silently ignored would page with the default."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _query_names(dependant)
+    unknown = sorted({name for name in request.query_params if name not in known})
+    if unknown:
+        takes = ", ".join(sorted(known)) or "none"
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", name),
+                    "msg": f"unknown query parameter {name!r}; this route takes: {takes}",
+                    "type": "extra_forbidden",
+                }
+                for name in unknown
+            ]
+        )
+
+
+KnownQuery = Depends(refuse_unknown_query)
 ServiceDep = Annotated[GatewayService, Depends(get_service)]
 HostDep = Annotated[HostManager, Depends(get_host)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.runtime import SessionState
 from gateway.service import GatewayService
+from gateway.store.db import DATABASE_UNAVAILABLE
 
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
 # The *_created series double the output and no dashboard of ours reads them.
@@ -36,11 +37,20 @@ class GatewayCollector(Collector):
             "Upstream sessions by runtime state and wanted state",
             labels=["state", "desired_state"],
         )
-        counts = self.service.sessions_by_state() if self.service.started else {}
-        for state in SessionState:
-            for desired in ("running", "stopped"):
-                sessions.add_metric([str(state), desired], counts.get((str(state), desired), 0))
-        yield sessions
+        # A scrape during a database outage still shows the dataplane, and says so.
+        database = GaugeMetricFamily("wsgw_database_up", "1 when the database answered")
+        try:
+            counts = self.service.sessions_by_state() if self.service.started else {}
+        except DATABASE_UNAVAILABLE:
+            database.add_metric([], 0)
+        else:
+            database.add_metric([], 1)
+            for state in SessionState:
+                for desired in ("running", "stopped"):
+                    key = (str(state), desired)
+                    sessions.add_metric([str(state), desired], counts.get(key, 0))
+            yield sessions
+        yield database
         engine = self.service.runtime.engine_status()
         info = GaugeMetricFamily(
             "wsgw_engine_state", "1 for the dataplane engine's current state", labels=["state"]

@@ -14,6 +14,7 @@ lock: the control plane sees a few requests a second, and ref-counts must not ra
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import queue
 import secrets
@@ -28,6 +29,8 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from dataplane.transports.base import parse_ws_url
+from dataplane.ws.errors import LocalProtocolError
 from gateway.runtime import (
     DetachedRuntime,
     EngineStatus,
@@ -40,7 +43,10 @@ from gateway.runtime import (
     SessionSpec,
     SessionStatus,
     TlsSpec,
+    known_dialects,
 )
+from gateway.sessions.config import SessionConfig, SessionConfigError
+from gateway.sessions.connect import tls_context
 from gateway.settings import Settings
 from gateway.store import migrate
 from gateway.store.db import Database
@@ -55,7 +61,7 @@ from gateway.store.repository import (
     TokenRepository,
     hash_secret,
 )
-from gateway.store.validate import check_port_network
+from gateway.store.validate import FieldError, check_port_network, device_claims
 
 log = logging.getLogger("wsgw.service")
 
@@ -81,6 +87,22 @@ SESSION_CONNECTION_FIELDS = frozenset(
     }
 )
 PORT_RUNTIME_FIELDS = frozenset({"device", "ipv4", "netmask", "gateway", "mtu"})
+#: SessionConfig's names of the settings an API session field becomes (SessionConfig.from_spec).
+CONFIG_FIELDS = {
+    "url": "url",
+    "dialect": "dialect",
+    "transport": "transport",
+    "tls.ca_file": "tls_ca_file",
+    "tls.server_name": "tls_server_name",
+    "heartbeat.ping_interval_s": "heartbeat_interval_s",
+    "heartbeat.ping_timeout_s": "heartbeat_timeout_s",
+    "heartbeat.dead_feed_timeout_s": "heartbeat_timeout_s",
+    "reconnect.initial_delay_s": "reconnect_initial_delay_s",
+    "reconnect.max_delay_s": "reconnect_max_delay_s",
+    "reconnect.multiplier": "reconnect_multiplier",
+    "reconnect.jitter": "reconnect_jitter",
+    "reconnect.max_attempts": "reconnect_max_attempts",
+}
 #: The gap a session restored at start publishes when it reconnects upstream.
 RESTART_GAP_REASON = "restart: the gateway was down; messages published meanwhile were missed"
 
@@ -128,6 +150,59 @@ def session_spec(row: UpstreamSession) -> SessionSpec:
             row.reconnect_max_attempts,
         ),
     )
+
+
+def _check_network(ipv4: str, netmask: str, gateway: str | None) -> None:
+    try:
+        check_port_network(ipv4, netmask, gateway)
+    except FieldError as exc:
+        raise InvalidError(str(exc), exc.field) from None
+
+
+def route_problem(port: Port, url: str) -> str | None:
+    """Why a dpdk session to `url` through `port` cannot connect, for a URL whose host is
+    an IPv4 address (a name is resolved at connect): the stack's connect refuses its own
+    address and martians, and an off-subnet host without a gateway has no route."""
+    try:
+        address = ipaddress.IPv4Address(parse_ws_url(url).host)
+    except (ValueError, LocalProtocolError):
+        return None
+    network = ipaddress.IPv4Interface(f"{port.ipv4}/{port.netmask}").network
+    if address == ipaddress.IPv4Address(port.ipv4):
+        return f"url host {address} is port {port.id}'s own address"
+    if address.is_loopback or address.is_multicast or address.is_unspecified:
+        return f"url host {address} is not a unicast address the stack can connect to"
+    if address not in network and port.gateway is None:
+        return (
+            f"url host {address} is outside port {port.id}'s subnet {network} and the port "
+            "has no gateway: give the port a gateway or use a host of its subnet"
+        )
+    return None
+
+
+def dialect_topics(dialect: str, topics: list[str], field: str = "topics") -> list[str]:
+    """`topics` as the session's dialect spells them (binance: btcusdt@trade), which is
+    how the session subscribes and publishes them; InvalidError when the dialect cannot
+    spell one (dialect.normalize is the check the session makes when it subscribes)."""
+    from gateway.dialects import DIALECTS, DialectError, make_dialect
+
+    if dialect not in DIALECTS:
+        return topics
+    proto = make_dialect(dialect)
+    spelled: list[str] = []
+    for topic in topics:
+        try:
+            name = proto.normalize(topic)
+        except DialectError as exc:
+            raise InvalidError(
+                f"topic {topic!r} is refused by the session's dialect: {exc}", field
+            ) from None
+        if name in spelled:
+            raise InvalidError(
+                f"topic {topic!r} is {name!r} in dialect {dialect}, which is listed already", field
+            )
+        spelled.append(name)
+    return spelled
 
 
 @dataclass
@@ -337,6 +412,7 @@ class GatewayService:
         return self._read(lambda s: PortRepository(s).get(port_id))
 
     def create_port(self, values: Mapping[str, Any]) -> Port:
+        _check_network(values["ipv4"], values["netmask"], values.get("gateway"))
         with self._tx() as s:
             ports = PortRepository(s)
             self._port_unique(ports, values["name"], values["device"], None)
@@ -357,10 +433,11 @@ class GatewayService:
             before = port_spec(port)
             for key, value in changed.items():
                 setattr(port, key, value)
-            try:
-                check_port_network(port.ipv4, port.netmask, port.gateway)
-            except ValueError as exc:
-                raise InvalidError(str(exc)) from None
+            _check_network(port.ipv4, port.netmask, port.gateway)
+            for user in SessionRepository(s).on_port(port_id):
+                if problem := route_problem(port, user.url):
+                    field = "gateway" if "gateway" in changed else "ipv4"
+                    raise InvalidError(f"session {user.id} ({user.name}): {problem}", field)
             affects_runtime = was_enabled and (
                 not port.enabled or bool(PORT_RUNTIME_FIELDS & changed.keys())
             )
@@ -397,8 +474,22 @@ class GatewayService:
     ) -> None:
         if name is not None and (other := ports.by_name(name)) and other.id != own:
             raise ConflictError(f"port name {name!r} is taken by port {other.id}")
-        if device is not None and (other := ports.by_device(device)) and other.id != own:
+        if device is None:
+            return
+        if (other := ports.by_device(device)) and other.id != own:
             raise ConflictError(f"device {device!r} is already port {other.id} ({other.name})")
+        # One port per PCI address, vdev name and host interface: the second would be
+        # accepted here and fail when the dataplane opens it (or steal the first's frames).
+        claims = device_claims(device)
+        for other in ports.all():
+            if other.id == own:
+                continue
+            for kind, value in device_claims(other.device).items():
+                if claims.get(kind) == value:
+                    raise ConflictError(
+                        f"device {device!r}: {kind} {value} is already used by port {other.id} "
+                        f"({other.name}, {other.device}): one port per {kind}"
+                    )
 
     def _refuse_running_sessions(self, s: Session, port_id: int, action: str) -> None:
         running = [u for u in SessionRepository(s).on_port(port_id) if u.desired_state == "running"]
@@ -453,6 +544,8 @@ class GatewayService:
             for key, value in changed.items():
                 setattr(row, key, value)
             self._check_session(s, row)
+            if "dialect" in changed:
+                self._check_subscribed_topics(s, row)
             EventRepository(s).record(
                 session_id, "updated", "configuration changed", {"fields": sorted(changed)}
             )
@@ -539,7 +632,9 @@ class GatewayService:
                 "port_id",
             )
         if row.port_id is not None:
-            PortRepository(s).get(row.port_id)
+            port = PortRepository(s).get(row.port_id)
+            if problem := route_problem(port, row.url):
+                raise InvalidError(problem, "url")
         if not row.url.startswith("wss://") and (row.tls_ca_file or row.tls_server_name):
             raise InvalidError(
                 "tls_ca_file and tls_server_name apply only to wss:// URLs", "tls_ca_file"
@@ -562,6 +657,32 @@ class GatewayService:
                 f"reconnect_initial_delay_s ({row.reconnect_initial_delay_s})",
                 "reconnect_max_delay_s",
             )
+        if row.dialect in known_dialects():
+            # What the session will be told when it starts, checked now with the same code
+            # (the rules above only give clearer messages): a session accepted here starts.
+            try:
+                config = SessionConfig.from_spec(session_spec(row))
+                tls_context(config)  # loads tls_ca_file as every connect will
+            except SessionConfigError as exc:
+                raise InvalidError(str(exc), CONFIG_FIELDS.get(exc.field or "")) from None
+
+    def _check_subscribed_topics(self, s: Session, row: UpstreamSession) -> None:
+        """A new dialect must accept, as they are spelled, the topics the session's
+        subscriptions hold: consumers filter the ring by that spelling."""
+        for sub in SubscriptionRepository(s).of_session(row.id):
+            try:
+                spelled = dialect_topics(row.dialect, list(sub.topics), "dialect")
+            except InvalidError as exc:
+                raise InvalidError(
+                    f"subscription {sub.id}: {exc}; change or delete it first", "dialect"
+                ) from None
+            for before, after in zip(sub.topics, spelled, strict=True):
+                if before != after:
+                    raise InvalidError(
+                        f"dialect {row.dialect} spells topic {before!r} of subscription "
+                        f"{sub.id} as {after!r}: change the subscription's topics first",
+                        "dialect",
+                    )
 
     # -- subscriptions --------------------------------------------------------------------
 
@@ -578,7 +699,8 @@ class GatewayService:
     def create_subscription(self, values: Mapping[str, Any]) -> SubscriptionChange:
         with self._tx() as s:
             session_id = values["session_id"]
-            SessionRepository(s).get(session_id)
+            session = SessionRepository(s).get(session_id)
+            values = {**values, "topics": dialect_topics(session.dialect, values["topics"])}
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
             sub = subs.add(Subscription(**with_defaults(Subscription, values)))
@@ -594,6 +716,9 @@ class GatewayService:
             subs = SubscriptionRepository(s)
             sub = subs.get(subscription_id)
             before = list(sub.topics)
+            if "topics" in values:
+                dialect = SessionRepository(s).get(sub.session_id).dialect
+                values = {**values, "topics": dialect_topics(dialect, values["topics"])}
             for key, value in values.items():
                 setattr(sub, key, value)
             s.flush()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from api.deps import AdminDep, HostDep
+from api.deps import AdminDep, HostDep, KnownQuery
 from api.schemas.common import responses
 from api.schemas.host import (
     BindResultPublic,
@@ -18,7 +18,12 @@ from api.schemas.host import (
     NicPublic,
 )
 
-router = APIRouter(prefix="/v1/host", tags=["host"], responses=responses(400, 401, 403))
+router = APIRouter(
+    prefix="/v1/host",
+    tags=["host"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
 
 PciAddress = Annotated[
     str,
@@ -27,6 +32,9 @@ PciAddress = Annotated[
         max_length=12,
         description="PCI address, 0000:03:00.0 or 03:00.0",
         examples=["0000:03:00.0"],
+        json_schema_extra={
+            "pattern": r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+        },
     ),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.schemas.common import responses
 from api.schemas.ports import (
     PortCreate,
@@ -16,7 +16,12 @@ from api.schemas.ports import (
 from gateway.service import GatewayService
 from gateway.store.models import Port
 
-router = APIRouter(prefix="/v1/ports", tags=["ports"], responses=responses(400, 401, 403))
+router = APIRouter(
+    prefix="/v1/ports",
+    tags=["ports"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
 
 
 def port_public(service: GatewayService, port: Port) -> PortPublic:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.schemas.common import responses
 from api.schemas.sessions import (
     DialectListPublic,
@@ -22,7 +22,12 @@ from gateway.runtime import SessionStatus
 from gateway.service import GatewayService
 from gateway.store.models import UpstreamSession
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=responses(400, 401, 403))
+router = APIRouter(
+    prefix="/v1/sessions",
+    tags=["sessions"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
 
 
 def status_public(status_: SessionStatus) -> SessionStatusPublic:
@@ -71,12 +76,14 @@ def create_session(body: SessionCreate, service: ServiceDep, _: AdminDep) -> Ses
     return session_public(service, service.create_session(body.model_dump()))
 
 
-@router.get("/{session_id}", response_model=SessionPublic, responses=responses(404))
+# {session_id:int} where /dialects sits beside it: DELETE /v1/sessions/dialects is then a
+# 405 of that path (Allow: GET), not a 422 about an id that was never meant.
+@router.get("/{session_id:int}", response_model=SessionPublic, responses=responses(404))
 def get_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
     return session_public(service, service.get_session(session_id))
 
 
-@router.patch("/{session_id}", response_model=SessionPublic, responses=responses(404, 409))
+@router.patch("/{session_id:int}", response_model=SessionPublic, responses=responses(404, 409))
 def update_session(
     session_id: IdPath, body: SessionUpdate, service: ServiceDep, _: AdminDep
 ) -> SessionPublic:
@@ -86,7 +93,7 @@ def update_session(
 
 
 @router.delete(
-    "/{session_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
+    "/{session_id:int}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
 )
 def delete_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
     """Remove a session with its subscriptions and events; a running one is stopped first

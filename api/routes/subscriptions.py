@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from api.deps import ConsumerDep, IdPath, PageDep, ServiceDep
+from api.deps import ConsumerDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.schemas.common import ID_MAX, responses
 from api.schemas.subscriptions import (
     ConsumePublic,
@@ -20,7 +20,10 @@ from gateway.service import GatewayService, SubscriptionChange
 from gateway.store.models import Subscription
 
 router = APIRouter(
-    prefix="/v1/subscriptions", tags=["subscriptions"], responses=responses(400, 401, 403)
+    prefix="/v1/subscriptions",
+    tags=["subscriptions"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
 )
 STREAM_PATH = "/v1/stream"
 

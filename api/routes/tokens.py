@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, status
 
-from api.deps import AdminDep, IdPath, PageDep, ServiceDep
+from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.revocation import OpenStreams
 from api.schemas.common import responses
 from api.schemas.tokens import TokenCreate, TokenCreatedPublic, TokenListPublic, TokenPublic
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"], responses=responses(400, 401, 403))
+router = APIRouter(
+    prefix="/v1/tokens",
+    tags=["tokens"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
 
 
 @router.get("", response_model=TokenListPublic)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gateway.store.validate import NAME, check_name
 
 
 class Schema(BaseModel):
-    """Base of request bodies: unknown fields are an error, not silently dropped."""
+    """Base of request bodies: unknown fields are an error, not silently dropped; numbers are
+    finite (Python's JSON reader takes NaN and Infinity, which no setting can use). Booleans
+    are StrictBool: 0 or "no" is not false."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PublicSchema(BaseModel):
@@ -68,13 +70,38 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "the token lacks the scope this route needs",
         404: "an entity named in the path or body does not exist",
         409: "the request conflicts with the stored state or the host's",
-        503: "not ready",
+        503: "not ready, or the database is unavailable (retry later)",
     }
     return {code: {"model": ErrorPublic, "description": texts[code]} for code in codes}
 
 
-def refuse_nulls(model: BaseModel, nullable: frozenset[str] = frozenset()) -> None:
-    """In an Update body, null clears a field only where the field may be empty."""
-    for name in sorted(model.model_fields_set - nullable):
-        if getattr(model, name) is None:
-            raise ValueError(f"{name} cannot be null: leave it out to keep its value")
+def _drop_null_options(schema: dict[str, Any], model: type[Any]) -> None:
+    """The document of an UpdateSchema: null only where `nullable` allows it."""
+    nullable: frozenset[str] = getattr(model, "nullable", frozenset())
+    for name, prop in schema.get("properties", {}).items():
+        options = prop.get("anyOf")
+        if name in nullable or not options or {"type": "null"} not in options:
+            continue
+        rest = [option for option in options if option != {"type": "null"}]
+        del prop["anyOf"]
+        if len(rest) == 1:
+            prop.update(rest[0])
+        else:
+            prop["anyOf"] = rest
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+
+
+class UpdateSchema(Schema):
+    """Base of PATCH bodies: a field left out keeps its value; null clears it, which only
+    the fields in `nullable` allow (the document lists null for those alone)."""
+
+    model_config = ConfigDict(json_schema_extra=_drop_null_options)
+    nullable: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _refuse_null(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None and info.field_name not in cls.nullable:
+            raise ValueError(f"{info.field_name} cannot be null: leave it out to keep its value")
+        return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from api.schemas.common import PublicSchema, Schema
 
@@ -65,7 +65,7 @@ class HugepagesUpdate(Schema):
     node: int | None = Field(
         default=None, ge=0, le=1023, description="NUMA node; null: system-wide"
     )
-    mount: bool = Field(default=True, description="mount hugetlbfs for this size if none is")
+    mount: StrictBool = Field(default=True, description="mount hugetlbfs for this size if none is")
 
 
 class HugepagesChangePublic(PublicSchema):
@@ -117,7 +117,7 @@ class NicListPublic(PublicSchema):
 
 class NicBind(Schema):
     driver: Literal["vfio-pci", "uio_pci_generic"] = "vfio-pci"
-    force: bool = Field(
+    force: StrictBool = Field(
         default=False, description="bind even if the host uses the device (cuts its network)"
     )
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, StrictBool
 
-from api.schemas.common import Name, PublicSchema, Schema, refuse_nulls
+from api.schemas.common import Name, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import (
+    DEVICE,
+    IPV4_HOST,
+    NETMASKS,
     check_device,
     check_ipv4_host,
     check_netmask,
-    check_port_network,
 )
 
 Device = Annotated[
@@ -21,20 +23,36 @@ Device = Annotated[
         min_length=1,
         max_length=512,
         description="PCI address (0000:03:00.0) or DPDK vdev with devargs "
-        "(net_af_packet0,iface=veth0)",
+        "(net_af_packet0,iface=veth0); one port per device, vdev name and interface",
         examples=["net_af_packet0,iface=wsgw0"],
+        json_schema_extra={"pattern": DEVICE.pattern},
     ),
     AfterValidator(check_device),
 ]
 Ipv4 = Annotated[
-    str, Field(max_length=15, examples=["198.18.0.2"]), AfterValidator(check_ipv4_host)
+    str,
+    Field(
+        max_length=15,
+        examples=["198.18.0.2"],
+        description="a unicast host address of the port's subnet (not its network or "
+        "broadcast address)",
+        json_schema_extra={"pattern": IPV4_HOST.pattern},
+    ),
+    AfterValidator(check_ipv4_host),
 ]
 Netmask = Annotated[
-    str, Field(max_length=15, examples=["255.255.255.0"]), AfterValidator(check_netmask)
+    str,
+    Field(max_length=15, examples=["255.255.255.0"], json_schema_extra={"enum": list(NETMASKS)}),
+    AfterValidator(check_netmask),
 ]
 Gateway = Annotated[
     str,
-    Field(max_length=15, examples=["198.18.0.1"]),
+    Field(
+        max_length=15,
+        examples=["198.18.0.1"],
+        description="the next hop: a host of the port's subnet other than the port itself",
+        json_schema_extra={"pattern": IPV4_HOST.pattern},
+    ),
     AfterValidator(lambda v: check_ipv4_host(v, "gateway")),
 ]
 Mtu = Annotated[int, Field(ge=576, le=9600, description="IP MTU")]
@@ -47,18 +65,18 @@ class PortBase(Schema):
     netmask: Netmask
     gateway: Gateway | None = None
     mtu: Mtu = 1500
-    enabled: bool = Field(default=True, description="open the port in the dataplane")
+    enabled: StrictBool = Field(default=True, description="open the port in the dataplane")
 
 
 class PortCreate(PortBase):
-    @model_validator(mode="after")
-    def _network(self) -> Self:
-        check_port_network(self.ipv4, self.netmask, self.gateway)
-        return self
+    """A port; ipv4 and gateway are checked against the netmask by the service (422 naming
+    the field), as on PATCH, where they meet the stored values."""
 
 
-class PortUpdate(Schema):
+class PortUpdate(UpdateSchema):
     """Fields to change; the result is checked as a whole (address, netmask, gateway)."""
+
+    nullable = frozenset({"gateway"})
 
     name: Name | None = None
     device: Device | None = None
@@ -66,12 +84,7 @@ class PortUpdate(Schema):
     netmask: Netmask | None = None
     gateway: Gateway | None = None
     mtu: Mtu | None = None
-    enabled: bool | None = None
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(self, frozenset({"gateway"}))
-        return self
+    enabled: StrictBool | None = None
 
 
 class PortStatusPublic(PublicSchema):

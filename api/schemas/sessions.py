@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, StrictBool
 
-from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, refuse_nulls
-from gateway.runtime import UNPARSABLE_QUIET_S
-from gateway.store.validate import check_ws_url
+from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
+from gateway.runtime import UNPARSABLE_QUIET_S, known_dialects
+from gateway.store.validate import (
+    FILE_PATH,
+    HOST_NAME,
+    WS_URL,
+    check_file_path,
+    check_host_name,
+    check_ws_url,
+    hide_user_info,
+)
 
 Url = Annotated[
     str,
     Field(
         min_length=6,
         max_length=2048,
-        description="ws:// or wss:// URL of the exchange's WebSocket endpoint",
+        description="ws:// or wss:// URL of the exchange's WebSocket endpoint: a DNS name or "
+        "IPv4 address, no user:password@, no fragment, RFC 3986 characters only",
         examples=["wss://stream.example.com:9443/ws"],
+        json_schema_extra={"pattern": WS_URL.pattern},
     ),
     AfterValidator(check_ws_url),
 ]
@@ -28,13 +38,46 @@ Dialect = Annotated[
         max_length=64,
         description="exchange dialect (GET /v1/sessions/dialects lists them)",
         examples=["generic"],
+        json_schema_extra={"enum": list(known_dialects())},
     ),
+]
+CaFile = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        description="PEM CA bundle on the gateway host (wss only): it must exist and load",
+        json_schema_extra={"pattern": FILE_PATH.pattern},
+    ),
+    AfterValidator(check_file_path),
+]
+ServerName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        description="SNI and name to verify, if not the URL's host (wss only)",
+        json_schema_extra={"pattern": HOST_NAME.pattern},
+    ),
+    AfterValidator(check_host_name),
 ]
 Transport = Literal["dpdk", "kernel"]
 Seconds = Annotated[float, Field(gt=0, le=3600)]
+Delay = Annotated[float, Field(ge=0, le=3600)]
+Multiplier = Annotated[float, Field(ge=1, le=10)]
+Jitter = Annotated[float, Field(ge=0, le=1)]
+MaxAttempts = Annotated[
+    int,
+    Field(ge=1, le=1_000_000, description="failed attempts in a row before giving up"),
+]
 
 
 class SessionBase(Schema):
+    """An upstream session. Rules between fields, checked by the service (422 naming the
+    field): transport dpdk needs port_id and kernel takes none; tls_ca_file and
+    tls_server_name need a wss:// URL; heartbeat_timeout_s exceeds heartbeat_interval_s;
+    reconnect_max_delay_s is at least reconnect_initial_delay_s."""
+
     name: Name
     url: Url
     dialect: Dialect
@@ -44,54 +87,43 @@ class SessionBase(Schema):
     port_id: int | None = Field(
         default=None, ge=1, le=ID_MAX, description="the DPDK port (required for transport dpdk)"
     )
-    tls_verify: bool = Field(default=True, description="verify the server's certificate")
-    tls_ca_file: str | None = Field(
-        default=None, max_length=1024, description="CA bundle on the gateway host (wss only)"
-    )
-    tls_server_name: str | None = Field(
-        default=None, max_length=255, description="SNI and name to verify, if not the URL's host"
-    )
+    tls_verify: StrictBool = Field(default=True, description="verify the server's certificate")
+    tls_ca_file: CaFile | None = None
+    tls_server_name: ServerName | None = None
     heartbeat_interval_s: Seconds = 15.0
     heartbeat_timeout_s: Seconds = 30.0
-    reconnect_initial_delay_s: Annotated[float, Field(ge=0, le=3600)] = 0.5
-    reconnect_max_delay_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
-    reconnect_multiplier: Annotated[float, Field(ge=1, le=10)] = 2.0
-    reconnect_jitter: Annotated[float, Field(ge=0, le=1)] = 0.2
-    reconnect_max_attempts: int | None = Field(
-        default=None, ge=0, le=1_000_000, description="null: retry forever"
-    )
+    reconnect_initial_delay_s: Delay = 0.5
+    reconnect_max_delay_s: Delay = 30.0
+    reconnect_multiplier: Multiplier = 2.0
+    reconnect_jitter: Jitter = 0.2
+    reconnect_max_attempts: MaxAttempts | None = Field(default=None, description="null: forever")
 
 
 class SessionCreate(SessionBase):
     pass
 
 
-class SessionUpdate(Schema):
-    """Fields to change; connection fields only while the session is stopped."""
+class SessionUpdate(UpdateSchema):
+    """Fields to change; connection fields only while the session is stopped. The result
+    is checked as a whole, with SessionBase's rules between fields."""
+
+    nullable = frozenset({"port_id", "tls_ca_file", "tls_server_name", "reconnect_max_attempts"})
 
     name: Name | None = None
     url: Url | None = None
     dialect: Dialect | None = None
     transport: Transport | None = None
     port_id: int | None = Field(default=None, ge=1, le=ID_MAX)
-    tls_verify: bool | None = None
-    tls_ca_file: str | None = Field(default=None, max_length=1024)
-    tls_server_name: str | None = Field(default=None, max_length=255)
+    tls_verify: StrictBool | None = None
+    tls_ca_file: CaFile | None = None
+    tls_server_name: ServerName | None = None
     heartbeat_interval_s: Seconds | None = None
     heartbeat_timeout_s: Seconds | None = None
-    reconnect_initial_delay_s: Annotated[float, Field(ge=0, le=3600)] | None = None
-    reconnect_max_delay_s: Annotated[float, Field(ge=0, le=3600)] | None = None
-    reconnect_multiplier: Annotated[float, Field(ge=1, le=10)] | None = None
-    reconnect_jitter: Annotated[float, Field(ge=0, le=1)] | None = None
-    reconnect_max_attempts: int | None = Field(default=None, ge=0, le=1_000_000)
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(
-            self,
-            frozenset({"port_id", "tls_ca_file", "tls_server_name", "reconnect_max_attempts"}),
-        )
-        return self
+    reconnect_initial_delay_s: Delay | None = None
+    reconnect_max_delay_s: Delay | None = None
+    reconnect_multiplier: Multiplier | None = None
+    reconnect_jitter: Jitter | None = None
+    reconnect_max_attempts: MaxAttempts | None = None
 
 
 class SessionStatusPublic(PublicSchema):
@@ -113,7 +145,7 @@ class SessionStatusPublic(PublicSchema):
 class SessionPublic(PublicSchema):
     id: int
     name: str
-    url: str
+    url: Annotated[str, AfterValidator(hide_user_info)]
     dialect: str
     transport: str
     port_id: int | None

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field
 
-from api.schemas.common import ID_MAX, PublicSchema, Schema, refuse_nulls
-from gateway.store.validate import TOPIC_MAX, check_topics
+from api.schemas.common import ID_MAX, PublicSchema, Schema, UpdateSchema
+from gateway.store.validate import TOPIC, TOPIC_MAX, check_topics
 
 Topics = Annotated[
-    list[Annotated[str, Field(min_length=1, max_length=TOPIC_MAX)]],
-    Field(min_length=1, max_length=1000, examples=[["btcusdt@trade", "ethusdt@trade"]]),
+    list[
+        Annotated[
+            str,
+            Field(min_length=1, max_length=TOPIC_MAX, json_schema_extra={"pattern": TOPIC.pattern}),
+        ]
+    ],
+    Field(
+        min_length=1,
+        max_length=1000,
+        examples=[["btcusdt@trade", "ethusdt@trade"]],
+        description="printable ASCII without spaces, each once; the session's dialect must "
+        "accept each (422 naming the topic otherwise) and they are stored as it spells them",
+        json_schema_extra={"uniqueItems": True},
+    ),
     AfterValidator(check_topics),
 ]
 CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -63,17 +75,12 @@ class SubscriptionCreate(SubscriptionBase):
     session_id: int = Field(ge=1, le=ID_MAX)
 
 
-class SubscriptionUpdate(Schema):
+class SubscriptionUpdate(UpdateSchema):
     topics: Topics | None = None
     consumer: Consumer | None = None
     queue_size: QueueSize | None = None
     overflow: Overflow | None = None
     conflation_ms: ConflationMs | None = None
-
-    @model_validator(mode="after")
-    def _nulls(self) -> Self:
-        refuse_nulls(self)
-        return self
 
 
 class ConsumePublic(PublicSchema):

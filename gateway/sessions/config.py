@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from dataplane.transports.base import parse_ws_url
 from dataplane.ws.client import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE
 from dataplane.ws.errors import LocalProtocolError
+from dataplane.ws.handshake import ClientHandshake
 
 if TYPE_CHECKING:
     from gateway.runtime import SessionSpec
@@ -24,7 +25,12 @@ TRANSPORTS: tuple[Transport, ...] = ("kernel", "dpdk")
 
 
 class SessionConfigError(ValueError):
-    """A session setting that cannot work; the message says which and why."""
+    """A session setting that cannot work; the message says which and why, `field` names
+    it as SessionConfig spells it ("url", "reconnect.max_attempts"), when one is to blame."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -117,14 +123,18 @@ class SessionConfig:
         try:
             target = parse_ws_url(self.url)
         except LocalProtocolError as exc:
-            raise SessionConfigError(str(exc)) from None
+            raise SessionConfigError(str(exc), "url") from None
+        self._check_request(target.host, target.resource, target.port, target.secure)
         if self.dialect not in DIALECTS:
             known = ", ".join(DIALECTS)
-            raise SessionConfigError(f"unknown dialect {self.dialect!r}; known: {known}")
+            raise SessionConfigError(f"unknown dialect {self.dialect!r}; known: {known}", "dialect")
         if self.transport not in TRANSPORTS:
-            raise SessionConfigError(f"transport must be kernel or dpdk, not {self.transport!r}")
+            raise SessionConfigError(
+                f"transport must be kernel or dpdk, not {self.transport!r}", "transport"
+            )
         if not target.secure and (self.tls.ca_file or self.tls.server_name):
-            raise SessionConfigError(f"{self.url} is ws://: TLS options need wss://")
+            field = "tls.ca_file" if self.tls.ca_file else "tls.server_name"
+            raise SessionConfigError(f"{self.url} is ws://: TLS options need wss://", field)
         hb = self.heartbeat
         _positive("heartbeat.ping_interval_s", hb.ping_interval_s, optional=True)
         _positive("heartbeat.ping_timeout_s", hb.ping_timeout_s)
@@ -135,18 +145,48 @@ class SessionConfig:
         _positive("reconnect.max_delay_s", rc.max_delay_s, zero=True)
         _positive("reconnect.stable_after_s", rc.stable_after_s, zero=True)
         if rc.multiplier < 1 or not math.isfinite(rc.multiplier):
-            raise SessionConfigError("reconnect.multiplier must be >= 1")
+            raise SessionConfigError("reconnect.multiplier must be >= 1", "reconnect.multiplier")
         if not 0.0 <= rc.jitter <= 1.0:
-            raise SessionConfigError("reconnect.jitter must be within 0..1 (1: full jitter)")
+            raise SessionConfigError(
+                "reconnect.jitter must be within 0..1 (1: full jitter)", "reconnect.jitter"
+            )
         if rc.max_delay_s < rc.initial_delay_s:
-            raise SessionConfigError("reconnect.max_delay_s is below initial_delay_s")
+            raise SessionConfigError(
+                "reconnect.max_delay_s is below initial_delay_s", "reconnect.max_delay_s"
+            )
         if rc.max_attempts is not None and rc.max_attempts < 1:
-            raise SessionConfigError("reconnect.max_attempts must be >= 1 (None: forever)")
+            raise SessionConfigError(
+                "reconnect.max_attempts must be >= 1 (None: forever)", "reconnect.max_attempts"
+            )
         for name in ("open_timeout_s", "close_timeout_s", "ack_timeout_s"):
             _positive(name, getattr(self, name))
         if self.max_message_size < 1 or self.max_frame_size < 1 or self.max_batch < 1:
             raise SessionConfigError("max_message_size, max_frame_size, max_batch must be >= 1")
         return self
+
+    def _check_request(self, host: str, resource: str, port: int, secure: bool) -> None:
+        """The opening handshake's request, written once as every connect will write it
+        (h11 refuses CR, LF and NUL in the target and in header names or values, RFC 9110
+        section 5.5): a bad path or extra header fails here, not at each reconnect."""
+        try:
+            ClientHandshake(host, resource, port=port, secure=secure)
+        except (LocalProtocolError, UnicodeError) as exc:
+            raise SessionConfigError(f"url {self.url!r}: {exc}", "url") from None
+        if not (self.extra_headers or self.subprotocols):
+            return
+        try:
+            ClientHandshake(
+                host,
+                resource,
+                port=port,
+                secure=secure,
+                subprotocols=self.subprotocols,
+                extra_headers=self.extra_headers,
+            )
+        except (LocalProtocolError, UnicodeError, TypeError) as exc:
+            raise SessionConfigError(
+                f"extra_headers or subprotocols: {exc}", "extra_headers"
+            ) from None
 
     @classmethod
     def from_spec(cls, spec: SessionSpec, **overrides: Any) -> SessionConfig:
@@ -185,6 +225,6 @@ def _positive(
     if value is None:
         if optional:
             return
-        raise SessionConfigError(f"{name} must be set")
+        raise SessionConfigError(f"{name} must be set", name)
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        raise SessionConfigError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}")
+        raise SessionConfigError(f"{name} must be {'>= 0' if zero else '> 0'}, not {value}", name)

@@ -74,7 +74,9 @@ def tls_context(config: SessionConfig) -> ssl.SSLContext | None:
             config.tls.ca_file, verify=config.tls.verify, alpn_protocols=["http/1.1"]
         )
     except (OSError, ssl.SSLError) as exc:
-        raise SessionConfigError(f"TLS set-up failed ({config.tls.ca_file}): {exc}") from None
+        raise SessionConfigError(
+            f"TLS set-up failed ({config.tls.ca_file}): {exc}", "tls.ca_file"
+        ) from None
 
 
 def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> dict[str, Any]:

@@ -13,9 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gateway.settings import Settings
+
+#: What the database raises when it cannot answer now (server down or unreachable, file
+#: locked or unreadable, no pooled connection free): the API answers 503, not 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    PoolTimeoutError,
+)
 
 
 def database_url(settings: Settings) -> str:

@@ -10,7 +10,8 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,11 @@ class PgServer:
 
     port: int
     admin_url: str
+    stop_command: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown): the database goes away under the app."""
+        subprocess.run(self.stop_command, check=True, capture_output=True, timeout=60)
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -61,6 +67,13 @@ def _pg_bin() -> Path | None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
+    """The cluster the PostgreSQL tests share."""
+    with pg_cluster() as server:
+        yield server
+
+
+@contextmanager
+def pg_cluster() -> Iterator[PgServer]:
     """initdb + pg_ctl start in a temp dir (as the postgres user when we are root: initdb
     refuses root), stopped and removed afterwards."""
     bin_dir = _pg_bin()
@@ -98,7 +111,8 @@ def pg_server() -> Iterator[PgServer]:
              "-l", str(base / "log"), "-w", "-t", "60", "start"],
             check=True, capture_output=True, env=env, timeout=90,
         )  # fmt: skip
-        yield PgServer(port, f"postgresql://postgres@127.0.0.1:{port}/postgres")
+        stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
+        yield PgServer(port, f"postgresql://postgres@127.0.0.1:{port}/postgres", stop)
     finally:
         if (data / "postmaster.pid").exists():
             subprocess.run(

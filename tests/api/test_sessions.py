@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from gateway.runtime import RuntimeRefusedError, SessionSpec
 from tests.api.conftest import Api
@@ -81,9 +82,19 @@ def test_validation(api: Api, changes: dict[str, Any], status: int, expected: st
 
 def test_tls_ca_file_that_exists_is_accepted(api: Api, tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    trustme.CA().cert_pem.write_to_path(str(ca))
     r = api.client.post("/v1/sessions", json={**VALID, "tls_ca_file": str(ca)}, headers=api.admin)
     assert r.status_code == 201, r.text
+
+
+def test_tls_ca_file_that_does_not_load_is_refused(api: Api, tmp_path: Path) -> None:
+    """A file that exists but is no PEM bundle would fail every connect: refused now."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    r = api.client.post("/v1/sessions", json={**VALID, "tls_ca_file": str(ca)}, headers=api.admin)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "tls_ca_file"]
+    assert "TLS set-up failed" in r.json()["detail"][0]["msg"]
 
 
 def test_start_stop_and_events(api: Api, make_session: Callable[..., dict[str, Any]]) -> None:

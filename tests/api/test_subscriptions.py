@@ -106,7 +106,7 @@ def test_deleting_a_session_drops_its_subscriptions_and_topics(
         ({"session_id": 42}, 404, "session 42 not found"),
         ({"topics": []}, 422, "at least 1 item"),
         ({"topics": ["a", "a"]}, 422, "topic 'a' is listed twice"),
-        ({"topics": ["has space"]}, 422, "contains whitespace"),
+        ({"topics": ["has space"]}, 422, "has a space at position 3"),
         ({"overflow": "block"}, 422, "'disconnect' or 'drop_oldest'"),
         ({"queue_size": 0}, 422, "greater than or equal to 1"),
         ({"conflation_ms": -1}, 422, "greater than or equal to 0"),

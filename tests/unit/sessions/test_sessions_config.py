@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 
 from dataplane.ws.errors import HandshakeRejected, TlsCertificateError
 from gateway.runtime import HeartbeatSpec, ReconnectSpec, SessionSpec, TlsSpec
 from gateway.sessions import (
     HeartbeatConfig,
+    ReconnectPolicy,
     SessionConfig,
     SessionConfigError,
     TlsOptions,
@@ -72,6 +76,42 @@ def test_from_spec_takes_overrides() -> None:
 def test_from_spec_refuses_what_cannot_work(overrides: dict[str, object], match: str) -> None:
     with pytest.raises(SessionConfigError, match=match):
         SessionConfig.from_spec(spec(**overrides))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "match"),
+    [
+        ({"url": "ws://a.example/x y"}, "url", "Illegal target characters"),
+        ({"url": "ws://u:p@a.example/"}, "url", "user info"),
+        ({"extra_headers": (("X-Key", "v\r\nEvil: 1"),)}, "extra_headers", "Illegal header"),
+        ({"extra_headers": (("X-Key", "v\x00"),)}, "extra_headers", "Illegal header"),
+        ({"extra_headers": (("Bad Name", "v"),)}, "extra_headers", "Illegal header name"),
+        ({"extra_headers": (("Host", "other"),)}, "extra_headers", "set by the WebSocket"),
+    ],
+)
+def test_the_opening_request_is_checked_once_up_front(
+    changes: dict[str, object], field: str, match: str
+) -> None:
+    """What the handshake would refuse at every connect (h11: no CR, LF or NUL in the
+    target or a header) is refused by validate(), naming the setting."""
+    config = SessionConfig("ws://a.example/", "generic")
+    with pytest.raises(SessionConfigError, match=match) as refused:
+        replace(config, **changes).validate()  # type: ignore[arg-type]
+    assert refused.value.field == field
+
+
+def test_every_refusal_names_its_setting() -> None:
+    config = SessionConfig("ws://a.example/", "generic")
+    cases = {
+        "reconnect.max_attempts": {"reconnect": ReconnectPolicy(max_attempts=0)},
+        "heartbeat.ping_timeout_s": {"heartbeat": HeartbeatConfig(ping_timeout_s=math.nan)},
+        "dialect": {"dialect": "nasdaq"},
+        "tls.ca_file": {"tls": TlsOptions(ca_file="ca.pem")},
+    }
+    for field, changes in cases.items():
+        with pytest.raises(SessionConfigError) as refused:
+            replace(config, **changes).validate()  # type: ignore[arg-type]
+        assert refused.value.field == field
 
 
 def test_tls_options_need_wss() -> None:
