@@ -131,12 +131,25 @@ def create_app(
         TrustedHostMiddleware, allowed_hosts=settings.api.trusted_hosts(), www_redirect=False
     )
     app.add_middleware(HttpMetrics, registry=registry)
-    _document_page_limit(app, settings)
+    _customise_openapi(app, settings)
     return app
 
 
-def _document_page_limit(app: FastAPI, settings: Settings) -> None:
-    """Show the configured maximum page size in the OpenAPI document."""
+#: Answers the middleware gives to any route (api.security, the failed-auth limit): in the
+#: document so that clients and schemathesis know them.
+_GUARD_ANSWERS = {
+    "413": "the body is larger than api.max_body_bytes",
+    "415": "a body that is not application/json (a cross-site form cannot act)",
+    "429": "too many failed authentications from this address: retry after Retry-After",
+}
+#: Routes open to all that say more to an admin: a token is optional (OpenAPI 3.1 section
+#: 4.8.10: an empty requirement makes security optional).
+_OPTIONAL_AUTH_PATHS = frozenset({"/readyz"})
+
+
+def _customise_openapi(app: FastAPI, settings: Settings) -> None:
+    """The OpenAPI document as the app really answers: the configured maximum page size,
+    the guards' 413/415/429, and optional authentication where a token only adds detail."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -146,7 +159,8 @@ def _document_page_limit(app: FastAPI, settings: Settings) -> None:
                 description=app.description,
                 routes=app.routes,
             )
-            for path in schema.get("paths", {}).values():
+            error_ref = {"$ref": "#/components/schemas/ErrorPublic"}
+            for path_name, path in schema.get("paths", {}).items():
                 for operation in path.values():
                     for param in operation.get("parameters", []):
                         if param.get("in") == "query" and param.get("name") == "limit":
@@ -154,6 +168,22 @@ def _document_page_limit(app: FastAPI, settings: Settings) -> None:
                             for option in inner.get("anyOf", [inner]):
                                 if option.get("type") == "integer":
                                     option["maximum"] = settings.api.page_limit_max
+                    answers = operation.setdefault("responses", {})
+                    codes = []
+                    if "security" in operation:
+                        codes.append("429")
+                    if "requestBody" in operation:
+                        codes += ["413", "415"]
+                    for code in codes:
+                        answers.setdefault(
+                            code,
+                            {
+                                "description": _GUARD_ANSWERS[code],
+                                "content": {"application/json": {"schema": error_ref}},
+                            },
+                        )
+                    if path_name in _OPTIONAL_AUTH_PATHS and "security" in operation:
+                        operation["security"] = [{}, *operation["security"]]
             app.openapi_schema = schema
         return app.openapi_schema
 

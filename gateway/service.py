@@ -639,7 +639,7 @@ class GatewayService:
             raise InvalidError(
                 "tls_ca_file and tls_server_name apply only to wss:// URLs", "tls_ca_file"
             )
-        if row.tls_ca_file and not Path(row.tls_ca_file).is_file():
+        if row.tls_ca_file and not _is_file(row.tls_ca_file):
             raise InvalidError(
                 f"tls_ca_file {row.tls_ca_file} is not a readable file on the gateway host",
                 "tls_ca_file",
@@ -818,3 +818,11 @@ class GatewayService:
             if token.last_used_at is None or now - token.last_used_at >= resolution:
                 token.last_used_at = now
             return token
+
+
+def _is_file(path: str) -> bool:
+    """Path.is_file, but False for a path the OS refuses outright (too long: ENAMETOOLONG)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False

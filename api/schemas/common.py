@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -12,9 +13,31 @@ from gateway.store.validate import NAME, check_name
 class Schema(BaseModel):
     """Base of request bodies: unknown fields are an error, not silently dropped; numbers are
     finite (Python's JSON reader takes NaN and Infinity, which no setting can use). Booleans
-    are StrictBool: 0 or "no" is not false."""
+    are StrictBool: 0 or "no" is not false; and false is not 0 in an integer or number field
+    (JSON Schema keeps the two types apart; 5.0 is still an integer there)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if _takes_number(annotation) and not _takes_bool(annotation):
+                raise ValueError("a number is expected, not true/false")
+        return value
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    return get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+
+
+def _takes_number(annotation: Any) -> bool:
+    return any(member in (int, float) for member in _members(annotation))
+
+
+def _takes_bool(annotation: Any) -> bool:
+    return any(member is bool for member in _members(annotation))
 
 
 class PublicSchema(BaseModel):

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from gateway.runtime import DetachedRuntime
-from tests.api.conftest import PgServer, make_settings, pg_cluster
+from tests.api.conftest import BASE_URL, PgServer, make_settings, pg_cluster
 from tests.host.fakesys import FakeHost
 
 PORT = {"name": "p", "device": "net_tap0", "ipv4": "198.18.0.2", "netmask": "255.255.255.0"}
@@ -58,7 +58,7 @@ def _client(tmp_path: Path, url: str, auth: str) -> TestClient:
     settings = make_settings(tmp_path / auth, url, auth={"mode": auth})
     host = FakeHost(tmp_path / auth / "host")
     app = create_app(settings, DetachedRuntime(), host=host.manager())
-    return TestClient(app, client=("127.0.0.1", 50000))
+    return TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL)
 
 
 def _populate(client: TestClient, headers: dict[str, str]) -> None:
