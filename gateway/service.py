@@ -164,8 +164,14 @@ def route_problem(port: Port, url: str) -> str | None:
     an IPv4 address (a name is resolved at connect): the stack's connect refuses its own
     address and martians, and an off-subnet host without a gateway has no route."""
     try:
-        address = ipaddress.IPv4Address(parse_ws_url(url).host)
-    except (ValueError, LocalProtocolError):
+        host = parse_ws_url(url).host
+    except LocalProtocolError:
+        return None
+    if ":" in host:
+        return f"url host {host} is an IPv6 address: the DPDK stack speaks IPv4 only"
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
         return None
     network = ipaddress.IPv4Interface(f"{port.ipv4}/{port.netmask}").network
     if address == ipaddress.IPv4Address(port.ipv4):

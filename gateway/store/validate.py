@@ -42,8 +42,11 @@ _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4
 _PCHAR = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})"
 #: ws[s]://host[:port][/path][?query] in RFC 3986 characters (RFC 6455 section 3): no user
 #: info, no fragment, nothing a request line cannot carry (space, CR, LF, NUL, non-ASCII).
+#: An IPv6 literal in brackets (RFC 3986 section 3.2.2); check_ws_url parses it too.
+_IPV6_LITERAL = r"\[[0-9A-Fa-f:.]{2,45}\]"
 WS_URL = re.compile(
-    rf"^wss?://{_LABEL}(?:\.{_LABEL})*(?::{_PORT})?(?:/{_PCHAR}*)?(?:\?(?:{_PCHAR}|\?)*)?$"
+    rf"^wss?://(?:{_LABEL}(?:\.{_LABEL})*|{_IPV6_LITERAL})(?::{_PORT})?"
+    rf"(?:/{_PCHAR}*)?(?:\?(?:{_PCHAR}|\?)*)?$"
 )
 #: Topics are printable ASCII without spaces: what every dialect's requests can carry.
 TOPIC = re.compile(r"^[\x21-\x7e]+$")
@@ -229,13 +232,24 @@ def check_ws_url(value: str) -> str:
         raise ValueError(f"url {value!r} is not a valid WebSocket URL ({exc})") from None
     if port == 0:
         raise ValueError(f"url {value!r} has port 0")
-    if not WS_URL.match(value):
+    if not WS_URL.match(value) or not _valid_ipv6_literal(authority):
         raise ValueError(
-            f"url {value!r} must be ws[s]://host[:port][/path][?query]: host a DNS name or "
-            "IPv4 address (labels of letters, digits and '-'), port 1-65535, path and query "
+            f"url {value!r} must be ws[s]://host[:port][/path][?query]: host a DNS name, an "
+            "IPv4 address or an IPv6 address in brackets, port 1-65535, path and query "
             "in RFC 3986 characters (others percent-encoded)"
         )
     return value
+
+
+def _valid_ipv6_literal(authority: str) -> bool:
+    """True unless the authority holds a bracketed host that is not an IPv6 address."""
+    if not authority.startswith("["):
+        return True
+    try:
+        ipaddress.IPv6Address(authority[1:].partition("]")[0])
+    except ValueError:
+        return False
+    return True
 
 
 def hide_user_info(url: str) -> str:

@@ -279,6 +279,23 @@ def test_bad_input_is_refused_with_the_field(api: Api, ids: dict[str, int], bad:
     assert _stored(api) == before, "a refused request changed what is stored"
 
 
+def test_an_ipv6_literal_is_a_kernel_session_host_not_a_dpdk_one(
+    api: Api, ids: dict[str, int]
+) -> None:
+    """The kernel connects to [2001:db8::5] (RFC 3986 section 3.2.2); the DPDK stack speaks
+    IPv4 only, so a dpdk session to it is refused at the door."""
+    url = "wss://[2001:db8::5]:9443/ws"
+    kernel = {**SESSION, "name": "v6", "url": url}
+    r = api.client.post("/v1/sessions", json=kernel, headers=api.admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["url"] == url
+    dpdk = {**SESSION, "name": "v6d", "url": url, "transport": "dpdk", "port_id": ids["port"]}
+    r = api.client.post("/v1/sessions", json=dpdk, headers=api.admin)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "url"]
+    assert "IPv4 only" in r.json()["detail"][0]["msg"]
+
+
 def test_topics_are_stored_as_the_dialect_spells_them(api: Api, ids: dict[str, int]) -> None:
     """binance symbols are lower case: the ring carries btcusdt@depth, so that is what the
     subscription must hold (its ring_topics filter would match nothing otherwise)."""
