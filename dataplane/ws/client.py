@@ -10,7 +10,9 @@
 
 No socket, no clock, no asyncio. The server's protocol violations never raise: they end
 in a `Closed(failure=True)` event with the close frame queued in `data_to_send()` (section
-7.1.7). Calling a method the state forbids raises `LocalProtocolError`.
+7.1.7); with `defer_failure`, once the messages that came before the violation in the
+same read are answered (`fail_deferred()`). Calling a method the state forbids raises
+`LocalProtocolError`.
 
 Hot path: one shim call scans every complete frame of a read (`dataplane.ws.scan`); an
 unfragmented, uncompressed data frame then costs one slice, one ASCII check and one event.

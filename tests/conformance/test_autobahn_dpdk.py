@@ -10,7 +10,9 @@ data set, each deflate offer); and all 18 sizes and fragmentations of 12.1 and 1
 JSON data set, what a feed carries). WSGW_AUTOBAHN_FULL=1 runs all 517; `wsgw bench
 conformance` (make bench) always does.
 
-Run time: being measured (see the next commit).
+Run time (2 CPUs shared with other work, load average 3-7): the sample, 387 cases, 2.0 min;
+all 517, 15.8 min (10.3 min of user CPU: fuzzingserver, client and the engine's thread).
+Every case OK but the 3 INFORMATIONAL ones (7.1.6, 7.13.1, 7.13.2), in both.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from tests.conftest import requires_dpdk
 pytest.importorskip("kosoku")
 pytestmark = [requires_dpdk, pytest.mark.dpdk, pytest.mark.slow]
 
+# Exact ids for the sizes: kosoku's "*" also matches dots ("12.*.1" takes 12.1.10-18 too).
+GROUPS = [f"12.{g}" for g in range(1, 6)] + [f"13.{g}" for g in range(1, 8)]
 SAMPLE = [
     *CASES[:9],  # 1.* .. 10.*
-    *(f"{group}.{size}" for group in ("12.*", "13.*") for size in range(1, 6)),
+    *(f"{group}.{size}" for group in GROUPS for size in range(1, 6)),
     "12.1.*",
     "13.1.*",
 ]
