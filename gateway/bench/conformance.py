@@ -25,13 +25,12 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario
+from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 
 #: Every client case of the Autobahn TestSuite: 517 (8 is absent from the suite, 11 does
 #: not exist; 12 and 13 are permessage-deflate, 1000 messages per case).
@@ -189,14 +188,6 @@ def run_suite(
     finally:
         server.kill()
         server.wait()
-
-
-def unique_lab_name(options: BenchOptions, prefix: str) -> str:
-    """The lab name for one run: the caller's, or (for the default) one of its own, so that
-    runs started meanwhile never take this lab down under it."""
-    if options.lab_name != BenchOptions().lab_name:
-        return options.lab_name
-    return f"{prefix}{uuid.uuid4().hex}"[:10]
 
 
 def _measure(name: str, grade: Grade, seconds: float) -> list[Measurement]:

@@ -11,8 +11,8 @@ from contextlib import closing
 import pytest
 
 from dataplane.transports.kernel import connect_kernel
-from gateway.bench.conformance import CaseVerdict, Grade, run_suite, unique_lab_name
-from gateway.bench.core import BenchOptions
+from gateway.bench.conformance import CaseVerdict, Grade, run_suite
+from gateway.bench.core import BenchOptions, unique_lab_name
 from gateway.lab import Lab
 
 
