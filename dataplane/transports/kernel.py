@@ -124,6 +124,7 @@ class KernelWebSocket:
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._pings: dict[bytes, tuple[asyncio.Future[float], float]] = {}
         self._linger: asyncio.TimerHandle | None = None
+        self._deferred_failure: asyncio.Handle | None = None
         self._close_notify_sent = False
         self._local_close: tuple[int, str] | None = None
         #: What ended the connection below the WebSocket layer (a TLS or socket error).
@@ -375,6 +376,7 @@ class KernelWebSocket:
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """The closing handshake (section 7.1.2), then wait for the server to close TCP
         (section 7.1.1: the server closes first); after close_timeout, drop it ourselves."""
+        self._fail_deferred()  # a violation is held: that failure is the close
         if self._ws.state is ConnectionState.OPEN and self._transport is not None:
             self._write(self._ws.close(code, reason))
             self._local_close = (code, reason)
@@ -538,6 +540,19 @@ class KernelWebSocket:
             ):
                 self._reading_paused = True
                 self._transport.pause_reading()
+        if self._ws.failure_deferred and self._deferred_failure is None:
+            # A violation after messages of this read: fail one loop turn later, so that
+            # the task these messages wake (scheduled above) answers them before our close.
+            self._deferred_failure = self._loop.call_soon(self._fail_deferred)
+
+    def _fail_deferred(self) -> None:
+        """Fail on the violation the WebSocket held (`WsClient.defer_failure`)."""
+        self._deferred_failure = None
+        ws = self._ws
+        if ws.failure_deferred:
+            ws.fail_deferred()
+            self._write(ws.data_to_send())
+            self._dispatch()
 
     def _on_pong(self, payload: bytes) -> None:
         if payload not in self._pings:
@@ -769,6 +784,7 @@ def prepare_connection(
         max_frame_size=max_frame_size,
         scan_backend=scan_backend,
         batch=batch_receive,
+        defer_failure=True,  # answers to the messages before a violation go out first
     )
     tls: TlsClient | None = None
     if target.secure:

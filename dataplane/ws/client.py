@@ -10,7 +10,9 @@
 
 No socket, no clock, no asyncio. The server's protocol violations never raise: they end
 in a `Closed(failure=True)` event with the close frame queued in `data_to_send()` (section
-7.1.7). Calling a method the state forbids raises `LocalProtocolError`.
+7.1.7); with `defer_failure`, once the messages that came before the violation in the
+same read are answered (`fail_deferred()`). Calling a method the state forbids raises
+`LocalProtocolError`.
 
 Hot path: one shim call scans every complete frame of a read (`dataplane.ws.scan`); an
 unfragmented, uncompressed data frame then costs one slice, one ASCII check and one event.
@@ -176,9 +178,18 @@ class WsClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         scan_backend: BackendName = "auto",
         batch: bool = False,
+        defer_failure: bool = False,
     ) -> None:
         """batch: complete unfragmented data frames found by one scan come out as one
-        `MessageBatch` event instead of one `Message` each (see `_feed_batches`)."""
+        `MessageBatch` event instead of one `Message` each (see `_feed_batches`).
+
+        defer_failure: a protocol violation that follows complete messages of the same
+        read does not fail the connection at once: the messages come out as events, the
+        failure waits for `fail_deferred()` (`failure_deferred` says so) and nothing more
+        is read meanwhile. An application that answers messages as they come can so
+        answer the ones the server sent before its violation, and only then fail
+        (section 7.1.7; Autobahn's cases 3.2, 4.1.3, 5.15 send such reads). The
+        transports use it: they fail once the application had its turn."""
         if max_message_size < 1 or max_frame_size < 1:
             raise LocalProtocolError("size limits must be positive")
         options = _DEFAULT_DEFLATE if deflate is True else deflate or None
@@ -201,6 +212,8 @@ class WsClient:
         backend = resolve_backend(scan_backend)  # once, not once per scanner (reads the env)
         self._backend = backend
         self._batching = batch
+        self._defer_failure = defer_failure
+        self._deferred: tuple[int, str] | None = None  # (code, reason) of a held failure
         self._receive_ready = False  # the scanners exist (prepare_receive)
         self._mask = _masker(backend)
         self._events: list[WsEvent] = []
@@ -215,6 +228,10 @@ class WsClient:
         self._frag_parts: list[bytes] = []
         self._frag_size = 0
         self._utf8: codecs.IncrementalDecoder | None = None  # for fragmented text, made then
+        # A text frame still arriving: its payload is checked as it comes (fail fast, 8.1);
+        # the decoder exists once a non-ASCII byte (or a carried partial sequence) came.
+        self._partial_text = False
+        self._partial_utf8: codecs.IncrementalDecoder | None = None
         self._compressor: Compressor | None = None
         self._decompressor: Decompressor | None = None
         self._keys = b""
@@ -235,6 +252,20 @@ class WsClient:
     @property
     def deflate(self) -> DeflateParams | None:
         return self.handshake.deflate if self.handshake else None
+
+    @property
+    def failure_deferred(self) -> bool:
+        """A violation is held (`defer_failure`) until `fail_deferred()`."""
+        return self._deferred is not None
+
+    def fail_deferred(self) -> None:
+        """_Fail the WebSocket Connection_ (section 7.1.7) on the violation that
+        `defer_failure` held: its close frame is queued and the Closed event follows.
+        Nothing happens when no violation is held."""
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            self._fail_now(*deferred)
 
     def _move(self, trigger: _Trigger) -> None:
         try:
@@ -365,6 +396,13 @@ class WsClient:
         state = self._state
         # OPEN or CLOSING: frames still come (compared by identity: an enum's hash is Python)
         if state is ConnectionState.OPEN or state is ConnectionState.CLOSING:
+            if self._deferred is not None:
+                # After a violation nothing more is read (section 7.1.7); the end of the
+                # stream fails the connection now, then ends it.
+                if not data:
+                    self.fail_deferred()
+                    self._move(_Trigger.EOF)
+                return
             if data:
                 self._feed(bytes(data))
             else:
@@ -412,9 +450,14 @@ class WsClient:
             self._chunks.append(data)
             self._buffered += len(data)
             if self._buffered < self._need:
-                return  # the pending frame is still incomplete: do not rescan
+                # The pending frame is still incomplete: do not rescan; text is checked.
+                if self._partial_text:
+                    self._check_partial_text(data)
+                return
             buf = b"".join(self._chunks)
             self._chunks = []
+            self._partial_text = False
+            self._partial_utf8 = None
         else:
             buf = data
         start = 0
@@ -465,9 +508,53 @@ class WsClient:
             self._chunks = [buf[start:] if start else buf]
             self._buffered = rest
             self._need = need
+            if pending != UINT64_MAX:
+                self._watch_partial_text(buf, start)
         else:
             self._buffered = 0
             self._need = 0
+
+    def _watch_partial_text(self, buf: bytes, start: int) -> None:
+        """The frame at start is incomplete but its header is in: when it carries text
+        (an uncompressed text message, or a continuation of one), check the UTF-8 of the
+        payload that is there, and of every read that adds to it, so that invalid text
+        fails at once and not only once a frame of megabytes is whole (section 8.1,
+        "fail fast"; Autobahn 6.4.3, 6.4.4). The whole frame is checked again as usual."""
+        first = buf[start]
+        second = buf[start + 1]
+        if second & 0x80 or first & (RSV1 | RSV2 | RSV3):
+            return  # masked or compressed or invalid: judged when the frame is whole
+        opcode = first & OPCODE
+        carried: codecs.IncrementalDecoder | None = None
+        if opcode == OP_TEXT and self._frag_opcode is None:
+            pass
+        elif opcode == OP_CONTINUATION and self._frag_opcode == OP_TEXT:
+            if self._frag_compressed:
+                return
+            carried = self._utf8  # the state of the message's earlier fragments
+        else:
+            return
+        length = second & 0x7F
+        header = 4 if length == 126 else 10 if length == 127 else 2
+        self._partial_text = True
+        self._partial_utf8 = None
+        if carried is not None and carried.getstate()[0]:
+            utf8 = self._partial_utf8 = codecs.getincrementaldecoder("utf-8")()
+            utf8.setstate(carried.getstate())
+        self._check_partial_text(buf[start + header :])
+
+    def _check_partial_text(self, part: bytes) -> None:
+        """Feed more of a pending text frame to its UTF-8 check (`_watch_partial_text`);
+        an ASCII run with no sequence open needs no decoder."""
+        utf8 = self._partial_utf8
+        if utf8 is None:
+            if part.isascii():
+                return
+            utf8 = self._partial_utf8 = codecs.getincrementaldecoder("utf-8")()
+        try:
+            utf8.decode(part)
+        except UnicodeDecodeError:
+            self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
 
     def _feed_batches(self, buf: bytes) -> int:
         """The batch path: one C scan gives the run of complete, final, unmasked, RSV-clear
@@ -650,7 +737,20 @@ class WsClient:
         return False
 
     def _fail(self, code: int, reason: str) -> bool:
-        """_Fail the WebSocket Connection_ (section 7.1.7): queue our close frame, stop."""
+        """_Fail the WebSocket Connection_ (section 7.1.7): queue our close frame, stop.
+        With `defer_failure`, when messages not yet handed out by `events()` came before
+        the violation, only stop: `fail_deferred()` fails once they are answered."""
+        if (
+            self._defer_failure
+            and self._state is ConnectionState.OPEN
+            and any(type(event) in (Message, MessageBatch) for event in self._events)
+        ):
+            self._deferred = (code, reason)
+            self._chunks = []
+            return False
+        return self._fail_now(code, reason)
+
+    def _fail_now(self, code: int, reason: str) -> bool:
         if self._state is ConnectionState.OPEN:
             text = reason.encode("utf-8")[:_MAX_CLOSE_REASON].decode("utf-8", "ignore")
             self._outgoing.append(self._frame(FIN | OP_CLOSE, self._close_payload(code, text)))

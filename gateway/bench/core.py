@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,14 @@ class BenchOptions:
     repetitions: int = 5
     lab_name: str = "bench"
     duration: float | None = None  # seconds, for scenarios that run for a time (`soak`)
+
+
+def unique_lab_name(options: BenchOptions, prefix: str) -> str:
+    """The lab name for one run: the caller's, or (for the default) one of this run's own,
+    so that a run started meanwhile never takes this lab down under it."""
+    if options.lab_name != BenchOptions().lab_name:
+        return options.lab_name
+    return f"{prefix}{uuid.uuid4().hex}"[:10]
 
 
 SCENARIOS: dict[str, Scenario] = {}

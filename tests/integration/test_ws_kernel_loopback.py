@@ -19,6 +19,9 @@ from aiohttp import WSMsgType, web
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, TextMessage
+from wsproto.events import Request as WsprotoRequest
 
 from dataplane.transports.kernel import KernelWebSocket, connect_kernel
 from dataplane.ws.client import ConnectionState
@@ -395,3 +398,43 @@ def test_open_timeout_is_a_timeout_error() -> None:
                 await connect_kernel(f"ws://127.0.0.1:{port}/", open_timeout=0.3)
 
     run(main())
+
+
+# ---- a violation after messages of the same read (RFC 6455 section 7.1.7) ------------------------
+def test_messages_before_a_violation_are_answered_before_the_failure_close() -> None:
+    """One write: a message, a frame with RSV2 (no extension gives it a meaning) and a
+    ping. The application's echo of the message goes out, then the 1002 close, and no
+    pong: wsproto, on the server side, reads what the client sent (Autobahn's case 3.2)."""
+    received: list[object] = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = WSConnection(ConnectionType.SERVER)
+            conn.receive_data(await reader.readuntil(b"\r\n\r\n"))
+            assert isinstance(next(conn.events()), WsprotoRequest)
+            writer.write(conn.send(AcceptConnection()))
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the frames in a read of their own
+            writer.write(b"\x81\x05hello" + b"\xa1\x05hello" + b"\x89\x00")
+            while data := await reader.read(65536):
+                conn.receive_data(data)
+                received.extend(conn.events())
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            ws = await connect_kernel(f"ws://127.0.0.1:{port}/", close_timeout=2.0)
+
+            async def echo() -> None:
+                async for message in ws:
+                    await ws.send(message.data, text=message.text)
+
+            with pytest.raises(ConnectionClosedError) as closed:
+                await echo()
+            assert closed.value.code == 1002
+            await ws.wait_closed()
+
+    run(main())
+    assert received[:2] == [TextMessage("hello"), CloseConnection(1002, received[1].reason)]  # type: ignore[attr-defined]
+    assert len(received) == 2, received

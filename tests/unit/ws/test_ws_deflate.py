@@ -55,8 +55,8 @@ SERVER_CONFIGS = [
 @pytest.mark.parametrize("server_ext", SERVER_CONFIGS, ids=repr)
 @pytest.mark.parametrize(
     "options",
-    [True, DeflateOptions(client_no_context_takeover=False), DeflateOptions(level=1)],
-    ids=["default", "context-takeover", "level1"],
+    [True, DeflateOptions(client_no_context_takeover=False), DeflateOptions(level=6)],
+    ids=["default", "context-takeover", "level6"],
 )
 def test_both_directions_through_wsproto(
     backend: BackendName, server_ext: PerMessageDeflate, options: bool | DeflateOptions

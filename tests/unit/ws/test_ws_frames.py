@@ -365,3 +365,132 @@ def test_whole_conversation_byte_at_a_time_equals_one_read(backend: BackendName,
     for event in (expected[0], got[0]):
         assert isinstance(event, Handshake)
     assert got[1:] == expected[1:]
+
+
+# ---- failing after the messages before a violation (defer_failure, section 7.1.7) ---------
+# One read, as Autobahn sends it: complete messages, then a violation, then frames that must
+# never be read (a ping here: no pong may follow).
+READS_WITH_A_LATE_VIOLATION = [
+    (
+        "3.2 RSV2",
+        server_frame(1, b"hello") + server_frame(1, b"hello", rsv=2) + server_frame(9),
+        1002,
+    ),
+    ("4.1.3 opcode 3", server_frame(1, b"hello") + server_frame(3) + server_frame(9), 1002),
+    (
+        "5.15 continuation of nothing",
+        server_frame(1, b"frag1", fin=False)
+        + server_frame(0, b"frag2")
+        + server_frame(0, b"frag3", fin=False)
+        + server_frame(1, b"frag4"),
+        1002,
+    ),
+    ("bad UTF-8 after a binary", server_frame(2, b"\x00") + server_frame(1, b"\xff"), 1007),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "wire", "code"),
+    READS_WITH_A_LATE_VIOLATION,
+    ids=[r[0] for r in READS_WITH_A_LATE_VIOLATION],
+)
+@pytest.mark.parametrize("batch", [False, True])
+def test_violation_after_messages_waits_for_their_answers(
+    backend: BackendName, name: str, wire: bytes, code: int, batch: bool
+) -> None:
+    """With defer_failure the messages come out, the client stays open for their answers,
+    reads nothing more, and fails on fail_deferred(): answers first, then the close."""
+    client = open_raw(backend=backend, batch=batch, defer_failure=True)
+    events = feed(client, wire)
+    assert events and all(isinstance(e, Message) for e in events), events
+    assert client.failure_deferred and client.state is ConnectionState.OPEN
+    assert client.data_to_send() == b""  # no pong: the ping came after the violation
+    messages = [e for e in events if isinstance(e, Message)]
+    answers = b"".join(client.send_binary(m.data) for m in messages)
+    assert feed(client, server_frame(9, b"later") + server_frame(1, b"later")) == []
+    client.fail_deferred()
+    assert not client.failure_deferred
+    events = list(client.events())
+    assert len(events) == 1 and isinstance(events[0], Closed), events
+    assert events[0].code == code and events[0].failure
+    assert client.state is ConnectionState.ERROR
+    assert client_frames(answers) == [(0x82, m.data) for m in messages]
+    first, body = client_frames(client.data_to_send())[-1]
+    assert first == 0x88 and body[:2] == struct.pack("!H", code)
+    client.fail_deferred()  # nothing held any more: nothing happens
+    assert list(client.events()) == [] and client.data_to_send() == b""
+
+
+@pytest.mark.parametrize(("name", "wire", "code"), READS_WITH_A_LATE_VIOLATION[:1], ids=["3.2"])
+def test_violation_after_messages_fails_at_once_without_defer_failure(
+    backend: BackendName, name: str, wire: bytes, code: int
+) -> None:
+    client = open_raw(backend=backend)
+    events = feed(client, wire)
+    assert isinstance(events[0], Message) and isinstance(events[-1], Closed), events
+    assert events[-1].code == code and not client.failure_deferred
+
+
+def test_end_of_stream_fails_a_deferred_violation(backend: BackendName) -> None:
+    client = open_raw(backend=backend, defer_failure=True)
+    feed(client, server_frame(1, b"hello") + server_frame(1, b"x", rsv=2))
+    assert client.failure_deferred
+    events = feed(client, b"")
+    assert len(events) == 1 and isinstance(events[0], Closed), events
+    assert events[0].code == 1002 and events[0].failure
+    assert client.state is ConnectionState.ERROR
+
+
+def test_violation_alone_in_its_read_fails_at_once_even_with_defer_failure(
+    backend: BackendName,
+) -> None:
+    client = open_raw(backend=backend, defer_failure=True)
+    assert feed(client, server_frame(1, b"hello")) == [Message(b"hello", True)]
+    closes_with(client, server_frame(1, b"x", rsv=2), 1002)
+
+
+# ---- invalid UTF-8 fails before its frame is whole (section 8.1, Autobahn 6.4.3/6.4.4) ----
+PREFIX = "κόσμε".encode()  # valid
+BAD = b"\xf4\x90\x80\x80"  # U+110000: invalid from its second byte on
+
+
+@pytest.mark.parametrize(
+    "chops",
+    [
+        [PREFIX, BAD, b"edited"],  # 6.4.3: the invalid bytes come in the second chop
+        [PREFIX + BAD[:1], BAD[1:2], BAD[2:] + b"edited"],  # 6.4.4: cut inside the sequence
+    ],
+)
+@pytest.mark.parametrize("batch", [False, True])
+def test_invalid_utf8_in_a_frame_still_arriving_fails_fast(
+    backend: BackendName, chops: list[bytes], batch: bool
+) -> None:
+    client = open_raw(backend=backend, batch=batch)
+    payload = b"".join(chops)
+    wire = server_frame(1, payload)
+    header = len(wire) - len(payload)
+    assert feed(client, wire[: header + len(chops[0])]) == []
+    assert client.state is ConnectionState.OPEN
+    closes_with(client, chops[1], 1007)  # the rest of the frame has not come
+
+
+def test_invalid_utf8_in_a_continuation_still_arriving_fails_fast(backend: BackendName) -> None:
+    """The check of a pending continuation carries the state of the earlier fragments."""
+    client = open_raw(backend=backend)
+    part = server_frame(0, b"\x90\x80\x80" + b"a" * 200)
+    assert feed(client, server_frame(1, PREFIX + b"\xf4", fin=False) + part[:4]) == []
+    closes_with(client, part[4:5], 1007)
+
+
+@pytest.mark.parametrize("step", [1, 2, 7, 100])
+def test_valid_text_arriving_in_pieces_is_not_failed(backend: BackendName, step: int) -> None:
+    """No false alarm from the early check: sequences cut across reads, ASCII runs, a
+    fragmented message whose continuation starts inside a sequence, compressed-looking
+    binary."""
+    client = open_raw(backend=backend)
+    text = ("€ok" * 300).encode()
+    wire = server_frame(1, text, long_form=127)
+    wire += server_frame(1, text[:1], fin=False) + server_frame(0, text[1:])
+    wire += server_frame(2, b"\xff" * 300)
+    events = feed(client, wire, step=step)
+    assert events == [Message(text, True), Message(text, True), Message(b"\xff" * 300, False)]
