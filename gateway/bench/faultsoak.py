@@ -34,7 +34,7 @@ outage (faults that overlap are one outage): from its end (simulator ready, link
 the session's next message, sampled every TICK_S.
 
 Duration: `--duration S`, else 30 minutes (kill every 20 s, links down 10 s every 120 s);
---quick: 40 s (kill every 10 s, one 3 s flap at 25 s). Not part of `wsgw bench all`: it
+--quick: 30 s (kills at 10 and 20 s, one 3 s flap at 15 s). Not part of `wsgw bench all`: it
 judges reliability, not speed, and its quick mode runs in `make test`
 (tests/bench/test_faultsoak.py); `make faultsoak` runs the long one.
 """
@@ -92,9 +92,9 @@ class Plan:
 def plan_for(options: BenchOptions) -> Plan:
     quick = options.quick
     return Plan(
-        duration=options.duration or (40.0 if quick else 1800.0),
+        duration=options.duration or (30.0 if quick else 1800.0),
         kill_every=options.kill_every or (10.0 if quick else 20.0),
-        link_down_every=options.link_down_every or (25.0 if quick else 120.0),
+        link_down_every=options.link_down_every or (15.0 if quick else 120.0),
         link_down_for=options.link_down_for or (3.0 if quick else 10.0),
         restart_after=RESTART_AFTER_S if options.restart_after is None else options.restart_after,
     )
