@@ -49,6 +49,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
@@ -522,23 +523,23 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     from gateway.settings import Settings
 
     lab = Lab(lab_name, kernel_client=True)
-    lab.down()
     ring_name = f"wsgw-faultsoak{os.getpid()}-messages"
     upstream = Upstream(lab, plan.rate)
-    runtime: LiveRuntime | None = None
-    hub: Hub | None = None
-    consumer: Child | None = None
-    monitor: Monitor | None = None
     gap_reasons: dict[int, Counter[str]] = {sid: Counter() for sid, _ in SESSIONS}
 
     def count_gap(event: RuntimeEvent) -> None:
         if event.kind == GAP and event.session_id in gap_reasons:
             gap_reasons[event.session_id][event.reason or ""] += 1
 
-    try:
+    # Undone in reverse order however the block ends, each step even when one before fails.
+    with ExitStack() as undo:
+        lab.down()
+        undo.callback(lab.down)
         lab.up()
+        undo.callback(upstream.kill)
         upstream.start()
         hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
+        undo.callback(hub.close)
         settings = Settings()
         with lab.client_threads():  # the session loop thread: kernel sockets in the twin
             runtime = LiveRuntime(
@@ -547,12 +548,14 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
                 session_config=partial(SessionConfig.from_spec, sequence_check=True),
                 hub=hub,
             )
+        undo.callback(runtime.close)
         runtime.set_event_sink(count_gap)
         runtime.port_up(
             PortSpec(PORT_ID, "faultsoak", lab.vdev, lab.gw_ip, lab.netmask, None, 1500)
         )
         filters = sorted({f for sid, _ in SESSIONS for f in ring_topics(sid, list(TOPICS))})
         consumer = Child(ledger_consumer_main, ring_name, filters)
+        undo.callback(consumer.close)
         hosts = {"dpdk": lab.peer_ip, "kernel": lab.peer_client_ip}
         for sid, transport in SESSIONS:
             runtime.subscribe(sid, list(TOPICS))
@@ -563,6 +566,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
             )
         start = time.monotonic()
         monitor = Monitor(runtime, start, log, max(10.0, plan.duration / 20)).begin()
+        undo.callback(monitor.stop)
         monitor.settle(0.0, "the first messages of every session", 20.0)
         log(
             f"{plan.duration:.0f} s: kill every {plan.kill_every:g} s, links down "
@@ -579,28 +583,13 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
         statuses = {sid: runtime.session_status(sid) for sid, _ in SESSIONS}
         for sid, _ in SESSIONS:
             runtime.stop_session(sid)
-        for sid, _ in SESSIONS:
-            wait_until(
-                lambda sid=sid: (
-                    runtime is not None
-                    and runtime.session_status(sid).state
-                    in (SessionState.STOPPED, SessionState.FAILED)
-                ),
-                f"session {sid} to stop",
-            )
+        ended = (SessionState.STOPPED, SessionState.FAILED)
+        wait_until(
+            lambda: all(runtime.session_status(sid).state in ended for sid, _ in SESSIONS),
+            "the sessions to stop",
+        )
         time.sleep(0.5)  # the last records reach the reader
         seen = consumer.results()
-    finally:
-        if monitor is not None:
-            monitor.stop()
-        if consumer is not None:
-            consumer.close()
-        if runtime is not None:
-            runtime.close()
-        if hub is not None:
-            hub.close()
-        upstream.kill()
-        lab.down()
     sessions = []
     for sid, transport in SESSIONS:
         limits = [o.start for o in outages[1:]] + [elapsed]
