@@ -53,12 +53,16 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.bench.core import BenchOptions, Measurement, scenario
 from gateway.bench.soak import TOPICS, Child, sim_seq, wait_until
 from gateway.lab import Lab
+from gateway.runtime import SessionState, SessionStatus
 from gateway.simulator.process import start_simulator
+
+if TYPE_CHECKING:
+    from gateway.runtime_live import LiveRuntime
 
 SCENARIO = "faultsoak"
 SIM_PORT = 9470
@@ -105,7 +109,7 @@ def plan_for(options: BenchOptions) -> Plan:
 class Fault:
     kind: str  # KILL or LINK
     at: float  # seconds after the start
-    length: float  # a kill restarts at once (0); links stay down this long
+    length: float  # links stay down this long; 0 for a kill (restart_after is the plan's)
 
 
 def schedule(plan: Plan) -> list[Fault]:
@@ -233,7 +237,7 @@ class Progress:
     messages: int  # the session's data messages so far
 
 
-def session_counters(runtime: Any) -> dict[int, dict[str, float]]:
+def session_counters(runtime: LiveRuntime) -> dict[int, dict[str, float]]:
     """Each live session's counters (session_<name> metrics) by session id."""
     out: dict[int, dict[str, float]] = {}
     for metric in runtime.metrics().metrics:
@@ -248,7 +252,7 @@ class Monitor:
     (a fault being made never delays it), keeps each one's last counters, and prints a
     progress line now and then."""
 
-    def __init__(self, runtime: Any, start: float, log: Log, progress_every: float) -> None:
+    def __init__(self, runtime: LiveRuntime, start: float, log: Log, progress_every: float) -> None:
         self.runtime = runtime
         self.start = start
         self.log = log
@@ -284,7 +288,7 @@ class Monitor:
                 self.counters[sid] = counters[sid]
             state = self.runtime.session_status(sid).state
             messages = int(self.counters[sid].get("messages", 0))
-            self.samples[sid].append(Progress(t, state == "connected", messages))
+            self.samples[sid].append(Progress(t, state is SessionState.CONNECTED, messages))
 
     def line(self, sid: int) -> str:
         c = self.counters[sid]
@@ -302,7 +306,7 @@ class Monitor:
         def settled() -> bool:
             return all(
                 self.delivering_since(sid, since)
-                or self.runtime.session_status(sid).state == "failed"
+                or self.runtime.session_status(sid).state is SessionState.FAILED
                 for sid, _ in SESSIONS
             )
 
@@ -480,7 +484,7 @@ class Result:
 
 def _session_result(
     transport: str,
-    status: Any,
+    status: SessionStatus,
     counters: dict[str, float],
     seen: dict[str, Any],
     recoveries: list[float | None],
@@ -517,7 +521,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     from dataplane.ring import RingWriter
     from gateway.engines import DpdkEngines
     from gateway.hub import Hub, ring_topics
-    from gateway.runtime import PortSpec, RuntimeEvent, SessionSpec, SessionState
+    from gateway.runtime import PortSpec, RuntimeEvent, SessionSpec
     from gateway.runtime_live import LiveRuntime
     from gateway.sessions import GAP, SessionConfig
     from gateway.settings import Settings
