@@ -415,6 +415,7 @@ class SessionResult:
     silent: int  # sequence breaks without a gap before them
     first_silent: str
     recoveries: tuple[float | None, ...]  # per outage; None: not before the next one
+    connected_share: float  # of the progress samples (every TICK_S), connected ones
     gap_reasons: tuple[tuple[str, int], ...]  # the session's gap events by reason, most first
 
     @property
@@ -488,6 +489,7 @@ def _session_result(
     counters: dict[str, float],
     seen: dict[str, Any],
     recoveries: list[float | None],
+    samples: list[Progress],
     gap_reasons: Counter[str],
 ) -> SessionResult:
     def count(name: str) -> int:
@@ -510,6 +512,7 @@ def _session_result(
         silent=int(seen.get("silent", 0)),
         first_silent=str(seen.get("first_silent", "")),
         recoveries=tuple(recoveries),
+        connected_share=sum(p.connected for p in samples) / max(len(samples), 1),
         gap_reasons=tuple(gap_reasons.most_common()),
     )
 
@@ -608,6 +611,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
                 monitor.counters[sid],
                 seen["sessions"].get(sid, {}),
                 recoveries,
+                monitor.samples[sid],
                 gap_reasons[sid],
             )
         )
@@ -635,7 +639,8 @@ def summary(result: Result) -> str:
             f"failures {s.connect_failures} gaps {s.gaps} (reader {s.gaps_seen}, sequence "
             f"{s.sequence_gaps}) delivered {s.delivered} lost {s.lost} restarts {s.restarts} "
             f"silent {s.silent} recovery max {s.max_recovery:.2f} s median {median:.2f} s "
-            f"({len(s.recoveries) - len(recovered)} not before the next fault)"
+            f"({len(s.recoveries) - len(recovered)} not before the next fault), connected "
+            f"{100 * s.connected_share:.0f} % of the time"
         )
         if s.gap_reasons:
             lines.append(
@@ -704,6 +709,7 @@ def _measurements(result: Result) -> list[Measurement]:
                 f"{len(s.recoveries) - len(s.recovered)} of {len(s.recoveries)} outages not "
                 "recovered before the next",
             ),
+            ("time connected", "%", True, 100 * s.connected_share, f"sampled every {TICK_S} s"),
         ]
         for metric, unit, higher, value, note in figures:
             out.append(Measurement(SCENARIO, metric, who, unit, higher, [float(value)], note=note))

@@ -110,6 +110,7 @@ def _session(**changes: object) -> SessionResult:
         silent=0,
         first_silent="",
         recoveries=(1.0, 2.5),
+        connected_share=0.9,
         gap_reasons=(("reconnect: close code 1006", 2),),
     )
     return replace(ok, **changes)  # type: ignore[arg-type]
