@@ -414,7 +414,10 @@ class SessionResult:
     restarts: int  # feed restarts the reader saw after a gap (loss unknown)
     silent: int  # sequence breaks without a gap before them
     first_silent: str
-    recoveries: tuple[float | None, ...]  # per outage; None: not before the next one
+    #: Per outage, seconds from its end to the next message whatever came between (None:
+    #: none before the run ended); late: how many of them came after the next outage began.
+    recoveries: tuple[float | None, ...]
+    late_recoveries: int
     connected_share: float  # of the progress samples (every TICK_S), connected ones
     gap_reasons: tuple[tuple[str, int], ...]  # the session's gap events by reason, most first
 
@@ -489,6 +492,7 @@ def _session_result(
     counters: dict[str, float],
     seen: dict[str, Any],
     recoveries: list[float | None],
+    late_recoveries: int,
     samples: list[Progress],
     gap_reasons: Counter[str],
 ) -> SessionResult:
@@ -512,6 +516,7 @@ def _session_result(
         silent=int(seen.get("silent", 0)),
         first_silent=str(seen.get("first_silent", "")),
         recoveries=tuple(recoveries),
+        late_recoveries=late_recoveries,
         connected_share=sum(p.connected for p in samples) / max(len(samples), 1),
         gap_reasons=tuple(gap_reasons.most_common()),
     )
@@ -600,10 +605,12 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     sessions = []
     for sid, transport in SESSIONS:
         limits = [o.start for o in outages[1:]] + [elapsed]
-        recoveries = [
-            recovery(monitor.samples[sid], o.end, limit)
-            for o, limit in zip(outages, limits, strict=True)
-        ]
+        recoveries = [recovery(monitor.samples[sid], o.end, elapsed) for o in outages]
+        late = sum(
+            1
+            for o, r, limit in zip(outages, recoveries, limits, strict=True)
+            if r is None or o.end + r > limit
+        )
         sessions.append(
             _session_result(
                 transport,
@@ -611,6 +618,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
                 monitor.counters[sid],
                 seen["sessions"].get(sid, {}),
                 recoveries,
+                late,
                 monitor.samples[sid],
                 gap_reasons[sid],
             )
@@ -639,7 +647,7 @@ def summary(result: Result) -> str:
             f"failures {s.connect_failures} gaps {s.gaps} (reader {s.gaps_seen}, sequence "
             f"{s.sequence_gaps}) delivered {s.delivered} lost {s.lost} restarts {s.restarts} "
             f"silent {s.silent} recovery max {s.max_recovery:.2f} s median {median:.2f} s "
-            f"({len(s.recoveries) - len(recovered)} not before the next fault), connected "
+            f"({s.late_recoveries} after the next fault began), connected "
             f"{100 * s.connected_share:.0f} % of the time"
         )
         if s.gap_reasons:
@@ -673,7 +681,7 @@ def _measurements(result: Result) -> list[Measurement]:
                 "",
                 True,
                 float(s.state == "connected"),
-                f"{s.state}: {s.reason}",
+                s.reason,
             ),
             ("connects", "count", True, s.connects, ""),
             ("reconnects", "count", True, s.reconnects, ""),
@@ -706,8 +714,8 @@ def _measurements(result: Result) -> list[Measurement]:
                 "s",
                 False,
                 s.max_recovery,
-                f"{len(s.recoveries) - len(s.recovered)} of {len(s.recoveries)} outages not "
-                "recovered before the next",
+                f"from an outage's end to the next message; {s.late_recoveries} of "
+                f"{len(s.recoveries)} outages recovered only after the next began",
             ),
             ("time connected", "%", True, 100 * s.connected_share, f"sampled every {TICK_S} s"),
         ]

@@ -110,6 +110,7 @@ def _session(**changes: object) -> SessionResult:
         silent=0,
         first_silent="",
         recoveries=(1.0, 2.5),
+        late_recoveries=0,
         connected_share=0.9,
         gap_reasons=(("reconnect: close code 1006", 2),),
     )
@@ -161,7 +162,7 @@ def _check_session(result: Result, transport: str) -> None:
     assert session.reconnects >= kills  # every kill cost a connection
     assert session.gaps >= session.reconnects and session.gaps == session.gaps_seen
     assert session.restarts >= 1  # the reader saw the new simulator's sequence
-    assert all(r is not None for r in session.recoveries)
+    assert all(r is not None for r in session.recoveries)  # back after every outage
 
 
 @requires_dpdk
