@@ -96,6 +96,7 @@ def bench(
         link_down_every=link_down_every,
         link_down_for=link_down_for,
         restart_after=restart_after,
+        out=out,
     )
     results: list[core.Measurement] = []
     cond = core.conditions()

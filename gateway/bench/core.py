@@ -56,6 +56,7 @@ class BenchOptions:
     link_down_every: float | None = None
     link_down_for: float | None = None
     restart_after: float | None = None  # seconds from a kill to the upstream's restart
+    out: Path | None = None  # `--out DIR`: where a scenario may write files of its own
 
 
 SCENARIOS: dict[str, Scenario] = {}

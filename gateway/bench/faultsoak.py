@@ -42,6 +42,7 @@ judges reliability, not speed, and its quick mode runs in `make test`
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import statistics
 import subprocess
@@ -447,7 +448,8 @@ class SessionResult:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "max_recovery_s": self.max_recovery, "ok": not self.problems()}
+        worst = self.max_recovery if self.recovered else None  # JSON has no NaN
+        return {**asdict(self), "max_recovery_s": worst, "ok": not self.problems()}
 
 
 @dataclass(frozen=True)
@@ -740,4 +742,9 @@ def faultsoak(options: BenchOptions) -> list[Measurement]:
     result = run_faultsoak(plan_for(options), lab_name, log)
     for line in summary(result).splitlines():
         log(line)
+    if options.out is not None:  # the whole result, every outage with its recoveries
+        options.out.mkdir(parents=True, exist_ok=True)
+        path = options.out / "faultsoak.json"
+        path.write_text(json.dumps(result.as_dict(), indent=2, allow_nan=False))
+        log(f"wrote {path}")
     return _measurements(result)

@@ -4,6 +4,7 @@ clean-up, and its clean-up on Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -136,6 +137,11 @@ def test_verdict(changes: dict[str, object], problem: str | None) -> None:
         assert any(problem in p for p in result.problems()), result.problems()
 
 
+def test_the_result_is_plain_json_also_when_nothing_recovered() -> None:
+    result = Result(QUICK, 30.0, (), (), (_session(recoveries=(None,)),), lapped=0)
+    assert json.loads(json.dumps(result.as_dict(), allow_nan=False))["ok"] is False
+
+
 def test_a_lapped_reader_fails_the_verdict() -> None:
     assert not Result(QUICK, 30.0, (), (), (_session(),), lapped=1).ok
 
@@ -174,6 +180,7 @@ def test_quick_run_made_its_faults_and_left_nothing(quick_run: Result) -> None:
     assert len(quick_run.outages) == 3
     assert os.readlink("/proc/thread-self/ns/net") == NETNS_AT_START  # setns undone
     assert not list(Path("/dev/shm").glob(f"wsgw-faultsoak{os.getpid()}-*"))
+    json.dumps(quick_run.as_dict(), allow_nan=False)  # what `--out` writes
 
 
 @requires_dpdk
