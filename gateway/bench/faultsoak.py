@@ -31,7 +31,8 @@ breaks the session found, messages delivered, messages lost where the sequence t
 jump after a gap, on a feed that kept running for the other session), feed restarts seen
 (the sequence went back: a new simulator, loss unknown), and the time to recover from each
 outage (faults that overlap are one outage): from its end (simulator ready, links up) to
-the session's next message, sampled every TICK_S.
+the session's next message, sampled every TICK_S, and the share of the run it was
+connected. `--out DIR` gets faultsoak.json too: the whole result, outage by outage.
 
 Duration: `--duration S`, else 30 minutes (kill every 20 s, links down 10 s every 120 s);
 --quick: 30 s (kills at 10 and 20 s, one 3 s flap at 15 s). Not part of `wsgw bench all`: it
