@@ -586,7 +586,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
         log(
             f"{plan.duration:.0f} s: kill every {plan.kill_every:g} s, links down "
             f"{plan.link_down_for:g} s every {plan.link_down_every:g} s, "
-            f"{plan.rate * len(TOPICS):.0f} msg/s per session"
+            f"{plan.rate * len(TOPICS):.0f} msg/s per session, lab {lab.name}"
         )
         done = make_faults(plan, lab, upstream, start, log)
         outages = merge(done)

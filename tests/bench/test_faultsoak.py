@@ -232,14 +232,17 @@ def test_ctrl_c_removes_the_lab_and_every_process() -> None:
         text=True,
         cwd=Path(__file__).parents[2],
     )
-    lab = Lab(f"fs{proc.pid % 100000}", kernel_client=True)
+    lab: Lab | None = None
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 60
         for line in proc.stdout:
-            if "kill every" in line or time.monotonic() > deadline:
+            if "kill every" in line:  # "... msg/s per session, lab NAME": faults begin
+                lab = Lab(line.split(", lab ")[1].strip(), kernel_client=True)
                 break
-        assert lab.exists(), "the run did not get to its faults"
+            if time.monotonic() > deadline:
+                break
+        assert lab is not None and lab.exists(), "the run did not get to its faults"
         made = _children(proc.pid)
         assert made, "no simulator or reader process"
         proc.send_signal(signal.SIGINT)
@@ -253,7 +256,12 @@ def test_ctrl_c_removes_the_lab_and_every_process() -> None:
             time.sleep(0.1)
         assert not left
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        lab.down()
+        if proc.poll() is None:  # failed before: let it clean up what it made, then stop it
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if lab is not None:
+            lab.down()
