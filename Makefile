@@ -8,7 +8,7 @@ APT_PACKAGES := dpdk dpdk-dev libdpdk-dev pkg-config iproute2 ethtool iputils-pi
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench soak deps venv shim clean lab-clean
+.PHONY: run test lint bench soak faultsoak deps venv shim clean lab-clean
 
 run: deps venv shim
 	$(VENV)/bin/wsgw demo
@@ -27,6 +27,11 @@ bench: deps venv shim
 # Resident memory over 10 minutes of stream through the whole gateway (not in `bench`).
 soak: deps venv shim
 	$(VENV)/bin/wsgw bench soak --out results/soak
+
+# 30 minutes of upstream kills and link flaps against a dpdk and a kernel session (not in
+# `bench`; its 30 s quick mode runs in `make test`).
+faultsoak: deps venv shim
+	$(VENV)/bin/wsgw bench faultsoak --out results/faultsoak
 
 # Debian packages: installed only when one is missing (apt-get update first: a fresh
 # machine has no package lists).

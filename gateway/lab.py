@@ -25,9 +25,11 @@ bit above it (see `fanout_group`). Beyond FANOUT_SLOTS labs at once the kernel p
 
 from __future__ import annotations
 
+import os
 import subprocess
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,45 @@ def _ifindexes_in_use() -> set[int]:
         except (OSError, ValueError):  # an interface going away meanwhile
             continue
     return used
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    """setns(2) on a network namespace fd, for the calling thread only. os.setns arrives
+    with Python 3.12; before it, libc's (no shim involved: a one-call system wrapper)."""
+    setns = getattr(os, "setns", None)
+    if setns is not None:
+        setns(fd, CLONE_NEWNET)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"setns: {os.strerror(errno)}")
+
+
+@contextmanager
+def thread_in_netns(netns: str) -> Iterator[None]:
+    """The calling thread in network namespace `netns` (an `ip netns` name) until the block
+    ends. Threads it starts meanwhile stay there for their whole life (a new thread takes
+    its creator's namespaces): how a process puts one asyncio loop thread's OS sockets in a
+    lab namespace while its DPDK port stays on the root namespace's veth."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                yield
+            finally:
+                _setns(own)
+        finally:
+            os.close(target)
+    finally:
+        os.close(own)
 
 
 class LabError(RuntimeError):
@@ -319,6 +360,11 @@ class Lab:
     def client_popen(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
         """Run a command in the kernel-client namespace (needs kernel_client=True)."""
         return subprocess.Popen(["ip", "netns", "exec", self.client_netns, *cmd], **kwargs)
+
+    def client_threads(self) -> AbstractContextManager[None]:
+        """Threads started inside this block live in the kernel-client namespace (needs
+        kernel_client=True): their kernel sockets reach the peer at peer_client_ip."""
+        return thread_in_netns(self.client_netns)
 
     def neighbours(self) -> dict[str, str]:
         """The peer kernel's ARP cache: IP -> MAC (only entries with a MAC)."""

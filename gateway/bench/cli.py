@@ -18,6 +18,7 @@ def _load_scenarios() -> None:
     from gateway.bench import (  # noqa: F401
         conformance,
         fanout,
+        faultsoak,
         floor,
         micro,
         soak,
@@ -55,7 +56,22 @@ def bench(
     list_only: Annotated[bool, typer.Option("--list", help="list scenarios")] = False,
     duration: Annotated[
         float | None,
-        typer.Option(help="seconds, for scenarios that run for a time (soak)", min=1),
+        typer.Option(help="seconds, for scenarios that run for a time (soak, faultsoak)", min=1),
+    ] = None,
+    kill_every: Annotated[
+        float | None,
+        typer.Option(help="faultsoak: kill -9 and restart the upstream every S seconds", min=1),
+    ] = None,
+    link_down_every: Annotated[
+        float | None,
+        typer.Option(help="faultsoak: take the lab's peer links down every S seconds", min=1),
+    ] = None,
+    link_down_for: Annotated[
+        float | None, typer.Option(help="faultsoak: for S seconds each time", min=0.1)
+    ] = None,
+    restart_after: Annotated[
+        float | None,
+        typer.Option(help="faultsoak: restart the killed upstream S seconds later", min=0),
     ] = None,
 ) -> None:
     _load_scenarios()
@@ -73,7 +89,14 @@ def bench(
         )
         raise typer.Exit(2)
     options = core.BenchOptions(
-        quick=quick, repetitions=2 if quick else repetitions, duration=duration
+        quick=quick,
+        repetitions=2 if quick else repetitions,
+        duration=duration,
+        kill_every=kill_every,
+        link_down_every=link_down_every,
+        link_down_for=link_down_for,
+        restart_after=restart_after,
+        out=out,
     )
     results: list[core.Measurement] = []
     cond = core.conditions()

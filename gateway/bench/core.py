@@ -52,6 +52,12 @@ class BenchOptions:
     repetitions: int = 5
     lab_name: str = "bench"
     duration: float | None = None  # seconds, for scenarios that run for a time (`soak`)
+    # `faultsoak`: seconds between upstream kills, between link flaps, and each flap's length
+    kill_every: float | None = None
+    link_down_every: float | None = None
+    link_down_for: float | None = None
+    restart_after: float | None = None  # seconds from a kill to the upstream's restart
+    out: Path | None = None  # `--out DIR`: where a scenario may write files of its own
 
 
 def unique_lab_name(options: BenchOptions, prefix: str) -> str:

@@ -157,6 +157,16 @@ def judge(samples: list[Sample], warmup: float) -> Verdict:
 
 
 # ---- consumers (child processes: spawn imports them by name) ----------------------------------
+def sim_seq(payload: bytes | memoryview) -> int | None:
+    """The simulator's per-topic sequence number of a data message (None: not one of its)."""
+    raw = bytes(payload)
+    at = raw.rfind(b'"sim_seq":')
+    if at < 0:
+        return None
+    end = raw.index(b",", at)
+    return int(raw[at + 10 : end])
+
+
 class SeqCheck:
     """Every topic's simulator sequence numbers step by one (from the first one seen)."""
 
@@ -171,12 +181,9 @@ class SeqCheck:
         self.last.clear()
 
     def see(self, topic: str, payload: bytes | memoryview) -> None:
-        raw = bytes(payload)
-        at = raw.rfind(b'"sim_seq":')
-        if at < 0:
+        seq = sim_seq(payload)
+        if seq is None:
             return  # not a data message of the simulator
-        end = raw.index(b",", at)
-        seq = int(raw[at + 10 : end])
         self.count += 1
         last = self.last.get(topic)
         if last is not None and seq != last + 1:
@@ -267,7 +274,8 @@ class Child:
 # ---- the run -------------------------------------------------------------------------------
 
 
-def _wait(check: Any, what: str, timeout: float = 30.0) -> None:
+def wait_until(check: Any, what: str, timeout: float = 30.0) -> None:
+    """Poll check() every 50 ms until it is true; RuntimeError after timeout seconds."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -360,7 +368,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
                 sid, "soak", f"ws://{lab.peer_ip}:{SIM_PORT}/binance/stream", "binance", "dpdk", 1
             )
         )
-        _wait(lambda: hub is not None and hub.counters.published > 0, "the first message")
+        wait_until(lambda: hub is not None and hub.counters.published > 0, "the first message")
         start = time.monotonic()
         print(
             f"[soak] {plan.duration:.0f} s at {plan.rate * len(TOPICS):.0f} msg/s, "
@@ -399,7 +407,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
             tracemalloc.stop()
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
-        _wait(
+        wait_until(
             lambda: (
                 runtime is not None and runtime.session_status(sid).state is SessionState.STOPPED
             ),
