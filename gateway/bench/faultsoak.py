@@ -57,7 +57,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario
+from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 from gateway.bench.soak import TOPICS, Child, sim_seq, wait_until
 from gateway.lab import Lab
 from gateway.runtime import SessionState, SessionStatus
@@ -734,8 +734,7 @@ def _measurements(result: Result) -> list[Measurement]:
     in_all=False,
 )
 def faultsoak(options: BenchOptions) -> list[Measurement]:
-    default = options.lab_name == BenchOptions().lab_name
-    lab_name = f"fs{os.getpid() % 100000}" if default else options.lab_name
+    lab_name = unique_lab_name(options, "fs")
 
     def log(line: str) -> None:
         print(f"[faultsoak] {line}", flush=True)

@@ -47,7 +47,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario
+from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 from gateway.simulator.process import start_simulator
 
 SCENARIO = "soak"
@@ -323,8 +323,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
     plan = plan_for(options)
     # A lab of its own: `wsgw bench` runs share the default name "bench", and another one
     # started meanwhile would take this lab down under a run this long.
-    default = options.lab_name == BenchOptions().lab_name
-    lab = Lab(f"soak{os.getpid() % 100000}" if default else options.lab_name)
+    lab = Lab(unique_lab_name(options, "soak"))
     lab.down()
     ring_name = f"wsgw-soak{os.getpid()}-messages"
     state = Path(tempfile.mkdtemp(prefix="wsgw-soak-"))

@@ -194,10 +194,6 @@ def test_kernel_session_comes_back_and_announces_every_gap(quick_run: Result) ->
 @pytest.mark.dpdk
 @pytest.mark.usefixtures("eal")
 def test_dpdk_session_comes_back_and_announces_every_gap(quick_run: Result) -> None:
-    dpdk = quick_run.session("dpdk")
-    if dpdk.state == "failed" and "TcpRefusedError" in dpdk.reason:
-        # Only this failure is expected: a refused connect ends a dpdk session today.
-        pytest.xfail(f"needs the failpath fix ({dpdk.reason})")
     _check_session(quick_run, "dpdk")
 
 
