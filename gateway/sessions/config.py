@@ -74,7 +74,10 @@ class ReconnectPolicy:
 
     max_attempts: consecutive failed attempts before the session gives up (state failed);
     None retries forever. The count restarts once a connection has stayed up for
-    stable_after_s, so a feed that drops every few seconds still backs off.
+    stable_after_s, so a feed that drops every few seconds still backs off, while one that
+    streamed for a while is back within initial_delay_s of its next loss. 10 s, not more:
+    with 30 s an exchange restarting every 20 s kept its sessions at the 30 s cap, connected
+    a third of the time (`wsgw bench faultsoak`, docs/PERFORMANCE.md).
     """
 
     initial_delay_s: float = 0.5
@@ -82,7 +85,7 @@ class ReconnectPolicy:
     max_delay_s: float = 30.0
     jitter: float = 1.0
     max_attempts: int | None = None
-    stable_after_s: float = 30.0
+    stable_after_s: float = 10.0
 
 
 @dataclass(frozen=True)
