@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -39,15 +40,23 @@ def _lab_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def lab(request: pytest.FixtureRequest) -> Iterator[Lab]:
     """A fresh lab for one test, removed afterwards whatever happened."""
+    with fresh_lab(_lab_name(request)) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def fresh_lab(name: str, **options: Any) -> Iterator[Lab]:
+    """Lab(name, **options) up (whatever an earlier run left of it removed first), and down
+    afterwards whatever happened; skips the test without root."""
     if not IS_ROOT:
         pytest.skip("needs root (network namespaces)")
-    lab = Lab(_lab_name(request))
-    lab.down()
+    made = Lab(name, **options)
+    made.down()
     try:
-        yield lab.up()
+        yield made.up()
     finally:
-        lab.down()
-        assert not lab.exists(), f"lab {lab.name} left behind"
+        made.down()
+        assert not made.exists(), f"lab {made.name} left behind"
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.lab import Lab
-from tests.conftest import requires_root
+from tests.conftest import fresh_lab, requires_root
 
 pytestmark = requires_root
 
@@ -29,13 +29,8 @@ def _netns() -> str:
 
 @pytest.fixture
 def twin_lab() -> Iterator[Lab]:
-    lab = Lab(f"tt{os.getpid() % 100000}", kernel_client=True)
-    lab.down()
-    try:
-        yield lab.up()
-    finally:
-        lab.down()
-        assert not lab.exists()
+    with fresh_lab(f"tt{os.getpid() % 100000}", kernel_client=True) as made:
+        yield made
 
 
 def test_threads_started_inside_reach_the_peer_from_the_twin(twin_lab: Lab) -> None:

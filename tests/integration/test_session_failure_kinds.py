@@ -40,7 +40,7 @@ from gateway.sessions import (
 )
 from gateway.simulator.process import start_simulator
 from gateway.simulator.tls import TlsFiles, ensure_certs
-from tests.conftest import IS_ROOT, requires_dpdk, requires_root
+from tests.conftest import fresh_lab, requires_dpdk, requires_root
 from tests.integration.test_sessions_helpers import EventLog, fast_config, until
 from tests.integration.test_simulator_helpers import TOPICS
 
@@ -89,15 +89,8 @@ CASE_IDS = [c.kind if c.unreachable else c.mode for c in CASES]
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
     """One lab for the module, with the kernel-client namespace; removed afterwards."""
-    if not IS_ROOT:
-        pytest.skip("needs root (network namespaces)")
-    lab = Lab(f"f{os.getpid() % 100000}", kernel_client=True)
-    lab.down()
-    try:
-        yield lab.up()
-    finally:
-        lab.down()
-        assert not lab.exists(), f"lab {lab.name} left behind"
+    with fresh_lab(f"f{os.getpid() % 100000}", kernel_client=True) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
