@@ -6,20 +6,20 @@ through every client case, 1-7, 9, 10, 12 and 13 (517, with the permessage-defla
 Graded by `gateway.bench.conformance.Grade`: no case FAILED, NON-STRICT or UNIMPLEMENTED
 (INFORMATIONAL is what the RFC leaves open, and is only printed).
 
-Run time (2 CPUs shared with other work, load average 5-10): 13.4 min for the 517 cases,
-6.5 min of user CPU (client and fuzzingserver together: they take turns, an echo is a round
-trip). The 361 cases this test ran before took about 50 s; the other 156 (12.*.6-18 and
-13.*.6-18: 1000 messages of 8-128 KiB each, compressed both ways) are the rest. In the
-slowest, 12.3.18, the fuzzingserver spent 4.9 s of CPU and our client 3.3 s (9.6 s before
-our deflate went from zlib level 6 to 1).
+Run time: 13.4 min for the 517 cases in one run with 2 CPUs shared with other work (load
+average 5-10), 8 min on a quieter machine; 6.5 min of user CPU (client and fuzzingserver
+together: they take turns, an echo is a round trip). So the cases run in three parts at
+once (`KERNEL_SHARDS`: 1-10, 12, 13), each with its server and client processes. The 361
+cases of 1-10 take about 50 s; 12.*.6-18 and 13.*.6-18 (1000 messages of 8-128 KiB each,
+compressed both ways) are the rest. In the slowest, 12.3.18, the fuzzingserver spent 4.9 s
+of CPU and our client 3.3 s (9.6 s before our deflate went from zlib level 6 to 1).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from dataplane.transports.kernel import connect_kernel
-from gateway.bench.conformance import ALL_CASES, CASES, run_suite
+from gateway.bench.conformance import ALL_CASES, KERNEL_SHARDS, run_kernel_suite
 
 pytest.importorskip("kosoku")
 
@@ -27,7 +27,7 @@ pytest.importorskip("kosoku")
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_every_autobahn_client_case_passes_strictly() -> None:
-    grade = run_suite(None, CASES, "127.0.0.1", connect_kernel)
+    grade = run_kernel_suite(KERNEL_SHARDS)
     print(f"Autobahn over the kernel transport: {len(grade.verdicts)} cases, {grade.summary()}")
     assert len(grade.verdicts) == ALL_CASES, grade.summary()
     assert grade.conformant, grade.problems()

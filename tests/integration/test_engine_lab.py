@@ -130,7 +130,9 @@ def test_the_api_keeps_answering_while_the_engine_streams(
         while not sink.done.is_set() and len(latencies) < 300:
             start = time.perf_counter()
             with socket.create_connection(("127.0.0.1", api_port), timeout=5) as conn:
-                conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                conn.sendall(
+                    b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                )
                 reply = b""
                 while chunk := conn.recv(4096):
                     reply += chunk
