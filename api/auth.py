@@ -97,8 +97,11 @@ def _unauthorized(detail: str) -> AuthFailed:
 
 class AuthFailureLimiter:
     """Failed authentications per client address, a token bucket: `limit` failures at once,
-    refilled evenly over `window_s`. An empty bucket refuses every token from that address
-    (429 with Retry-After) until it refills, so secrets cannot be guessed at speed.
+    refilled evenly over `window_s`. An empty bucket answers every failed token from that
+    address with 429 and Retry-After until it refills. A valid token always passes: secrets
+    are 256-bit random (nothing to guess at any speed), and clients behind one proxy share
+    its address, so one client's stale token must not lock the others out. IPv6 clients
+    count per /64 (RFC 4291 section 2.5.4: one host usually holds a whole /64).
 
     At most `max_clients` addresses are tracked; the least recently failing go first.
     Thread-safe: the sync dependencies run in the threadpool."""
@@ -118,6 +121,15 @@ class AuthFailureLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
+    @staticmethod
+    def _key(client: str) -> str:
+        if ":" not in client:
+            return client
+        try:
+            return str(ipaddress.IPv6Network(f"{client}/64", strict=False).network_address)
+        except ValueError:
+            return client
+
     def _level(self, client: str, now: float) -> float:
         tokens, then = self._buckets.get(client, (self.limit, now))
         return min(float(self.limit), tokens + (now - then) * self.rate)
@@ -125,10 +137,11 @@ class AuthFailureLimiter:
     def retry_after(self, client: str) -> float:
         """Seconds until `client` may try again; 0 when it may now."""
         with self._lock:
-            level = self._level(client, self.clock())
+            level = self._level(self._key(client), self.clock())
         return 0.0 if level >= 1 else (1 - level) / self.rate
 
     def failed(self, client: str) -> None:
+        client = self._key(client)
         with self._lock:
             now = self.clock()
             self._buckets[client] = (self._level(client, now) - 1, now)
@@ -157,18 +170,18 @@ def identify(state: Any, client: str, secret: str | None) -> Principal:
         return LOCAL
     if not secret:
         raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    limiter: AuthFailureLimiter = state.auth_limiter
-    wait = limiter.retry_after(client)
-    if wait > 0:
-        seconds = math.ceil(wait)
-        raise AuthFailed(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"too many failed authentications from {client}: try again in {seconds} s",
-            headers={"Retry-After": str(seconds)},
-        )
     service: GatewayService = state.service
     token = service.authenticate(secret)
     if token is None:
+        limiter: AuthFailureLimiter = state.auth_limiter
+        wait = limiter.retry_after(client)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            raise AuthFailed(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                f"too many failed authentications from {client}: try again in {seconds} s",
+                headers={"Retry-After": str(seconds)},
+            )
         limiter.failed(client)
         log.info("failed authentication from %s", client)
         raise _unauthorized("invalid or revoked token")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import errno
 import ipaddress
 import socket
 import threading
@@ -42,6 +43,7 @@ from dataplane.errors import (
     ResolveError,
     TransportError,
     TransportTimeoutError,
+    UnreachableError,
     transport_error,
 )
 from dataplane.loop import engine_of
@@ -375,12 +377,17 @@ async def _open_dpdk(
     deliver = _set if transport.direct else _threadsafe(loop)
 
     where = f"{host}:{port}"
+    url_names_address = _ipv4_literal(target.host) is not None
 
     def open_on_engine() -> None:
         try:
             sock = engine.interface.connect(remote_ip, port, time.monotonic())
-        except ValueError as exc:  # our own address, a broadcast: no retry changes that
-            raise LocalProtocolError(f"{where}: {exc}") from exc
+        except ValueError as exc:  # our own address, a broadcast, a martian
+            if url_names_address:  # the URL says so: no retry changes that
+                raise LocalProtocolError(f"{where}: {exc}") from exc
+            # A name that resolved to such an address (a sinkhole, a resolver's answer of
+            # 0.0.0.0 or 127.x during an outage): the next answer may differ, so retried.
+            raise UnreachableError(f"{where}: {exc}", errno.EHOSTUNREACH) from exc
         transport.attach(sock)
 
         def watch(now: float) -> None:

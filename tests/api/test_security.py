@@ -434,6 +434,16 @@ def test_limiter_is_a_token_bucket() -> None:
     assert small.retry_after("x") == 0  # forgotten: at most max_clients are kept
 
 
+def test_limiter_counts_ipv6_clients_per_64() -> None:
+    """An IPv6 host holds a whole /64: its addresses share one bucket; another /64 does not."""
+    limiter = AuthFailureLimiter(2, 60.0, clock=FakeClock())
+    limiter.failed("2001:db8:1:2::10")
+    limiter.failed("2001:db8:1:2:ffff::1")
+    assert limiter.retry_after("2001:db8:1:2::abcd") > 0
+    assert limiter.retry_after("2001:db8:1:3::10") == 0
+    assert limiter.retry_after("198.51.100.7") == 0
+
+
 def test_too_many_failed_authentications_get_429(
     tmp_path: Path, db_url: str, fake_host: FakeHost
 ) -> None:
@@ -446,10 +456,13 @@ def test_too_many_failed_authentications_get_429(
         assert door.client.get("/v1/ports").status_code == 401  # no token: not a guess
         for path in ("/v1/ports", "/ui/whoami", "/readyz"):
             assert door.client.get(path, headers=bad).status_code == 401, path
-        r = door.client.get("/v1/ports", headers=door.admin)  # even a good token waits now
+        r = door.client.get("/v1/ports", headers=bad)  # the next guess waits
         assert r.status_code == 429
         assert r.headers["Retry-After"] == "20"
         assert "too many failed authentications from 127.0.0.1" in r.json()["detail"]
+        # A valid token still passes: another client behind the same address (a proxy) is
+        # not locked out by one client's stale token.
+        assert door.client.get("/v1/ports", headers=door.admin).status_code == 200
         r = door.client.post("/v1/sessions", json=SESSION, headers=bad)
         assert r.status_code == 429  # from the body guard, before the body
         with (
@@ -459,9 +472,9 @@ def test_too_many_failed_authentications_get_429(
             ws.receive_text()
         assert closed.value.code == 4429
         with TestClient(door.app, client=("127.0.0.2", 1), base_url=BASE_URL) as other:
-            assert other.get("/v1/ports", headers=door.admin).status_code == 200
+            assert other.get("/v1/ports", headers=bad).status_code == 401  # its own bucket
         clock.now += 20
-        assert door.client.get("/v1/ports", headers=door.admin).status_code == 200
+        assert door.client.get("/v1/ports", headers=bad).status_code == 401  # refilled one
     finally:
         door.client.__exit__(None, None, None)
 

@@ -353,3 +353,39 @@ def test_dpdk_no_route_is_unreachable_and_retried(dpdk_engine: Engine) -> None:
         )
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+def test_dpdk_name_resolved_to_the_ports_own_address_is_retried(
+    lab: Lab, dpdk_engine: Engine
+) -> None:
+    """A resolver may answer a sinkhole or the host itself during an outage: for a URL that
+    names a host, the stack's refusal to connect to its own address is `unreachable` and
+    retried (the next answer may differ), not a configuration error that ends the session."""
+
+    async def own_address(host: str, port: int, family: int) -> list[str]:
+        return [lab.gw_ip]
+
+    async def main() -> None:
+        config = fast_config(
+            "ws://feed.test:9000/binance/stream", "binance", open_timeout_s=1.0, transport="dpdk"
+        )
+        events = EventLog()
+        session = UpstreamSession(
+            1,
+            config,
+            RecordingSink(),
+            on_event=events.append,
+            topics=TOPIC_LIST,
+            engine=dpdk_engine,
+            resolver=own_address,
+        )
+        session.start()
+        try:
+            await until(lambda: session.counters.failures["unreachable"] >= 2, timeout=10)
+        finally:
+            await session.stop()
+        assert session.state is State.STOPPED  # stopped by us, never failed
+
+    asyncio.run(asyncio.wait_for(main(), 30))
