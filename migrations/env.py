@@ -13,8 +13,8 @@ from alembic import context
 from sqlalchemy import Connection
 
 from gateway.settings import Settings
-from gateway.store.db import database_url, make_engine
-from gateway.store.migrate import check_foreign_keys, sqlite_foreign_keys_off
+from gateway.store.db import database_url
+from gateway.store.migrate import checked_foreign_keys, migration_engine
 from gateway.store.models import Base
 
 config = context.config
@@ -51,13 +51,14 @@ def run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = make_engine(_url())
+    engine = migration_engine(_url())  # SQLite: one transaction, DDL included
     try:
-        with engine.connect() as conn, sqlite_foreign_keys_off(conn):
+        # One transaction around every step: alembic's own would be one per migration on
+        # SQLite (no transactional DDL there), committed before the check could refuse.
+        with engine.connect() as conn, conn.begin():
             _configure(conn)
-            with context.begin_transaction():
+            with context.begin_transaction(), checked_foreign_keys(conn):
                 context.run_migrations()
-                check_foreign_keys(conn)
     finally:
         engine.dispose()
 

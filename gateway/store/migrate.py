@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, event, make_url
 
-from gateway.store.db import Database
+from gateway.store.db import Database, make_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -33,54 +34,96 @@ def alembic_config() -> Config:
 
 
 class MigrationIntegrityError(RuntimeError):
-    """A migration left rows whose foreign keys name nothing: it was rolled back."""
+    """A migration would leave rows whose foreign keys name nothing: it was rolled back."""
+
+
+def _sqlite_migration_connection(dbapi_connection: Any, _record: Any) -> None:
+    # After the gateway's pragmas (make_engine's listener runs first). Foreign keys off:
+    # batch mode rebuilds a table by copy, drop and rename, and with them on the DROP is a
+    # DELETE that cascades to the children's rows; the pragma is a no-op inside a
+    # transaction (https://www.sqlite.org/foreignkeys.html, section 2), so it is set here,
+    # before any. isolation_level None: pysqlite opens no transaction of its own (its
+    # default opens one only before DML, so the first CREATE TABLE committed by itself);
+    # the "begin" listener below emits BEGIN instead, so DDL is inside the transaction.
+    # This is SQLAlchemy's recipe for pysqlite (docs: dialects/sqlite, "Serializable
+    # isolation / Savepoints / Transactional DDL"), on the migration's own engine only.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.close()
+    dbapi_connection.isolation_level = None
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def migration_engine(url: str) -> Engine:
+    """An engine for migrations only, disposed after them: on SQLite every migration runs in
+    one real transaction, DDL included (a failure rolls all of it back), with foreign keys
+    off. The gateway's own engine, sessions and pooled connections are left as they are."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("migrations need a SQLite file: an in-memory database is per engine")
+    engine = make_engine(url)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_migration_connection)
+        event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _dangling(connection: Connection) -> list[str]:
+    rows = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    return [f"{row[0]} rowid {row[1]} -> {row[2]}" for row in rows]
 
 
 @contextmanager
-def sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
-    """Foreign keys off around a SQLite migration, checked before it commits.
+def checked_foreign_keys(connection: Connection) -> Iterator[None]:
+    """Around a migration inside its transaction (SQLite only: PostgreSQL never turns them
+    off): raise MigrationIntegrityError, so it all rolls back, when the migration changed
+    the revision and the database has rows naming a parent that is not there.
 
-    Batch mode rebuilds a table by copy, drop and rename; with foreign keys on, the DROP
-    is a DELETE that cascades to the children's rows. The pragma is a no-op inside a
-    transaction (https://www.sqlite.org/foreignkeys.html, section 2), so it is set before
-    the migration's transaction begins and set back after it ends: the connection goes
-    back to the pool as the gateway's pragmas left it."""
+    Rows that dangled before the migration refuse it too, reported as such: they are not
+    the migration's doing, but the gateway writes none (foreign keys are on in every
+    session), so they mean hand edits or damage someone should look at; and a
+    before/after diff could not tell them from new ones with certainty (a rebuild may
+    give rows new rowids). The refusal changes nothing, and the error names the rows."""
     if connection.dialect.name != "sqlite":
         yield
         return
-    connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
-    connection.commit()
-    try:
-        yield
-    finally:
-        connection.exec_driver_sql("PRAGMA foreign_keys=ON")
-        connection.commit()
-
-
-def check_foreign_keys(connection: Connection) -> None:
-    """Raise MigrationIntegrityError (inside the transaction: it rolls back) when a row
-    names a parent that is not there (SQLite only: PostgreSQL never turns them off)."""
-    if connection.dialect.name != "sqlite":
-        return
-    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-    if broken:
-        shown = ", ".join(f"{row[0]} rowid {row[1]} -> {row[2]}" for row in broken[:5])
-        raise MigrationIntegrityError(f"{len(broken)} row(s) with dangling foreign keys: {shown}")
+    revision = MigrationContext.configure(connection).get_current_heads()
+    before = _dangling(connection)
+    yield
+    if MigrationContext.configure(connection).get_current_heads() == revision:
+        return  # nothing migrated: not this check's business
+    if before:
+        raise MigrationIntegrityError(
+            f"{len(before)} row(s) with dangling foreign keys before the migration (not "
+            f"made by it; delete or repair them, then upgrade again): {', '.join(before[:5])}"
+        )
+    after = _dangling(connection)
+    if after:
+        raise MigrationIntegrityError(
+            f"the migration left {len(after)} row(s) with dangling foreign keys: "
+            + ", ".join(after[:5])
+        )
 
 
 def _run(db: Database, action: str, revision: str) -> None:
     config = alembic_config()
-    with (
-        db.engine.connect() as connection,
-        sqlite_foreign_keys_off(connection),
-        connection.begin(),
-    ):
-        config.attributes["connection"] = connection
-        if action == "upgrade":
-            command.upgrade(config, revision)
-        else:
-            command.downgrade(config, revision)
-        check_foreign_keys(connection)
+    engine = migration_engine(db.url)
+    try:
+        with (
+            engine.connect() as connection,
+            connection.begin(),
+            checked_foreign_keys(connection),
+        ):
+            config.attributes["connection"] = connection
+            if action == "upgrade":
+                command.upgrade(config, revision)
+            else:
+                command.downgrade(config, revision)
+    finally:
+        engine.dispose()
 
 
 def upgrade(db: Database, revision: str = "head") -> None:

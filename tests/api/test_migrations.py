@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from contextlib import closing
+from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select, text
+from sqlalchemy import Engine, event, inspect, select, text
 
 from gateway.store import migrate
 from gateway.store.db import Database
@@ -132,5 +136,118 @@ def test_upgrade_to_never_reused_ids_keeps_every_row(db_url: str) -> None:
         with db.engine.connect() as conn:
             total = conn.execute(text("SELECT count(*) FROM session_events")).scalar()
             assert total == 3  # 3 added, the newest deleted, 1 added
+    finally:
+        db.close()
+
+
+def _sqlite_file(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+def _dump(url: str) -> list[str]:
+    """Every table's schema and every row (sqlite_master and sqlite_sequence included)."""
+    with closing(sqlite3.connect(_sqlite_file(url))) as conn:
+        return list(conn.iterdump())
+
+
+def _tables(url: str) -> set[str]:
+    with closing(sqlite3.connect(_sqlite_file(url))) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+
+
+def _orphan_subscription(url: str) -> None:
+    """A subscription naming a session that is not there (foreign keys off to write it)."""
+    with closing(sqlite3.connect(_sqlite_file(url))) as conn:
+        conn.execute("PRAGMA foreign_keys=OFF")
+        cursor = conn.execute("SELECT * FROM subscriptions ORDER BY id LIMIT 1")
+        row = dict(zip([d[0] for d in cursor.description], cursor.fetchone(), strict=True))
+        row.update(id=900, session_id=999)
+        names = ", ".join(row)
+        conn.execute(
+            f"INSERT INTO subscriptions ({names}) VALUES ({', '.join('?' * len(row))})",
+            list(row.values()),
+        )
+        conn.commit()
+
+
+def _at_0001_with_rows(url: str) -> None:
+    db = Database(url)
+    try:
+        migrate.upgrade(db, "0001")
+        for _ in range(2):
+            _add_rows(db)
+    finally:
+        db.close()
+
+
+def _assert_untouched(url: str, before: list[str]) -> None:
+    assert not {t for t in _tables(url) if t.startswith("_alembic_tmp_")}
+    assert _dump(url) == before
+    db = Database(url)
+    try:
+        assert migrate.current(db) == "0001"
+    finally:
+        db.close()
+
+
+def test_sqlite_upgrade_refused_by_the_integrity_check_leaves_the_database_as_it_was(
+    sqlite_url: str,
+) -> None:
+    """An orphan row (it predates the migration) fails the check: the whole migration rolls
+    back, DDL included (no _alembic_tmp_* table left), and once the row is gone it runs."""
+    _at_0001_with_rows(sqlite_url)
+    _orphan_subscription(sqlite_url)
+    before = _dump(sqlite_url)
+    for _ in range(2):  # a second try meets the same database, not a leftover table
+        db = Database(sqlite_url)
+        try:
+            with pytest.raises(migrate.MigrationIntegrityError, match="before the migration"):
+                migrate.upgrade(db)
+        finally:
+            db.close()
+        _assert_untouched(sqlite_url, before)
+    with closing(sqlite3.connect(_sqlite_file(sqlite_url))) as conn:
+        conn.execute("DELETE FROM subscriptions WHERE id = 900")
+        conn.commit()
+    db = Database(sqlite_url)
+    try:
+        migrate.upgrade(db)
+        assert migrate.current(db) == migrate.head()
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall() == []
+            assert conn.exec_driver_sql("SELECT count(*) FROM subscriptions").scalar() == 2
+    finally:
+        db.close()
+
+
+def test_sqlite_upgrade_failing_mid_rebuild_leaves_the_database_as_it_was(
+    sqlite_url: str,
+) -> None:
+    """A failure while copying the last table (four tables already rebuilt) rolls all of
+    it back; the next upgrade runs from 0001 as if nothing had happened."""
+    _at_0001_with_rows(sqlite_url)
+    before = _dump(sqlite_url)
+
+    def fail_copy(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("INSERT INTO _alembic_tmp_session_events"):
+            raise RuntimeError("injected failure mid-rebuild")
+
+    event.listen(Engine, "before_cursor_execute", fail_copy)
+    try:
+        db = Database(sqlite_url)
+        try:
+            with pytest.raises(RuntimeError, match="injected failure"):
+                migrate.upgrade(db)
+        finally:
+            db.close()
+    finally:
+        event.remove(Engine, "before_cursor_execute", fail_copy)
+    _assert_untouched(sqlite_url, before)
+    db = Database(sqlite_url)
+    try:
+        migrate.upgrade(db)
+        assert migrate.current(db) == migrate.head()
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM session_events").scalar() == 2
     finally:
         db.close()
