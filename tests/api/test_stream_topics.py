@@ -69,6 +69,10 @@ def test_stream_topics_are_respelled_by_the_sessions_dialect(gw: Client) -> None
         gw.hub.publish(sid, "btcusdt@trade", b'{"p":1}')  # as the session publishes it
         message = orjson.loads(ws.receive_text())
         assert (message["topic"], message["payload"]) == ("btcusdt@trade", '{"p":1}')
+        gw.hub.forget_session(sid)  # the server ends the stream: no teardown race
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+        assert closed.value.code == 4410
 
 
 def test_stream_topics_the_dialect_refuses_close_4400_naming_the_topic(gw: Client) -> None:
@@ -83,6 +87,9 @@ def test_stream_topics_the_dialect_refuses_close_4400_naming_the_topic(gw: Clien
     url = f"{WS_BASE}/v1/stream?session={generic}&topics=ticker:BTC-USD&envelope=1"
     with gw.client.websocket_connect(url, headers=gw.consume) as ws:
         assert orjson.loads(ws.receive_text())["topics"] == ["ticker:BTC-USD"]
+        gw.hub.forget_session(generic)  # the server ends the stream: no teardown race
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_text()
 
 
 def test_a_session_deleted_after_its_row_was_read_closes_4410(gw: Client) -> None:
