@@ -244,12 +244,22 @@ class LiveRuntime:
             if sid in self._running and sid in self._status:
                 return self._status[sid]
             before = self._status.get(sid)
+            # Started again after remove_session: the delete's database step failed and
+            # the row is still there (stopped), so this is a live session again, whose
+            # events must reach the store and whose streams the hub must serve.
+            revived = sid in self._removed
+            self._removed.discard(sid)
             self._running.add(sid)
             status = SessionStatus(
                 sid, SessionState.CONNECTING, "starting", time.time(), self._held(sid)
             )
             self._status[sid] = status
             resume_gap = self._resume_gaps.pop(sid, None)
+        if revived:
+            for hub in {id(h): h for h in (self.hub, self._sink) if h is not None}.values():
+                revive = getattr(hub, "revive_session", None)
+                if callable(revive):
+                    revive(sid)
         try:
             self._submit(self._start(sid, config, engine, loop, resume_gap))
         except RuntimeRefusedError:

@@ -39,20 +39,21 @@ from gateway.hub.consumer import (
     DeliveryOptions,
     OverflowPolicy,
 )
-from gateway.hub.core import Hub, HubClosedError
+from gateway.hub.core import Hub, HubClosedError, SessionDeletedError
 from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
 from gateway.hub.protocol import (
     CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NOT_FOUND,
+    CLOSE_SESSION_DELETED,
     CLOSE_TOO_MANY_FAILURES,
     CLOSE_TRY_AGAIN_LATER,
     CLOSE_UNAUTHORIZED,
     close_reason,
 )
-from gateway.service import GatewayService
-from gateway.store.errors import NotFoundError
+from gateway.service import GatewayService, dialect_topics
+from gateway.store.errors import InvalidError, NotFoundError
 from gateway.store.validate import check_topic
 
 router = APIRouter(tags=["stream"])
@@ -223,11 +224,18 @@ async def stream(websocket: WebSocket) -> None:
             name = sub.consumer
         else:
             assert request.session is not None
-            await run_in_threadpool(service.get_session, request.session)
+            row = await run_in_threadpool(service.get_session, request.session)
             session_id, topics, options = request.session, request.topics, request.options
+            if topics is not None:
+                # As the session subscribes and publishes them (binance: btcusdt@trade):
+                # a topic spelled otherwise would be accepted and never match.
+                topics = tuple(dialect_topics(row.dialect, list(topics)))
             name = request.consumer or caller
     except NotFoundError as exc:
         await websocket.close(CLOSE_NOT_FOUND, close_reason(str(exc)))
+        return
+    except InvalidError as exc:
+        await websocket.close(CLOSE_BAD_REQUEST, close_reason(str(exc)))
         return
     if hub is None:
         await websocket.close(
@@ -238,6 +246,9 @@ async def stream(websocket: WebSocket) -> None:
         consumer = hub.subscribe(session_id, topics, options, name=name)
     except HubClosedError:
         await websocket.close(CLOSE_TRY_AGAIN_LATER, "the gateway is shutting down")
+        return
+    except SessionDeletedError as exc:  # deleted since get_session read its row
+        await websocket.close(CLOSE_SESSION_DELETED, close_reason(str(exc)))
         return
     if request.envelope:
         hello = {

@@ -18,7 +18,7 @@ from gateway.hub.consumer import (
     DeliveryOptions,
     OverflowPolicy,
 )
-from gateway.hub.core import Hub, HubClosedError, HubCounters
+from gateway.hub.core import Hub, HubClosedError, HubCounters, SessionDeletedError
 from gateway.hub.events import Delivery, GapNotice, Message, StreamEvent
 from gateway.hub.names import RING_GAP_TOPIC, nats_subject, ring_topic, ring_topics
 
@@ -36,6 +36,7 @@ __all__ = [
     "HubCounters",
     "Message",
     "OverflowPolicy",
+    "SessionDeletedError",
     "StreamEvent",
     "create_hub",
     "nats_subject",

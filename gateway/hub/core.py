@@ -60,10 +60,23 @@ log = logging.getLogger("wsgw.hub")
 DEFAULT_HANDOFF_LIMIT = 262_144
 #: Consumer names the metrics keep apart; streams beyond share the label "_other".
 MAX_CONSUMER_NAMES = 1000
+#: Deleted session ids the hub remembers (refused by subscribe). Ids are never reused, so
+#: the set only matters in the short window between a stream reading the row and
+#: subscribing; the oldest are dropped beyond this many (an id deleted that long ago has no
+#: row for a stream to read).
+MAX_DELETED_SESSIONS = 65_536
 
 
 class HubClosedError(RuntimeError):
     """The hub was closed: no more consumers."""
+
+
+class SessionDeletedError(LookupError):
+    """subscribe was asked for a session that forget_session was told of (close 4410)."""
+
+    def __init__(self, session_id: int) -> None:
+        super().__init__(f"session {session_id} was deleted")
+        self.session_id = session_id
 
 
 class _Router:
@@ -236,6 +249,8 @@ class Hub:
         self._stats: dict[str, ConsumerStats] = {}
         # session -> its last upstream gap, for consumers that subscribe afterwards
         self._last_gaps: dict[int, GapEvent] = {}
+        # deleted session ids, oldest first (a dict as an ordered set; under _lock)
+        self._deleted: dict[int, None] = {}
         self._closed = False
         if nats is not None:
             self._sinks = (nats.handoff,)
@@ -419,11 +434,17 @@ class Hub:
         It gets every message published after this call returns. When the session had an
         upstream gap before (a reconnect, a restart), the consumer's first event is that
         gap, once, marked past with its time (GapNotice.past, ts_ns): what was published
-        before it subscribed may be missing, and a late consumer learns so too."""
+        before it subscribed may be missing, and a late consumer learns so too.
+        SessionDeletedError for a session forget_session was told of: a stream that read the
+        row just before the delete would otherwise wait for good on a session nobody
+        publishes or cuts."""
         loop = asyncio.get_running_loop()
         if self._closed:
             raise HubClosedError("the hub is closed")
-        router = self._router_for(loop)
+        # Checked under the lock forget_session takes to list the routers: either this sees
+        # the id, or forget_session sees this router and cuts the consumer added below (its
+        # end_session runs on this loop after this call returns).
+        router = self._router_for(loop, refuse=session_id)
         consumer = Consumer(
             loop,
             name,
@@ -450,8 +471,10 @@ class Hub:
             )
         return consumer
 
-    def _router_for(self, loop: asyncio.AbstractEventLoop) -> _Router:
+    def _router_for(self, loop: asyncio.AbstractEventLoop, refuse: int | None = None) -> _Router:
         with self._lock:
+            if refuse is not None and refuse in self._deleted:
+                raise SessionDeletedError(refuse)
             router = self._routers.get(loop)
             if router is None or router.handoff.dead:
                 router = _Router(self, loop, self.handoff_limit)
@@ -482,16 +505,26 @@ class Hub:
 
     def forget_session(self, session_id: int) -> None:
         """A deleted session: its consumers end (close 4410, on their loops), and its last
-        gap and ring topic ids are forgotten, so nothing of it reaches a later consumer.
-        Call after the session stopped publishing (LiveRuntime.remove_session does)."""
+        gap and ring topic ids are forgotten, so nothing of it reaches a later consumer,
+        and subscribe refuses it from now on (SessionDeletedError). Call after the session
+        stopped publishing (LiveRuntime.remove_session does)."""
         with self._publish_lock:
             self._last_gaps.pop(session_id, None)
             self._tids = {key: tid for key, tid in self._tids.items() if key[0] != session_id}
         with self._lock:
+            self._deleted[session_id] = None
+            while len(self._deleted) > MAX_DELETED_SESSIONS:
+                del self._deleted[next(iter(self._deleted))]
             routers = list(self._routers.values())
         for router in routers:
             with contextlib.suppress(RuntimeError):  # that loop is closed: no consumers left
                 router.loop.call_soon_threadsafe(router.end_session, session_id)
+
+    def revive_session(self, session_id: int) -> None:
+        """A session forget_session was told of is started again (its row outlived a
+        failed delete): subscribe serves it again."""
+        with self._lock:
+            self._deleted.pop(session_id, None)
 
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:

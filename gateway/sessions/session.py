@@ -822,6 +822,7 @@ class UpstreamSession:
                 for due in liveness.due(now):
                     if due is Due.PING:
                         if not self._ping(conn, liveness, queue, now):
+                            self._end_connection(link, 1011, "ping failed")
                             return
                     elif link.keepalive is not None:
                         await conn.send(link.keepalive)
@@ -839,8 +840,13 @@ class UpstreamSession:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await link.wake.wait()
-        except (WsError, OSError):
-            return  # closed under us: the read loop sees it and reports it
+        except (WsError, OSError) as exc:
+            # Closed under us (the read loop sees it and reports it), or a local error
+            # (LocalProtocolError) with the connection still open: without housekeeping no
+            # liveness check would end a silent feed, so end the connection here, and the
+            # link loop reconnects (a no-op when it is closed already).
+            self._end_connection(link, 1011, f"housekeeping failed: {exc}")
+            return
 
     def _ping(
         self, conn: WebSocketConnection, liveness: Liveness, queue: RequestQueue, now: float

@@ -167,3 +167,38 @@ def test_a_session_that_does_not_stop_in_time_is_not_deleted(tmp_path: Path) -> 
             server.close()
 
     run(scenario())
+
+
+def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
+    tmp_path: Path,
+) -> None:
+    """remove_session went through, the row delete did not (database down: a 503): the
+    row is there, stopped. Started again, its events reach the store and its streams are
+    served, as for any session."""
+
+    async def scenario() -> None:
+        async with (
+            Simulator(SimConfig(rate=100.0)) as sim,
+            gateway(tmp_path) as (service, runtime, hub),
+        ):
+            url = sim.url("binance", "/stream")
+            row = service.create_session(session_values(url, "survivor"))
+            service.create_subscription({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
+            await asyncio.to_thread(service.start_session, row.id)
+            await until(streaming(runtime, row.id))
+            await asyncio.to_thread(service.stop_session, row.id)
+            await asyncio.to_thread(runtime.remove_session, row.id)  # the DB step then fails
+
+            def states() -> int:  # the runtime's events, as the store records them
+                items = service.session_events(row.id, 0, 1000).items
+                return sum(e.kind == "state" for e in items)
+
+            seen = states()
+
+            await asyncio.to_thread(service.start_session, row.id)
+            await until(streaming(runtime, row.id))
+            consumer = hub.subscribe(row.id, [TOPIC])  # not refused as deleted (4410)
+            await until(lambda: states() > seen)  # forwarded, not dropped as deleted
+            consumer.close()
+
+    run(scenario())

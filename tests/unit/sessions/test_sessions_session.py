@@ -463,3 +463,33 @@ def test_a_bug_in_the_read_path_fails_the_session_and_closes_the_connection() ->
         assert no_session_tasks()
 
     run(scenario())
+
+
+def test_a_local_error_in_housekeeping_ends_the_connection_and_the_session_reconnects() -> None:
+    """A send that fails locally (LocalProtocolError) while the connection stays open: the
+    housekeeper ends the connection (1011) rather than leave it without liveness checks,
+    and the session reconnects through its one retry path, it does not fail."""
+
+    async def scenario() -> None:
+        from dataplane.ws.errors import LocalProtocolError
+
+        failed: list[FakeConnection] = []
+
+        def responder(conn: FakeConnection, data: str | bytes) -> None:
+            if data == "ping" and not failed:
+                failed.append(conn)
+                raise LocalProtocolError("cannot send: test")
+            okx_responder(conn, data)
+
+        net = FakeNetwork(responder)
+        hb = HeartbeatConfig(ping_interval_s=None, keepalive_interval_s=0.02)
+        s, _, events = session(net, config("okx", heartbeat=hb), ("trades:BTC-USDT",))
+        s.start()
+        await until(lambda: len(net.connections) == 2)
+        code, reason = net.connections[0].close_calls[0]
+        assert (code, reason) == (1011, "housekeeping failed: cannot send: test")
+        await until(lambda: s.counters.heartbeats >= 1)  # the new connection is looked after
+        assert "failed" not in events.states()
+        await s.stop()
+
+    run(scenario())
