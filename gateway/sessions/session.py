@@ -840,11 +840,12 @@ class UpstreamSession:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await link.wake.wait()
-        except (WsError, OSError) as exc:
-            # Closed under us (the read loop sees it and reports it), or a local error
-            # (LocalProtocolError) with the connection still open: without housekeeping no
-            # liveness check would end a silent feed, so end the connection here, and the
-            # link loop reconnects (a no-op when it is closed already).
+        except (ConnectionClosed, OSError):
+            return  # closed under us: the read loop sees it and reports it with its cause
+        except WsError as exc:
+            # A local error (LocalProtocolError) with the connection still open: without
+            # housekeeping no liveness check would end a silent feed, so end the connection
+            # here, and the link loop reconnects.
             self._end_connection(link, 1011, f"housekeeping failed: {exc}")
             return
 
