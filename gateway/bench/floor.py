@@ -48,6 +48,7 @@ def _testpmd_rtts(lab: Lab, count: int) -> tuple[list[float], str]:
     binary = shutil.which("dpdk-testpmd")
     if binary is None:
         return [], "skipped: dpdk-testpmd missing (Debian package dpdk-dev)"
+    prefix = f"wsgw-floor-{lab.name}"
     # The stdin pipe keeps the interactive prompt open until we close it; 'quit' ends it.
     proc = subprocess.Popen(
         [
@@ -57,7 +58,7 @@ def _testpmd_rtts(lab: Lab, count: int) -> tuple[list[float], str]:
             "512",
             "--no-pci",
             "--file-prefix",
-            f"wsgw-floor-{lab.name}",
+            prefix,
             "--vdev",
             lab.vdev,
             "-l",
@@ -92,6 +93,8 @@ def _testpmd_rtts(lab: Lab, count: int) -> tuple[list[float], str]:
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait()
+        # testpmd leaves its EAL runtime directory (the file prefix's) behind on exit.
+        shutil.rmtree(f"/var/run/dpdk/{prefix}", ignore_errors=True)
 
 
 def _engine_rtts(lab: Lab, count: int, busy: bool) -> list[float]:
