@@ -1,7 +1,8 @@
 """The persisted state: ports, upstream sessions, subscriptions, API tokens, session events.
 
-Tables change only through Alembic revisions in migrations/; a test compares these models
-with the migrated schema on SQLite and PostgreSQL, so the two cannot drift apart.
+Tables change only through Alembic revisions in migrations/ (next to this module); a test
+compares these models with the migrated schema on SQLite and PostgreSQL, so the two cannot
+drift apart.
 Enumerations are strings with CHECK constraints (portable, readable in a SQL shell).
 """
 
