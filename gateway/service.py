@@ -707,10 +707,16 @@ class GatewayService:
     # -- subscriptions --------------------------------------------------------------------
 
     def list_subscriptions(
-        self, offset: int, limit: int, session_id: int | None = None
+        self,
+        offset: int,
+        limit: int,
+        session_id: int | None = None,
+        owner_token_id: int | None = None,
     ) -> Page[Subscription]:
         return self._read(
-            lambda s: SubscriptionRepository(s).page_filtered(offset, limit, session_id)
+            lambda s: SubscriptionRepository(s).page_filtered(
+                offset, limit, session_id, owner_token_id
+            )
         )
 
     def get_subscription(self, subscription_id: int) -> Subscription:
