@@ -1,0 +1,192 @@
+"""A local order book: two sorted sides of exact decimal levels, and the venues' checksums.
+
+A side keeps a dict from a price key to the level's (price text, size text) and a sorted
+list of the keys, so a level update is a dict store plus, for a new or removed price, one
+bisect and a memmove; the best N levels are the first N keys. Keys are the price scaled to
+an integer (`scaled`, the default: `"45283.5"` at scale 12 is 45283500000000000) or a
+Decimal (`decimal`); bids are negated, so both sides sort best first. The texts are kept
+because the venues' checksums are computed over them (OKX) or over their digits (Kraken).
+"""
+
+from __future__ import annotations
+
+import zlib
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from gateway.normalize.schema import Level
+
+#: Decimal places a scaled key keeps: enough for every spot and perpetual tick in use.
+DEFAULT_SCALE = 12
+
+
+def is_zero(size: str) -> bool:
+    """True for "0", "0.000", "0E-8": the size that removes a level."""
+    return not size.strip("0.") or (("e" in size or "E" in size) and Decimal(size) == 0)
+
+
+def scaled_key(scale: int = DEFAULT_SCALE) -> Callable[[str], int]:
+    """Price text -> integer price * 10**scale, exactly; raises ValueError past the scale."""
+    factor = 10**scale
+
+    def key(text: str) -> int:
+        whole, dot, frac = text.partition(".")
+        if len(frac) <= scale and "e" not in frac and "E" not in text:
+            return int(whole + frac.ljust(scale, "0")) if dot else int(whole) * factor
+        value = Decimal(text).scaleb(scale)
+        if value != value.to_integral_value():
+            raise ValueError(f"price {text} has more than {scale} decimal places")
+        return int(value)
+
+    return key
+
+
+def decimal_key(text: str) -> Decimal:
+    return Decimal(text)
+
+
+class Side:
+    """One side of a book, best level first."""
+
+    __slots__ = ("_key", "_keys", "_levels", "_sign")
+
+    def __init__(self, key: Callable[[str], Any], *, descending: bool) -> None:
+        self._key = key
+        self._sign = -1 if descending else 1
+        self._levels: dict[Any, tuple[str, str]] = {}
+        self._keys: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def clear(self) -> None:
+        self._levels.clear()
+        self._keys.clear()
+
+    def set(self, price: str, size: str) -> None:
+        """Absolute size at price; a zero size removes the level (absent is fine)."""
+        k = self._key(price)
+        if self._sign < 0:
+            k = -k
+        levels = self._levels
+        if not size.strip("0.") or (("e" in size or "E" in size) and Decimal(size) == 0):
+            if levels.pop(k, None) is not None:
+                keys = self._keys
+                del keys[bisect_left(keys, k)]
+            return
+        if k not in levels:
+            insort(self._keys, k)
+        levels[k] = (price, size)
+
+    def update(self, levels: Iterable[Level]) -> None:
+        for level in levels:
+            self.set(level.price, level.size)
+
+    def truncate(self, depth: int) -> None:
+        """Drop levels past depth (Kraken: levels that fall out of the subscription)."""
+        keys = self._keys
+        if len(keys) > depth:
+            levels = self._levels
+            for k in keys[depth:]:
+                del levels[k]
+            del keys[depth:]
+
+    def top(self, n: int | None = None) -> list[tuple[str, str]]:
+        """The best n levels (all when None), as (price, size) texts."""
+        levels = self._levels
+        keys = self._keys if n is None else self._keys[:n]
+        return [levels[k] for k in keys]
+
+    def best(self) -> tuple[str, str] | None:
+        return self._levels[self._keys[0]] if self._keys else None
+
+
+class OrderBook:
+    """Bids and asks of one symbol at one venue, with the sequence it has reached."""
+
+    __slots__ = ("asks", "bids", "seq")
+
+    def __init__(self, key: str = "scaled", scale: int = DEFAULT_SCALE) -> None:
+        key_fn: Callable[[str], Any] = scaled_key(scale) if key == "scaled" else decimal_key
+        if key not in ("scaled", "decimal"):
+            raise ValueError(f"unknown key {key!r}: scaled or decimal")
+        self.bids = Side(key_fn, descending=True)
+        self.asks = Side(key_fn, descending=False)
+        self.seq = 0
+
+    def clear(self) -> None:
+        self.bids.clear()
+        self.asks.clear()
+        self.seq = 0
+
+    def load(self, bids: Iterable[Level], asks: Iterable[Level]) -> None:
+        self.bids.clear()
+        self.asks.clear()
+        self.bids.update(bids)
+        self.asks.update(asks)
+
+    def apply(self, bids: Iterable[Level], asks: Iterable[Level]) -> None:
+        self.bids.update(bids)
+        self.asks.update(asks)
+
+    def truncate(self, depth: int) -> None:
+        self.bids.truncate(depth)
+        self.asks.truncate(depth)
+
+    def snapshot(
+        self, depth: int | None = None
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        return self.bids.top(depth), self.asks.top(depth)
+
+
+# ---- checksums ------------------------------------------------------------------------------
+def _kraken_digits(text: str, places: int | None) -> str:
+    if places is not None:
+        whole, _, frac = text.partition(".")
+        text = whole + "." + frac.ljust(places, "0")[:places] if places else whole
+    return text.replace(".", "").lstrip("0")
+
+
+def kraken_checksum_string(
+    bids: Sequence[tuple[str, str]],
+    asks: Sequence[tuple[str, str]],
+    price_places: int | None = None,
+    qty_places: int | None = None,
+) -> str:
+    """Kraken (v1 and v2): asks low to high then bids high to low, top 10 each, every
+    price and size with its dot and leading zeros removed. The texts are used as sent
+    (v2 sends full precision); price_places/qty_places re-pad them to the instrument's
+    precision when a source lost trailing zeros."""
+    parts = [
+        _kraken_digits(p, price_places) + _kraken_digits(q, qty_places)
+        for p, q in (*asks[:10], *bids[:10])
+    ]
+    return "".join(parts)
+
+
+def kraken_checksum(
+    book: OrderBook, price_places: int | None = None, qty_places: int | None = None
+) -> int:
+    """CRC32 of kraken_checksum_string, unsigned, as Kraken sends it."""
+    text = kraken_checksum_string(book.bids.top(10), book.asks.top(10), price_places, qty_places)
+    return zlib.crc32(text.encode())
+
+
+def okx_checksum_string(bids: Sequence[tuple[str, str]], asks: Sequence[tuple[str, str]]) -> str:
+    """OKX: the top 25 of each side, `bid:size:ask:size` alternating per rank; a side
+    that runs out just stops contributing."""
+    parts: list[str] = []
+    for i in range(max(len(bids), len(asks))):
+        if i < len(bids):
+            parts += bids[i]
+        if i < len(asks):
+            parts += asks[i]
+    return ":".join(parts)
+
+
+def okx_checksum(book: OrderBook) -> int:
+    """CRC32 of okx_checksum_string as a signed 32-bit integer, as OKX sends it."""
+    crc = zlib.crc32(okx_checksum_string(book.bids.top(25), book.asks.top(25)).encode())
+    return crc - (1 << 32) if crc >= 1 << 31 else crc
