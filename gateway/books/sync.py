@@ -3,10 +3,10 @@
 A synchronizer takes one symbol's normalized book events in arrival order and answers
 each with an Outcome. When it finds the book wrong (a sequence gap, a checksum mismatch,
 a snapshot older than the updates it must join, an update with no snapshot) the book is
-marked stale, the reason counted, and the outcome says RESYNC: the caller fetches or asks
-for a new snapshot (REST for Binance and Bitstamp, a resubscribe for the others) and
-tells consumers (a BookReset event). Until a snapshot arrives, deltas are buffered (venues
-whose snapshot comes from REST) or dropped.
+marked stale, the reason counted, and the outcome says RESYNC, once: the caller fetches or
+asks for a new snapshot (REST for Binance and Bitstamp, a resubscribe for the others) and
+tells consumers (`last_reset`, a BookReset event). Until the snapshot arrives, deltas are
+buffered (venues whose snapshot comes from REST) or ignored.
 
 The rules, from the venues' documentation:
 - Binance spot (diff depth + GET /api/v3/depth): buffer the stream; drop events with
@@ -83,6 +83,8 @@ class BookSync:
         self.last_reset: BookReset | None = None
         #: False until the first delta after a snapshot has been applied.
         self._joined = False
+        #: A resync was asked for and no snapshot has come since.
+        self._resync_asked = False
 
     @property
     def stale(self) -> bool:
@@ -96,6 +98,7 @@ class BookSync:
             self.book.truncate(self.depth)
         self.synced = True
         self._joined = False
+        self._resync_asked = False
         bad = self._verify(snap.checksum, snap.recv_ns)
         if bad is not None:
             return bad
@@ -109,6 +112,8 @@ class BookSync:
                     self._buffer.clear()
                     return self._resync(Reason.BUFFER_OVERFLOW, delta.recv_ns)
                 return BUFFERED
+            if self._resync_asked:
+                return IGNORED  # asked once already: wait for the snapshot
             return self._resync(Reason.NO_SNAPSHOT, delta.recv_ns)
         return self._apply(delta)
 
@@ -144,6 +149,7 @@ class BookSync:
 
     def _resync(self, reason: Reason, recv_ns: int, detail: str = "") -> Outcome:
         self.synced = False
+        self._resync_asked = True
         self.resyncs[reason] += 1
         self.book.clear()
         self.last_reset = BookReset(self.venue, self.symbol, reason.value, recv_ns)
