@@ -1,11 +1,13 @@
 """A local order book: two sorted sides of exact decimal levels, and the venues' checksums.
 
-A side keeps a dict from a price key to the level's (price text, size text) and a sorted
-list of the keys, so a level update is a dict store plus, for a new or removed price, one
-bisect and a memmove; the best N levels are the first N keys. Keys are the price scaled to
-an integer (`scaled`, the default: `"45283.5"` at scale 12 is 45283500000000000) or a
-Decimal (`decimal`); bids are negated, so both sides sort best first. The texts are kept
-because the venues' checksums are computed over them (OKX) or over their digits (Kraken).
+A side keeps a dict from a price key to the venue's Level (price and size text) and a
+sorted list of the keys, so a level update is a dict store plus, for a new or removed
+price, one bisect and a memmove; the best N levels are the first N keys. Bids are negated,
+so both sides sort best first. The texts are kept because the venues' checksums are
+computed over them (OKX) or over their digits (Kraken), and because they are exact.
+
+Keys (see double_key): `double` (default), `scaled` (`"45283.5"` at scale 12 is
+45283500000000000) or `decimal`; all three are exact, gateway.books.measure times them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,19 @@ DEFAULT_SCALE = 12
 
 def is_zero(size: str) -> bool:
     """True for "0", "0.000", "0E-8": the size that removes a level."""
-    return not size.strip("0.") or (("e" in size or "E" in size) and Decimal(size) == 0)
+    mantissa = size.strip("0.")
+    return not mantissa or mantissa[0] in "eE"
+
+
+def double_key(text: str) -> float | Decimal:
+    """Price text -> a key that orders and identifies prices exactly, cheaply.
+
+    A decimal of at most 15 significant digits converts to a distinct binary64 (DBL_DIG
+    is 15) and correctly rounded conversion never reverses an order, so for such texts
+    (under 16 characters) float order and equality are the decimal's. Longer texts become
+    Decimals; Python compares and hashes floats and Decimals by exact value, so the two
+    kinds mix in one side. Only the key is a float: the level keeps the venue's text."""
+    return float(text) if len(text) < 16 else Decimal(text)
 
 
 def scaled_key(scale: int = DEFAULT_SCALE) -> Callable[[str], int]:
@@ -43,19 +57,22 @@ def scaled_key(scale: int = DEFAULT_SCALE) -> Callable[[str], int]:
     return key
 
 
-def decimal_key(text: str) -> Decimal:
-    return Decimal(text)
+KEYS: dict[str, Callable[[int], Callable[[str], Any]]] = {
+    "double": lambda scale: double_key,
+    "scaled": scaled_key,
+    "decimal": lambda scale: Decimal,
+}
 
 
 class Side:
     """One side of a book, best level first."""
 
-    __slots__ = ("_key", "_keys", "_levels", "_sign")
+    __slots__ = ("_key", "_keys", "_levels", "_negate")
 
     def __init__(self, key: Callable[[str], Any], *, descending: bool) -> None:
         self._key = key
-        self._sign = -1 if descending else 1
-        self._levels: dict[Any, tuple[str, str]] = {}
+        self._negate = descending
+        self._levels: dict[Any, Level] = {}
         self._keys: list[Any] = []
 
     def __len__(self) -> int:
@@ -67,22 +84,21 @@ class Side:
 
     def set(self, price: str, size: str) -> None:
         """Absolute size at price; a zero size removes the level (absent is fine)."""
-        k = self._key(price)
-        if self._sign < 0:
-            k = -k
-        levels = self._levels
-        if not size.strip("0.") or (("e" in size or "E" in size) and Decimal(size) == 0):
-            if levels.pop(k, None) is not None:
-                keys = self._keys
-                del keys[bisect_left(keys, k)]
-            return
-        if k not in levels:
-            insort(self._keys, k)
-        levels[k] = (price, size)
+        self.update((Level(price, size),))
 
-    def update(self, levels: Iterable[Level]) -> None:
-        for level in levels:
-            self.set(level.price, level.size)
+    def update(self, changes: Iterable[Level]) -> None:
+        """Apply levels in order: absolute sizes, a zero size removes (absent is fine)."""
+        key, levels, keys, negate = self._key, self._levels, self._keys, self._negate
+        for level in changes:
+            k = -key(level.price) if negate else key(level.price)
+            mantissa = level.size.strip("0.")
+            if not mantissa or mantissa[0] in "eE":
+                if levels.pop(k, None) is not None:
+                    del keys[bisect_left(keys, k)]
+            else:
+                if k not in levels:
+                    insort(keys, k)
+                levels[k] = level
 
     def truncate(self, depth: int) -> None:
         """Drop levels past depth (Kraken: levels that fall out of the subscription)."""
@@ -97,21 +113,28 @@ class Side:
         """The best n levels (all when None), as (price, size) texts."""
         levels = self._levels
         keys = self._keys if n is None else self._keys[:n]
-        return [levels[k] for k in keys]
+        return [(lv.price, lv.size) for lv in map(levels.__getitem__, keys)]
 
     def best(self) -> tuple[str, str] | None:
-        return self._levels[self._keys[0]] if self._keys else None
+        if not self._keys:
+            return None
+        level = self._levels[self._keys[0]]
+        return level.price, level.size
 
 
 class OrderBook:
-    """Bids and asks of one symbol at one venue, with the sequence it has reached."""
+    """Bids and asks of one symbol at one venue, with the sequence it has reached.
+
+    key chooses how prices are ordered: `double` (default: exact for the 15 significant
+    digits venues use, Decimal past them), `scaled` (integers at `scale` places) or
+    `decimal`; gateway.books.measure compares them."""
 
     __slots__ = ("asks", "bids", "seq")
 
-    def __init__(self, key: str = "scaled", scale: int = DEFAULT_SCALE) -> None:
-        key_fn: Callable[[str], Any] = scaled_key(scale) if key == "scaled" else decimal_key
-        if key not in ("scaled", "decimal"):
-            raise ValueError(f"unknown key {key!r}: scaled or decimal")
+    def __init__(self, key: str = "double", scale: int = DEFAULT_SCALE) -> None:
+        if key not in KEYS:
+            raise ValueError(f"unknown key {key!r}: one of {', '.join(KEYS)}")
+        key_fn = KEYS[key](scale)
         self.bids = Side(key_fn, descending=True)
         self.asks = Side(key_fn, descending=False)
         self.seq = 0

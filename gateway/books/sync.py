@@ -73,7 +73,7 @@ class BookSync:
     #: True when the venue's snapshot comes from elsewhere (REST) and deltas must wait.
     buffers = False
 
-    def __init__(self, symbol: str, *, depth: int | None = None, key: str = "scaled") -> None:
+    def __init__(self, symbol: str, *, depth: int | None = None, key: str = "double") -> None:
         self.symbol = symbol
         self.depth = depth
         self.book = OrderBook(key)
@@ -204,7 +204,7 @@ class KrakenBookSync(BookSync):
         symbol: str,
         *,
         depth: int | None = 10,
-        key: str = "scaled",
+        key: str = "double",
         price_places: int | None = None,
         qty_places: int | None = None,
     ) -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.books import Action, make_sync
-from gateway.books.book import OrderBook, kraken_checksum, okx_checksum
+from gateway.books.book import OrderBook, double_key, kraken_checksum, okx_checksum
 from gateway.normalize import (
     BookDelta,
     BookReset,
@@ -49,7 +49,7 @@ ops = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(ops=ops, places=st.integers(0, 9), depth=st.none() | st.integers(1, 12))
-@pytest.mark.parametrize("key", ["scaled", "decimal"])
+@pytest.mark.parametrize("key", ["double", "scaled", "decimal"])
 def test_book_equals_dict_reference(
     key: str, ops: list[tuple[str, int, str]], places: int, depth: int | None
 ) -> None:
@@ -75,8 +75,39 @@ def test_book_equals_dict_reference(
             assert okx_checksum(book) == ref.okx_checksum()
 
 
+decimal_texts = (
+    st.decimals(
+        min_value=Decimal("0.000000000001"),
+        max_value=Decimal("999999999999999"),
+        places=None,
+        allow_nan=False,
+        allow_infinity=False,
+    )
+    .map(lambda d: format(d, "f"))
+    .filter(lambda t: len(t) < 40)
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(a=decimal_texts, b=decimal_texts)
+def test_double_keys_order_and_identify_prices_exactly(a: str, b: str) -> None:
+    ka, kb = double_key(a), double_key(b)
+    da, db = Decimal(a), Decimal(b)
+    assert (ka < kb) == (da < db)
+    assert (ka == kb) == (da == db)
+    assert (hash(ka) == hash(kb)) or da != db
+
+
+@given(digits=st.integers(10**14, 10**15 - 1), places=st.integers(0, 15))
+def test_double_keys_separate_neighbours_at_15_digits(digits: int, places: int) -> None:
+    a = str(Decimal(digits).scaleb(-places))
+    b = str(Decimal(digits + 1).scaleb(-places))
+    assert len(a) < 16 or isinstance(double_key(a), Decimal)
+    assert double_key(a) < double_key(b)
+
+
 def test_scaled_keys_reject_more_places_than_the_scale() -> None:
-    book = OrderBook(scale=4)
+    book = OrderBook("scaled", scale=4)
     book.apply([Level("1.2345", "1"), Level("1.23450000", "2")], [])
     assert book.bids.top() == [("1.23450000", "2")]  # same price, any spelling
     with pytest.raises(ValueError, match="decimal places"):
