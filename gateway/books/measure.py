@@ -35,6 +35,13 @@ from gateway.normalize.schema import BookSnapshot
 from gateway.normalize.venues import make_normalizer
 
 
+def _cryptofeed_book(**options: Any) -> Any:
+    """cryptofeed's book (the `order-book` package, a test dependency)."""
+    from order_book import OrderBook  # type: ignore[import-not-found]
+
+    return OrderBook(**options)
+
+
 def _book_stream(
     messages: int, seed: int, kraken: bool
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[list[tuple[bool, str, str]]]]:
@@ -85,10 +92,8 @@ def binance_messages(messages: int) -> tuple[bytes, list[bytes]]:
 
 def kraken_messages(messages: int) -> list[bytes]:
     """A snapshot then updates, each with the checksum of the book after it."""
-    from order_book import OrderBook as CryptofeedBook  # type: ignore[import-not-found]
-
     bids, asks, updates = _book_stream(messages, 2, kraken=True)
-    book = CryptofeedBook(checksum_format="KRAKEN")
+    book = _cryptofeed_book(checksum_format="KRAKEN")
     for p, s in bids:
         book.bids[Decimal(p)] = Decimal(s)
     for p, s in asks:
@@ -145,9 +150,7 @@ def wsgw_binance(key: str) -> Callable[[bytes, list[bytes]], int]:
 
 
 def cryptofeed_binance(rest: bytes, raws: list[bytes]) -> int:
-    from order_book import OrderBook as CryptofeedBook  # type: ignore[import-not-found]
-
-    book = CryptofeedBook()
+    book = _cryptofeed_book()
     snap = orjson.loads(rest)
     for side, key in ((book.bids, "bids"), (book.asks, "asks")):
         for p, s in snap[key]:
@@ -186,9 +189,7 @@ def wsgw_kraken(key: str) -> Callable[[list[bytes]], int]:
 
 
 def cryptofeed_kraken(raws: list[bytes]) -> int:
-    from order_book import OrderBook as CryptofeedBook  # type: ignore[import-not-found]
-
-    book = CryptofeedBook(checksum_format="KRAKEN")
+    book = _cryptofeed_book(checksum_format="KRAKEN")
     for raw in raws:
         msg = json.loads(raw, parse_float=Decimal)
         for item in msg["data"]:
