@@ -67,10 +67,11 @@ KEYS: dict[str, Callable[[int], Callable[[str], Any]]] = {
 class Side:
     """One side of a book, best level first."""
 
-    __slots__ = ("_key", "_keys", "_levels", "_negate")
+    __slots__ = ("_double", "_key", "_keys", "_levels", "_negate")
 
     def __init__(self, key: Callable[[str], Any], *, descending: bool) -> None:
         self._key = key
+        self._double = key is double_key  # inlined in update: a call per level saved
         self._negate = descending
         self._levels: dict[Any, Level] = {}
         self._keys: list[Any] = []
@@ -89,8 +90,12 @@ class Side:
     def update(self, changes: Iterable[Level]) -> None:
         """Apply levels in order: absolute sizes, a zero size removes (absent is fine)."""
         key, levels, keys, negate = self._key, self._levels, self._keys, self._negate
+        double = self._double
         for level in changes:
-            k = -key(level.price) if negate else key(level.price)
+            price = level.price
+            k = (float(price) if len(price) < 16 else Decimal(price)) if double else key(price)
+            if negate:
+                k = -k
             mantissa = level.size.strip("0.")
             if not mantissa or mantissa[0] in "eE":
                 if levels.pop(k, None) is not None:
@@ -114,6 +119,10 @@ class Side:
         levels = self._levels
         keys = self._keys if n is None else self._keys[:n]
         return [(lv.price, lv.size) for lv in map(levels.__getitem__, keys)]
+
+    def levels(self, n: int) -> list[Level]:
+        """The best n levels as the venue sent them."""
+        return list(map(self._levels.__getitem__, self._keys[:n]))
 
     def best(self) -> tuple[str, str] | None:
         if not self._keys:
@@ -189,12 +198,30 @@ def kraken_checksum_string(
     return "".join(parts)
 
 
+#: Level -> its digits in Kraken's checksum string; levels recur, so most are found here.
+_KRAKEN_TOKENS: dict[Level, str] = {}
+
+
 def kraken_checksum(
     book: OrderBook, price_places: int | None = None, qty_places: int | None = None
 ) -> int:
     """CRC32 of kraken_checksum_string, unsigned, as Kraken sends it."""
-    text = kraken_checksum_string(book.bids.top(10), book.asks.top(10), price_places, qty_places)
-    return zlib.crc32(text.encode())
+    if price_places is not None or qty_places is not None:
+        text = kraken_checksum_string(
+            book.bids.top(10), book.asks.top(10), price_places, qty_places
+        )
+        return zlib.crc32(text.encode())
+    tokens = _KRAKEN_TOKENS
+    parts = []
+    for level in (*book.asks.levels(10), *book.bids.levels(10)):
+        token = tokens.get(level)
+        if token is None:
+            if len(tokens) > 100_000:
+                tokens.clear()
+            token = level.price.replace(".", "").lstrip("0")
+            token = tokens[level] = token + level.size.replace(".", "").lstrip("0")
+        parts.append(token)
+    return zlib.crc32("".join(parts).encode())
 
 
 def okx_checksum_string(bids: Sequence[tuple[str, str]], asks: Sequence[tuple[str, str]]) -> str:

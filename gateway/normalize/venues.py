@@ -59,8 +59,19 @@ class Normalizer:
 
 # ---- Binance --------------------------------------------------------------------------------
 class _BnEnvelope(msgspec.Struct):
-    stream: str
-    data: msgspec.Raw
+    stream: str = ""
+    data: msgspec.Raw = msgspec.Raw(b"")
+    e: str = ""  # an event from the raw endpoint (/ws), not wrapped
+
+
+#: Event type of the raw endpoint -> the stream kind that carries it.
+_BN_RAW_KIND = {
+    "trade": "trade",
+    "aggTrade": "aggTrade",
+    "depthUpdate": "depth",
+    "24hrTicker": "ticker",
+    "markPriceUpdate": "markPrice",
+}
 
 
 class _BnTrade(msgspec.Struct):
@@ -128,7 +139,8 @@ def _decoder(kind: Any) -> Callable[[Any], Any]:
 
 
 class BinanceNormalizer(Normalizer):
-    """Combined-stream messages, `{"stream": "btcusdt@depth@100ms", "data": {...}}`.
+    """Combined-stream messages, `{"stream": "btcusdt@depth@100ms", "data": {...}}`, and
+    the raw endpoint's bare events (told apart by `e`).
 
     The partial-depth streams (`@depth5`, `@depth20`) and `@bookTicker` carry no event
     type, so the stream name chooses the decoder."""
@@ -147,9 +159,12 @@ class BinanceNormalizer(Normalizer):
 
     def _normalize(self, raw: bytes | str, recv_ns: int) -> list[Event]:
         env = self._envelope(raw)
-        symbol, _, stream = env.stream.partition("@")
-        kind = stream.partition("@")[0]
-        data = env.data
+        if env.stream:
+            symbol, _, stream = env.stream.partition("@")
+            kind = stream.partition("@")[0]
+            data: Any = env.data
+        else:
+            symbol, kind, data = "", _BN_RAW_KIND.get(env.e, ""), raw
         if kind == "depth":
             d = self._depth(data)
             return [BookDelta(self.venue, d.s, d.b, d.a, d.U, d.u, d.pu, d.E * MS, recv_ns, None)]
