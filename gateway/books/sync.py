@@ -32,7 +32,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from gateway.books.book import OrderBook, kraken_checksum, okx_checksum
-from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot
+from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, TopOfBook
 
 #: Deltas kept while waiting for a snapshot (Binance, Bitstamp); older ones are dropped.
 MAX_BUFFERED = 10_000
@@ -116,6 +116,22 @@ class BookSync:
                 return IGNORED  # asked once already: wait for the snapshot
             return self._resync(Reason.NO_SNAPSHOT, delta.recv_ns)
         return self._apply(delta)
+
+    def snapshot_event(self, recv_ns: int, depth: int | None = None) -> BookSnapshot | None:
+        """The local book as a normalized snapshot (None while stale), for consumers
+        that join late or read the book by REST."""
+        if not self.synced:
+            return None
+        bids = self.book.bids.levels(depth if depth is not None else len(self.book.bids))
+        asks = self.book.asks.levels(depth if depth is not None else len(self.book.asks))
+        return BookSnapshot(self.venue, self.symbol, bids, asks, self.book.seq, 0, recv_ns)
+
+    def top_of_book(self, recv_ns: int) -> TopOfBook | None:
+        """Best bid and ask of the local book; None while stale or one side is empty."""
+        bid, ask = self.book.bids.best(), self.book.asks.best()
+        if not self.synced or bid is None or ask is None:
+            return None
+        return TopOfBook(self.venue, self.symbol, *bid, *ask, self.book.seq, 0, recv_ns)
 
     def on_event(self, event: BookSnapshot | BookDelta) -> Outcome:
         if isinstance(event, BookDelta):

@@ -14,15 +14,18 @@ Events are msgspec Structs, tagged by a `type` field:
 
 Prices and sizes are the exchange's own decimal text (`"45283.50"`, never a float): exact,
 with the venue's precision kept (Kraken and OKX checksums depend on it), and cheap, since
-no number is parsed twice. The local books key levels by scaled integers instead
-(gateway.books.book), which `measure` found faster to apply than Decimal.
+no number is parsed twice. The local books order levels by a key derived from the text
+(gateway.books.book: an exact binary64 for up to 15 significant digits, Decimal past
+them), which gateway.books.measure found faster to apply than Decimal or scaled-integer
+keys.
 
 Every event carries the venue's name and its own symbol spelling (`BTCUSDT`, `BTC/USD`,
 `BTC-USDT`, `btcusd`), the venue's timestamp in ns since the epoch (`venue_ts_ns`, 0 when
 the message has none) and the gateway's receive stamp (`recv_ns`). Book events carry the
 venue's sequence fields mapped to three names: `first_seq` (Binance `U`), `seq` (Binance
-`u`, OKX `seqId`, Bybit `u`, Binance snapshot `lastUpdateId`) and `prev_seq` (OKX
-`prevSeqId`, Binance futures `pu`); 0 means the venue has none. `checksum` is the venue's
+`u`, OKX `seqId`, Bybit `u`, Binance snapshot `lastUpdateId`, Bitstamp's
+`microtimestamp`) and `prev_seq` (OKX `prevSeqId`, Binance futures `pu`); 0 means the
+venue has none. `checksum` is the venue's
 book checksum, None where it sends none.
 
 Encodings:

@@ -4,7 +4,7 @@ snapshots, updates without a snapshot, and the way back to a synced book."""
 from __future__ import annotations
 
 from gateway.books import Action, BookSync, Reason, make_sync
-from gateway.normalize import BookDelta, BookSnapshot, make_normalizer
+from gateway.normalize import BookDelta, BookSnapshot, Level, TopOfBook, make_normalizer
 from tests.unit.books.messages import (
     RefBook,
     binance_depth,
@@ -217,6 +217,15 @@ def test_coinbase_snapshot_then_updates() -> None:
         is Action.APPLIED
     )
     assert levels(sync) == ([("100.0", "1")], [("100.5", "2"), ("101.0", "3")])
+    tob = sync.top_of_book(9)
+    assert tob == TopOfBook("coinbase", "BTC-USD", "100.0", "1", "100.5", "2", 0, 0, 9)
+    snap = sync.snapshot_event(9, depth=1)
+    assert snap is not None
+    assert (snap.bids, snap.asks) == ([Level("100.0", "1")], [Level("100.5", "2")])
+    sync.on_event(one("coinbase", coinbase_update([("99", "1")], [])))
+    sync.synced = False
+    assert sync.top_of_book(9) is None
+    assert sync.snapshot_event(9) is None
 
 
 # ---- Bitstamp -------------------------------------------------------------------------------
