@@ -173,6 +173,8 @@ class BookSync:
 
 
 class BinanceBookSync(BookSync):
+    """A break keeps the updates from it on: they join the next snapshot."""
+
     venue = "binance"
     buffers = True
 
@@ -182,10 +184,13 @@ class BinanceBookSync(BookSync):
         self._buffer.clear()
         if pending and pending[0].first_seq > last + 1:
             detail = f"snapshot {last}, first update starts at {pending[0].first_seq}"
-            return self._resync(Reason.STALE_SNAPSHOT, snap.recv_ns, detail)
-        for delta in pending:
+            outcome = self._resync(Reason.STALE_SNAPSHOT, snap.recv_ns, detail)
+            self._buffer.extend(pending)
+            return outcome
+        for i, delta in enumerate(pending):
             outcome = self._apply(delta)
             if outcome.action is Action.RESYNC:
+                self._buffer.extend(pending[i + 1 :])
                 return outcome
         return APPLIED
 
@@ -193,17 +198,20 @@ class BinanceBookSync(BookSync):
         last = self.book.seq
         if delta.seq <= last:
             return IGNORED
+        detail = ""
         if not self._joined:
             # The first one after the snapshot must straddle it: U <= lastUpdateId + 1.
             if delta.first_seq > last + 1:
                 detail = f"U {delta.first_seq} after snapshot {last}"
-                return self._resync(Reason.GAP, delta.recv_ns, detail)
         elif delta.prev_seq:
             if delta.prev_seq != last:  # futures: pu is the previous event's u
                 detail = f"pu {delta.prev_seq} after u {last}"
-                return self._resync(Reason.GAP, delta.recv_ns, detail)
         elif delta.first_seq != last + 1:
-            return self._resync(Reason.GAP, delta.recv_ns, f"U {delta.first_seq} after u {last}")
+            detail = f"U {delta.first_seq} after u {last}"
+        if detail:
+            outcome = self._resync(Reason.GAP, delta.recv_ns, detail)
+            self._buffer.append(delta)
+            return outcome
         self._joined = True
         self.book.apply(delta.bids, delta.asks)
         self.book.seq = delta.seq

@@ -57,13 +57,21 @@ def test_binance_buffers_then_joins_the_snapshot_by_the_u_rules() -> None:
 def test_binance_first_live_event_after_the_snapshot() -> None:
     sync = make_sync("binance", "BTCUSDT")
     sync.on_snapshot(binance_snapshot(100))
+    assert sync.on_event(one("binance", binance_depth(99, 103, [], []))).action is Action.APPLIED
+    assert sync.on_event(one("binance", binance_depth(104, 104, [], []))).action is Action.APPLIED
     # U > lastUpdateId + 1: an update between the snapshot and it was lost.
+    sync = make_sync("binance", "BTCUSDT")
+    sync.on_snapshot(binance_snapshot(100))
     outcome = sync.on_event(one("binance", binance_depth(102, 104, [], [])))
     assert outcome.action is Action.RESYNC
     assert outcome.reason is Reason.GAP
-    sync.on_snapshot(binance_snapshot(100))
-    assert sync.on_event(one("binance", binance_depth(99, 103, [], []))).action is Action.APPLIED
-    assert sync.on_event(one("binance", binance_depth(104, 104, [], []))).action is Action.APPLIED
+    # A snapshot as old as the first one cannot join the update kept from the break...
+    assert sync.on_snapshot(binance_snapshot(100)).reason is Reason.STALE_SNAPSHOT
+    # ...a newer one can.
+    assert sync.on_snapshot(binance_snapshot(104)).action is Action.APPLIED
+    assert sync.on_event(one("binance", binance_depth(99, 103, [], []))).action is Action.IGNORED
+    assert sync.on_event(one("binance", binance_depth(105, 105, [], []))).action is Action.APPLIED
+    assert sync.resyncs == {Reason.GAP: 1, Reason.STALE_SNAPSHOT: 1}
 
 
 def test_binance_duplicate_is_ignored_and_gap_asks_for_resync() -> None:
@@ -102,6 +110,9 @@ def test_binance_stale_snapshot() -> None:
     assert outcome.reason is Reason.STALE_SNAPSHOT
     assert sync.resyncs[Reason.STALE_SNAPSHOT] == 1
     assert sync.stale
+    # The buffered stream waits for a newer snapshot.
+    assert sync.on_snapshot(binance_snapshot(121)).action is Action.APPLIED
+    assert sync.book.seq == 125
 
 
 def test_binance_futures_pu_chain() -> None:
