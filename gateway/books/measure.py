@@ -209,8 +209,10 @@ def cryptofeed_kraken(raws: list[bytes]) -> int:
 
 def _rounds(
     contenders: dict[str, Callable[[], int]], rounds: int, messages: int
-) -> dict[str, float]:
-    """Messages/s per contender, median over rounds, contenders alternated."""
+) -> dict[str, tuple[float, float]]:
+    """Per contender: messages/s (median over rounds) and its ratio to cryptofeed's
+    (median of the per-round ratios: each round runs every contender back to back, in
+    alternating order, so a change in the machine's load hits them alike)."""
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(rounds):
         order = list(contenders.items())
@@ -221,7 +223,14 @@ def _rounds(
             start = time.perf_counter()
             run()
             rates[name].append(messages / (time.perf_counter() - start))
-    return {name: statistics.median(values) for name, values in rates.items()}
+    base = rates["cryptofeed"]
+    return {
+        name: (
+            statistics.median(values),
+            statistics.median(v / b for v, b in zip(values, base, strict=True)),
+        )
+        for name, values in rates.items()
+    }
 
 
 def _keys(levels: int, rounds: int) -> dict[str, float]:
@@ -292,10 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name:<14} {rate:>12,.0f}")
 
 
-def _report(rates: dict[str, float]) -> None:
-    base = rates["cryptofeed"]
-    for name, rate in rates.items():
-        print(f"  {name:<14} {rate:>10,.0f} msg/s   x{rate / base:.2f} cryptofeed")
+def _report(rates: dict[str, tuple[float, float]]) -> None:
+    for name, (rate, ratio) in rates.items():
+        print(f"  {name:<14} {rate:>10,.0f} msg/s   x{ratio:.2f} cryptofeed (median of rounds)")
 
 
 if __name__ == "__main__":

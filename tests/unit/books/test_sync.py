@@ -3,6 +3,9 @@ snapshots, updates without a snapshot, and the way back to a synced book."""
 
 from __future__ import annotations
 
+import pytest
+
+import gateway.books.sync
 from gateway.books import Action, BookSync, Reason, make_sync
 from gateway.normalize import BookDelta, BookSnapshot, Level, TopOfBook, make_normalizer
 from tests.unit.books.messages import (
@@ -252,3 +255,13 @@ def test_bitstamp_rest_snapshot_joins_the_diffs_by_microtimestamp() -> None:
     outcome = sync.on_event(one("bitstamp", bitstamp_diff(2_500, [], [])))
     assert outcome.action is Action.RESYNC
     assert outcome.reason is Reason.OUT_OF_ORDER
+
+
+def test_a_buffer_that_outgrows_its_bound_asks_for_resync(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway.books.sync, "MAX_BUFFERED", 3)
+    sync = make_sync("binance", "BTCUSDT")
+    outcomes = [
+        sync.on_event(one("binance", binance_depth(i, i, [], []))).action for i in range(1, 5)
+    ]
+    assert outcomes == [Action.BUFFERED] * 3 + [Action.RESYNC]
+    assert sync.resyncs == {Reason.BUFFER_OVERFLOW: 1}
