@@ -50,7 +50,7 @@ class Normalizer:
     def normalize(self, raw: bytes | str, recv_ns: int) -> list[Event]:
         try:
             return self._normalize(raw, recv_ns)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
             return []
 
     def _normalize(self, raw: bytes | str, recv_ns: int) -> list[Event]:

@@ -223,3 +223,13 @@ def test_every_simulator_data_message_normalizes(venue: str) -> None:
         assert channel is not None
         if channel[0] not in unshaped:
             assert len(events) == 1, topic
+
+
+def test_malformed_data_gives_no_event() -> None:
+    bad_ts = (
+        b'{"arg":{"channel":"trades","instId":"BTC-USDT"},"data":[{"instId":"BTC-USDT",'
+        b'"tradeId":"1","px":"1","sz":"1","side":"buy","ts":"soon"}]}'
+    )
+    assert norm("okx", bad_ts) == []
+    assert norm("binance", b"not json") == []
+    assert norm("kraken", b'{"channel":"book","type":"update","data":[{"symbol":"X"}]}') == []
