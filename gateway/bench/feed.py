@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import multiprocessing as mp
 import os
@@ -167,7 +168,7 @@ class Tally:
         threading.Thread(target=self._control, name="feed-control", daemon=True).start()
 
     def _new_window(self) -> None:
-        self.count = self.lost = self.reordered = 0
+        self.count = self.lost = self.reordered = self.lapped = 0
         self.latency = array("q")
         self.to_read = array("q")  # sim_ts -> the ring record's stamp (the session's read)
         self.from_read = array("q")  # the ring record's stamp -> the consumer
@@ -204,6 +205,11 @@ class Tally:
             self.to_read.append(read_ts - sent)
             self.from_read.append(now - read_ts)
 
+    def lap(self, now: int, lost: int) -> None:
+        """The ring reader was lapped: `lost` records overwritten before it read them."""
+        if self.t0 <= now <= self.t1:
+            self.lapped += lost
+
     def tick(self, now: int) -> None:
         """Start the next window, or report the current one once it is over."""
         if self.t1 and now > self.t1:
@@ -214,6 +220,7 @@ class Tally:
                         "count": self.count,
                         "lost": self.lost,
                         "reordered": self.reordered,
+                        "lapped": self.lapped,
                         "latency": self.latency.tobytes(),
                         "to_read": self.to_read.tobytes(),
                         "from_read": self.from_read.tobytes(),
@@ -228,7 +235,7 @@ class Tally:
 
 def ring_consumer_main(conn: Connection, ring: str, topics: list[str], wait: str) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy."""
-    from gateway.client import Client, RingMessage
+    from gateway.client import Client, Gap, RingMessage
 
     with Client.attach(ring, topics=topics, wait=wait) as client:
         tally = Tally(conn)
@@ -240,6 +247,8 @@ def ring_consumer_main(conn: Connection, ring: str, topics: list[str], wait: str
             for event in events:
                 if type(event) is RingMessage:
                     see(now, bytes(event.payload), event.topic.partition(":")[2], event.ts_ns)
+                elif type(event) is Gap:
+                    tally.lap(now, event.lost)
             tally.tick(now)
 
 
@@ -386,21 +395,25 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
                 break
             if cmd[0] != "metrics":
                 break
-            conn.send(("metrics", handoff_latency(runtime)))
+            conn.send(("metrics", gateway_figures(runtime)))
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
     with contextlib.suppress(OSError):
         conn.send(("stopped", dict(counters)))
 
 
-def handoff_latency(runtime: Any) -> dict[str, float]:
-    """The runtime's in-gateway latency metric (session read -> handed to the hub, which
-    writes the ring record before it returns), by quantile, in us: what the runtime
-    publishes over its last bursts. Empty when the runtime has none."""
-    out: dict[str, float] = {}
+def gateway_figures(runtime: Any) -> dict[str, Any]:
+    """From the runtime's metrics: "handoff", its in-gateway latency (session read ->
+    handed to the hub, which writes the ring record before it returns) by quantile in us,
+    over the last bursts it keeps (empty when it has none); the session's "reconnects" and
+    "gaps" so far."""
+    handoff: dict[str, float] = {}
+    out: dict[str, Any] = {"handoff": handoff, "reconnects": 0, "gaps": 0}
     for metric in runtime.metrics().metrics:
         if metric.name == "message_latency_seconds":
-            out[metric.labels["quantile"]] = metric.value * 1e6
+            handoff[metric.labels["quantile"]] = metric.value * 1e6
+        elif metric.name in ("session_reconnects", "session_gaps"):
+            out[metric.name.removeprefix("session_")] += int(metric.value)
     return out
 
 
@@ -469,6 +482,15 @@ class Simulator:
         if '"ok": true' not in answer:
             raise RuntimeError(f"the simulator did not take the rate: {answer!r}")
 
+    def slow_consumer_drops(self) -> int:
+        """Connections the simulator dropped so far for a backlog over its limit (as an
+        exchange drops a consumer that does not keep up)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("stats\n")
+        self.proc.stdin.flush()
+        return int(json.loads(self.proc.stdout.readline())["counters"]["slow_consumers"])
+
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
@@ -491,8 +513,11 @@ class Window:
     to_read: list[int]  # ns, sorted (ring contenders)
     from_read: list[int]
     cpu: dict[str, float] = field(default_factory=dict)  # process -> % of one CPU
-    #: The gateway's session read -> handed to the hub, p50 in us (`handoff_latency`).
+    #: The gateway's session read -> handed to the hub, p50 in us (`gateway_figures`).
     handoff_p50: float = float("nan")
+    #: What the window's losses came from: "lapped" (ring records the reader lost),
+    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer).
+    events: dict[str, int] = field(default_factory=dict)
 
 
 def percentile(ordered: list[int], p: float) -> float:
@@ -565,16 +590,26 @@ def measure_window(
     pids = {"consumer": consumer.pid, "simulator": sim.proc.pid}
     if gateway is not None:
         pids["gateway"] = gateway.pid
+
+    def figures() -> dict[str, Any]:
+        if gateway is None:
+            return {"handoff": {}, "reconnects": 0, "gaps": 0}
+        gateway.send("metrics")
+        return dict(gateway.expect("metrics", 30.0, "the gateway's metrics")[1])
+
     time.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    drops_before, gw_before = sim.slow_consumer_drops(), figures()
     time.sleep(max(0.0, (t1 - time.time_ns()) / 1e9))
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    handoff = float("nan")
-    if gateway is not None:
-        gateway.send("metrics")
-        handoff = gateway.expect("metrics", 30.0, "the gateway's metrics")[1].get("0.5", handoff)
+    drops_after, gw_after = sim.slow_consumer_drops(), figures()
     result = consumer.expect("result", 30.0 + plan.measure, "the consumer's window")[1]
     seconds = (t1 - t0) / 1e9
+    events = {
+        "lapped": result["lapped"],
+        "reconnects": gw_after["reconnects"] - gw_before["reconnects"],
+        "dropped by the simulator": drops_after - drops_before,
+    }
     return Window(
         rate,
         seconds,
@@ -585,7 +620,8 @@ def measure_window(
         _sorted(result["to_read"]),
         _sorted(result["from_read"]),
         {name: 100 * (after[name] - before[name]) / seconds for name in pids},
-        handoff,
+        gw_after["handoff"].get("0.5", float("nan")),
+        events,
     )
 
 
@@ -635,6 +671,7 @@ def run_feed(
                         f"p99 {percentile(w.latency, 99):7.0f} us lost {w.lost} reordered "
                         f"{w.reordered} cpu "
                         + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
+                        + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
                     )
     return windows
 
@@ -675,8 +712,20 @@ def measurements(plan: Plan, windows: dict[str, list[Window]]) -> list[Measureme
                         f"{len(at)} rounds of {plan.measure:g} s after {plan.warmup:g} s; "
                         f"{sum(w.count for w in at)} msgs timed"
                     )
+                elif metric == "messages lost":
+                    m.note = loss_causes(at)
                 out.append(m)
     return out
+
+
+def loss_causes(windows: list[Window]) -> str:
+    """What the windows' losses came with, summed, for the note ("" when nothing did)."""
+    totals: dict[str, int] = {}
+    for w in windows:
+        for cause, n in w.events.items():
+            totals[cause] = totals.get(cause, 0) + n
+    causes = [f"{cause} {n}" for cause, n in totals.items() if n]
+    return ("in the windows: " + ", ".join(causes)) if causes else ""
 
 
 def plot(plan: Plan, windows: dict[str, list[Window]], path: Path) -> Path:

@@ -155,6 +155,7 @@ def test_every_contender_delivers_every_message_in_order(
         assert [w.rate for w in windows] == list(QUICK.rates), name
         for w in windows:
             assert (w.lost, w.reordered) == (0, 0), (name, w.rate)
+            assert set(w.events.values()) == {0}, (name, w.rate, w.events)  # nothing to explain
             # the simulator's rate, give or take the window's edges
             assert 0.8 * w.rate <= w.count / w.seconds <= 1.2 * w.rate, (name, w.rate, w.count)
             assert len(w.latency) == w.count
