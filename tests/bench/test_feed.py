@@ -186,3 +186,11 @@ def test_quick_mode_is_short() -> None:
     """What `make test` pays for: rates x (warm-up + window) per contender, plus starts."""
     per_contender = len(QUICK.rates) * (QUICK.warmup + QUICK.measure)
     assert QUICK.rounds == 1 and per_contender <= 5
+
+
+def test_make_bench_runs_it() -> None:
+    from gateway.bench.cli import _load_scenarios
+    from gateway.bench.core import SCENARIOS
+
+    _load_scenarios()
+    assert SCENARIOS["feed"].in_all and SCENARIOS["feed"].needs_root
