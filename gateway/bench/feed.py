@@ -5,9 +5,9 @@ What runs, all real, each part in a process of its own:
 
     lab namespace   the feed simulator (`wsgw simulate`, Binance dialect, TOPICS) on
                     0.0.0.0:SIM_PORT, so the DPDK veth and the twin's reach it; its rate is
-                    changed on its stdin between rates (RATES: the total over all topics)
+                    changed on its stdin between rates (`Plan.rates`: over all topics)
     twin namespace  (`Lab(kernel_client=True)`) the reference: a picows client of the
-                    simulator on kernel TCP (`direct_main`), as a user would write one
+                    simulator on kernel TCP (`picows_consumer_main`), as a user writes one
     gateway process (`gateway_main`, one per contender and round) LiveRuntime + DpdkEngines as
                     `wsgw serve` builds them: a Binance session over wsgw's stack on the
                     lab's veth (net_af_packet) or over kernel sockets in the twin namespace,
@@ -25,15 +25,18 @@ read stamp, `RingWriter` stamps CLOCK_REALTIME too; see wsgw_ring.h), so they su
 The split of the ring contenders' path: sim_ts -> the ring record's ts_ns (the exchange's
 send, the wire, the engine's poll and the session's read) and ts_ns -> the consumer (frame
 to ring record in the engine, the ring, the reader's wake-up). The ring keeps one stamp per
-record, so the write of the record is not told apart from the read.
+record, so the write of the record is not told apart from the read: the runtime's
+in-gateway latency metric (read -> handed to the hub) stands in for it.
 
-Per contender, round and rate, a window: WARMUP seconds after the rate is set (the backlog
-of the rate change drains), then MEASURE seconds. In it: delivered msg/s, latency
-p50/p99/p99.9, messages lost and reordered (every topic's sim_seq must step by one; the
-check spans the warm-up too, losses are counted in the window they show in), and CPU per
-process (gateway, consumer, simulator) from /proc/PID/stat at the window's start and end.
-Contenders alternate by round (`alternate`); within a contender's turn the rates go up in
-order (the gateway and consumer stay up across them). Ratios are to the direct client.
+Per contender, round and rate, a window: `Plan.warmup` seconds after the rate is set (the
+backlog of the rate change drains), then `Plan.measure` seconds. In it: delivered msg/s,
+latency p50/p99/p99.9, messages lost and reordered (every topic's sim_seq must step by
+one; the check spans the warm-up too, losses are counted in the window they show in), CPU
+per process (gateway, consumer, simulator) from /proc/PID/stat at the window's start and
+end, and what losses came with (the reader lapped, the session's reconnects, the
+simulator dropping a slow consumer). Contenders alternate by round (`alternate`); within
+a contender's turn the rates go up in order (the gateway and consumer stay up across
+them). Ratios are to the direct client.
 
 The low-latency profile is `LOW_LATENCY` (engine busy-polls, the reader spins): the one
 place to switch to the profile setting once there is one.
@@ -99,7 +102,7 @@ LOW_LATENCY = Profile(poll_mode="busy", reader_wait="spin")
 class Contender:
     name: str
     transport: str | None  # None: the direct client, no gateway
-    sink: str  # "ring", "stream" or "nats"
+    sink: str  # "ring", "stream", "nats" or "direct"
     profile: Profile = DEFAULT
 
 
@@ -469,7 +472,8 @@ class Simulator:
 
     def __init__(self, lab: Lab, rate: float) -> None:
         per_topic = rate / len(TOPICS)
-        self.proc = start_simulator(lab, SIM_PORT, per_topic, host="0.0.0.0", stdin=True)  # noqa: S104
+        every = "0.0.0.0"  # noqa: S104 - both veths, the DPDK one and the twin's
+        self.proc = start_simulator(lab, SIM_PORT, per_topic, host=every, stdin=True)
         assert self.proc.stdout is not None
         self.proc.stdout.readline()  # the JSON line describing the server
 
