@@ -19,6 +19,7 @@ def _load_scenarios() -> None:
         conformance,
         fanout,
         faultsoak,
+        feed,
         floor,
         micro,
         soak,

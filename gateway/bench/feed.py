@@ -1,0 +1,780 @@
+"""`feed`: time from the exchange's send to the consumer's first line of code, through wsgw
+and next to a consumer connected to the exchange itself (issue #16).
+
+What runs, all real, each part in a process of its own:
+
+    lab namespace   the feed simulator (`wsgw simulate`, Binance dialect, TOPICS) on
+                    0.0.0.0:SIM_PORT, so the DPDK veth and the twin's reach it; its rate is
+                    changed on its stdin between rates (`Plan.rates`: over all topics)
+    twin namespace  (`Lab(kernel_client=True)`) the reference: a picows client of the
+                    simulator on kernel TCP (`picows_consumer_main`), as a user writes one
+    gateway process (`gateway_main`, one per contender and round) LiveRuntime + DpdkEngines as
+                    `wsgw serve` builds them: a Binance session over wsgw's stack on the
+                    lab's veth (net_af_packet) or over kernel sockets in the twin namespace,
+                    the hub writing the shared-memory ring, and where the contender needs
+                    them /v1/stream (uvicorn on uvloop) or the NATS sink (a nats-server of
+                    the bench's own, as `fanout` starts it)
+    consumer        a process reading the ring with `gateway.client.Client` (the reader's
+                    wait policy), a picows client of /v1/stream, or a nats-py subscriber
+
+Every simulator data message ends with `"sim_seq": N, "sim_ts": T`, T = time.time_ns() when
+the simulator rendered it. A consumer takes time.time_ns() first thing when a message (the
+ring: a batch) reaches its code, then reads the tail: latency = receipt - sim_ts. All stamps
+are CLOCK_REALTIME of one machine: time.time_ns() and the ring record's ts_ns (the session's
+read stamp, `RingWriter` stamps CLOCK_REALTIME too; see wsgw_ring.h), so they subtract.
+The split of the ring contenders' path: sim_ts -> the ring record's ts_ns (the exchange's
+send, the wire, the engine's poll and the session's read) and ts_ns -> the consumer (frame
+to ring record in the engine, the ring, the reader's wake-up). The ring keeps one stamp per
+record, so the write of the record is not told apart from the read: the runtime's
+in-gateway latency metric (read -> handed to the hub) stands in for it.
+
+Per contender, round and rate, a window: `Plan.warmup` seconds after the rate is set (the
+backlog of the rate change drains), then `Plan.measure` seconds. In it: delivered msg/s,
+latency p50/p99/p99.9, messages lost and reordered (every topic's sim_seq must step by
+one; the check spans the warm-up too, losses are counted in the window they show in), CPU
+per process (gateway, consumer, simulator) from /proc/PID/stat at the window's start and
+end, and what losses came with (the reader lapped, the session's reconnects, the
+simulator dropping a slow consumer). Contenders alternate by round (`alternate`); within
+a contender's turn the rates go up in order (the gateway and consumer stay up across
+them). Ratios are to the direct client.
+
+The low-latency profile is `LOW_LATENCY` (engine busy-polls, the reader spins): the one
+place to switch to the profile setting once there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing as mp
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
+from gateway.lab import Lab
+from gateway.simulator.process import start_simulator
+
+SCENARIO = "feed"
+TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "bnbusdt@trade")
+SIM_PORT = 9480
+RING_CAPACITY = 64 << 20  # the gateway's default
+CTX = mp.get_context("spawn")
+STARTUP_TIMEOUT = 60.0
+
+DIRECT = "direct picows (kernel TCP)"
+DPDK_RING = "wsgw dpdk -> ring"
+DPDK_RING_LOWLAT = "wsgw dpdk -> ring, low-latency"
+KERNEL_RING = "wsgw kernel -> ring"
+DPDK_STREAM = "wsgw dpdk -> /v1/stream"
+DPDK_NATS = "wsgw dpdk -> nats"
+CONTENDERS = (DIRECT, DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING, DPDK_STREAM, DPDK_NATS)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The settings a contender differs by: the engine's polling and the reader's wait."""
+
+    poll_mode: str = "adaptive"  # engine.poll_mode
+    reader_wait: str = "futex"  # dataplane.ring.WaitPolicy
+
+
+DEFAULT = Profile()
+#: The low-latency profile: the engine busy-polls its lcore, the ring reader spins (100 us,
+#: then the futex: "busy" would take the second of the machine's two cores for good).
+LOW_LATENCY = Profile(poll_mode="busy", reader_wait="spin")
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    transport: str | None  # None: the direct client, no gateway
+    sink: str  # "ring", "stream", "nats" or "direct"
+    profile: Profile = DEFAULT
+
+
+CONTENDER_SPECS = {
+    DIRECT: Contender(DIRECT, None, "direct"),
+    DPDK_RING: Contender(DPDK_RING, "dpdk", "ring"),
+    DPDK_RING_LOWLAT: Contender(DPDK_RING_LOWLAT, "dpdk", "ring", LOW_LATENCY),
+    KERNEL_RING: Contender(KERNEL_RING, "kernel", "ring"),
+    DPDK_STREAM: Contender(DPDK_STREAM, "dpdk", "stream"),
+    DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
+}
+
+
+# ---- the plan --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    rates: tuple[float, ...]  # msg/s over all topics
+    warmup: float  # seconds after a rate change before the window
+    measure: float  # the window, seconds
+    rounds: int
+
+
+def plan_for(options: BenchOptions) -> Plan:
+    if options.quick:
+        return Plan((100.0, 1000.0), 0.5, 1.5, 1)
+    return Plan((100.0, 1000.0, 10_000.0, 100_000.0), 1.5, 5.0, min(options.repetitions, 3))
+
+
+# ---- what a consumer sees (in the consumer processes) --------------------------------------------
+_SEQ_KEY = b',"sim_seq":'
+_TS_KEY = b',"sim_ts":'
+_STREAM_KEY = b'{"stream":"'
+
+
+def sim_tail(raw: bytes) -> tuple[int, int] | None:
+    """(sim_seq, sim_ts) of a simulator data message, None for anything else."""
+    at = raw.rfind(_SEQ_KEY)
+    if at < 0:
+        return None
+    ts_at = raw.find(_TS_KEY, at)
+    if ts_at < 0:
+        return None
+    return int(raw[at + 11 : ts_at]), int(raw[ts_at + 10 : raw.index(b"}", ts_at)])
+
+
+def binance_topic(raw: bytes) -> str:
+    """The stream name of a Binance combined-stream message (`{"stream":"<topic>",...`)."""
+    if raw.startswith(_STREAM_KEY):
+        return raw[11 : raw.index(b'"', 11)].decode()
+    return ""
+
+
+class Tally:
+    """One consumer's windows: the orchestrator sends ("window", t0_ns, t1_ns) (a thread of
+    this class receives them), messages received in [t0, t1] are counted and timed, and
+    once the clock passes t1 the window's result goes back. The sequence check runs on
+    every message, windows or not."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.pending: deque[tuple[int, int]] = deque()
+        self.stopping = False
+        self.t0 = self.t1 = 0
+        self.last: dict[str, int] = {}
+        self._new_window()
+        threading.Thread(target=self._control, name="feed-control", daemon=True).start()
+
+    def _new_window(self) -> None:
+        self.count = self.lost = self.reordered = self.lapped = 0
+        self.latency = array("q")
+        self.to_read = array("q")  # sim_ts -> the ring record's stamp (the session's read)
+        self.from_read = array("q")  # the ring record's stamp -> the consumer
+
+    def _control(self) -> None:
+        while True:
+            try:
+                cmd = self.conn.recv()
+            except (EOFError, OSError):
+                cmd = ("stop",)
+            if cmd[0] == "window":
+                self.pending.append((cmd[1], cmd[2]))
+            else:
+                self.stopping = True
+                return
+
+    def see(self, now: int, raw: bytes, topic: str, read_ts: int = 0) -> None:
+        tail = sim_tail(raw)
+        if tail is None:
+            return
+        seq, sent = tail
+        last = self.last.get(topic)
+        self.last[topic] = max(seq, last or 0)
+        if not self.t0 <= now <= self.t1:
+            return
+        if last is not None:
+            if seq > last + 1:
+                self.lost += seq - last - 1
+            elif seq <= last:
+                self.reordered += 1
+        self.count += 1
+        self.latency.append(now - sent)
+        if read_ts:
+            self.to_read.append(read_ts - sent)
+            self.from_read.append(now - read_ts)
+
+    def lap(self, now: int, lost: int) -> None:
+        """The ring reader was lapped: `lost` records overwritten before it read them."""
+        if self.t0 <= now <= self.t1:
+            self.lapped += lost
+
+    def tick(self, now: int) -> None:
+        """Start the next window, or report the current one once it is over."""
+        if self.t1 and now > self.t1:
+            self.conn.send(
+                (
+                    "result",
+                    {
+                        "count": self.count,
+                        "lost": self.lost,
+                        "reordered": self.reordered,
+                        "lapped": self.lapped,
+                        "latency": self.latency.tobytes(),
+                        "to_read": self.to_read.tobytes(),
+                        "from_read": self.from_read.tobytes(),
+                    },
+                )
+            )
+            self.t0 = self.t1 = 0
+            self._new_window()
+        if not self.t1 and self.pending:
+            self.t0, self.t1 = self.pending.popleft()
+
+
+def ring_consumer_main(conn: Connection, ring: str, topics: list[str], wait: str) -> None:
+    """A consumer process of the ring, through the consumer client, with `wait` policy."""
+    from gateway.client import Client, Gap, RingMessage
+
+    with Client.attach(ring, topics=topics, wait=wait) as client:
+        tally = Tally(conn)
+        conn.send(("ready", os.getpid()))
+        read, see, clock = client.read, tally.see, time.time_ns
+        while not tally.stopping:
+            events = read(timeout=0.05)
+            now = clock()  # the consumer's first line of code for this batch
+            for event in events:
+                if type(event) is RingMessage:
+                    see(now, bytes(event.payload), event.topic.partition(":")[2], event.ts_ns)
+                elif type(event) is Gap:
+                    tally.lap(now, event.lost)
+            tally.tick(now)
+
+
+def _run_async(coro: Any) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+async def _ticking(tally: Tally) -> None:
+    """Windows end on time also when no message comes."""
+    while not tally.stopping:
+        tally.tick(time.time_ns())
+        await asyncio.sleep(0.02)
+
+
+async def _picows_consumer(conn: Connection, url: str) -> None:
+    import picows
+
+    tally = Tally(conn)
+    see, clock = tally.see, time.time_ns
+    data_kinds = (picows.WSMsgType.TEXT, picows.WSMsgType.BINARY)
+
+    class Listener(picows.WSListener):
+        def on_ws_frame(self, transport: Any, frame: Any) -> None:
+            now = clock()  # the consumer's first line of code
+            if frame.msg_type in data_kinds:
+                raw = frame.get_payload_as_bytes()
+                see(now, raw, binance_topic(raw))
+            elif frame.msg_type == picows.WSMsgType.CLOSE:
+                transport.disconnect()
+
+    transport, _ = await picows.ws_connect(Listener, url)
+    conn.send(("ready", os.getpid()))
+    await _ticking(tally)
+    transport.disconnect()
+
+
+def picows_consumer_main(conn: Connection, url: str) -> None:
+    """A picows client of `url`: the simulator itself (the direct client) or /v1/stream."""
+    _run_async(_picows_consumer(conn, url))
+
+
+async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
+    import nats
+
+    tally = Tally(conn)
+    see, clock = tally.see, time.time_ns
+
+    async def on_msg(msg: Any) -> None:
+        now = clock()  # the consumer's first line of code
+        see(now, msg.data, binance_topic(msg.data))
+
+    nc = await nats.connect(url)
+    await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+    await nc.flush()
+    conn.send(("ready", os.getpid()))
+    await _ticking(tally)
+    await nc.close()
+
+
+def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
+    _run_async(_nats_consumer(conn, url, subject))
+
+
+# ---- the gateway process ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GatewayConfig:
+    lab_name: str
+    transport: str  # "dpdk" or "kernel"
+    sink: str  # "ring", "stream" or "nats"
+    poll_mode: str
+    ring: str
+    nats_url: str | None = None
+
+
+def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
+    """The gateway as `wsgw serve` builds it (as `soak` and `faultsoak` do), with one Binance
+    session; says ("ready", session id, /v1/stream URL or "") once messages flow, stops on
+    any message."""
+    from dataplane.ring import RingWriter
+    from gateway.engines import DpdkEngines
+    from gateway.hub import Hub
+    from gateway.runtime import PortSpec, SessionSpec
+    from gateway.runtime_live import LiveRuntime
+    from gateway.settings import Settings
+
+    lab = Lab(cfg.lab_name, kernel_client=True)
+    state = Path(tempfile.mkdtemp(prefix="wsgw-feed-"))
+    with ExitStack() as undo:
+        undo.callback(shutil.rmtree, state, ignore_errors=True)
+        sink = None
+        if cfg.sink == "nats":
+            from gateway.hub.nats import NatsConfig, NatsSink
+
+            assert cfg.nats_url is not None
+            sink = NatsSink(NatsConfig(servers=[cfg.nats_url])).start(10)
+        hub = Hub(ring=RingWriter.create(cfg.ring, RING_CAPACITY, replace=True), nats=sink)
+        undo.callback(hub.close)
+        sid, stream_url = 1, ""
+        if cfg.sink == "stream":
+            from gateway.hub.testing import ServerThread, gateway_app
+
+            app = gateway_app(state, hub, auth="none")
+            server = ServerThread(app, uvloop=True).start()
+            undo.callback(server.stop)
+            # The stream route looks the session up in the control plane's database (the
+            # row's transport is not what runs: the runtime below has the session's spec).
+            row = {"name": "feed", "url": "ws://198.18.0.1/", "dialect": "binance"}
+            sid = app.state.service.create_session({**row, "transport": "kernel"}).id
+            stream_url = (
+                f"{server.ws_url}/v1/stream?session={sid}&topics={','.join(TOPICS)}"
+                "&queue_size=100000&consumer=feed"
+            )
+        settings = Settings(
+            dpdk={"hugepages": "off"},  # type: ignore[arg-type]
+            engine={"poll_mode": cfg.poll_mode},  # type: ignore[arg-type]
+        )
+        with lab.client_threads():  # the session loop thread: kernel sockets in the twin
+            runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
+        undo.callback(runtime.close)
+        port_id = None
+        host = lab.peer_client_ip
+        if cfg.transport == "dpdk":
+            port_id, host = 1, lab.peer_ip
+            runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
+        runtime.subscribe(sid, list(TOPICS))
+        url = f"ws://{host}:{SIM_PORT}/binance/stream"
+        runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while hub.counters.published == 0:
+            if time.monotonic() > deadline:
+                status = runtime.session_status(sid)
+                raise RuntimeError(f"no message through the gateway: {status}")
+            time.sleep(0.02)
+        conn.send(("ready", sid, stream_url))
+        while True:
+            try:
+                cmd = conn.recv()
+            except (EOFError, OSError):
+                break
+            if cmd[0] != "metrics":
+                break
+            conn.send(("metrics", gateway_figures(runtime)))
+        counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
+        runtime.stop_session(sid)
+    with contextlib.suppress(OSError):
+        conn.send(("stopped", dict(counters)))
+
+
+def gateway_figures(runtime: Any) -> dict[str, Any]:
+    """From the runtime's metrics: "handoff", its in-gateway latency (session read ->
+    handed to the hub, which writes the ring record before it returns) by quantile in us,
+    over the last bursts it keeps (empty when it has none); the session's "reconnects" and
+    "gaps" so far."""
+    handoff: dict[str, float] = {}
+    out: dict[str, Any] = {"handoff": handoff, "reconnects": 0, "gaps": 0}
+    for metric in runtime.metrics().metrics:
+        if metric.name == "message_latency_seconds":
+            handoff[metric.labels["quantile"]] = metric.value * 1e6
+        elif metric.name in ("session_reconnects", "session_gaps"):
+            out[metric.name.removeprefix("session_")] += int(metric.value)
+    return out
+
+
+# ---- processes (this side) -----------------------------------------------------------------------
+class Proc:
+    """A child process driven through a pipe; its first message is ("ready", ...)."""
+
+    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+        self.conn, child = CTX.Pipe()
+        self.proc = CTX.Process(target=target, args=(child, *args), daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = self.expect("ready", STARTUP_TIMEOUT, f"{target.__name__} start")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc.pid is not None
+        return self.proc.pid
+
+    def expect(self, what: str, timeout: float, doing: str) -> tuple[Any, ...]:
+        if not self.conn.poll(timeout):
+            self.close()
+            raise RuntimeError(f"{doing}: no answer in {timeout:.0f} s")
+        try:
+            reply: tuple[Any, ...] = self.conn.recv()
+        except EOFError:
+            self.close()
+            raise RuntimeError(f"{doing}: the process ended (exit {self.proc.exitcode})") from None
+        if reply[0] != what:
+            raise RuntimeError(f"{doing}: {reply!r}")
+        return reply
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+    def close(self, timeout: float = 15.0) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(("stop",))
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Simulator:
+    """The feed simulator in the lab's namespace, its rate set on its stdin."""
+
+    def __init__(self, lab: Lab, rate: float) -> None:
+        per_topic = rate / len(TOPICS)
+        every = "0.0.0.0"  # noqa: S104 - both veths, the DPDK one and the twin's
+        self.proc = start_simulator(lab, SIM_PORT, per_topic, host=every, stdin=True)
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()  # the JSON line describing the server
+
+    def set_rate(self, rate: float) -> None:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"rate rate={rate / len(TOPICS)!r}\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if '"ok": true' not in answer:
+            raise RuntimeError(f"the simulator did not take the rate: {answer!r}")
+
+    def slow_consumer_drops(self) -> int:
+        """Connections the simulator dropped so far for a backlog over its limit (as an
+        exchange drops a consumer that does not keep up)."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("stats\n")
+        self.proc.stdin.flush()
+        return int(json.loads(self.proc.stdout.readline())["counters"]["slow_consumers"])
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+
+
+@dataclass
+class Window:
+    """One contender's figures at one rate in one round."""
+
+    rate: float
+    seconds: float
+    count: int
+    lost: int
+    reordered: int
+    latency: list[int]  # ns, sorted
+    to_read: list[int]  # ns, sorted (ring contenders)
+    from_read: list[int]
+    cpu: dict[str, float] = field(default_factory=dict)  # process -> % of one CPU
+    #: The gateway's session read -> handed to the hub, p50 in us (`gateway_figures`).
+    handoff_p50: float = float("nan")
+    #: What the window's losses came from: "lapped" (ring records the reader lost),
+    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer).
+    events: dict[str, int] = field(default_factory=dict)
+
+
+def percentile(ordered: list[int], p: float) -> float:
+    """The p-th percentile (nearest rank) of sorted ns, in us; NaN when empty."""
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] / 1e3
+
+
+def _sorted(raw: bytes) -> list[int]:
+    values = array("q")
+    values.frombytes(raw)
+    return sorted(values)
+
+
+@contextlib.contextmanager
+def running(
+    contender: Contender, lab: Lab, nats_url: str | None, tag: str
+) -> Iterator[tuple[Proc, Proc | None]]:
+    """The contender's consumer (and gateway), up and receiving until the block ends."""
+    from dataplane.ring import ring_path
+
+    gateway: Proc | None = None
+    consumer: Proc | None = None
+    ring = f"wsgw-feed{os.getpid()}{tag}-messages"
+    try:
+        if contender.transport is None:
+            streams = "/".join(TOPICS)
+            url = f"ws://{lab.peer_client_ip}:{SIM_PORT}/binance/stream?streams={streams}"
+            with lab.client_threads():  # its process is forked from this thread: the twin
+                consumer = Proc(picows_consumer_main, url)
+        else:
+            cfg = GatewayConfig(
+                lab.name,
+                contender.transport,
+                contender.sink,
+                contender.profile.poll_mode,
+                ring,
+                nats_url,
+            )
+            gateway = Proc(gateway_main, cfg)
+            sid, stream_url = gateway.ready[1], gateway.ready[2]
+            if contender.sink == "ring":
+                from gateway.hub.names import ring_topics
+
+                topics = ring_topics(sid, list(TOPICS), gaps=False)
+                consumer = Proc(ring_consumer_main, ring, topics, contender.profile.reader_wait)
+            elif contender.sink == "stream":
+                consumer = Proc(picows_consumer_main, stream_url)
+            else:
+                assert nats_url is not None
+                consumer = Proc(nats_consumer_main, nats_url, f"wsgw.{sid}.*")
+        yield consumer, gateway
+    finally:
+        if consumer is not None:
+            consumer.close()
+        if gateway is not None:
+            gateway.close()
+        ring_path(ring).unlink(missing_ok=True)
+
+
+def measure_window(
+    plan: Plan, rate: float, sim: Simulator, consumer: Proc, gateway: Proc | None
+) -> Window:
+    """Set the rate, let it settle, time one window."""
+    sim.set_rate(rate)
+    t0 = time.time_ns() + int(plan.warmup * 1e9)
+    t1 = t0 + int(plan.measure * 1e9)
+    consumer.send("window", t0, t1)
+    pids = {"consumer": consumer.pid, "simulator": sim.proc.pid}
+    if gateway is not None:
+        pids["gateway"] = gateway.pid
+
+    def figures() -> dict[str, Any]:
+        if gateway is None:
+            return {"handoff": {}, "reconnects": 0, "gaps": 0}
+        gateway.send("metrics")
+        return dict(gateway.expect("metrics", 30.0, "the gateway's metrics")[1])
+
+    time.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    drops_before, gw_before = sim.slow_consumer_drops(), figures()
+    time.sleep(max(0.0, (t1 - time.time_ns()) / 1e9))
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    drops_after, gw_after = sim.slow_consumer_drops(), figures()
+    result = consumer.expect("result", 30.0 + plan.measure, "the consumer's window")[1]
+    seconds = (t1 - t0) / 1e9
+    events = {
+        "lapped": result["lapped"],
+        "reconnects": gw_after["reconnects"] - gw_before["reconnects"],
+        "dropped by the simulator": drops_after - drops_before,
+    }
+    return Window(
+        rate,
+        seconds,
+        result["count"],
+        result["lost"],
+        result["reordered"],
+        _sorted(result["latency"]),
+        _sorted(result["to_read"]),
+        _sorted(result["from_read"]),
+        {name: 100 * (after[name] - before[name]) / seconds for name in pids},
+        gw_after["handoff"].get("0.5", float("nan")),
+        events,
+    )
+
+
+def run_feed(
+    plan: Plan,
+    lab_name: str,
+    contenders: tuple[str, ...] = CONTENDERS,
+    log: Callable[[str], None] = print,
+) -> dict[str, list[Window]]:
+    """Every contender's windows, rounds alternating (module doc); everything it made is
+    gone when it returns or raises."""
+    from multiprocessing import resource_tracker
+
+    from gateway.hub.testing import NatsServer, nats_server_binary
+
+    # multiprocessing starts its resource tracker with the first spawned process; started
+    # from the thread in the twin namespace (the direct client's), it exited at once and
+    # stayed a zombie of this process: start it here.
+    resource_tracker.ensure_running()
+    lab = Lab(lab_name, kernel_client=True)
+    windows: dict[str, list[Window]] = {c: [] for c in contenders}
+    with ExitStack() as undo:
+        lab.down()
+        undo.callback(lab.down)
+        lab.up()
+        sim = Simulator(lab, plan.rates[0])
+        undo.callback(sim.close)
+        nats_url = None
+        if DPDK_NATS in contenders:
+            if nats_server_binary() is None:
+                log("no nats-server: the nats contender is left out")
+                contenders = tuple(c for c in contenders if c != DPDK_NATS)
+                del windows[DPDK_NATS]
+            else:
+                nats = NatsServer().start()
+                undo.callback(nats.cleanup)
+                nats_url = nats.url
+        for k, (round_, name) in enumerate(alternate(plan.rounds, list(contenders))):
+            spec = CONTENDER_SPECS[name]
+            with running(spec, lab, nats_url, f"r{k}") as (consumer, gateway):
+                for rate in plan.rates:
+                    w = measure_window(plan, rate, sim, consumer, gateway)
+                    windows[name].append(w)
+                    log(
+                        f"round {round_ + 1} {name:32} {rate:>8.0f} msg/s: got "
+                        f"{w.count / w.seconds:8.0f} msg/s p50 {percentile(w.latency, 50):7.0f} "
+                        f"p99 {percentile(w.latency, 99):7.0f} us lost {w.lost} reordered "
+                        f"{w.reordered} cpu "
+                        + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
+                        + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
+                    )
+    return windows
+
+
+# ---- the report -------------------------------------------------------------------------------
+def rate_label(rate: float) -> str:
+    return f"{rate / 1000:g}k msg/s" if rate >= 1000 else f"{rate:g} msg/s"
+
+
+def measurements(plan: Plan, windows: dict[str, list[Window]]) -> list[Measurement]:
+    out: list[Measurement] = []
+    for rate in plan.rates:
+        label = rate_label(rate)
+        for metric, unit, higher, value in (
+            ("delivered", "msg/s", True, lambda w: w.count / w.seconds),
+            ("latency p50", "us", False, lambda w: percentile(w.latency, 50)),
+            ("latency p99", "us", False, lambda w: percentile(w.latency, 99)),
+            ("latency p99.9", "us", False, lambda w: percentile(w.latency, 99.9)),
+            ("messages lost", "msgs", False, lambda w: float(w.lost)),
+            ("messages reordered", "msgs", False, lambda w: float(w.reordered)),
+            ("send -> session read p50", "us", False, lambda w: percentile(w.to_read, 50)),
+            ("session read -> consumer p50", "us", False, lambda w: percentile(w.from_read, 50)),
+            ("session read -> hub p50", "us", False, lambda w: w.handoff_p50),
+            ("CPU gateway", "%", False, lambda w: w.cpu.get("gateway", float("nan"))),
+            ("CPU consumer", "%", False, lambda w: w.cpu["consumer"]),
+            ("CPU simulator", "%", False, lambda w: w.cpu["simulator"]),
+        ):
+            for name, ws in windows.items():
+                at = [w for w in ws if w.rate == rate]
+                samples = [value(w) for w in at]
+                if all(math.isnan(s) for s in samples):  # NaN: not measured for this contender
+                    continue
+                m = Measurement(
+                    SCENARIO, f"{label}: {metric}", name, unit, higher, samples, name == DIRECT
+                )
+                if metric == "delivered":
+                    m.note = (
+                        f"{len(at)} rounds of {plan.measure:g} s after {plan.warmup:g} s; "
+                        f"{sum(w.count for w in at)} msgs timed"
+                    )
+                elif metric == "messages lost":
+                    m.note = loss_causes(at)
+                out.append(m)
+    return out
+
+
+def loss_causes(windows: list[Window]) -> str:
+    """What the windows' losses came with, summed, for the note ("" when nothing did)."""
+    totals: dict[str, int] = {}
+    for w in windows:
+        for cause, n in w.events.items():
+            totals[cause] = totals.get(cause, 0) + n
+    causes = [f"{cause} {n}" for cause, n in totals.items() if n]
+    return ("in the windows: " + ", ".join(causes)) if causes else ""
+
+
+def plot(plan: Plan, windows: dict[str, list[Window]], path: Path) -> Path:
+    """p50 and p99 against the rate, one line per contender (medians over the rounds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    for ax, p in zip(axes, (50.0, 99.0), strict=True):
+        for name, ws in windows.items():
+            ys = [
+                statistics.median(percentile(w.latency, p) for w in ws if w.rate == rate)
+                for rate in plan.rates
+            ]
+            style = "k--" if name == DIRECT else "-"
+            ax.plot(plan.rates, ys, style, marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("feed rate, msg/s (all topics)")
+        ax.set_ylabel("us, exchange send -> consumer")
+        ax.set_title(f"p{p:g}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("wsgw bench feed: latency against rate (median over rounds)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@scenario(
+    SCENARIO,
+    "exchange send -> consumer's code: wsgw (ring, /v1/stream, NATS) vs a direct picows client",
+    needs_root=True,
+)
+def bench_feed(options: BenchOptions) -> list[Measurement]:
+    plan = plan_for(options)
+
+    def log(line: str) -> None:
+        print(f"[feed] {line}", flush=True)
+
+    windows = run_feed(plan, unique_lab_name(options, "feed"), log=log)
+    if options.out is not None:
+        log(f"wrote {plot(plan, windows, options.out / 'feed_latency.png')}")
+    return measurements(plan, windows)
