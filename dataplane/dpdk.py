@@ -45,6 +45,13 @@ PMD_FOLDERS = (
 #: vdev drivers that sit on a kernel network interface named by `iface=`.
 IFACE_VDEVS = ("net_af_packet", "net_af_xdp", "net_pcap")
 ETHER_OVERHEAD = 18  # Ethernet header + FCS; DPDK's MTU is the IP MTU
+# af_packet's TPACKET ring is the port's RX queue: the kernel fills it whether or not the
+# engine thread runs. The PMD's default (512 frames: 740 kB of TCP payload) is smaller than
+# the receive window of a bulk flow (4 MB in `stream`, `ingest`): a sender that fills the
+# window while the engine is off the CPU for a few ms (a shared machine) overflows it, the
+# kernel drops frames, and every loss takes the Python slow path (`stream` fell to a third).
+# 4096 frames (8 MB of 2 kB frames) hold 5.9 MB of payload.
+AF_PACKET_FRAMES = 4096
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,17 @@ class Eal:
         return DpdkPort.open(self, device, force=force, **sizing)
 
 
+def with_rx_ring(device: str) -> str:
+    """The devargs the port is probed with: an af_packet vdev without `framecnt` gets a ring
+    of AF_PACKET_FRAMES frames (what the caller set is kept)."""
+    name, _, args = device.partition(",")
+    if not name.startswith("net_af_packet"):
+        return device
+    if any(arg.partition("=")[0].strip() == "framecnt" for arg in args.split(",")):
+        return device
+    return f"{device},framecnt={AF_PACKET_FRAMES}"
+
+
 def _device_checks(eal: Eal, device: str, force: bool) -> None:
     """Refuse devices that do not exist or that the host uses, with the reason spelled out."""
     name, _, params = device.partition(",")
@@ -347,7 +365,7 @@ class DpdkPort:
         shim = eal.shim
         fds_before = _open_fds()
         rc, handle = shim.port_open(
-            device,
+            with_rx_ring(device),
             n_mbufs=n_mbufs,
             mbuf_cache=mbuf_cache,
             rx_desc=rx_desc,

@@ -157,7 +157,7 @@ class Engine:
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
-        self._published_ns = 0  # loop mode: when the snapshot was last published
+        self._published_ns = 0  # when the snapshot was last published
         #: Clock (ns) just before the RX burst that brought this batch's first frame (0:
         #: none), and per delivery in loop mode, from it to the protocol's data_received
         #: (the transports append): RX burst -> bytes in the WebSocket layer, newest 65536.
@@ -514,12 +514,20 @@ class Engine:
         budget = self.config.budget
         try:
             while not self._stop.is_set():
-                self.run_once(budget)
-                self._publish()
+                received = self.run_once(budget)
+                # As in loop mode (`turn`): at most every PUBLISH_EVERY_NS, and while frames
+                # flow every PUBLISH_BUSY_NS (it reads every C counter: 10-30 us a batch).
+                now_ns = time.monotonic_ns()
+                age = now_ns - self._published_ns
+                if age >= PUBLISH_EVERY_NS and (not received or age >= PUBLISH_BUSY_NS):
+                    self._published_ns = now_ns
+                    self._publish()
         except BaseException:
             log.exception("the engine loop stopped on an error")
             raise
         finally:
+            if not self.fastpath.closed:
+                self._publish()  # the counters as the loop leaves them
             if self.port is not None:
                 self.port.eal.shim.thread_unregister()
 

@@ -1,0 +1,25 @@
+"""The devargs a port is probed with (`dataplane.dpdk.with_rx_ring`)."""
+
+from __future__ import annotations
+
+from dataplane.dpdk import AF_PACKET_FRAMES, with_rx_ring
+
+
+def test_af_packet_gets_a_ring_that_holds_a_bulk_window() -> None:
+    device = "net_af_packet_lab,iface=wsgw-gw0,qdisc_bypass=1"
+    assert with_rx_ring(device) == f"{device},framecnt={AF_PACKET_FRAMES}"
+    # 2 kB frames, 1448-byte segments: a 4 MB window fits without a drop
+    assert AF_PACKET_FRAMES * 1448 > 4 << 20
+
+
+def test_a_ring_size_the_caller_chose_is_kept() -> None:
+    device = "net_af_packet0,iface=veth0,framecnt=1024"
+    assert with_rx_ring(device) == device
+    assert with_rx_ring("net_af_packet0,iface=veth0, framecnt=256") == (
+        "net_af_packet0,iface=veth0, framecnt=256"
+    )
+
+
+def test_other_devices_are_left_alone() -> None:
+    for device in ("0000:03:00.0", "net_tap0,iface=tap0", "net_af_xdp0,iface=veth0"):
+        assert with_rx_ring(device) == device
