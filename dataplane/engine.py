@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,6 +95,25 @@ def engine_config_from(settings: Any) -> EngineConfig:
             sleep_max_ns=settings.sleep_max_us * 1000,
         ),
     )
+
+
+def receive_window_for(port: DpdkPort, config: TcpConfig, mtu: int) -> TcpConfig:
+    """config, with a receive buffer no larger than the port's RX queue holds in full-sized
+    segments. The queue is the first buffer a segment lands in and is drained only while
+    the engine runs: a sender that fills a larger window while the engine is off the CPU
+    (a shared machine, a long batch) overflows it, every dropped frame costs a
+    retransmission, and the slow path carries the flow until it recovers (`stream` fell
+    to a third). The kernel's own buffer is filled in softirq, whatever its reader does."""
+    limit = port.rx_queue_bytes(min(config.mss, mtu - 40))
+    if limit is None or config.recv_buffer <= limit:
+        return config
+    log.info(
+        "receive buffer %d B lowered to %d B: what the RX queue of %s holds",
+        config.recv_buffer,
+        limit,
+        port.device,
+    )
+    return replace(config, recv_buffer=limit)
 
 
 def parse_cpu_list(text: str) -> set[int]:
@@ -177,14 +196,15 @@ class Engine:
         config: EngineConfig | None = None,
     ) -> Engine:
         """An engine (not started) for a DPDK port with its own IPv4 interface: the one
-        place the stack is put on a port."""
+        place the stack is put on a port. The receive buffer (so the window) is kept within
+        what the port's RX queue holds (`receive_window_for`)."""
         interface = Interface(
             port.mac,
             ip_to_int(ip),
             ip_to_int(netmask),
             ip_to_int(gateway) if gateway else None,
             mtu=mtu,
-            tcp_config=tcp_config,
+            tcp_config=receive_window_for(port, tcp_config or TcpConfig(), mtu),
         )
         return cls(interface, port=port, config=config)
 
