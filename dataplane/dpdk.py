@@ -45,6 +45,13 @@ PMD_FOLDERS = (
 #: vdev drivers that sit on a kernel network interface named by `iface=`.
 IFACE_VDEVS = ("net_af_packet", "net_af_xdp", "net_pcap")
 ETHER_OVERHEAD = 18  # Ethernet header + FCS; DPDK's MTU is the IP MTU
+# af_packet's TPACKET ring is the port's RX queue: the kernel fills it whether or not the
+# engine thread runs, and drops what does not fit. The PMD's default is 512 frames (740 kB
+# of TCP payload); this one holds 1.5 MB, and `Engine.on_port` keeps every connection's
+# receive window within what the queue holds (`DpdkPort.rx_queue_bytes`). A larger ring
+# costs cache misses on every frame (its status words are read per frame by the kernel).
+AF_PACKET_FRAMES = 1024
+AF_PACKET_DEFAULT_FRAMES = 512  # the PMD's own
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,30 @@ class Eal:
         return DpdkPort.open(self, device, force=force, **sizing)
 
 
+def with_rx_ring(device: str) -> str:
+    """The devargs the port is probed with: an af_packet vdev without `framecnt` gets a ring
+    of AF_PACKET_FRAMES frames (what the caller set is kept)."""
+    name, _, args = device.partition(",")
+    if not name.startswith("net_af_packet"):
+        return device
+    if any(arg.partition("=")[0].strip() == "framecnt" for arg in args.split(",")):
+        return device
+    return f"{device},framecnt={AF_PACKET_FRAMES}"
+
+
+def rx_queue_frames(device: str, rx_desc: int) -> int:
+    """How many frames the port's RX queue holds: an af_packet vdev's ring (framecnt),
+    else the descriptors asked for."""
+    name, _, args = device.partition(",")
+    if not name.startswith("net_af_packet"):
+        return rx_desc
+    for arg in args.split(","):
+        key, _, value = arg.partition("=")
+        if key.strip() == "framecnt" and value.strip().isdigit():
+            return int(value)
+    return AF_PACKET_DEFAULT_FRAMES
+
+
 def _device_checks(eal: Eal, device: str, force: bool) -> None:
     """Refuse devices that do not exist or that the host uses, with the reason spelled out."""
     name, _, params = device.partition(",")
@@ -308,7 +339,13 @@ class DpdkPort:
     """One DPDK ethdev with one RX and one TX queue, usable as a `Link`."""
 
     def __init__(
-        self, eal: Eal, device: str, handle: int, burst: int, rx_wait_fd: int | None = None
+        self,
+        eal: Eal,
+        device: str,
+        handle: int,
+        burst: int,
+        rx_wait_fd: int | None = None,
+        rx_queue_frames: int = 0,
     ) -> None:
         self.eal = eal
         self.device = device
@@ -326,6 +363,9 @@ class DpdkPort:
         #: PMD owns it; it is valid while the port is started (af_packet's stop closes it,
         #: and such a port does not start again).
         self.rx_wait_fd = rx_wait_fd
+        #: Frames the RX queue holds (0: unknown). What arrives while it is full is dropped
+        #: below us, so a receive window beyond it invites losses (see `rx_queue_bytes`).
+        self.rx_queue_frames = rx_queue_frames
 
     @classmethod
     def open(
@@ -348,7 +388,7 @@ class DpdkPort:
         shim = eal.shim
         fds_before = _open_fds()
         rc, handle = shim.port_open(
-            device,
+            with_rx_ring(device),
             n_mbufs=n_mbufs,
             mbuf_cache=mbuf_cache,
             rx_desc=rx_desc,
@@ -360,7 +400,14 @@ class DpdkPort:
             text = shim.last_error()
             kind = DeviceNotFoundError if -rc in (errno.ENOENT, errno.ENODEV) else PortError
             raise kind(f"cannot open DPDK port {device}: {text}", -rc)
-        port = cls(eal, device, handle, burst, _af_packet_rx_fd(device, _open_fds() - fds_before))
+        port = cls(
+            eal,
+            device,
+            handle,
+            burst,
+            _af_packet_rx_fd(device, _open_fds() - fds_before),
+            rx_queue_frames(with_rx_ring(device), rx_desc),
+        )
         if start:
             port.start()
         return port
@@ -394,6 +441,12 @@ class DpdkPort:
         rc, info = self._shim.port_link(self._live())
         self._shim.check(rc, f"link status of {self.device}", PortError)
         return info
+
+    def rx_queue_bytes(self, mss: int) -> int | None:
+        """TCP payload the RX queue holds in full-sized segments (None: unknown): the
+        largest receive window that a sender can fill while the engine is off the CPU
+        without the queue dropping frames."""
+        return self.rx_queue_frames * mss if self.rx_queue_frames else None
 
     def stats(self) -> dict[str, int]:
         rc, stats = self._shim.port_stats(self._live())

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -97,6 +97,25 @@ def engine_config_from(settings: Any) -> EngineConfig:
     )
 
 
+def receive_window_for(port: DpdkPort, config: TcpConfig, mtu: int) -> TcpConfig:
+    """config, with a receive buffer no larger than the port's RX queue holds in full-sized
+    segments. The queue is the first buffer a segment lands in and is drained only while
+    the engine runs: a sender that fills a larger window while the engine is off the CPU
+    (a shared machine, a long batch) overflows it, every dropped frame costs a
+    retransmission, and the slow path carries the flow until it recovers (`stream` fell
+    to a third). The kernel's own buffer is filled in softirq, whatever its reader does."""
+    limit = port.rx_queue_bytes(min(config.mss, mtu - 40))
+    if limit is None or config.recv_buffer <= limit:
+        return config
+    log.info(
+        "receive buffer %d B lowered to %d B: what the RX queue of %s holds",
+        config.recv_buffer,
+        limit,
+        port.device,
+    )
+    return replace(config, recv_buffer=limit)
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5} (the kernel's cpulist format)."""
     cpus: set[int] = set()
@@ -157,7 +176,7 @@ class Engine:
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
-        self._published_ns = 0  # loop mode: when the snapshot was last published
+        self._published_ns = 0  # when the snapshot was last published
         #: Clock (ns) just before the RX burst that brought this batch's first frame (0:
         #: none), and per delivery in loop mode, from it to the protocol's data_received
         #: (the transports append): RX burst -> bytes in the WebSocket layer, newest 65536.
@@ -177,14 +196,15 @@ class Engine:
         config: EngineConfig | None = None,
     ) -> Engine:
         """An engine (not started) for a DPDK port with its own IPv4 interface: the one
-        place the stack is put on a port."""
+        place the stack is put on a port. The receive buffer (so the window) is kept within
+        what the port's RX queue holds (`receive_window_for`)."""
         interface = Interface(
             port.mac,
             ip_to_int(ip),
             ip_to_int(netmask),
             ip_to_int(gateway) if gateway else None,
             mtu=mtu,
-            tcp_config=tcp_config,
+            tcp_config=receive_window_for(port, tcp_config or TcpConfig(), mtu),
         )
         return cls(interface, port=port, config=config)
 
@@ -514,12 +534,20 @@ class Engine:
         budget = self.config.budget
         try:
             while not self._stop.is_set():
-                self.run_once(budget)
-                self._publish()
+                received = self.run_once(budget)
+                # As in loop mode (`turn`): at most every PUBLISH_EVERY_NS, and while frames
+                # flow every PUBLISH_BUSY_NS (it reads every C counter: 10-30 us a batch).
+                now_ns = time.monotonic_ns()
+                age = now_ns - self._published_ns
+                if age >= PUBLISH_EVERY_NS and (not received or age >= PUBLISH_BUSY_NS):
+                    self._published_ns = now_ns
+                    self._publish()
         except BaseException:
             log.exception("the engine loop stopped on an error")
             raise
         finally:
+            if not self.fastpath.closed:
+                self._publish()  # the counters as the loop leaves them
             if self.port is not None:
                 self.port.eal.shim.thread_unregister()
 

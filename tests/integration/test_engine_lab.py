@@ -189,3 +189,43 @@ def test_a_frame_ends_the_back_off_sleep(eal, lab: Lab) -> None:  # type: ignore
     finally:
         eng.close()
         port.close()
+
+
+def test_the_receive_window_stays_within_the_rx_queue(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    """A 4 MB receive buffer on a port whose af_packet ring holds 512 frames: the window
+    the peer sees is what the ring holds in full segments, so a sender that fills it while
+    the engine is off the CPU loses nothing below the stack."""
+    from dataplane.stack.tcp import TcpConfig
+
+    port = eal.open_port(lab.vdev + ",framecnt=512")
+    eng = Engine.on_port(
+        port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.5)
+    )
+    server = lab.popen(
+        [sys.executable, PEER_SERVER, lab.peer_ip, "7011", "wait-close"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert port.rx_queue_frames == 512
+        assert eng.interface.tcp_config.recv_buffer == 512 * 1460
+        eng.start()
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        sock = eng.call(
+            lambda: eng.interface.connect(ip_to_int(lab.peer_ip), 7011, time.monotonic())
+        ).result(5)
+        deadline = time.monotonic() + 5
+        seen = ""
+        while "snd_wnd:" not in seen and time.monotonic() < deadline:
+            seen = lab.exec(
+                ["ss", "-tinH", "state", "established", "( sport = :7011 )"], check=False
+            ).stdout
+            time.sleep(0.05)
+        peer_view = int(seen.split("snd_wnd:")[1].split()[0])
+        assert 64 << 10 < peer_view <= 512 * 1460
+        eng.call(sock.close).result(5)
+    finally:
+        eng.close()
+        port.close()
+        server.kill()
+        server.wait()
