@@ -90,4 +90,4 @@ def slow_consumer_reason(queue_size: int) -> str:
 
 
 def overload_reason(lost: int) -> str:
-    return f"gateway overloaded: {lost} messages of this stream dropped before delivery"
+    return f"gateway overloaded: the stream fell {lost} messages behind the feed"
