@@ -311,8 +311,8 @@ class Hub:
         self._next_seq = ring.last_seq + 1
         self._lock = threading.Lock()  # router set changes; never taken by publish_*
         # publish_*: one publisher at a time (sessions run on the runtime's loop and on the
-        # engines' loops): sequence numbers, the ring's writer and each hand-off's counters
-        # assume a single writer. Uncontended, as it nearly always is, it costs ~0.1 us.
+        # engines' loops): sequence numbers and the ring's writer assume a single
+        # writer. Uncontended, as it nearly always is, it costs ~0.1 us.
         self._publish_lock = threading.Lock()
         self._routers: dict[asyncio.AbstractEventLoop, _Router] = {}
         self._stats: dict[str, ConsumerStats] = {}
@@ -548,7 +548,7 @@ class Hub:
             router.remove,
         )
         router.add(consumer)
-        last = self._last_gaps.get(session_id)  # read after the hand-off is registered
+        last = self._last_gaps.get(session_id)  # read after the router follows the ring
         if last is not None:
             consumer.past_gap_seq = last.seq
             consumer.push_gap(

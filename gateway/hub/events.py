@@ -162,9 +162,9 @@ class Delivery:
 
 class GapNotice(NamedTuple):
     """Messages a consumer will not get. reason: the session's (an upstream reconnect),
-    QUEUE_FULL (drop_oldest dropped them from its queue) or OVERLOAD (the gateway's own
-    hand-off was full). lost: how many (None when the session could not tell). seq: the
-    gap record's sequence number for upstream gaps, None for the others.
+    QUEUE_FULL (drop_oldest dropped them from its queue) or OVERLOAD (its loop fell that
+    many ring records behind, of any stream). lost: how many (None when the session could
+    not tell). seq: the gap record's sequence number for upstream gaps, None for the others.
 
     past: the session's last upstream gap, which happened before this consumer subscribed
     (`Hub.subscribe` hands it over once, first): data from before the subscription may be

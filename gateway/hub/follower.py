@@ -85,6 +85,9 @@ class RingFollower:
                 log.exception("ring follower %s: wait failed", self.name)
                 break
             if not ready or self._stopping:
+                if self.loop.is_closed():  # its loop ended without stopping us: nobody reads
+                    self.dead = True
+                    break
                 continue
             self._armed.clear()
             self.wakeups += 1

@@ -75,7 +75,8 @@ class HubCollector(Collector):
         )
         dropped_c = CounterMetricFamily(
             "wsgw_consumer_dropped",
-            "Messages a consumer lost (queue_full: drop_oldest; overload: gateway hand-off)",
+            "Messages a consumer lost (queue_full: drop_oldest; overload: its loop fell "
+            "behind the ring)",
             labels=["consumer", "reason"],
         )
         conflated = CounterMetricFamily(
