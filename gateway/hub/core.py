@@ -169,7 +169,6 @@ class _Router:
     def _route(self, events: list[RingEvent]) -> None:
         hub = self.hub
         gap_tid = hub._gap_tid
-        routes = self._routes
         useq_new, useq_old = hub._useq_new, hub._useq_old
         useqs = bool(useq_new or useq_old)
         for event in events:
@@ -180,7 +179,7 @@ class _Router:
             if tid == gap_tid:
                 self._gap(seq, sid, payload)  # type: ignore[arg-type]
                 continue
-            route = routes.get((sid, tid))
+            route = self._routes.get((sid, tid))  # not kept: a cut consumer renews it
             if route is None:
                 route = self._resolve(sid, tid, name)
             targets = route[1]
@@ -637,7 +636,8 @@ class Hub:
             return True
         last = ring.last_seq
         for follower in self.followers():
-            if not follower.dead and follower.reader.next_seq <= last:
+            upto = follower.next_seq
+            if upto is not None and not follower.dead and upto <= last:
                 return False
         return True
 

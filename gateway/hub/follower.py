@@ -54,6 +54,9 @@ class RingFollower:
         # Starts past the newest record: it gets what is written from now on.
         self.reader = RingReader.attach_fd(ring.fd, copy=True, max_batch=READ_BATCH)
         self._armed = threading.Event()
+        # Held by whoever asks the reader from outside the loop (metrics, tests) and by
+        # `stop` to detach it, so no one asks a reader that is being freed.
+        self._detach_lock = threading.Lock()
         self._stopping = False
         self.dead = False  # the loop is closed, or the follower was stopped
         self.dropped = 0  # messages lost: lapped by the writer, or skipped past `limit`
@@ -67,11 +70,22 @@ class RingFollower:
     @property
     def pending(self) -> int:
         """Messages written that this follower has not read yet."""
-        if self.dead:
+        with self._detach_lock:
+            if self.dead:
+                return 0
+            with contextlib.suppress(RingClosedError):
+                return self.reader.lag
             return 0
-        with contextlib.suppress(RingClosedError):
-            return self.reader.lag
-        return 0
+
+    @property
+    def next_seq(self) -> int | None:
+        """The sequence number this follower reads next (None: stopped)."""
+        with self._detach_lock:
+            if self._stopping:
+                return None
+            with contextlib.suppress(RingClosedError):
+                return self.reader.next_seq
+            return None
 
     # ---- waiting thread -------------------------------------------------------------------
     def _wait_loop(self) -> None:
@@ -149,13 +163,15 @@ class RingFollower:
         """End the waiting thread and detach (any thread; idempotent)."""
         if self._stopping:
             return
-        self._stopping = True
-        self.dead = True
+        with self._detach_lock:
+            self._stopping = True
+            self.dead = True
         self.reader.interrupt()
         self._armed.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(WAIT_SLICE * 5)
-        self.reader.close()
+        with self._detach_lock:
+            self.reader.close()
 
     def __repr__(self) -> str:
         return f"<RingFollower {self.name} pending={self.pending} dropped={self.dropped}>"

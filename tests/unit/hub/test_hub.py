@@ -268,3 +268,34 @@ def test_consumers_on_two_loops_each_get_everything() -> None:
         t.join(10)
     expected = [f"a#{i}".encode() for i in range(50)]
     assert results == {"x": expected, "y": expected}
+
+
+def test_records_written_to_the_ring_without_the_hub_reach_its_consumers() -> None:
+    """The ring is the consumers' one source: what another writer puts there (C in the
+    engine's poll) is routed like the hub's own, with the ring's numbers, under the topic
+    the hub registered (`ring_topic_id`) or the ring name's (`<session>:<topic>`)."""
+
+    async def main() -> None:
+        hub = Hub()  # a private ring
+        ring = hub.ring
+        assert ring is not None and hub.private_ring and ring.path is None
+        t0 = hub.subscribe(1, ["t0"])
+        every = hub.subscribe(1)
+        first = hub.publish_batch([msg(1, "t0", 0)])
+        tid = hub.ring_topic_id(1, "t0")
+        other = ring.register_topic(ring_topic(1, "x"))
+        second = ring.write_columns([1, 1, 2], [tid, other, tid], [b"t0#1", b"x#2", b"t0#3"])
+        await settle(hub)
+        got = t0.poll()
+        assert [(d.seq, d.topic, d.payload) for d in got] == [  # type: ignore[union-attr]
+            (first, "t0", b"t0#0"),
+            (second, "t0", b"t0#1"),
+        ]
+        assert [(d.seq, d.topic) for d in every.poll()] == [  # type: ignore[union-attr]
+            (first, "t0"),
+            (second, "t0"),
+            (second + 1, "x"),
+        ]
+        hub.close()
+
+    asyncio.run(main())
