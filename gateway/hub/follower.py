@@ -57,7 +57,8 @@ class RingFollower:
         # Held by whoever asks the reader from outside the loop (metrics, tests) and by
         # `stop` to detach it, so no one asks a reader that is being freed.
         self._detach_lock = threading.Lock()
-        self._stopping = False
+        self._halting = False  # the waiting thread ends
+        self._stopping = False  # reads end too
         self.dead = False  # the loop is closed, or the follower was stopped
         self.dropped = 0  # messages lost: lapped by the writer, or skipped past `limit`
         self.read_count = 0  # messages read (loop thread)
@@ -90,7 +91,7 @@ class RingFollower:
     # ---- waiting thread -------------------------------------------------------------------
     def _wait_loop(self) -> None:
         reader = self.reader
-        while not self._stopping:
+        while not self._halting:
             try:
                 ready = reader.wait(WAIT_SLICE)  # futex, GIL released
             except RingClosedError:
@@ -98,7 +99,7 @@ class RingFollower:
             except Exception:
                 log.exception("ring follower %s: wait failed", self.name)
                 break
-            if not ready or self._stopping:
+            if not ready or self._halting:
                 if self.loop.is_closed():  # its loop ended without stopping us: nobody reads
                     self.dead = True
                     break
@@ -150,14 +151,19 @@ class RingFollower:
             self.read_count += len(events)
         return events
 
-    @property
-    def ring_closed(self) -> bool:
-        """The writer closed the ring and this follower read everything."""
-        return self.reader.closed
-
     def rearm(self) -> None:
         """Done reading for now: the next record (or one still there) wakes the loop again."""
         self._armed.set()
+
+    def halt(self) -> None:
+        """End the waiting thread (any thread; idempotent): the loop is woken no more, and
+        may still `read` what is left (a sink's last drain) without meeting the thread's
+        wait on the reader."""
+        self._halting = True
+        self.reader.interrupt()  # a no-op once detached
+        self._armed.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(WAIT_SLICE * 5)
 
     def stop(self) -> None:
         """End the waiting thread and detach (any thread; idempotent)."""
@@ -166,10 +172,7 @@ class RingFollower:
         with self._detach_lock:
             self._stopping = True
             self.dead = True
-        self.reader.interrupt()
-        self._armed.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(WAIT_SLICE * 5)
+        self.halt()
         with self._detach_lock:
             self.reader.close()
 

@@ -165,9 +165,13 @@ class NatsSink:
         """Publish what is handed over already, flush, close the connection, end the thread."""
         thread = self._thread
         if thread is None:
+            if self._follower is not None:
+                self._follower.stop()
             if not self.loop.is_closed():
                 self.loop.close()
             return
+        if self._follower is not None:
+            self._follower.halt()  # the last drain reads without its thread waiting
         self._stopping = True
         with contextlib.suppress(RuntimeError):  # the loop ended already
             self.loop.call_soon_threadsafe(self._wake.set)
