@@ -2,12 +2,14 @@
 
 Every record reaches the hub's consumers through the shared-memory ring, whoever wrote it
 (`Hub.publish_batch`, or C inside the engine's poll), so there is one path and one set of
-sequence numbers. A `RingFollower` owns a reader of the ring and one waiting thread: the
-thread sleeps in the ring's futex wait with the GIL released and, when records arrive,
-schedules `on_wake` on the loop with one `call_soon_threadsafe`, then sleeps on an event
-until the loop calls `rearm` (after reading). So a loop has at most one wake-up pending,
-the thread never spins while the loop is busy, and the records are read on the loop, at
-its own pace: a loop that stalls costs the writer nothing, it falls behind in the ring.
+sequence numbers. A `RingFollower` owns a reader of the ring and a waiting thread in C (the
+shim's ring notifier): the thread sleeps in the ring's futex wait and, when records
+arrive, writes to an eventfd the loop watches (`add_reader`), then sleeps until the loop
+calls `rearm` (after reading). The thread never runs Python: waking the loop costs no GIL
+hand-over (a Python thread would first take the GIL from a busy publisher, up to a switch
+interval, 5 ms, each time). A loop has at most one wake-up pending, the thread never spins
+while the loop is busy, and the records are read on the loop, at its own pace: a loop that
+stalls costs the writer nothing, it falls behind in the ring.
 
 A follower more than `limit` messages behind the writer skips to the newest record and
 reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
@@ -19,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable
 
-from dataplane.ring import Gap, RingClosedError, RingEvent, RingReader, RingWriter
+from dataplane.ring import Gap, RingClosedError, RingError, RingEvent, RingReader, RingWriter
+from dataplane.shim import _bind_ringnotify as _notify
 
 log = logging.getLogger("wsgw.hub")
 
-#: Longest futex wait of the waiting thread: how often it looks whether it was stopped.
-WAIT_SLICE = 1.0
 #: Records a follower reads per ring call.
 READ_BATCH = 1024
 
@@ -53,20 +56,53 @@ class RingFollower:
         self._on_wake = on_wake
         # Starts past the newest record: it gets what is written from now on.
         self.reader = RingReader.attach_fd(ring.fd, copy=True, max_batch=READ_BATCH)
-        self._armed = threading.Event()
         # Held by whoever asks the reader from outside the loop (metrics, tests) and by
         # `stop` to detach it, so no one asks a reader that is being freed.
         self._detach_lock = threading.Lock()
-        self._halting = False  # the waiting thread ends
+        self._halted = False  # the notifier thread ended
         self._stopping = False  # reads end too
         self.dead = False  # the loop is closed, or the follower was stopped
         self.dropped = 0  # messages lost: lapped by the writer, or skipped past `limit`
         self.read_count = 0  # messages read (loop thread)
-        self.wakeups = 0  # call_soon_threadsafe calls (waiting thread)
-        self._thread = threading.Thread(
-            target=self._wait_loop, name=f"wsgw-follow-{name}", daemon=True
+        # Whether the last read was full, so the follower may be far behind: only then is
+        # its lag asked (a C call making a dict), not on every wake-up of a light feed.
+        self._maybe_behind = True
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        rc, self._notifier = _notify.start(self.reader._handle, self._fd, 0)
+        if rc < 0:
+            os.close(self._fd)
+            self.reader.close()
+            raise RingError(f"ring notifier: {os.strerror(-rc)}", -rc)
+        # A follower dropped without `stop` (its loop ended, its hub was never closed) ends
+        # its C thread before the reader that thread waits on can be freed: the finalizer
+        # holds the reader until then.
+        self._finalizer = weakref.finalize(
+            self, _release, self._notifier, self.reader, self._fd, self._detach_lock
         )
-        self._thread.start()
+        try:
+            if _running_loop() is loop:
+                loop.add_reader(self._fd, self._readable)
+            else:  # the NATS sink's loop, from the hub's constructor
+                loop.call_soon_threadsafe(self._watch)
+        except RuntimeError:  # the loop is closed
+            self.stop()
+            raise
+
+    @property
+    def wakeups(self) -> int:
+        """Notifications the waiting thread sent (one per wake-up of the loop)."""
+        with self._detach_lock:
+            return 0 if self._halted else _notify.count(self._notifier)
+
+    def _watch(self) -> None:
+        if not self._halted:
+            self.loop.add_reader(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._fd)
+        if not self._stopping:
+            self._on_wake()
 
     @property
     def pending(self) -> int:
@@ -88,39 +124,7 @@ class RingFollower:
                 return self.reader.next_seq
             return None
 
-    # ---- waiting thread -------------------------------------------------------------------
-    def _wait_loop(self) -> None:
-        reader = self.reader
-        while not self._halting:
-            try:
-                ready = reader.wait(WAIT_SLICE)  # futex, GIL released
-            except RingClosedError:
-                break
-            except Exception:
-                log.exception("ring follower %s: wait failed", self.name)
-                break
-            if not ready or self._halting:
-                if self.loop.is_closed():  # its loop ended without stopping us: nobody reads
-                    self.dead = True
-                    break
-                continue
-            self._armed.clear()
-            self.wakeups += 1
-            try:
-                self.loop.call_soon_threadsafe(self._run)
-            except RuntimeError:  # the loop is closed: nobody will read
-                self.dead = True
-                break
-            self._armed.wait()
-            if reader.closed:  # the writer closed the ring and it was read to the end
-                break
-
     # ---- loop thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        if self._stopping:
-            return
-        self._on_wake()
-
     def read(self) -> list[RingEvent]:
         """What the ring holds for this follower now (up to READ_BATCH records), after a
         Gap when messages were lost since the last read. [] once stopped or closed."""
@@ -128,15 +132,15 @@ class RingFollower:
             return []
         reader = self.reader
         try:
-            lag = reader.lag
             skipped: Gap | None = None
-            if lag > self.limit:
+            if self._maybe_behind and reader.lag > self.limit:
                 before = reader.next_seq
                 reader.seek("latest")
                 skipped = Gap(reader.next_seq - before, before)
             events = reader.read_batch(timeout=0)
         except RingClosedError:
             return []
+        self._maybe_behind = len(events) >= READ_BATCH
         if events and type(events[0]) is Gap:
             lapped = events[0]
             if skipped is not None:  # lapped right after the skip: one gap of both
@@ -153,17 +157,31 @@ class RingFollower:
 
     def rearm(self) -> None:
         """Done reading for now: the next record (or one still there) wakes the loop again."""
-        self._armed.set()
+        with self._detach_lock:  # not while `halt` frees the notifier (the sink's stop)
+            if not self._halted:
+                _notify.rearm(self._notifier)
 
     def halt(self) -> None:
-        """End the waiting thread (any thread; idempotent): the loop is woken no more, and
-        may still `read` what is left (a sink's last drain) without meeting the thread's
-        wait on the reader."""
-        self._halting = True
-        self.reader.interrupt()  # a no-op once detached
-        self._armed.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(WAIT_SLICE * 5)
+        """End the waiting thread (idempotent): the loop is woken no more, and may still
+        `read` what is left (a sink's last drain)."""
+        with self._detach_lock:
+            if self._halted:
+                return
+            self._halted = True
+            self._finalizer.detach()
+            _notify.stop(self._notifier)  # joins it: it writes to the eventfd no more
+        fd = self._fd
+        loop = self.loop
+        if loop.is_closed():
+            os.close(fd)
+        elif _running_loop() is loop:
+            loop.remove_reader(fd)
+            os.close(fd)
+        else:
+            try:
+                loop.call_soon_threadsafe(_unwatch, loop, fd)
+            except RuntimeError:  # closed meanwhile
+                os.close(fd)
 
     def stop(self) -> None:
         """End the waiting thread and detach (any thread; idempotent)."""
@@ -178,3 +196,25 @@ class RingFollower:
 
     def __repr__(self) -> str:
         return f"<RingFollower {self.name} pending={self.pending} dropped={self.dropped}>"
+
+
+def _release(notifier: int, reader: RingReader, fd: int, lock: threading.Lock) -> None:
+    """A dropped follower's end: its thread, then its eventfd and reader."""
+    with lock:
+        _notify.stop(notifier)
+    os.close(fd)
+    reader.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _unwatch(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    try:
+        loop.remove_reader(fd)
+    finally:
+        os.close(fd)
