@@ -112,11 +112,20 @@ class HubSettings(BaseModel):
         pattern=r"^[A-Za-z0-9_.-]{1,40}$",
         description="ring /dev/shm/wsgw-<gateway>-messages",
     )
-    ring: bool = True
+    ring: bool = Field(
+        default=True,
+        description="false: a private ring (memfd), which processes on this host cannot attach",
+    )
     ring_capacity: int = Field(
         default=1 << 26, ge=1 << 12, le=1 << 40, description="bytes, a power of two"
     )
-    handoff_limit: int = Field(default=262_144, ge=1024, le=1 << 24)
+    handoff_limit: int = Field(
+        default=262_144,
+        ge=1024,
+        le=1 << 24,
+        description="messages a consumer loop or the NATS sink may be behind the ring's "
+        "writer before it skips ahead (its consumers get a gap with the count)",
+    )
     nats: NatsSettings | None = Field(default=None, description="absent: no NATS sink")
 
 

@@ -5,7 +5,7 @@ A settings section for this (the owner of gateway/settings.py adds it) maps one 
     [hub]
     gateway = "gw1"              # ring /dev/shm/wsgw-gw1-messages
     ring_capacity = 67108864     # bytes, a power of two
-    handoff_limit = 262144       # messages a consumer loop may be behind
+    handoff_limit = 262144       # messages a consumer loop may be behind the ring
     [hub.nats]                   # absent: no NATS sink
     servers = ["nats://127.0.0.1:4222"]
     subject_prefix = "wsgw"
@@ -23,6 +23,8 @@ from gateway.hub.nats import NatsConfig, NatsSink
 @dataclass(frozen=True)
 class HubConfig:
     gateway: str = "wsgw"
+    #: False: a private ring (an anonymous memfd) that other processes cannot attach; the
+    #: hub's consumers read it all the same.
     ring: bool = True
     #: A ring name or path; default wsgw-<gateway>-messages in /dev/shm.
     ring_name: str | None = None

@@ -65,7 +65,7 @@ class ConsumerStats:
     opened: int = 0
     delivered: int = 0  # handed to the consumer's connection
     dropped: int = 0  # dropped by drop_oldest (queue full)
-    overload: int = 0  # never reached the consumer's loop (hand-off full)
+    overload: int = 0  # its loop fell behind the ring by this many (gap notices, cuts)
     conflated: int = 0  # replaced by a newer value of the same topic (conflation)
     disconnects: dict[str, int] = field(default_factory=dict)
 
@@ -179,7 +179,8 @@ class Consumer:
             self._wake()
 
     def overflowed(self, lost: int) -> None:
-        """The hand-off to this loop was full: `lost` messages of this consumer never came."""
+        """This loop fell `lost` messages behind the ring (of any stream on the loop: the
+        ring cannot say whose), so some of this consumer's may never come."""
         self.stats.overload += lost
         if self.drop_oldest or self._interval:
             self.push_gap(GapNotice(self.session_id, lost, OVERLOAD))

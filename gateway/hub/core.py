@@ -7,17 +7,20 @@
     consumer = hub.subscribe(session_id, ["btcusdt@trade"], DeliveryOptions())  # on a loop
     events = await consumer.get()
 
-`publish_batch` is called once per engine batch and never waits for anyone: it writes the
-batch to the shared-memory ring (one C call; local consumers read it there, zero-copy) and
-hands the same batch, by reference, to each consumer loop and to the NATS sink through a
-`Handoff` (a deque append, plus a `call_soon_threadsafe` when that loop has no wake-up
-pending). Routing a message to the consumers that want it, their queues and their policies
-all run on the consumers' loop, so the engine's cost does not depend on how many consumers
-there are, how slow they are, or whether their loop is stalled.
+The shared-memory ring is the one path: `publish_batch` writes each batch to it (one C
+call) and never waits for anyone; C code may write records into it too (the engine's poll)
+without the hub. Each consumer loop, and the NATS sink, follows the ring with a reader of
+its own (`RingFollower`: a C thread sleeps in the ring's futex wait and wakes the loop
+through an eventfd, no Python, no GIL), and routes what it reads by (session, ring topic
+id) to the consumers that want it, their queues and their policies, on that loop. So the
+engine's cost does not depend on how many consumers there are, how slow they are, or
+whether their loop is stalled: a loop that falls behind the writer gets a gap with the
+count from the ring (or skips ahead past `handoff_limit` messages and reports as much),
+never silent loss.
 
-Sequence numbers are the ring's: message k of a batch written at first_seq is first_seq + k,
-and a gap record takes a number too, so a ring reader, a WebSocket consumer and the hub
-agree on every message's number. Without a ring the hub counts the same way.
+Sequence numbers are the ring's, the same for a ring reader, a /v1/stream consumer and
+NATS; a gap record (`$gap` topic) takes a number too. A hub given no ring makes a private
+one (an anonymous memfd): there is no other path.
 """
 
 from __future__ import annotations
@@ -25,17 +28,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import orjson
+
 from dataplane.ring import (
+    Gap,
     MessageTooLargeError,
     RingClosedError,
     RingError,
+    RingEvent,
     RingWriter,
     TopicError,
 )
@@ -43,21 +49,27 @@ from gateway.hub.consumer import Consumer, ConsumerStats, DeliveryOptions
 from gateway.hub.events import (
     RING_NO_TOPIC,
     RING_TOO_LARGE,
-    Batch,
     Delivery,
     GapEvent,
     GapNotice,
     Message,
-    Overflow,
 )
-from gateway.hub.handoff import Handoff
+from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
 from gateway.hub.protocol import CLOSE_SESSION_DELETED
 
 log = logging.getLogger("wsgw.hub")
 
-#: Messages a consumer loop may be behind before the engine stops handing it batches.
+#: Messages a consumer loop may be behind the ring's writer before it skips ahead (a gap).
 DEFAULT_HANDOFF_LIMIT = 262_144
+#: Capacity of the private ring of a hub given none (bytes; memfd pages are only used
+#: once written).
+PRIVATE_RING_CAPACITY = 16 << 20
+#: Upstream sequence numbers kept per generation (two generations) for the followers.
+UPSTREAM_SEQ_HISTORY = 131_072
+#: Ring reads (of READ_BATCH records) a consumer loop does per wake-up before it lets its
+#: other tasks run.
+DISPATCH_ROUNDS = 8
 #: Consumer names the metrics keep apart; streams beyond share the label "_other".
 MAX_CONSUMER_NAMES = 1000
 #: Deleted session ids the hub remembers (refused by subscribe). Ids are never reused, so
@@ -80,32 +92,40 @@ class SessionDeletedError(LookupError):
 
 
 class _Router:
-    """The consumers of one event loop and the hand-off that feeds them (loop thread)."""
+    """The consumers of one event loop and the ring follower that feeds them (loop thread)."""
 
     def __init__(self, hub: Hub, loop: asyncio.AbstractEventLoop, limit: int) -> None:
         self.hub = hub
         self.loop = loop
-        self.handoff = Handoff(loop, self._dispatch, limit, "stream")
-        # session -> topic -> consumers, and session -> consumers of every topic. Lists are
-        # replaced, never changed in place, so a cut during routing is safe.
-        self.by_topic: dict[int, dict[str, list[Consumer]]] = {}
+        assert hub.ring is not None
+        self.follower = RingFollower(hub.ring, loop, self._dispatch, "stream", limit=limit)
+        # session -> ring topic name -> (topic, consumers), and session -> consumers of every
+        # topic. Lists are replaced, never changed in place, so a cut during routing is safe.
+        self.by_name: dict[int, dict[str, tuple[str, list[Consumer]]]] = {}
         self.whole: dict[int, list[Consumer]] = {}
         self.consumers: list[Consumer] = []
+        # (session, ring topic id) -> (topic, consumers): made on first use, dropped when a
+        # consumer comes or goes.
+        self._routes: dict[tuple[int, int], tuple[str, tuple[Consumer, ...]]] = {}
 
     def add(self, consumer: Consumer) -> None:
         self.consumers = [*self.consumers, consumer]
+        self._routes = {}
         sid = consumer.session_id
         if consumer.topics is None:
             self.whole[sid] = [*self.whole.get(sid, []), consumer]
             return
-        topics = self.by_topic.setdefault(sid, {})
+        names = self.by_name.setdefault(sid, {})
         for topic in consumer.topics:
-            topics[topic] = [*topics.get(topic, []), consumer]
+            name = ring_topic(sid, topic)
+            _, before = names.get(name, (topic, []))
+            names[name] = (topic, [*before, consumer])
 
     def remove(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:
             return
         self.consumers = [c for c in self.consumers if c is not consumer]
+        self._routes = {}
         sid = consumer.session_id
         if consumer.topics is None:
             rest = [c for c in self.whole.get(sid, []) if c is not consumer]
@@ -114,79 +134,106 @@ class _Router:
             else:
                 self.whole.pop(sid, None)
         else:
-            topics = self.by_topic.get(sid, {})
+            names = self.by_name.get(sid, {})
             for topic in consumer.topics:
-                left = [c for c in topics.get(topic, []) if c is not consumer]
+                name = ring_topic(sid, topic)
+                entry = names.get(name)
+                left = [c for c in entry[1] if c is not consumer] if entry else []
                 if left:
-                    topics[topic] = left
+                    names[name] = (topic, left)
                 else:
-                    topics.pop(topic, None)
-            if not topics:
-                self.by_topic.pop(sid, None)
+                    names.pop(name, None)
+            if not names:
+                self.by_name.pop(sid, None)
         if not self.consumers:
             self.hub._drop_router(self)
 
     # ---- dispatch (loop thread) -------------------------------------------------------------
     def _dispatch(self) -> None:
-        for entry in self.handoff.take():
-            try:
-                if type(entry) is Batch:
-                    self._route(entry)
-                elif type(entry) is GapEvent:
-                    self._gap(entry)
-                else:
-                    self._overflow(entry)  # type: ignore[arg-type]
-            except Exception:  # a bug must not stop the other entries or the loop
-                log.exception("hub: routing %s failed", type(entry).__name__)
+        """Woken by the follower: read what the ring holds (a bounded amount, so the loop's
+        other tasks get their turn; the follower wakes it again for the rest) and route it."""
+        follower = self.follower
+        try:
+            for _ in range(DISPATCH_ROUNDS):
+                events = follower.read()
+                if not events:
+                    break
+                try:
+                    self._route(events)
+                except Exception:  # a bug must not stop the loop or the follower
+                    log.exception("hub: routing %d ring records failed", len(events))
+                if len(events) < READ_BATCH:
+                    break
+        finally:
+            follower.rearm()
 
-    def _route(self, batch: Batch) -> None:
-        by_topic = self.by_topic
-        whole = self.whole
-        seq = batch.first_seq
-        if not whole:
-            for sid, topic, payload, ts, useq in batch.messages:
-                topics = by_topic.get(sid)
-                if topics is not None:
-                    targets = topics.get(topic)
-                    if targets is not None:
-                        item = Delivery(seq, sid, topic, payload, ts, useq)
-                        for consumer in targets:
-                            consumer.push(item)
-                seq += 1
-            return
-        for sid, topic, payload, ts, useq in batch.messages:
-            topics = by_topic.get(sid)
-            targets = topics.get(topic) if topics is not None else None
-            every = whole.get(sid)
-            if targets is not None or every is not None:
-                item = Delivery(seq, sid, topic, payload, ts, useq)
-                for consumer in targets or ():
+    def _route(self, events: list[RingEvent]) -> None:
+        hub = self.hub
+        gap_tid = hub._gap_tid
+        useq_new, useq_old = hub._useq_new, hub._useq_old
+        useqs = bool(useq_new or useq_old)
+        for event in events:
+            if type(event) is Gap:
+                self._overrun(event)
+                continue
+            seq, sid, name, ts, payload, tid = event  # type: ignore[misc]
+            if tid == gap_tid:
+                self._gap(seq, sid, payload)  # type: ignore[arg-type]
+                continue
+            route = self._routes.get((sid, tid))  # not kept: a cut consumer renews it
+            if route is None:
+                route = self._resolve(sid, tid, name)
+            targets = route[1]
+            if targets:
+                useq = None
+                if useqs:
+                    useq = useq_new.get(seq)
+                    if useq is None:
+                        useq = useq_old.get(seq)
+                item = Delivery(seq, sid, route[0], payload, ts, useq)  # type: ignore[arg-type]
+                for consumer in targets:
                     consumer.push(item)
-                for consumer in every or ():
-                    consumer.push(item)
-            seq += 1
+
+    def _resolve(self, sid: int, tid: int, name: str) -> tuple[str, tuple[Consumer, ...]]:
+        """Who wants the records of this ring topic, and the topic's name as they know it."""
+        whole = self.whole.get(sid, [])
+        named = self.by_name.get(sid, {}).get(name)
+        if named is not None:
+            route = (named[0], (*named[1], *whole))
+        else:
+            route = (self.hub.topic_of(tid, name), tuple(whole))
+        if name:  # an id whose name the reader knows: stable, keep it
+            self._routes[(sid, tid)] = route
+        return route
 
     def _session_consumers(self, sid: int) -> list[Consumer]:
         return [c for c in self.consumers if c.session_id == sid]
 
-    def _gap(self, event: GapEvent) -> None:
-        notice = GapNotice(
-            event.session_id, event.lost, event.reason, event.seq, epoch=self.hub.epoch_hex
-        )
-        for consumer in self._session_consumers(event.session_id):
-            if consumer.past_gap_seq != event.seq:  # else it got this one as a past gap
+    def _gap(self, seq: int, sid: int, payload: bytes) -> None:
+        """A `$gap` record: the session's upstream gap, or a message the ring could not hold."""
+        consumers = self._session_consumers(sid)
+        if not consumers:
+            return
+        lost, reason = _gap_fields(payload)
+        notice = GapNotice(sid, lost, reason, seq, epoch=self.hub.epoch_hex)
+        for consumer in consumers:
+            if consumer.past_gap_seq != seq:  # else it got this one as a past gap
                 consumer.push_gap(notice)
 
-    def _overflow(self, overflow: Overflow) -> None:
-        counts = overflow.counts
+    def _overrun(self, gap: Gap) -> None:
+        """This loop fell behind the ring's writer: `gap.lost` records (of any session and
+        topic: the ring cannot say which) were overwritten or skipped before it read them.
+        Every consumer of the loop may have lost some, so each learns of the whole count."""
+        log.warning(
+            "hub: a consumer loop fell %d records behind the ring (seq %d..%d): its %d "
+            "consumers get a gap",
+            gap.lost,
+            gap.first_seq,
+            gap.last_seq,
+            len(self.consumers),
+        )
         for consumer in list(self.consumers):
-            sid = consumer.session_id
-            if consumer.topics is None:
-                lost = sum(n for (s, _), n in counts.items() if s == sid)
-            else:
-                lost = sum(counts.get((sid, t), 0) for t in consumer.topics)
-            if lost:
-                consumer.overflowed(lost)
+            consumer.overflowed(gap.lost)
 
     def end_session(self, sid: int) -> None:
         """The session was deleted: its consumers end with 4410 (loop thread)."""
@@ -196,6 +243,20 @@ class _Router:
     def shutdown(self) -> None:
         for consumer in list(self.consumers):
             consumer.shutdown()
+        self.follower.stop()
+
+
+def _gap_fields(payload: bytes) -> tuple[int | None, str]:
+    """lost and reason of a `$gap` record's JSON (GapEvent.json)."""
+    try:
+        body = orjson.loads(payload)
+        lost = body.get("lost")
+        reason = body.get("reason")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None, "unknown"
+    return (lost if isinstance(lost, int) else None), (
+        reason if isinstance(reason, str) else "unknown"
+    )
 
 
 @dataclass
@@ -223,29 +284,37 @@ class Hub:
         nats: NatsSinkLike | None = None,
         handoff_limit: int = DEFAULT_HANDOFF_LIMIT,
     ) -> None:
-        self.ring = ring
+        if handoff_limit < 1:
+            raise ValueError(f"hand-off limit must be at least 1 message, not {handoff_limit}")
+        #: Whether the hub made its ring (a private memfd one: no ring was given).
+        self.private_ring = ring is None
+        if ring is None:
+            ring = RingWriter.create(None, PRIVATE_RING_CAPACITY)
+        self.ring: RingWriter | None = ring
         self.nats = nats
         self.handoff_limit = handoff_limit
         self.counters = HubCounters()
         self._tids: dict[tuple[int, str], int] = {}
-        self._gap_tid = 0
-        self._next_seq = 1
-        #: This run's identifier: the ring's epoch (its header's), else a random one. The
-        #: ring's sequence numbers start again at 1 on every start: with the epoch, a
-        #: consumer tells a restart from a replay (the /v1/stream hello and gap frames
-        #: carry it as 16 hex digits, `epoch_hex`).
-        self.epoch: int = ring.epoch if ring is not None else secrets.randbits(64)
+        # ring topic id -> the topic as published (its ring name may be shortened)
+        self._topic_of: dict[int, str] = {}
+        # ring seq -> upstream seq of the messages published with one, in two generations
+        # of at most UPSTREAM_SEQ_HISTORY (the ring has no field for it)
+        self._useq_new: dict[int, int | None] = {}
+        self._useq_old: dict[int, int | None] = {}
+        #: This run's identifier: the ring's epoch (its header's). The ring's sequence
+        #: numbers start again at 1 on every start: with the epoch, a consumer tells a
+        #: restart from a replay (the /v1/stream hello and gap frames carry it as 16 hex
+        #: digits, `epoch_hex`).
+        self.epoch: int = ring.epoch
         self.epoch_hex = f"{self.epoch:016x}"
-        if ring is not None:
-            self._gap_tid = ring.register_topic(RING_GAP_TOPIC)
-            self._next_seq = ring.last_seq + 1
+        self._gap_tid = ring.register_topic(RING_GAP_TOPIC)
+        self._next_seq = ring.last_seq + 1
         self._lock = threading.Lock()  # router set changes; never taken by publish_*
         # publish_*: one publisher at a time (sessions run on the runtime's loop and on the
-        # engines' loops): sequence numbers, the ring's writer and each hand-off's counters
-        # assume a single writer. Uncontended, as it nearly always is, it costs ~0.1 us.
+        # engines' loops): sequence numbers and the ring's writer assume a single
+        # writer. Uncontended, as it nearly always is, it costs ~0.1 us.
         self._publish_lock = threading.Lock()
         self._routers: dict[asyncio.AbstractEventLoop, _Router] = {}
-        self._sinks: tuple[Handoff, ...] = ()
         self._stats: dict[str, ConsumerStats] = {}
         # session -> its last upstream gap, for consumers that subscribe afterwards
         self._last_gaps: dict[int, GapEvent] = {}
@@ -253,7 +322,12 @@ class Hub:
         self._deleted: dict[int, None] = {}
         self._closed = False
         if nats is not None:
-            self._sinks = (nats.handoff,)
+            try:
+                nats.follow(ring, self.topic_of, self._gap_tid, handoff_limit, self.epoch_hex)
+            except BaseException:
+                if self.private_ring:
+                    ring.close()
+                raise
 
     # ---- engine thread ----------------------------------------------------------------------
     @property
@@ -276,21 +350,22 @@ class Hub:
         if n == 0 or self._closed:
             return first
         try:
-            sessions, topics, payloads, stamps, _ = zip(*msgs, strict=True)
+            sessions, topics, payloads, stamps, useqs = zip(*msgs, strict=True)
         except ValueError:
             raise TypeError(
                 "publish_batch takes (session_id, topic, payload, recv_ts_ns, upstream_seq) tuples"
             ) from None
-        if len(set(map(type, payloads))) != 1 or type(payloads[0]) is not bytes:
-            # A view into a reused buffer would change under the consumers: copy once.
-            msgs = tuple((m[0], m[1], bytes(m[2]), m[3], m[4]) for m in msgs)
-            payloads = tuple(m[2] for m in msgs)
-        if self.ring is not None:
-            first = self._write_ring(sessions, topics, payloads, stamps)
+        if self.ring is None:  # the ring failed for good: nothing reaches anyone
+            return first
+        # The ring copies the payloads: views into a reused buffer are fine.
+        first = self._write_ring(sessions, topics, payloads, stamps)
         self._next_seq = first + n
-        batch = Batch(first, msgs)
-        for sink in self._sinks:
-            sink.offer(batch)
+        if useqs.count(None) != n:
+            new = self._useq_new
+            new.update(zip(range(first, first + n), useqs, strict=True))
+            if len(new) > UPSTREAM_SEQ_HISTORY:
+                self._useq_old = new
+                self._useq_new = {}
         counters = self.counters
         counters.published += n
         counters.batches += 1
@@ -318,27 +393,28 @@ class Hub:
 
     def _publish_gap(self, session_id: int, lost: int | None, reason: str) -> int:
         seq = self._next_seq
-        if self._closed:
-            return seq
-        event = GapEvent(seq, session_id, lost, reason, time.time_ns(), self.epoch_hex)
         ring = self.ring
-        if ring is not None:
-            try:
-                seq = ring.write(session_id, self._gap_tid, event.json(), event.ts_ns)
-                self.counters.ring_written += 1
-                if seq != event.seq:
-                    event = event._replace(seq=seq)
-            except RingError as exc:
-                self._ring_failed(exc)
-        self._next_seq = seq + 1
-        # Remembered before it is offered: a consumer subscribing meanwhile (its hand-off
-        # registered before it reads this) gets it at least once, and `_gap` skips the
-        # live copy of a gap a consumer already got as past.
+        if self._closed or ring is None:
+            return seq
+        with contextlib.suppress(RingError):  # records written by others (C) count too
+            seq = ring.last_seq + 1
+        event = GapEvent(seq, session_id, lost, reason, time.time_ns(), self.epoch_hex)
+        # Remembered before it is written: a consumer subscribing meanwhile (its router
+        # following the ring before it reads this) gets it at least once, and the router
+        # skips the live copy of a gap a consumer already got as past (same seq).
         self._last_gaps[session_id] = event
-        for sink in self._sinks:
-            sink.offer_event(event)
+        try:
+            written = ring.write(session_id, self._gap_tid, event.json(), event.ts_ns)
+        except RingError as exc:
+            self._ring_failed(exc)
+            return seq
+        self.counters.ring_written += 1
+        if written != event.seq:  # another writer got in between: the ring's number wins
+            event = event._replace(seq=written)
+            self._last_gaps[session_id] = event
+        self._next_seq = written + 1
         self.counters.gaps += 1
-        return seq
+        return written
 
     def _write_ring(
         self,
@@ -375,8 +451,25 @@ class Hub:
         except TopicError as exc:
             log.error("ring topic %s:%s not registered: %s", key[0], key[1], exc)
             return 0
+        self._topic_of[tid] = key[1]
         self._tids[key] = tid
         return tid
+
+    def ring_topic_id(self, session_id: int, topic: str) -> int:
+        """The ring topic id of a session's topic, registered on first use (0: the topic
+        table is full). For a writer that puts records in the ring itself (C, in the
+        engine's poll): what it writes under this id reaches /v1/stream and NATS as
+        `topic`, whatever the ring name (a long one is shortened) says."""
+        with self._publish_lock:
+            return self._tids.get((session_id, topic)) or self._register((session_id, topic))
+
+    def topic_of(self, topic_id: int, ring_name: str) -> str:
+        """The topic of a ring topic id, as published (any thread): what the hub registered,
+        else the ring name without its `<session_id>:` prefix."""
+        topic = self._topic_of.get(topic_id)
+        if topic is None:
+            topic = ring_name.partition(":")[2]
+        return topic
 
     def _write_ring_one_by_one(
         self,
@@ -455,7 +548,7 @@ class Hub:
             router.remove,
         )
         router.add(consumer)
-        last = self._last_gaps.get(session_id)  # read after the hand-off is registered
+        last = self._last_gaps.get(session_id)  # read after the router follows the ring
         if last is not None:
             consumer.past_gap_seq = last.seq
             consumer.push_gap(
@@ -476,10 +569,11 @@ class Hub:
             if refuse is not None and refuse in self._deleted:
                 raise SessionDeletedError(refuse)
             router = self._routers.get(loop)
-            if router is None or router.handoff.dead:
+            if router is None or router.follower.dead:
+                if self.ring is None:
+                    raise HubClosedError("the hub's ring failed: nothing to follow")
                 router = _Router(self, loop, self.handoff_limit)
                 self._routers[loop] = router
-                self._sinks = (*(s for s in self._sinks if not s.dead), router.handoff)
             return router
 
     def _drop_router(self, router: _Router) -> None:
@@ -487,11 +581,11 @@ class Hub:
         with self._lock:
             if self._routers.get(router.loop) is router:
                 del self._routers[router.loop]
-            self._sinks = tuple(s for s in self._sinks if s is not router.handoff)
-            dropped = router.handoff.dropped
+            dropped = router.follower.dropped
             if dropped:
                 totals = self.counters.handoff_dropped
                 totals["stream"] = totals.get("stream", 0) + dropped
+        router.follower.stop()
 
     def _stats_for(self, name: str) -> ConsumerStats:
         stats = self._stats.get(name)
@@ -535,11 +629,25 @@ class Hub:
         """The live consumers of every loop (a snapshot)."""
         return [c for router in list(self._routers.values()) for c in router.consumers]
 
+    def caught_up(self) -> bool:
+        """Whether every consumer loop has read (and routed) all the ring held when asked,
+        or fell behind it (tests and tools: wait for this rather than for a time)."""
+        ring = self.ring
+        if ring is None or ring.closed:
+            return True
+        last = ring.last_seq
+        for follower in self.followers():
+            upto = follower.next_seq
+            if upto is not None and not follower.dead and upto <= last:
+                return False
+        return True
+
     def consumer_stats(self) -> list[ConsumerStats]:
         return list(self._stats.values())
 
-    def handoffs(self) -> list[Handoff]:
-        return list(self._sinks)
+    def followers(self) -> list[RingFollower]:
+        """The ring followers of the consumer loops (the NATS sink has its own)."""
+        return [router.follower for router in list(self._routers.values())]
 
     @property
     def closed(self) -> bool:
@@ -569,6 +677,10 @@ class Hub:
         if self.ring is not None:
             with self._publish_lock:  # not under a publisher still writing (its last batch)
                 self.ring.close(unlink=unlink_ring)
+        # The followers of loops that are gone (no shutdown ran there) end here.
+        for router in routers:
+            if router.loop.is_closed():
+                router.follower.stop()
 
     def __enter__(self) -> Hub:
         return self
@@ -586,7 +698,13 @@ class Hub:
 class NatsSinkLike(Protocol):
     """What the hub needs of a bus sink (gateway.hub.nats.NatsSink)."""
 
-    @property
-    def handoff(self) -> Handoff: ...
+    def follow(
+        self,
+        ring: RingWriter,
+        topic_of: Callable[[int, str], str],
+        gap_topic_id: int,
+        limit: int,
+        epoch_hex: str,
+    ) -> None: ...
 
     def stop(self, timeout: float = 10.0) -> None: ...

@@ -1,5 +1,5 @@
-"""What flows through the hub: the engine's messages, the hand-off entries, and what a
-downstream consumer reads (a `Delivery` shared by every consumer of a message, or a
+"""What flows through the hub: the engine's messages, the gap records it writes to the ring,
+and what a downstream consumer reads (a `Delivery` shared by every consumer of a message, or a
 `GapNotice`)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from typing import Any, NamedTuple
 import orjson
 
 #: (session_id, topic, payload, recv_ts_ns, upstream seq or None): one upstream message as
-#: the engine hands it to `Hub.publish_batch`. The payload must be immutable (bytes): the
-#: hub keeps a reference until every consumer has it.
+#: the engine hands it to `Hub.publish_batch` (the ring copies the payload: any buffer).
 Message = tuple[int, str, bytes, int, int | None]
 
 # Gap reasons the hub itself produces (sessions pass their own to publish_gap).
@@ -21,14 +20,7 @@ RING_TOO_LARGE = "too_large_for_ring"
 RING_NO_TOPIC = "ring_topic_table_full"
 
 
-# ---- hand-off entries (engine thread -> a consumer loop) ---------------------------------------
-class Batch(NamedTuple):
-    """Messages first_seq, first_seq + 1, ... in publish order."""
-
-    first_seq: int
-    messages: tuple[Message, ...]
-
-
+# ---- ring records the hub writes -------------------------------------------------------
 class GapEvent(NamedTuple):
     """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`.
     epoch: the hub's run (Hub.epoch_hex), for NATS subscribers, who see no ring header."""
@@ -52,16 +44,6 @@ class GapEvent(NamedTuple):
         if self.epoch is not None:
             body["epoch"] = self.epoch
         return orjson.dumps(body)
-
-
-class Overflow(NamedTuple):
-    """A hand-off was full: these messages never reached the loop, per (session, topic)."""
-
-    counts: dict[tuple[int, str], int]
-    total: int
-
-
-Entry = Batch | GapEvent | Overflow
 
 
 # ---- what a consumer reads ------------------------------------------------------------------
@@ -180,9 +162,9 @@ class Delivery:
 
 class GapNotice(NamedTuple):
     """Messages a consumer will not get. reason: the session's (an upstream reconnect),
-    QUEUE_FULL (drop_oldest dropped them from its queue) or OVERLOAD (the gateway's own
-    hand-off was full). lost: how many (None when the session could not tell). seq: the
-    gap record's sequence number for upstream gaps, None for the others.
+    QUEUE_FULL (drop_oldest dropped them from its queue) or OVERLOAD (its loop fell that
+    many ring records behind, of any stream). lost: how many (None when the session could
+    not tell). seq: the gap record's sequence number for upstream gaps, None for the others.
 
     past: the session's last upstream gap, which happened before this consumer subscribed
     (`Hub.subscribe` hands it over once, first): data from before the subscription may be

@@ -46,13 +46,12 @@ class HubCollector(Collector):
         )
         dropped = CounterMetricFamily(
             "wsgw_hub_handoff_dropped",
-            "Messages not handed to a consumer loop or sink: it was too far behind",
+            "Messages a consumer loop lost: it fell too far behind the ring's writer",
             labels=["sink"],
         )
         totals = dict(c.handoff_dropped)
-        for handoff in hub.handoffs():
-            if handoff.name != "nats":
-                totals[handoff.name] = totals.get(handoff.name, 0) + handoff.dropped
+        for follower in hub.followers():
+            totals[follower.name] = totals.get(follower.name, 0) + follower.dropped
         for name, n in sorted(totals.items()):
             dropped.add_metric([name], n)
         yield dropped
@@ -76,7 +75,8 @@ class HubCollector(Collector):
         )
         dropped_c = CounterMetricFamily(
             "wsgw_consumer_dropped",
-            "Messages a consumer lost (queue_full: drop_oldest; overload: gateway hand-off)",
+            "Messages a consumer lost (queue_full: drop_oldest; overload: its loop fell "
+            "behind the ring)",
             labels=["consumer", "reason"],
         )
         conflated = CounterMetricFamily(
@@ -114,8 +114,8 @@ class HubCollector(Collector):
             yield _counter("wsgw_nats_reconnects", "Reconnections to NATS", st.reconnects)
             yield _gauge(
                 "wsgw_nats_pending",
-                "Messages handed to the sink, not published yet",
-                sink.handoff.pending,
+                "Messages in the ring the sink has not read yet",
+                sink.pending,
             )
 
 

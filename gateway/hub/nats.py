@@ -2,12 +2,14 @@
 gateway.hub.names for the mapping), for consumers on other machines.
 
 nats-py runs on an asyncio loop of its own, in a thread of its own, so neither the engine
-nor the API loop ever waits for the bus. The engine hands batches over through a
-`Handoff` (bounded: `buffer_messages`); the sink publishes a whole hand-off without
-yielding, so nats-py's flusher writes it to the socket in one go (batched flushes). When
-NATS is down the messages are dropped and counted: before the first connection and while
-the hand-off is full (`buffer_full`), and during a reconnection once nats-py's own
-reconnect buffer (`pending_bytes`) is full (`disconnected`). nats-py reconnects by itself.
+nor the API loop ever waits for the bus. The sink follows the hub's shared-memory ring
+(`RingFollower`, set up by the hub: `follow`), whoever wrote the records, so NATS carries
+the ring's sequence numbers; it publishes a whole read without yielding, so nats-py's
+flusher writes it to the socket in one go (batched flushes). Messages are dropped and
+counted: before the first connection (`not_connected`), when the sink falls more than
+`buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
+reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
+(`disconnected`). nats-py reconnects by itself.
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
 connection; messages are still published with core NATS (no per-message ack round trip),
@@ -20,12 +22,14 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gateway.hub.events import Batch, Entry, GapEvent, Overflow
-from gateway.hub.handoff import Handoff
+import orjson
+
+from dataplane.ring import Gap, RingEvent, RingWriter
+from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
 
 log = logging.getLogger("wsgw.hub.nats")
@@ -47,7 +51,7 @@ class JetStreamConfig:
 class NatsConfig:
     servers: Sequence[str] = ("nats://127.0.0.1:4222",)
     subject_prefix: str = "wsgw"
-    #: Messages the engine may hand over that the sink has not published yet.
+    #: Messages the sink may be behind the ring's writer before it skips ahead (dropped).
     buffer_messages: int = 100_000
     #: nats-py's buffer while reconnecting (bytes); beyond it messages are dropped.
     pending_bytes: int = 16 << 20
@@ -96,25 +100,49 @@ class NatsSink:
         self.stats = NatsStats()
         self.loop = asyncio.new_event_loop()
         self._wake = asyncio.Event()
-        self._handoff = Handoff(
-            self.loop, self._wake.set, config.buffer_messages, "nats", count_keys=False
-        )
-        self._subjects: dict[tuple[int, str], str] = {}
+        self._follower: RingFollower | None = None
+        self._topic_of: Callable[[int, str], str] = _ring_name_topic
+        self._gap_tid = -1
+        self._epoch_hex: str | None = None
+        self._subjects: dict[tuple[int, int], str] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._ready = threading.Event()
         self.nc: object | None = None
 
+    def follow(
+        self,
+        ring: RingWriter,
+        topic_of: Callable[[int, str], str],
+        gap_topic_id: int,
+        limit: int,
+        epoch_hex: str,
+    ) -> None:
+        """Publish what is written to `ring` from now on (the hub calls this). topic_of:
+        a ring topic id and name -> the topic; gap_topic_id: the `$gap` records' topic id.
+        limit: ignored (the sink's own bound is buffer_messages)."""
+        if self._follower is not None:
+            raise RuntimeError("the NATS sink follows a ring already")
+        self._topic_of = topic_of
+        self._gap_tid = gap_topic_id
+        self._epoch_hex = epoch_hex
+        self._follower = RingFollower(
+            ring, self.loop, self._wake.set, "nats", limit=self.config.buffer_messages
+        )
+
     @property
-    def handoff(self) -> Handoff:
-        return self._handoff
+    def pending(self) -> int:
+        """Messages in the ring the sink has not read yet."""
+        follower = self._follower
+        return 0 if follower is None else follower.pending
 
     @property
     def dropped(self) -> dict[str, int]:
         """Messages that did not reach NATS, by reason."""
         s = self.stats
+        follower = self._follower
         return {
-            "buffer_full": self._handoff.dropped,
+            "buffer_full": 0 if follower is None else follower.dropped,
             "not_connected": s.dropped_not_connected,
             "disconnected": s.dropped_disconnected,
             "error": s.dropped_error,
@@ -137,9 +165,13 @@ class NatsSink:
         """Publish what is handed over already, flush, close the connection, end the thread."""
         thread = self._thread
         if thread is None:
+            if self._follower is not None:
+                self._follower.stop()
             if not self.loop.is_closed():
                 self.loop.close()
             return
+        if self._follower is not None:
+            self._follower.halt()  # the last drain reads without its thread waiting
         self._stopping = True
         with contextlib.suppress(RuntimeError):  # the loop ended already
             self.loop.call_soon_threadsafe(self._wake.set)
@@ -147,6 +179,8 @@ class NatsSink:
         if thread.is_alive():
             log.error("NATS sink did not stop within %.1f s", timeout)
         self._thread = None
+        if self._follower is not None:
+            self._follower.stop()
 
     # ---- the sink's thread --------------------------------------------------------------
     def _main(self) -> None:
@@ -156,7 +190,8 @@ class NatsSink:
         except Exception:
             log.exception("NATS sink failed")
         finally:
-            self._handoff.dead = True
+            if self._follower is not None:
+                self._follower.dead = True
             self.loop.close()
 
     async def _run(self) -> None:
@@ -165,7 +200,7 @@ class NatsSink:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                await self._publish(self.nc, self._handoff.take())
+                await self._drain()
                 if self._stopping:
                     break
         finally:
@@ -294,57 +329,82 @@ class NatsSink:
             self.stats.last_error = f"JetStream stream {js_cfg.stream}: {exc}"
             log.error("NATS: %s", self.stats.last_error)
 
-    def _subject(self, sid: int, topic: str) -> str:
-        subject = self._subjects[(sid, topic)] = nats_subject(self.prefix, sid, topic)
+    async def _drain(self) -> None:
+        """Publish what the ring holds for the sink, then wait for the follower again."""
+        follower = self._follower
+        if follower is None:
+            return
+        try:
+            while True:
+                events = follower.read()
+                await self._publish(self.nc, events)
+                if len(events) < READ_BATCH:
+                    break
+                await asyncio.sleep(0)  # nats-py's own tasks (the flusher) get a turn
+        finally:
+            follower.rearm()
+
+    def _subject(self, sid: int, tid: int, name: str) -> str:
+        topic = self._topic_of(tid, name)
+        subject = self._subjects[(sid, tid)] = nats_subject(self.prefix, sid, topic)
         return subject
 
-    async def _publish(self, nc: object, entries: list[Entry]) -> None:
+    async def _publish(self, nc: object, events: list[RingEvent]) -> None:
         from nats.aio.client import Client
         from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 
         stats = self.stats
-        if not entries:
+        if not events:
             return
         if not isinstance(nc, Client):  # not connected yet
-            for entry in entries:
-                if type(entry) is Batch:
-                    stats.dropped_not_connected += len(entry.messages)
+            stats.dropped_not_connected += sum(1 for e in events if type(e) is not Gap)
             return
         publish = nc.publish
         subjects = self._subjects
         headers = self.config.headers
-        for entry in entries:
-            if type(entry) is Batch:
-                seq = entry.first_seq
-                for sid, topic, payload, ts, _useq in entry.messages:
-                    subject = subjects.get((sid, topic)) or self._subject(sid, topic)
-                    try:
-                        if headers:
-                            await publish(
-                                subject,
-                                payload,
-                                headers={"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)},
-                            )
-                        else:
-                            await publish(subject, payload)
-                        stats.published += 1
-                    except OutboundBufferLimitError:
-                        stats.dropped_disconnected += 1
-                    except ConnectionClosedError:
-                        stats.dropped_error += 1
-                    except Exception as exc:
-                        stats.dropped_error += 1
-                        stats.last_error = f"{type(exc).__name__}: {exc}"
-                    seq += 1
-            elif type(entry) is GapEvent:
-                try:
-                    await publish(nats_gap_subject(self.prefix, entry.session_id), entry.json())
-                    stats.gaps += 1
-                except Exception as exc:
-                    stats.dropped_error += 1
-                    stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
-            else:
-                assert isinstance(entry, Overflow)  # counted by the hand-off (buffer_full)
+        gap_tid = self._gap_tid
+        for event in events:
+            if type(event) is Gap:  # counted by the follower (buffer_full)
+                continue
+            seq, sid, name, ts, view, tid = event  # type: ignore[misc]
+            payload: bytes = view  # type: ignore[assignment]  # the follower copies: bytes
+            if tid == gap_tid:
+                await self._publish_gap(nc, seq, sid, payload)
+                continue
+            subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
+            try:
+                if headers:
+                    await publish(
+                        subject,
+                        payload,
+                        headers={"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)},
+                    )
+                else:
+                    await publish(subject, payload)
+                stats.published += 1
+            except OutboundBufferLimitError:
+                stats.dropped_disconnected += 1
+            except ConnectionClosedError:
+                stats.dropped_error += 1
+            except Exception as exc:
+                stats.dropped_error += 1
+                stats.last_error = f"{type(exc).__name__}: {exc}"
+
+    async def _publish_gap(self, nc: object, seq: int, sid: int, payload: bytes) -> None:
+        """A `$gap` record, with the ring's sequence number and the hub's epoch."""
+        from nats.aio.client import Client
+
+        assert isinstance(nc, Client)
+        try:
+            body = orjson.loads(payload)
+            body["seq"] = seq
+            if self._epoch_hex is not None:
+                body.setdefault("epoch", self._epoch_hex)
+            await nc.publish(nats_gap_subject(self.prefix, sid), orjson.dumps(body))
+            self.stats.gaps += 1
+        except Exception as exc:
+            self.stats.dropped_error += 1
+            self.stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
 
     def __repr__(self) -> str:
         return f"<NatsSink {','.join(self.config.servers)} connected={self.stats.connected}>"
@@ -353,3 +413,8 @@ class NatsSink:
 def _url(nc: object) -> str:
     url = getattr(nc, "connected_url", None)
     return str(url.geturl()) if url is not None and hasattr(url, "geturl") else "?"
+
+
+def _ring_name_topic(topic_id: int, ring_name: str) -> str:
+    """A ring topic name `<session_id>:<topic>` without its prefix."""
+    return ring_name.partition(":")[2]

@@ -25,7 +25,8 @@ Frames, server to client:
   exchange's own sequence numbers, with lost the count they skipped where they are
   contiguous, e.g. Binance depth update ids, also across a reconnect), `queue_full`
   (drop_oldest dropped that many of this stream's oldest messages) or `gateway_overload`
-  (the gateway's own hand-off was full). In raw mode a gap frame can only be told from an
+  (the stream's consumer loop in the gateway fell that many ring records behind the feed:
+  of any stream, the ring cannot say whose). In raw mode a gap frame can only be told from an
   upstream payload by its shape: use envelope=1 when that matters;
 - a past gap, first (after `subscribed`), when the session had an upstream gap (a
   reconnect, a gateway restart) before this stream subscribed: the session's last one,
@@ -91,4 +92,4 @@ def slow_consumer_reason(queue_size: int) -> str:
 
 
 def overload_reason(lost: int) -> str:
-    return f"gateway overloaded: {lost} messages of this stream dropped before delivery"
+    return f"gateway overloaded: the stream fell {lost} messages behind the feed"

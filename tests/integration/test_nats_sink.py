@@ -148,12 +148,12 @@ def test_nats_down_drops_and_counts_then_reconnects() -> None:
             hub.publish_batch([(1, "t", b"m" * 100, 0, None) for _ in range(10)])
             total += 10
             if paced:  # within the sink's buffer, so that none is dropped
-                wait_until(lambda: sink.handoff.pending < 500)
+                wait_until(lambda: sink.pending < 500)
 
     try:
         publish(5000)
         assert not sink.stats.connected
-        wait_until(lambda: sink.handoff.pending == 0)
+        wait_until(lambda: sink.pending == 0)
         assert sink.dropped["not_connected"] + sink.dropped["buffer_full"] == 5000
         server = NatsServer(port=port).start()
         try:

@@ -42,7 +42,12 @@ def msg(session: int, topic: str, i: int, ts: int = 0) -> Message:
     return (session, topic, f"{topic}#{i}".encode(), ts, i)
 
 
-async def settle(hub: Hub | None = None, rounds: int = 5) -> None:
-    """Let the loop run the hand-off's dispatch (and the consumers' wake-ups)."""
+async def settle(hub: Hub, rounds: int = 5) -> None:
+    """Let this loop's ring follower read and route everything written so far (and the
+    consumers' wake-ups run)."""
+    for _ in range(5000):
+        if hub.caught_up():
+            break
+        await asyncio.sleep(0.001)
     for _ in range(rounds):
         await asyncio.sleep(0)

@@ -29,7 +29,7 @@ def test_consumers_get_their_topics_in_order() -> None:
         other = hub.subscribe(2, ["a"])
         first = hub.publish_batch([msg(1, "a", 0), msg(1, "b", 1), msg(2, "a", 2), msg(1, "c", 3)])
         hub.publish_batch([msg(1, "a", 4)])
-        await settle()
+        await settle(hub)
         assert first == 1 and hub.next_seq == 6
         assert payloads(a.poll()) == [b"a#0", b"a#4"]
         assert payloads(ab.poll()) == [b"a#0", b"b#1", b"a#4"]
@@ -48,7 +48,7 @@ def test_a_message_is_one_shared_delivery_with_its_fields() -> None:
         x = hub.subscribe(7, ["t"])
         y = hub.subscribe(7, ["t"])
         hub.publish_batch([(7, "t", b'{"p":1}', 123, 99), (7, "t", b"\xff\x00", 124, None)])
-        await settle()
+        await settle(hub)
         (dx1, dx2), (dy1, _) = x.poll(), y.poll()
         assert dx1 is dy1  # made once, shared
         assert isinstance(dx1, Delivery) and isinstance(dx2, Delivery)
@@ -86,7 +86,7 @@ def test_sequence_numbers_are_the_rings(ring: RingWriter, ring_name: str) -> Non
         hub.publish_batch([msg(1, "a", 0), msg(1, "b", 1), msg(1, "a", 2)])
         gap_seq = hub.publish_gap(1, 17, "reconnect")
         hub.publish_batch([msg(1, "a", 3)])
-        await settle()
+        await settle(hub)
         events = consumer.poll()
         seqs = [e.seq for e in events]
         assert seqs == [2, 4, gap_seq, 6] and gap_seq == 5
@@ -128,7 +128,7 @@ def test_gap_events_reach_every_consumer_of_the_session_only() -> None:
         hub.publish_batch([msg(1, "a", 0)])
         hub.publish_gap(1, None, "reconnect after heartbeat timeout")
         hub.publish_batch([msg(1, "b", 1)])
-        await settle()
+        await settle(hub)
         notice = GapNotice(1, None, "reconnect after heartbeat timeout", 2, epoch=hub.epoch_hex)
         assert a.poll()[1:] == [notice]
         assert b.poll()[0] == notice
@@ -157,7 +157,7 @@ def test_ring_placeholders_keep_numbers_aligned(ring_name: str) -> None:
             consumer = hub.subscribe(1)
             big = b"x" * (ring.max_payload + 1)
             hub.publish_batch([msg(1, "a", 0), (1, "a", big, 0, None), msg(1, "b", 2)])
-            await settle()
+            await settle(hub)
             assert [e.seq for e in consumer.poll()] == [1, 2, 3]
             events = reader.read_batch(timeout=1.0)
             assert [(e.seq, e.topic) for e in events] == [
@@ -180,7 +180,7 @@ def test_payloads_that_are_not_bytes_are_copied() -> None:
         buffer = bytearray(b"first")
         hub.publish_batch([(1, "a", buffer, 0, None)])  # type: ignore[list-item]
         buffer[:] = b"reuse"
-        await settle()
+        await settle(hub)
         (item,) = consumer.poll()
         assert isinstance(item, Delivery) and item.payload == b"first"
 
@@ -206,7 +206,7 @@ def test_closing_the_hub_ends_every_consumer_with_1001(ring_name: str) -> None:
         hub = Hub(ring=ring)
         consumer = hub.subscribe(1, ["a"])
         waiting = asyncio.create_task(consumer.get())
-        await settle()
+        await settle(hub)
         hub.close()
         with pytest.raises(ConsumerClosed) as closed:
             await waiting
@@ -224,13 +224,14 @@ def test_a_loop_without_consumers_is_no_longer_fed() -> None:
     async def main() -> None:
         hub = Hub()
         consumer = hub.subscribe(1, ["a"])
-        assert len(hub.handoffs()) == 1
+        (follower,) = hub.followers()
         consumer.close()
-        assert hub.handoffs() == []
+        assert hub.followers() == []
+        assert follower.dead  # its thread ended, its reader detached
         hub.publish_batch([msg(1, "a", 0)])
         again = hub.subscribe(1, ["a"])
         hub.publish_batch([msg(1, "a", 1)])
-        await settle()
+        await settle(hub)
         assert payloads(again.poll()) == [b"a#1"]
         stats = {s.name: s for s in hub.consumer_stats()}["anonymous"]
         assert (stats.opened, stats.connected, stats.disconnects) == (2, 1, {"client": 1})
@@ -267,3 +268,34 @@ def test_consumers_on_two_loops_each_get_everything() -> None:
         t.join(10)
     expected = [f"a#{i}".encode() for i in range(50)]
     assert results == {"x": expected, "y": expected}
+
+
+def test_records_written_to_the_ring_without_the_hub_reach_its_consumers() -> None:
+    """The ring is the consumers' one source: what another writer puts there (C in the
+    engine's poll) is routed like the hub's own, with the ring's numbers, under the topic
+    the hub registered (`ring_topic_id`) or the ring name's (`<session>:<topic>`)."""
+
+    async def main() -> None:
+        hub = Hub()  # a private ring
+        ring = hub.ring
+        assert ring is not None and hub.private_ring and ring.path is None
+        t0 = hub.subscribe(1, ["t0"])
+        every = hub.subscribe(1)
+        first = hub.publish_batch([msg(1, "t0", 0)])
+        tid = hub.ring_topic_id(1, "t0")
+        other = ring.register_topic(ring_topic(1, "x"))
+        second = ring.write_columns([1, 1, 2], [tid, other, tid], [b"t0#1", b"x#2", b"t0#3"])
+        await settle(hub)
+        got = t0.poll()
+        assert [(d.seq, d.topic, d.payload) for d in got] == [  # type: ignore[union-attr]
+            (first, "t0", b"t0#0"),
+            (second, "t0", b"t0#1"),
+        ]
+        assert [(d.seq, d.topic) for d in every.poll()] == [  # type: ignore[union-attr]
+            (first, "t0"),
+            (second, "t0"),
+            (second + 1, "x"),
+        ]
+        hub.close()
+
+    asyncio.run(main())

@@ -22,13 +22,13 @@ def test_a_late_consumer_gets_the_last_gap_once_marked_past() -> None:
         hub.publish_gap(1, None, "restart: first")
         gap = hub.publish_gap(1, 7, "reconnect")  # the last one is what a late consumer gets
         hub.publish_batch([msg(1, "a", 1)])
-        await settle()
+        await settle(hub)
         assert [type(e) for e in early.poll()] == [Delivery, GapNotice, GapNotice, Delivery]
 
         late = hub.subscribe(1, ["a"])
         other = hub.subscribe(2, ["a"])
         hub.publish_batch([msg(1, "a", 2)])
-        await settle()
+        await settle(hub)
         events = late.poll()
         past = events[0]
         assert isinstance(past, GapNotice)
@@ -51,7 +51,7 @@ def test_a_late_consumer_gets_the_last_gap_once_marked_past() -> None:
 
         # A newer gap reaches the late consumer live, and the past one is not repeated.
         newer = hub.publish_gap(1, 1, "reconnect")
-        await settle()
+        await settle(hub)
         assert late.poll() == [GapNotice(1, 1, "reconnect", newer, epoch=hub.epoch_hex)]
         (latest,) = hub.subscribe(1).poll()  # the next late consumer: the newer one, past
         assert isinstance(latest, GapNotice) and latest.past and latest.seq == newer
@@ -68,7 +68,7 @@ def test_a_subscription_racing_the_gap_gets_it_once() -> None:
         early = hub.subscribe(1)  # the loop's router exists: the gap waits in its hand-off
         gap = hub.publish_gap(1, None, "restart: killed")
         racing = hub.subscribe(1)
-        await settle()
+        await settle(hub)
         assert early.poll() == [GapNotice(1, None, "restart: killed", gap, epoch=hub.epoch_hex)]
         (notice,) = racing.poll()
         assert isinstance(notice, GapNotice) and notice.past and notice.seq == gap
@@ -81,7 +81,7 @@ def test_no_gap_no_past_notice() -> None:
         hub = Hub()
         hub.publish_batch([msg(1, "a", 0)])
         consumer = hub.subscribe(1)
-        await settle()
+        await settle(hub)
         assert consumer.poll() == [] and hub.last_gap(1) is None
 
     asyncio.run(main())

@@ -1,5 +1,5 @@
 """Per-consumer queues: the disconnect and drop_oldest policies, conflation, and what a
-full hand-off (a consumer loop far behind) costs each consumer."""
+loop that falls behind the ring costs its consumers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from dataplane.ring import RingWriter
 from gateway.hub import Delivery, DeliveryOptions, GapNotice, Hub
 from gateway.hub.consumer import ConsumerClosed
 from gateway.hub.events import OVERLOAD, QUEUE_FULL
@@ -24,12 +25,12 @@ def test_disconnect_policy_cuts_the_slow_consumer_only() -> None:
         slow = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=10), name="slow")
         fast = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=10), name="fast")
         waiting = asyncio.create_task(slow.get())
-        await settle()
+        await settle(hub)
         waiting.cancel()
         got: list[object] = []
         for i in range(30):
             hub.publish_batch([msg(1, "a", i)])
-            await settle()
+            await settle(hub)
             got += fast.poll()
         assert numbers(got) == list(range(30))
         assert slow.closed and slow.ended.done()
@@ -55,16 +56,16 @@ def test_drop_oldest_reports_the_exact_loss_where_it_happened() -> None:
         hub = Hub()
         consumer = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=5, overflow="drop_oldest"))
         hub.publish_batch([msg(1, "a", i) for i in range(3)])
-        await settle()
+        await settle(hub)
         assert numbers(consumer.poll(2)) == [0, 1]
         hub.publish_batch([msg(1, "a", i) for i in range(3, 15)])  # queue: 2..14, holds 5
-        await settle()
+        await settle(hub)
         events = consumer.poll()
         assert events[0] == GapNotice(1, 8, QUEUE_FULL)  # 2..9 dropped
         assert numbers(events[1:]) == [10, 11, 12, 13, 14]
         assert consumer.poll() == []
         hub.publish_batch([msg(1, "a", 15)])
-        await settle()
+        await settle(hub)
         assert numbers(consumer.poll()) == [15]
         (stats,) = hub.consumer_stats()
         assert (stats.dropped, stats.delivered) == (8, 2 + 5 + 1)
@@ -79,7 +80,7 @@ def test_drop_oldest_never_drops_a_session_gap_notice() -> None:
         hub.publish_batch([msg(1, "a", 0)])
         hub.publish_gap(1, 4, "reconnect")
         hub.publish_batch([msg(1, "a", i) for i in range(1, 8)])
-        await settle()
+        await settle(hub)
         events = consumer.poll()
         assert events[0] == GapNotice(1, 4, "reconnect", 2, epoch=hub.epoch_hex)
         assert events[1] == GapNotice(1, 5, QUEUE_FULL)  # 0, then 1..4 dropped
@@ -93,11 +94,11 @@ def test_a_waiting_reader_is_woken_and_a_cut_wakes_it_with_the_reason() -> None:
         hub = Hub()
         consumer = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=1))
         reader = asyncio.create_task(consumer.get())
-        await settle()
+        await settle(hub)
         hub.publish_batch([msg(1, "a", 0)])
         assert numbers(await asyncio.wait_for(reader, 1)) == [0]
         reader = asyncio.create_task(consumer.get())
-        await settle()
+        await settle(hub)
         consumer.cut(4008, "test", "slow")
         with pytest.raises(ConsumerClosed, match="test"):
             await asyncio.wait_for(reader, 1)
@@ -110,11 +111,11 @@ def test_conflation_sends_the_first_update_then_the_latest_per_interval() -> Non
         hub = Hub()
         consumer = hub.subscribe(1, ["a", "b"], DeliveryOptions(conflation_ms=50))
         hub.publish_batch([msg(1, "a", 0)])
-        await settle()
+        await settle(hub)
         assert numbers(consumer.poll()) == [0]  # leading edge: at once
         hub.publish_batch([msg(1, "b", 1), msg(1, "a", 2), msg(1, "b", 3), msg(1, "a", 4)])
         hub.publish_gap(1, 2, "reconnect")  # gaps are never conflated nor delayed
-        await settle()
+        await settle(hub)
         assert consumer.poll() == [GapNotice(1, 2, "reconnect", 6, epoch=hub.epoch_hex)]
         hub.publish_batch([msg(1, "b", 5)])
         await asyncio.sleep(0.12)
@@ -125,42 +126,62 @@ def test_conflation_sends_the_first_update_then_the_latest_per_interval() -> Non
         assert stats.conflated == 3  # b#1, a#2, b#3 replaced
         await asyncio.sleep(0.12)  # the window closed: the next update goes at once again
         hub.publish_batch([msg(1, "a", 6)])
-        await settle()
+        await settle(hub)
         assert numbers(consumer.poll()) == [6]
         consumer.close()
 
     asyncio.run(main())
 
 
-def test_a_full_handoff_costs_each_consumer_exactly_what_it_lost() -> None:
-    """The engine stops handing batches to a loop `handoff_limit` messages behind and counts
-    them per topic; drop_oldest consumers get a gateway_overload gap with their own count,
-    disconnect consumers are closed with 1013 and the count in the reason."""
+def test_a_loop_that_falls_behind_the_ring_gives_its_consumers_a_gap_with_the_count() -> None:
+    """A consumer loop more than `handoff_limit` messages behind the ring's writer skips to
+    the newest record. The ring cannot say whose messages were skipped, so every consumer of
+    the loop learns the whole count: drop_oldest consumers as a gateway_overload gap,
+    disconnect consumers by a close with 1013 and the count in the reason. Never silence."""
 
     async def main() -> None:
         hub = Hub(handoff_limit=10)
         lossy = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100, overflow="drop_oldest"))
         strict = hub.subscribe(1, ["b"], DeliveryOptions(queue_size=100))
-        untouched = hub.subscribe(1, ["c"], DeliveryOptions(queue_size=100))
-        # No await in between: the loop cannot drain, as if it were stalled.
-        hub.publish_batch([msg(1, "a", 0), msg(1, "b", 1)])  # 2 pending
-        hub.publish_batch([msg(1, "a", i) for i in range(2, 10)])  # 10 pending: full
-        hub.publish_batch([msg(1, "a", 10), msg(1, "a", 11), msg(1, "b", 12)])  # dropped
-        hub.publish_batch([msg(1, "a", 13)])  # dropped
-        (handoff,) = hub.handoffs()
-        assert (handoff.pending, handoff.dropped) == (10, 4)
-        await settle()
-        hub.publish_batch([msg(1, "a", 14)])  # room again: the loss is reported first
-        await settle()
+        # No await in between: the loop cannot read, as if it were stalled.
+        hub.publish_batch([msg(1, "a", 0), msg(1, "b", 1)])
+        hub.publish_batch([msg(1, "a", i) for i in range(2, 10)])
+        hub.publish_batch([msg(1, "a", 10), msg(1, "a", 11), msg(1, "b", 12)])
+        hub.publish_batch([msg(1, "a", 13)])  # 14 behind: more than 10
+        await settle(hub)
+        (follower,) = hub.followers()
+        assert follower.dropped == 14
+        hub.publish_batch([msg(1, "a", 14)])
+        await settle(hub)
         events = lossy.poll()
-        assert numbers(events[:9]) == [0, *range(2, 10)]
-        assert events[9] == GapNotice(1, 3, OVERLOAD)
-        assert numbers(events[10:]) == [14]
+        assert events[0] == GapNotice(1, 14, OVERLOAD)
+        assert numbers(events[1:]) == [14]
         closed = strict.ended.result()
         assert (closed.code, closed.kind) == (1013, "overload")
-        assert "1 messages of this stream dropped" in closed.reason
-        assert numbers(untouched.poll()) == []
-        assert not untouched.closed
+        assert "14 messages behind" in closed.reason
+        (stats,) = hub.consumer_stats()
+        assert stats.overload == 28
+        hub.close()
+
+    asyncio.run(main())
+
+
+def test_a_loop_lapped_by_the_ring_writer_gets_the_exact_count() -> None:
+    """A loop stalled while the writer goes a whole ring round: the ring's own gap count
+    (overwritten records) reaches the consumers, then what is still in the ring."""
+
+    async def main() -> None:
+        ring = RingWriter.create(None, 4096)
+        hub = Hub(ring=ring)
+        lossy = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=1000, overflow="drop_oldest"))
+        first = hub.publish_batch([msg(1, "a", i) for i in range(200)])  # ~48 B each
+        assert ring.info().oldest_seq > first  # the oldest were overwritten
+        await settle(hub)
+        events = lossy.poll(1000)
+        lost = ring.info().oldest_seq - first
+        assert events[0] == GapNotice(1, lost, OVERLOAD)
+        assert numbers(events[1:]) == list(range(lost, 200))
+        hub.close()
 
     asyncio.run(main())
 

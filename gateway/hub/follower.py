@@ -1,0 +1,220 @@
+"""A ring reader that wakes an asyncio loop: how /v1/stream routers and the NATS sink read.
+
+Every record reaches the hub's consumers through the shared-memory ring, whoever wrote it
+(`Hub.publish_batch`, or C inside the engine's poll), so there is one path and one set of
+sequence numbers. A `RingFollower` owns a reader of the ring and a waiting thread in C (the
+shim's ring notifier): the thread sleeps in the ring's futex wait and, when records
+arrive, writes to an eventfd the loop watches (`add_reader`), then sleeps until the loop
+calls `rearm` (after reading). The thread never runs Python: waking the loop costs no GIL
+hand-over (a Python thread would first take the GIL from a busy publisher, up to a switch
+interval, 5 ms, each time). A loop has at most one wake-up pending, the thread never spins
+while the loop is busy, and the records are read on the loop, at its own pace: a loop that
+stalls costs the writer nothing, it falls behind in the ring.
+
+A follower more than `limit` messages behind the writer skips to the newest record and
+reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
+seq) first in what `read` returns. Either way the loss is counted (`dropped`), never silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+
+from dataplane.ring import Gap, RingClosedError, RingError, RingEvent, RingReader, RingWriter
+from dataplane.shim import _bind_ringnotify as _notify
+
+log = logging.getLogger("wsgw.hub")
+
+#: Records a follower reads per ring call.
+READ_BATCH = 1024
+
+
+class RingFollower:
+    """One reader of `ring` feeding one loop. `on_wake` runs on the loop; it calls `read`
+    (any number of times) and then `rearm`, after which the next record wakes it again."""
+
+    def __init__(
+        self,
+        ring: RingWriter,
+        loop: asyncio.AbstractEventLoop,
+        on_wake: Callable[[], None],
+        name: str,
+        *,
+        limit: int,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"follower limit must be at least 1 message, not {limit}")
+        self.loop = loop
+        self.name = name
+        self.limit = limit
+        self._on_wake = on_wake
+        # Starts past the newest record: it gets what is written from now on.
+        self.reader = RingReader.attach_fd(ring.fd, copy=True, max_batch=READ_BATCH)
+        # Held by whoever asks the reader from outside the loop (metrics, tests) and by
+        # `stop` to detach it, so no one asks a reader that is being freed.
+        self._detach_lock = threading.Lock()
+        self._halted = False  # the notifier thread ended
+        self._stopping = False  # reads end too
+        self.dead = False  # the loop is closed, or the follower was stopped
+        self.dropped = 0  # messages lost: lapped by the writer, or skipped past `limit`
+        self.read_count = 0  # messages read (loop thread)
+        # Whether the last read was full, so the follower may be far behind: only then is
+        # its lag asked (a C call making a dict), not on every wake-up of a light feed.
+        self._maybe_behind = True
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        rc, self._notifier = _notify.start(self.reader._handle, self._fd, 0)
+        if rc < 0:
+            os.close(self._fd)
+            self.reader.close()
+            raise RingError(f"ring notifier: {os.strerror(-rc)}", -rc)
+        # A follower dropped without `stop` (its loop ended, its hub was never closed) ends
+        # its C thread before the reader that thread waits on can be freed: the finalizer
+        # holds the reader until then.
+        self._finalizer = weakref.finalize(
+            self, _release, self._notifier, self.reader, self._fd, self._detach_lock
+        )
+        try:
+            if _running_loop() is loop:
+                loop.add_reader(self._fd, self._readable)
+            else:  # the NATS sink's loop, from the hub's constructor
+                loop.call_soon_threadsafe(self._watch)
+        except RuntimeError:  # the loop is closed
+            self.stop()
+            raise
+
+    @property
+    def wakeups(self) -> int:
+        """Notifications the waiting thread sent (one per wake-up of the loop)."""
+        with self._detach_lock:
+            return 0 if self._halted else _notify.count(self._notifier)
+
+    def _watch(self) -> None:
+        if not self._halted:
+            self.loop.add_reader(self._fd, self._readable)
+
+    def _readable(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._fd)
+        if not self._stopping:
+            self._on_wake()
+
+    @property
+    def pending(self) -> int:
+        """Messages written that this follower has not read yet."""
+        with self._detach_lock:
+            if self.dead:
+                return 0
+            with contextlib.suppress(RingClosedError):
+                return self.reader.lag
+            return 0
+
+    @property
+    def next_seq(self) -> int | None:
+        """The sequence number this follower reads next (None: stopped)."""
+        with self._detach_lock:
+            if self._stopping:
+                return None
+            with contextlib.suppress(RingClosedError):
+                return self.reader.next_seq
+            return None
+
+    # ---- loop thread ---------------------------------------------------------------------
+    def read(self) -> list[RingEvent]:
+        """What the ring holds for this follower now (up to READ_BATCH records), after a
+        Gap when messages were lost since the last read. [] once stopped or closed."""
+        if self._stopping:
+            return []
+        reader = self.reader
+        try:
+            skipped: Gap | None = None
+            if self._maybe_behind and reader.lag > self.limit:
+                before = reader.next_seq
+                reader.seek("latest")
+                skipped = Gap(reader.next_seq - before, before)
+            events = reader.read_batch(timeout=0)
+        except RingClosedError:
+            return []
+        self._maybe_behind = len(events) >= READ_BATCH
+        if events and type(events[0]) is Gap:
+            lapped = events[0]
+            if skipped is not None:  # lapped right after the skip: one gap of both
+                events[0] = Gap(skipped.lost + lapped.lost, skipped.first_seq)
+            skipped = None
+        if skipped is not None and skipped.lost:
+            events.insert(0, skipped)
+        if events and type(events[0]) is Gap:
+            self.dropped += events[0].lost
+            self.read_count += len(events) - 1
+        else:
+            self.read_count += len(events)
+        return events
+
+    def rearm(self) -> None:
+        """Done reading for now: the next record (or one still there) wakes the loop again."""
+        with self._detach_lock:  # not while `halt` frees the notifier (the sink's stop)
+            if not self._halted:
+                _notify.rearm(self._notifier)
+
+    def halt(self) -> None:
+        """End the waiting thread (idempotent): the loop is woken no more, and may still
+        `read` what is left (a sink's last drain)."""
+        with self._detach_lock:
+            if self._halted:
+                return
+            self._halted = True
+            self._finalizer.detach()
+            _notify.stop(self._notifier)  # joins it: it writes to the eventfd no more
+        fd = self._fd
+        loop = self.loop
+        if loop.is_closed():
+            os.close(fd)
+        elif _running_loop() is loop:
+            loop.remove_reader(fd)
+            os.close(fd)
+        else:
+            try:
+                loop.call_soon_threadsafe(_unwatch, loop, fd)
+            except RuntimeError:  # closed meanwhile
+                os.close(fd)
+
+    def stop(self) -> None:
+        """End the waiting thread and detach (any thread; idempotent)."""
+        if self._stopping:
+            return
+        with self._detach_lock:
+            self._stopping = True
+            self.dead = True
+        self.halt()
+        with self._detach_lock:
+            self.reader.close()
+
+    def __repr__(self) -> str:
+        return f"<RingFollower {self.name} pending={self.pending} dropped={self.dropped}>"
+
+
+def _release(notifier: int, reader: RingReader, fd: int, lock: threading.Lock) -> None:
+    """A dropped follower's end: its thread, then its eventfd and reader."""
+    with lock:
+        _notify.stop(notifier)
+    os.close(fd)
+    reader.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _unwatch(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    try:
+        loop.remove_reader(fd)
+    finally:
+        os.close(fd)
