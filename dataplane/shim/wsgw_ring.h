@@ -88,7 +88,10 @@
  * make readers fault (SIGBUS); memfd rings are sealed against that.
  *
  * All fields are host byte order (readers and the writer share one machine).
- * Writer: one thread. Readers: any number of processes/threads, one thread per reader handle.
+ * Writers: any threads of the writer's process (the hub, the engines' feeds); every writer
+ * call takes the writer's spinlock, so one call's messages get consecutive sequence numbers
+ * and callers read the numbers they got from the return value. Readers: any number of
+ * processes/threads, one thread per reader handle.
  */
 #ifndef WSGW_RING_H
 #define WSGW_RING_H
