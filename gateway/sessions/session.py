@@ -194,15 +194,18 @@ class UpstreamSession:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         resume_gap: str | None = None,
+        feed_path: str | None = None,
     ) -> None:
         """resume_gap: a gap reason to publish when the first connection opens with topics
         (a session restored after the gateway was down: what was published meanwhile is
-        lost, though this session object never had a connection to lose)."""
+        lost, though this session object never had a connection to lose). feed_path: "c"
+        or "python" (see `EngineConfig.feed_path`); None: the engine's setting."""
         self.id = session_id
         self.config = config.validate()
         self._sink = sink
         self.on_event = on_event
         self._engine = engine
+        self._feed_path = feed_path
         self._connector = connector
         self._resolver: Resolver = resolver or system_resolve
         self._rng = rng if rng is not None else random.Random()
@@ -805,8 +808,10 @@ class UpstreamSession:
         whose data messages the C topic scan classifies alone (`Dialect.c_feed`), no
         sequence check, a sink with a ring. Otherwise the read loop carries every frame."""
         cfg = self.config
-        config = getattr(self._engine, "config", None)
-        if getattr(config, "feed_path", "python") != "c" or link.seq is not None:
+        wanted = self._feed_path
+        if wanted is None:
+            wanted = getattr(getattr(self._engine, "config", None), "feed_path", "python")
+        if wanted != "c" or link.seq is not None:
             return
         ring = getattr(self._sink, "ring", None)
         transport = getattr(conn, "transport", None)
