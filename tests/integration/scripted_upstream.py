@@ -14,6 +14,7 @@ close frame is answered. Stops by itself after an hour.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -93,10 +94,8 @@ def serve(conn: socket.socket, script: list[list[object]], drop: bool) -> None:
     except OSError:
         pass
     finally:
-        try:  # a thread blocked in recv keeps the socket open: shutdown sends the FIN now
+        with contextlib.suppress(OSError):  # a thread in recv keeps it open: FIN now
             conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         conn.close()
 
 
