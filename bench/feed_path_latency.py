@@ -175,8 +175,7 @@ def main() -> None:
             row[path] = (p50, p99)
             fed_n = sum(fed[s] for s, (p, r) in plan.items() if p == path and r == rate)
             print(
-                f"{rate:>6} {path:>7} {len(values):>7} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}"
-                f"  {fed_n}"
+                f"{rate:>6} {path:>7} {len(values):>7} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}  {fed_n}"
             )
         if len(row) == 2:
             (pp50, pp99), (cp50, cp99) = row["python"], row["c"]

@@ -1103,7 +1103,8 @@ static void run_feeds(struct wsgw_engine *e, uint64_t rx_ns, int finish)
 }
 
 /* 1: a touched flow has something for Python (bytes, slow-path segments, ACKs C took); a
- * flow whose feed took every byte has not. */
+ * flow whose feed took every byte has not, nor one whose armed feed waits for the rest of
+ * an incomplete frame (the poll goes on; if it returns first, the frame goes to Python). */
 static int touched_for_python(const struct wsgw_engine *e)
 {
     if (!e->feed_count)
@@ -1111,8 +1112,10 @@ static int touched_for_python(const struct wsgw_engine *e)
     for (uint32_t i = 0; i < e->touched_count; i++) {
         uint32_t slot = e->touched[i];
         const struct wsgw_flow *f = &e->flows[slot];
-        if (!e->feeds[slot] || f->ring_head != f->ring_tail || f->slow_pending ||
-            f->acks_advanced)
+        const struct wsgw_feed *feed = e->feeds[slot];
+        if (!feed || f->slow_pending || f->acks_advanced)
+            return 1;
+        if (f->ring_head != f->ring_tail && !wsgw_feed_armed(feed))
             return 1;
     }
     return 0;

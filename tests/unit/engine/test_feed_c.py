@@ -264,3 +264,25 @@ def test_records_are_numbered_with_the_hubs_writes_in_between() -> None:
         assert [e.seq for e in events if isinstance(e, RingMessage)] == [seq - 1, seq, seq + 1]
     finally:
         rig.close()
+
+
+def test_a_frame_split_across_two_bursts_of_one_poll_waits_for_its_rest(rig: Rig) -> None:
+    """The first burst (32 frames) ends inside a frame: the armed feed keeps it in the ring
+    and the poll goes on; the next burst completes it and the feed takes it."""
+    rig.engine.set_time(0)  # the real clock: the poll runs until its budget
+    rig.feed.arm(RCV_NXT)
+    payloads = [data(TOPICS[i % 2], i) for i in range(32)]
+    stream = b"".join(ws_frame(p) for p in payloads)
+    cut = len(stream) - 10  # 31 whole frames and most of the 32nd in the first 32 segments
+    pieces = [stream[i * (cut // 32) : (i + 1) * (cut // 32)] for i in range(31)]
+    pieces.append(stream[31 * (cut // 32) : cut])
+    pieces.append(stream[cut:])
+    frames = []
+    for piece in pieces:
+        frames.append(frame(rig.seq, piece))
+        rig.seq += len(piece)
+    assert rig.engine.inject(frames) == 33
+    rig.engine.poll(0, 5_000_000)
+    assert [r[2] for r in rig.records()] == payloads
+    assert rig.sync() == (b"", len(stream))
+    assert rig.feed.stats()["stops"] == 0
