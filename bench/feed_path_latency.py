@@ -121,14 +121,16 @@ def main() -> None:
             text=True,
             cwd=ROOT,
         )
-        assert consumer.stdout is not None and consumer.stdout.readline().strip() == "ready"
+        assert consumer.stdout is not None
+        assert consumer.stdout.readline().strip() == "ready"
         sim = start_simulator(lab, 9470, rates[0], stdin=True, cwd=ROOT)
         assert sim.stdin is not None
 
         async def run_all() -> None:
             sid = 0
             for rate in rates:
-                assert sim is not None and sim.stdin is not None
+                assert sim is not None
+                assert sim.stdin is not None
                 sim.stdin.write(f"rate rate={rate}\n")
                 sim.stdin.flush()
                 for _ in range(args.rounds):
