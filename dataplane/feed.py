@@ -28,6 +28,7 @@ class FeedDelta:
     messages: int = 0
     bytes: int = 0
     writes: int = 0  # ring writes (one per burst that brought messages)
+    stops: int = 0  # times the feed disarmed and left frames to Python
     topic_messages: dict[str, int] = field(default_factory=dict)
     last_message_ns: int = 0  # CLOCK_REALTIME receive stamp of the newest record (0: none)
     latency_ns: list[int] = field(default_factory=list)  # receive stamp -> ring record
@@ -49,7 +50,7 @@ class CFeed:
         self._index: dict[str, int] = {}  # topic -> its slot in the per-topic counts
         self._names: list[str | None] = []
         self._seen_counts: list[int] = []
-        self._seen = {"messages": 0, "bytes": 0, "writes": 0, "last_message_ns": 0}
+        self._seen = {"messages": 0, "bytes": 0, "writes": 0, "stops": 0, "last_message_ns": 0}
         self._samples_next = 0
 
     @property
@@ -102,12 +103,14 @@ class CFeed:
             messages=stats["messages"] - seen["messages"],
             bytes=stats["bytes"] - seen["bytes"],
             writes=stats["writes"] - seen["writes"],
+            stops=stats["stops"] - seen["stops"],
         )
         if stats["last_message_ns"] != seen["last_message_ns"]:
             delta.last_message_ns = stats["last_message_ns"]
         seen["messages"] = stats["messages"]
         seen["bytes"] = stats["bytes"]
         seen["writes"] = stats["writes"]
+        seen["stops"] = stats["stops"]
         seen["last_message_ns"] = stats["last_message_ns"]
         if delta.messages:
             names = self._names

@@ -124,6 +124,11 @@ class _Lost:
     kind: FailureKind  # what ended it
 
 
+#: While the C feed path carries a connection, housekeeping reads its counters at least this
+#: often (seconds): metrics read `counters` from other threads without asking the loop.
+FEED_PULL_S = 0.5
+
+
 class _Link:
     """One connection of a session: the topics placed on it and, while open, its dialect
     object, request queue and liveness schedule."""
@@ -858,9 +863,10 @@ class UpstreamSession:
         if feed is None:
             return
         delta = feed.take()
+        counters = self.counters
+        counters.feed_stops += delta.stops
         if not delta.messages:
             return
-        counters = self.counters
         counters.messages += delta.messages
         counters.fed_messages += delta.messages
         counters.bytes += delta.bytes
@@ -937,6 +943,8 @@ class UpstreamSession:
                     deadline = min(deadline, poll)
                 if link.machine.state is State.SUBSCRIBING and link.ack_deadline > now:
                     deadline = min(deadline, link.ack_deadline)
+                if link.feed is not None:  # its counters reach `counters` (metrics) this often
+                    deadline = min(deadline, now + FEED_PULL_S)
                 delay = None if math.isinf(deadline) else max(0.0, deadline - self._clock())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):

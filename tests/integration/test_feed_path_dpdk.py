@@ -146,6 +146,7 @@ def differential(engine: Engine, lab: Lab, runner: Callable[[Any], Any]) -> None
     assert py.fed_messages == 0
     assert c.fed_messages > 200  # most went through C...
     assert c.fed_messages < c.messages  # ...but not the odd ones
+    assert c.feed_stops > 0 and py.feed_stops == 0
     assert (c.messages, c.topic_messages, c.gaps, c.reconnects) == (
         py.messages,
         py.topic_messages,
