@@ -10,6 +10,7 @@ where the bytes not yet handed to Python begin.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator
 
 import pytest
@@ -286,3 +287,104 @@ def test_a_frame_split_across_two_bursts_of_one_poll_waits_for_its_rest(rig: Rig
     assert [r[2] for r in rig.records()] == payloads
     assert rig.sync() == (b"", len(stream))
     assert rig.feed.stats()["stops"] == 0
+
+
+def python_side(buf: bytes) -> tuple[list[bytes], bool]:
+    """A reference reader of every byte C handed over, from the start: (the data messages
+    of its complete frames in order, what the Python path publishes; whether it stands at a
+    message boundary: every byte parsed, no fragmented message held). Text and binary data
+    frames with a stream are messages; fragments are reassembled; control frames skipped."""
+    out: list[bytes] = []
+    pos = 0
+    fragments: list[bytes] | None = None
+    while len(buf) - pos >= 2:
+        n = buf[pos + 1] & 0x7F
+        hlen = 2 + (2 if n == 126 else 8 if n == 127 else 0)
+        if len(buf) - pos < hlen:
+            break
+        if n == 126:
+            n = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        elif n == 127:
+            n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
+        if len(buf) - pos < hlen + n:
+            break
+        first, payload = buf[pos], buf[pos + hlen : pos + hlen + n]
+        pos += hlen + n
+        opcode = first & 0x0F
+        if opcode >= 8:
+            continue
+        if opcode in (1, 2) and not first & 0x80:
+            fragments = [payload]
+            continue
+        if opcode == 0:
+            assert fragments is not None
+            fragments.append(payload)
+            if not first & 0x80:
+                continue
+            payload, fragments = b"".join(fragments), None
+        if b'"stream"' in payload:
+            out.append(payload)
+    return out, fragments is None and pos == len(buf)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_order_holds_whatever_the_segmentation_and_the_mix(seed: int) -> None:
+    """A random mix of frames (data of known and unknown topics, pings, fragments, binary)
+    cut into segments at frame boundaries or anywhere, in random bursts; a model of Python
+    reads what C hands over, publishes its data messages to the same ring and arms the feed
+    whenever it stands at a message boundary. The ring must hold every data message once,
+    in stream order, and C must have carried some of them."""
+    import random
+
+    rng = random.Random(seed)
+    rig = Rig(ring_size=1 << 14)
+    try:
+        stream = b""
+        bounds = [0]
+        expected: list[bytes] = []
+        for i in range(400):
+            kind = rng.random()
+            p = data(rng.choice((*TOPICS, "xrpusdt@trade")), i, pad=rng.choice((0, 0, 50, 900)))
+            if kind < 0.75:
+                stream += ws_frame(p)
+                expected.append(p)
+            elif kind < 0.85:
+                stream += ws_frame(b"ping", 0x89)
+            elif kind < 0.93:
+                stream += ws_frame(p[:7], 0x01) + ws_frame(p[7:], 0x80)
+                expected.append(p)
+            else:
+                stream += ws_frame(p, 0x82)
+                expected.append(p)
+            bounds.append(len(stream))
+        handed = b""
+        published = 0
+        tid = rig.tids[TOPICS[0]]
+        at, k = 0, 0
+        while at < len(stream):
+            burst = []
+            for _ in range(rng.randint(1, 6)):
+                if at >= len(stream):
+                    break
+                if rng.random() < 0.7:  # up to a frame boundary (1 to 3 frames on)
+                    k = min(len(bounds) - 1, max(k, bisect_right(bounds, at)) + rng.randint(0, 2))
+                    end = max(bounds[k], at + 1)
+                else:
+                    end = at + rng.choice((1, 2, 7, 60, 300, 1400))
+                end = min(end, len(stream), at + 1400)
+                burst.append(stream[at:end])
+                at = end
+            rig.send(*burst)
+            got, _ = rig.sync()
+            handed += got
+            messages, boundary = python_side(handed)
+            for p in messages[published:]:  # the Python path publishes them
+                rig.ring.write(SID, tid, p, 0)
+            published = len(messages)
+            if boundary:
+                rig.feed.arm(rig.python_seq)
+        assert [r[2] for r in rig.records()] == expected
+        stats = rig.feed.stats()
+        assert stats["messages"] > 0 and stats["stops"] > 0
+    finally:
+        rig.close()
