@@ -222,6 +222,26 @@ def require_scope(scope: str) -> Callable[..., Principal]:
     return dependency
 
 
+def may_use_subscription(principal: Principal, owner_token_id: int | None) -> bool:
+    """The one ownership rule (REST, /v1/stream and the dashboard alike): an admin uses
+    every subscription, any other caller only those its own token created."""
+    if "admin" in principal.scopes:
+        return True
+    return principal.token_id is not None and principal.token_id == owner_token_id
+
+
+def check_subscription_owner(principal: Principal, subscription_id: int, owner: int | None) -> None:
+    """403 unless `may_use_subscription`: a consume token cannot read, change, delete or
+    stream another consumer's subscription."""
+    if not may_use_subscription(principal, owner):
+        raise AuthFailed(
+            status.HTTP_403_FORBIDDEN,
+            f"subscription {subscription_id} belongs to another token: token "
+            f"'{principal.name}' may use only the subscriptions it created (an admin token "
+            "may use every one)",
+        )
+
+
 def is_admin_or_anonymous(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],

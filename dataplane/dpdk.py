@@ -262,10 +262,11 @@ def eal_allowed(eal: Eal) -> list[str]:
 
 
 def _refuse_used_interface(iface: str, force: bool) -> None:
-    use = hostinfo.interface_use(iface)
+    use = hostinfo.interface_addresses(iface)
     if use.in_use and not force:
         raise UnsafeInterfaceError(
-            f"refusing to open a DPDK port on {iface}: {use.describe()}; the stack's traffic "
+            f"refusing to open a DPDK port on {iface}: {iface} carries {use.describe()}; the "
+            "stack's traffic "
             "would go out on a network the host uses (pass force=True only if you mean it)",
             errno.EBUSY,
         )

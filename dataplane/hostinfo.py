@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,10 @@ def hugetlbfs_mounted(mounts: Path = Path("/proc/mounts")) -> bool:
     return any(line.split()[2] == "hugetlbfs" for line in mounts.read_text().splitlines())
 
 
+#: Runs `ip -json ARGS...` and gives the parsed list ([] when there is nothing to say).
+IpJson = Callable[..., list[dict[str, Any]]]
+
+
 def _ip_json(*args: str) -> list[dict[str, Any]]:
     out = subprocess.run(["ip", "-json", *args], check=True, capture_output=True, text=True)
     data = json.loads(out.stdout or "[]")
@@ -52,17 +57,20 @@ def interface_exists(name: str) -> bool:
 
 
 @dataclass(frozen=True)
-class InterfaceUse:
-    """What the host has on an interface that a DPDK port would take away from it."""
+class InterfaceAddresses:
+    """Addresses (IPv4, and IPv6 other than link-local) and routes of one interface: what
+    the host would lose if a DPDK port opened on it or its NIC were bound to a DPDK driver."""
 
-    name: str
-    addresses: tuple[str, ...]
-    routes: tuple[str, ...]
-    carries_default_route: bool
+    addresses: tuple[str, ...] = ()
+    routes: tuple[str, ...] = ()
+    default_route: bool = False
 
     @property
     def in_use(self) -> bool:
-        return bool(self.addresses or self.routes or self.carries_default_route)
+        """The one safety rule (DPDK ports and NIC binding both ask it): an interface with
+        an address or a route is the host's, up or down (a down one comes back up with
+        them), and DPDK must not take it unless forced."""
+        return bool(self.addresses or self.routes or self.default_route)
 
     def describe(self) -> str:
         parts = []
@@ -70,15 +78,15 @@ class InterfaceUse:
             parts.append("addresses " + ", ".join(self.addresses))
         if self.routes:
             parts.append("routes " + ", ".join(self.routes))
-        if self.carries_default_route:
+        if self.default_route:
             parts.append("the default route")
-        return f"{self.name} carries " + "; ".join(parts) if parts else f"{self.name} is unused"
+        return "; ".join(parts) or "no address and no route"
 
 
-def interface_use(name: str) -> InterfaceUse:
-    """Addresses (IPv4, and IPv6 other than link-local) and routes that use `name`."""
+def interface_addresses(name: str, ip_json: IpJson = _ip_json) -> InterfaceAddresses:
+    """The kernel's own answer for `name`, from `ip -json addr` and `ip -json route`."""
     addresses: list[str] = []
-    for link in _ip_json("addr", "show", "dev", name):
+    for link in ip_json("addr", "show", "dev", name):
         for info in link.get("addr_info", []):
             if info.get("family") == "inet6" and info.get("scope") == "link":
                 continue
@@ -86,11 +94,10 @@ def interface_use(name: str) -> InterfaceUse:
     routes: list[str] = []
     default = False
     for family in ("-4", "-6"):
-        for route in _ip_json(family, "route", "show", "dev", name):
+        for route in ip_json(family, "route", "show", "dev", name):
             dst = str(route.get("dst", ""))
             if dst.startswith("fe80:"):
                 continue
-            if dst == "default":
-                default = True
+            default = default or dst == "default"
             routes.append(dst)
-    return InterfaceUse(name, tuple(addresses), tuple(routes), default)
+    return InterfaceAddresses(tuple(addresses), tuple(routes), default)

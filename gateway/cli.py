@@ -85,8 +85,11 @@ def demo(
     duration: Annotated[float, typer.Option(help="seconds to run; 0 runs until Ctrl-C")] = 0.0,
     hugepages: Annotated[str, typer.Option(help="auto | on | off")] = "auto",
 ) -> None:
-    """Lab up, a DPDK port on its veth, the user-space stack answering ARP and ping, and a
-    TCP echo exchange with the kernel peer; prints a line per second."""
+    """The whole gateway on a lab (what `make run` runs): the feed simulator in the lab's
+    namespace, a DPDK port on its veth, a Binance session over wsgw's own stack, the hub, a
+    ring consumer and the API with the dashboard; prints a line per second (messages/s,
+    simulator-to-consumer latency, gaps, state). Falls back to the kernel transport
+    without root or DPDK, and says so."""
     from gateway.demo import run_demo
 
     sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages))

@@ -1,11 +1,12 @@
 """What the control plane asks of the dataplane, and an honest stand-in for when none is there.
 
-The API never touches stack state (DESIGN: Threads). It hands the runtime plain, frozen
-specs of what the operator wants (ports, sessions, topics) and reads back statuses and a
-metrics snapshot. The engine-backed runtime implements `Runtime` later; `DetachedRuntime`
-implements it now for a control plane with no dataplane: it remembers the wanted state, so
-a restart can be checked, and reports every session as `configured` with the reason
-"dataplane not attached" instead of inventing connection states or counters.
+The API never touches stack state (it runs on other threads than the engines). It hands
+the runtime plain, frozen specs of what the operator wants (ports, sessions, topics) and
+reads back statuses and a metrics snapshot. `LiveRuntime` (gateway.runtime_live) implements
+`Runtime` over the engines, sessions and hub; `DetachedRuntime` implements it for a control
+plane with no dataplane: it remembers the wanted state, so a restart can be checked, and
+reports every session as `configured` with the reason "dataplane not attached" instead of
+inventing connection states or counters.
 
 Contract for implementers:
 - Calls come from the API's worker threads and from the service at start/stop; they must be

@@ -568,12 +568,26 @@ class GatewayService:
                 self.stop_session(session_id)
             self.runtime.remove_session(session_id)
             self.events.flush()  # its queued events are written now, and deleted with it
-            with self._tx() as s:
-                row = SessionRepository(s).get(session_id)
-                subs = SubscriptionRepository(s)
-                for sub in subs.of_session(session_id):
-                    subs.delete(sub)
-                s.delete(row)
+            try:
+                with self._tx() as s:
+                    row = SessionRepository(s).get(session_id)
+                    subs = SubscriptionRepository(s)
+                    for sub in subs.of_session(session_id):
+                        subs.delete(sub)
+                    s.delete(row)
+            except Exception:
+                # The row stays (stopped): give the runtime its topics back, as restore does,
+                # so starting it again subscribes them upstream.
+                self._reregister_topics(session_id)
+                raise
+
+    def _reregister_topics(self, session_id: int) -> None:
+        try:
+            topics = self._read(lambda s: list(SubscriptionRepository(s).topic_counts(session_id)))
+            if topics:
+                self.runtime.subscribe(session_id, topics)
+        except Exception:  # the database is still down: restore does it on the next start
+            log.exception("session %d: topics not re-registered after a failed delete", session_id)
 
     def start_session(self, session_id: int) -> tuple[UpstreamSession, SessionStatus]:
         with self._tx() as s:
@@ -693,10 +707,16 @@ class GatewayService:
     # -- subscriptions --------------------------------------------------------------------
 
     def list_subscriptions(
-        self, offset: int, limit: int, session_id: int | None = None
+        self,
+        offset: int,
+        limit: int,
+        session_id: int | None = None,
+        owner_token_id: int | None = None,
     ) -> Page[Subscription]:
         return self._read(
-            lambda s: SubscriptionRepository(s).page_filtered(offset, limit, session_id)
+            lambda s: SubscriptionRepository(s).page_filtered(
+                offset, limit, session_id, owner_token_id
+            )
         )
 
     def get_subscription(self, subscription_id: int) -> Subscription:

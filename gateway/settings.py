@@ -246,7 +246,7 @@ class ApiSettings(BaseModel):
 
 
 class DbSettings(BaseModel):
-    """Where the control plane keeps its state (see migrations/)."""
+    """Where the control plane keeps its state (see gateway/store/migrations/)."""
 
     url: str | None = Field(
         default=None,

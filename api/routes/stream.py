@@ -28,7 +28,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from api.auth import AuthFailed, Principal, bearer_secret, identify
+from api.auth import AuthFailed, Principal, bearer_secret, identify, may_use_subscription
 from api.revocation import OpenStreams
 from api.schemas.common import ID_MAX
 from api.schemas.subscriptions import check_consumer
@@ -219,6 +219,15 @@ async def stream(websocket: WebSocket) -> None:
     try:
         if request.subscription is not None:
             sub = await run_in_threadpool(service.get_subscription, request.subscription)
+            if not may_use_subscription(principal, sub.owner_token_id):
+                await websocket.close(
+                    CLOSE_FORBIDDEN,
+                    close_reason(
+                        f"subscription {request.subscription} belongs to another token: "
+                        "stream your own, or use an admin token"
+                    ),
+                )
+                return
             session_id, topics = sub.session_id, tuple(sub.topics)
             options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
             name = sub.consumer

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from api.auth import Principal, check_subscription_owner
 from api.deps import ConsumerDep, IdPath, KnownQuery, PageDep, ServiceDep
 from api.schemas.common import ID_MAX, responses
 from api.schemas.subscriptions import (
@@ -54,12 +55,14 @@ def subscription_public(
 def list_subscriptions(
     service: ServiceDep,
     page: PageDep,
-    _: ConsumerDep,
+    caller: ConsumerDep,
     session_id: Annotated[
         int | None, Query(ge=1, le=ID_MAX, description="only this session's")
     ] = None,
 ) -> SubscriptionListPublic:
-    result = service.list_subscriptions(page.offset, page.limit, session_id)
+    """An admin sees every subscription; another token the ones it created."""
+    owner = None if "admin" in caller.scopes else (caller.token_id or 0)
+    result = service.list_subscriptions(page.offset, page.limit, session_id, owner)
     return SubscriptionListPublic(
         data=[subscription_public(service, s) for s in result.items],
         count=result.total,
@@ -75,28 +78,36 @@ def list_subscriptions(
     responses=responses(404, 409),
 )
 def create_subscription(
-    body: SubscriptionCreate, service: ServiceDep, _: ConsumerDep
+    body: SubscriptionCreate, service: ServiceDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
     """Subscribe a consumer; topics no other subscription of the session holds are
-    subscribed upstream. The answer says how to consume the messages."""
-    change = service.create_subscription(body.model_dump())
+    subscribed upstream. The answer says how to consume the messages. The calling token
+    owns it: a consume-only token uses only the subscriptions it created."""
+    change = service.create_subscription({**body.model_dump(), "owner_token_id": caller.token_id})
     return subscription_public(service, change.subscription, change)
+
+
+def _owned(service: GatewayService, subscription_id: int, caller: Principal) -> Subscription:
+    sub = service.get_subscription(subscription_id)
+    check_subscription_owner(caller, subscription_id, sub.owner_token_id)
+    return sub
 
 
 @router.get("/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404))
 def get_subscription(
-    subscription_id: IdPath, service: ServiceDep, _: ConsumerDep
+    subscription_id: IdPath, service: ServiceDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
-    return subscription_public(service, service.get_subscription(subscription_id))
+    return subscription_public(service, _owned(service, subscription_id, caller))
 
 
 @router.patch(
     "/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404, 409)
 )
 def update_subscription(
-    subscription_id: IdPath, body: SubscriptionUpdate, service: ServiceDep, _: ConsumerDep
+    subscription_id: IdPath, body: SubscriptionUpdate, service: ServiceDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
     """Change topics or delivery options; upstream follows the topics' ref-counts."""
+    _owned(service, subscription_id, caller)
     change = service.update_subscription(subscription_id, body.model_dump(exclude_unset=True))
     return subscription_public(service, change.subscription, change)
 
@@ -104,6 +115,7 @@ def update_subscription(
 @router.delete(
     "/{subscription_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
 )
-def delete_subscription(subscription_id: IdPath, service: ServiceDep, _: ConsumerDep) -> None:
+def delete_subscription(subscription_id: IdPath, service: ServiceDep, caller: ConsumerDep) -> None:
     """Unsubscribe; topics no other subscription of the session holds leave upstream."""
+    _owned(service, subscription_id, caller)
     service.delete_subscription(subscription_id)

@@ -99,6 +99,10 @@ class SubscriptionPublic(PublicSchema):
     queue_size: int
     overflow: str
     conflation_ms: int
+    owner_token_id: int | None = Field(
+        description="the token that created it (a consume-only token uses only its own); "
+        "null: an admin's"
+    )
     created_at: datetime
     updated_at: datetime
     consume: ConsumePublic

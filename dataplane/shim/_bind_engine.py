@@ -1,6 +1,6 @@
 """ctypes declarations for the engine's fast path (engine.c, wsgw_engine.h).
 
-`FlowStruct` mirrors `struct wsgw_flow` field for field; `test_engine_layout` checks the
+`FlowStruct` mirrors `struct wsgw_flow` field for field; `tests/unit/test_shim_layout.py` checks the
 size and offsets against the C compiler's, so the two cannot drift apart silently.
 """
 

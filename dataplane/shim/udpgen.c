@@ -15,24 +15,11 @@
 #include <time.h>
 
 #include "shim_internal.h"
+#include "wsgw_udpgen.h"
 
 #define UDPGEN_BURST_MAX 512
 #define ETH_HLEN 14
 #define SEQ_LEN 8
-
-struct wsgw_udp_flood_result {
-    uint64_t sent;    /* frames the PMD took */
-    uint64_t refused; /* frames handed back by the PMD (offered again; may count twice) */
-    uint64_t nombuf;  /* bulk allocations that failed (mempool empty; retried) */
-    uint64_t bursts;  /* rte_eth_tx_burst calls */
-    uint64_t ns;      /* elapsed, CLOCK_MONOTONIC */
-};
-
-WSGW_API int wsgw_udp_frame(const uint8_t *tmpl, uint16_t len, uint64_t seq, int csum,
-                            uint8_t *out);
-WSGW_API int wsgw_udp_flood(wsgw_port *p, const uint8_t *tmpl, uint16_t len, uint64_t count,
-                            uint16_t burst, uint64_t first_seq, int csum, uint64_t timeout_ns,
-                            struct wsgw_udp_flood_result *out);
 
 /* Where the fields are in the template, and the checksum of everything but the sequence. */
 struct udp_layout {

@@ -1,6 +1,6 @@
 /* wsgw shim: the per-packet and per-byte loops of wsgw, loaded by Python through ctypes.
  *
- * Rule (../../DESIGN.md): per-packet and per-byte loops are C, every decision is Python.
+ * Rule: per-packet, per-byte and per-message loops are C, every decision is Python.
  * Every export carries the wsgw_ prefix and WSGW_API visibility; everything else is hidden.
  * Functions that can fail return 0 or a negative errno; wsgw_last_error() gives the text.
  */

@@ -59,6 +59,9 @@ from dataplane.ws.scan import BackendName
 from dataplane.ws.tls import TlsClient
 
 _OPEN_STATES = frozenset({ConnectionState.OPEN, ConnectionState.CLOSING})
+#: How long a protocol violation waits for the application to answer the messages that
+#: came before it (section 7.1.7 says fail; Autobahn grades the echoes sent first).
+DEFERRED_FAILURE_GRACE_S = 1.0
 _log = logging.getLogger(__name__)
 
 #: What `KernelWebSocket.set_message_handler` takes: called with each message, in order.
@@ -125,6 +128,7 @@ class KernelWebSocket:
         self._pings: dict[bytes, tuple[asyncio.Future[float], float]] = {}
         self._linger: asyncio.TimerHandle | None = None
         self._deferred_failure: asyncio.Handle | None = None
+        self._deferred_deadline = 0.0  # loop time by which a held violation fails anyway
         self._close_notify_sent = False
         self._local_close: tuple[int, str] | None = None
         #: What ended the connection below the WebSocket layer (a TLS or socket error).
@@ -255,7 +259,11 @@ class KernelWebSocket:
             raise self._handler_set()
 
     def _taken(self) -> None:
-        """Messages were taken from the queue: read the socket again below half of it."""
+        """Messages were taken from the queue: read the socket again below half of it; a
+        held violation fails once the queue is empty (after the taker's answer)."""
+        if self._deferred_failure is not None and not self._messages:
+            self._deferred_failure.cancel()
+            self._deferred_failure = self._loop.call_soon(self._fail_deferred)
         if self._reading_paused and self._queued <= self._max_queue // 2:
             self._reading_paused = False
             if self._transport is not None:
@@ -465,6 +473,7 @@ class KernelWebSocket:
         """One socket read (b"" at end of stream), whole, into TLS and the WebSocket."""
         ws = self._ws
         tls = self._tls
+        ws.messages_pending = bool(self._messages)
         if tls is None:
             ws.receive_data(data)
         else:
@@ -555,12 +564,28 @@ class KernelWebSocket:
         elif self.on_idle is not None and self._ws.at_message_boundary:
             self.on_idle()  # a read with no message (a ping, a pong): nothing held
         if self._ws.failure_deferred and self._deferred_failure is None:
-            # A violation after messages of this read: fail one loop turn later, so that
-            # the task these messages wake (scheduled above) answers them before our close.
-            self._deferred_failure = self._loop.call_soon(self._fail_deferred)
+            # A violation after messages not yet answered: fail once the application took
+            # them (`_taken`), one loop turn later so that the task these messages wake
+            # (scheduled above) answers them before our close; at the latest after a grace.
+            self._deferred_deadline = self._loop.time() + DEFERRED_FAILURE_GRACE_S
+            self._deferred_failure = self._loop.call_soon(self._fail_deferred_once_answered)
+
+    def _fail_deferred_once_answered(self) -> None:
+        """The held violation fails now if the application took every message that came
+        before it, else when it does (`_taken`) or at the deadline, whichever is first.
+        Reads that come in several pieces (one per TCP segment on the DPDK transport) would
+        otherwise close before the earlier pieces' messages are echoed (Autobahn 4.1.3)."""
+        self._deferred_failure = None
+        remaining = self._deferred_deadline - self._loop.time()
+        if self._messages and remaining > 0:
+            self._deferred_failure = self._loop.call_later(remaining, self._fail_deferred)
+            return
+        self._fail_deferred()
 
     def _fail_deferred(self) -> None:
         """Fail on the violation the WebSocket held (`WsClient.defer_failure`)."""
+        if self._deferred_failure is not None:
+            self._deferred_failure.cancel()
         self._deferred_failure = None
         ws = self._ws
         if ws.failure_deferred:

@@ -214,6 +214,9 @@ class WsClient:
         self._batching = batch
         self._defer_failure = defer_failure
         self._deferred: tuple[int, str] | None = None  # (code, reason) of a held failure
+        #: Set by a transport before each read: messages of earlier reads are still waiting
+        #: for the application, so a violation now is held too (`defer_failure`).
+        self.messages_pending = False
         self._receive_ready = False  # the scanners exist (prepare_receive)
         self._mask = _masker(backend)
         self._events: list[WsEvent] = []
@@ -752,12 +755,16 @@ class WsClient:
 
     def _fail(self, code: int, reason: str) -> bool:
         """_Fail the WebSocket Connection_ (section 7.1.7): queue our close frame, stop.
-        With `defer_failure`, when messages not yet handed out by `events()` came before
-        the violation, only stop: `fail_deferred()` fails once they are answered."""
+        With `defer_failure`, when messages not yet answered came before the violation
+        (not yet handed out by `events()`, or `messages_pending`), only stop:
+        `fail_deferred()` fails once they are answered."""
         if (
             self._defer_failure
             and self._state is ConnectionState.OPEN
-            and any(type(event) in (Message, MessageBatch) for event in self._events)
+            and (
+                self.messages_pending
+                or any(type(event) in (Message, MessageBatch) for event in self._events)
+            )
         ):
             self._deferred = (code, reason)
             self._chunks = []

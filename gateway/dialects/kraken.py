@@ -56,9 +56,6 @@ class KrakenDialect(Dialect):
         params = {"channel": channel, "symbol": symbols}
         return [json_text({"method": op, "params": params, "req_id": request_id})]
 
-    def ping_message(self) -> Message:
-        return json_text({"method": "ping", "req_id": next(self._ids)})
-
     def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
         channel = self._str(raw, s, b)
         if channel is None:

@@ -24,11 +24,11 @@ from functools import lru_cache
 from glob import glob
 from pathlib import Path
 
+from dataplane.hostinfo import InterfaceAddresses
 from gateway.host.errors import HostInvalidError, HostNotFoundError, HostRefusedError
 from gateway.host.system import (
     CommandRunner,
     HostPaths,
-    InterfaceAddresses,
     NetInfo,
     SysfsIO,
     run_command,
@@ -154,19 +154,16 @@ class NetInterface:
     default_route: bool
 
     @property
+    def use(self) -> InterfaceAddresses:
+        return InterfaceAddresses(tuple(self.addresses), tuple(self.routes), self.default_route)
+
+    @property
     def in_use(self) -> bool:
-        """Up with an address or a route: the host talks through it."""
-        return self.admin_up and bool(self.addresses or self.routes or self.default_route)
+        """The host's (dataplane.hostinfo's rule, the one DPDK ports follow too)."""
+        return self.use.in_use
 
     def describe(self) -> str:
-        parts = []
-        if self.addresses:
-            parts.append("addresses " + ", ".join(self.addresses))
-        if self.routes:
-            parts.append("routes " + ", ".join(self.routes))
-        if self.default_route:
-            parts.append("the default route")
-        return f"interface {self.name} is up and carries " + "; ".join(parts)
+        return f"interface {self.name} carries {self.use.describe()}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dataplane.hostinfo import InterfaceAddresses, interface_addresses
 from gateway.settings import HostSettings
 
 
@@ -104,13 +105,6 @@ def run_command(argv: Sequence[str]) -> CommandResult:
     return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
-@dataclass(frozen=True)
-class InterfaceAddresses:
-    addresses: tuple[str, ...] = ()
-    routes: tuple[str, ...] = ()
-    default_route: bool = False
-
-
 class NetInfo(Protocol):
     """Addresses (IPv4, IPv6 but link-local) and routes of one interface."""
 
@@ -119,7 +113,7 @@ class NetInfo(Protocol):
 
 @dataclass
 class IpNetInfo:
-    """The kernel's own answer, from `ip -json` (as dataplane.hostinfo does)."""
+    """The kernel's own answer, from `ip -json` through the host's command runner."""
 
     runner: CommandRunner = field(default=run_command)
 
@@ -134,22 +128,7 @@ class IpNetInfo:
         return data if isinstance(data, list) else []
 
     def of(self, ifname: str) -> InterfaceAddresses:
-        addresses: list[str] = []
-        for link in self._json("addr", "show", "dev", ifname):
-            for info in link.get("addr_info", []):
-                if info.get("family") == "inet6" and info.get("scope") == "link":
-                    continue
-                addresses.append(f"{info.get('local')}/{info.get('prefixlen')}")
-        routes: list[str] = []
-        default = False
-        for family in ("-4", "-6"):
-            for route in self._json(family, "route", "show", "dev", ifname):
-                dst = str(route.get("dst", ""))
-                if dst.startswith("fe80:"):
-                    continue
-                default = default or dst == "default"
-                routes.append(dst)
-        return InterfaceAddresses(tuple(addresses), tuple(routes), default)
+        return interface_addresses(ifname, self._json)
 
 
 @dataclass

@@ -45,7 +45,8 @@ Messages arrive in publish order; conflation (`conflation_ms`) sends the first u
 topic at once, then at most the latest one per topic per interval.
 
 Close codes: 4400 bad query parameters · 4401 no, an invalid or a revoked token · 4403 the
-token lacks `consume` (or auth is off and the client is not on loopback) · 4404 no such
+token lacks `consume` (or auth is off and the client is not on loopback), or the
+subscription is another token's · 4404 no such
 subscription or session · 4410 the session was deleted (reason "session N was deleted":
 nothing more will come from it) · 4429 too many failed authentications from this address
 (try again later) · 1008 the token was revoked while the stream was open (RFC 6455 section

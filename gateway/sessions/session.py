@@ -148,6 +148,7 @@ class _Link:
         self.liveness: Liveness | None = None
         self.keepalive: str | bytes | None = None
         self.sent: set[str] = set()  # subscribed on this connection (requests queued or out)
+        self.streaming_reason = ""  # the reason last reported for streaming (topic count)
         self.confirmed: set[str] = set()  # acked
         self.refused = 0  # topics the exchange refused on this connection
         self.address: str | None = None
@@ -162,6 +163,7 @@ class _Link:
     def opened(self, conn: WebSocketConnection, dialect: Dialect, address: str) -> None:
         self.conn, self.dialect, self.address = conn, dialect, address
         self.sent = set()
+        self.streaming_reason = ""
         self.confirmed = set()
         self.refused = 0
         self.close_reason = None
@@ -885,7 +887,8 @@ class UpstreamSession:
     def _check_streaming(self, link: _Link, now: float | None) -> None:
         """subscribing -> streaming once every request went out and was answered, or once
         the acks are ack_timeout_s late (data flows meanwhile; the delay is reported)."""
-        if link.machine.state is not State.SUBSCRIBING or link.queue is None:
+        state = link.machine.state
+        if state not in (State.SUBSCRIBING, State.STREAMING) or link.queue is None:
             return
         dialect = link.dialect
         assert dialect is not None
@@ -897,7 +900,16 @@ class UpstreamSession:
             text = f"subscribed {len(link.sent)} topics" + (
                 f", {refused} refused" if refused else ""
             )
-            self._move(link, State.STREAMING, text, {"topics": len(link.sent)})
+            if state is State.SUBSCRIBING:
+                self._move(link, State.STREAMING, text, {"topics": len(link.sent)})
+            elif text != link.streaming_reason and not link.retired and self._final is None:
+                # Topics changed while streaming, all answered: the status says so (it said
+                # "subscribed 0 topics" with three live). Same state, a new reason.
+                info = {"state": str(state), "previous": str(state), "topics": len(link.sent)}
+                self._emit(STATE, text, link, info)
+            link.streaming_reason = text
+        elif state is State.STREAMING:
+            return
         elif now is not None and now >= link.ack_deadline:
             text = (
                 f"streaming with {pending} subscribe requests unanswered after "

@@ -1,7 +1,8 @@
 """Alembic, driven from code: `wsgw db upgrade`, `serve` on start, and the tests.
 
-The migration environment (migrations/env.py) takes the connection handed over here, so the
-URL never passes through alembic.ini (no '%' escaping, no password in a config object).
+The migration environment (migrations/env.py, next to this module) takes the connection
+handed over here, so the URL never passes through alembic.ini (no '%' escaping, no
+password in a config object).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from sqlalchemy import Connection, Engine, event, make_url
 
 from gateway.store.db import Database, make_engine
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+#: The Alembic environment, package data of gateway.store: an installed wheel has it too.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config() -> Config:
     if not (MIGRATIONS_DIR / "env.py").exists():
         raise FileNotFoundError(
-            f"no Alembic environment at {MIGRATIONS_DIR}: the migrations/ folder ships with "
-            "the source tree; install the package from it (pip install -e .)"
+            f"no Alembic environment at {MIGRATIONS_DIR}: the package was installed without "
+            "its data files (gateway/store/migrations ships as package data)"
         )
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))

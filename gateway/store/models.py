@@ -1,7 +1,8 @@
 """The persisted state: ports, upstream sessions, subscriptions, API tokens, session events.
 
-Tables change only through Alembic revisions in migrations/; a test compares these models
-with the migrated schema on SQLite and PostgreSQL, so the two cannot drift apart.
+Tables change only through Alembic revisions in migrations/ (next to this module); a test
+compares these models with the migrated schema on SQLite and PostgreSQL, so the two cannot
+drift apart.
 Enumerations are strings with CHECK constraints (portable, readable in a SQL shell).
 """
 
@@ -161,6 +162,12 @@ class Subscription(Timestamped, Base):
     queue_size: Mapped[int] = mapped_column(Integer, default=4096)
     overflow: Mapped[str] = mapped_column(String(16), default="disconnect")
     conflation_ms: Mapped[int] = mapped_column(Integer, default=0)
+    #: The token that created it: a consume-only token reads and changes its own only
+    #: (api.auth.may_use_subscription). None: created without a token (auth off, the CLI,
+    #: or before migration 0003), or its token row is gone: an admin's to manage.
+    owner_token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="SET NULL"), index=True
+    )
 
 
 class ApiToken(Base):

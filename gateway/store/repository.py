@@ -120,9 +120,16 @@ class SubscriptionRepository(Repository[Subscription]):
     kind = "subscription"
 
     def page_filtered(
-        self, offset: int, limit: int, session_id: int | None = None
+        self,
+        offset: int,
+        limit: int,
+        session_id: int | None = None,
+        owner_token_id: int | None = None,
     ) -> Page[Subscription]:
+        """owner_token_id: only that token's subscriptions (None: everyone's)."""
         where = [] if session_id is None else [Subscription.session_id == session_id]
+        if owner_token_id is not None:
+            where.append(Subscription.owner_token_id == owner_token_id)
         total = (
             self.session.scalar(select(func.count()).select_from(Subscription).where(*where)) or 0
         )

@@ -206,8 +206,12 @@ def check_ws_url(value: str) -> str:
     """ws[s]://host[:port][/path][?query]: what an upstream WebSocket session connects to.
 
     Checked here as the session will parse it when it starts (parse_ws_url), and stricter:
-    a URL that urlsplit would quietly repair (it drops tabs, CR and LF) is refused."""
+    a URL that urlsplit would quietly repair (it drops tabs, CR and LF) is refused. The
+    scheme is case-insensitive (RFC 3986 section 3.1): WSS:// is stored as wss://."""
     scheme, sep, rest = value.partition("://")
+    if sep and scheme.lower() in ("ws", "wss"):
+        scheme = scheme.lower()
+        value = f"{scheme}://{rest}"
     if not sep or scheme not in ("ws", "wss"):
         raise ValueError(
             f"url {value!r} must start with ws:// or wss:// (a WebSocket endpoint), "

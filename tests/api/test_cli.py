@@ -18,6 +18,7 @@ import typer
 from typer.testing import CliRunner
 
 from gateway.cli_serve import register
+from gateway.store import migrate
 
 CLI = typer.Typer()
 register(CLI)
@@ -38,11 +39,11 @@ def test_db_upgrade_current_downgrade(env: str) -> None:
     assert "needs `wsgw db upgrade`" in result.output
     result = runner.invoke(CLI, ["db", "upgrade"])
     assert result.exit_code == 0, result.output
-    assert "empty -> 0002" in result.output
+    assert f"empty -> {migrate.head()}" in result.output
     assert "up to date" in runner.invoke(CLI, ["db", "current"]).output
     result = runner.invoke(CLI, ["db", "downgrade", "base"])
     assert result.exit_code == 0, result.output
-    assert "0002 -> empty" in result.output
+    assert f"{migrate.head()} -> empty" in result.output
 
 
 def test_token_create_list_revoke(env: str) -> None:
@@ -140,7 +141,7 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
     assert not ring.exists()  # the hub unlinks it on a graceful stop
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     messages = [line["msg"] for line in lines]
-    assert any("upgrading to 0002" in m for m in messages)
+    assert any(f"upgrading to {migrate.head()}" in m for m in messages)
     assert any("shutting down: stopping sessions" in m for m in messages)
     assert messages[-1] == "control plane stopped"
 

@@ -75,7 +75,7 @@ def test_nics_bind_unbind_refuse(api: Api, fake_host: FakeHost) -> None:
     r = api.client.post(f"/v1/host/nics/{MGMT}/bind", headers=api.admin)
     assert r.status_code == 409
     detail = r.json()["detail"]
-    assert detail.startswith(f"refusing to bind {MGMT}: interface eth0 is up and carries")
+    assert detail.startswith(f"refusing to bind {MGMT}: interface eth0 carries")
     assert "lock yourself out" in detail
     assert fake_host.driver(MGMT) == "virtio-pci"
 
@@ -119,7 +119,7 @@ def test_real_nic_list_shows_eth0_in_use(real_api: TestClient) -> None:
         pytest.skip("eth0 is not a PCI device here")
     assert eth0[0]["in_use"] is True
     assert eth0[0]["bindable"] is False
-    assert eth0[0]["bind_refusal"].startswith("in use by the host: interface eth0 is up")
+    assert eth0[0]["bind_refusal"].startswith("in use by the host: interface eth0 carries")
 
 
 def test_real_host_info(real_api: TestClient) -> None:

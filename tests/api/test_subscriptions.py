@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from starlette.websockets import WebSocketDisconnect
 
-from tests.api.conftest import Api
+from tests.api.conftest import WS_BASE, Api
 
 
 def subscribe(api: Api, session_id: int, topics: list[str], **extra: Any) -> dict[str, Any]:
@@ -128,3 +129,63 @@ def test_validation(
     text = detail if isinstance(detail, str) else " | ".join(e["msg"] for e in detail)
     assert expected in text, text
     assert not upstream_calls(api)
+
+
+# ---- ownership: a consume-only token uses only the subscriptions it created ----------------
+def _second_consumer(api: Api) -> dict[str, str]:
+    _, secret = api.service.create_token("consumer-2", ["consume"])
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def test_a_consume_token_cannot_touch_another_tokens_subscription(
+    api: Api, make_session: Callable[..., dict[str, Any]]
+) -> None:
+    """The admin's subscription (and another consumer's) is out of reach of a consume-only
+    token: 403 naming the rule on GET, PATCH and DELETE, left out of its list, refused
+    on /v1/stream with 4403; an admin (with consume, as the routes need) reaches all."""
+    sid = make_session()["id"]
+    body = {"session_id": sid, "topics": ["a"], "consumer": "ops"}
+    r = api.client.post("/v1/subscriptions", json=body, headers=api.both)
+    assert r.status_code == 201, r.text
+    admins = r.json()
+    mine = subscribe(api, sid, ["b"])  # created by api.consume
+    other = _second_consumer(api)
+    theirs = api.client.post(
+        "/v1/subscriptions", json={**body, "topics": ["c"]}, headers=other
+    ).json()
+    assert admins["owner_token_id"] != mine["owner_token_id"] != theirs["owner_token_id"]
+    for target in (admins, theirs):
+        path = f"/v1/subscriptions/{target['id']}"
+        for method, kwargs in (
+            ("GET", {}),
+            ("PATCH", {"json": {"topics": ["z"]}}),
+            ("DELETE", {}),
+        ):
+            r = api.client.request(method, path, headers=api.consume, **kwargs)
+            assert r.status_code == 403, (method, path, r.text)
+            assert "belongs to another token" in r.json()["detail"]
+        with (
+            api.client.websocket_connect(
+                f"{WS_BASE}/v1/stream?subscription={target['id']}", headers=api.consume
+            ) as ws,
+            pytest.raises(WebSocketDisconnect) as closed,
+        ):
+            ws.receive_text()
+        assert closed.value.code == 4403
+    listed = api.client.get("/v1/subscriptions", headers=api.consume).json()
+    assert [s["id"] for s in listed["data"]] == [mine["id"]] and listed["count"] == 1
+    # Its own: every verb works. Nothing of the others' changed upstream.
+    r = api.client.patch(
+        f"/v1/subscriptions/{mine['id']}", json={"topics": ["b", "d"]}, headers=api.consume
+    )
+    assert r.status_code == 200, r.text
+    assert api.client.get(f"/v1/subscriptions/{admins['id']}", headers=api.both).json()[
+        "topics"
+    ] == ["a"]
+    everyone = api.client.get("/v1/subscriptions", headers=api.both).json()
+    assert {s["id"] for s in everyone["data"]} == {admins["id"], mine["id"], theirs["id"]}
+    for target in (mine, theirs):  # the admin manages every one
+        r = api.client.delete(f"/v1/subscriptions/{target['id']}", headers=api.both)
+        assert r.status_code == 204, r.text
+    r = api.client.delete(f"/v1/subscriptions/{admins['id']}", headers=api.consume)
+    assert r.status_code == 403

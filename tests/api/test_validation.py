@@ -296,6 +296,15 @@ def test_an_ipv6_literal_is_a_kernel_session_host_not_a_dpdk_one(
     assert "IPv4 only" in r.json()["detail"][0]["msg"]
 
 
+def test_the_scheme_is_case_insensitive_and_stored_lower_case(api: Api) -> None:
+    """RFC 3986 section 3.1: schemes compare case-insensitively; the canonical form (the one
+    stored and shown) is lower case."""
+    body = {**SESSION, "name": "upper", "url": "WSS://stream.example.com:9443/ws?x=1"}
+    r = api.client.post("/v1/sessions", json=body, headers=api.admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["url"] == "wss://stream.example.com:9443/ws?x=1"
+
+
 def test_topics_are_stored_as_the_dialect_spells_them(api: Api, ids: dict[str, int]) -> None:
     """binance symbols are lower case: the ring carries btcusdt@depth, so that is what the
     subscription must hold (its ring_topics filter would match nothing otherwise)."""

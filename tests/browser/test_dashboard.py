@@ -72,7 +72,7 @@ def page_markers(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("sessions", "#/sessions", f'#sessions-table tr[data-session="{sid}"]'),
         ("session", f"#/sessions/{sid}", "#events-table tbody tr"),
         ("subscriptions", "#/subscriptions", f'#subs-table tr[data-subscription="{sub}"]'),
-        ("tail", f"#/tail?subscription={sub}", '#tail-status[data-state="closed-error"]'),
+        ("tail", f"#/tail?subscription={sub}", '#tail-status[data-state="reconnecting"]'),
         ("charts", "#/charts", 'figure[data-chart="API requests/s"] path.line'),
     ]
 
@@ -157,6 +157,20 @@ def test_overview_says_what_is_and_is_not_reported(
     expect(ports.locator(".not-reported").first).to_be_visible()  # no packet counters yet
     nics = page.locator("section.card", has=page.get_by_role("heading", name="NICs"))
     expect(nics).to_contain_text("the default route")
+
+
+def test_host_cards_load_again_as_soon_as_the_api_answers(server: Server, dash: Dashboard) -> None:
+    """/v1/host unreachable (aborted here, as a restarting API would be): the cards say so;
+    the API answers again: they load at the next answered request, not 30 s later."""
+    page = dash.page
+    dash.go("#/charts")
+    page.route(re.compile(r"/v1/host"), lambda route: route.abort())
+    dash.go("#/overview")
+    host = page.locator("section.card", has=page.get_by_role("heading", name="Host readiness"))
+    expect(host.locator(".error-text")).to_contain_text("/v1/host")
+    page.unroute(re.compile(r"/v1/host"))
+    expect(page.locator('[data-check="Hugepages"]')).to_be_visible(timeout=10_000)
+    expect(host.locator(".error-text")).to_have_count(0)
 
 
 def _open_form(page: Any) -> None:
@@ -355,16 +369,21 @@ def test_live_tail_shows_the_close_code_and_reason(
     sub = seeded["subscription"]["id"]
     dash.go(f"#/tail?subscription={sub}")
     status = page.locator("#tail-status")
-    expect(status).to_have_attribute("data-state", "closed-error")
+    # 1013 (try again later): shown as sent, and tried again by itself, backing off.
+    expect(status).to_have_attribute("data-state", "reconnecting")
     expect(status.locator(".close-code")).to_have_text("1013")
     expect(status.locator(".close-reason")).to_have_text(NO_HUB)
     expect(status).to_contain_text("try again later")
+    expect(status.locator(".retry-note")).to_contain_text("attempt 1")
     dash.screenshot("tail-refused")
+    expect(status.locator(".retry-note")).to_contain_text("attempt 2")
 
-    # The Connect button tries again, and says the same.
-    page.locator("#tail-connect").click()
-    expect(status).to_have_attribute("data-state", "closed-error")
-    expect(status.locator(".close-code")).to_have_text("1013")
+    # Disconnect stops the retries.
+    page.locator("#tail-disconnect").click()
+    expect(status).to_have_attribute("data-state", "closed")
+    page.wait_for_timeout(1500)  # longer than the next retry would have waited
+    expect(status).to_have_attribute("data-state", "closed")
+    expect(status).to_have_text("Disconnected.")
 
     # A subscription that does not exist: the server's 4404 and its reason.
     dash.go("#/tail?subscription=99999")
@@ -398,18 +417,31 @@ def test_live_tail_shows_messages_as_they_arrive(
     expect(log.nth(1)).to_contain_text('"p":"42000.3"')
     expect(page.locator(".tail-counters")).to_contain_text("4 messages")
     dash.screenshot("tail-messages")
-    streams[0].close(code=1001, reason="the gateway is shutting down")
-    expect(status).to_have_attribute("data-state", "closed-error")
-    expect(status.locator(".close-code")).to_have_text("1001")
-    expect(status.locator(".close-reason")).to_have_text("the gateway is shutting down")
+    # A restart (1012): the close as sent, then the same stream opens again by itself.
+    streams[0].close(code=1012, reason="the gateway is restarting")
+    expect(status).to_have_attribute("data-state", "reconnecting")
+    expect(status.locator(".close-code")).to_have_text("1012")
+    expect(status.locator(".close-reason")).to_have_text("the gateway is restarting")
     expect(log).to_have_count(4)  # what arrived stays on screen
+    expect(status).to_have_attribute("data-state", "open")
+    assert len(streams) == 2
+    assert f"subscription={sub}" in streams[1].url
+    streams[1].send('{"stream":"btcusdt@trade","data":{"p":"42000.4"}}')
+    expect(log).to_have_count(5)
+    expect(page.locator(".tail-counters")).to_contain_text("5 messages")  # counted on
+
+    # A refusal (4xxx) waits for the operator.
+    streams[1].close(code=4404, reason="no subscription 7")
+    expect(status).to_have_attribute("data-state", "closed-error")
+    page.wait_for_timeout(800)
+    assert len(streams) == 2
 
     # With "Envelope" the stream is asked for seq/topic envelopes.
     page.locator("#tail-envelope").check()
     page.locator("#tail-connect").click()
     expect(status).to_have_attribute("data-state", "open")
-    assert len(streams) == 2
-    assert "envelope=1" in streams[1].url
+    assert len(streams) == 3
+    assert "envelope=1" in streams[2].url
     assert dash.errors == []
 
 

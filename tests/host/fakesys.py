@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataplane.hostinfo import InterfaceAddresses
 from gateway.host import HostManager
 from gateway.host.nics import ANY, PmdTable
 from gateway.host.system import (
     CommandResult,
     HostPaths,
-    InterfaceAddresses,
     StaticNetInfo,
     SysfsIO,
 )

@@ -89,11 +89,22 @@ def test_bind_uio_with_short_address(host: FakeHost) -> None:
     assert result.nic.address == SPARE
 
 
+def test_a_down_interface_that_keeps_an_address_is_still_the_hosts(host: FakeHost) -> None:
+    """One rule for binding and for DPDK ports (dataplane.hostinfo): an address or a route
+    makes the interface the host's, up or down (it comes back up with them)."""
+    host.add_nic("0000:09:00.0", ifname="eth5", up=False, addresses=["198.51.100.7/24"])
+    nic = host.manager().nics.get("0000:09:00.0")
+    assert nic.in_use and not nic.bindable
+    assert "interface eth5 carries addresses 198.51.100.7/24" in (nic.in_use_reason or "")
+    with pytest.raises(HostRefusedError):
+        host.manager().bind("0000:09:00.0", "vfio-pci")
+
+
 def test_the_management_nic_is_refused(host: FakeHost) -> None:
     with pytest.raises(HostRefusedError) as refused:
         host.manager().bind(MGMT, "vfio-pci")
     text = str(refused.value)
-    assert "interface eth0 is up and carries addresses 192.0.2.2/24" in text
+    assert "interface eth0 carries addresses 192.0.2.2/24" in text
     assert "force=true" in text
     assert host.driver(MGMT) == "virtio-pci"
     assert host.io.writes == []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from gateway.hub import Hub
 from gateway.hub.protocol import CLOSE_SESSION_DELETED
@@ -172,9 +173,10 @@ def test_a_session_that_does_not_stop_in_time_is_not_deleted(tmp_path: Path) -> 
 def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
     tmp_path: Path,
 ) -> None:
-    """remove_session went through, the row delete did not (database down: a 503): the
-    row is there, stopped. Started again, its events reach the store and its streams are
-    served, as for any session."""
+    """The runtime forgot the session, the row delete failed (a trigger refuses it: the
+    database's own error, as a disk or a lock would give). The row is there, stopped.
+    Started again, it subscribes its topics upstream, its messages reach the hub, its
+    events reach the store and its streams are served, as for any session."""
 
     async def scenario() -> None:
         async with (
@@ -186,19 +188,30 @@ def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
             service.create_subscription({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
             await asyncio.to_thread(service.start_session, row.id)
             await until(streaming(runtime, row.id))
-            await asyncio.to_thread(service.stop_session, row.id)
-            await asyncio.to_thread(runtime.remove_session, row.id)  # the DB step then fails
+            with service.db.session() as s:
+                s.execute(
+                    text(
+                        "CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions "
+                        "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
+                    )
+                )
+            with pytest.raises(Exception, match="the disk is on fire"):
+                await asyncio.to_thread(service.delete_session, row.id)
+            with service.db.session() as s:
+                s.execute(text("DROP TRIGGER refuse_delete"))
+            assert service.get_session(row.id).desired_state == "stopped"
 
             def states() -> int:  # the runtime's events, as the store records them
                 items = service.session_events(row.id, 0, 1000).items
                 return sum(e.kind == "state" for e in items)
 
             seen = states()
-
             await asyncio.to_thread(service.start_session, row.id)
             await until(streaming(runtime, row.id))
             consumer = hub.subscribe(row.id, [TOPIC])  # not refused as deleted (4410)
             await until(lambda: states() > seen)  # forwarded, not dropped as deleted
+            events = await asyncio.wait_for(consumer.get(), 10)  # its topic, upstream again
+            assert any(getattr(e, "topic", None) == TOPIC for e in events), events
             consumer.close()
 
     run(scenario())

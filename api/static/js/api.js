@@ -55,7 +55,12 @@ export class ApiError extends Error {
 // Listeners: the shell shows a banner while the API is unreachable, and goes back to the
 // login view on 401/403 (an expired, revoked or under-scoped token).
 const events = new EventTarget();
-export const onApi = (type, fn) => events.addEventListener(type, (e) => fn(e.detail));
+/** Listen to "unreachable", "reachable" or "auth"; returns the function that stops it. */
+export const onApi = (type, fn) => {
+  const listener = (e) => fn(e.detail);
+  events.addEventListener(type, listener);
+  return () => events.removeEventListener(type, listener);
+};
 
 /**
  * Call the API. Options: method, body (JSON), headers, text (read the body as text),

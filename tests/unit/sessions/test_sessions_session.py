@@ -162,6 +162,31 @@ def test_requests_are_paced_at_the_dialects_rate() -> None:
     run(scenario())
 
 
+def test_the_streaming_reason_follows_topics_added_and_removed_while_streaming() -> None:
+    """A session that streamed with no topic said "subscribed 0 topics" for ever, with
+    three live: once the new requests are answered the state's reason says so again."""
+
+    async def scenario() -> None:
+        net = FakeNetwork(generic_responder())
+        s, _, events = session(net, config(), ())
+        s.start()
+        await until(lambda: s.state is State.STREAMING)
+        assert s.reason == "subscribed 0 topics"
+        s.subscribe(["a", "b", "c"])
+        await until(lambda: s.reason == "subscribed 3 topics")
+        latest = events.of("state")[-1]
+        assert latest.reason == "subscribed 3 topics" and latest.state is State.STREAMING
+        assert latest.details["topics"] == 3
+        s.unsubscribe(["b"])
+        await until(lambda: s.reason == "subscribed 2 topics")
+        states = len(events.of("state"))
+        await asyncio.sleep(0.05)  # housekeeping ticks: nothing changed, nothing re-said
+        assert len(events.of("state")) == states
+        await s.stop()
+
+    run(scenario())
+
+
 def test_refused_topics_are_reported_and_marked_failed() -> None:
     async def scenario() -> None:
         net = FakeNetwork(generic_responder(refuse=frozenset({"bad"})))

@@ -441,6 +441,22 @@ def test_end_of_stream_fails_a_deferred_violation(backend: BackendName) -> None:
     assert client.state is ConnectionState.ERROR
 
 
+def test_violation_alone_in_its_read_waits_while_earlier_messages_are_pending(
+    backend: BackendName,
+) -> None:
+    """A transport that still holds messages of earlier reads for the application says so
+    (`messages_pending`): a violation in a read of its own then waits as well."""
+    client = open_raw(backend=backend, defer_failure=True)
+    assert [type(e) for e in feed(client, server_frame(1, b"hello"))] == [Message]
+    client.messages_pending = True
+    assert feed(client, server_frame(3) + server_frame(9)) == []
+    assert client.failure_deferred and client.state is ConnectionState.OPEN
+    assert client.data_to_send() == b""
+    client.fail_deferred()
+    (closed,) = client.events()
+    assert isinstance(closed, Closed) and closed.code == 1002 and closed.failure
+
+
 def test_violation_alone_in_its_read_fails_at_once_even_with_defer_failure(
     backend: BackendName,
 ) -> None:

@@ -3,7 +3,7 @@
 // Sources: /readyz (engine, database), /metrics (load, counters), /v1/ports, /v1/host,
 // /v1/host/nics. What a source does not report is shown as "not reported".
 
-import { api, apiAll, auth } from "../api.js";
+import { api, apiAll, auth, onApi } from "../api.js";
 import { metricName } from "../metrics.js";
 import {
   card,
@@ -312,6 +312,7 @@ export function mount(root, ctx) {
     replace(nicsBody, t.el);
   };
 
+  let hostFailed = false; // the last host load failed: load again as soon as the API answers
   const loadHost = async () => {
     if (!admin) {
       needAdmin(hostBody);
@@ -321,8 +322,10 @@ export function mount(root, ctx) {
     refreshHost.disabled = true;
     try {
       const [host, nics] = await Promise.all([api("/v1/host"), api("/v1/host/nics")]);
+      hostFailed = false;
       renderHost(host, nics.data);
     } catch (err) {
+      hostFailed = true;
       replace(hostBody, h("p", { class: "error-text" }, `/v1/host: ${err.message}`));
       replace(nicsBody, h("p", { class: "error-text" }, `/v1/host/nics: ${err.message}`));
     } finally {
@@ -353,7 +356,12 @@ export function mount(root, ctx) {
   loadPorts();
   const timer = setInterval(loadPorts, 5000);
   const hostTimer = setInterval(loadHost, 30000);
+  // The API is back (after a restart or an outage): the host cards do not wait 30 s.
+  const stopReachable = onApi("reachable", () => {
+    if (hostFailed) loadHost();
+  });
   return () => {
+    stopReachable();
     ctx.metrics.removeEventListener("tick", onTick);
     document.removeEventListener("wsgw:ready", renderEngine);
     clearInterval(timer);

@@ -1,6 +1,8 @@
 // Live tail: opens /v1/stream?subscription=ID as a WebSocket (the token goes in the query:
 // browsers cannot set headers on a WebSocket) and shows each message as it arrives. When
 // the server closes or refuses the stream, its close code and reason are shown as sent.
+// A close that a restart or an outage explains (RETRY_CODES) opens the stream again by
+// itself, backing off, until it opens or the operator disconnects.
 
 import { apiAll, streamUrl } from "../api.js";
 import { fmtBytes, fmtRate, h, replace } from "../dom.js";
@@ -28,12 +30,26 @@ export const CLOSE_CODES = {
   4404: "not found: no such subscription",
 };
 
+/** Closes after which the same stream opens again by itself: the server went away or
+ * restarted (1001, 1012), the connection dropped (1006), the server failed (1011) or asked
+ * to try later (1013). Refusals (4xxx) and a normal close wait for the operator. */
+export const RETRY_CODES = new Set([1001, 1006, 1011, 1012, 1013]);
+const RETRY_FIRST_MS = 500;
+const RETRY_MAX_MS = 10000;
+
+/** The wait before retry number `attempt` (0-based): doubling from 0.5 s, at most 10 s. */
+export function retryDelayMs(attempt) {
+  return Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** attempt);
+}
+
 export function mount(root, ctx) {
   let ws = null;
   let count = 0;
   let bytes = 0;
   let paused = false;
   let rateWindow = []; // arrival times (ms) of the last second's messages
+  let retryTimer = null; // the pending reopen after a transient close
+  let retries = 0; // reopen attempts since the stream last opened
   const decoder = new TextDecoder("utf-8", { fatal: false });
 
   const select = h("select", { name: "subscription", id: "tail-subscription" });
@@ -146,12 +162,15 @@ export function mount(root, ctx) {
     while (log.childElementCount > KEEP) log.lastElementChild.remove();
   };
 
-  const open = () => {
+  const open = (retry = false) => {
     close();
     const id = select.value;
     if (!id) return;
-    count = 0;
-    bytes = 0;
+    if (!retry) {
+      count = 0;
+      bytes = 0;
+      retries = 0;
+    }
     const url = streamUrl(id, { envelope: envelope.checked });
     setStatus("connecting", `Connecting to subscription #${id}…`);
     connect.disabled = true;
@@ -160,26 +179,32 @@ export function mount(root, ctx) {
     socket.binaryType = "arraybuffer";
     ws = socket;
     let opened = false;
+    let streaming = false; // a message came on this socket
     socket.addEventListener("open", () => {
       opened = true;
       setStatus("open", `Connected to subscription #${id}: waiting for messages…`);
     });
     socket.addEventListener("message", (event) => {
       if (ws !== socket) return;
-      if (count === 0) setStatus("open", `Streaming subscription #${id}.`);
+      retries = 0; // it works again: the next drop starts the back-off afresh
+      if (!streaming) setStatus("open", `Streaming subscription #${id}.`);
+      streaming = true;
       addMessage(event.data);
       showCounters();
     });
     // The close event carries the server's code and reason; "error" alone says nothing.
     socket.addEventListener("close", (event) => {
       if (ws !== socket && ws !== null) return;
+      if (socket.closedByUs) return; // the operator's Disconnect (or a page change) said it
       ws = null;
       connect.disabled = !select.value;
       disconnect.disabled = true;
       const meaning = CLOSE_CODES[event.code] || "";
       const refused = event.code !== 1000 || !opened;
+      const retrying = RETRY_CODES.has(event.code);
+      const delay = retryDelayMs(retries);
       setStatus(
-        refused ? "closed-error" : "closed",
+        retrying ? "reconnecting" : refused ? "closed-error" : "closed",
         h("strong", {}, opened && count ? "Stream closed" : "The server closed the stream"),
         " — code ",
         h("code", { class: "close-code" }, String(event.code)),
@@ -190,16 +215,35 @@ export function mount(root, ctx) {
             ? ": no reason (the connection failed or the server is down)"
             : ": no reason given",
         ".",
-        event.code === 1013 ? h("span", { class: "muted" }, " Try again later.") : null,
+        retrying
+          ? h(
+              "span",
+              { class: "retry-note" },
+              ` Reconnecting in ${(delay / 1000).toFixed(1)} s (attempt ${retries + 1})…`,
+            )
+          : null,
       );
       showCounters();
+      if (retrying) {
+        retries += 1;
+        disconnect.disabled = false; // stops the retries too
+        retryTimer = setTimeout(() => {
+          retryTimer = null;
+          open(true);
+        }, delay);
+      }
     });
   };
 
   const close = () => {
+    if (retryTimer !== null) clearTimeout(retryTimer);
+    retryTimer = null;
     const socket = ws;
     ws = null;
-    if (socket && socket.readyState <= WebSocket.OPEN) socket.close(1000, "closed by the dashboard");
+    if (socket && socket.readyState <= WebSocket.OPEN) {
+      socket.closedByUs = true;
+      socket.close(1000, "closed by the dashboard");
+    }
     connect.disabled = !select.value;
     disconnect.disabled = true;
   };

@@ -1,0 +1,321 @@
+"""Local books kept in sync the way each venue prescribes.
+
+A synchronizer takes one symbol's normalized book events in arrival order and answers
+each with an Outcome. When it finds the book wrong (a sequence gap, a checksum mismatch,
+a snapshot older than the updates it must join, an update with no snapshot) the book is
+marked stale, the reason counted, and the outcome says RESYNC, once: the caller fetches or
+asks for a new snapshot (REST for Binance and Bitstamp, a resubscribe for the others) and
+tells consumers (`last_reset`, a BookReset event). Until the snapshot arrives, deltas are
+buffered (venues whose snapshot comes from REST) or ignored.
+
+The rules, from the venues' documentation:
+- Binance spot (diff depth + GET /api/v3/depth): buffer the stream; drop events with
+  `u <= lastUpdateId`; the first applied one must have `U <= lastUpdateId + 1 <= u` (a
+  first one with `U > lastUpdateId + 1` means the snapshot is too old); then each `U` is
+  the previous `u + 1`. USD-M futures events carry `pu`, which must equal the previous `u`.
+- Kraken v2: a snapshot message, then updates; after each, truncate to the subscribed
+  depth and compare the CRC32 of the top 10 (gateway.books.book.kraken_checksum).
+- OKX `books`: a snapshot, then updates whose `prevSeqId` is the previous `seqId` (an
+  update with `seqId == prevSeqId` changes nothing); CRC32 of the top 25, signed.
+- Bybit: a snapshot (also whenever the service restarts, `u` = 1), then deltas whose `u`
+  is the previous `u + 1`.
+- Coinbase level2: a snapshot, then l2updates; there is no sequence to check.
+- Bitstamp: buffer `diff_order_book`, take the REST snapshot, drop diffs not newer than
+  its microtimestamp and apply the rest; a diff older than the last applied one is out of
+  order. There is no sequence, so a lost diff cannot be seen.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from gateway.books.book import OrderBook, kraken_checksum, okx_checksum
+from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, TopOfBook
+
+#: Deltas kept while waiting for a snapshot (Binance, Bitstamp); older ones are dropped.
+MAX_BUFFERED = 10_000
+
+
+class Action(enum.Enum):
+    APPLIED = "applied"  # the book changed (or was confirmed) and is in sync
+    BUFFERED = "buffered"  # kept until the snapshot arrives
+    IGNORED = "ignored"  # older than the book (a duplicate, or before the snapshot)
+    RESYNC = "resync"  # the book is stale: get a new snapshot
+
+
+class Reason(enum.StrEnum):
+    GAP = "gap"
+    CHECKSUM = "checksum"
+    STALE_SNAPSHOT = "stale_snapshot"
+    NO_SNAPSHOT = "no_snapshot"
+    OUT_OF_ORDER = "out_of_order"
+    BUFFER_OVERFLOW = "buffer_overflow"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    action: Action
+    reason: Reason | None = None
+    detail: str = ""
+
+
+APPLIED = Outcome(Action.APPLIED)
+BUFFERED = Outcome(Action.BUFFERED)
+IGNORED = Outcome(Action.IGNORED)
+
+
+class BookSync:
+    """One symbol's book at one venue, and the rules that keep it right."""
+
+    venue = ""
+    #: True when the venue's snapshot comes from elsewhere (REST) and deltas must wait.
+    buffers = False
+
+    def __init__(self, symbol: str, *, depth: int | None = None, key: str = "double") -> None:
+        self.symbol = symbol
+        self.depth = depth
+        self.book = OrderBook(key)
+        self.synced = False
+        self.resyncs: Counter[Reason] = Counter()
+        self._buffer: deque[BookDelta] = deque()
+        self.last_reset: BookReset | None = None
+        #: False until the first delta after a snapshot has been applied.
+        self._joined = False
+        #: A resync was asked for and no snapshot has come since.
+        self._resync_asked = False
+
+    @property
+    def stale(self) -> bool:
+        return not self.synced
+
+    # ---- entry points ------------------------------------------------------------------
+    def on_snapshot(self, snap: BookSnapshot) -> Outcome:
+        self.book.load(snap.bids, snap.asks)
+        self.book.seq = snap.seq
+        if self.depth is not None:
+            self.book.truncate(self.depth)
+        self.synced = True
+        self._joined = False
+        self._resync_asked = False
+        bad = self._verify(snap.checksum, snap.recv_ns)
+        if bad is not None:
+            return bad
+        return self._drain(snap)
+
+    def on_delta(self, delta: BookDelta) -> Outcome:
+        if not self.synced:
+            if self.buffers:
+                self._buffer.append(delta)
+                if len(self._buffer) > MAX_BUFFERED:
+                    self._buffer.clear()
+                    return self._resync(Reason.BUFFER_OVERFLOW, delta.recv_ns)
+                return BUFFERED
+            if self._resync_asked:
+                return IGNORED  # asked once already: wait for the snapshot
+            return self._resync(Reason.NO_SNAPSHOT, delta.recv_ns)
+        return self._apply(delta)
+
+    def snapshot_event(self, recv_ns: int, depth: int | None = None) -> BookSnapshot | None:
+        """The local book as a normalized snapshot (None while stale), for consumers
+        that join late or read the book by REST."""
+        if not self.synced:
+            return None
+        bids = self.book.bids.levels(depth if depth is not None else len(self.book.bids))
+        asks = self.book.asks.levels(depth if depth is not None else len(self.book.asks))
+        return BookSnapshot(self.venue, self.symbol, bids, asks, self.book.seq, 0, recv_ns)
+
+    def top_of_book(self, recv_ns: int) -> TopOfBook | None:
+        """Best bid and ask of the local book; None while stale or one side is empty."""
+        bid, ask = self.book.bids.best(), self.book.asks.best()
+        if not self.synced or bid is None or ask is None:
+            return None
+        return TopOfBook(self.venue, self.symbol, *bid, *ask, self.book.seq, 0, recv_ns)
+
+    def on_event(self, event: BookSnapshot | BookDelta) -> Outcome:
+        if isinstance(event, BookDelta):
+            return self.on_delta(event)
+        return self.on_snapshot(event)
+
+    # ---- venue rules -------------------------------------------------------------------
+    def _apply(self, delta: BookDelta) -> Outcome:
+        """Check the delta's sequence against the book, apply it, verify."""
+        self.book.apply(delta.bids, delta.asks)
+        if self.depth is not None:
+            self.book.truncate(self.depth)
+        return self._verify(delta.checksum, delta.recv_ns) or APPLIED
+
+    def _drain(self, snap: BookSnapshot) -> Outcome:
+        """Apply the buffered deltas that follow the snapshot."""
+        self._buffer.clear()
+        return APPLIED
+
+    def checksum(self) -> int | None:
+        """The venue's checksum of the current book, None where the venue has none."""
+        return None
+
+    def _verify(self, expected: int | None, recv_ns: int) -> Outcome | None:
+        if expected is None:
+            return None
+        got = self.checksum()
+        if got is None or got == expected:
+            return None
+        return self._resync(Reason.CHECKSUM, recv_ns, f"expected {expected}, book has {got}")
+
+    def _resync(self, reason: Reason, recv_ns: int, detail: str = "") -> Outcome:
+        self.synced = False
+        self._resync_asked = True
+        self.resyncs[reason] += 1
+        self.book.clear()
+        self.last_reset = BookReset(self.venue, self.symbol, reason.value, recv_ns)
+        return Outcome(Action.RESYNC, reason, detail)
+
+
+class BinanceBookSync(BookSync):
+    """A break keeps the updates from it on: they join the next snapshot."""
+
+    venue = "binance"
+    buffers = True
+
+    def _drain(self, snap: BookSnapshot) -> Outcome:
+        last = snap.seq
+        pending = [d for d in self._buffer if d.seq > last]
+        self._buffer.clear()
+        if pending and pending[0].first_seq > last + 1:
+            detail = f"snapshot {last}, first update starts at {pending[0].first_seq}"
+            outcome = self._resync(Reason.STALE_SNAPSHOT, snap.recv_ns, detail)
+            self._buffer.extend(pending)
+            return outcome
+        for i, delta in enumerate(pending):
+            outcome = self._apply(delta)
+            if outcome.action is Action.RESYNC:
+                self._buffer.extend(pending[i + 1 :])
+                return outcome
+        return APPLIED
+
+    def _apply(self, delta: BookDelta) -> Outcome:
+        last = self.book.seq
+        if delta.seq <= last:
+            return IGNORED
+        detail = ""
+        if not self._joined:
+            # The first one after the snapshot must straddle it: U <= lastUpdateId + 1.
+            if delta.first_seq > last + 1:
+                detail = f"U {delta.first_seq} after snapshot {last}"
+        elif delta.prev_seq:
+            if delta.prev_seq != last:  # futures: pu is the previous event's u
+                detail = f"pu {delta.prev_seq} after u {last}"
+        elif delta.first_seq != last + 1:
+            detail = f"U {delta.first_seq} after u {last}"
+        if detail:
+            outcome = self._resync(Reason.GAP, delta.recv_ns, detail)
+            self._buffer.append(delta)
+            return outcome
+        self._joined = True
+        self.book.apply(delta.bids, delta.asks)
+        self.book.seq = delta.seq
+        return APPLIED
+
+
+class KrakenBookSync(BookSync):
+    """Kraken v2 `book`; depth is the subscription's (10 by default)."""
+
+    venue = "kraken"
+
+    def __init__(
+        self,
+        symbol: str,
+        *,
+        depth: int | None = 10,
+        key: str = "double",
+        price_places: int | None = None,
+        qty_places: int | None = None,
+    ) -> None:
+        super().__init__(symbol, depth=depth, key=key)
+        self.price_places = price_places
+        self.qty_places = qty_places
+
+    def checksum(self) -> int:
+        return kraken_checksum(self.book, self.price_places, self.qty_places)
+
+
+class OkxBookSync(BookSync):
+    venue = "okx"
+
+    def checksum(self) -> int:
+        return okx_checksum(self.book)
+
+    def _apply(self, delta: BookDelta) -> Outcome:
+        last = self.book.seq
+        if delta.prev_seq != last:
+            if delta.seq <= last and delta.prev_seq < last:
+                return IGNORED
+            detail = f"prevSeqId {delta.prev_seq} after seqId {last}"
+            return self._resync(Reason.GAP, delta.recv_ns, detail)
+        self.book.apply(delta.bids, delta.asks)
+        self.book.seq = delta.seq
+        return self._verify(delta.checksum, delta.recv_ns) or APPLIED
+
+
+class BybitBookSync(BookSync):
+    venue = "bybit"
+
+    def _apply(self, delta: BookDelta) -> Outcome:
+        last = self.book.seq
+        if delta.seq <= last:
+            return IGNORED
+        if delta.seq != last + 1:
+            return self._resync(Reason.GAP, delta.recv_ns, f"u {delta.seq} after {last}")
+        self.book.apply(delta.bids, delta.asks)
+        self.book.seq = delta.seq
+        if self.depth is not None:
+            self.book.truncate(self.depth)
+        return APPLIED
+
+
+class CoinbaseBookSync(BookSync):
+    venue = "coinbase"
+
+
+class BitstampBookSync(BookSync):
+    """seq is the microtimestamp (the normalizer puts it there)."""
+
+    venue = "bitstamp"
+    buffers = True
+
+    def _drain(self, snap: BookSnapshot) -> Outcome:
+        pending = [d for d in self._buffer if d.seq > snap.seq]
+        self._buffer.clear()
+        for delta in pending:
+            outcome = self._apply(delta)
+            if outcome.action is Action.RESYNC:
+                return outcome
+        return APPLIED
+
+    def _apply(self, delta: BookDelta) -> Outcome:
+        last = self.book.seq
+        if delta.seq < last:
+            return self._resync(
+                Reason.OUT_OF_ORDER, delta.recv_ns, f"microtimestamp {delta.seq} after {last}"
+            )
+        self.book.apply(delta.bids, delta.asks)
+        self.book.seq = delta.seq
+        return APPLIED
+
+
+SYNCS: dict[str, type[BookSync]] = {
+    cls.venue: cls
+    for cls in (
+        BinanceBookSync,
+        KrakenBookSync,
+        OkxBookSync,
+        BybitBookSync,
+        CoinbaseBookSync,
+        BitstampBookSync,
+    )
+}
+
+
+def make_sync(venue: str, symbol: str, **options: object) -> BookSync:
+    return SYNCS[venue](symbol, **options)  # type: ignore[arg-type]
