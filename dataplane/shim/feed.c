@@ -79,6 +79,7 @@ WSGW_API int wsgw_feed_create(const struct wsgw_feed_conf *conf, wsgw_feed **out
         wsgw_set_error("feed: out of memory for a %u-byte frame buffer", conf->max_payload);
         return -ENOMEM;
     }
+    wsgw_ring_writer_retain(conf->ring); /* a close by the hub never unmaps it under us */
     *out = f;
     return 0;
 }
@@ -87,6 +88,7 @@ WSGW_API void wsgw_feed_destroy(wsgw_feed *f)
 {
     if (!f)
         return;
+    wsgw_ring_writer_release(f->conf.ring);
     free(f->scratch);
     free(f);
 }

@@ -101,6 +101,9 @@ struct wsgw_ring_writer {
      * one ring; every writer entry point takes this spinlock. Uncontended it is one
      * atomic exchange; a contender waits for one append (microseconds). */
     _Atomic int lock;
+    /* Holders of this writer: its owner (until wsgw_ring_writer_close) and every C user
+     * that writes through it (the engines' feeds). The mapping lives until the last one. */
+    _Atomic uint32_t refs;
     /* cold */
     struct wsgw_ring_topic *topics;
     uint32_t topic_count;
@@ -366,6 +369,7 @@ WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_
         goto fail_map;
     }
     memset(w, 0, sizeof(*w));
+    atomic_store(&w->refs, 1);
     w->ctl = (struct wsgw_ring_ctl *)map;
     w->wq = (struct wsgw_ring_waitq *)(map + WSGW_RING_PAGE);
     w->topics = (struct wsgw_ring_topic *)(map + 2 * WSGW_RING_PAGE);
@@ -614,6 +618,12 @@ WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ri
         return rc;
     uint64_t now = batch_now(msgs, n);
     writer_lock(w);
+    if (unlikely(atomic_load_explicit(&w->ctl->state, memory_order_relaxed) &
+                 WSGW_RING_STATE_CLOSED)) {
+        writer_unlock(w);
+        wsgw_set_error("the ring is closed");
+        return -EPIPE;
+    }
     uint64_t first = w->seq + 1;
     append(w, msgs, n, now);
     writer_unlock(w);
@@ -697,11 +707,23 @@ WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
     return 0;
 }
 
+void wsgw_ring_writer_retain(wsgw_ring_writer *w) { atomic_fetch_add(&w->refs, 1); }
+
+void wsgw_ring_writer_release(wsgw_ring_writer *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) == 1) {
+        munmap(w->map, w->map_len);
+        free(w);
+    }
+}
+
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
 {
     if (w == NULL)
         return;
+    writer_lock(w); /* no append is half done: C users' later writes fail (-EPIPE) */
     atomic_fetch_or(&w->ctl->state, WSGW_RING_STATE_CLOSED);
+    writer_unlock(w);
     atomic_fetch_add(&w->wq->notify, 1);
     futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
     if (unlink_file && w->path != NULL) {
@@ -710,10 +732,10 @@ WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
         if (stat(w->path, &st) == 0 && st.st_dev == w->dev && st.st_ino == w->ino)
             unlink(w->path);
     }
-    munmap(w->map, w->map_len);
-    close(w->fd); /* drops the writer's flock */
+    close(w->fd); /* drops the writer's flock; the mapping stays while others hold it */
     free(w->path);
-    free(w);
+    w->path = NULL;
+    wsgw_ring_writer_release(w);
 }
 
 /* ---- reader --------------------------------------------------------------------------------- */

@@ -51,7 +51,7 @@ struct wsgw_feed_conf {
 
 /* Counters, all u64 (bindings read them as one array). */
 struct wsgw_feed_stats {
-    uint64_t messages;        /* ring records written */
+    uint64_t messages;        /* data frames taken: ring records (less ring_errors) */
     uint64_t bytes;           /* their payload bytes */
     uint64_t wire_bytes;      /* frame bytes taken from the flow (headers too) */
     uint64_t writes;          /* ring write calls (one per burst that brought messages) */

@@ -388,3 +388,22 @@ def test_order_holds_whatever_the_segmentation_and_the_mix(seed: int) -> None:
         assert stats["messages"] > 0 and stats["stops"] > 0
     finally:
         rig.close()
+
+
+def test_a_ring_closed_under_an_armed_feed_costs_its_messages_not_the_process() -> None:
+    """The hub may close its ring before an engine let go of a feed (a shutdown out of
+    order): the feed holds the mapping, its writes fail and are counted."""
+    rig = Rig()
+    try:
+        rig.feed.arm(RCV_NXT)
+        rig.send(ws_frame(data(TOPICS[0], 1)))
+        assert len(rig.records()) == 1
+        rig.reader.close()
+        rig.ring.close()
+        rig.send(ws_frame(data(TOPICS[0], 2)), ws_frame(data(TOPICS[0], 3)))
+        stats = rig.feed.stats()
+        assert stats["messages"] == 3 and stats["ring_errors"] == 2
+        assert rig.sync() == (b"", 3 * len(ws_frame(data(TOPICS[0], 1))))
+    finally:
+        rig.engine.destroy()
+        rig.feed.close()  # the last holder: the mapping goes now
