@@ -364,8 +364,9 @@ class RingWriter:
 
     @property
     def handle(self) -> int:
-        """The C writer, for C code that writes to this ring too (the engines' feeds). It
-        must stop using it before `close`: close the ring after the engines stopped."""
+        """The C writer, for C code that writes to this ring too (the engines' feeds): such
+        code holds a reference in C, so `close` never unmaps the ring under it (its later
+        writes fail)."""
         return int(self._live())
 
     def write(self, session_id: int, topic_id: int, payload: Payload, ts: int | None = None) -> int:
