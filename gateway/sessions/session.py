@@ -878,9 +878,10 @@ class UpstreamSession:
             wall = delta.last_message_ns / 1e9
             if counters.last_message_at is None or wall > counters.last_message_at:
                 counters.last_message_at = wall
-            if link.liveness is not None:
-                age = max(0.0, time.time() - wall)
-                link.liveness.on_message(self._clock() - age)
+            liveness = link.liveness
+            if liveness is not None:  # (never back: the read loop may have seen a later one)
+                seen = self._clock() - max(0.0, time.time() - wall)
+                liveness.on_message(max(liveness.last_message, seen))
         for sample in delta.latency_ns:
             self.latency_ns.append(sample)
 
