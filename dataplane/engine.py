@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dataplane.dpdk import DpdkPort
 from dataplane.errors import DataplaneError
@@ -66,6 +66,10 @@ class EngineConfig:
     sched_fifo_priority: int | None = None  # SCHED_FIFO with this priority, or the default policy
     budget: float = 0.002  # longest C poll before Python gets control back (seconds)
     fastpath: FastPathConfig = field(default_factory=FastPathConfig)
+    #: "c": sessions on this engine give their connections a C feed (dataplane/feed.py):
+    #: data frames of subscribed topics go from the flow's bytes to the ring inside the
+    #: poll. "python": every frame goes through the session's read loop.
+    feed_path: Literal["python", "c"] = "python"
 
 
 @dataclass
@@ -85,6 +89,7 @@ def engine_config_from(settings: Any) -> EngineConfig:
         cpu=settings.cpu,
         sched_fifo_priority=settings.sched_fifo_priority,
         budget=settings.budget_us / 1e6,
+        feed_path=getattr(settings, "feed_path", "python"),
         fastpath=FastPathConfig(
             enabled=settings.fast_path,
             burst=settings.burst,

@@ -30,6 +30,7 @@ from dataplane.shim._bind_engine import (
     bench_checksum,
     flow_template,
 )
+from dataplane.shim._bind_feed import flow_set_feed
 from dataplane.stack.tcp import TcpConnection
 from dataplane.stack.tcp_fastpath import FastPathState
 from dataplane.wire.checksum import inet_checksum
@@ -173,6 +174,9 @@ class FastPath:
         self._flow_structs: dict[int, FlowStruct] = {}  # slot -> its struct in C (fixed)
         self._senders: dict[int, Callable[[bytes, int, int], int]] = {}  # slot -> C transmit
         self._acks_seen: dict[int, int] = {}  # slot -> acking_segments_sent at its export
+        # id(connection) -> its C feed's handle (dataplane/feed.py): attached to the flow
+        # whenever the connection has one (a flow withdrawn and added again gets it back)
+        self._feeds: dict[int, int] = {}
         # What a C transmit is timed with: C's clock is CLOCK_MONOTONIC, time.monotonic's
         # too (read without a C call), until a test sets a virtual time.
         self._virtual_clock = self._engine.clock()
@@ -311,6 +315,7 @@ class FastPath:
             deadline_ns,
             first_rx_ns,
             now_ns,
+            fed,
         ) = self._engine.flow_sync(slot, direct)
         # (slow_pending: Python is about to handle this flow's segments, and the delayed
         # ACK C owed is its own now: deadline_ns, unacked_bytes.)
@@ -324,6 +329,7 @@ class FastPath:
             unacked_bytes,
             deadline_ns / 1e9 if deadline_ns else None,
             now,
+            fed,
         )
         if acks:
             ack = (conn, acks, snd_una, snd_wnd_field, snd_wl1, ack_tsecr, now)
@@ -416,6 +422,9 @@ class FastPath:
             self._slots[key] = slot
             self._connections[slot] = conn
             self._senders[slot] = self._engine.flow_sender(slot)
+            feed = self._feeds.get(key)
+            if feed:
+                flow_set_feed(self._engine.handle, slot, feed)
             assert next_hop_mac is not None
             flow_template(
                 self._flow(slot),
@@ -497,6 +506,25 @@ class FastPath:
         slot = self._slots.get(id(conn))
         if slot is not None:
             self._withdraw(id(conn), slot, conn)
+        self._feeds.pop(id(conn), None)
+
+    # ---- the C feed path ---------------------------------------------------------------------
+    def attach_feed(self, conn: TcpConnection, feed_handle: int) -> None:
+        """Give the connection's flow a C feed (dataplane/feed.py), now and whenever the
+        flow is added again; it starts disarmed. On the engine's thread."""
+        self._feeds[id(conn)] = feed_handle
+        slot = self._slots.get(id(conn))
+        if slot is not None:
+            flow_set_feed(self._engine.handle, slot, feed_handle)
+
+    def detach_feed(self, conn: TcpConnection) -> None:
+        """The connection's flow carries no feed any more (its bytes all go to Python):
+        the feed may be freed after this. On the engine's thread."""
+        if self._feeds.pop(id(conn), None) is None:
+            return
+        slot = self._slots.get(id(conn))
+        if slot is not None:
+            flow_set_feed(self._engine.handle, slot, 0)
 
     # ---- microbenchmarks -------------------------------------------------------------------
     def bench_flow_lookup(self, iterations: int) -> float:

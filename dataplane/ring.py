@@ -284,8 +284,9 @@ class RingInfo:
 
 # ---- writer -----------------------------------------------------------------------------------
 class RingWriter:
-    """The single producer of a ring. Call it from one thread only (the engine's): the C
-    side takes no lock, by design."""
+    """The producer side of a ring. Every C writer call takes the ring's writer lock (an
+    uncontended spinlock): the hub writes from the sessions' threads and the engines' C
+    feeds write from their polls (dataplane/feed.py)."""
 
     def __init__(self, handle: int, path: Path | None) -> None:
         self._handle = handle
@@ -360,6 +361,13 @@ class RingWriter:
     @property
     def topics(self) -> dict[str, int]:
         return dict(self._topics)
+
+    @property
+    def handle(self) -> int:
+        """The C writer, for C code that writes to this ring too (the engines' feeds): such
+        code holds a reference in C, so `close` never unmaps the ring under it (its later
+        writes fail)."""
+        return int(self._live())
 
     def write(self, session_id: int, topic_id: int, payload: Payload, ts: int | None = None) -> int:
         """Append one message; returns its sequence number. ts: receive time in CLOCK_REALTIME

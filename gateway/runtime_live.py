@@ -91,6 +91,8 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("heartbeats", "counter", "Exchange heartbeats and keepalive answers"),
     ("pings_sent", "counter", "WebSocket pings sent"),
     ("sequence_gaps", "counter", "Breaks in the exchange's sequence numbers"),
+    ("fed_messages", "counter", "Data messages the C feed path wrote to the ring (of messages)"),
+    ("feed_stops", "counter", "Times the C feed path handed the stream back to Python"),
     ("unparsable", "counter", "Frames the session's dialect could not parse (dropped)"),
 )
 

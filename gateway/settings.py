@@ -97,6 +97,14 @@ class EngineSettings(BaseModel):
     budget_us: int = Field(
         default=2000, ge=10, le=1_000_000, description="longest C poll before Python runs"
     )
+    feed_path: Literal["python", "c"] = Field(
+        default="python",
+        description=(
+            "c: data frames of subscribed topics go from the flow's bytes to the message ring"
+            " inside the engine's poll (no Python per message or burst); plain ws:// dpdk"
+            " sessions without compression or sequence_check. python: the session's read loop"
+        ),
+    )
 
 
 class NatsSettings(BaseModel):

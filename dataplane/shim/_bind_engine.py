@@ -87,11 +87,11 @@ class FlowStruct(ctypes.Structure):
 POLL_RESULT = struct.Struct("=4I3Q")
 
 # struct wsgw_flow_sync, read in one struct.unpack_from (its fields in order).
-FLOW_SYNC = struct.Struct("=11I2H3Q")
+FLOW_SYNC = struct.Struct("=11I2H3Q2I")
 FLOW_SYNC_FIELDS = (
     "bytes", "rcv_nxt", "rcv_adv_right", "ts_recent", "last_ack_sent", "segments", "acks",
     "snd_una", "snd_wl1", "ack_tsecr", "unacked_bytes", "snd_wnd_field", "slow_pending",
-    "ack_deadline_ns", "first_rx_ns", "now_ns",
+    "ack_deadline_ns", "first_rx_ns", "now_ns", "fed", "reserved",
 )  # fmt: skip
 
 ENGINE_STAT_FIELDS = (
@@ -287,11 +287,11 @@ class EngineBinding:
         fields = FLOW_SYNC.unpack_from(out)
         count = fields[0]
         if not count:
-            return (b"", *fields[1:])
+            return (b"", *fields[1:-1])
         data = ctypes.string_at(self._read_buf, count)
         if count == _READ_MAX:
             data += self.flow_read(slot)  # the ring held more than one read buffer
-        return (data, *fields[1:])
+        return (data, *fields[1:-1])
 
     def flow_synced(self, slot: int) -> None:
         self._lib.wsgw_engine_flow_synced(self._h, slot)

@@ -10,6 +10,7 @@
 
 #include "shim_internal.h"
 #include "wsgw_engine.h"
+#include "wsgw_feed.h"
 
 #ifdef WSGW_HAVE_DPDK
 #include <rte_ethdev.h>
@@ -88,6 +89,11 @@ struct wsgw_engine {
     uint64_t backoff_ns;
     uint64_t spin_until_ns;     /* no back-off sleep before this (a reply is expected) */
     struct wsgw_engine_stats st;
+    /* C feed path (feed.c): per slot, the attached feed (or NULL) and the bytes it took
+     * since Python's last sync of the flow */
+    struct wsgw_feed **feeds;
+    uint32_t *fed_since_sync;
+    uint32_t feed_count;
 };
 
 static inline uint64_t engine_now(const struct wsgw_engine *e);
@@ -244,6 +250,11 @@ WSGW_API int wsgw_engine_flow_del(wsgw_engine *e, int slot)
     }
     if (f->ack_deadline_ns)
         e->pending_acks--;
+    if (e->feeds[slot]) {
+        e->feeds[slot] = NULL;
+        e->feed_count--;
+    }
+    e->fed_since_sync[slot] = 0;
     if (e->spare_count < SPARE_RINGS) {
         e->spare_ring[e->spare_count] = f->ring;
         e->spare_size[e->spare_count] = f->ring_size;
@@ -315,7 +326,28 @@ WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint3
     out->ack_deadline_ns = f->slow_pending ? wsgw_engine_flow_take_ack(e, slot) : 0;
     out->first_rx_ns = first_rx_unread ? f->first_rx_ns : 0;
     out->now_ns = engine_now(e);
+    out->fed = e->fed_since_sync[slot];
+    out->reserved = 0;
+    e->fed_since_sync[slot] = 0;
+    if (out->bytes && e->feeds[slot])
+        wsgw_feed_stop(e->feeds[slot]); /* Python has bytes of this flow now */
     flow_synced(f, keep_space);
+    return 0;
+}
+
+WSGW_API int wsgw_engine_flow_set_feed(wsgw_engine *e, int slot, struct wsgw_feed *feed)
+{
+    if (!wsgw_engine_flow(e, slot)) {
+        wsgw_set_error("no flow in slot %d", slot);
+        return -ENOENT;
+    }
+    if (e->feeds[slot] && !feed)
+        e->feed_count--;
+    else if (!e->feeds[slot] && feed)
+        e->feed_count++;
+    e->feeds[slot] = feed;
+    if (feed)
+        wsgw_feed_attached(feed);
     return 0;
 }
 
@@ -399,6 +431,8 @@ WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *
     e->slow_off = calloc(conf->slow_max_frames, sizeof(uint32_t));
     e->slow_len = calloc(conf->slow_max_frames, sizeof(uint16_t));
     e->touched = calloc(conf->max_flows, sizeof(uint32_t));
+    e->feeds = calloc(conf->max_flows, sizeof(*e->feeds));
+    e->fed_since_sync = calloc(conf->max_flows, sizeof(uint32_t));
     e->inj = malloc((size_t)INJECT_FRAMES * FRAME_MAX);
     e->inj_off = calloc(INJECT_FRAMES, sizeof(uint32_t));
     e->inj_len = calloc(INJECT_FRAMES, sizeof(uint16_t));
@@ -407,7 +441,7 @@ WSGW_API int wsgw_engine_create(const struct wsgw_engine_conf *conf, wsgw_port *
     e->cap_len = calloc(CAPTURE_FRAMES, sizeof(uint16_t));
     if (!e->flows || !e->flow_used || !e->table || !e->table_keys || !e->slow || !e->slow_off ||
         !e->slow_len || !e->touched || !e->inj || !e->inj_off || !e->inj_len || !e->cap ||
-        !e->cap_off || !e->cap_len) {
+        !e->cap_off || !e->cap_len || !e->feeds || !e->fed_since_sync) {
         wsgw_engine_destroy(e);
         wsgw_set_error("out of memory for the engine");
         return -ENOMEM;
@@ -440,6 +474,7 @@ WSGW_API void wsgw_engine_destroy(wsgw_engine *e)
     free(e->slow); free(e->slow_off); free(e->slow_len); free(e->touched);
     free(e->inj); free(e->inj_off); free(e->inj_len);
     free(e->cap); free(e->cap_off); free(e->cap_len);
+    free(e->feeds); free(e->fed_since_sync);
     if (e->wake_fd > 0)
         close(e->wake_fd);
     free(e);
@@ -968,6 +1003,8 @@ static void to_slow_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t l
         if (tcp + 4 <= frame + len) {
             int slot = table_find(e, flow_key(rd32(ip + 12), rd16(tcp), rd16(tcp + 2)));
             if (slot >= 0) {
+                if (e->feeds[slot])
+                    wsgw_feed_stop(e->feeds[slot]); /* Python handles this flow now */
                 e->flows[slot].slow_pending = 1;
                 e->flows[slot].slow_segments++;
                 touch(e, &e->flows[slot], (uint32_t)slot);
@@ -1026,6 +1063,64 @@ static void clear_touched(struct wsgw_engine *e)
     e->touched_count = 0;
 }
 
+/* Arm requests of every feed (Python's, from any thread), against its flow's position. */
+static void feed_requests(struct wsgw_engine *e)
+{
+    for (uint32_t s = 0; s < e->conf.max_flows; s++) {
+        struct wsgw_feed *feed = e->feeds[s];
+        if (feed && !e->flows[s].slow_pending)
+            wsgw_feed_requests(feed, &e->flows[s]);
+    }
+}
+
+/* The feeds of the flows this poll touched take what they can from their rings (finish:
+ * the poll returns, an incomplete frame goes to Python). Bytes a feed took are read: they
+ * no longer count against the window Python's buffer offers. */
+static void run_feeds(struct wsgw_engine *e, uint64_t rx_ns, int finish)
+{
+    uint64_t now = engine_now(e);
+    for (uint32_t i = 0; i < e->touched_count; i++) {
+        uint32_t slot = e->touched[i];
+        struct wsgw_feed *feed = e->feeds[slot];
+        if (!feed)
+            continue;
+        struct wsgw_flow *f = &e->flows[slot];
+        if (f->slow_pending) {
+            wsgw_feed_stop(feed); /* Python takes this flow's segments in this batch */
+            continue;
+        }
+        wsgw_feed_requests(feed, f);
+        if (f->ring_head == f->ring_tail)
+            continue;
+        uint32_t taken = finish ? wsgw_feed_finish(feed, f, rx_ns, now)
+                                : wsgw_feed_run(feed, f, rx_ns, now);
+        if (taken) {
+            e->fed_since_sync[slot] += taken;
+            f->delivered_since_sync =
+                f->delivered_since_sync > taken ? f->delivered_since_sync - taken : 0;
+        }
+    }
+}
+
+/* 1: a touched flow has something for Python (bytes, slow-path segments, ACKs C took); a
+ * flow whose feed took every byte has not, nor one whose armed feed waits for the rest of
+ * an incomplete frame (the poll goes on; if it returns first, the frame goes to Python). */
+static int touched_for_python(const struct wsgw_engine *e)
+{
+    if (!e->feed_count)
+        return e->touched_count != 0;
+    for (uint32_t i = 0; i < e->touched_count; i++) {
+        uint32_t slot = e->touched[i];
+        const struct wsgw_flow *f = &e->flows[slot];
+        const struct wsgw_feed *feed = e->feeds[slot];
+        if (!feed || f->slow_pending || f->acks_advanced)
+            return 1;
+        if (f->ring_head != f->ring_tail && !wsgw_feed_armed(feed))
+            return 1;
+    }
+    return 0;
+}
+
 WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t budget_ns,
                               struct wsgw_poll_result *out)
 {
@@ -1036,6 +1131,8 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     e->first_data_ns = 0;
     e->st.polls++;
     tx_flush(e); /* segments Python had C build since the last poll leave first */
+    if (e->feed_count)
+        feed_requests(e);
     uint64_t start = engine_now(e), now = start;
     uint32_t reason = 0;
     uint64_t rx_total = 0;
@@ -1046,6 +1143,8 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
         uint64_t fast_before = e->st.fast_bytes;
         uint32_t n = rx_burst(e, now);
         rx_total += n;
+        if (n && e->feed_count)
+            run_feeds(e, now, 0);
         if (e->st.fast_bytes != fast_before) {
             uint64_t took = engine_now(e) - now;
             e->st.rx_to_ring_bursts++;
@@ -1072,7 +1171,7 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
         /* Data: hand it over once the RX queue is drained or enough has gathered, so
          * Python's per-batch cost is spread over many segments at full rate. */
         now = engine_now(e);
-        if (e->touched_count &&
+        if (touched_for_python(e) &&
             (n < e->conf.burst || e->st.fast_bytes - bytes_at_start >= DATA_BATCH ||
              now - e->first_data_ns >= DATA_DELAY_NS))
             reason |= WSGW_POLL_DATA;
@@ -1088,6 +1187,8 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
         if (extra_ready)
             reason |= WSGW_POLL_EXTERNAL;
         if (reason) {
+            if (e->feed_count)
+                run_feeds(e, now, 1);
             /* Timers that came due while this iteration ran still fire before returning. */
             run_ack_timers(e, now);
             tx_flush(e);

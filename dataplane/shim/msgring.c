@@ -97,6 +97,13 @@ struct wsgw_ring_writer {
     uint64_t version;
     uint32_t max_payload, max_topics;
     struct wsgw_ring_writer_stats st;
+    /* Writers: the hub (Python threads) and the engines' feeds (C, in the poll) append to
+     * one ring; every writer entry point takes this spinlock. Uncontended it is one
+     * atomic exchange; a contender waits for one append (microseconds). */
+    _Atomic int lock;
+    /* Holders of this writer: its owner (until wsgw_ring_writer_close) and every C user
+     * that writes through it (the engines' feeds). The mapping lives until the last one. */
+    _Atomic uint32_t refs;
     /* cold */
     struct wsgw_ring_topic *topics;
     uint32_t topic_count;
@@ -140,6 +147,18 @@ static inline void cpu_relax(void)
 
 /* Stop the compiler from re-reading shared memory instead of using a private copy. */
 #define COMPILER_BARRIER() atomic_signal_fence(memory_order_seq_cst)
+
+static inline void writer_lock(struct wsgw_ring_writer *w)
+{
+    while (atomic_exchange_explicit(&w->lock, 1, memory_order_acquire))
+        while (atomic_load_explicit(&w->lock, memory_order_relaxed))
+            cpu_relax();
+}
+
+static inline void writer_unlock(struct wsgw_ring_writer *w)
+{
+    atomic_store_explicit(&w->lock, 0, memory_order_release);
+}
 
 static inline uint64_t now_ns(clockid_t clock)
 {
@@ -350,6 +369,7 @@ WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_
         goto fail_map;
     }
     memset(w, 0, sizeof(*w));
+    atomic_store(&w->refs, 1);
     w->ctl = (struct wsgw_ring_ctl *)map;
     w->wq = (struct wsgw_ring_waitq *)(map + WSGW_RING_PAGE);
     w->topics = (struct wsgw_ring_topic *)(map + 2 * WSGW_RING_PAGE);
@@ -406,7 +426,17 @@ fail_fd:
 
 WSGW_API int wsgw_ring_writer_fd(const wsgw_ring_writer *w) { return w->fd; }
 
+static int topic_register(wsgw_ring_writer *w, const char *name, uint32_t len);
+
 WSGW_API int wsgw_ring_topic_register(wsgw_ring_writer *w, const char *name, uint32_t len)
+{
+    writer_lock(w);
+    int rc = topic_register(w, name, len);
+    writer_unlock(w);
+    return rc;
+}
+
+static int topic_register(wsgw_ring_writer *w, const char *name, uint32_t len)
 {
     if (len == 0 || len > WSGW_RING_TOPIC_NAME_MAX) {
         wsgw_set_error("topic names are 1..%d bytes, not %u", WSGW_RING_TOPIC_NAME_MAX, len);
@@ -572,8 +602,12 @@ WSGW_API int64_t wsgw_ring_write(wsgw_ring_writer *w, uint32_t session_id, uint3
     int rc = check_msgs(w, &m, 1);
     if (unlikely(rc != 0))
         return rc;
-    append(w, &m, 1, ts_ns ? 0 : now_ns(CLOCK_REALTIME));
-    return (int64_t)w->seq;
+    uint64_t now = ts_ns ? 0 : now_ns(CLOCK_REALTIME);
+    writer_lock(w);
+    append(w, &m, 1, now);
+    int64_t seq = (int64_t)w->seq;
+    writer_unlock(w);
+    return seq;
 }
 
 WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ring_msg *msgs,
@@ -582,8 +616,17 @@ WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ri
     int rc = check_msgs(w, msgs, n);
     if (unlikely(rc != 0))
         return rc;
+    uint64_t now = batch_now(msgs, n);
+    writer_lock(w);
+    if (unlikely(atomic_load_explicit(&w->ctl->state, memory_order_relaxed) &
+                 WSGW_RING_STATE_CLOSED)) {
+        writer_unlock(w);
+        wsgw_set_error("the ring is closed");
+        return -EPIPE;
+    }
     uint64_t first = w->seq + 1;
-    append(w, msgs, n, batch_now(msgs, n));
+    append(w, msgs, n, now);
+    writer_unlock(w);
     return (int64_t)first;
 }
 
@@ -603,7 +646,6 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
             return -EINVAL;
         }
     }
-    uint64_t first = w->seq + 1;
     uint64_t now = 0;
     if (ts == NULL)
         now = now_ns(CLOCK_REALTIME);
@@ -614,6 +656,8 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
     /* Descriptors on the stack, WRITE_CHUNK at a time: no allocation on this path. */
     struct wsgw_ring_msg chunk[WRITE_CHUNK];
     const uint8_t *p = blob;
+    writer_lock(w); /* the whole call: its messages get consecutive numbers */
+    uint64_t first = w->seq + 1;
     for (uint32_t i = 0; i < n;) {
         uint32_t c = n - i < WRITE_CHUNK ? n - i : WRITE_CHUNK;
         for (uint32_t k = 0; k < c; k++) {
@@ -626,6 +670,7 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
         append(w, chunk, c, now);
         i += c;
     }
+    writer_unlock(w);
     return (int64_t)first;
 }
 
@@ -662,11 +707,23 @@ WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
     return 0;
 }
 
+void wsgw_ring_writer_retain(wsgw_ring_writer *w) { atomic_fetch_add(&w->refs, 1); }
+
+void wsgw_ring_writer_release(wsgw_ring_writer *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) == 1) {
+        munmap(w->map, w->map_len);
+        free(w);
+    }
+}
+
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
 {
     if (w == NULL)
         return;
+    writer_lock(w); /* no append is half done: C users' later writes fail (-EPIPE) */
     atomic_fetch_or(&w->ctl->state, WSGW_RING_STATE_CLOSED);
+    writer_unlock(w);
     atomic_fetch_add(&w->wq->notify, 1);
     futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
     if (unlink_file && w->path != NULL) {
@@ -675,10 +732,10 @@ WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
         if (stat(w->path, &st) == 0 && st.st_dev == w->dev && st.st_ino == w->ino)
             unlink(w->path);
     }
-    munmap(w->map, w->map_len);
-    close(w->fd); /* drops the writer's flock */
+    close(w->fd); /* drops the writer's flock; the mapping stays while others hold it */
     free(w->path);
-    free(w);
+    w->path = NULL;
+    wsgw_ring_writer_release(w);
 }
 
 /* ---- reader --------------------------------------------------------------------------------- */

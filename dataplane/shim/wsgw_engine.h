@@ -194,6 +194,9 @@ struct wsgw_flow_sync {
     uint64_t ack_deadline_ns;    /* with slow_pending: the delayed ACK's deadline (0: none) */
     uint64_t first_rx_ns;        /* RX time of the oldest byte synced now (0: none) */
     uint64_t now_ns;             /* clock at the sync */
+    uint32_t fed;                /* bytes the flow's feed took since the last sync: RCV.NXT
+                                  * moved past them before the bytes copied to dst */
+    uint32_t reserved;
 };
 WSGW_API int wsgw_engine_flow_sync(wsgw_engine *e, int slot, uint8_t *dst, uint32_t max,
                                    struct wsgw_flow_sync *out, int keep_space);
@@ -221,6 +224,10 @@ WSGW_API void wsgw_engine_tx_flush(wsgw_engine *e);
 /* 1: Python has frames waiting for room on the port, and flow_send refuses (-EAGAIN) until
  * it says 0 again: a segment built in C would overtake them. */
 WSGW_API void wsgw_engine_set_tx_hold(wsgw_engine *e, int hold);
+/* Attach a feed (wsgw_feed.h) to the flow, or detach it (NULL). Attached, it starts
+ * disarmed. Deleting the flow detaches it; the caller owns the feed. */
+struct wsgw_feed;
+WSGW_API int wsgw_engine_flow_set_feed(wsgw_engine *e, int slot, struct wsgw_feed *feed);
 WSGW_API void wsgw_engine_flow_give_ack(wsgw_engine *e, int slot, uint64_t deadline_ns,
                                         uint32_t unacked_bytes, uint32_t unacked_segments);
 

@@ -88,7 +88,10 @@
  * make readers fault (SIGBUS); memfd rings are sealed against that.
  *
  * All fields are host byte order (readers and the writer share one machine).
- * Writer: one thread. Readers: any number of processes/threads, one thread per reader handle.
+ * Writers: any threads of the writer's process (the hub, the engines' feeds); every writer
+ * call takes the writer's spinlock, so one call's messages get consecutive sequence numbers
+ * and callers read the numbers they got from the return value. Readers: any number of
+ * processes/threads, one thread per reader handle.
  */
 #ifndef WSGW_RING_H
 #define WSGW_RING_H
@@ -244,6 +247,11 @@ WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
 /* Mark the ring closed, wake every sleeping reader, unmap; unlink the file when asked
  * (only if the path still names this ring). Readers keep their mapping and drain it. */
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file);
+/* Inside the library: C code that keeps writing through a writer it does not own (an engine's
+ * feed) holds a reference, so a close by the owner never unmaps the ring under it; its
+ * writes fail with -EPIPE once the ring is closed. */
+void wsgw_ring_writer_retain(wsgw_ring_writer *w);
+void wsgw_ring_writer_release(wsgw_ring_writer *w);
 
 /* ---- reader ---------------------------------------------------------------------------- */
 /* Attach to the ring at path, or to fd when path is NULL (reopened, so the caller keeps its

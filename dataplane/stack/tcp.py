@@ -643,6 +643,12 @@ class TcpConnection:
         tx = self._tx
         return self._snd_nxt < tx.end or not tx.free
 
+    @property
+    def read_seq(self) -> int:
+        """The sequence number (32-bit, as on the wire) just past the last byte a reader
+        has taken: where the bytes this connection still holds or has yet to get begin."""
+        return (self._rcv_nxt - len(self._rx)) & SEQ_MASK
+
     def reads_directly(self) -> bool:
         """Bytes the fast path brings now go straight to `direct_reader` (nothing is
         buffered ahead of them), not into the receive buffer."""
@@ -677,19 +683,28 @@ class TcpConnection:
         unacked_bytes: int,
         ack_deadline: float | None,
         now: float,
+        fed: int = 0,
     ) -> bool:
         """Take in what the fast path received in order since the last sync: its bytes, the
         sequence numbers they moved, what C's ACKs announced, and (when Python is about to
         handle this connection's segments itself) the delayed ACK C still owed. The ACKs
-        C took come separately (`fastpath_acked`). Returns True when nothing but data
-        moved: no output is due, so the connection need not be polled or exported."""
+        C took come separately (`fastpath_acked`). `fed`: bytes before `data` that the C
+        feed path took (read, into the message ring): RCV.NXT moves past them, nobody here
+        sees them. Returns True when nothing but data moved: no output is due, so the
+        connection need not be polled or exported."""
         advance = (rcv_nxt - self._rcv_nxt) & SEQ_MASK
-        if advance != len(data):
+        if advance != len(data) + fed:
             raise TcpStateError(
                 f"fast path out of step: RCV.NXT moved {advance} for {len(data)} bytes"
+                f" and {fed} fed"
             )
         self._stats.segments_in += segments
         reader = None
+        if fed and not data:
+            self._rcv_nxt += advance
+            self._stats.bytes_in += advance
+            self._last_rx_time = max(self._last_rx_time, now)
+            self._ka_probes = 0
         if data:
             reader = self.direct_reader
             if reader is None or self._rx:

@@ -46,6 +46,7 @@ from dataplane.errors import (
     UnreachableError,
     transport_error,
 )
+from dataplane.feed import CFeed
 from dataplane.loop import engine_of
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
@@ -85,6 +86,11 @@ class EngineTransport(asyncio.Transport):
         self._eof_reported = False
         self._pending: bytes = b""  # what the socket did not take yet
         self.peer: tuple[str, int] | None = None
+        #: The C feed path (dataplane/feed.py), when the session attached one.
+        self.feed: CFeed | None = None
+        #: TCP sequence number just past the last byte handed to the protocol (32-bit),
+        #: as the protocol's side sees it: where an armed feed would take over.
+        self.delivered_seq: int | None = None
 
     # ---- asyncio.Transport, on the loop thread -----------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -166,6 +172,9 @@ class EngineTransport(asyncio.Transport):
     def _read_direct(self, data: bytes) -> None:
         if self._lost_reported:
             return
+        sock = self._sock
+        if sock is not None:
+            self.delivered_seq = sock.connection.read_seq
         rx_ns = self._engine.batch_rx_ns
         if rx_ns:
             self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
@@ -186,6 +195,57 @@ class EngineTransport(asyncio.Transport):
         if name == "transport":
             return "dpdk"
         return default
+
+    # ---- the C feed path (dataplane/feed.py), on the loop thread -----------------------------
+    def attach_feed(self, feed: CFeed) -> None:
+        """From now on the engine's poll writes the feed's data frames to the ring itself,
+        while armed (`arm_feed`)."""
+        self.feed = feed
+        self._on_engine(self._attach_feed_now)
+
+    def _attach_feed_now(self) -> None:
+        sock, feed = self._sock, self.feed
+        if sock is not None and feed is not None and not self._lost_reported:
+            self._engine.fastpath.attach_feed(sock.connection, feed.handle)
+
+    def detach_feed(self) -> None:
+        """Every byte goes to the protocol again (the feed stays readable)."""
+        if self.feed is None:
+            return
+        self._on_engine(self._detach_feed_now)
+
+    def _detach_feed_now(self) -> None:
+        if self._sock is not None:
+            self._engine.fastpath.detach_feed(self._sock.connection)
+
+    def arm_feed(self) -> None:
+        """The protocol has processed every byte it was handed (a message boundary, no
+        partial or fragmented message held, every message taken by its reader): the feed
+        may take the bytes from there. Stale requests are refused in C (see wsgw_feed.h)."""
+        feed, seq = self.feed, self.delivered_seq
+        if feed is not None and seq is not None and not self._lost_reported:
+            feed.arm(seq)
+
+    def feed_topic(self, topic: str, topic_id: int | None) -> None:
+        """Route topic's frames through the feed to ring topic topic_id (None: not any more)."""
+        feed = self.feed
+        if feed is None:
+            return
+
+        def update() -> None:
+            if topic_id is None:
+                feed.remove_topic(topic)
+            else:
+                feed.set_topic(topic, topic_id)  # False: the table is full, Python's then
+
+        self._on_engine(update)
+
+    def _on_engine(self, fn: Callable[[], None]) -> None:
+        """fn on the engine's thread: now in direct mode, at its next batch otherwise."""
+        if self.direct:
+            fn()
+        else:
+            self._engine.call(fn)
 
     # ---- the engine side: a service run once per batch on the engine's thread ----------------
     def attach(self, sock: TcpSocket) -> None:
@@ -224,12 +284,14 @@ class EngineTransport(asyncio.Transport):
             except TcpError:  # failed below TCP (ARP gave up): reported as the end below
                 data = b""
             if data:
+                seq = sock.connection.read_seq
                 if self.direct:
                     rx_ns = self._engine.batch_rx_ns
                     if rx_ns:
                         self._engine.rx_to_protocol_ns.append(time.monotonic_ns() - rx_ns)
+                    self.delivered_seq = seq
                     self._deliver(data)
-                elif not self._to_loop(self._deliver, data):
+                elif not self._to_loop(self._deliver_at, data, seq):
                     return
         state = sock.state
         error = sock.error
@@ -258,6 +320,8 @@ class EngineTransport(asyncio.Transport):
         self._closing = True
         if self._sock is not None:
             self._sock.connection.direct_reader = None
+            if self.feed is not None:
+                self._engine.fastpath.detach_feed(self._sock.connection)
         if self.pump in self._engine.services:
             self._engine.services.remove(self.pump)
         with self._handoff:
@@ -295,6 +359,10 @@ class EngineTransport(asyncio.Transport):
         self._protocol.connection_made(self)
         if early is not None:
             self._loop.call_soon(self._protocol.connection_lost, early[0])
+
+    def _deliver_at(self, data: bytes, seq: int) -> None:
+        self.delivered_seq = seq
+        self._deliver(data)
 
     def _deliver(self, data: bytes) -> None:
         try:

@@ -138,6 +138,9 @@ class KernelWebSocket:
         self.closed: Closed | None = None
         self.pings_received = 0
         self.messages_received = 0
+        #: Called whenever every byte received is processed and every message was taken
+        #: (the C feed path arms there: `EngineTransport.arm_feed`); None: nobody asks.
+        self.on_idle: Callable[[], None] | None = None
 
     # ---- properties ---------------------------------------------------------------------
     @property
@@ -151,6 +154,11 @@ class KernelWebSocket:
     @property
     def deflate(self) -> DeflateParams | None:
         return self._ws.deflate
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The transport below (an EngineTransport on the DPDK stack)."""
+        return self._transport
 
     @property
     def tls(self) -> TlsClient | None:
@@ -218,6 +226,10 @@ class KernelWebSocket:
         if self._handler is not None:
             raise self._handler_set()
         messages = self._messages
+        if not messages:
+            on_idle = self.on_idle
+            if on_idle is not None and self._ws.at_message_boundary:
+                on_idle()  # every run handed out was processed by the caller
         while not messages:
             await self._wait_data()
         head = messages.popleft()
@@ -549,6 +561,8 @@ class KernelWebSocket:
             ):
                 self._reading_paused = True
                 self._transport.pause_reading()
+        elif self.on_idle is not None and self._ws.at_message_boundary:
+            self.on_idle()  # a read with no message (a ping, a pong): nothing held
         if self._ws.failure_deferred and self._deferred_failure is None:
             # A violation after messages not yet answered: fail once the application took
             # them (`_taken`), one loop turn later so that the task these messages wake

@@ -257,6 +257,20 @@ class WsClient:
         return self.handshake.deflate if self.handshake else None
 
     @property
+    def at_message_boundary(self) -> bool:
+        """Open, every byte received parsed, no frame or fragmented message half read, no
+        failure held, no compression: the next byte starts a new message (the C feed path
+        may take the stream from here, see dataplane/feed.py)."""
+        return (
+            self._state is ConnectionState.OPEN
+            and not self._chunks
+            and self._frag_opcode is None
+            and self._deferred is None
+            and self._decompressor is None
+            and not self._events
+        )
+
+    @property
     def failure_deferred(self) -> bool:
         """A violation is held (`defer_failure`) until `fail_deferred()`."""
         return self._deferred is not None

@@ -128,6 +128,10 @@ class Dialect(ABC):
     limits: ClassVar[Limits] = Limits()
     #: The key paths the topic scanner reports, in the order _fast reads them.
     topic_paths: ClassVar[TopicPaths]
+    #: True when _fast classifies every message whose path 0 is a non-empty plain JSON
+    #: string (no escape) as Data of exactly that string: the C feed path (dataplane/feed.py)
+    #: may then take such messages of subscribed topics without asking the dialect.
+    c_feed: ClassVar[bool] = False
 
     def __init__(self, *, backend: str = "auto") -> None:
         self._ids = itertools.count(1)

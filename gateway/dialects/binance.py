@@ -52,6 +52,7 @@ class BinanceDialect(Dialect):
         burst=1,
     )
     topic_paths = TopicPaths.of("stream")
+    c_feed = True  # _fast: Data(the string at path 0) when it is one
 
     def normalize(self, topic: str) -> str:
         symbol, sep, stream = topic.partition("@")

@@ -38,6 +38,7 @@ class BybitDialect(Dialect):
         max_topics_per_request=10, max_request_bytes=21_000, requests_per_second=10.0, burst=5
     )
     topic_paths = TopicPaths.of("topic")
+    c_feed = True  # _fast: Data(the string at path 0) when it is one
 
     def normalize(self, topic: str) -> str:
         parts = topic.split(".")

@@ -31,6 +31,8 @@ class SessionCounters:
     keepalives_sent: int = 0
     unparsable: int = 0  # messages that are not JSON (nor a known text control): dropped
     sequence_gaps: int = 0  # exchange sequence breaks (sequence_check)
+    fed_messages: int = 0  # of `messages`, those the C feed path wrote (dataplane/feed.py)
+    feed_stops: int = 0  # times the C feed path handed the stream back to the read loop
     last_rtt_s: float | None = None  # round trip of the last answered ping
     last_message_at: float | None = None  # time.time() of the last message
     topic_messages: Counter[str] = field(default_factory=Counter)

@@ -35,9 +35,20 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
-from dataplane.errors import FailureKind, ResolveError, TransportError, transport_error
+from dataplane.errors import (
+    DataplaneError,
+    FailureKind,
+    ResolveError,
+    TransportError,
+    transport_error,
+)
+from dataplane.feed import CFeed
+from dataplane.ring import RingWriter
 from dataplane.samples import LatencySamples
+from dataplane.shim._bind_topic import build_spec
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
+from dataplane.transports.dpdk import EngineTransport
+from dataplane.transports.kernel import KernelWebSocket
 from dataplane.ws.errors import (
     ConnectionClosed,
     HandshakeRejected,
@@ -61,6 +72,7 @@ from gateway.dialects import (
     make_dialect,
 )
 from gateway.dialects.base import Classified
+from gateway.hub.names import ring_topic
 from gateway.runtime import UNPARSABLE_QUIET_S
 from gateway.sessions.backoff import Backoff
 from gateway.sessions.config import SessionConfig, SessionConfigError
@@ -112,6 +124,11 @@ class _Lost:
     kind: FailureKind  # what ended it
 
 
+#: While the C feed path carries a connection, housekeeping reads its counters at least this
+#: often (seconds): metrics read `counters` from other threads without asking the loop.
+FEED_PULL_S = 0.5
+
+
 class _Link:
     """One connection of a session: the topics placed on it and, while open, its dialect
     object, request queue and liveness schedule."""
@@ -140,6 +157,8 @@ class _Link:
         self.reconnect_now = False
         self.closing: asyncio.Task[None] | None = None
         self.seq: SequenceChecker | None = None
+        self.feed: CFeed | None = None  # the C feed path of the open connection
+        self.feed_transport: EngineTransport | None = None
 
     def opened(self, conn: WebSocketConnection, dialect: Dialect, address: str) -> None:
         self.conn, self.dialect, self.address = conn, dialect, address
@@ -155,6 +174,8 @@ class _Link:
         self.conn = None
         self.queue = None
         self.liveness = None
+        self.feed = None
+        self.feed_transport = None
 
 
 class UpstreamSession:
@@ -180,15 +201,18 @@ class UpstreamSession:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         resume_gap: str | None = None,
+        feed_path: str | None = None,
     ) -> None:
         """resume_gap: a gap reason to publish when the first connection opens with topics
         (a session restored after the gateway was down: what was published meanwhile is
-        lost, though this session object never had a connection to lose)."""
+        lost, though this session object never had a connection to lose). feed_path: "c"
+        or "python" (see `EngineConfig.feed_path`); None: the engine's setting."""
         self.id = session_id
         self.config = config.validate()
         self._sink = sink
         self.on_event = on_event
         self._engine = engine
+        self._feed_path = feed_path
         self._connector = connector
         self._resolver: Resolver = resolver or system_resolve
         self._rng = rng if rng is not None else random.Random()
@@ -253,6 +277,8 @@ class UpstreamSession:
         ]
 
     def snapshot(self) -> dict[str, Any]:
+        for link in self._links.values():
+            self._pull_feed(link)
         return {
             "session_id": self.id,
             "state": str(self.state),
@@ -550,6 +576,7 @@ class UpstreamSession:
         if link.seq is not None and previous is not None:
             link.seq.resume_from(previous)  # a jump across the reconnect is counted too
         topics = list(link.topics)
+        self._attach_feed(link, conn, dialect)
         self._move(
             link,
             State.SUBSCRIBING,
@@ -572,6 +599,7 @@ class UpstreamSession:
             if closing is not None:
                 await asyncio.gather(closing, return_exceptions=True)
             had_topics = bool(link.sent)
+            self._pull_feed(link)
             link.closed()
         detail = f"close code {code}" + (f" ({why})" if why else "")
         reason = f"{link.close_reason}; {detail}" if link.close_reason else detail
@@ -767,16 +795,95 @@ class UpstreamSession:
             messages = dialect.subscribe_messages(new)
             link.sent.update(new)
             liveness.expect_data(now)
+            self._feed_topics(link, new, True)
         else:
             gone = [t for t in topics if t in link.sent]
             if not gone:
                 return
+            self._feed_topics(link, gone, False)
             messages = dialect.unsubscribe_messages(gone)
             link.sent.difference_update(gone)
             link.confirmed.difference_update(gone)
             liveness.expect_data(now, bool(link.sent))
         queue.push(messages)
         link.wake.set()
+
+    # ---- the C feed path ----------------------------------------------------------------------
+    def _attach_feed(self, link: _Link, conn: WebSocketConnection, dialect: Dialect) -> None:
+        """Give the connection a C feed when the engine asks for one and nothing here needs
+        Python per message: a plain ws:// DPDK connection without compression, a dialect
+        whose data messages the C topic scan classifies alone (`Dialect.c_feed`), no
+        sequence check, a sink with a ring. Otherwise the read loop carries every frame."""
+        cfg = self.config
+        wanted = self._feed_path
+        if wanted is None:
+            wanted = getattr(getattr(self._engine, "config", None), "feed_path", "python")
+        if wanted != "c" or link.seq is not None:
+            return
+        ring = getattr(self._sink, "ring", None)
+        transport = getattr(conn, "transport", None)
+        if (
+            not isinstance(ring, RingWriter)
+            or ring.closed
+            or not isinstance(transport, EngineTransport)
+            or not dialect.c_feed
+            or getattr(conn, "tls", None) is not None
+            or getattr(conn, "deflate", None) is not None
+            or not isinstance(conn, KernelWebSocket)
+        ):
+            return
+        paths = dialect.topic_paths
+        try:
+            spec = build_spec(paths.paths, presence=paths.presence, strict=paths.strict)
+            feed = CFeed(ring, self.id, spec, min(cfg.max_message_size, cfg.max_frame_size))
+        except (DataplaneError, OSError) as exc:
+            log.warning("session %d: no C feed path (%s): the read loop carries it", self.id, exc)
+            return
+        link.feed = feed
+        link.feed_transport = transport
+        transport.attach_feed(feed)
+        conn.on_idle = transport.arm_feed
+
+    def _feed_topics(self, link: _Link, topics: list[str], on: bool) -> None:
+        """Subscribed topics' data frames go through the feed; unsubscribed ones no more."""
+        transport, feed = link.feed_transport, link.feed
+        if transport is None or feed is None:
+            return
+        for topic in topics:
+            topic_id = None
+            if on:
+                try:
+                    topic_id = feed.ring.register_topic(ring_topic(self.id, topic))
+                except DataplaneError:
+                    continue  # the ring's topic table is full: the read loop carries it
+            transport.feed_topic(topic, topic_id)
+
+    def _pull_feed(self, link: _Link) -> None:
+        """What the C feed wrote since the last look, into the counters and the liveness
+        check (a message the feed carried proves the connection as one the loop read)."""
+        feed = link.feed
+        if feed is None:
+            return
+        delta = feed.take()
+        counters = self.counters
+        counters.feed_stops += delta.stops
+        if not delta.messages:
+            return
+        counters.messages += delta.messages
+        counters.fed_messages += delta.messages
+        counters.bytes += delta.bytes
+        counters.batches += delta.writes
+        counters.topic_messages.update(delta.topic_messages)
+        if delta.last_message_ns:
+            wall = delta.last_message_ns / 1e9
+            if counters.last_message_at is None or wall > counters.last_message_at:
+                counters.last_message_at = wall
+            liveness = link.liveness
+            if liveness is not None:  # (never back: the read loop may have seen a later one)
+                seen = self._clock() - max(0.0, time.time() - wall)
+                liveness.on_message(max(liveness.last_message, seen))
+        for sample in delta.latency_ns:
+            self.latency_ns.append(sample)
 
     def _check_streaming(self, link: _Link, now: float | None) -> None:
         """subscribing -> streaming once every request went out and was answered, or once
@@ -822,6 +929,7 @@ class UpstreamSession:
         try:
             while True:
                 link.wake.clear()
+                self._pull_feed(link)
                 now = self._clock()
                 for message in queue.pop_due(now):
                     await conn.send(message)
@@ -848,6 +956,8 @@ class UpstreamSession:
                     deadline = min(deadline, poll)
                 if link.machine.state is State.SUBSCRIBING and link.ack_deadline > now:
                     deadline = min(deadline, link.ack_deadline)
+                if link.feed is not None:  # its counters reach `counters` (metrics) this often
+                    deadline = min(deadline, now + FEED_PULL_S)
                 delay = None if math.isinf(deadline) else max(0.0, deadline - self._clock())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):

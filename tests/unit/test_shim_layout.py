@@ -25,6 +25,8 @@ MIRRORS = {
     "_bind_engine.FlowStruct": "wsgw_flow",
     "_bind_engine.EngineStats": "wsgw_engine_stats",
     "_bind_engine.PollResult": "wsgw_poll_result",
+    "_bind_feed.FeedConf": "wsgw_feed_conf",
+    "_bind_feed.FeedStats": "wsgw_feed_stats",
     "_bind_ring._RingInfo": "wsgw_ring_info",
     "_bind_ring._WriterStats": "wsgw_ring_writer_stats",
     "_bind_ring._ReaderStats": "wsgw_ring_reader_stats",
