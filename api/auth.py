@@ -224,15 +224,17 @@ def require_scope(scope: str) -> Callable[..., Principal]:
 
 def may_use_subscription(principal: Principal, owner_token_id: int | None) -> bool:
     """The one ownership rule (REST, /v1/stream and the dashboard alike): an admin uses
-    every subscription, any other caller only those its own token created."""
-    if "admin" in principal.scopes:
+    every subscription, any other caller those its own token created and the unowned ones
+    (made without a token: auth off, the service's own callers, or before migration 0003,
+    so that an upgrade takes no consumer's subscription away)."""
+    if "admin" in principal.scopes or owner_token_id is None:
         return True
     return principal.token_id is not None and principal.token_id == owner_token_id
 
 
 def check_subscription_owner(principal: Principal, subscription_id: int, owner: int | None) -> None:
     """403 unless `may_use_subscription`: a consume token cannot read, change, delete or
-    stream another consumer's subscription."""
+    stream another token's subscription."""
     if not may_use_subscription(principal, owner):
         raise AuthFailed(
             status.HTTP_403_FORBIDDEN,

@@ -60,7 +60,8 @@ def list_subscriptions(
         int | None, Query(ge=1, le=ID_MAX, description="only this session's")
     ] = None,
 ) -> SubscriptionListPublic:
-    """An admin sees every subscription; another token the ones it created."""
+    """An admin sees every subscription; another token the ones it created and the
+    unowned ones."""
     owner = None if "admin" in caller.scopes else (caller.token_id or 0)
     result = service.list_subscriptions(page.offset, page.limit, session_id, owner)
     return SubscriptionListPublic(

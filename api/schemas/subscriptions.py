@@ -100,8 +100,8 @@ class SubscriptionPublic(PublicSchema):
     overflow: str
     conflation_ms: int
     owner_token_id: int | None = Field(
-        description="the token that created it (a consume-only token uses only its own); "
-        "null: an admin's"
+        description="the token that created it (another consume-only token may not use it); "
+        "null: made without a token, usable by every consume token"
     )
     created_at: datetime
     updated_at: datetime

@@ -162,9 +162,9 @@ class Subscription(Timestamped, Base):
     queue_size: Mapped[int] = mapped_column(Integer, default=4096)
     overflow: Mapped[str] = mapped_column(String(16), default="disconnect")
     conflation_ms: Mapped[int] = mapped_column(Integer, default=0)
-    #: The token that created it: a consume-only token reads and changes its own only
-    #: (api.auth.may_use_subscription). None: created without a token (auth off, the CLI,
-    #: or before migration 0003), or its token row is gone: an admin's to manage.
+    #: The token that created it: another consume-only token may not read or change it
+    #: (api.auth.may_use_subscription). None: created without a token (auth off, the
+    #: service's own callers, or before migration 0003): usable by every consume token.
     owner_token_id: Mapped[int | None] = mapped_column(
         ForeignKey("api_tokens.id", ondelete="SET NULL"), index=True
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from gateway.store.errors import NotFoundError
@@ -126,10 +126,16 @@ class SubscriptionRepository(Repository[Subscription]):
         session_id: int | None = None,
         owner_token_id: int | None = None,
     ) -> Page[Subscription]:
-        """owner_token_id: only that token's subscriptions (None: everyone's)."""
+        """owner_token_id: only that token's subscriptions and the unowned ones (None:
+        everyone's)."""
         where = [] if session_id is None else [Subscription.session_id == session_id]
         if owner_token_id is not None:
-            where.append(Subscription.owner_token_id == owner_token_id)
+            where.append(
+                or_(
+                    Subscription.owner_token_id == owner_token_id,
+                    Subscription.owner_token_id.is_(None),
+                )
+            )
         total = (
             self.session.scalar(select(func.count()).select_from(Subscription).where(*where)) or 0
         )

@@ -142,7 +142,9 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
 ) -> None:
     """The admin's subscription (and another consumer's) is out of reach of a consume-only
     token: 403 naming the rule on GET, PATCH and DELETE, left out of its list, refused
-    on /v1/stream with 4403; an admin (with consume, as the routes need) reaches all."""
+    on /v1/stream with 4403; an admin (with consume, as the routes need) reaches all. One
+    made without a token (the service's own callers, rows from before the owner column)
+    stays everyone's."""
     sid = make_session()["id"]
     body = {"session_id": sid, "topics": ["a"], "consumer": "ops"}
     r = api.client.post("/v1/subscriptions", json=body, headers=api.both)
@@ -154,6 +156,8 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
         "/v1/subscriptions", json={**body, "topics": ["c"]}, headers=other
     ).json()
     assert admins["owner_token_id"] != mine["owner_token_id"] != theirs["owner_token_id"]
+    unowned = api.service.create_subscription({**body, "topics": ["u"]}).subscription
+    assert unowned.owner_token_id is None
     for target in (admins, theirs):
         path = f"/v1/subscriptions/{target['id']}"
         for method, kwargs in (
@@ -173,7 +177,10 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
             ws.receive_text()
         assert closed.value.code == 4403
     listed = api.client.get("/v1/subscriptions", headers=api.consume).json()
-    assert [s["id"] for s in listed["data"]] == [mine["id"]] and listed["count"] == 1
+    assert [s["id"] for s in listed["data"]] == [mine["id"], unowned.id]
+    assert listed["count"] == 2
+    r = api.client.get(f"/v1/subscriptions/{unowned.id}", headers=api.consume)
+    assert r.status_code == 200, r.text
     # Its own: every verb works. Nothing of the others' changed upstream.
     r = api.client.patch(
         f"/v1/subscriptions/{mine['id']}", json={"topics": ["b", "d"]}, headers=api.consume
@@ -183,7 +190,12 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
         "topics"
     ] == ["a"]
     everyone = api.client.get("/v1/subscriptions", headers=api.both).json()
-    assert {s["id"] for s in everyone["data"]} == {admins["id"], mine["id"], theirs["id"]}
+    assert {s["id"] for s in everyone["data"]} == {
+        admins["id"],
+        mine["id"],
+        theirs["id"],
+        unowned.id,
+    }
     for target in (mine, theirs):  # the admin manages every one
         r = api.client.delete(f"/v1/subscriptions/{target['id']}", headers=api.both)
         assert r.status_code == 204, r.text

@@ -1,8 +1,9 @@
 """Subscriptions remember the token that created them (owner_token_id).
 
-A consume-only token may read, change and stream only its own subscriptions; an admin token
-manages every one (api.auth.may_use_subscription). Rows from before this revision have no
-owner: they are the admin's. The foreign key sets the owner to NULL if a token row goes.
+A consume-only token may not read, change or stream another token's subscriptions; an admin
+token manages every one (api.auth.may_use_subscription). Rows from before this revision have
+no owner and stay usable by every consume token, as before. The foreign key sets the owner
+to NULL if a token row goes.
 SQLite adds the column and its foreign key by rebuilding the table (batch mode), keeping
 AUTOINCREMENT (revision 0002).
 
