@@ -98,7 +98,7 @@ class EngineSettings(BaseModel):
         default=2000, ge=10, le=1_000_000, description="longest C poll before Python runs"
     )
     feed_path: Literal["python", "c"] = Field(
-        default="python",
+        default="c",
         description=(
             "c: data frames of subscribed topics go from the flow's bytes to the message ring"
             " inside the engine's poll (no Python per message or burst); plain ws:// dpdk"

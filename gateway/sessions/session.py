@@ -849,12 +849,20 @@ class UpstreamSession:
         transport, feed = link.feed_transport, link.feed
         if transport is None or feed is None:
             return
+        # Through the hub when it has one: it then knows the topic behind the id (a long
+        # name is shortened in the ring) for /v1/stream and NATS, which follow the ring.
+        register = getattr(self._sink, "ring_topic_id", None)
         for topic in topics:
             topic_id = None
             if on:
                 try:
-                    topic_id = feed.ring.register_topic(ring_topic(self.id, topic))
+                    if callable(register):
+                        topic_id = int(register(self.id, topic)) or None
+                    else:
+                        topic_id = feed.ring.register_topic(ring_topic(self.id, topic))
                 except DataplaneError:
+                    topic_id = None
+                if topic_id is None:
                     continue  # the ring's topic table is full: the read loop carries it
             transport.feed_topic(topic, topic_id)
 

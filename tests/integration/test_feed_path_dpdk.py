@@ -22,6 +22,7 @@ import pytest
 from dataplane.engine import Engine
 from dataplane.ring import RingMessage, RingReader, RingWriter
 from gateway.hub import Hub
+from gateway.hub.events import Delivery
 from gateway.hub.names import RING_GAP_TOPIC
 from gateway.lab import Lab
 from gateway.sessions import HeartbeatConfig, UpstreamSession
@@ -111,6 +112,18 @@ async def feed_once(
         feed_path=feed_path,
     )
     got: list[tuple[str, Any]] = []
+    # A downstream consumer, as /v1/stream has: it follows the ring, so what C wrote
+    # there reaches it too, under the topic as published.
+    stream = hub.subscribe(session_id, None)
+    streamed: list[tuple[str, Any]] = []
+
+    async def drain() -> None:
+        while not stream.closed:
+            for event in await stream.get():
+                if isinstance(event, Delivery):
+                    streamed.append((event.topic, bytes(event.payload)))
+
+    draining = asyncio.ensure_future(drain())
     session.start()
     try:
         try:
@@ -127,9 +140,14 @@ async def feed_once(
             await asyncio.sleep(0.01)
             got += records(reader)
             assert len(got) < 10_000
+        data = [r for r in got if r[0] != RING_GAP_TOPIC]
+        await until(lambda: len(streamed) >= len(data), timeout=10)
+        assert streamed == data
     finally:
         await session.stop()
         got += records(reader)
+        stream.close()
+        draining.cancel()
         reader.close()
         hub.close()
     return got, session
