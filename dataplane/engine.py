@@ -80,9 +80,18 @@ class EngineCounters:
 
 def engine_config_from(settings: Any) -> EngineConfig:
     """EngineConfig from `gateway.settings.EngineSettings` (duck-typed: the dataplane does
-    not import the composition root)."""
+    not import the composition root). cpu "isolated" becomes the first isolated CPU, or no
+    pinning when the kernel isolates none."""
+    cpu = settings.cpu
+    if cpu == "isolated":
+        cpu = first_isolated_cpu()
+        if cpu is None:
+            log.info(
+                "engine.cpu 'isolated': the kernel isolates no CPU (isolcpus), the engine "
+                "thread is not pinned and shares the CPUs with everything else"
+            )
     return EngineConfig(
-        cpu=settings.cpu,
+        cpu=cpu,
         sched_fifo_priority=settings.sched_fifo_priority,
         budget=settings.budget_us / 1e6,
         fastpath=FastPathConfig(
@@ -106,6 +115,17 @@ def parse_cpu_list(text: str) -> set[int]:
         low, _, high = part.partition("-")
         cpus.update(range(int(low), int(high or low) + 1))
     return cpus
+
+
+def first_isolated_cpu() -> int | None:
+    """The lowest CPU the kernel isolates (isolcpus) and that is online, or None."""
+    if not ISOLATED_CPUS.exists():
+        return None
+    isolated = parse_cpu_list(ISOLATED_CPUS.read_text())
+    online = ISOLATED_CPUS.with_name("online")
+    if online.exists():
+        isolated &= parse_cpu_list(online.read_text())
+    return min(isolated) if isolated else None
 
 
 def thread_cpu_seconds(native_id: int) -> float:
