@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import logging
 import os
@@ -86,9 +87,13 @@ def engine_config_from(settings: Any) -> EngineConfig:
     if cpu == "isolated":
         cpu = first_isolated_cpu()
         if cpu is None:
-            log.info(
+            # Busy polling on a shared CPU competes for it with everything else: on a
+            # machine with few cores its latency can be far worse than adaptive polling's.
+            log.log(
+                logging.WARNING if settings.poll_mode == "busy" else logging.INFO,
                 "engine.cpu 'isolated': the kernel isolates no CPU (isolcpus), the engine "
-                "thread is not pinned and shares the CPUs with everything else"
+                "thread (poll_mode %s) is not pinned and shares the CPUs with everything else",
+                settings.poll_mode,
             )
     return EngineConfig(
         cpu=cpu,
@@ -545,6 +550,11 @@ class Engine:
 
     def _prepare_thread(self) -> None:
         self.native_id = threading.get_native_id()
+        # The OS thread's name (top -H, ps -L, /proc/PID/task/TID/comm; 15 bytes at most),
+        # so the engine's CPU can be told apart from the API's and the consumers'.
+        with contextlib.suppress(OSError):
+            comm = Path(f"/proc/self/task/{self.native_id}/comm")
+            comm.write_text(threading.current_thread().name[:15])
         cpu = self.config.cpu
         if cpu is not None:
             try:

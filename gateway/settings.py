@@ -81,17 +81,25 @@ class LatencyProfileSpec:
     poll_mode: Literal["adaptive", "busy"]
     #: engine.cpu when none is given: "isolated" pins to an isolated CPU if there is one.
     cpu: Literal["isolated"] | None
+    #: engine.budget_us: how often an idle engine's Python side runs at least. Every event
+    #: (a frame, a timer of the stack or the loop, a command, a write) ends the C poll at
+    #: once, so the budget is a safety net, and at 2 ms it was half the idle engine's CPU.
+    budget_us: int
     #: hub.reader_wait: the wait policy the ring's header recommends to readers.
     reader_wait: str
 
 
 LATENCY_PROFILES: dict[str, LatencyProfileSpec] = {
-    # Idle costs nothing measurable: the engine sleeps up to sleep_max_us between polls
-    # (waking on the first frame of a burst after at most that), readers sleep on the futex.
-    "economical": LatencyProfileSpec(poll_mode="adaptive", cpu=None, reader_wait="futex"),
+    # Idle costs little: the engine naps up to sleep_max_us between polls (a frame on the
+    # port's socket, where the PMD has one, ends the nap), readers sleep on the futex.
+    "economical": LatencyProfileSpec(
+        poll_mode="adaptive", cpu=None, budget_us=20_000, reader_wait="futex"
+    ),
     # Nobody sleeps: the engine spins on its (isolated) CPU, readers spin on theirs. The
     # adaptive knobs (sleep_max_us, the spin after a send) then no longer apply.
-    "low-latency": LatencyProfileSpec(poll_mode="busy", cpu="isolated", reader_wait="busy"),
+    "low-latency": LatencyProfileSpec(
+        poll_mode="busy", cpu="isolated", budget_us=2000, reader_wait="busy"
+    ),
 }
 
 
@@ -127,7 +135,11 @@ class EngineSettings(BaseModel):
     fast_path: bool = Field(default=True, description="off: every segment through Python")
     verify_checksums: bool = True
     budget_us: int = Field(
-        default=2000, ge=10, le=1_000_000, description="longest C poll before Python runs"
+        default=2000,
+        ge=10,
+        le=1_000_000,
+        description="longest C poll before Python runs (any event ends it sooner); default: "
+        "the latency profile's (economical 20000, low-latency 2000)",
     )
 
 
@@ -182,7 +194,8 @@ class Settings(BaseSettings):
         description="economical: the engine backs off to sleep when idle and ring readers "
         "sleep on a futex (no idle CPU); low-latency: the engine busy-polls on its isolated "
         "CPU and readers that follow the gateway (wait 'auto') spin, a core each. Knobs set "
-        "explicitly (engine.poll_mode, engine.cpu, hub.reader_wait) keep their values",
+        "explicitly (engine.poll_mode, engine.cpu, engine.budget_us, hub.reader_wait) keep "
+        "their values",
     )
     dpdk: DpdkSettings = Field(default_factory=DpdkSettings)
     port: PortSettings = Field(default_factory=PortSettings)
@@ -215,7 +228,11 @@ class Settings(BaseSettings):
         given = self.engine.model_fields_set
         engine = {
             name: value
-            for name, value in (("poll_mode", profile.poll_mode), ("cpu", profile.cpu))
+            for name, value in (
+                ("poll_mode", profile.poll_mode),
+                ("cpu", profile.cpu),
+                ("budget_us", profile.budget_us),
+            )
             if name not in given and getattr(self.engine, name) != value
         }
         if engine:

@@ -25,6 +25,7 @@ def get_engine(service: ServiceDep, settings: SettingsDep, _: AdminDep) -> Engin
         latency_profile=settings.latency_profile,
         poll_mode=settings.engine.poll_mode,
         cpu=settings.engine.cpu,
+        budget_us=settings.engine.budget_us,
         reader_wait=settings.hub.reader_wait or "futex",
         state=str(status.state),
         reason=status.reason,

@@ -20,6 +20,9 @@ class EngineConfigPublic(PublicSchema):
         description="the engine's CPU setting: a CPU, 'isolated' (the first isolated CPU, "
         "if any) or none (not pinned)"
     )
+    budget_us: int = Field(
+        description="longest C poll before the engine's Python side runs (any event ends it sooner)"
+    )
     reader_wait: str = Field(
         description="the wait policy the ring recommends to readers that follow the gateway "
         "(wait 'auto'): futex, spin:<us> or busy"

@@ -42,8 +42,18 @@ def gw(request: pytest.FixtureRequest, tmp_path: Path, fake_host: FakeHost) -> I
 
 
 EXPECTED = {
-    "economical": {"poll_mode": "adaptive", "cpu": None, "reader_wait": "futex"},
-    "low-latency": {"poll_mode": "busy", "cpu": "isolated", "reader_wait": "busy"},
+    "economical": {
+        "poll_mode": "adaptive",
+        "cpu": None,
+        "budget_us": 20000,
+        "reader_wait": "futex",
+    },
+    "low-latency": {
+        "poll_mode": "busy",
+        "cpu": "isolated",
+        "budget_us": 2000,
+        "reader_wait": "busy",
+    },
 }
 
 
@@ -53,7 +63,7 @@ def test_get_engine_shows_the_profile_and_what_it_set(gw: Gateway) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["latency_profile"] == profile
-    assert {k: body[k] for k in ("poll_mode", "cpu", "reader_wait")} == EXPECTED[profile]
+    assert {k: body[k] for k in EXPECTED[profile]} == EXPECTED[profile]
     assert (body["state"], body["details"]) == ("detached", {})
     assert gw.client.get("/v1/engine").status_code == 401
     assert gw.client.get("/v1/engine", headers=gw.consume).status_code == 403
