@@ -1,6 +1,7 @@
 """The two latency profiles measured against each other, alternated in one run:
 
     python -m gateway.bench.profiles [--rounds 2] [--rate 1000] [--seconds 20] [--idle 10]
+        [--contender LABEL=PROFILE[,WSGW_X=V...]]...   (default: the two profiles as they are)
 
 Per phase (a profile; phases alternate A B, B A, ...): a `wsgw serve` process with
 WSGW_LATENCY_PROFILE set and nothing else about latency, configured over its REST API as an
@@ -48,6 +49,26 @@ TOPIC = "btcusdt@trade"
 WARMUP = 3.0
 
 
+@dataclass(frozen=True)
+class Contender:
+    """A gateway configuration: a profile and maybe some WSGW_* variables on top."""
+
+    label: str
+    profile: str
+    env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Contender:
+        label, _, rest = text.partition("=")
+        profile, *pairs = rest.split(",")
+        if profile not in PROFILES or not label:
+            raise argparse.ArgumentTypeError(f"LABEL=PROFILE[,WSGW_X=V...], not {text!r}")
+        env = tuple(tuple(pair.split("=", 1)) for pair in pairs)
+        if any(len(pair) != 2 or not pair[0].startswith("WSGW_") for pair in env):
+            raise argparse.ArgumentTypeError(f"variables are WSGW_X=V, not {text!r}")
+        return cls(label, profile, env)  # type: ignore[arg-type]
+
+
 @dataclass
 class Phase:
     profile: str
@@ -61,6 +82,7 @@ class Phase:
     p50_us: float = 0.0
     p99_us: float = 0.0
     p999_us: float = 0.0
+    load: float = 0.0  # the host's 1-minute load average at the phase's end (2 cores here)
     latencies_us: list[float] = field(default_factory=list, repr=False)
 
 
@@ -173,10 +195,14 @@ def _post(api: httpx.Client, path: str, body: dict[str, Any] | None = None) -> A
     return r.json()
 
 
-def run_phase(profile: str, lab: Any, args: argparse.Namespace, n: int) -> Phase:
+def run_phase(contender: Contender, lab: Any, args: argparse.Namespace, n: int) -> Phase:
     gateway = f"prof{os.getpid()}x{n}"
-    phase = Phase(profile)
-    with _gateway(profile, gateway) as (proc, base), httpx.Client(base_url=base, timeout=30) as api:
+    profile = contender.profile
+    phase = Phase(contender.label)
+    with (
+        _gateway(profile, gateway, dict(contender.env)) as (proc, base),
+        httpx.Client(base_url=base, timeout=30) as api,
+    ):
         port = _post(
             api,
             "/v1/ports",
@@ -231,6 +257,7 @@ def run_phase(profile: str, lab: Any, args: argparse.Namespace, n: int) -> Phase
             if consumer.is_alive():
                 consumer.kill()
                 consumer.join(5)
+    phase.load = os.getloadavg()[0]
     phase.latencies_us = latencies
     phase.messages, phase.gaps = len(latencies), gaps
     phase.p50_us = _quantile(latencies, 0.5)
@@ -247,7 +274,14 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0, help="idle seconds per phase")
     parser.add_argument("--lab", default="lprof", help="lab name (a-z0-9, up to 10)")
     parser.add_argument("--json", type=Path, help="write every phase's figures here")
+    parser.add_argument(
+        "--contender",
+        type=Contender.parse,
+        action="append",
+        help="LABEL=PROFILE[,WSGW_X=V...] (repeatable; default: the two profiles)",
+    )
     args = parser.parse_args()
+    contenders: list[Contender] = args.contender or [Contender(p, p) for p in PROFILES]
 
     from gateway.lab import Lab
     from gateway.simulator.process import start_simulator
@@ -259,17 +293,18 @@ def main() -> int:
         lab.up()
         sim = start_simulator(lab, SIM_PORT, args.rate)
         for r in range(args.rounds):
-            order = PROFILES if r % 2 == 0 else PROFILES[::-1]
-            for profile in order:
-                phase = run_phase(profile, lab, args, len(phases))
+            order = contenders if r % 2 == 0 else contenders[::-1]
+            for contender in order:
+                phase = run_phase(contender, lab, args, len(phases))
                 phases.append(phase)
                 print(
-                    f"round {r + 1} {profile:12} wait {phase.wait:24} "
+                    f"round {r + 1} {contender.label:12} wait {phase.wait:24} "
                     f"idle engine {phase.idle_engine_cpu:5.1f}% "
                     f"reader {phase.idle_reader_cpu:5.1f}%"
                     f" | {phase.messages} msgs gaps {phase.gaps} p50 {phase.p50_us:6.0f} "
                     f"p99 {phase.p99_us:6.0f} p99.9 {phase.p999_us:6.0f} us | engine "
-                    f"{phase.load_engine_cpu:5.1f}% reader {phase.load_reader_cpu:5.1f}%",
+                    f"{phase.load_engine_cpu:5.1f}% reader {phase.load_reader_cpu:5.1f}% | "
+                    f"load {phase.load:.1f}",
                     flush=True,
                 )
     finally:
@@ -277,17 +312,17 @@ def main() -> int:
             sim.kill()
             sim.wait()
         lab.down()
-    _summary(phases)
+    _summary(phases, [c.label for c in contenders])
     if args.json:
         args.json.write_text(json.dumps([asdict(p) | {"latencies_us": None} for p in phases]))
     return 0
 
 
-def _summary(phases: list[Phase]) -> None:
-    print("\nper profile (median over its phases; ratio = low-latency / economical):")
+def _summary(phases: list[Phase], labels: list[str]) -> None:
+    print("\nper contender (median over its phases; ratios to the first):")
     keys = ("idle_engine_cpu", "idle_reader_cpu", "p50_us", "p99_us", "p999_us")
     medians: dict[str, dict[str, float]] = {}
-    for profile in PROFILES:
+    for profile in labels:
         mine = [p for p in phases if p.profile == profile]
         if mine:
             medians[profile] = {k: statistics.median(getattr(p, k) for p in mine) for k in keys}
@@ -299,10 +334,15 @@ def _summary(phases: list[Phase]) -> None:
             print(
                 f"  {profile:12} " + "  ".join(f"{k} {v:.1f}" for k, v in medians[profile].items())
             )
-    if len(medians) == 2:
-        eco, low = medians["economical"], medians["low-latency"]
-        ratios = {k: low[k] / eco[k] for k in ("p50_us", "p99_us", "pooled_p50", "pooled_p99")}
-        print("  ratios       " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    first = medians.get(labels[0])
+    for label in labels[1:]:
+        if first is None or label not in medians:
+            continue
+        theirs = medians[label]
+        ratios = {k: theirs[k] / first[k] for k in ("p50_us", "p99_us", "pooled_p50", "pooled_p99")}
+        print(
+            f"  {label:12} / {labels[0]}: " + "  ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+        )
 
 
 if __name__ == "__main__":
