@@ -25,10 +25,9 @@ lowest latency), or "auto" (the default): as the gateway recommends in the ring'
 which follows its `latency_profile` (economical: futex, low-latency: busy), futex when it
 recommends nothing. A policy given here wins over the gateway's. `client.wait_policy` is the
 policy in use and `client.wait_origin` where it came from ("given", "gateway", "default").
-The polling runs in C with the GIL released;
-under asyncio it runs on the loop's own thread (in slices of at most BUSY_SLICE, yielding to
-the other tasks between them), because handing the wait to another thread and back would
-cost the very wake-up the policy avoids.
+The polling runs in C with the GIL released; under asyncio it runs on the loop's own thread
+(in slices of at most BUSY_SLICE, yielding to the other tasks between them), because handing
+the wait to another thread and back would cost the very wake-up the policy avoids.
 
 Where messages come from is a `MessageSource`. `RingSource` reads the gateway's shared-memory
 ring (local, zero-copy, no gateway involvement per message). The downstream WebSocket source
