@@ -159,12 +159,13 @@ def _gateway(
         "WSGW_DPDK__HUGEPAGES": "off",
         "WSGW_CONFIG": str(state / "none.toml"),
     } | (extra_env or {})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(state / "serve.log", "wb"),  # noqa: SIM115 (closed with the process)
-    )
+    with (state / "serve.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,  # the child has its own copy of the descriptor
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
