@@ -24,7 +24,7 @@ from api import errors
 from api.auth import AuthFailureLimiter, check_auth_settings, require_scope
 from api.metrics import GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
-from api.routes import dashboard, health, ports, sessions, stream, subscriptions, tokens
+from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
 from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.host import HostManager
@@ -91,6 +91,7 @@ def create_app(
     errors.install(app)
     for router in (
         health.router,
+        engine.router,
         host_routes.router,
         ports.router,
         sessions.router,

@@ -57,7 +57,22 @@ class GatewayCollector(Collector):
         )
         info.add_metric([str(engine.state)], 1)
         yield info
+        yield self._profile_info()
         yield from self._runtime_metrics()
+
+    def _profile_info(self) -> Metric:
+        """The latency profile and what it set, as an info metric (value 1)."""
+        settings = self.service.settings
+        profile = GaugeMetricFamily(
+            "wsgw_latency_profile_info",
+            "The gateway's latency profile: the engine's poll mode, the readers' wait policy",
+            labels=["profile", "poll_mode", "reader_wait"],
+        )
+        profile.add_metric(
+            [settings.latency_profile, settings.engine.poll_mode, settings.hub.reader_wait or ""],
+            1,
+        )
+        return profile
 
     def _runtime_metrics(self) -> Iterable[Metric]:
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}

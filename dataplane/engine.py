@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import logging
 import os
@@ -84,9 +85,22 @@ class EngineCounters:
 
 def engine_config_from(settings: Any) -> EngineConfig:
     """EngineConfig from `gateway.settings.EngineSettings` (duck-typed: the dataplane does
-    not import the composition root)."""
+    not import the composition root). cpu "isolated" becomes the first isolated CPU, or no
+    pinning when the kernel isolates none."""
+    cpu = settings.cpu
+    if cpu == "isolated":
+        cpu = first_isolated_cpu()
+        if cpu is None:
+            # Busy polling on a shared CPU competes for it with everything else: on a
+            # machine with few cores its latency can be far worse than adaptive polling's.
+            log.log(
+                logging.WARNING if settings.poll_mode == "busy" else logging.INFO,
+                "engine.cpu 'isolated': the kernel isolates no CPU (isolcpus), the engine "
+                "thread (poll_mode %s) is not pinned and shares the CPUs with everything else",
+                settings.poll_mode,
+            )
     return EngineConfig(
-        cpu=settings.cpu,
+        cpu=cpu,
         sched_fifo_priority=settings.sched_fifo_priority,
         budget=settings.budget_us / 1e6,
         feed_path=getattr(settings, "feed_path", "python"),
@@ -130,6 +144,17 @@ def parse_cpu_list(text: str) -> set[int]:
         low, _, high = part.partition("-")
         cpus.update(range(int(low), int(high or low) + 1))
     return cpus
+
+
+def first_isolated_cpu() -> int | None:
+    """The lowest CPU the kernel isolates (isolcpus) and that is online, or None."""
+    if not ISOLATED_CPUS.exists():
+        return None
+    isolated = parse_cpu_list(ISOLATED_CPUS.read_text())
+    online = ISOLATED_CPUS.with_name("online")
+    if online.exists():
+        isolated &= parse_cpu_list(online.read_text())
+    return min(isolated) if isolated else None
 
 
 def thread_cpu_seconds(native_id: int) -> float:
@@ -558,6 +583,11 @@ class Engine:
 
     def _prepare_thread(self) -> None:
         self.native_id = threading.get_native_id()
+        # The OS thread's name (top -H, ps -L, /proc/PID/task/TID/comm; 15 bytes at most),
+        # so the engine's CPU can be told apart from the API's and the consumers'.
+        with contextlib.suppress(OSError):
+            comm = Path(f"/proc/self/task/{self.native_id}/comm")
+            comm.write_text(threading.current_thread().name[:15])
         cpu = self.config.cpu
         if cpu is not None:
             try:

@@ -15,10 +15,13 @@ never a torn one. Layout, protocol and the reasons behind them: `shim/wsgw_ring.
         if isinstance(event, Gap): ...
         else: handle(event.topic, event.payload)   # a memoryview, valid until the next read
 
-How a reader waits is its `WaitPolicy`: "futex" (the default: sleep at once, no CPU while
-idle, a wake-up costs tens of microseconds on a loaded machine), "spin" (poll for `spin_us`,
-then sleep: no wake-up while the feed keeps coming within spin_us) or "busy" (poll until
-something comes: a whole core, the lowest latency). Spinning runs in C with the GIL released.
+How a reader waits is its `WaitPolicy`: "futex" (sleep at once, no CPU while idle, a wake-up
+costs tens of microseconds on a loaded machine), "spin" (poll for `spin_us`, then sleep: no
+wake-up while the feed keeps coming within spin_us) or "busy" (poll until something comes: a
+whole core, the lowest latency). Spinning runs in C with the GIL released. The writer may
+recommend one in the ring's header (`RingWriter.set_wait_hint`: the gateway's latency
+profile); a reader opened with wait="auto" (the default) follows it, and waits on the futex
+when the writer recommends nothing. `RingReader.wait_origin` says where its policy came from.
 """
 
 from __future__ import annotations
@@ -217,6 +220,42 @@ class WaitPolicy:
     def __str__(self) -> str:
         return f"spin:{self.spin_us:g}" if self.mode == "spin" else self.mode
 
+    def to_hint(self) -> tuple[int, int]:
+        """(mode, spin_ns) as the ring header's wait hint stores them."""
+        if self.mode == "spin":
+            return _c.WAIT_SPIN, min(self.spin_ns, _c.WAIT_SPIN_MAX_NS)
+        return (_c.WAIT_BUSY if self.mode == "busy" else _c.WAIT_FUTEX), 0
+
+    @classmethod
+    def from_hint(cls, mode: int, spin_ns: int) -> WaitPolicy | None:
+        """The policy a ring header's wait hint names (None: the writer gave none)."""
+        if mode == _c.WAIT_FUTEX:
+            return cls("futex")
+        if mode == _c.WAIT_BUSY:
+            return cls("busy")
+        if mode == _c.WAIT_SPIN:
+            return cls("spin", spin_ns / 1000)
+        return None
+
+
+#: A reader's wait="auto": follow the writer's recommendation (the ring header's wait hint).
+WAIT_AUTO = "auto"
+#: Where a reader's policy came from: given by the caller, recommended by the ring's writer
+#: (the gateway's latency profile), or the futex default (auto, and the writer said nothing).
+WaitOrigin = Literal["given", "gateway", "default"]
+
+
+def choose_wait(
+    wanted: WaitPolicy | str | None, recommended: WaitPolicy | None
+) -> tuple[WaitPolicy, WaitOrigin]:
+    """The policy a reader uses: the one it was given, else (None or "auto") the writer's
+    recommendation, else futex."""
+    if wanted is None or (isinstance(wanted, str) and wanted.strip() == WAIT_AUTO):
+        if recommended is not None:
+            return recommended, "gateway"
+        return WaitPolicy(), "default"
+    return WaitPolicy.parse(wanted), "given"
+
 
 # ---- events -----------------------------------------------------------------------------------
 class RingMessage(NamedTuple):
@@ -300,6 +339,7 @@ class RingWriter:
         #: a reader that finds another epoch than it saw last knows the writer restarted.
         self.epoch: int = info["instance"]
         self._topics: dict[str, int] = {}
+        self._wait_hint: WaitPolicy | None = None
         self._finalizer = weakref.finalize(self, _c.writer_close, handle, path is not None)
 
     @classmethod
@@ -444,6 +484,21 @@ class RingWriter:
         """messages, bytes, batches, pads, overwritten (left the ring), wakeups."""
         return _c.writer_stats(self._live())
 
+    def set_wait_hint(self, policy: WaitPolicy | str | None) -> None:
+        """Recommend a wait policy to the readers that follow the writer's advice (wait
+        "auto"; they look when they attach). None withdraws the advice."""
+        hint = None if policy is None else WaitPolicy.parse(policy)
+        mode, spin_ns = (_c.WAIT_NONE, 0) if hint is None else hint.to_hint()
+        rc = _c.set_wait_hint(self._live(), mode, spin_ns)
+        if rc < 0:
+            raise _error(rc, "ring wait hint")
+        self._wait_hint = hint
+
+    @property
+    def wait_hint(self) -> WaitPolicy | None:
+        """The wait policy this writer recommends (None: none)."""
+        return self._wait_hint
+
     def close(self, unlink: bool = True) -> None:
         """Mark the ring closed (readers drain it and stop), then unmap; unlink the file
         unless asked not to (and only while the name is still this ring's)."""
@@ -482,10 +537,13 @@ class RingReader:
         *,
         copy: bool,
         max_batch: int,
-        wait: WaitPolicy | str | None = None,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
     ) -> None:
         try:
-            self.wait_policy = WaitPolicy.parse(wait)
+            #: How this reader waits, and where that came from (WaitOrigin).
+            self.wait_policy, self.wait_origin = choose_wait(
+                wait, WaitPolicy.from_hint(*_c.wait_hint(handle))
+            )
         except ValueError:
             _c.detach(handle)
             raise
@@ -527,12 +585,13 @@ class RingReader:
         copy: bool = False,
         start: Start = "latest",
         max_batch: int = 1024,
-        wait: WaitPolicy | str | None = None,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
     ) -> RingReader:
         """Attach to the ring `name` (see ring_path). topics: names or shell patterns
         ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
         start: "latest" (only what comes next) or "oldest" (what is still in the ring).
-        wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy")."""
+        wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy"), or
+        "auto" (or None): as the ring's writer recommends, futex when it says nothing."""
         _check_library()
         path = ring_path(name)
         rc, handle = _c.attach(os.fsencode(path), -1, cls._flags(start))
@@ -549,7 +608,7 @@ class RingReader:
         copy: bool = False,
         start: Start = "latest",
         max_batch: int = 1024,
-        wait: WaitPolicy | str | None = None,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
         _check_library()
@@ -745,6 +804,11 @@ class RingReader:
 
     def info(self) -> RingInfo:
         return RingInfo._from(_c.reader_info(self._live()))
+
+    @property
+    def wait_hint(self) -> WaitPolicy | None:
+        """The wait policy the ring's writer recommends now (None: none)."""
+        return WaitPolicy.from_hint(*_c.wait_hint(self._live()))
 
     def stats(self) -> dict[str, int]:
         """messages, bytes, gaps, lost, filtered, retries (copies discarded), waits, wakeups,

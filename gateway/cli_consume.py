@@ -40,10 +40,11 @@ def consume(
     wait: Annotated[
         str,
         typer.Option(
-            help="how the ring reader waits: futex (sleep), spin[:us] (poll that long, "
-            "then sleep) or busy (poll: a whole core, the lowest latency)"
+            help="how the ring reader waits: auto (as the gateway's latency profile "
+            "recommends), futex (sleep), spin[:us] (poll that long, then sleep) or busy "
+            "(poll: a whole core, the lowest latency)"
         ),
-    ] = "futex",
+    ] = "auto",
     follow: Annotated[
         bool,
         typer.Option(
@@ -51,13 +52,18 @@ def consume(
         ),
     ] = False,
 ) -> None:
-    """Print one line per message (`seq topic payload`) and per gap (`GAP ...`)."""
-    from dataplane.ring import WaitPolicy
+    """Print one line per message (`seq topic payload`) and per gap (`GAP ...`); a first
+    line on stderr says what is read and how the reader waits."""
+    from dataplane.ring import WAIT_AUTO, WaitPolicy
 
-    try:
-        policy = WaitPolicy.parse(wait)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--wait") from None
+    policy: WaitPolicy | None = None
+    if wait.strip() != WAIT_AUTO:
+        try:
+            policy = WaitPolicy.parse(wait)
+        except ValueError as exc:
+            raise typer.BadParameter(
+                f"{exc} (or auto: as the gateway recommends)", param_hint="--wait"
+            ) from None
     if url is not None:
         sys.exit(asyncio.run(_websocket(url, token, count, timeout)))
     sys.exit(_ring(gateway, session, topic, count, timeout, policy, follow))
@@ -72,7 +78,7 @@ def _ring(
     policy: WaitPolicy | None = None,
     follow: bool = False,
 ) -> int:
-    from dataplane.ring import Gap, RingError
+    from dataplane.ring import Gap, RingError, ring_name
     from gateway.client import Client, Restart
     from gateway.hub.names import ring_topics
 
@@ -82,11 +88,22 @@ def _ring(
         patterns = topics or None  # `<session>:<topic>` names or shell patterns
     try:
         client = Client.attach(
-            "messages", gateway=gateway, topics=patterns, copy=True, wait=policy, follow=follow
+            "messages",
+            gateway=gateway,
+            topics=patterns,
+            copy=True,
+            wait=policy or "auto",
+            follow=follow,
         )
     except RingError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         return 1
+    # stderr: stdout carries only messages, for whatever reads them.
+    print(
+        f"consuming {ring_name(gateway, 'messages')}, wait {client.describe_wait()}",
+        file=sys.stderr,
+        flush=True,
+    )
     seen = 0
     idle = 0.0
     try:

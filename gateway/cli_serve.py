@@ -109,6 +109,7 @@ def build_runtime(settings: Settings) -> Runtime:
             ring_capacity=h.ring_capacity,
             handoff_limit=h.handoff_limit,
             nats=nats,
+            reader_wait=h.reader_wait,
         )
     )
     return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)

@@ -19,12 +19,15 @@ saw (`client.epoch`) and passes it back (`Client.attach(..., epoch=saved)`) gets
 event first when the ring is another; with `follow=True` a client whose gateway went away
 waits for the next ring at the same name, reports `Restart` and goes on reading it.
 
-Latency-critical consumers choose how to wait (`wait=`, see dataplane.ring.WaitPolicy):
-"futex" (the default: sleep, no CPU while idle), "spin:<us>" (poll that long, then sleep),
-"busy" (poll: a whole core, the lowest latency). The polling runs in C with the GIL released;
-under asyncio it runs on the loop's own thread (in slices of at most BUSY_SLICE, yielding to
-the other tasks between them), because handing the wait to another thread and back would
-cost the very wake-up the policy avoids.
+How a consumer waits for messages (`wait=`, see dataplane.ring.WaitPolicy): "futex" (sleep,
+no CPU while idle), "spin:<us>" (poll that long, then sleep), "busy" (poll: a whole core, the
+lowest latency), or "auto" (the default): as the gateway recommends in the ring's header,
+which follows its `latency_profile` (economical: futex, low-latency: busy), futex when it
+recommends nothing. A policy given here wins over the gateway's. `client.wait_policy` is the
+policy in use and `client.wait_origin` where it came from ("given", "gateway", "default").
+The polling runs in C with the GIL released; under asyncio it runs on the loop's own thread
+(in slices of at most BUSY_SLICE, yielding to the other tasks between them), because handing
+the wait to another thread and back would cost the very wake-up the policy avoids.
 
 Where messages come from is a `MessageSource`. `RingSource` reads the gateway's shared-memory
 ring (local, zero-copy, no gateway involvement per message). The downstream WebSocket source
@@ -42,11 +45,13 @@ from typing import Literal, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
 
 from dataplane.ring import (
+    WAIT_AUTO,
     Gap,
     RingError,
     RingMessage,
     RingNotFoundError,
     RingReader,
+    WaitOrigin,
     WaitPolicy,
     ring_name,
 )
@@ -60,6 +65,7 @@ __all__ = [
     "Restart",
     "RingMessage",
     "RingSource",
+    "WaitOrigin",
     "WaitPolicy",
 ]
 
@@ -115,6 +121,11 @@ class MessageSource(Protocol):
     @property
     def wait_policy(self) -> WaitPolicy: ...
 
+    @property
+    def wait_origin(self) -> WaitOrigin:
+        """Whether wait_policy was given, the gateway's recommendation, or the default."""
+        ...
+
     def interrupt(self) -> None: ...
 
     @property
@@ -146,6 +157,10 @@ class RingSource:
     @property
     def wait_policy(self) -> WaitPolicy:
         return self.reader.wait_policy
+
+    @property
+    def wait_origin(self) -> WaitOrigin:
+        return self.reader.wait_origin
 
     def interrupt(self) -> None:
         self.reader.interrupt()
@@ -196,6 +211,23 @@ class Client:
         the next attach to learn whether the gateway restarted meanwhile."""
         return self.source.epoch
 
+    @property
+    def wait_policy(self) -> WaitPolicy:
+        """How this client waits for messages (after a restart followed: the new ring's)."""
+        return self.source.wait_policy
+
+    @property
+    def wait_origin(self) -> WaitOrigin:
+        """Where wait_policy came from: "given" (the caller's), "gateway" (its latency
+        profile's recommendation, wait "auto") or "default" (futex: auto, and the gateway
+        recommends nothing)."""
+        return self.source.wait_origin
+
+    def describe_wait(self) -> str:
+        """wait_policy and its origin, for a startup line: "busy (the gateway's)"."""
+        origin = {"given": "given", "gateway": "the gateway's", "default": "default"}
+        return f"{self.wait_policy} ({origin[self.wait_origin]})"
+
     # ---- opening ------------------------------------------------------------------------
     @classmethod
     def attach(
@@ -208,14 +240,15 @@ class Client:
         start: Start = "latest",
         on_gap: OnGap = "event",
         max_batch: int = 1024,
-        wait: WaitPolicy | str | None = None,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
         epoch: int | None = None,
         follow: bool = False,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
         all. copy: payloads as bytes rather than views valid until the next read. wait:
-        "futex" (default), "spin[:us]" or "busy", or a WaitPolicy (module doc). epoch: the
+        "auto" (default: the gateway's recommendation), "futex", "spin[:us]" or "busy", or a
+        WaitPolicy (module doc). epoch: the
         one the consumer saw last (a Restart first if the ring is another run). follow:
         when the gateway goes, wait for its next ring and read it from its oldest message,
         after a Restart, instead of ending."""
@@ -244,7 +277,7 @@ class Client:
         copy: bool = False,
         start: Start = "latest",
         on_gap: OnGap = "event",
-        wait: WaitPolicy | str | None = None,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
         epoch: int | None = None,
         follow: bool = False,
     ) -> Client:

@@ -9,6 +9,7 @@ import contextlib
 import ipaddress
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +25,8 @@ from pydantic_settings import (
 HOST_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}|\[[0-9a-f:.]+\]", re.IGNORECASE)
 #: A browser origin (RFC 6454 section 6.2): scheme, host and an optional port, no path.
 ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE)
+#: A ring reader's wait policy as the settings spell it (dataplane.ring.WaitPolicy.parse).
+WAIT_POLICY = re.compile(r"futex|busy|spin(:[0-9]+(\.[0-9]+)?)?")
 #: Listen addresses that mean "every interface": no Host names them.
 WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names them, binds none)
 
@@ -67,11 +70,47 @@ class PortSettings(BaseModel):
     promiscuous: bool = False
 
 
+LatencyProfile = Literal["economical", "low-latency"]
+
+
+@dataclass(frozen=True)
+class LatencyProfileSpec:
+    """What a latency profile sets; a knob the operator set explicitly keeps its value."""
+
+    #: engine.poll_mode: adaptive backs off to sleep when idle, busy spins (a whole core).
+    poll_mode: Literal["adaptive", "busy"]
+    #: engine.cpu when none is given: "isolated" pins to an isolated CPU if there is one.
+    cpu: Literal["isolated"] | None
+    #: engine.budget_us: how often an idle engine's Python side runs at least. Every event
+    #: (a frame, a timer of the stack or the loop, a command, a write) ends the C poll at
+    #: once, so the budget is a safety net, and at 2 ms it was half the idle engine's CPU.
+    budget_us: int
+    #: hub.reader_wait: the wait policy the ring's header recommends to readers.
+    reader_wait: str
+
+
+LATENCY_PROFILES: dict[str, LatencyProfileSpec] = {
+    # Idle costs little: the engine naps up to sleep_max_us between polls (a frame on the
+    # port's socket, where the PMD has one, ends the nap), readers sleep on the futex.
+    "economical": LatencyProfileSpec(
+        poll_mode="adaptive", cpu=None, budget_us=20_000, reader_wait="futex"
+    ),
+    # Nobody sleeps: the engine spins on its (isolated) CPU, readers spin on theirs. The
+    # adaptive knobs (sleep_max_us, the spin after a send) then no longer apply.
+    "low-latency": LatencyProfileSpec(
+        poll_mode="busy", cpu="isolated", budget_us=2000, reader_wait="busy"
+    ),
+}
+
+
 class EngineSettings(BaseModel):
     """The dataplane engine thread and its C fast path (see dataplane/engine.py)."""
 
-    cpu: int | None = Field(
-        default=None, ge=0, description="pin the engine thread to this CPU (ideally isolated)"
+    cpu: int | Literal["isolated"] | None = Field(
+        default=None,
+        description="pin the engine thread to this CPU (ideally isolated); 'isolated': the "
+        "first CPU the kernel isolates (isolcpus), not pinned when there is none; default: "
+        "the latency profile's",
     )
     sched_fifo_priority: int | None = Field(
         default=None, ge=1, le=99, description="run the engine thread SCHED_FIFO at this priority"
@@ -86,7 +125,8 @@ class EngineSettings(BaseModel):
     )
     poll_mode: Literal["adaptive", "busy"] = Field(
         default="adaptive",
-        description="adaptive: back off to sleep when idle; busy: spin (a whole core)",
+        description="adaptive: back off to sleep when idle; busy: spin (a whole core); "
+        "default: the latency profile's",
     )
     sleep_max_us: int = Field(default=1000, ge=1, le=100_000, description="back-off ceiling")
     burst: int = Field(default=32, ge=1, le=64, description="frames per RX burst")
@@ -95,7 +135,11 @@ class EngineSettings(BaseModel):
     fast_path: bool = Field(default=True, description="off: every segment through Python")
     verify_checksums: bool = True
     budget_us: int = Field(
-        default=2000, ge=10, le=1_000_000, description="longest C poll before Python runs"
+        default=2000,
+        ge=10,
+        le=1_000_000,
+        description="longest C poll before Python runs (any event ends it sooner); default: "
+        "the latency profile's (economical 20000, low-latency 2000)",
     )
     feed_path: Literal["python", "c"] = Field(
         default="c",
@@ -134,7 +178,19 @@ class HubSettings(BaseModel):
         description="messages a consumer loop or the NATS sink may be behind the ring's "
         "writer before it skips ahead (its consumers get a gap with the count)",
     )
+    reader_wait: str | None = Field(
+        default=None,
+        description="the wait policy the ring recommends to its readers (those opened with "
+        "wait 'auto'): futex, spin[:us] or busy; default: the latency profile's",
+    )
     nats: NatsSettings | None = Field(default=None, description="absent: no NATS sink")
+
+    @field_validator("reader_wait")
+    @classmethod
+    def _check_reader_wait(cls, value: str | None) -> str | None:
+        if value is not None and not WAIT_POLICY.fullmatch(value):
+            raise ValueError(f"hub.reader_wait must be futex, spin[:us] or busy, not {value!r}")
+        return value
 
 
 class LabSettings(BaseModel):
@@ -150,6 +206,14 @@ class Settings(BaseSettings):
         extra="forbid",
     )
 
+    latency_profile: LatencyProfile = Field(
+        default="economical",
+        description="economical: the engine backs off to sleep when idle and ring readers "
+        "sleep on a futex (no idle CPU); low-latency: the engine busy-polls on its isolated "
+        "CPU and readers that follow the gateway (wait 'auto') spin, a core each. Knobs set "
+        "explicitly (engine.poll_mode, engine.cpu, engine.budget_us, hub.reader_wait) keep "
+        "their values",
+    )
     dpdk: DpdkSettings = Field(default_factory=DpdkSettings)
     port: PortSettings = Field(default_factory=PortSettings)
     lab: LabSettings = Field(default_factory=LabSettings)
@@ -172,6 +236,27 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @model_validator(mode="after")
+    def _apply_latency_profile(self) -> Settings:
+        """Fill in the profile's choices for the knobs nobody set explicitly (copies: an
+        EngineSettings the caller passed in stays as it was)."""
+        profile = LATENCY_PROFILES[self.latency_profile]
+        given = self.engine.model_fields_set
+        engine = {
+            name: value
+            for name, value in (
+                ("poll_mode", profile.poll_mode),
+                ("cpu", profile.cpu),
+                ("budget_us", profile.budget_us),
+            )
+            if name not in given and getattr(self.engine, name) != value
+        }
+        if engine:
+            self.engine = self.engine.model_copy(update=engine)
+        if self.hub.reader_wait is None:
+            self.hub = self.hub.model_copy(update={"reader_wait": profile.reader_wait})
+        return self
 
 
 class ApiSettings(BaseModel):

@@ -270,6 +270,7 @@ async def stream(websocket: WebSocket) -> None:
             "conflation_ms": options.conflation_ms,
             "next_seq": hub.next_seq,
             "epoch": hub.epoch_hex,
+            "latency_profile": websocket.app.state.settings.latency_profile,
         }
         await websocket.send_text(orjson.dumps(hello).decode())
     if principal.token_id is None:  # auth off: no token to revoke

@@ -24,11 +24,14 @@ _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
 
 #: Must equal WSGW_RING_API / WSGW_RING_LAYOUT in wsgw_ring.h.
-RING_API = 2
+RING_API = 3
 RING_LAYOUT = 1
 
 F_REPLACE = 1
 F_START_OLDEST = 2
+#: enum wsgw_ring_wait_mode: the wait policy a writer recommends (NONE: no advice).
+WAIT_NONE, WAIT_FUTEX, WAIT_SPIN, WAIT_BUSY = range(4)
+WAIT_SPIN_MAX_NS = (1 << 48) - 1
 REC_HDR = 32
 TOPIC_NAME_MAX = 56
 PAGE = 4096
@@ -135,6 +138,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_writer_info": (ctypes.c_int, [_vp, ctypes.POINTER(_RingInfo)]),
     "wsgw_ring_writer_stats": (ctypes.c_int, [_vp, ctypes.POINTER(_WriterStats)]),
     "wsgw_ring_writer_close": (None, [_vp, ctypes.c_int]),
+    "wsgw_ring_set_wait_hint": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint64]),
+    "wsgw_ring_wait_hint": (ctypes.c_int, [_vp, _u64p]),
     "wsgw_ring_attach": (
         ctypes.c_int,
         [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(_vp)],
@@ -190,6 +195,8 @@ _KEEP_GIL = (
     "wsgw_ring_reader_stats",
     "wsgw_ring_reader_next_seq",
     "wsgw_ring_writer_alive",
+    "wsgw_ring_set_wait_hint",
+    "wsgw_ring_wait_hint",
 )
 
 
@@ -302,6 +309,16 @@ def writer_stats(handle: int) -> dict[str, int]:
     stats = _WriterStats()
     _get().fast.wsgw_ring_writer_stats(handle, ctypes.byref(stats))
     return {name: int(getattr(stats, name)) for name in WRITER_STAT_FIELDS}
+
+
+def set_wait_hint(handle: int, mode: int, spin_ns: int) -> int:
+    return int(_get().fast.wsgw_ring_set_wait_hint(handle, mode, spin_ns))
+
+
+def wait_hint(handle: int) -> tuple[int, int]:
+    """(mode, spin_ns) the writer recommends (WAIT_NONE: none)."""
+    spin = ctypes.c_uint64()
+    return int(_get().fast.wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(spin.value)
 
 
 def writer_close(handle: int, unlink: bool) -> None:

@@ -65,6 +65,8 @@ struct wsgw_ring_ctl {
     _Atomic uint64_t tail_pos;              /* oldest intact record */
     _Atomic uint64_t tail_seq;              /* first sequence at or after tail_pos */
     _Atomic uint32_t topic_count;           /* highest registered topic id */
+
+    CACHE_ALIGNED _Atomic uint64_t wait_hint; /* mode << 48 | spin_ns; 0: no advice */
 };
 /* The offsets documented in wsgw_ring.h are the layout: pin them. */
 _Static_assert(offsetof(struct wsgw_ring_ctl, layout) == 8, "layout");
@@ -76,6 +78,7 @@ _Static_assert(offsetof(struct wsgw_ring_ctl, version) == 64, "producer line at 
 _Static_assert(offsetof(struct wsgw_ring_ctl, write_pos) == 80, "write_pos");
 _Static_assert(offsetof(struct wsgw_ring_ctl, tail_seq) == 104, "tail_seq");
 _Static_assert(offsetof(struct wsgw_ring_ctl, topic_count) == 112, "topic_count");
+_Static_assert(offsetof(struct wsgw_ring_ctl, wait_hint) == 128, "wait_hint at 128");
 _Static_assert(offsetof(struct wsgw_ring_rec, seq) == 16, "record seq");
 _Static_assert(sizeof(struct wsgw_ring_ctl) <= WSGW_RING_PAGE, "ctl fits page 0");
 
@@ -715,6 +718,38 @@ void wsgw_ring_writer_release(wsgw_ring_writer *w)
         munmap(w->map, w->map_len);
         free(w);
     }
+}
+
+/* ---- wait advice ------------------------------------------------------------------------ */
+#define WAIT_HINT_SHIFT 48
+
+WSGW_API int wsgw_ring_set_wait_hint(wsgw_ring_writer *w, uint32_t mode, uint64_t spin_ns)
+{
+    if (mode > WSGW_RING_WAIT_BUSY || (mode == WSGW_RING_WAIT_SPIN) != (spin_ns != 0) ||
+        spin_ns > WSGW_RING_WAIT_SPIN_MAX_NS) {
+        wsgw_set_error("wait hint: mode %u with spin_ns %llu (SPIN takes 1..2^48-1 ns, the "
+                       "others 0)", mode, (unsigned long long)spin_ns);
+        return -EINVAL;
+    }
+    uint64_t hint = mode == WSGW_RING_WAIT_NONE ? 0 : (uint64_t)mode << WAIT_HINT_SHIFT | spin_ns;
+    atomic_store_explicit(&w->ctl->wait_hint, hint, memory_order_release);
+    return 0;
+}
+
+WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns)
+{
+    uint64_t hint = atomic_load_explicit((_Atomic uint64_t *)&r->ctl->wait_hint,
+                                         memory_order_acquire);
+    uint32_t mode = (uint32_t)(hint >> WAIT_HINT_SHIFT);
+    uint64_t spin = hint & WSGW_RING_WAIT_SPIN_MAX_NS;
+    /* Untrusted file: anything this library does not know reads as no advice. */
+    if (mode > WSGW_RING_WAIT_BUSY || (mode == WSGW_RING_WAIT_SPIN) != (spin != 0)) {
+        mode = WSGW_RING_WAIT_NONE;
+        spin = 0;
+    }
+    if (spin_ns != NULL)
+        *spin_ns = spin;
+    return (int)mode;
 }
 
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)

@@ -32,6 +32,10 @@
  *   control line 1, the producer's (one cache line, written once per published slice):
  *     64 version u64 (odd while a pair below changes: readers take pairs seqlock-style)
  *     72 claim_pos · 80 write_pos · 88 write_seq · 96 tail_pos · 104 tail_seq · 112 topic_count u32
+ *   control line 2, the writer's advice to readers (written rarely, read at attach):
+ *     128 wait_hint u64: 0 none, else mode << 48 | spin_ns (mode: WSGW_RING_WAIT_*; spin_ns
+ *         below 2^48, SPIN only). A ring made before this field existed reads 0 (the page
+ *         is zero), so older files and older readers stay compatible: no layout change.
  *   wait page: 0 notify u32 (the futex word) · 4 waiters u32
  *
  * Sizes: capacity is a power of two (4 KiB .. 1 TiB); a message takes at most half of it
@@ -103,7 +107,7 @@
 
 #define WSGW_RING_MAGIC 0x474e495257475357ull /* "WSGWRING" as little-endian bytes */
 #define WSGW_RING_LAYOUT 1                    /* bumped on any change of the file layout */
-#define WSGW_RING_API 2                       /* bumped on any change of the C API below */
+#define WSGW_RING_API 3                       /* bumped on any change of the C API below */
 #define WSGW_RING_CACHELINE 64
 #define WSGW_RING_PAGE 4096
 #define WSGW_RING_ALIGN 8
@@ -206,6 +210,16 @@ struct wsgw_ring_reader_stats {
     uint64_t spin_ns;     /* time spent spinning, all waits together */
 };
 
+/* The wait policy the writer recommends to its readers (the gateway's latency profile):
+ * readers that were not told how to wait follow it. NONE: no advice. */
+enum wsgw_ring_wait_mode {
+    WSGW_RING_WAIT_NONE = 0,
+    WSGW_RING_WAIT_FUTEX = 1,
+    WSGW_RING_WAIT_SPIN = 2,
+    WSGW_RING_WAIT_BUSY = 3,
+};
+#define WSGW_RING_WAIT_SPIN_MAX_NS ((1ull << 48) - 1)
+
 /* wsgw_ring_wait's spin_ns for the busy policy; how often a busy spin probes the writer. */
 #define WSGW_RING_SPIN_BUSY (-1)
 #define WSGW_RING_PROBE_NS 50000000ull
@@ -244,6 +258,10 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
 WSGW_API int wsgw_ring_writer_info(const wsgw_ring_writer *w, struct wsgw_ring_info *out);
 WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
                                     struct wsgw_ring_writer_stats *out);
+/* Recommend a wait policy to readers: mode WSGW_RING_WAIT_*, spin_ns (1..2^48-1) for SPIN
+ * only (0 otherwise). May be called at any time; readers look when they attach.
+ * -EINVAL: unknown mode or a spin_ns that does not fit. */
+WSGW_API int wsgw_ring_set_wait_hint(wsgw_ring_writer *w, uint32_t mode, uint64_t spin_ns);
 /* Mark the ring closed, wake every sleeping reader, unmap; unlink the file when asked
  * (only if the path still names this ring). Readers keep their mapping and drain it. */
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file);
@@ -291,6 +309,9 @@ WSGW_API int wsgw_ring_reader_info(const wsgw_ring_reader *r, struct wsgw_ring_i
 WSGW_API int wsgw_ring_reader_stats(const wsgw_ring_reader *r,
                                     struct wsgw_ring_reader_stats *out);
 WSGW_API uint64_t wsgw_ring_reader_next_seq(const wsgw_ring_reader *r);
+/* The writer's recommended wait policy: returns its mode (WSGW_RING_WAIT_NONE: none given)
+ * and stores its spin_ns (0 unless SPIN) when spin_ns is not NULL. */
+WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns);
 /* 1: a writer holds the ring (flock), 0: none (crashed or closed), -errno. */
 WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r);
 WSGW_API void wsgw_ring_detach(wsgw_ring_reader *r);

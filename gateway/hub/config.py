@@ -6,6 +6,7 @@ A settings section for this (the owner of gateway/settings.py adds it) maps one 
     gateway = "gw1"              # ring /dev/shm/wsgw-gw1-messages
     ring_capacity = 67108864     # bytes, a power of two
     handoff_limit = 262144       # messages a consumer loop may be behind the ring
+    reader_wait = "futex"        # the wait policy the ring recommends (latency_profile's)
     [hub.nats]                   # absent: no NATS sink
     servers = ["nats://127.0.0.1:4222"]
     subject_prefix = "wsgw"
@@ -31,6 +32,8 @@ class HubConfig:
     ring_capacity: int = DEFAULT_CAPACITY
     handoff_limit: int = DEFAULT_HANDOFF_LIMIT
     nats: NatsConfig | None = None
+    #: The wait policy the ring's header recommends to readers opened with wait "auto".
+    reader_wait: str | None = None
 
     @property
     def ring_path_name(self) -> str:
@@ -47,6 +50,8 @@ def create_hub(config: HubConfig) -> Hub:
     )
     sink = None
     try:
+        if ring is not None and config.reader_wait is not None:
+            ring.set_wait_hint(config.reader_wait)
         if config.nats is not None:
             sink = NatsSink(config.nats).start()
         return Hub(ring=ring, nats=sink, handoff_limit=config.handoff_limit)

@@ -17,8 +17,9 @@ Frames, server to client:
 - `envelope=1`: a text frame per message,
   `{"type":"msg","seq":N,"session":S,"topic":T,"recv_ts_ns":NS[,"upstream_seq":U],
   "payload":"<the payload as a string>"}` (`"payload_b64"` instead when it is not UTF-8),
-  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E}` frame that says what the
-  stream carries;
+  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E,"latency_profile":P}` frame
+  that says what the stream carries (P: the gateway's latency_profile, economical or
+  low-latency);
 - gap events in both modes: a text frame
   `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R[,"epoch":E]}`. reason is
   the session's (an upstream reconnect, with lost null when it cannot tell; a break in the
