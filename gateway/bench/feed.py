@@ -38,8 +38,9 @@ simulator dropping a slow consumer). Contenders alternate by round (`alternate`)
 a contender's turn the rates go up in order (the gateway and consumer stay up across
 them). Ratios are to the direct client.
 
-The low-latency profile is `LOW_LATENCY` (engine busy-polls, the reader spins): the one
-place to switch to the profile setting once there is one.
+The low-latency contender runs the gateway with `latency_profile = "low-latency"` (the
+engine busy-polls, the ring advises readers to busy-wait) and its reader with that advice,
+as a deployment would; the others with the default, "economical".
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from typing import Any
 
 from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
 from gateway.lab import Lab
+from gateway.settings import LATENCY_PROFILES
 from gateway.simulator.process import start_simulator
 
 SCENARIO = "feed"
@@ -86,16 +88,18 @@ CONTENDERS = (DIRECT, DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING, DPDK_STREAM, DPD
 
 @dataclass(frozen=True)
 class Profile:
-    """The settings a contender differs by: the engine's polling and the reader's wait."""
+    """The setting a contender differs by: the gateway's latency_profile, whose reader
+    wait policy (gateway.settings.LATENCY_PROFILES) its ring consumer uses."""
 
-    poll_mode: str = "adaptive"  # engine.poll_mode
-    reader_wait: str = "futex"  # dataplane.ring.WaitPolicy
+    latency_profile: str = "economical"
+
+    @property
+    def reader_wait(self) -> str:
+        return LATENCY_PROFILES[self.latency_profile].reader_wait
 
 
 DEFAULT = Profile()
-#: The low-latency profile: the engine busy-polls its lcore, the ring reader spins (100 us,
-#: then the futex: "busy" would take the second of the machine's two cores for good).
-LOW_LATENCY = Profile(poll_mode="busy", reader_wait="spin")
+LOW_LATENCY = Profile("low-latency")
 
 
 @dataclass(frozen=True)
@@ -326,7 +330,7 @@ class GatewayConfig:
     lab_name: str
     transport: str  # "dpdk" or "kernel"
     sink: str  # "ring", "stream" or "nats"
-    poll_mode: str
+    latency_profile: str
     ring: str
     nats_url: str | None = None
 
@@ -371,7 +375,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             )
         settings = Settings(
             dpdk={"hugepages": "off"},  # type: ignore[arg-type]
-            engine={"poll_mode": cfg.poll_mode},  # type: ignore[arg-type]
+            latency_profile=cfg.latency_profile,  # type: ignore[arg-type]
         )
         with lab.client_threads():  # the session loop thread: kernel sockets in the twin
             runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
@@ -558,7 +562,7 @@ def running(
                 lab.name,
                 contender.transport,
                 contender.sink,
-                contender.profile.poll_mode,
+                contender.profile.latency_profile,
                 ring,
                 nats_url,
             )
