@@ -23,6 +23,7 @@ import pytest
 import uvicorn
 
 from api.app import create_app
+from dataplane.ring import ring_name
 from gateway.cli_serve import build_runtime
 from gateway.hub.testing import NatsServer, nats_server_binary
 from gateway.lab import Lab
@@ -114,6 +115,8 @@ def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, 
     sim = start_simulator(lab, SIM_PORT, 1000)
     nats = NatsServer().start() if nats_server_binary() else None
     server: uvicorn.Server | None = None
+    thread: threading.Thread | None = None
+    gateway_name = f"e2e{os.getpid()}"
     try:
         with __import__("socket").socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -123,7 +126,7 @@ def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, 
             db={"url": f"sqlite:///{tmp_path}/wsgw.db"},  # type: ignore[arg-type]
             auth={"mode": "none"},  # type: ignore[arg-type]
             hub={
-                "gateway": f"e2e{os.getpid()}",  # type: ignore[arg-type]
+                "gateway": gateway_name,  # type: ignore[arg-type]
                 "nats": {"servers": [nats.url]} if nats else None,
             },
             dpdk={"hugepages": "off"},  # type: ignore[arg-type]
@@ -132,7 +135,8 @@ def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, 
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="on")
         )
-        threading.Thread(target=server.run, daemon=True).start()
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
         deadline = time.monotonic() + 20
         while not server.started:
             assert time.monotonic() < deadline
@@ -142,7 +146,10 @@ def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, 
     finally:
         if server is not None:
             server.should_exit = True
-            time.sleep(1.0)
+        if thread is not None:
+            thread.join(30)  # the lifespan's shutdown stops the engine and unlinks the ring
+        # A shutdown that did not finish (a failed test, a loaded machine) leaves no ring.
+        Path("/dev/shm", ring_name(gateway_name, "messages")).unlink(missing_ok=True)
         sim.kill()
         sim.wait()
         if nats is not None:
