@@ -1143,8 +1143,12 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
         uint64_t fast_before = e->st.fast_bytes;
         uint32_t n = rx_burst(e, now);
         rx_total += n;
-        if (n && e->feed_count)
-            run_feeds(e, now, 0);
+        if (n && e->feed_count) {
+            /* The ring records' receive stamp: read after the burst came, so a thread
+             * descheduled between the last clock read and the burst (a busy poller sharing
+             * its CPU) never stamps a message before it was sent. */
+            run_feeds(e, engine_now(e), 0);
+        }
         if (e->st.fast_bytes != fast_before) {
             uint64_t took = engine_now(e) - now;
             e->st.rx_to_ring_bursts++;

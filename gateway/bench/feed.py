@@ -389,7 +389,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         url = f"ws://{host}:{SIM_PORT}/binance/stream"
         runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        while hub.counters.published == 0:
+        while hub.published_total == 0:
             if time.monotonic() > deadline:
                 status = runtime.session_status(sid)
                 raise RuntimeError(f"no message through the gateway: {status}")

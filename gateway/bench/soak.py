@@ -299,7 +299,7 @@ def _sample(start: float, hub: Any) -> Sample:
         mem.get("RssAnon", 0),
         mem.get("RssShmem", 0),
         len(gc.get_objects()),
-        hub.counters.published,
+        hub.published_total,
         sum(c.lag for c in hub.consumers()),
     )
 
@@ -367,7 +367,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
                 sid, "soak", f"ws://{lab.peer_ip}:{SIM_PORT}/binance/stream", "binance", "dpdk", 1
             )
         )
-        wait_until(lambda: hub is not None and hub.counters.published > 0, "the first message")
+        wait_until(lambda: hub is not None and hub.published_total > 0, "the first message")
         start = time.monotonic()
         print(
             f"[soak] {plan.duration:.0f} s at {plan.rate * len(TOPICS):.0f} msg/s, "
@@ -399,7 +399,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
                 )
             next_at += plan.interval
             time.sleep(max(0.0, next_at - time.monotonic()))
-        published = hub.counters.published
+        published = hub.published_total
         elapsed = samples[-1].t
         if traced is not None:
             _print_growth(traced, tracemalloc.take_snapshot())
@@ -413,7 +413,7 @@ def soak(options: BenchOptions) -> list[Measurement]:
             "the session to stop",
         )
         time.sleep(0.5)  # the last messages reach the consumers
-        total = hub.counters.published
+        total = hub.published_total
         ring_result = children[0].results()
         stream_result = children[1].results()
     finally:

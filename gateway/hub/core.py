@@ -455,6 +455,20 @@ class Hub:
         self._tids[key] = tid
         return tid
 
+    @property
+    def published_total(self) -> int:
+        """Messages published: through publish_batch, and the records other writers put in
+        the ring (the engines' C feeds: their messages never pass through the hub)."""
+        own = self.counters.published
+        ring = self.ring
+        if ring is None:
+            return own
+        try:
+            written = ring.stats()["messages"]
+        except RingError:  # closed: nothing more comes
+            return own
+        return own + max(0, written - self.counters.ring_written)
+
     def ring_topic_id(self, session_id: int, topic: str) -> int:
         """The ring topic id of a session's topic, registered on first use (0: the topic
         table is full). For a writer that puts records in the ring itself (C, in the

@@ -29,7 +29,11 @@ class HubCollector(Collector):
         if hub is None:
             return
         c = hub.counters
-        yield _counter("wsgw_hub_published", "Messages published to the hub", c.published)
+        yield _counter(
+            "wsgw_hub_published",
+            "Messages published: through the hub, and by the engines' C feeds into its ring",
+            hub.published_total,
+        )
         yield _counter("wsgw_hub_batches", "Batches published to the hub", c.batches)
         yield _counter("wsgw_hub_gaps", "Gap events published (session reconnects)", c.gaps)
         yield _counter("wsgw_hub_ring_writes", "Records written to the ring", c.ring_written)
