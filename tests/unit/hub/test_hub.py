@@ -299,3 +299,20 @@ def test_records_written_to_the_ring_without_the_hub_reach_its_consumers() -> No
         hub.close()
 
     asyncio.run(main())
+
+
+def test_published_counts_what_other_writers_put_in_the_ring(ring: RingWriter) -> None:
+    """The engines' C feeds write the ring themselves: wsgw_hub_published (the dashboard's
+    hub rate, the soak's count) counts their messages with the hub's own, not its gaps."""
+    hub = Hub(ring=ring)
+    try:
+        hub.publish_batch([msg(1, "t0", 0), msg(1, "t0", 1)])
+        hub.publish_gap(1, None, "reconnect")
+        assert hub.published_total == 2
+        tid = hub.ring_topic_id(1, "t0")
+        ring.write_columns([1, 1, 1], [tid, tid, tid], [b"c0", b"c1", b"c2"])
+        assert hub.published_total == 5
+        hub.publish_batch([msg(1, "t0", 2)])
+        assert hub.published_total == 6 and hub.counters.published == 3
+    finally:
+        hub.close()
