@@ -9,6 +9,7 @@ protocol for the slow path: burst RX into a reusable arena, burst TX of a batch 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import os
 import re
@@ -105,6 +106,9 @@ def eal_arguments(config: EalConfig) -> list[str]:
         args += ["--file-prefix", config.file_prefix]
     elif use_hugepages:
         args.append("--in-memory")
+        # In memory, EAL still makes the default prefix's runtime folder (empty): remove it
+        # at exit if nobody else put anything there.
+        atexit.register(_remove_if_empty, RUNTIME_DIR / "rte")
     else:
         # --no-huge implies legacy memory, which DPDK refuses with --in-memory: give this
         # process a runtime folder of its own instead (removed at exit).
@@ -118,6 +122,11 @@ def eal_arguments(config: EalConfig) -> list[str]:
         args += ["-d", path]
     args += ["--no-telemetry", "--log-level", config.log_level, *config.extra_args]
     return args
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _private_prefix() -> str:
