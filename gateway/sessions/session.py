@@ -159,6 +159,7 @@ class _Link:
         self.seq: SequenceChecker | None = None
         self.feed: CFeed | None = None  # the C feed path of the open connection
         self.feed_transport: EngineTransport | None = None
+        self.spent_feed: CFeed | None = None  # the last connection's, for its final counts
 
     def opened(self, conn: WebSocketConnection, dialect: Dialect, address: str) -> None:
         self.conn, self.dialect, self.address = conn, dialect, address
@@ -174,6 +175,9 @@ class _Link:
         self.conn = None
         self.queue = None
         self.liveness = None
+        # The engine may write through the feed until its detach lands on the engine's
+        # thread: its last counts are taken once more later (UpstreamSession._pull_spent).
+        self.spent_feed = self.feed
         self.feed = None
         self.feed_transport = None
 
@@ -321,6 +325,8 @@ class UpstreamSession:
             self._move(link, State.STOPPING, reason)
         await asyncio.gather(*(self._stop_link(link, reason) for link in links))
         await self._drain_tasks()
+        for link in links:
+            self._pull_spent(link)
         self._final = State.STOPPED
         for link in links:
             self._move(link, State.STOPPED, reason)
@@ -814,6 +820,7 @@ class UpstreamSession:
         Python per message: a plain ws:// DPDK connection without compression, a dialect
         whose data messages the C topic scan classifies alone (`Dialect.c_feed`), no
         sequence check, a sink with a ring. Otherwise the read loop carries every frame."""
+        self._pull_spent(link)  # the previous connection's feed: its last counts first
         cfg = self.config
         wanted = self._feed_path
         if wanted is None:
@@ -866,10 +873,17 @@ class UpstreamSession:
                     continue  # the ring's topic table is full: the read loop carries it
             transport.feed_topic(topic, topic_id)
 
-    def _pull_feed(self, link: _Link) -> None:
+    def _pull_spent(self, link: _Link) -> None:
+        """The last counts of a closed connection's feed (written after its final look)."""
+        spent = link.spent_feed
+        if spent is not None:
+            link.spent_feed = None
+            self._pull_feed(link, spent)
+
+    def _pull_feed(self, link: _Link, feed: CFeed | None = None) -> None:
         """What the C feed wrote since the last look, into the counters and the liveness
         check (a message the feed carried proves the connection as one the loop read)."""
-        feed = link.feed
+        feed = feed or link.feed
         if feed is None:
             return
         delta = feed.take()
