@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 import threading
 import time
@@ -15,7 +16,14 @@ import pytest
 from ring_helpers import leftovers, shm_name
 
 from dataplane.ring import RingNotFoundError, RingReader, RingWriter, ring_name
-from gateway.client import Client, Gap, MessagesLostError, Restart, RingMessage
+from gateway.client import (
+    Client,
+    Gap,
+    MessagesLostError,
+    Restart,
+    RingMessage,
+    SourceUnavailableError,
+)
 
 
 @pytest.fixture
@@ -50,8 +58,11 @@ def test_attach_by_gateway_name_and_url() -> None:
         Path("/dev/shm", name).unlink(missing_ok=True)
     with pytest.raises(RingNotFoundError):
         Client.attach("md", gateway="no-such-gateway")
-    with pytest.raises(NotImplementedError, match="WebSocket"):
-        Client.connect("ws://127.0.0.1:8000/v1/stream")
+    with socket.socket() as bound:  # a port of ours where nothing listens
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        with pytest.raises(SourceUnavailableError):
+            Client.connect(f"ws://127.0.0.1:{port}/v1/stream")
     with pytest.raises(ValueError, match="unsupported"):
         Client.connect("http://x")
     with pytest.raises(ValueError, match="on_gap"):

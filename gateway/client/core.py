@@ -1,38 +1,50 @@
-"""The consumer client: a gateway's messages, for a process on the same host or (later) a
-remote one, with the same events either way: `RingMessage` and `Gap`.
+"""The consumer client: a gateway's messages over any of its three transports, with the
+same events and the same API whichever it is: `RingMessage`, `Gap` and `Restart`.
 
-    with Client.attach("md", gateway="gw1", topics=["binance:*"]) as client:
+    with Client.connect("shm://gw1/messages", topics=["3:*"]) as client:   # this host
         for event in client:                         # blocks; ends when the gateway closes
             if isinstance(event, Gap):
                 log.warning("lost %d messages", event.lost)
+            elif isinstance(event, Restart):
+                log.warning("the gateway restarted: what it missed meanwhile is lost")
             else:
                 handle(event.topic, event.payload)   # memoryview, valid until the next read
 
-    async with Client.attach("md", gateway="gw1", copy=True) as client:
-        async for event in client:
+    async with Client.connect("ws://gw1:8080/v1/stream?session=3", token=secret) as client:
+        async for event in client:                   # another host: the downstream WebSocket
             ...
 
-Each ring creation has an epoch (a random 64-bit run identifier in the ring's header): after
-a gateway restart the ring is a new one, its sequence numbers start again at 1, and what was
-published while the gateway was down is not in it. A consumer that keeps the epoch it last
-saw (`client.epoch`) and passes it back (`Client.attach(..., epoch=saved)`) gets a `Restart`
-event first when the ring is another; with `follow=True` a client whose gateway went away
-waits for the next ring at the same name, reports `Restart` and goes on reading it.
+    client = Client.connect("nats://bus:4222", session=3, jetstream="WSGW", start_seq=n)
 
-How a consumer waits for messages (`wait=`, see dataplane.ring.WaitPolicy): "futex" (sleep,
-no CPU while idle), "spin:<us>" (poll that long, then sleep), "busy" (poll: a whole core, the
-lowest latency), or "auto" (the default): as the gateway recommends in the ring's header,
-which follows its `latency_profile` (economical: futex, low-latency: busy), futex when it
-recommends nothing. A policy given here wins over the gateway's. `client.wait_policy` is the
-policy in use and `client.wait_origin` where it came from ("given", "gateway", "default").
-The polling runs in C with the GIL released; under asyncio it runs on the loop's own thread
-(in slices of at most BUSY_SLICE, yielding to the other tasks between them), because handing
-the wait to another thread and back would cost the very wake-up the policy avoids.
+Transports (`MessageSource`s): `shm://<gateway>/<ring>` reads the gateway's shared-memory ring
+(`gateway.client.ring`: local, zero-copy, no gateway involvement per message, the lowest
+latency); `ws://` / `wss://` its /v1/stream (`gateway.client.stream`); `nats://` its NATS
+sink, core NATS or JetStream (`gateway.client.nats`). Topics are ring names
+(`<session>:<topic>`, shell patterns allowed) for the ring and upstream topics of `session` for
+the other two; every transport reports message topics as ring names. `read` gives batches
+(a list of events per call), so a consumer pays per batch, not per message.
 
-Where messages come from is a `MessageSource`. `RingSource` reads the gateway's shared-memory
-ring (local, zero-copy, no gateway involvement per message). The downstream WebSocket source
-(/v1/stream, for consumers on other hosts) is the second implementation to come: it plugs in
-at `Client.connect` ("ws://" / "wss://" URLs) and needs nothing else changed here.
+Each run of a gateway has an epoch (a random 64-bit identifier): after a restart, sequence
+numbers start again at 1, and what was published while the gateway was down is not there.
+A consumer that keeps the epoch it last saw (`client.epoch`) and passes it back
+(`epoch=saved`) gets a `Restart` event first when the run is another; with `follow=True` a
+client whose gateway went away (its ring closed, its stream dropped) waits for the next run,
+reports `Restart` (or, back on the same run, a `Gap` for what went by) and goes on reading.
+Only JetStream can resume without loss: `client.position` is the stream sequence of the last
+message delivered; pass position + 1 as `start_seq`.
+
+How a ring consumer waits for messages (`wait=`, see dataplane.ring.WaitPolicy): "futex"
+(sleep, no CPU while idle), "spin:<us>" (poll that long, then sleep), "busy" (poll: a whole
+core, the lowest latency), or "auto" (the default): as the gateway recommends in the ring's
+header, which follows its `latency_profile` (economical: futex, low-latency: busy), futex
+when it recommends nothing. A policy given here wins over the gateway's. `client.wait_policy`
+is the policy in use and `client.wait_origin` where it came from ("given", "gateway",
+"default"). The polling runs in C with the GIL released; under asyncio it runs on the loop's
+own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between them),
+because handing the wait to another thread and back would cost the very wake-up the policy
+avoids. The network transports wait on their sockets (futex-like).
+
+The package imports nothing of the server (no FastAPI, SQLAlchemy or the hub's runtime).
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, NamedTuple, Protocol, cast
+from typing import Literal, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from dataplane.ring import (
@@ -55,6 +67,7 @@ from dataplane.ring import (
     WaitPolicy,
     ring_name,
 )
+from gateway.client.ring import RingSource
 
 __all__ = [
     "Client",
@@ -65,6 +78,8 @@ __all__ = [
     "Restart",
     "RingMessage",
     "RingSource",
+    "SourceUnavailableError",
+    "StreamClosedError",
     "WaitOrigin",
     "WaitPolicy",
 ]
@@ -102,6 +117,21 @@ class MessagesLostError(RingError):
         self.gap = gap
 
 
+class SourceUnavailableError(ConnectionError):
+    """The transport is not there (yet): no ring at the name, nothing answers at the URL.
+    A following client keeps trying; opening one raises it."""
+
+
+class StreamClosedError(ConnectionError):
+    """The gateway ended a network stream for good (a bad token, a deleted session, ...):
+    connecting again would not help. code and reason are the close frame's."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"stream closed with {code}: {reason or 'no reason given'}")
+        self.code = code
+        self.reason = reason
+
+
 class MessageSource(Protocol):
     """What a Client reads from. read never blocks longer than timeout (0: not at all,
     None: until there is something or the source ended); wait may be called from another
@@ -129,53 +159,18 @@ class MessageSource(Protocol):
     def interrupt(self) -> None: ...
 
     @property
+    def continues(self) -> bool:
+        """Whether this source, opened by a follow after the last one ended, goes on with
+        the same run when its epoch is the same (a network stream reconnected), rather than
+        being that run's ring, still there after its writer went (not new)."""
+        ...
+
+    @property
     def ended(self) -> bool:
         """Nothing more will come (the gateway closed the stream, or is gone)."""
         ...
 
     def close(self) -> None: ...
-
-
-class RingSource:
-    """Messages from a gateway's shared-memory ring (this host only)."""
-
-    def __init__(self, reader: RingReader) -> None:
-        self.reader = reader
-        self._ended = False
-
-    def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
-        # A list of RingMessage | Gap is a list of ClientEvent (lists are invariant).
-        return cast("list[ClientEvent]", self.reader.read_batch(max, timeout))
-
-    @property
-    def epoch(self) -> int:
-        return self.reader.epoch
-
-    def wait(self, timeout: float | None, spin: float | None = None) -> bool:
-        return self.reader.wait(timeout, spin)
-
-    @property
-    def wait_policy(self) -> WaitPolicy:
-        return self.reader.wait_policy
-
-    @property
-    def wait_origin(self) -> WaitOrigin:
-        return self.reader.wait_origin
-
-    def interrupt(self) -> None:
-        self.reader.interrupt()
-
-    @property
-    def ended(self) -> bool:
-        if not self._ended:
-            # Closed and drained, or the writer died without closing (its flock is gone)
-            # and there is nothing left to read.
-            reader = self.reader
-            self._ended = reader.closed or (not reader.writer_alive() and reader.lag == 0)
-        return self._ended
-
-    def close(self) -> None:
-        self.reader.close()
 
 
 class Client:
@@ -200,7 +195,7 @@ class Client:
         self.on_gap = on_gap
         self._reopen = reopen
         self._pending: list[ClientEvent] = []
-        if epoch is not None and epoch != source.epoch:
+        if epoch is not None and source.epoch and epoch != source.epoch:
             self._pending.append(Restart(epoch, source.epoch))
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -274,15 +269,24 @@ class Client:
         url: str,
         *,
         topics: Iterable[str] | None = None,
+        session: int | None = None,
+        token: str | None = None,
         copy: bool = False,
         start: Start = "latest",
         on_gap: OnGap = "event",
         wait: WaitPolicy | str | None = WAIT_AUTO,
         epoch: int | None = None,
         follow: bool = False,
+        prefix: str = "wsgw",
+        jetstream: str | None = None,
+        start_seq: int | None = None,
     ) -> Client:
-        """Open a stream by URL: shm://<gateway>/<ring> (this host's shared memory), or a
-        ws(s)://host:port/v1/stream downstream WebSocket (remote consumers)."""
+        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
+        and wait apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N] (token:
+        a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
+        subject prefix; jetstream and start_seq: resume from the stream). session: the
+        session whose topics `topics` names (ws and nats). SourceUnavailableError when
+        nothing is there to read from."""
         parts = urlsplit(url)
         if parts.scheme == "shm":
             ring = parts.path.strip("/") or "messages"
@@ -298,10 +302,54 @@ class Client:
                 follow=follow,
             )
         if parts.scheme in ("ws", "wss"):
-            # The downstream WebSocket source plugs in here: a MessageSource that reads
-            # /v1/stream frames into RingMessage/Gap events.
-            raise NotImplementedError("the downstream WebSocket client is not implemented yet")
-        raise ValueError(f"unsupported stream URL {url!r}: use shm://gateway/ring or ws(s)://")
+            from gateway.client.stream import StreamSource, stream_url
+
+            target = stream_url(url, topics, session)
+            source = StreamSource(target, token=token)
+
+            def reconnect() -> MessageSource:
+                previous = client.source
+                assert isinstance(previous, StreamSource)
+                return StreamSource(target, token=token, previous=previous)
+
+            client = cls(source, on_gap=on_gap, epoch=epoch, reopen=reconnect if follow else None)
+            return client
+        if parts.scheme == "nats":
+            from gateway.client.nats import NatsSource
+
+            def subscribe(start_at: int | None, known: int | None) -> NatsSource:
+                return NatsSource(
+                    url,
+                    prefix=prefix,
+                    session=session,
+                    topics=topics,
+                    jetstream=jetstream,
+                    start_seq=start_at,
+                    epoch=known,
+                    token=token,
+                )
+
+            nats_source = subscribe(start_seq, epoch)
+
+            def resubscribe() -> MessageSource:
+                previous = client.source
+                assert isinstance(previous, NatsSource)
+                after = previous.position
+                return subscribe(None if after is None else after + 1, previous.epoch)
+
+            client = cls(nats_source, on_gap=on_gap, reopen=resubscribe if follow else None)
+            return client
+        raise ValueError(
+            f"unsupported stream URL {url!r}: use shm://gateway/ring, ws(s)://host:port or "
+            "nats://host:port"
+        )
+
+    @property
+    def position(self) -> int | None:
+        """Where a new client would resume without loss (JetStream: the stream sequence of
+        the last message delivered); None where the transport cannot resume."""
+        position = getattr(self.source, "position", None)
+        return position if isinstance(position, int) else None
 
     # ---- sync -----------------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
@@ -324,13 +372,15 @@ class Client:
         assert self._reopen is not None
         try:
             source = self._reopen()
-        except RingNotFoundError:
+        except (RingNotFoundError, SourceUnavailableError):
             return []
-        if source.epoch == self.source.epoch:
+        if source.epoch == self.source.epoch and not source.continues:
             source.close()
             return []
         previous, self.source = self.source, source
         previous.close()
+        if source.epoch == previous.epoch:
+            return []  # the same run again: what it missed comes as the new source's Gap
         return [Restart(previous.epoch, source.epoch)]
 
     @property
