@@ -416,10 +416,14 @@ def test_consume_cli_takes_a_wait_policy(policy: str) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.5)  # the consumer starts at the newest message: attach first
+        # The consumer starts at the newest message: write once it says it has attached
+        # (its first line, on stderr), however long its start took.
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
         for i in range(3):
             writer.write(1, 0, f"m{i}".encode())
         out, err = proc.communicate(timeout=30)
+        err = started + err
     finally:
         writer.close()
     assert proc.returncode == 0, err
