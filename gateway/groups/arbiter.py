@@ -1,0 +1,235 @@
+"""A/B arbitration of a feed group: two or more legs (upstream connections) carry the same
+stream; the first copy of each message wins, later copies are dropped, and a message is lost
+only when every leg missed it (issue #19). Sans-IO: the caller passes each arrival and the
+time, and calls `expire` when `deadline` comes; nothing here reads a clock or a socket.
+
+A message's identity is the exchange's own sequence, per topic key (gateway.dialects.identity
+gives it): `this` (its sequence number, or the last id of the range it covers) and `prev` (the
+`this` of the message before it on that topic: an exchange that links messages, as OKX's
+prevSeqId, Binance depth `U - 1`, contiguous trade ids `t - 1`; None when the exchange gives
+no link, then only the order is known, not the gaps).
+
+Per topic key, linked messages (prev given):
+- `prev == last` (the last delivered): delivered at once, then whatever was held and now
+  follows it;
+- `this <= last`: a copy of a delivered message (or an older one): dropped, and the leg's lag
+  behind the winner is sampled (its copy's arrival minus the winner's);
+- otherwise the message is ahead of a hole: held. The hole is a loss only once every live
+  leg has gone past it (each leg's newest `this` > last: none of them will bring it), or once
+  the hold time passes since the hole opened (a leg that is down brings nothing): then a
+  `Lost` (first missing, count where the link tells it) and the held messages go out in
+  order. Held messages never wait longer than `hold_ns`, so the group's delay over its
+  fastest leg is bounded even when a leg dies mid-hole.
+
+Unlinked messages (prev None) are delivered when `this > last` and dropped otherwise (no gap
+can be told). The first message of a key sets where the stream starts (nothing before it
+is a loss).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, TypeVar
+
+#: How long a message may wait for a hole before it to be filled by another leg.
+DEFAULT_HOLD_NS = 20_000_000
+#: Messages held per topic at most: beyond it the oldest hole is declared lost at once.
+DEFAULT_MAX_HELD = 4096
+#: Lag samples kept per leg (a ring: the latest ones).
+LAG_SAMPLES = 1024
+
+P = TypeVar("P")
+
+
+class Delivered(NamedTuple):
+    """A message that won: the first copy of it any leg brought."""
+
+    key: Hashable
+    this: int
+    payload: object
+    leg: int
+    arrived_ns: int
+
+
+class Lost(NamedTuple):
+    """Messages no leg brought: on `key`, the ids after `after` (the last delivered) up to
+    the `prev` of `before` (the first delivered after the hole). missing: the ids lost
+    (messages, where each message takes one id), None where messages are not linked."""
+
+    key: Hashable
+    after: int
+    before: int
+    missing: int | None
+
+
+Output = Delivered | Lost
+
+
+@dataclass
+class LegStats:
+    """What one leg did: messages it won (first copy), copies it brought late, its lag
+    behind the winner on those (ns samples, the latest LAG_SAMPLES), and its newest id."""
+
+    won: int = 0
+    late: int = 0
+    lag_ns: list[int] = field(default_factory=list)
+    _lag_at: int = 0
+
+    def sample(self, lag_ns: int) -> None:
+        if len(self.lag_ns) < LAG_SAMPLES:
+            self.lag_ns.append(lag_ns)
+        else:
+            self.lag_ns[self._lag_at] = lag_ns
+            self._lag_at = (self._lag_at + 1) % LAG_SAMPLES
+
+    def lag_percentile(self, q: float) -> int | None:
+        """The q-th percentile (0..100) of the lag samples, None without samples."""
+        if not self.lag_ns:
+            return None
+        ordered = sorted(self.lag_ns)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+@dataclass
+class _Topic(Generic[P]):
+    last: int  # the `this` of the last message delivered
+    won_ns: dict[int, int] = field(default_factory=dict)  # this -> winner's arrival (recent)
+    held: list[tuple[int, int, int, P, int, int]] = field(default_factory=list)
+    # heap of (this, prev, leg, payload, arrived_ns, tiebreak)
+    hole_since: int | None = None  # when the oldest hole opened (ns)
+    newest: dict[int, int] = field(default_factory=dict)  # leg -> its newest `this` here
+
+
+class Arbiter(Generic[P]):
+    """First copy wins across `legs` legs, per topic key (module doc)."""
+
+    def __init__(
+        self,
+        legs: int,
+        *,
+        hold_ns: int = DEFAULT_HOLD_NS,
+        max_held: int = DEFAULT_MAX_HELD,
+        won_window: int = 8192,
+    ) -> None:
+        if legs < 1:
+            raise ValueError(f"a feed group has at least 1 leg, not {legs}")
+        if hold_ns < 0 or max_held < 1:
+            raise ValueError("hold_ns must be >= 0 and max_held >= 1")
+        self.legs = legs
+        self.hold_ns = hold_ns
+        self.max_held = max_held
+        self.won_window = won_window
+        self.stats = [LegStats() for _ in range(legs)]
+        self.live = [True] * legs
+        self.lost_total = 0
+        self.duplicates = 0
+        self._topics: dict[Hashable, _Topic[P]] = {}
+        self._tiebreak = 0
+
+    # ---- input --------------------------------------------------------------------------
+    def offer(
+        self, leg: int, key: Hashable, this: int, prev: int | None, payload: P, now_ns: int
+    ) -> list[Output]:
+        """One arrival on `leg`; what goes out because of it, in order."""
+        topic = self._topics.get(key)
+        if topic is None:  # the stream starts here
+            topic = self._topics[key] = _Topic(last=this - 1 if prev is None else prev)
+        newest = topic.newest.get(leg)
+        if newest is None or this > newest:
+            topic.newest[leg] = this
+        if this <= topic.last:
+            self._late(leg, topic, this, now_ns)
+            return []
+        if prev is None or prev == topic.last:
+            out: list[Output] = [self._deliver(key, topic, this, payload, leg, now_ns)]
+            self._release(key, topic, out)
+            return out
+        if any(h[0] == this for h in topic.held):  # a copy of a held one
+            self._late(leg, topic, this, now_ns)
+        else:
+            entry = (this, prev, leg, payload, now_ns, self._next_tiebreak())
+            heapq.heappush(topic.held, entry)
+            if topic.hole_since is None:
+                topic.hole_since = now_ns
+        out = []
+        if len(topic.held) > self.max_held or self._every_live_leg_passed(topic):
+            self._declare_hole(key, topic, out)
+        return out
+
+    def set_live(self, leg: int, live: bool, now_ns: int) -> list[Output]:
+        """A leg went down (or came back): a down leg is not waited for."""
+        self.live[leg] = live
+        out: list[Output] = []
+        if not live:
+            for key, topic in self._topics.items():
+                if topic.held and self._every_live_leg_passed(topic):
+                    self._declare_hole(key, topic, out)
+        return out
+
+    def expire(self, now_ns: int) -> list[Output]:
+        """Holes older than hold_ns are losses: what they held goes out."""
+        out: list[Output] = []
+        for key, topic in self._topics.items():
+            while topic.hole_since is not None and now_ns - topic.hole_since >= self.hold_ns:
+                self._declare_hole(key, topic, out)
+        return out
+
+    @property
+    def deadline(self) -> int | None:
+        """When `expire` has work (ns, the caller's clock), None while nothing is held."""
+        since = [t.hole_since for t in self._topics.values() if t.hole_since is not None]
+        return min(since) + self.hold_ns if since else None
+
+    # ---- steps --------------------------------------------------------------------------
+    def _deliver(
+        self, key: Hashable, topic: _Topic[P], this: int, payload: P, leg: int, now_ns: int
+    ) -> Delivered:
+        topic.last = this
+        topic.won_ns[this] = now_ns
+        if len(topic.won_ns) > self.won_window:  # keep the recent ones (dicts keep order)
+            for old in list(topic.won_ns)[: len(topic.won_ns) - self.won_window]:
+                del topic.won_ns[old]
+        self.stats[leg].won += 1
+        return Delivered(key, this, payload, leg, now_ns)
+
+    def _release(self, key: Hashable, topic: _Topic[P], out: list[Output]) -> None:
+        """Deliver the held messages that now follow the last one; drop held copies."""
+        held = topic.held
+        while held and (held[0][0] <= topic.last or held[0][1] == topic.last):
+            this, _, leg, payload, arrived, _ = heapq.heappop(held)
+            if this <= topic.last:  # a copy held while the hole was open
+                self._late(leg, topic, this, arrived)
+                continue
+            out.append(self._deliver(key, topic, this, payload, leg, arrived))
+        topic.hole_since = held[0][4] if held else None
+
+    def _declare_hole(self, key: Hashable, topic: _Topic[P], out: list[Output]) -> None:
+        """The oldest hole is a loss: report it, deliver the next held message and what
+        follows it."""
+        this, prev, leg, payload, arrived, _ = heapq.heappop(topic.held)
+        missing = prev - topic.last if prev is not None else None
+        out.append(Lost(key, topic.last, this, missing))
+        self.lost_total += missing or 0
+        out.append(self._deliver(key, topic, this, payload, leg, arrived))
+        self._release(key, topic, out)
+
+    def _late(self, leg: int, topic: _Topic[P], this: int, now_ns: int) -> None:
+        self.duplicates += 1
+        stats = self.stats[leg]
+        stats.late += 1
+        won = topic.won_ns.get(this)
+        if won is not None:
+            stats.sample(now_ns - won)
+
+    def _every_live_leg_passed(self, topic: _Topic[P]) -> bool:
+        """Whether no live leg can still bring the message after `last`: each one has
+        already brought something past it, and a leg delivers in order, so it skipped it
+        (had it brought it, it would have been delivered)."""
+        last = topic.last
+        return all(topic.newest.get(leg, last) > last for leg in range(self.legs) if self.live[leg])
+
+    def _next_tiebreak(self) -> int:
+        self._tiebreak += 1
+        return self._tiebreak
