@@ -201,3 +201,32 @@ class SessionEvent(Base):
     kind: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str | None] = mapped_column(Text)
     details: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class NodeRow(Base):
+    """A gateway of a fleet (gateway.fleet): its labels and its last heartbeat, in the
+    database's time, so that the nodes' own clocks never decide who is alive."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    labels: Mapped[dict[str, str]] = mapped_column(JsonType)
+    api_url: Mapped[str | None] = mapped_column(String(512))
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class LeaseRow(Base):
+    """Who runs a session: one node, until expires_at (database time). generation grows by
+    one at every change of owner; what an owner publishes carries it (fencing)."""
+
+    __tablename__ = "session_leases"
+    __table_args__ = (CheckConstraint("generation >= 1", name="generation_positive"),)
+
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    node: Mapped[str] = mapped_column(String(63), index=True)
+    generation: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
