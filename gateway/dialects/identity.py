@@ -88,7 +88,7 @@ class _BinanceEvent(msgspec.Struct):
     e: str | None = None
     s: str | None = None
     t: int | None = None  # trade id
-    a: int | list[Any] | None = None  # aggregate trade id; depth: the asks
+    a: int | str | list[Any] | None = None  # aggTrade: its id; depth: asks; bookTicker: ask
     U: int | None = None  # depth: first update id
     u: int | None = None  # depth: last update id; bookTicker: update id
     lastUpdateId: int | None = None  # partial depth: the book's update id
