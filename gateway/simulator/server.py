@@ -335,7 +335,7 @@ class SimConnection:
         """Abort with an RST: linger 0 makes the kernel reset rather than close."""
         sock = self.ws.transport.get_extra_info("socket")
         if sock is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, AttributeError):  # a plain abort then
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.abort()
 
