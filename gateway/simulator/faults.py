@@ -11,6 +11,15 @@ more data messages (0: at once). Kinds:
     oversized  one valid text message of `size` bytes (client: message too big, 1009)
     opcode     a frame with the unknown `opcode` (default 3) (client: protocol error)
     notice     the exchange's own "please reconnect" message (bts:request_reconnect, ...)
+    reset      abort with a TCP RST (SO_LINGER 0): the peer reads ECONNRESET (client: 1006)
+    skip       the connection misses data messages its group still sends to the others:
+               the next `count`, each with probability `fraction` (from then on), or the one
+               numbered `seq` on each of its topics
+    delay      every message to the connection leaves `seconds` late from then on (a slower
+               line; `seconds=0` ends it); order and content unchanged
+
+`seconds` can also be given as `ms=` or `us=`. Faults target one connection of a feed group
+(`leg:A`, a connection id) as well as all of them; see Simulator.inject.
 
 Text form (CLI flags, stdin, in-band topics): `kind[:k=v,...]` or `kind,k=v,...`, e.g.
 `drop:after=100`, `stall:after=10,seconds=3`, `malformed:variant=utf8`.
@@ -23,7 +32,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-KINDS = ("drop", "close", "stall", "malformed", "oversized", "opcode", "notice")
+KINDS = (
+    "drop",
+    "close",
+    "stall",
+    "malformed",
+    "oversized",
+    "opcode",
+    "notice",
+    "reset",
+    "skip",
+    "delay",
+)
 MALFORMED_VARIANTS = ("rsv", "utf8", "mask", "control")
 
 
@@ -41,12 +61,17 @@ class Fault:
     opcode: int = 3
     code: int = 1001
     reason: str = "simulated close"
+    count: int = 1  # skip: how many messages
+    fraction: float = 0.0  # skip: the probability of each message (0: use count or seq)
+    seq: int = 0  # skip: the message numbered seq (its sim_seq) on each topic
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FaultError(f"unknown fault {self.kind!r}; known: {', '.join(KINDS)}")
         if self.after < 0 or self.seconds < 0 or self.size < 1:
             raise FaultError("after, seconds and size must not be negative")
+        if self.count < 0 or self.seq < 0 or not 0.0 <= self.fraction <= 1.0:
+            raise FaultError("count and seq must not be negative, fraction is in [0, 1]")
         if self.variant not in MALFORMED_VARIANTS:
             raise FaultError(f"unknown variant {self.variant!r}; known: {MALFORMED_VARIANTS}")
         if self.opcode in (0, 1, 2, 8, 9, 10) or not 0 <= self.opcode <= 15:
@@ -70,6 +95,12 @@ class Fault:
         """From a command (JSON or query strings): values converted to the field types."""
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
+        for unit, scale in (("ms", 1e-3), ("us", 1e-6)):
+            if unit in values and "seconds" not in values:
+                try:
+                    kwargs["seconds"] = float(values[unit]) * scale
+                except (TypeError, ValueError) as exc:
+                    raise FaultError(f"fault option {unit}={values[unit]!r}: {exc}") from None
         for key, value in values.items():
             if key not in known:
                 continue
@@ -94,6 +125,14 @@ class Fault:
             "malformed": f",variant={self.variant}",
             "opcode": f",opcode={self.opcode}",
             "close": f",code={self.code}",
+            "delay": f",seconds={self.seconds}",
+            "skip": (
+                f",fraction={self.fraction}"
+                if self.fraction
+                else f",seq={self.seq}"
+                if self.seq
+                else f",count={self.count}"
+            ),
         }.get(self.kind, "")
         return f"{self.kind}:after={self.after}{extra}"
 

@@ -5,6 +5,14 @@ and a path without a dialect name gets the configured default, so a client can a
 an exchange's own path (`/stream?streams=...`). Each (dialect, topic) has one publisher
 with its own sequence; a message is rendered once and written to every subscriber.
 
+Feed groups, for redundant (A/B) feeds: the query parameters `group=NAME` and `leg=NAME`
+(taken out before the dialect sees the URL) put a connection in a group, by default the
+group `default`, under a leg name, by default its ordinal in the group ("1", "2", ...).
+Each group has its own publishers, so every connection of a group that subscribes a topic
+gets the same messages, byte for byte (same exchange ids, same `sim_ts` send stamp), in
+the same order; a connection that joins (or comes back) gets the stream from that point
+on. Faults can target one leg (`leg:A`, `leg:GROUP/A`) while the others keep streaming.
+
 Writes take the synchronous path of `websockets.broadcast` (frame + transport.write) while
 the connection is writable; when it is not (flow control, a stall), messages queue in the
 connection's backlog and its writer task drains them in order. A connection whose backlog
@@ -23,6 +31,9 @@ import contextlib
 import itertools
 import json
 import logging
+import random
+import socket
+import struct
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -52,6 +63,10 @@ from gateway.simulator.tls import TlsFiles, ensure_certs
 log = logging.getLogger("wsgw.simulator")
 
 DIALECTS = tuple(FEEDS)
+DEFAULT_GROUP = "default"
+#: Query parameters that the simulator reads and strips before the dialect sees the URL.
+GROUP_PARAM = "group"
+LEG_PARAM = "leg"
 
 
 @dataclass
@@ -88,6 +103,7 @@ class Counters:
     connections_total: int = 0
     connections_open: int = 0
     data_messages: int = 0  # written to connections (a message to 3 subscribers counts 3)
+    skipped_messages: int = 0  # not sent to one connection by a skip fault
     control_messages: int = 0
     slow_consumers: int = 0
     faults_fired: Counter[str] = field(default_factory=Counter)
@@ -101,31 +117,71 @@ class _Armed:
         self.left = fault.after
 
 
-class SimConnection:
-    """One client connection: its dialect, topics, armed faults and output queue."""
+class FeedGroup:
+    """Connections that see one stream: the group's publishers render each message once
+    and write that same message to every subscribed connection of the group."""
 
-    def __init__(self, sim: Simulator, ws: ServerConnection, feed: Feed, conn_id: int) -> None:
+    __slots__ = ("name", "opened", "publishers")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.publishers: dict[tuple[str, str], TopicPublisher] = {}
+        self.opened = 0  # connections so far: the next one's default leg name
+
+    def publisher(self, feed: Feed, topic: str) -> TopicPublisher:
+        key = (feed.name, topic)
+        found = self.publishers.get(key)
+        if found is None:
+            found = self.publishers[key] = TopicPublisher(feed, topic, self.name)
+        return found
+
+
+class SimConnection:
+    """One client connection: its dialect, group and leg, topics, armed faults and output
+    queue."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        ws: ServerConnection,
+        feed: Feed,
+        conn_id: int,
+        group: FeedGroup | None = None,
+        leg: str | None = None,
+    ) -> None:
         self.sim = sim
         self.ws = ws
         self.feed = feed
         self.id = conn_id
         self.dialect = feed.name
+        self.group = group or FeedGroup(DEFAULT_GROUP)
+        self.leg = leg or str(conn_id)
         self.topics: set[str] = set()
         self.armed: list[_Armed] = []
         self.data_sent = 0
+        self.data_skipped = 0
         self.control_sent = 0
-        self.backlog: deque[tuple[bytes, bool]] = deque()
+        self.backlog: deque[tuple[bytes, bool, float]] = deque()  # message, data?, due
         self.stalled_until = 0.0
+        self.delay = 0.0  # seconds every message is held (a delay fault)
+        self.skip_next = 0
+        self.skip_fraction = 0.0
+        self.skip_seqs: set[int] = set()
+        self._random = random.Random(conn_id)  # skip:fraction, reproducible per connection
         self.closed = False
         self.incoming: deque[float] = deque()
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._writer = asyncio.get_running_loop().create_task(self._drain())
+        self._writer = self._loop.create_task(self._drain())
 
     # ---- output --------------------------------------------------------------------------
-    def send_data(self, message: bytes) -> None:
+    def send_data(self, message: bytes, seq: int = 0) -> None:
+        """One data message (`seq`: its number on its topic, for skip:seq)."""
         if self.closed:
             return
-        if self.backlog or self.stalled_until or self.ws.paused:
+        if (self.skip_next or self.skip_fraction or self.skip_seqs) and self._skips(seq):
+            return
+        if self.backlog or self.stalled_until or self.delay or self.ws.paused:
             self._hold(message, True)
         else:
             self._write(message, True)
@@ -134,13 +190,25 @@ class SimConnection:
         if self.closed:
             return
         message = text.encode() if isinstance(text, str) else text
-        if self.backlog or self.stalled_until or self.ws.paused:
+        if self.backlog or self.stalled_until or self.delay or self.ws.paused:
             self._hold(message, False)
         else:
             self._write(message, False)
 
+    def _skips(self, seq: int) -> bool:
+        if seq in self.skip_seqs:
+            pass
+        elif self.skip_next > 0:
+            self.skip_next -= 1
+        elif not (self.skip_fraction and self._random.random() < self.skip_fraction):
+            return False
+        self.data_skipped += 1
+        self.sim.counters.skipped_messages += 1
+        return True
+
     def _hold(self, message: bytes, data: bool) -> None:
-        self.backlog.append((message, data))
+        due = self._loop.time() + self.delay if self.delay else 0.0
+        self.backlog.append((message, data, due))
         self._wake.set()
         if len(self.backlog) > self.sim.config.max_backlog:
             self.sim.counters.slow_consumers += 1
@@ -179,10 +247,14 @@ class SimConnection:
                         await asyncio.sleep(self.stalled_until - now)
                         continue
                     self.stalled_until = 0.0
+                    due = self.backlog[0][2]
+                    if due > now:
+                        await asyncio.sleep(due - now)
+                        continue
                     if self.ws.paused:
                         await self.ws.drain()
                         continue
-                    message, data = self.backlog.popleft()
+                    message, data, _ = self.backlog.popleft()
                     self._write(message, data)
                 if not self.backlog and self.stalled_until <= loop.time():
                     self.stalled_until = 0.0
@@ -211,7 +283,7 @@ class SimConnection:
         if self.closed:
             return
         self.sim.counters.faults_fired[fault.kind] += 1
-        log.info("connection %d: fault %s", self.id, fault.describe())
+        log.info("connection %d (leg %s): fault %s", self.id, self.leg, fault.describe())
         transport = self.ws.transport
         if fault.kind == "drop":
             self.abort()
@@ -233,11 +305,39 @@ class SimConnection:
             notice = self.feed.reconnect_notice()
             if notice is not None:
                 self.send_control(notice)
+        elif fault.kind == "reset":
+            self.reset()
+        elif fault.kind == "skip":
+            if fault.fraction:
+                self.skip_fraction = fault.fraction
+            elif fault.seq:
+                self.skip_seqs.add(fault.seq)
+            else:
+                self.skip_next += fault.count
+        elif fault.kind == "delay":
+            self.delay = fault.seconds
+            self._wake.set()
+
+    def clear_faults(self) -> None:
+        """Disarm pending faults and end the lasting ones (skips, delay)."""
+        self.armed.clear()
+        self.skip_next = 0
+        self.skip_fraction = 0.0
+        self.skip_seqs.clear()
+        self.delay = 0.0
 
     def abort(self) -> None:
         self.closed = True
         self.backlog.clear()
         self.ws.transport.abort()
+
+    def reset(self) -> None:
+        """Abort with an RST: linger 0 makes the kernel reset rather than close."""
+        sock = self.ws.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):  # a plain abort then
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.abort()
 
     def close_writer(self) -> None:
         self.closed = True
@@ -249,9 +349,13 @@ class SimConnection:
         return {
             "id": self.id,
             "dialect": self.dialect,
+            "group": self.group.name,
+            "leg": self.leg,
             "peer": f"{peer[0]}:{peer[1]}" if peer else None,
             "topics": sorted(self.topics),
             "data_sent": self.data_sent,
+            "data_skipped": self.data_skipped,
+            "delay": self.delay,
             "control_sent": self.control_sent,
             "backlog": len(self.backlog),
             "stalled": self.stalled_until > 0,
@@ -260,21 +364,24 @@ class SimConnection:
 
 
 class TopicPublisher:
-    """One (dialect, topic): its sequence, subscribers and place in the schedule."""
+    """One (dialect, topic) of a group: its sequence, subscribers and place in the
+    schedule."""
 
     __slots__ = (
         "base_count",
         "base_time",
         "dialect",
         "feed",
+        "group",
         "publishes",
         "seq",
         "subscribers",
         "topic",
     )
 
-    def __init__(self, feed: Feed, topic: str) -> None:
+    def __init__(self, feed: Feed, topic: str, group: str = DEFAULT_GROUP) -> None:
         self.feed = feed
+        self.group = group
         self.dialect = feed.name
         self.topic = topic
         self.seq = 0
@@ -284,12 +391,19 @@ class TopicPublisher:
         self.base_count = 0
 
     def emit(self, count: int) -> None:
+        """Render each message once (one send stamp) and write it to every subscriber."""
         render = self.feed.render
         for _ in range(count):
             self.seq += 1
             message = render(self.topic, self.seq, time.time_ns())
             for conn in list(self.subscribers):
-                conn.send_data(message)
+                conn.send_data(message, self.seq)
+
+    @property
+    def key(self) -> str:
+        """`dialect:topic`, prefixed `group/` outside the default group (stats keys)."""
+        name = f"{self.dialect}:{self.topic}"
+        return name if self.group == DEFAULT_GROUP else f"{self.group}/{name}"
 
 
 class Simulator:
@@ -300,7 +414,7 @@ class Simulator:
         self.feeds = {name: cls(self.config.symbols) for name, cls in FEEDS.items()}
         self.counters = Counters()
         self.connections: dict[int, SimConnection] = {}
-        self.publishers: dict[tuple[str, str], TopicPublisher] = {}
+        self.groups: dict[str, FeedGroup] = {DEFAULT_GROUP: FeedGroup(DEFAULT_GROUP)}
         self.tls: TlsFiles | None = None
         self._ids = itertools.count(1)
         self._server: Server | None = None
@@ -375,26 +489,65 @@ class Simulator:
         sockets = self._server.sockets
         return int(sockets[0].getsockname()[1])
 
-    def url(self, dialect: str | None = None, path: str = "") -> str:
-        """ws(s)://host:port/<dialect><path>; no dialect: the default dialect's paths."""
+    def url(
+        self,
+        dialect: str | None = None,
+        path: str = "",
+        *,
+        group: str | None = None,
+        leg: str | None = None,
+    ) -> str:
+        """ws(s)://host:port/<dialect><path>; no dialect: the default dialect's paths;
+        group/leg: the query parameters that put the connection in a feed group."""
         scheme = "wss" if self.config.tls else "ws"
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
         prefix = f"/{dialect}" if dialect else ""
-        return f"{scheme}://{host}:{self.port}{prefix}{path}"
+        return f"{scheme}://{host}:{self.port}{prefix}{with_group(path, group, leg)}"
+
+    @property
+    def publishers(self) -> dict[tuple[str, str], TopicPublisher]:
+        """The default group's publishers, by (dialect, topic)."""
+        return self.groups[DEFAULT_GROUP].publishers
+
+    def group(self, name: str = DEFAULT_GROUP) -> FeedGroup:
+        """The group of that name (made on first use)."""
+        found = self.groups.get(name)
+        if found is None:
+            found = self.groups[name] = FeedGroup(name)
+        return found
+
+    def _all_publishers(self) -> list[TopicPublisher]:
+        return [p for g in self.groups.values() for p in g.publishers.values()]
 
     # ---- connections ------------------------------------------------------------------------
-    def _route(self, path: str) -> tuple[str, str]:
+    def _route(self, path: str) -> tuple[str, str, str, str | None]:
+        """(dialect, the path the dialect sees, group name, leg name or None)."""
         parts = urlsplit(path)
+        group, leg = DEFAULT_GROUP, None
+        kept: list[str] = []
+        for item in parts.query.split("&") if parts.query else []:
+            key, _, value = item.partition("=")
+            if key == GROUP_PARAM and value:
+                group = value
+            elif key == LEG_PARAM and value:
+                leg = value
+            else:
+                kept.append(item)
+        query = f"?{'&'.join(kept)}" if kept else ""
         segments = parts.path.lstrip("/").split("/", 1)
         if segments[0] in self.feeds:
             rest = "/" + (segments[1] if len(segments) > 1 else "")
-            return segments[0], rest + (f"?{parts.query}" if parts.query else "")
-        return self.config.dialect, path
+            return segments[0], rest + query, group, leg
+        return self.config.dialect, parts.path + query, group, leg
 
     async def _handle(self, ws: ServerConnection) -> None:
-        dialect, rest = self._route(ws.request.path if ws.request else "/")
-        conn = SimConnection(self, ws, self.feeds[dialect], next(self._ids))
+        dialect, rest, group_name, leg = self._route(ws.request.path if ws.request else "/")
+        group = self.group(group_name)
+        group.opened += 1
+        conn = SimConnection(
+            self, ws, self.feeds[dialect], next(self._ids), group, leg or str(group.opened)
+        )
         self.connections[conn.id] = conn
         self.counters.connections_total += 1
         self.counters.connections_open += 1
@@ -458,10 +611,7 @@ class Simulator:
     def _subscribe(self, conn: SimConnection, topic: str) -> None:
         if topic in conn.topics:
             return
-        key = (conn.dialect, topic)
-        publisher = self.publishers.get(key)
-        if publisher is None:
-            publisher = self.publishers[key] = TopicPublisher(conn.feed, topic)
+        publisher = conn.group.publisher(conn.feed, topic)
         conn.topics.add(topic)
         if not publisher.subscribers and publisher.publishes:
             self._rebase = True
@@ -470,7 +620,7 @@ class Simulator:
 
     def _unsubscribe(self, conn: SimConnection, topic: str) -> None:
         conn.topics.discard(topic)
-        publisher = self.publishers.get((conn.dialect, topic))
+        publisher = conn.group.publishers.get((conn.dialect, topic))
         if publisher is not None:
             publisher.subscribers.discard(conn)
             if not publisher.subscribers:
@@ -478,7 +628,7 @@ class Simulator:
 
     # ---- the schedule -----------------------------------------------------------------------
     def _active(self) -> list[TopicPublisher]:
-        return [p for p in self.publishers.values() if p.subscribers and p.publishes]
+        return [p for p in self._all_publishers() if p.subscribers and p.publishes]
 
     def _rate_each(self, active: int) -> float:
         rate = self.config.rate
@@ -531,17 +681,29 @@ class Simulator:
 
     # ---- control ----------------------------------------------------------------------------
     def targets(self, target: str | int = "all") -> list[SimConnection]:
+        """Open connections: all, dialect:<name>, group:<name>, leg:<name> (in any group),
+        leg:<group>/<name>, or a connection id."""
         if target == "all":
             return list(self.connections.values())
-        if isinstance(target, str) and target.startswith("dialect:"):
-            name = target.partition(":")[2]
-            return [c for c in self.connections.values() if c.dialect == name]
+        if isinstance(target, str):
+            kind, sep, name = target.partition(":")
+            if sep and kind == "dialect":
+                return [c for c in self.connections.values() if c.dialect == name]
+            if sep and kind == "group":
+                return [c for c in self.connections.values() if c.group.name == name]
+            if sep and kind == "leg":
+                group, slash, leg = name.rpartition("/")
+                return [
+                    c
+                    for c in self.connections.values()
+                    if c.leg == leg and (not slash or c.group.name == group)
+                ]
         conn = self.connections.get(int(target))
         return [conn] if conn is not None else []
 
     def inject(self, fault: Fault, target: str | int = "all") -> int:
         """Arm fault on connections: all (open now), next (the next to connect), every
-        (each future one), dialect:<name>, or a connection id. Returns how many."""
+        (each future one), or what `targets` takes. Returns how many."""
         if target == "next":
             self._next_faults.append(fault)
             return 1
@@ -557,7 +719,7 @@ class Simulator:
         self._next_faults.clear()
         self._every_faults.clear()
         for conn in self.connections.values():
-            conn.armed.clear()
+            conn.clear_faults()
 
     def set_rate(
         self,
@@ -578,20 +740,18 @@ class Simulator:
         self._rebase = True
         self._wake_pump.set()
 
-    def emit(self, dialect: str, topic: str, count: int = 1) -> int:
-        """Publish count messages on a topic now (whether or not anyone listens)."""
-        feed = self.feeds[dialect]
-        publisher = self.publishers.get((dialect, topic))
-        if publisher is None:
-            publisher = self.publishers[(dialect, topic)] = TopicPublisher(feed, topic)
+    def emit(self, dialect: str, topic: str, count: int = 1, group: str = DEFAULT_GROUP) -> int:
+        """Publish count messages on a group's topic now (whether or not anyone listens)."""
+        publisher = self.group(group).publisher(self.feeds[dialect], topic)
         publisher.emit(count)
         if publisher in self._active():
             publisher.base_count += count  # an emit does not eat into the scheduled rate
         return publisher.seq
 
-    def sent(self, dialect: str, topic: str) -> int:
-        """Messages published so far on a topic (its last sequence number)."""
-        publisher = self.publishers.get((dialect, topic))
+    def sent(self, dialect: str, topic: str, group: str = DEFAULT_GROUP) -> int:
+        """Messages published so far on a group's topic (its last sequence number)."""
+        found = self.groups.get(group)
+        publisher = found.publishers.get((dialect, topic)) if found else None
         return publisher.seq if publisher else 0
 
     def stats(self) -> dict[str, Any]:
@@ -605,13 +765,13 @@ class Simulator:
                 "burst_size": self.config.burst_size,
                 "burst_interval": self.config.burst_interval,
             },
-            "sent_per_topic": {
-                f"{p.dialect}:{p.topic}": p.seq for p in self.publishers.values() if p.seq
-            },
+            "sent_per_topic": {p.key: p.seq for p in self._all_publishers() if p.seq},
             "subscribers": {
-                f"{p.dialect}:{p.topic}": len(p.subscribers)
-                for p in self.publishers.values()
-                if p.subscribers
+                p.key: len(p.subscribers) for p in self._all_publishers() if p.subscribers
+            },
+            "groups": {
+                g.name: sorted(c.leg for c in self.connections.values() if c.group is g)
+                for g in self.groups.values()
             },
             "connections": [c.info() for c in self.connections.values()],
             "faults": {
@@ -649,7 +809,8 @@ class Simulator:
                 return {"ok": True, **self.stats()["rate"]}
             if name == "emit":
                 dialect = str(cmd.get("dialect", self.config.dialect))
-                seq = self.emit(dialect, str(cmd["topic"]), int(cmd.get("count", 1)))
+                group = str(cmd.get("group", DEFAULT_GROUP))
+                seq = self.emit(dialect, str(cmd["topic"]), int(cmd.get("count", 1)), group)
                 return {"ok": True, "seq": seq}
             if name == "close":
                 chosen = self.targets(cmd.get("target", "all"))
@@ -684,6 +845,15 @@ class Simulator:
             [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         )
         return Response(status.value, status.phrase, headers, data)
+
+
+def with_group(path: str, group: str | None = None, leg: str | None = None) -> str:
+    """path with `group=`/`leg=` query parameters added (a path may have a query)."""
+    params = [f"{k}={v}" for k, v in ((GROUP_PARAM, group), (LEG_PARAM, leg)) if v]
+    if not params:
+        return path
+    path = path or "/"
+    return path + ("&" if "?" in path else "?") + "&".join(params)
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
