@@ -1,9 +1,9 @@
 """`pip install` of the checkout (not editable) into a fresh virtualenv outside it works on
 its own: the wheel holds the shim library and the migrations and leaves the benchmarks and
 the test support out, and from a folder that is not the checkout `wsgw db upgrade` migrates
-a new SQLite database, `wsgw serve` answers /healthz and stops on SIGTERM, the installed
-`wsgw shim info` loads the library from site-packages, and `import gateway` imports nothing
-from `api`.
+a new SQLite database, `wsgw serve` (its hub's ring is the shim's) answers /healthz and
+stops on SIGTERM, the installed `wsgw shim info` loads the library from site-packages, and
+`import gateway` imports nothing from `api`.
 
 The new virtualenv gets the dependencies from this interpreter's site-packages (a .pth
 file): nothing is downloaded. The wheel is built from a copy of the checkout's files, so
@@ -174,10 +174,15 @@ def test_db_upgrade_then_serve_answers_healthz(installed: Installed) -> None:
     state = installed.cwd / "state"
     state.mkdir()
     port = free_port()
+    # The hub's ring is the shim's: serving proves the installed library loads. A small one
+    # under a name of this test's own, which the gateway removes at stop (and the test too).
+    gateway = f"wsgw-install-{os.getpid()}"
+    ring = Path("/dev/shm") / f"wsgw-{gateway}-messages"
     env = installed.env(
         WSGW_STATE_DIR=str(state),
         WSGW_DB__URL=f"sqlite:///{state / 'gateway.db'}",
-        WSGW_HUB__RING="false",  # a private ring: no file in /dev/shm
+        WSGW_HUB__GATEWAY=gateway,
+        WSGW_HUB__RING_CAPACITY=str(1 << 16),
     )
     proc = run([str(installed.wsgw), "db", "upgrade"], cwd=installed.cwd, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -195,12 +200,15 @@ def test_db_upgrade_then_serve_answers_healthz(installed: Installed) -> None:
     try:
         health = _get_when_up(f"http://127.0.0.1:{port}/healthz", server, timeout=90)
         assert health["status"] == "ok", health
+        assert ring.exists(), "the hub made no ring"
         server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0, log.read_text(errors="replace")[-3000:]
+        assert not ring.exists(), "the gateway left its ring behind"
     finally:
         if server.poll() is None:
             server.kill()
             server.wait(10)
+        ring.unlink(missing_ok=True)
 
 
 def _get_when_up(url: str, server: subprocess.Popen[bytes], timeout: float) -> dict[str, object]:
