@@ -33,7 +33,8 @@ import pytest
 from tests.deploy.helpers import REPO, run
 from wsgw_bench.servers import free_port
 
-pytestmark = pytest.mark.slow
+# The wheel build compiles the shim: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: What must not be in the wheel: the benchmarks and what only tests and benchmarks use.
 NOT_SHIPPED = ("wsgw_bench/", "tests/", "gateway/bench/", "gateway/hub/testing.py")
