@@ -47,8 +47,10 @@ $(STAMPS)/apt: Makefile
 	fi
 	@touch $@
 
+# The venv holds wsgw editable with its dev tools, and beside it wsgw_bench (the benchmarks
+# and the servers tests start), which the wsgw wheel leaves out.
 venv: $(STAMPS)/venv
-$(STAMPS)/venv: pyproject.toml setup.py | $(STAMPS)/apt
+$(STAMPS)/venv: pyproject.toml setup.py wsgw_bench/pyproject.toml | $(STAMPS)/apt
 	@mkdir -p $(STAMPS)
 	@if [ ! -x $(PY) ]; then \
 	  $(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -56,7 +58,7 @@ $(STAMPS)/venv: pyproject.toml setup.py | $(STAMPS)/apt
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv && $(PYTHON) -m venv $(VENV); }; \
 	fi
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./wsgw_bench
 	@touch $@
 
 # Rebuild the shim whenever a C source changed (the loader refuses a stale library).

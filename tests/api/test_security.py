@@ -34,12 +34,12 @@ from api.app import create_app
 from api.auth import AuthFailureLimiter, UnsafeSettingsError
 from api.security import SecretRedactingFilter, redact_secrets
 from gateway.hub import Hub
-from gateway.hub.testing import ServerThread, free_port, gateway_app
 from gateway.runtime import DetachedRuntime
 from gateway.settings import Settings
 from tests.api.conftest import BASE_URL, WS_BASE, make_settings
 from tests.api.test_cli import SERVE
 from tests.host.fakesys import FakeHost
+from wsgw_bench.servers import ServerThread, free_port, gateway_app
 
 EVIL = "https://evil.example"
 SESSION = {

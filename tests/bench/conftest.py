@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.bench.peers import WsPeer
+from wsgw_bench.peers import WsPeer
 
 
 @pytest.fixture(scope="module")
 def ws_peer() -> Iterator[WsPeer]:
-    """bench/peer/wspeer (echo) on loopback, built with gcc (skipped without it)."""
+    """wsgw_bench/peer/wspeer (echo) on loopback, built with gcc (skipped without it)."""
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
     peer = WsPeer.start(host="127.0.0.1")

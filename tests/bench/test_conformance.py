@@ -11,9 +11,9 @@ from contextlib import closing
 import pytest
 
 from dataplane.transports.kernel import connect_kernel
-from gateway.bench.conformance import CaseVerdict, Grade, run_suite
-from gateway.bench.core import BenchOptions, unique_lab_name
 from gateway.lab import Lab
+from wsgw_bench.conformance import CaseVerdict, Grade, run_suite
+from wsgw_bench.core import BenchOptions, unique_lab_name
 
 
 def verdict(case: str, behavior: str, close: str = "OK") -> CaseVerdict:

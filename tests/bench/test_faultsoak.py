@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.core import BenchOptions
-from gateway.bench.faultsoak import (
+from gateway.lab import Lab
+from tests.conftest import requires_dpdk
+from wsgw_bench.core import BenchOptions
+from wsgw_bench.faultsoak import (
     KILL,
     LINK,
     FeedLedger,
@@ -32,8 +34,6 @@ from gateway.bench.faultsoak import (
     run_faultsoak,
     schedule,
 )
-from gateway.lab import Lab
-from tests.conftest import requires_dpdk
 
 QUICK = plan_for(BenchOptions(quick=True))
 NETNS_AT_START = os.readlink("/proc/self/ns/net")

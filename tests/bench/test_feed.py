@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.core import BenchOptions
-from gateway.bench.feed import (
+from gateway.lab import Lab
+from gateway.simulator.feeds import FEEDS
+from tests.conftest import requires_dpdk
+from wsgw_bench.core import BenchOptions
+from wsgw_bench.feed import (
     CONTENDERS,
     DIRECT,
     DPDK_NATS,
@@ -31,10 +34,7 @@ from gateway.bench.feed import (
     run_feed,
     sim_tail,
 )
-from gateway.hub.testing import nats_server_binary
-from gateway.lab import Lab
-from gateway.simulator.feeds import FEEDS
-from tests.conftest import requires_dpdk
+from wsgw_bench.servers import nats_server_binary
 
 QUICK = plan_for(BenchOptions(quick=True))
 RING_CONTENDERS = (DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING)
@@ -189,8 +189,8 @@ def test_quick_mode_is_short() -> None:
 
 
 def test_make_bench_runs_it() -> None:
-    from gateway.bench.cli import _load_scenarios
-    from gateway.bench.core import SCENARIOS
+    from wsgw_bench.cli import _load_scenarios
+    from wsgw_bench.core import SCENARIOS
 
     _load_scenarios()
     assert SCENARIOS["feed"].in_all and SCENARIOS["feed"].needs_root

@@ -1,4 +1,4 @@
-"""The C benchmark peers (bench/peer/): they build, and answer real clients on 127.0.0.1."""
+"""The C benchmark peers (wsgw_bench/peer/): they build, and answer real clients on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench import peers
-from gateway.bench.peers import UdpSink, WsPeer, udpsend
+from wsgw_bench import peers
+from wsgw_bench.peers import UdpSink, WsPeer, udpsend
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.bench.core import BenchOptions, Measurement
-from gateway.bench.udp import DPDK, SENDMMSG, SENDTO, udp_pps
-from gateway.bench.ws_scenarios import connect, ingest, rtt
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
+from wsgw_bench.core import BenchOptions, Measurement
+from wsgw_bench.udp import DPDK, SENDMMSG, SENDTO, udp_pps
+from wsgw_bench.ws_scenarios import connect, ingest, rtt
 
 pytestmark = [
     requires_dpdk,

@@ -9,14 +9,14 @@ import os
 
 import pytest
 
-from gateway.bench.core import SCENARIOS, BenchOptions, Measurement
-from gateway.bench.report import write_results
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
+from wsgw_bench.core import SCENARIOS, BenchOptions, Measurement
+from wsgw_bench.report import write_results
 
 
 def _load() -> None:
-    from gateway.bench import cli
+    from wsgw_bench import cli
 
     cli._load_scenarios()
 

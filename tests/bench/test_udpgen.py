@@ -15,7 +15,7 @@ from dataplane.wire.addr import ip_to_int
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import Ipv4Repr
 from dataplane.wire.udp import UdpRepr
-from gateway.bench.udp import udp_template
+from wsgw_bench.udp import udp_template
 
 SHIM = Path(__file__).resolve().parents[2] / "dataplane" / "shim"
 MAC_A, MAC_B = bytes.fromhex("020000000001"), bytes.fromhex("020000000002")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gateway.bench import ws_runner
-from gateway.bench.peers import REPO, WsPeer
-from gateway.bench.ws_runner import IngestCheck, percentile, run_loop, run_test, summary
+from wsgw_bench import ws_runner
+from wsgw_bench.peers import REPO, WsPeer
+from wsgw_bench.ws_runner import IngestCheck, percentile, run_loop, run_test, summary
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -117,7 +117,7 @@ def test_runner_process_prints_json(peer: WsPeer) -> None:
         [
             sys.executable,
             "-m",
-            "gateway.bench.ws_runner",
+            "wsgw_bench.ws_runner",
             "--contender",
             contender,
             "--test",

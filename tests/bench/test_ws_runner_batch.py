@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataplane.ws.events import Message, MessageBatch
-from gateway.bench import ws_runner
-from gateway.bench.peers import WsPeer
-from gateway.bench.ws_runner import IngestCheck, run_loop, run_test
+from wsgw_bench import ws_runner
+from wsgw_bench.peers import WsPeer
+from wsgw_bench.ws_runner import IngestCheck, run_loop, run_test
 
 
 def payload(seq: int, size: int) -> bytes:

@@ -16,9 +16,9 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from dataplane.transports.kernel import KernelWebSocket
-from gateway.bench import ws_runner, ws_scenarios
-from gateway.bench.ws_runner import run_loop, run_test
 from tests.conftest import requires_dpdk, run_in_loop
+from wsgw_bench import ws_runner, ws_scenarios
+from wsgw_bench.ws_runner import run_loop, run_test
 
 CALLBACK_NAMES = [
     "wsgw kernel (callbacks)",

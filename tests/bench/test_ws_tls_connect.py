@@ -1,4 +1,4 @@
-"""The wss:// part of `connect`: the TLS peer (gateway/bench/tls_peer.py) serves a verified
+"""The wss:// part of `connect`: the TLS peer (wsgw_bench/tls_peer.py) serves a verified
 wss:// echo and refuses clients that do not trust its CA; every kernel-side adapter opens
 wss:// through the runner with certificate verification on; and the scenario, in --quick
 mode in a lab of its own, has WSS rows for every WebSocket contender."""
@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gateway.bench import ws_runner
-from gateway.bench.peers import WsPeer
-from gateway.bench.tls_peer import TlsPeer
-from gateway.bench.ws_runner import run_loop, run_test
 from tests.bench.test_scenarios import by_metric, first_notes
 from tests.bench.test_scenarios import run as run_scenario
 from tests.conftest import requires_dpdk
+from wsgw_bench import ws_runner
+from wsgw_bench.peers import WsPeer
+from wsgw_bench.tls_peer import TlsPeer
+from wsgw_bench.ws_runner import run_loop, run_test
 
 KERNEL_ADAPTERS = ("picows", "aiohttp", "websockets", "wsgw-kernel")
 WS_CONTENDERS = (
@@ -230,7 +230,7 @@ def test_wsgw_dpdk_hook_gets_the_tls_options() -> None:
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 @pytest.mark.usefixtures("eal")
 def test_connect_scenario_has_wss_rows() -> None:
-    from gateway.bench.ws_scenarios import connect
+    from wsgw_bench.ws_scenarios import connect
 
     before = _peer_dirs()
     results = run_scenario(connect, "w")

@@ -23,9 +23,9 @@ import pytest
 
 from dataplane.engine import Engine
 from dataplane.transports.dpdk import connect_dpdk
-from gateway.bench.conformance import ALL_CASES, CASES, run_suite
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
+from wsgw_bench.conformance import ALL_CASES, CASES, run_suite
 
 pytest.importorskip("kosoku")
 pytestmark = [requires_dpdk, pytest.mark.dpdk, pytest.mark.slow]

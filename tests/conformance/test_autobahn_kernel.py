@@ -3,7 +3,7 @@ Autobahn case files on Python 3, in a process of its own on a free port) drives 
 through every client case, 1-7, 9, 10, 12 and 13 (517, with the permessage-deflate cases
 12.*.6-18 and 13.*.6-18 that echo 1000 messages of up to 128 KiB each).
 
-Graded by `gateway.bench.conformance.Grade`: no case FAILED, NON-STRICT or UNIMPLEMENTED
+Graded by `wsgw_bench.conformance.Grade`: no case FAILED, NON-STRICT or UNIMPLEMENTED
 (INFORMATIONAL is what the RFC leaves open, and is only printed).
 
 Run time: 13.4 min for the 517 cases in one run with 2 CPUs shared with other work (load
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.bench.conformance import ALL_CASES, KERNEL_SHARDS, run_kernel_suite
+from wsgw_bench.conformance import ALL_CASES, KERNEL_SHARDS, run_kernel_suite
 
 pytest.importorskip("kosoku")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 
 import pytest
 
@@ -184,3 +185,17 @@ def test_readme_documents_every_deploy_file() -> None:
         if name in {"README.md"}:
             continue
         assert f"`{name}" in readme or f"`{path.name}`" in readme, f"README lacks {name}"
+
+
+def test_the_build_copies_the_wheel_sources_and_nothing_else(dockerfile: Dockerfile) -> None:
+    """`pip install .` needs the build files and the packages the wheel ships: the
+    migrations come as package data (no copy into site-packages), and neither the benchmarks
+    (wsgw_bench) nor the tests enter the image."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    include = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in include}
+    copied: set[str] = set()
+    for inst in dockerfile.stage("build").all("COPY"):
+        copied |= {word.rstrip("/") for word in inst.args.split()[:-1]}
+    assert copied == {"pyproject.toml", "setup.py", project["project"]["readme"]} | packages
+    assert "site-packages" not in DOCKERFILE.read_text(encoding="utf-8")

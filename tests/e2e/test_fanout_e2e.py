@@ -25,12 +25,12 @@ import uvicorn
 from api.app import create_app
 from dataplane.ring import ring_name
 from gateway.cli_serve import build_runtime
-from gateway.hub.testing import NatsServer, nats_server_binary
 from gateway.lab import Lab
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.conftest import requires_dpdk
 from tests.integration.test_nats_sink import Subscriber
+from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]

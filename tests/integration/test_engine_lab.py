@@ -27,7 +27,7 @@ from gateway.lab import Lab
 from gateway.settings import Settings
 from tests.conftest import requires_dpdk
 from tests.integration.test_stack_kernel import MB, PEER_SERVER
-from tests.utils.peer_server import payload
+from wsgw_bench.peer_server import payload
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 

@@ -25,7 +25,7 @@ from dataplane.ring import SHM_DIR, RingWriter
 from gateway.hub import Hub, ring_topic
 from gateway.hub.names import nats_gap_subject, nats_subject
 from gateway.hub.nats import NatsConfig, NatsSink
-from gateway.hub.testing import NatsServer, ServerThread, gateway_app, nats_server_binary
+from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
 
 RING = f"wsgw-test-{os.getpid()}-ringwriters"
 LONG = "depth@" + "x" * 80  # its ring name is shortened (hash suffix)

@@ -26,7 +26,7 @@ from dataplane.ring import SHM_DIR, RingWriter
 from gateway.hub import Hub, ring_topics
 from gateway.hub.consumer import ConsumerStats
 from gateway.hub.nats import NatsConfig, NatsSink
-from gateway.hub.testing import NatsServer, ServerThread, gateway_app, nats_server_binary
+from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
 
 CTX = mp.get_context("spawn")
 RING = f"wsgw-test-{os.getpid()}-hubstream"

@@ -15,7 +15,7 @@ import pytest
 from gateway.hub import Hub
 from gateway.hub.names import nats_subject
 from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
-from gateway.hub.testing import NatsServer, free_port, nats_server_binary
+from wsgw_bench.servers import NatsServer, free_port, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None,

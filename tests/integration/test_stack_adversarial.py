@@ -22,7 +22,7 @@ from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
 from tests.integration.test_stack_kernel import MB, Stack
-from tests.utils.peer_server import payload
+from wsgw_bench.peer_server import payload
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 

@@ -1,6 +1,6 @@
 """The user-space stack against the Linux kernel's TCP, through a real DPDK port.
 
-The peer is a kernel TCP server (tests/utils/peer_server.py, standard library only) in the
+The peer is a kernel TCP server (wsgw_bench/peer_server.py, standard library only) in the
 lab namespace; the stack runs in this process on a net_af_packet port on the lab's veth.
 This is the slow path alone (every segment through Python); the engine's fast path has its
 own tests.
@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -26,10 +25,11 @@ from dataplane.stack.tcp_errors import TcpError, TcpRefusedError
 from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
-from tests.utils.peer_server import payload
+from wsgw_bench import peer_server
+from wsgw_bench.peer_server import payload
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
-PEER_SERVER = str(Path(__file__).parents[1] / "utils" / "peer_server.py")
+PEER_SERVER = peer_server.__file__  # run as a script in the lab namespace
 MB = 1 << 20
 
 

@@ -15,13 +15,13 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from api.app import create_app
 from gateway.hub import Hub
-from gateway.hub.testing import ServerThread
 from gateway.runtime import SessionSpec, SessionState
 from gateway.runtime_live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.settings import Settings
 from gateway.simulator import Fault, SimConfig, Simulator
 from tests.integration.test_sessions_helpers import run, until
+from wsgw_bench.servers import ServerThread
 
 TOPIC = "ethusdt@depth"
 

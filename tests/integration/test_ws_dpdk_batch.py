@@ -1,5 +1,5 @@
 """Batch receive over the user-space stack on a real DPDK port: the C flood peer
-(bench/peer/wspeer.c) in the lab namespace sends sequence-numbered binary messages, the
+(wsgw_bench/peer/wspeer.c) in the lab namespace sends sequence-numbered binary messages, the
 DPDK transport hands them out as MessageBatches (`recv_frames`), every sequence number is
 checked in C, and the per-message API on the same connection type still works."""
 
@@ -13,9 +13,9 @@ from dataplane.engine import Engine
 from dataplane.shim._bind_ws import SeqCheck
 from dataplane.transports.dpdk import connect_dpdk
 from dataplane.ws.errors import ConnectionClosedOK
-from gateway.bench.peers import WsPeer
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
+from wsgw_bench.peers import WsPeer
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 COUNT = 50_000

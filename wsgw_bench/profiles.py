@@ -1,6 +1,6 @@
 """The two latency profiles measured against each other, alternated in one run:
 
-    python -m gateway.bench.profiles [--rounds 2] [--rate 1000] [--seconds 20] [--idle 10]
+    python -m wsgw_bench.profiles [--rounds 2] [--rate 1000] [--seconds 20] [--idle 10]
         [--contender LABEL=PROFILE[,WSGW_X=V...]]...   (default: the two profiles as they are)
 
 Per phase (a profile; phases alternate A B, B A, ...): a `wsgw serve` process with

@@ -1,12 +1,12 @@
 """The wss:// peer of the `connect` scenario: a TLS WebSocket echo server.
 
-    python -m gateway.bench.tls_peer HOST PORT CERT KEY
+    python -m wsgw_bench.tls_peer HOST PORT CERT KEY
 
 serves wss:// on HOST:PORT (PORT 0: any free port) with the certificate chain CERT and its
 key KEY, echoes every message, prints `ready port=N server websockets 16.0 on uvloop
 0.23.0` (the port, what it runs) once it listens, and runs until killed.
 
-The C peer (bench/peer/wspeer.c) speaks plain ws:// only, so the TLS peer is the
+The C peer (wsgw_bench/peer/wspeer.c) speaks plain ws:// only, so the TLS peer is the
 `websockets` library's asyncio server (on uvloop when installed), with permessage-deflate
 off. Every wss:// contender meets this same process, so its own cost is the same for all.
 
@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.peers import (
+from gateway.lab import Lab
+from gateway.simulator.tls import TlsFiles, ensure_certs
+from wsgw_bench.peers import (
     REPO,
     PeerError,
     _Process,
@@ -41,8 +43,6 @@ from gateway.bench.peers import (
     _stop,
     python_module,
 )
-from gateway.lab import Lab
-from gateway.simulator.tls import TlsFiles, ensure_certs
 
 __all__ = ["TlsPeer", "main"]
 
@@ -87,7 +87,7 @@ class TlsPeer(_Process):
         try:
             files = ensure_certs(directory, list(names))
             cmd, env = python_module(
-                "gateway.bench.tls_peer", host, str(port), str(files.cert), str(files.key)
+                "wsgw_bench.tls_peer", host, str(port), str(files.cert), str(files.key)
             )
             proc = _start(lab, cmd, "tls peer", stdout=subprocess.PIPE, cwd=str(REPO), env=env)
             try:

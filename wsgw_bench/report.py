@@ -6,7 +6,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from gateway.bench.core import Measurement, render_table, to_json
+from wsgw_bench.core import Measurement, render_table, to_json
 
 PERCENTILE = re.compile(r"^(?P<base>.*?)\s*(?P<p>p50|p99\.9|p999|p99)\b(?P<rest>.*)$")
 

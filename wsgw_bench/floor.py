@@ -23,8 +23,8 @@ import shutil
 import subprocess
 import time
 
-from gateway.bench.core import BenchOptions, Measurement, scenario
 from gateway.lab import Lab
+from wsgw_bench.core import BenchOptions, Measurement, scenario
 
 KERNEL = "kernel (twin veth)"
 TESTPMD = "DPDK testpmd icmpecho (C, busy poll)"

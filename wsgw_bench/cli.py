@@ -10,12 +10,12 @@ from typing import Annotated
 
 import typer
 
-from gateway.bench import core
+from wsgw_bench import core
 
 
 def _load_scenarios() -> None:
     # Importing registers them.
-    from gateway.bench import (  # noqa: F401
+    from wsgw_bench import (  # noqa: F401
         conformance,
         fanout,
         faultsoak,
@@ -28,8 +28,8 @@ def _load_scenarios() -> None:
         udp,
         ws_scenarios,
     )
-    from gateway.bench.core import scenario
-    from gateway.bench.ring import bench_ring
+    from wsgw_bench.core import scenario
+    from wsgw_bench.ring import bench_ring
 
     if "ring" not in core.SCENARIOS:
         scenario("ring", "shared-memory message ring: write+read ns/op, msg/s, in/cross-process")(
@@ -113,7 +113,7 @@ def bench(
     print(f"{_progress(len(names), len(names), started)} done", flush=True)
     print(core.render_table(results))
     if out is not None:
-        from gateway.bench.report import write_results
+        from wsgw_bench.report import write_results
 
         command = "wsgw bench " + " ".join(sys.argv[2:])
         for path in write_results(results, out, command):

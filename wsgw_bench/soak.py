@@ -47,8 +47,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 from gateway.simulator.process import start_simulator
+from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 
 SCENARIO = "soak"
 TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "bnbusdt@depth")
@@ -314,11 +314,11 @@ def soak(options: BenchOptions) -> list[Measurement]:
     from dataplane.ring import RingWriter
     from gateway.engines import DpdkEngines
     from gateway.hub import Hub, ring_topics
-    from gateway.hub.testing import ServerThread, gateway_app
     from gateway.lab import Lab
     from gateway.runtime import PortSpec, SessionSpec, SessionState
     from gateway.runtime_live import LiveRuntime
     from gateway.settings import Settings
+    from wsgw_bench.servers import ServerThread, gateway_app
 
     plan = plan_for(options)
     # A lab of its own: `wsgw bench` runs share the default name "bench", and another one

@@ -19,7 +19,7 @@ from dataplane.ws.scan import (
     mask_py,
     resolve,
 )
-from gateway.bench.core import Measurement, alternate, time_per_op
+from wsgw_bench.core import Measurement, alternate, time_per_op
 
 _C = "shim (C via ctypes)"
 _PY = "pure Python"

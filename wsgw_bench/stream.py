@@ -1,6 +1,6 @@
 """`stream`: bulk TCP receive from the same kernel peer, DPDK engine vs the kernel.
 
-The peer (tests/utils/peer_server.py, `source` mode) runs in the lab namespace. Contenders:
+The peer (wsgw_bench/peer_server.py, `source` mode) runs in the lab namespace. Contenders:
 - the engine on a DPDK port (net_af_packet) with the C fast path,
 - the same engine with the fast path off (every segment through the Python slow path),
 - a kernel TCP socket reading the same stream: a client in the lab's twin namespace,
@@ -19,9 +19,10 @@ import time
 from functools import partial
 from pathlib import Path
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
 
-PEER_SERVER = Path(__file__).resolve().parents[2] / "tests" / "utils" / "peer_server.py"
+# Run as a script in the lab namespace: it needs nothing but the standard library.
+PEER_SERVER = Path(__file__).resolve().with_name("peer_server.py")
 SEED = 4
 
 KERNEL_CLIENT = """
@@ -36,8 +37,7 @@ print(n, time.perf_counter() - start, d.hexdigest(), flush=True)
 
 
 def _expected_digest(size: int) -> str:
-    sys.path.insert(0, str(PEER_SERVER.parent))
-    from peer_server import payload  # type: ignore[import-not-found]
+    from wsgw_bench.peer_server import payload
 
     return hashlib.sha256(payload(size, SEED)).hexdigest()
 
@@ -121,9 +121,7 @@ def _memory_run(size: int) -> tuple[float, str]:
     from dataplane.stack.iface import Interface
     from dataplane.stack.runner import StackRunner
     from dataplane.stack.tcp import TcpConfig
-
-    sys.path.insert(0, str(PEER_SERVER.parent))
-    from peer_server import payload
+    from wsgw_bench.peer_server import payload
 
     data = payload(size, SEED)
     a, b = memory_link_pair()

@@ -52,7 +52,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
 
 SCENARIO = "fanout"
 RING, WEBSOCKET, NATS, RELAY = "ring", "websocket /v1/stream", "nats", "picows relay"
@@ -404,7 +404,7 @@ def _client_list(clients: list[Any]) -> Callable[[Any], Any]:
 async def _feed(conn: Connection) -> None:
     import picows
 
-    from gateway.hub.testing import free_port
+    from wsgw_bench.servers import free_port
 
     clients: list[Any] = []
     port = free_port()
@@ -442,7 +442,7 @@ def relay_main(conn: Connection, upstream: str) -> None:
 async def _relay(conn: Connection, upstream: str) -> None:
     import picows
 
-    from gateway.hub.testing import free_port
+    from wsgw_bench.servers import free_port
 
     downstream: list[Any] = []
     text = picows.WSMsgType.TEXT
@@ -532,7 +532,7 @@ class Gateway:
     and a token; a nats-server when the binary is there."""
 
     def __init__(self) -> None:
-        from gateway.hub.testing import NatsServer, ServerThread, gateway_app, nats_server_binary
+        from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
 
         self.dir = Path(tempfile.mkdtemp(prefix="wsgw-bench-fanout-"))
         self.app = gateway_app(self.dir, None)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, format_value
+from wsgw_bench.core import BenchOptions, Measurement, alternate, format_value
 
 SCENARIO = "ring"
 SIZES = (100, 1460)

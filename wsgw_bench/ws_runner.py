@@ -1,13 +1,13 @@
 """One WebSocket client contender running one benchmark test, as the `connect`, `rtt` and
-`ingest` scenarios (gateway/bench/ws_scenarios.py) need it.
+`ingest` scenarios (wsgw_bench/ws_scenarios.py) need it.
 
-    python -m gateway.bench.ws_runner --contender picows --test rtt \\
+    python -m wsgw_bench.ws_runner --contender picows --test rtt \\
         --url ws://198.19.7.1:7300 --params '{"count": 1000, "warmup": 100, "sizes": [64]}'
 
 prints one JSON line: {"ok": true, "contender": ..., "version": ..., "results": {...}}, or
 {"ok": false, "skip": why} when the library is missing, or {"ok": false, "error": why}.
 The scenarios start it inside the lab's kernel-client namespace, so every kernel-side
-contender meets the same peer (bench/peer/wspeer.c) over the same veth pair; the DPDK
+contender meets the same peer (wsgw_bench/peer/wspeer.c) over the same veth pair; the DPDK
 contender runs in the scenario's own process through the same `run_test`.
 
 Each library is used the way its documentation shows: picows through its listener
@@ -229,7 +229,7 @@ def _require(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ContenderUnavailable(
-            f"{module} is not installed (pip install 'wsgw[bench]'): {exc}"
+            f"{module} is not installed (pip install -e ./wsgw_bench): {exc}"
         ) from exc
 
 

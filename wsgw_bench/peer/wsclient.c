@@ -12,7 +12,7 @@
  * round-trip number, then 'r' up to SIZE, as the Python contenders send), each echo
  * compared with what was sent. Prints one JSON line: {"ok": true, "results": {"SIZE": {"n",
  * "p50", "p99", "p999", "max", "mismatches"}, ...}} with nanoseconds, the nearest-rank
- * percentiles of gateway/bench/ws_runner.py. The masking keys come from getrandom(2).
+ * percentiles of wsgw_bench/ws_runner.py. The masking keys come from getrandom(2).
  *
  * Build: gcc -O2 -Wall -Wextra -Werror -std=gnu11 -o wsclient wsclient.c
  */

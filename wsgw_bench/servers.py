@@ -1,4 +1,4 @@
-"""Processes and servers the hub's tests and benchmark start, and always stop.
+"""Processes and servers the tests and the benchmarks start, and always stop.
 
 `NatsServer` runs the `nats-server` binary (Debian package nats-server) on a free loopback
 port, JetStream optional, in a temporary folder it removes. `ServerThread` runs uvicorn with

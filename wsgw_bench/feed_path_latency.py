@@ -1,6 +1,6 @@
 """Feed latency, C feed path against the Python path, alternated in one run.
 
-    python bench/feed_path_latency.py [--rates 1000,10000] [--seconds 4] [--rounds 2]
+    python -m wsgw_bench.feed_path_latency [--rates 1000,10000] [--seconds 4] [--rounds 2]
 
 The feed simulator (binance dialect, one topic, `sim_ts` = its send time in each message)
 runs in a lab's peer namespace; a DPDK session (default engine settings, the engine's own
@@ -25,8 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # the source checkout: the children's cwd
 
 CONSUMER = r"""
 import json, signal, sys, time
@@ -179,18 +178,18 @@ def main() -> None:
     for rate in rates:
         row = {}
         for path in ("python", "c"):
-            values = results.get((path, rate), [])
-            if not values:
+            latencies = results.get((path, rate), [])
+            if not latencies:
                 print(f"{rate:>6} {path:>7} no messages")
                 continue
-            p50, p90 = percentile(values, 0.5), percentile(values, 0.9)
-            p99 = percentile(values, 0.99)
+            p50, p90 = percentile(latencies, 0.5), percentile(latencies, 0.9)
+            p99 = percentile(latencies, 0.99)
             row[path] = (p50, p99)
             fed_n = sum(fed[s] for s, (p, r) in plan.items() if p == path and r == rate)
             st = stamped[(path, rate)]
             s50, s99 = percentile(st, 0.5), percentile(st, 0.99)
             print(
-                f"{rate:>6} {path:>7} {len(values):>7} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}"
+                f"{rate:>6} {path:>7} {len(latencies):>7} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f}"
                 f" {s50:>9.1f} {s99:>9.1f}  {fed_n}"
             )
         if len(row) == 2:

@@ -1,8 +1,8 @@
-"""`connect`, `rtt`, `ingest`: WebSocket clients against one C peer (bench/peer/wspeer.c).
+"""`connect`, `rtt`, `ingest`: WebSocket clients against one C peer (wsgw_bench/peer/wspeer.c).
 
 The peer runs in the lab namespace and answers on both of its veth ends. Contenders:
 - picows (the reference: the fastest kernel-side Python client), aiohttp, websockets,
-  each on uvloop, each in a fresh process (gateway/bench/ws_runner.py) in the lab's
+  each on uvloop, each in a fresh process (wsgw_bench/ws_runner.py) in the lab's
   kernel-client namespace, over a veth pair with the same offloads off;
 - wsgw's own clients through the `wsgw_contenders()` hook: the kernel transport
   (`dataplane.transports.kernel`, run like the libraries) and the DPDK transport
@@ -16,10 +16,10 @@ The peer runs in the lab namespace and answers on both of its veth ends. Contend
   on the DPDK engine (on its thread, and on the engine loop), so the upgrade's share of
   the open time shows;
 - for `connect`, every WebSocket contender also opens wss:// (TCP connect + TLS handshake +
-  upgrade) against a second peer, gateway/bench/tls_peer.py (the `websockets` library's
+  upgrade) against a second peer, wsgw_bench/tls_peer.py (the `websockets` library's
   TLS server: the C peer has no TLS), right after its ws:// opens in the same run; the
   certificate comes from a CA minted for the run, and every client verifies it;
-- for `rtt` only: the floor, bench/peer/wsclient.c, a C client over kernel TCP that
+- for `rtt` only: the floor, wsgw_bench/peer/wsclient.c, a C client over kernel TCP that
   busy-polls its socket (no wake-up, next to no work per message): what a round trip costs
   on this link with this peer; no Python client can go below it.
 Contenders alternate within each repetition; every echo and every flood sequence number is
@@ -45,10 +45,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
-from gateway.bench.peers import REPO, PeerError, WsPeer, build, python_module
-from gateway.bench.tls_peer import TlsPeer
-from gateway.bench.ws_runner import (
+from gateway.lab import Lab
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.peers import REPO, PeerError, WsPeer, build, python_module
+from wsgw_bench.tls_peer import TlsPeer
+from wsgw_bench.ws_runner import (
     BATCH_SUFFIX,
     CALLBACKS_MARK,
     Adapter,
@@ -62,7 +63,6 @@ from gateway.bench.ws_runner import (
     wsgw_callback_contenders,
     wsgw_contenders,
 )
-from gateway.lab import Lab
 
 __all__ = ["connect", "ingest", "rtt", "wsgw_contenders"]
 
@@ -121,7 +121,7 @@ class Contender:
     runner: str | None = None  # ws_runner contender, run in the kernel-client namespace
     # kernel | dpdk | dpdk-loop (on the engine's own loop) | stack | stack-loop (the DPDK
     # engine's TCP, no WebSocket, on its thread or on its loop) | stack-c-echo (the
-    # engine's C alone per round trip) | native (bench/peer/wsclient)
+    # engine's C alone per round trip) | native (wsgw_bench/peer/wsclient)
     transport: str = "kernel"
     skip: str = ""  # why it cannot run (it then keeps a note and no sample)
     loop: str = "uvloop"  # what the next run asks for: uvloop | asyncio
@@ -160,7 +160,7 @@ def run_in_client_ns(
 ) -> dict[str, Any]:
     """One ws_runner process in the lab's kernel-client namespace; its JSON answer."""
     cmd, env = python_module(
-        "gateway.bench.ws_runner",
+        "wsgw_bench.ws_runner",
         "--contender",
         runner,
         "--test",
@@ -262,7 +262,7 @@ class DpdkSide:
 
     def rx_latency_note(self) -> str:
         """RX burst -> data_received (and its in-C part) of the last engine-loop run."""
-        from gateway.bench.ws_runner import summary
+        from wsgw_bench.ws_runner import summary
 
         protocol = summary(list(self.engine.rx_to_protocol_ns))
         in_c = summary(list(self.engine.fastpath.rx_to_return_ns))
@@ -287,7 +287,7 @@ class DpdkSide:
         the engine's batch sees it), each connection closed before the next."""
         from dataplane.stack.tcp import TcpState
         from dataplane.wire.addr import ip_to_int
-        from gateway.bench.ws_runner import summary
+        from wsgw_bench.ws_runner import summary
 
         engine = self.engine
         remote = ip_to_int(self.lab.peer_ip)
@@ -332,7 +332,7 @@ class DpdkSide:
         from wsproto.frame_protocol import FrameProtocol
 
         from dataplane.transports.dpdk import connect_dpdk
-        from gateway.bench.ws_runner import rtt_payload, summary
+        from wsgw_bench.ws_runner import rtt_payload, summary
 
         engine = self.engine
 
@@ -372,7 +372,7 @@ class DpdkSide:
         """TCP connect times of the stack (SYN out to ESTABLISHED), on the engine thread."""
         from dataplane.stack.tcp import TcpState
         from dataplane.wire.addr import ip_to_int
-        from gateway.bench.ws_runner import summary
+        from wsgw_bench.ws_runner import summary
 
         engine = self.engine
         remote = ip_to_int(self.lab.peer_ip)
@@ -480,7 +480,7 @@ def _contenders(test: str) -> list[Contender]:
             Contender(
                 lib,
                 runner=lib,
-                skip=f"skipped: {lib} is not installed (pip install 'wsgw[bench]')"
+                skip=f"skipped: {lib} is not installed (pip install -e ./wsgw_bench)"
                 if missing
                 else "",
             )
@@ -617,13 +617,13 @@ def _run_one(
 def _run_floor_client(
     c: Contender, lab: Lab, peer: WsPeer, run_params: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """bench/peer/wsclient in the kernel-client namespace: its JSON results, or None."""
+    """wsgw_bench/peer/wsclient in the kernel-client namespace: its JSON results, or None."""
     try:
         binary = build("wsclient")
     except PeerError as exc:
         c.skip = f"skipped: {exc}"
         return None
-    c.version = "bench/peer/wsclient.c"
+    c.version = "wsgw_bench/peer/wsclient.c"
     cmd = [
         str(binary),
         lab.peer_client_ip,

@@ -1,14 +1,14 @@
 """`udp-pps`: UDP transmit packets/s for small payloads, DPDK burst TX vs the kernel.
 
 Same payload (sequence number, run tag, then 'x'), same receiver: `udpsink` (recvmmsg,
-bench/peer/udpsink.c) in the lab namespace, which counts every datagram and checks that
+wsgw_bench/peer/udpsink.c) in the lab namespace, which counts every datagram and checks that
 each sequence number arrived once. Contenders:
 - DPDK burst TX from C (dataplane/shim/udpgen.c) on the lab's DPDK port: mbufs allocated
   in bulk, the template copied in, sequence number and UDP checksum stamped per packet,
   rte_eth_tx_burst in bursts of 64;
 - the kernel, `sendmmsg()` of 64 datagrams per call (the reference: the best a kernel
   socket does) and `sendto()` once per datagram (the old tool's loop), both in C
-  (bench/peer/udpsend.c), from the lab's kernel-client namespace to the same peer.
+  (wsgw_bench/peer/udpsend.c), from the lab's kernel-client namespace to the same peer.
 Transmit rate = datagrams the sender handed over / its own elapsed time; "delivered" is
 the share the receiver got, each sequence number once. The peer's /proc/net/snmp Udp
 counters (checksum errors, receive-buffer drops) are reported in the notes.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario
-from gateway.bench.peers import UdpSink, udpsend
 from gateway.lab import Lab
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.peers import UdpSink, udpsend
 
 PAYLOADS = (18, 64)
 DPDK = "DPDK burst TX (C)"

@@ -8,7 +8,7 @@ import os
 import struct
 from collections.abc import Callable
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
 
 OLD_CLIENT = {
     "lookup": "old C client: hash lookup 1.9 ns",
@@ -159,7 +159,7 @@ def micro(options: BenchOptions) -> list[Measurement]:
                 results.append(lookup)
         finally:
             fastpath.close()
-    from gateway.bench.ws_micro import bench_ws_scan
+    from wsgw_bench.ws_micro import bench_ws_scan
 
     results += bench_ws_scan(options.quick)
     return results

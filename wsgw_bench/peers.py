@@ -1,11 +1,11 @@
-"""The benchmark peers: small C programs in bench/peer/, built on demand, run in the lab.
+"""The benchmark peers: small C programs in wsgw_bench/peer/, built on demand, run in the lab.
 
     wspeer   a WebSocket server (echo, or a flood of sequence-numbered messages)
     wsclient a busy-polling C WebSocket client over kernel TCP: the round trip's floor
     udpsend  the kernel's UDP transmit path (sendto or sendmmsg loop)
     udpsink  counts and checks UDP datagrams (recvmmsg), driven over stdin
 
-`build(name)` compiles bench/peer/<name>.c with gcc into build/bench/<name> when the binary
+`build(name)` compiles wsgw_bench/peer/<name>.c with gcc into build/bench/<name> when the binary
 is missing or was built from another source or with other flags (a hash beside it says
 which). The peers are in C so that the client side is what a benchmark measures.
 """
@@ -25,8 +25,9 @@ from typing import IO, Any
 
 from gateway.lab import Lab
 
-REPO = Path(__file__).resolve().parents[2]
-PEER_SOURCES = REPO / "bench" / "peer"
+# The bench runs from the source checkout (it is not in the wheel): the repository root.
+REPO = Path(__file__).resolve().parents[1]
+PEER_SOURCES = Path(__file__).resolve().parent / "peer"
 BUILD_DIR = REPO / "build" / "bench"
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11")
 PROGRAMS = ("wspeer", "wsclient", "udpsend", "udpsink")
@@ -150,7 +151,7 @@ def _ready_port(proc: subprocess.Popen[str], what: str) -> int:
 
 
 class WsPeer(_Process):
-    """bench/peer/wspeer: echo by default; the request path /flood/N/SIZE[/text] floods."""
+    """wsgw_bench/peer/wspeer: echo by default; the request path /flood/N/SIZE[/text] floods."""
 
     @classmethod
     def start(
@@ -167,7 +168,7 @@ class WsPeer(_Process):
 
 
 class UdpSink(_Process):
-    """bench/peer/udpsink: `reset(count, tag)` before a run, `report()` after it."""
+    """wsgw_bench/peer/udpsink: `reset(count, tag)` before a run, `report()` after it."""
 
     @classmethod
     def start(
@@ -230,7 +231,7 @@ def udpsend(
     batch: int = 64,
     timeout: float = 120,
 ) -> dict[str, Any]:
-    """Run bench/peer/udpsend (in the lab's kernel-client namespace when lab is given)."""
+    """Run wsgw_bench/peer/udpsend (in the lab's kernel-client namespace when lab is given)."""
     binary = build("udpsend")
     cmd = [str(binary), mode, dst, str(port), str(payload), str(count), str(tag), str(batch)]
     if lab is None:

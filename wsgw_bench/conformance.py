@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 
 #: Every client case of the Autobahn TestSuite: 517 (8 is absent from the suite, 11 does
 #: not exist; 12 and 13 are permessage-deflate, 1000 messages per case).

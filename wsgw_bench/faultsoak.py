@@ -57,11 +57,11 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from gateway.bench.core import BenchOptions, Measurement, scenario, unique_lab_name
-from gateway.bench.soak import TOPICS, Child, sim_seq, wait_until
 from gateway.lab import Lab
 from gateway.runtime import SessionState, SessionStatus
 from gateway.simulator.process import start_simulator
+from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.soak import TOPICS, Child, sim_seq, wait_until
 
 if TYPE_CHECKING:
     from gateway.runtime_live import LiveRuntime

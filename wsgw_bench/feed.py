@@ -65,10 +65,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
 from gateway.lab import Lab
 from gateway.settings import LATENCY_PROFILES
 from gateway.simulator.process import start_simulator
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
 
 SCENARIO = "feed"
 TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "bnbusdt@trade")
@@ -360,7 +360,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         undo.callback(hub.close)
         sid, stream_url = 1, ""
         if cfg.sink == "stream":
-            from gateway.hub.testing import ServerThread, gateway_app
+            from wsgw_bench.servers import ServerThread, gateway_app
 
             app = gateway_app(state, hub, auth="none")
             server = ServerThread(app, uvloop=True).start()
@@ -643,7 +643,7 @@ def run_feed(
     gone when it returns or raises."""
     from multiprocessing import resource_tracker
 
-    from gateway.hub.testing import NatsServer, nats_server_binary
+    from wsgw_bench.servers import NatsServer, nats_server_binary
 
     # multiprocessing starts its resource tracker with the first spawned process; started
     # from the thread in the twin namespace (the direct client's), it exited at once and

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gateway.bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
 
 BURST = 256
 NOTE = (
