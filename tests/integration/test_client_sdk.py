@@ -30,7 +30,7 @@ from gateway.client import (
 )
 from gateway.hub import Hub
 from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
-from gateway.hub.testing import NatsServer, ServerThread, free_port, gateway_app, nats_server_binary
+from wsgw_bench.servers import NatsServer, ServerThread, free_port, gateway_app, nats_server_binary
 
 pytestmark = pytest.mark.skipif(nats_server_binary() is None, reason="nats-server not installed")
 
