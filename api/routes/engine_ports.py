@@ -77,7 +77,7 @@ def _port_counters(runtime: Runtime, port_id: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     snapshot = getattr(engine, "snapshot", None)
     if callable(snapshot):
-        out["engine"] = _numbers(snapshot())
+        out["engine"] = _numbers(snapshot()) or None  # {} until its loop's first pass
     cpu = getattr(engine, "cpu_seconds", None)
     if callable(cpu):
         out["cpu_seconds"] = float(cpu())

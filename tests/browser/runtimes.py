@@ -164,6 +164,7 @@ class SimulatedRuntime(DetachedRuntime):
             }
         with self._lock:
             ports = list(self.ports)
+            topics = {sid: list(held) for sid, held in self.topics.items()}
         metrics: list[Metric] = []
         metrics += _lcores(wave)
         total_msgs = sum(self.rate * up * (1 + 0.2 * wave) for up in running.values())
@@ -181,6 +182,13 @@ class SimulatedRuntime(DetachedRuntime):
                 Metric("session_reconnects", "counter", 1, "", labels),
                 Metric("session_gaps", "counter", 0, "", labels),
             ]
+            # The messages split over the session's topics, the first twice the others.
+            held = topics.get(sid, [])
+            shares = [2.0 if i == 0 else 1.0 for i in range(len(held))]
+            for topic, share in zip(held, shares, strict=True):
+                count = int(messages * share / sum(shares))
+                topic_labels = {"session": str(sid), "topic": topic}
+                metrics.append(Metric("session_topic_messages", "counter", count, "", topic_labels))
         for q, base in (("0.5", 40e-6), ("0.9", 95e-6), ("0.99", 310e-6)):
             metrics.append(
                 Metric(

@@ -177,7 +177,7 @@ def test_engine_and_port_figures_have_units_and_move(
     )
     expect(engine.locator('[data-figure="c_fast_bytes"]')).to_contain_text("MiB")
     expect(engine.locator('[data-figure="c_fast_bytes-rate"]')).to_have_text(BYTES_PER_S)
-    expect(engine.locator('[data-figure="flows"]')).to_have_text("2 flows")
+    expect(engine.locator('[data-figure="flows"]')).to_have_text("2")
     nic = page.locator(f'[data-nic="{port_id}"]')
     expect(nic.locator('[data-figure="link"]')).to_have_text("up · 10.0k Mb/s · full duplex")
     expect(nic.locator('[data-figure="nic-rx_packets"]')).to_contain_text("packets")
@@ -214,6 +214,28 @@ def test_subscriptions_show_consumer_figures(streams: dict[str, Any], live_dash:
     expect(row.locator(".fig-disconnects")).to_have_text("slow: 2")
     expect(row).to_contain_text("binance-spot")
     live_dash.screenshot("subscriptions-live")
+    assert live_dash.errors == []
+
+
+def test_topics_show_their_rate_and_subscribers(
+    streams: dict[str, Any], live_dash: Dashboard
+) -> None:
+    """Per topic: messages/s and received (session_topic_messages), its subscriptions and
+    the open streams of their consumers (the hub's wsgw_consumer_connected)."""
+    page = live_dash.page
+    live_dash.go("#/subscriptions")
+    sub = streams["subscription"]
+    for topic in sub["topics"]:
+        row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+        expect(row.locator(".fig-topic-rate")).to_have_text(re.compile(r"^[\d.,]+k?/s$"))
+        expect(row.locator(".fig-topic-total")).to_have_text(re.compile(r"^[\d.,]+[kM]? msgs$"))
+        expect(row.locator(".fig-topic-subs")).to_have_text("1")
+        expect(row.locator(".fig-topic-streams")).to_have_text("1")
+        expect(row).to_contain_text("binance-spot")
+    total = page.locator(f'#topics-table tr[data-topic="{sub["topics"][0]}"] .fig-topic-total')
+    before = total.text_content() or ""
+    expect(total).not_to_have_text(before, timeout=5000)
+    live_dash.screenshot("topics-live")
     assert live_dash.errors == []
 
 

@@ -33,8 +33,8 @@ export const ENGINE_FIGURES = [
   ["c_fast_acks", "Fast-path ACKs taken", "segments"],
   ["c_tx_data_segments", "TX data segments", "segments"],
   ["c_tx_data_bytes", "TX data bytes", "bytes"],
-  ["c_polls", "Polls", "polls"],
-  ["c_empty_polls", "Empty polls", "polls"],
+  ["c_polls", "Engine poll calls", "polls"],
+  ["c_empty_polls", "Empty RX bursts", "bursts"],
   ["c_sleeps", "Back-off sleeps", "count"],
   ["c_rx_wakes", "Woken by RX", "count"],
   ["loops", "Engine loops", "count"],
@@ -51,8 +51,8 @@ export const ENGINE_FIGURES = [
 ];
 // Gauges (a level, not a counter) and counters folded into derived figures.
 const ENGINE_GAUGES = [
-  ["flows", "Fast-path flows", "flows"],
-  ["connections", "TCP connections", "connections"],
+  ["flows", "Fast-path flows"],
+  ["connections", "TCP connections"],
 ];
 const FOLDED = new Set(["c_sleep_ns", "c_rx_to_ring_ns_sum", "c_rx_to_ring_ns_max"]);
 
@@ -166,7 +166,7 @@ export function engineFigures(pc, portId) {
   const e = row?.engine;
   if (!e) return null;
   const load = pc.cpuLoad(portId);
-  const polls = pc.delta(portId, "engine", "c_polls");
+  // c_empty_polls counts RX bursts that brought nothing (several per poll call).
   const empty = pc.delta(portId, "engine", "c_empty_polls");
   const asleep = pc.rate(portId, "engine", "c_sleep_ns");
   const bursts = pc.delta(portId, "engine", "c_rx_to_ring_bursts");
@@ -177,8 +177,11 @@ export function engineFigures(pc, portId) {
   const ratio = (a, b, fmt) => (a == null || b == null ? measuring() : b > 0 ? fmt(a / b) : "idle");
   const headline = [
     ["Engine thread CPU", fig("cpu", row.cpu_seconds == null ? notReported() : load == null ? measuring() : fmtPercent(load))],
-    ["Polls with work", fig("busy-polls", ratio(polls == null || empty == null ? null : polls - empty, polls, fmtPercent))],
-    ["Asleep", fig("asleep", e.c_sleep_ns == null ? notReported() : asleep == null ? measuring() : fmtPercent(asleep / 1e9))],
+    [
+      "RX bursts with frames",
+      fig("busy-polls", ratio(rxBursts, rxBursts == null || empty == null ? null : rxBursts + empty, fmtPercent)),
+    ],
+    ["Asleep (naps asked)", fig("asleep", e.c_sleep_ns == null ? notReported() : asleep == null ? measuring() : fmtPercent(asleep / 1e9))],
     ["Frames per RX burst", fig("burst-size", ratio(rxFrames, rxBursts, (v) => `${v.toFixed(1)} frames`))],
     [
       "Fast / slow path",
@@ -193,8 +196,8 @@ export function engineFigures(pc, portId) {
       fig("rx-to-ring-max", e.c_rx_to_ring_ns_max == null ? notReported() : fmtSeconds(e.c_rx_to_ring_ns_max / 1e9)),
     ],
   ];
-  for (const [key, label, unit] of ENGINE_GAUGES) {
-    if (e[key] != null) headline.push([label, fig(key, `${fmtCount(e[key])} ${unit}`)]);
+  for (const [key, label] of ENGINE_GAUGES) {
+    if (e[key] != null) headline.push([label, fig(key, fmtCount(e[key]))]);
   }
   const counters = [];
   const known = new Set([...ENGINE_FIGURES, ...ENGINE_GAUGES].map(([k]) => k));
