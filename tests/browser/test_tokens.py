@@ -14,7 +14,9 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright pac
 expect = sync_api.expect
 
 
-def test_create_shows_the_secret_once_and_revoke_ends_it(server: Server, dash: Dashboard) -> None:
+def test_create_shows_the_secret_once_and_revoke_ends_it(
+    server: Server, dash: Dashboard, open_dashboard: Callable[..., Dashboard]
+) -> None:
     page = dash.page
     dash.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.locator("#nav").get_by_role("link", name="Tokens").click()
@@ -70,6 +72,14 @@ def test_create_shows_the_secret_once_and_revoke_ends_it(server: Server, dash: D
     dash.screenshot("tokens")
     # Chromium logs every 4xx answer: the only one is the refused form above.
     assert [e for e in dash.errors if "status of 422" not in e] == [], dash.errors
+
+    phone = open_dashboard(server, "phone")
+    phone.login()
+    phone.go("#/tokens")
+    expect(phone.page.locator('#tokens-table tr[data-name="ui-reader"]')).to_be_visible()
+    assert phone.horizontal_overflow() == 0, "tokens scrolls sideways on a phone"
+    phone.screenshot("tokens")
+    assert phone.errors == [], phone.errors
 
 
 def test_a_consume_token_sees_no_admin_controls(

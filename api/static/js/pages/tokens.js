@@ -23,7 +23,7 @@ export function mount(root) {
   const scopeBox = (scope, checked) =>
     h(
       "label",
-      { class: "check" },
+      { class: "checkbox" },
       h("input", { type: "checkbox", name: "scopes", value: scope, checked }),
       ` ${scope}`,
     );
