@@ -26,6 +26,7 @@ from api.metrics import GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
+from api.routes.engine_ports import router as engine_ports_router
 from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.host import HostManager
 from gateway.hub import Hub
@@ -92,6 +93,7 @@ def create_app(
     for router in (
         health.router,
         engine.router,
+        engine_ports_router,
         host_routes.router,
         ports.router,
         sessions.router,

@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.core import Metric as PromMetric
@@ -62,6 +63,65 @@ class SimulatedRuntime(DetachedRuntime):
             known = port_id in self.ports
         return PortStatus(port_id, PortState.UP if known else PortState.DOWN)
 
+    def port_counters(self, port_id: int) -> dict[str, Any] | None:
+        """What api/routes/engine_ports.py reads of a running port: the engine's counters
+        (named as dataplane.engine.Engine.snapshot has them), its thread's CPU time and the
+        NIC's rte_eth_stats; all of them grow with time."""
+        with self._lock:
+            if port_id not in self.ports:
+                return None
+        t = time.monotonic() - self.t0
+        frames = int(2000 * t)
+        engine = {
+            "loops": int(900 * t),
+            "slow_frames": int(20 * t),
+            "tx_frames": int(25 * t),
+            "commands": int(t),
+            "service_errors": 0,
+            "flows": 2,
+            "connections": 2,
+            "c_polls": int(50_000 * t),
+            "c_empty_polls": int(45_000 * t),
+            "c_sleeps": int(40_000 * t),
+            "c_sleep_ns": int(0.6e9 * t),
+            "c_rx_frames": frames,
+            "c_rx_bursts": frames // 4,
+            "c_fast_segments": int(frames * 0.97),
+            "c_fast_bytes": int(frames * 0.97) * 180,
+            "c_slow_frames": int(frames * 0.03),
+            "c_acks_sent": frames // 2,
+            "c_dropped_slow_full": 0,
+            "c_bad_ip_checksum": 0,
+            "c_bad_tcp_checksum": 0,
+            "c_not_ipv4": int(t) // 10,
+            "c_not_for_us": int(t) // 5,
+            "c_tx_dropped": 0,
+            "c_rx_to_ring_bursts": frames // 4,
+            "c_rx_to_ring_ns_sum": frames // 4 * 3200,
+            "c_rx_to_ring_ns_max": 48_000,
+            "c_fast_acks": frames // 3,
+            "c_tx_data_segments": int(t),
+            "c_tx_data_bytes": int(t) * 90,
+            "c_rx_wakes": int(10 * t),
+            "c_bench_dropped": 0,
+        }
+        nic = {
+            "rx_packets": frames,
+            "rx_bytes": frames * 180,
+            "tx_packets": frames // 2,
+            "tx_bytes": frames // 2 * 66,
+            "rx_missed": 3,
+            "rx_errors": 0,
+            "tx_errors": 0,
+            "rx_nombuf": 0,
+            "tx_dropped": 0,
+            "tx_nombuf": 0,
+            "tx_oversize": 0,
+            "rx_truncated": 0,
+        }
+        link = {"speed_mbps": 10_000, "up": 1, "full_duplex": 1}
+        return {"engine": engine, "cpu_seconds": 0.42 * t, "nic": nic, "link": link}
+
     def start_session(self, session: SessionSpec) -> SessionStatus:
         with self._sim_lock:
             failed = FAIL_MARK in session.name
@@ -104,6 +164,7 @@ class SimulatedRuntime(DetachedRuntime):
             }
         with self._lock:
             ports = list(self.ports)
+            topics = {sid: list(held) for sid, held in self.topics.items()}
         metrics: list[Metric] = []
         metrics += _lcores(wave)
         total_msgs = sum(self.rate * up * (1 + 0.2 * wave) for up in running.values())
@@ -121,6 +182,13 @@ class SimulatedRuntime(DetachedRuntime):
                 Metric("session_reconnects", "counter", 1, "", labels),
                 Metric("session_gaps", "counter", 0, "", labels),
             ]
+            # The messages split over the session's topics, the first twice the others.
+            held = topics.get(sid, [])
+            shares = [2.0 if i == 0 else 1.0 for i in range(len(held))]
+            for topic, share in zip(held, shares, strict=True):
+                count = int(messages * share / sum(shares))
+                topic_labels = {"session": str(sid), "topic": topic}
+                metrics.append(Metric("session_topic_messages", "counter", count, "", topic_labels))
         for q, base in (("0.5", 40e-6), ("0.9", 95e-6), ("0.99", 310e-6)):
             metrics.append(
                 Metric(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.runtime import DetachedRuntime
-from tests.browser.conftest import Dashboard, Server
+from tests.browser.conftest import Dashboard, Server, StartServer
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
 expect = sync_api.expect
@@ -148,15 +148,54 @@ def test_overview_says_what_is_and_is_not_reported(
     expect(hugepages).to_contain_text("512 \u00d7 2.0 MiB (500 free)")  # x: multiplication sign
     expect(hugepages).to_have_class(re.compile("check-ok"))
     expect(page.locator('[data-check="Isolated CPUs"]')).to_contain_text("1 of 0-1")
+    # The only port is an af_packet one: lab mode, where a DPDK-bound NIC is not needed.
+    expect(page.locator("[data-mode]")).to_have_attribute("data-mode", "lab")
     bound = page.locator('[data-check="NICs bound to DPDK"]')
-    expect(bound).to_have_class(re.compile("check-bad"))
-    expect(bound).to_contain_text("1 bindable: 0000:03:00.0")
+    expect(bound).to_have_class(re.compile("check-info"))
+    expect(bound).to_contain_text("not needed: lab0 reads wsgw0 through the kernel")
     ports = page.locator("section.card", has=page.get_by_role("heading", name="Ports"))
     expect(ports).to_contain_text("lab0")
     expect(ports.locator("[data-state]").first).to_have_text("configured")
     expect(ports.locator(".not-reported").first).to_be_visible()  # no packet counters yet
     nics = page.locator("section.card", has=page.get_by_role("heading", name="NICs"))
     expect(nics).to_contain_text("the default route")
+    # The port's interface is no PCI device: listed as a virtual NIC, with its port.
+    veth = nics.locator('tr[data-nic="wsgw0"]')
+    expect(veth).to_contain_text("interface wsgw0")
+    expect(veth.locator(f'[data-port-in-use="{seeded["port"]["id"]}"]')).to_contain_text("lab0")
+
+
+def test_readiness_of_a_production_host_names_what_is_missing(
+    start_server: StartServer, open_dashboard: Callable[..., Dashboard]
+) -> None:
+    """A port on a PCI NIC: production mode, where the NIC must be bound to DPDK (the fake
+    host's 0000:03:00.0 is not) and an IOMMU is needed; the NICs view shows which NIC backs
+    the port."""
+    server = start_server()
+    with server.client() as api:
+        port = api.post(
+            "/v1/ports",
+            json={
+                "name": "wan0",
+                "device": "03:00.0",
+                "ipv4": "198.18.8.2",
+                "netmask": "255.255.255.0",
+            },
+        ).json()
+    d = open_dashboard(server)
+    d.login()
+    page = d.page
+    expect(page.locator("[data-mode]")).to_have_attribute("data-mode", "production")
+    expect(page.locator("[data-mode]")).to_contain_text("vfio-pci")
+    bound = page.locator('[data-check="NICs bound to DPDK"]')
+    expect(bound).to_have_class(re.compile("check-bad"))
+    expect(bound).to_contain_text("1 bindable: 0000:03:00.0")
+    expect(page.locator('[data-check="Hugepages"]')).to_have_class(re.compile("check-ok"))
+    nic = page.locator('tr[data-nic="0000:03:00.0"]')
+    expect(nic.locator(f'[data-port-in-use="{port["id"]}"]')).to_contain_text("wan0")
+    expect(page.locator('tr[data-nic="0000:00:03.0"]')).to_contain_text("none")
+    d.screenshot("overview-production")
+    assert d.errors == [], d.errors
 
 
 def test_host_cards_load_again_as_soon_as_the_api_answers(server: Server, dash: Dashboard) -> None:

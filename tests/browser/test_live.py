@@ -150,6 +150,59 @@ def test_overview_shows_load_paths_and_port_counters(
     assert live_dash.errors == []
 
 
+# A figure with its unit: "42 %", "3.2 µs", "1.2k packets/s", "345.6 KiB/s", "12.3 MiB".
+PERCENT = re.compile(r"^[\d.]+ %$")
+DURATION = re.compile(r"^[\d.]+ (µs|ms|s)$")
+PACKETS_PER_S = re.compile(r"[\d.,]+[kMG]? (pkt|packets)/s$")
+BYTES_PER_S = re.compile(r"[\d.]+ (B|KiB|MiB|GiB)/s$")
+
+
+def test_engine_and_port_figures_have_units_and_move(
+    streams: dict[str, Any], live_dash: Dashboard
+) -> None:
+    """Every figure of the engine and the NIC under a running port (/v1/engine/ports), with
+    its unit; none "not reported", no raw JSON; the rates change from one poll to the next."""
+    page = live_dash.page
+    port_id = streams["port"]["id"]
+    engine = page.locator(f'[data-engine="{port_id}"]')
+    expect(engine.locator('[data-figure="cpu"]')).to_have_text(PERCENT)
+    expect(engine.locator('[data-figure="busy-polls"]')).to_have_text(PERCENT)
+    expect(engine.locator('[data-figure="asleep"]')).to_have_text(PERCENT)
+    expect(engine.locator('[data-figure="rx-to-ring-mean"]')).to_have_text(DURATION)
+    expect(engine.locator('[data-figure="rx-to-ring-max"]')).to_have_text("48 µs")
+    expect(engine.locator('[data-figure="burst-size"]')).to_have_text("4.0 frames")
+    expect(engine.locator('[data-figure="engine-path-split"]')).to_contain_text("% fast")
+    expect(engine.locator('[data-figure="c_rx_frames-rate"]')).to_have_text(
+        re.compile(r"frames/s$")
+    )
+    expect(engine.locator('[data-figure="c_fast_bytes"]')).to_contain_text("MiB")
+    expect(engine.locator('[data-figure="c_fast_bytes-rate"]')).to_have_text(BYTES_PER_S)
+    expect(engine.locator('[data-figure="flows"]')).to_have_text("2")
+    nic = page.locator(f'[data-nic="{port_id}"]')
+    expect(nic.locator('[data-figure="link"]')).to_have_text("up · 10.0k Mb/s · full duplex")
+    expect(nic.locator('[data-figure="nic-rx_packets"]')).to_contain_text("packets")
+    expect(nic.locator('[data-figure="rx_packets-rate"]')).to_have_text(PACKETS_PER_S)
+    expect(nic.locator('[data-figure="nic-rx_bytes"]')).to_contain_text("MiB")
+    expect(nic.locator('[data-figure="nic-rx_missed"]')).to_contain_text("3 packets")
+    row = page.locator(f'tr[data-port="{port_id}"]')
+    expect(row.locator(".fig-rx-pps")).to_have_text(PACKETS_PER_S)
+    expect(row.locator(".fig-tx-pps")).to_have_text(PACKETS_PER_S)
+    expect(row.locator(".fig-rx-bps")).to_have_text(BYTES_PER_S)
+    expect(row.locator(".fig-rx-dropped")).to_have_text("3 packets")
+    for heading in ("Engine", "Ports"):
+        card = page.locator(
+            "section.card", has=page.get_by_role("heading", name=heading, exact=True)
+        )
+        expect(card.locator(".not-reported")).to_have_count(0)
+        assert "{" not in (card.text_content() or ""), f"raw JSON in the {heading} card"
+    # The figures move: the totals grow between two polls.
+    total = nic.locator('[data-figure="nic-rx_bytes"]')
+    before = total.text_content()
+    expect(total).not_to_have_text(before or "", timeout=5000)
+    live_dash.screenshot("overview-engine-live")
+    assert live_dash.errors == []
+
+
 def test_subscriptions_show_consumer_figures(streams: dict[str, Any], live_dash: Dashboard) -> None:
     page = live_dash.page
     live_dash.go("#/subscriptions")
@@ -161,6 +214,28 @@ def test_subscriptions_show_consumer_figures(streams: dict[str, Any], live_dash:
     expect(row.locator(".fig-disconnects")).to_have_text("slow: 2")
     expect(row).to_contain_text("binance-spot")
     live_dash.screenshot("subscriptions-live")
+    assert live_dash.errors == []
+
+
+def test_topics_show_their_rate_and_subscribers(
+    streams: dict[str, Any], live_dash: Dashboard
+) -> None:
+    """Per topic: messages/s and received (session_topic_messages), its subscriptions and
+    the open streams of their consumers (the hub's wsgw_consumer_connected)."""
+    page = live_dash.page
+    live_dash.go("#/subscriptions")
+    sub = streams["subscription"]
+    for topic in sub["topics"]:
+        row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+        expect(row.locator(".fig-topic-rate")).to_have_text(re.compile(r"^[\d.,]+k?/s$"))
+        expect(row.locator(".fig-topic-total")).to_have_text(re.compile(r"^[\d.,]+[kM]? msgs$"))
+        expect(row.locator(".fig-topic-subs")).to_have_text("1")
+        expect(row.locator(".fig-topic-streams")).to_have_text("1")
+        expect(row).to_contain_text("binance-spot")
+    total = page.locator(f'#topics-table tr[data-topic="{sub["topics"][0]}"] .fig-topic-total')
+    before = total.text_content() or ""
+    expect(total).not_to_have_text(before, timeout=5000)
+    live_dash.screenshot("topics-live")
     assert live_dash.errors == []
 
 

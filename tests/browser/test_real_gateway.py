@@ -45,6 +45,11 @@ CONSUMER = "browser-tail"
 STREAMING_MS = 30_000  # connecting through the DPDK stack on a loaded 2-core machine
 # A rate of more than nothing: "12/s", "0.5/s", "1.2k/s", never "0/s".
 NONZERO_RATE = re.compile(r"^(?!0/s$)[\d.,]+[kMG]?/s$")
+# Figures with their units: "42 %", "3.2 µs", "1.2k pkt/s", "345.6 KiB/s".
+PERCENT = re.compile(r"^[\d.]+ %$")
+DURATION = re.compile(r"^[\d.]+ (µs|ms|s)$")
+PACKETS_PER_S = re.compile(r"^[\d.,]+[kMG]? pkt/s$")
+BYTES_PER_S = re.compile(r"^[\d.]+ (B|KiB|MiB|GiB)/s$")
 
 
 @dataclass
@@ -210,6 +215,42 @@ def test_drive_the_real_gateway_from_the_dashboard(
     phone.screenshot("sessions-real")
     assert phone.horizontal_overflow() == 0, "sessions scrolls sideways on a phone"
 
+    # The overview: every figure of the DPDK port's engine and NIC, with units, moving;
+    # lab mode (af_packet) readiness; the NICs view names the interface behind the port.
+    d.go("#/overview")
+    pid = gw.port["id"]
+    port_row = page.locator(f'tr[data-port="{pid}"]')
+    expect(port_row.locator(".fig-rx-pps")).to_have_text(PACKETS_PER_S, timeout=STREAMING_MS)
+    expect(port_row.locator(".fig-tx-pps")).to_have_text(PACKETS_PER_S)
+    expect(port_row.locator(".fig-rx-bps")).to_have_text(BYTES_PER_S)
+    expect(port_row.locator(".fig-rx-dropped")).to_have_text(re.compile(r"^[\d.,]+[kMG]? packets$"))
+    engine = page.locator(f'[data-engine="{pid}"]')
+    expect(engine.locator('[data-figure="cpu"]')).to_have_text(PERCENT)
+    expect(engine.locator('[data-figure="busy-polls"]')).to_have_text(PERCENT)
+    expect(engine.locator('[data-figure="rx-to-ring-mean"]')).to_have_text(DURATION)
+    expect(engine.locator('[data-figure="engine-path-split"]')).to_contain_text("% fast")
+    expect(engine.locator('[data-figure="c_fast_bytes-rate"]')).to_have_text(BYTES_PER_S)
+    nic = page.locator(f'[data-nic="{pid}"]')
+    expect(nic.locator('[data-figure="link"]')).to_contain_text("up")
+    received = nic.locator('[data-figure="nic-rx_bytes"]')
+    expect(received).to_have_text(re.compile(r"^[\d.]+ (B|KiB|MiB|GiB) · "))
+    before = received.text_content() or ""
+    expect(received).not_to_have_text(before, timeout=STREAMING_MS)  # it keeps counting
+    for heading in ("Engine", "Ports", "Dataplane load"):
+        card = page.locator(
+            "section.card", has=page.get_by_role("heading", name=heading, exact=True)
+        )
+        expect(card.locator(".not-reported")).to_have_count(0)
+        assert "{" not in (card.text_content() or ""), f"raw JSON in the {heading} card"
+    expect(page.locator("[data-mode]")).to_have_attribute("data-mode", "lab")
+    expect(page.locator('[data-check="NICs bound to DPDK"]')).to_have_class(
+        re.compile("check-info")
+    )
+    backing = page.locator(f'tr[data-nic="{gw.lab.gw_if}"]')
+    expect(backing).to_contain_text(f"interface {gw.lab.gw_if}")
+    expect(backing.locator(f'[data-port-in-use="{pid}"]')).to_contain_text("lab")
+    d.screenshot("overview-real")
+
     # The live tail: the subscription's stream from the hub, growing.
     d.go(f"#/tail?subscription={sub['id']}")
     status = page.locator("#tail-status")
@@ -236,6 +277,13 @@ def test_drive_the_real_gateway_from_the_dashboard(
     expect(sub_row.locator(".fig-connected")).to_have_text("1", timeout=STREAMING_MS)
     expect(sub_row.locator(".fig-delivered")).to_have_text(NONZERO_RATE, timeout=STREAMING_MS)
     expect(sub_row.locator(".fig-dropped")).to_have_text("0")
+    # Per topic: the upstream's rate (session_topic_messages) and its one subscriber.
+    for topic in TOPICS:
+        topic_row = page.locator(f'#topics-table tr[data-topic="{topic}"]')
+        expect(topic_row.locator(".fig-topic-rate")).to_have_text(NONZERO_RATE)
+        expect(topic_row.locator(".fig-topic-total")).to_have_text(re.compile(r" msgs$"))
+        expect(topic_row.locator(".fig-topic-subs")).to_have_text("1")
+        expect(topic_row.locator(".fig-topic-streams")).to_have_text("1")
 
     # The messages/s chart moves: received, published and delivered.
     d.go("#/charts")

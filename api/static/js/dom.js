@@ -102,7 +102,7 @@ export function fmtBytes(n) {
     n /= 1024;
     i += 1;
   }
-  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+  return `${i ? n.toFixed(1) : Math.round(n)} ${units[i]}`;
 }
 
 /** An ISO time -> "14:03:07" today, else "2024-05-01 14:03". */
@@ -154,6 +154,7 @@ export function stateBadge(state) {
       up: "ok",
       ok: "ok",
       open: "ok",
+      active: "ok",
       starting: "warn",
       connecting: "warn",
       reconnecting: "warn",
@@ -166,6 +167,7 @@ export function stateBadge(state) {
       failed: "bad",
       not_ready: "bad",
       unreachable: "bad",
+      revoked: "bad",
     }[state] || "idle";
   return h("span", { class: `badge badge-${tone}`, dataset: { state } }, state);
 }

@@ -11,6 +11,7 @@ import * as sessionDetail from "./pages/session_detail.js";
 import * as sessions from "./pages/sessions.js";
 import * as subscriptions from "./pages/subscriptions.js";
 import * as tail from "./pages/tail.js";
+import * as tokens from "./pages/tokens.js";
 
 const view = document.getElementById("view");
 const banner = document.getElementById("banner");
@@ -27,6 +28,7 @@ const PAGES = {
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
   charts: { module: charts, scope: null, title: "Charts" },
+  tokens: { module: tokens, scope: "admin", title: "Tokens" },
 };
 
 const ctx = {

@@ -12,6 +12,7 @@
 //   session_rtt_seconds       gauge    session=<id>           RTT                       LiveRuntime
 //   session_reconnects        counter  session=<id>           reconnects                LiveRuntime
 //   session_gaps              counter  session=<id>           gaps                      LiveRuntime
+//   session_topic_messages    counter  session=<id>,topic=<t> msgs/s per topic          LiveRuntime
 //   message_latency_seconds   gauge    quantile=0.5|0.9|0.99  latency chart             (proposed)
 //                                      [session=<id>]         (worst session if no total)
 //   lcore_busy_ratio          gauge    lcore=<n>              lcore load (0..1)         (proposed)
@@ -34,6 +35,7 @@ export const NAMES = {
   sessionRtt: [`${DP}session_rtt_seconds`],
   sessionReconnects: [`${DP}session_reconnects`],
   sessionGaps: [`${DP}session_gaps`],
+  topicMessages: [`${DP}session_topic_messages`],
   latency: [`${DP}message_latency_seconds`],
   lcoreBusy: [`${DP}lcore_busy_ratio`],
   fastPath: [`${DP}fastpath_segments`],
@@ -58,6 +60,7 @@ export const NAMES = {
 };
 export const QUANTILES = ["0.5", "0.9", "0.99"];
 const HTTP_WINDOW = 5; // polls over which the API latency percentiles are computed
+const topicKey = (session, topic) => `${session}\u0000${topic}`;
 
 /** The first of a figure's names that the snapshot reports, or null. */
 export function metricName(snapshot, key) {
@@ -134,6 +137,14 @@ export class MetricsPoller extends EventTarget {
         point.sessionRates = {};
         for (const id of Object.keys(byLabel(cur.data, msgs, "session"))) {
           point.sessionRates[id] = rate(prev.data, cur.data, dt, msgs, { session: id });
+        }
+      }
+      const topics = name("topicMessages");
+      if (topics) {
+        point.topicRates = {};
+        for (const sample of find(cur.data, topics)) {
+          const where = { session: sample.labels.session, topic: sample.labels.topic };
+          point.topicRates[topicKey(where.session, where.topic)] = rate(prev.data, cur.data, dt, topics, where);
         }
       }
       const published = name("hubPublished");
@@ -239,6 +250,19 @@ export class MetricsPoller extends EventTarget {
       deliveredRate: this.points.at(-1)?.consumerRates?.[String(name)] ?? null,
       dropped: reasons("consumerDropped"),
       disconnects: reasons("consumerDisconnects"),
+    };
+  }
+
+  /** A topic's figures in a session: {reported, total, rate} (messages, messages/s). */
+  topic(sessionId, topic) {
+    const snap = this.latest;
+    const metric = metricName(snap, "topicMessages");
+    const where = { session: String(sessionId), topic };
+    const present = metric ? find(snap, metric).some((s) => s.labels.session === where.session && s.labels.topic === topic) : false;
+    return {
+      reported: metric !== null,
+      total: present ? sum(snap, metric, where) : null,
+      rate: this.points.at(-1)?.topicRates?.[topicKey(where.session, topic)] ?? null,
     };
   }
 

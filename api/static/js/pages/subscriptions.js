@@ -45,10 +45,14 @@ export function mount(root, ctx) {
     h("summary", {}, h("h2", {}, "New subscription")),
   );
 
+  // Per topic: the upstream's message rate (session_topic_messages) and its subscribers.
+  const topicsTable = table(["Session", "Topic", "Msgs/s", "Received", "Subscriptions", "Streams"]);
+  topicsTable.el.querySelector("table").id = "topics-table";
   root.replaceChildren(
     h("h1", { class: "page-title" }, "Subscriptions"),
     pageError,
     h("section", { class: "card" }, list.el, empty),
+    h("section", { class: "card", id: "topics-card" }, h("h2", {}, "Topics"), topicsTable.el),
     created,
     formCard,
   );
@@ -129,6 +133,55 @@ export function mount(root, ctx) {
     }
   };
 
+  const TOPIC_NR = "the runtime reports no session_topic_messages";
+  const renderTopics = () => {
+    const rows = new Map(); // "session\ttopic" -> {session, topic, subs: []}
+    for (const sub of subs) {
+      for (const topic of sub.topics) {
+        const key = `${sub.session_id}\t${topic}`;
+        if (!rows.has(key)) rows.set(key, { session: sub.session_id, topic, subs: [] });
+        rows.get(key).subs.push(sub);
+      }
+    }
+    const items = [...rows.values()].sort((a, b) => a.session - b.session || a.topic.localeCompare(b.topic));
+    const figures = (r) => {
+      const t = ctx.metrics.topic(r.session, r.topic);
+      // Streams: the hub counts open streams per consumer name, summed over its consumers.
+      const consumers = [...new Set(r.subs.map((s) => s.consumer))];
+      const connected = consumers.map((c) => ctx.metrics.consumer(c));
+      const reported = connected.some((c) => c.reported);
+      const streams = reported ? connected.reduce((n, c) => n + (c.connected ?? 0), 0) : null;
+      return {
+        rate: rateOrNR(t.rate, t.total !== null, fmtRate, TOPIC_NR),
+        total: t.total === null ? (t.reported ? "0" : notReported(TOPIC_NR)) : `${fmtCount(t.total)} msgs`,
+        streams: orNR(streams, fmtCount, NR),
+      };
+    };
+    const text = (v) => (typeof v === "string" ? v : v.textContent);
+    syncRows(
+      topicsTable.tbody,
+      items,
+      (r) => `${r.session}\t${r.topic}`,
+      (r) => {
+        const f = figures(r);
+        return h(
+          "tr",
+          { dataset: { session: String(r.session), topic: r.topic } },
+          td("Session", sessionLabel(r.session)),
+          td("Topic", h("code", {}, r.topic)),
+          td("Msgs/s", h("span", { class: "fig-topic-rate" }, f.rate), "num"),
+          td("Received", h("span", { class: "fig-topic-total" }, f.total), "num"),
+          td("Subscriptions", h("span", { class: "fig-topic-subs" }, String(r.subs.length)), "num"),
+          td("Streams", h("span", { class: "fig-topic-streams" }, f.streams), "num"),
+        );
+      },
+      (r) => {
+        const f = figures(r);
+        return JSON.stringify([r.subs.map((s) => s.id), sessions?.length, text(f.rate), text(f.total), text(f.streams)]);
+      },
+    );
+  };
+
   const render = () => {
     empty.hidden = subs.length > 0;
     list.el.hidden = subs.length === 0;
@@ -140,6 +193,7 @@ export function mount(root, ctx) {
       (s) => JSON.stringify([s, sessions?.length]),
     );
     renderFigures();
+    renderTopics();
   };
 
   const load = async () => {
@@ -286,7 +340,10 @@ export function mount(root, ctx) {
   })();
   formCard.append(form);
 
-  const onTick = () => renderFigures();
+  const onTick = () => {
+    renderFigures();
+    renderTopics();
+  };
   ctx.metrics.addEventListener("tick", onTick);
   load().then(() => {
     if (subs.length === 0) formCard.open = true;
