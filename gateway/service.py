@@ -51,7 +51,7 @@ from gateway.settings import Settings
 from gateway.store import migrate
 from gateway.store.db import Database
 from gateway.store.errors import ConflictError, InvalidError, NotFoundError
-from gateway.store.models import SCOPES, ApiToken, Port, SessionEvent, Subscription, UpstreamSession
+from gateway.store.models import SCOPES, EventRow, PortRow, SessionRow, SubscriptionRow, TokenRow
 from gateway.store.repository import (
     EventRepository,
     Page,
@@ -120,7 +120,7 @@ def with_defaults(model: type[Any], values: Mapping[str, Any]) -> dict[str, Any]
     return {**defaults, **values}
 
 
-def port_spec(port: Port) -> PortSpec:
+def port_spec(port: PortRow) -> PortSpec:
     return PortSpec(
         id=port.id,
         name=port.name,
@@ -132,7 +132,7 @@ def port_spec(port: Port) -> PortSpec:
     )
 
 
-def session_spec(row: UpstreamSession) -> SessionSpec:
+def session_spec(row: SessionRow) -> SessionSpec:
     return SessionSpec(
         id=row.id,
         name=row.name,
@@ -159,7 +159,7 @@ def _check_network(ipv4: str, netmask: str, gateway: str | None) -> None:
         raise InvalidError(str(exc), exc.field) from None
 
 
-def route_problem(port: Port, url: str) -> str | None:
+def route_problem(port: PortRow, url: str) -> str | None:
     """Why a dpdk session to `url` through `port` cannot connect, for a URL whose host is
     an IPv4 address (a name is resolved at connect): the stack's connect refuses its own
     address and martians, and an off-subnet host without a gateway has no route."""
@@ -225,7 +225,7 @@ class RestoreReport:
 class SubscriptionChange:
     """A subscription with the topics it made the runtime subscribe or unsubscribe."""
 
-    subscription: Subscription
+    subscription: SubscriptionRow
     subscribed: list[str]
     unsubscribed: list[str]
 
@@ -411,23 +411,23 @@ class GatewayService:
 
     # -- ports ----------------------------------------------------------------------------
 
-    def list_ports(self, offset: int, limit: int) -> Page[Port]:
+    def list_ports(self, offset: int, limit: int) -> Page[PortRow]:
         return self._read(lambda s: PortRepository(s).page(offset, limit))
 
-    def get_port(self, port_id: int) -> Port:
+    def get_port(self, port_id: int) -> PortRow:
         return self._read(lambda s: PortRepository(s).get(port_id))
 
-    def create_port(self, values: Mapping[str, Any]) -> Port:
+    def create_port(self, values: Mapping[str, Any]) -> PortRow:
         _check_network(values["ipv4"], values["netmask"], values.get("gateway"))
         with self._tx() as s:
             ports = PortRepository(s)
             self._port_unique(ports, values["name"], values["device"], None)
-            port = ports.add(Port(**with_defaults(Port, values)))
+            port = ports.add(PortRow(**with_defaults(PortRow, values)))
             if port.enabled:
                 self.runtime.port_up(port_spec(port))
             return port
 
-    def update_port(self, port_id: int, values: Mapping[str, Any]) -> Port:
+    def update_port(self, port_id: int, values: Mapping[str, Any]) -> PortRow:
         with self._tx() as s:
             ports = PortRepository(s)
             port = ports.get(port_id)
@@ -507,30 +507,30 @@ class GatewayService:
 
     # -- sessions -------------------------------------------------------------------------
 
-    def list_sessions(self, offset: int, limit: int) -> Page[UpstreamSession]:
+    def list_sessions(self, offset: int, limit: int) -> Page[SessionRow]:
         return self._read(lambda s: SessionRepository(s).page(offset, limit))
 
-    def get_session(self, session_id: int) -> UpstreamSession:
+    def get_session(self, session_id: int) -> SessionRow:
         return self._read(lambda s: SessionRepository(s).get(session_id))
 
     def session_status(self, session_id: int) -> SessionStatus:
         return self.runtime.session_status(session_id)
 
-    def create_session(self, values: Mapping[str, Any]) -> UpstreamSession:
+    def create_session(self, values: Mapping[str, Any]) -> SessionRow:
         with self._tx() as s:
             sessions = SessionRepository(s)
             if other := sessions.by_name(values["name"]):
                 raise ConflictError(
                     f"session name {values['name']!r} is taken by session {other.id}"
                 )
-            row = UpstreamSession(**with_defaults(UpstreamSession, values))
+            row = SessionRow(**with_defaults(SessionRow, values))
             row.desired_state = "stopped"
             self._check_session(s, row)
             sessions.add(row)
             EventRepository(s).record(row.id, "created", "session configured")
             return row
 
-    def update_session(self, session_id: int, values: Mapping[str, Any]) -> UpstreamSession:
+    def update_session(self, session_id: int, values: Mapping[str, Any]) -> SessionRow:
         with self._tx() as s:
             sessions = SessionRepository(s)
             row = sessions.get(session_id)
@@ -589,7 +589,7 @@ class GatewayService:
         except Exception:  # the database is still down: restore does it on the next start
             log.exception("session %d: topics not re-registered after a failed delete", session_id)
 
-    def start_session(self, session_id: int) -> tuple[UpstreamSession, SessionStatus]:
+    def start_session(self, session_id: int) -> tuple[SessionRow, SessionStatus]:
         with self._tx() as s:
             row = SessionRepository(s).get(session_id)
             if row.transport == "dpdk" and row.port_id is not None:
@@ -606,7 +606,7 @@ class GatewayService:
             status = self.runtime.start_session(session_spec(row))
             return row, status
 
-    def stop_session(self, session_id: int) -> tuple[UpstreamSession, SessionStatus]:
+    def stop_session(self, session_id: int) -> tuple[SessionRow, SessionStatus]:
         with self._tx() as s:
             row = SessionRepository(s).get(session_id)
             row.desired_state = "stopped"
@@ -615,10 +615,10 @@ class GatewayService:
             status = self.runtime.stop_session(session_id)
             return row, status
 
-    def session_events(self, session_id: int, offset: int, limit: int) -> Page[SessionEvent]:
+    def session_events(self, session_id: int, offset: int, limit: int) -> Page[EventRow]:
         self.events.flush()
 
-        def read(s: Session) -> Page[SessionEvent]:
+        def read(s: Session) -> Page[EventRow]:
             SessionRepository(s).get(session_id)
             return EventRepository(s).of_session(session_id, offset, limit)
 
@@ -632,7 +632,7 @@ class GatewayService:
             counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def _check_session(self, s: Session, row: UpstreamSession) -> None:
+    def _check_session(self, s: Session, row: SessionRow) -> None:
         dialects = list(self.runtime.dialects())
         if row.dialect not in dialects:
             raise InvalidError(
@@ -686,7 +686,7 @@ class GatewayService:
             except SessionConfigError as exc:
                 raise InvalidError(str(exc), CONFIG_FIELDS.get(exc.field or "")) from None
 
-    def _check_subscribed_topics(self, s: Session, row: UpstreamSession) -> None:
+    def _check_subscribed_topics(self, s: Session, row: SessionRow) -> None:
         """A new dialect must accept, as they are spelled, the topics the session's
         subscriptions hold: consumers filter the ring by that spelling."""
         for sub in SubscriptionRepository(s).of_session(row.id):
@@ -712,14 +712,14 @@ class GatewayService:
         limit: int,
         session_id: int | None = None,
         owner_token_id: int | None = None,
-    ) -> Page[Subscription]:
+    ) -> Page[SubscriptionRow]:
         return self._read(
             lambda s: SubscriptionRepository(s).page_filtered(
                 offset, limit, session_id, owner_token_id
             )
         )
 
-    def get_subscription(self, subscription_id: int) -> Subscription:
+    def get_subscription(self, subscription_id: int) -> SubscriptionRow:
         return self._read(lambda s: SubscriptionRepository(s).get(subscription_id))
 
     def create_subscription(self, values: Mapping[str, Any]) -> SubscriptionChange:
@@ -729,7 +729,7 @@ class GatewayService:
             values = {**values, "topics": dialect_topics(session.dialect, values["topics"])}
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
-            sub = subs.add(Subscription(**with_defaults(Subscription, values)))
+            sub = subs.add(SubscriptionRow(**with_defaults(SubscriptionRow, values)))
             new = [t for t in sub.topics if t not in held]
             if new:
                 self.runtime.subscribe(session_id, new)
@@ -768,7 +768,7 @@ class GatewayService:
                 self.runtime.unsubscribe(sub.session_id, removed)
             return SubscriptionChange(sub, [], removed)
 
-    def ring_name(self, sub: Subscription) -> str:
+    def ring_name(self, sub: SubscriptionRow) -> str:
         """The gateway's one shared-memory ring (the hub writes every message there); a
         consumer filters it by the subscription's topics, `<session>:<topic>` each."""
         from dataplane.ring import ring_name
@@ -777,7 +777,7 @@ class GatewayService:
 
     # -- tokens ---------------------------------------------------------------------------
 
-    def create_token(self, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
+    def create_token(self, name: str, scopes: list[str]) -> tuple[TokenRow, str]:
         """A new token and its secret: the only time the secret exists outside the caller."""
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
@@ -787,7 +787,7 @@ class GatewayService:
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._tx() as s:
             token = TokenRepository(s).add(
-                ApiToken(
+                TokenRow(
                     name=name,
                     scopes=sorted(set(scopes)),
                     prefix=secret[: len(TOKEN_PREFIX) + 4],
@@ -796,18 +796,18 @@ class GatewayService:
             )
             return token, secret
 
-    def list_tokens(self, offset: int, limit: int) -> Page[ApiToken]:
+    def list_tokens(self, offset: int, limit: int) -> Page[TokenRow]:
         return self._read(lambda s: TokenRepository(s).page(offset, limit))
 
-    def get_token(self, token_id: int) -> ApiToken:
+    def get_token(self, token_id: int) -> TokenRow:
         return self._read(lambda s: TokenRepository(s).get(token_id))
 
-    def find_token(self, ident: str) -> ApiToken:
+    def find_token(self, ident: str) -> TokenRow:
         """A token by id, or by name when one live token has it (for the CLI)."""
         if ident.isdigit():
             return self.get_token(int(ident))
 
-        def read(s: Session) -> ApiToken:
+        def read(s: Session) -> TokenRow:
             tokens = [t for t in TokenRepository(s).named(ident) if t.revoked_at is None]
             if not tokens:
                 raise NotFoundError("token", repr(ident))
@@ -819,7 +819,7 @@ class GatewayService:
 
         return self._read(read)
 
-    def revoke_token(self, token_id: int) -> ApiToken:
+    def revoke_token(self, token_id: int) -> TokenRow:
         with self._tx() as s:
             token = TokenRepository(s).get(token_id)
             if token.revoked_at is None:
@@ -831,7 +831,7 @@ class GatewayService:
         with self.db.session() as s:
             return set(token_ids) - TokenRepository(s).live_ids(token_ids)
 
-    def authenticate(self, secret: str) -> ApiToken | None:
+    def authenticate(self, secret: str) -> TokenRow | None:
         """The live token with this secret, its last use noted (at most once a resolution)."""
         if not secret.startswith(TOKEN_PREFIX):
             return None

@@ -14,7 +14,7 @@ from api.schemas.ports import (
     PortUpdate,
 )
 from gateway.service import GatewayService
-from gateway.store.models import Port
+from gateway.store.models import PortRow
 
 router = APIRouter(
     prefix="/v1/ports",
@@ -24,7 +24,7 @@ router = APIRouter(
 )
 
 
-def port_public(service: GatewayService, port: Port) -> PortPublic:
+def port_public(service: GatewayService, port: PortRow) -> PortPublic:
     status_ = service.runtime.port_status(port.id)
     return PortPublic.model_validate(
         {

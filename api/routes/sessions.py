@@ -20,7 +20,7 @@ from api.schemas.sessions import (
 )
 from gateway.runtime import SessionStatus
 from gateway.service import GatewayService
-from gateway.store.models import UpstreamSession
+from gateway.store.models import SessionRow
 
 router = APIRouter(
     prefix="/v1/sessions",
@@ -41,7 +41,7 @@ def status_public(status_: SessionStatus) -> SessionStatusPublic:
 
 
 def session_public(
-    service: GatewayService, row: UpstreamSession, status_: SessionStatus | None = None
+    service: GatewayService, row: SessionRow, status_: SessionStatus | None = None
 ) -> SessionPublic:
     status_ = status_ or service.session_status(row.id)
     fields = {k: getattr(row, k) for k in SessionPublic.model_fields if k != "status"}

@@ -18,7 +18,7 @@ from api.schemas.subscriptions import (
 )
 from gateway.hub.names import ring_topics
 from gateway.service import GatewayService, SubscriptionChange
-from gateway.store.models import Subscription
+from gateway.store.models import SubscriptionRow
 
 router = APIRouter(
     prefix="/v1/subscriptions",
@@ -30,7 +30,7 @@ STREAM_PATH = "/v1/stream"
 
 
 def subscription_public(
-    service: GatewayService, sub: Subscription, change: SubscriptionChange | None = None
+    service: GatewayService, sub: SubscriptionRow, change: SubscriptionChange | None = None
 ) -> SubscriptionPublic:
     fields = {
         k: getattr(sub, k)
@@ -88,7 +88,7 @@ def create_subscription(
     return subscription_public(service, change.subscription, change)
 
 
-def _owned(service: GatewayService, subscription_id: int, caller: Principal) -> Subscription:
+def _owned(service: GatewayService, subscription_id: int, caller: Principal) -> SubscriptionRow:
     sub = service.get_subscription(subscription_id)
     check_subscription_owner(caller, subscription_id, sub.owner_token_id)
     return sub
