@@ -10,6 +10,7 @@ Classes are named `*Row` (`SessionRow`, `EventRow`): the live objects of the sam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,19 @@ SCOPES = ("admin", "consume")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def with_defaults(model: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` plus the model's scalar column defaults, so rules can check a new row before
+    it is flushed (SQLAlchemy applies column defaults only at INSERT)."""
+    defaults = {
+        column.key: column.default.arg
+        for column in model.__table__.columns
+        if column.default is not None
+        and column.default.is_scalar
+        and column.key not in ("created_at", "updated_at")
+    }
+    return {**defaults, **values}
 
 
 class UtcDateTime(TypeDecorator[datetime]):

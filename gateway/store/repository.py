@@ -1,7 +1,7 @@
 """Queries, one small repository per entity, all working inside a caller's session.
 
 Repositories only read and write rows; rules that involve the runtime (ref-counted topics,
-starting sessions) live in gateway.service. `get` raises NotFoundError with the message
+starting sessions) live in gateway.control. `get` raises NotFoundError with the message
 the API returns ("port 7 not found").
 """
 

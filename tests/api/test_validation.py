@@ -415,7 +415,7 @@ def test_options_and_405_name_every_method_of_the_path(api: Api, path: str, allo
 def test_a_stored_url_with_credentials_is_never_shown(api: Api) -> None:
     """A row stored before user info was refused (or written around the API) keeps its
     secret out of every answer."""
-    with api.service.db.session() as s:
+    with api.control.db.session() as s:
         row = SessionRow(**{**SESSION, "url": "wss://admin:hunter2@a.example/ws"})
         s.add(row)
         s.flush()
