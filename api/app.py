@@ -1,8 +1,8 @@
 """The FastAPI app factory: one app per (settings, runtime), nothing global.
 
-`create_app` wires the service (database + runtime), host management, auth, CORS, metrics
-and the routers. The service starts in the app's lifespan (migrations, then the restore of
-what was open) and shuts down with it (the runtime stops the sessions).
+`create_app` wires the control plane (database + runtime), host management, auth, CORS,
+metrics and the routers. The control plane starts in the app's lifespan (migrations, then
+the restore of what was open) and shuts down with it (the runtime stops the sessions).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from api.routes import dashboard, engine, health, ports, sessions, stream, subsc
 from api.routes import host as host_routes
 from api.routes.engine_ports import router as engine_ports_router
 from api.security import BodyGuard, OriginGuard, install_log_redaction
+from gateway.control import ControlPlane
 from gateway.host import HostManager
 from gateway.hub import Hub
 from gateway.hub.metrics import HubCollector
 from gateway.runtime import Runtime
-from gateway.service import GatewayService
 from gateway.settings import Settings
 
 log = logging.getLogger("wsgw.api")
@@ -49,23 +49,23 @@ def create_app(
     runtime: Runtime | None = None,
     *,
     host: HostManager | None = None,
-    service: GatewayService | None = None,
+    control: ControlPlane | None = None,
     hub: Hub | None = None,
 ) -> FastAPI:
     """The control plane's ASGI app. `runtime` defaults to DetachedRuntime (no dataplane);
     `host` to the real host under settings.host; tests pass their own of each. `hub`: the
     fan-out hub /v1/stream reads from (default: the runtime's `hub` attribute, if any)."""
     check_auth_settings(settings)
-    service = service or GatewayService(settings, runtime)
+    control = control or ControlPlane(settings, runtime)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await run_in_threadpool(service.start)
+        await run_in_threadpool(control.start)
         try:
             yield
         finally:
             await app.state.open_streams.close()
-            await run_in_threadpool(service.shutdown)
+            await run_in_threadpool(control.shutdown)
 
     app = FastAPI(
         title="wsgw control plane",
@@ -76,15 +76,15 @@ def create_app(
         generate_unique_id_function=_operation_id,
     )
     app.state.settings = settings
-    app.state.service = service
+    app.state.control = control
     app.state.auth_limiter = AuthFailureLimiter(
         settings.auth.failure_limit, settings.auth.failure_window_s
     )
-    app.state.open_streams = OpenStreams(service)
+    app.state.open_streams = OpenStreams(control.tokens)
     install_log_redaction()
     app.state.host = host or HostManager.from_settings(settings)
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(GatewayCollector(service))
+    registry.register(GatewayCollector(control))
     app.state.hub = hub
     registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.service import GatewayService
+from gateway.control import ControlPlane
 from gateway.settings import Settings
 from gateway.store.models import SCOPES
 
@@ -158,7 +158,7 @@ def bearer_secret(authorization: str | None) -> str | None:
 
 
 def identify(state: Any, client: str, secret: str | None) -> Principal:
-    """Who is calling, from the app's state (settings, service, limiter), the client's
+    """Who is calling, from the app's state (settings, control plane, limiter), the client's
     address and the bearer secret; raises AuthFailed. Blocking (a database read)."""
     settings: Settings = state.settings
     if settings.auth.mode == "none":
@@ -170,8 +170,8 @@ def identify(state: Any, client: str, secret: str | None) -> Principal:
         return LOCAL
     if not secret:
         raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    service: GatewayService = state.service
-    token = service.authenticate(secret)
+    control: ControlPlane = state.control
+    token = control.tokens.authenticate(secret)
     if token is None:
         limiter: AuthFailureLimiter = state.auth_limiter
         wait = limiter.retry_after(client)
@@ -225,7 +225,7 @@ def require_scope(scope: str) -> Callable[..., Principal]:
 def may_use_subscription(principal: Principal, owner_token_id: int | None) -> bool:
     """The one ownership rule (REST, /v1/stream and the dashboard alike): an admin uses
     every subscription, any other caller those its own token created and the unowned ones
-    (made without a token: auth off, the service's own callers, or before migration 0003,
+    (made without a token: auth off, the control plane's own callers, or before migration 0003,
     so that an upgrade takes no consumer's subscription away)."""
     if "admin" in principal.scopes or owner_token_id is None:
         return True

@@ -1,4 +1,4 @@
-"""FastAPI dependencies as Annotated aliases: the service, the host, paging, the caller.
+"""FastAPI dependencies as Annotated aliases: the control plane, the host, paging, the caller.
 
 Everything a route needs comes from `request.app.state`, set once by `create_app`, so
 tests build apps with their own database, runtime and fake host side by side.
@@ -15,8 +15,8 @@ from fastapi.exceptions import RequestValidationError
 
 from api.auth import Principal, require_scope
 from api.schemas.common import ID_MAX
+from gateway.control import ControlPlane
 from gateway.host import HostManager
-from gateway.service import GatewayService
 from gateway.settings import Settings
 
 IdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the id the entity was given")]
@@ -25,9 +25,9 @@ IdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the id the entity was
 LIMIT_CEILING = 10_000
 
 
-def get_service(request: Request) -> GatewayService:
-    service: GatewayService = request.app.state.service
-    return service
+def get_control(request: Request) -> ControlPlane:
+    control: ControlPlane = request.app.state.control
+    return control
 
 
 def get_host(request: Request) -> HostManager:
@@ -101,7 +101,7 @@ def refuse_unknown_query(request: Request) -> None:
 
 
 KnownQuery = Depends(refuse_unknown_query)
-ServiceDep = Annotated[GatewayService, Depends(get_service)]
+ControlDep = Annotated[ControlPlane, Depends(get_control)]
 HostDep = Annotated[HostManager, Depends(get_host)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 PageDep = Annotated[Pagination, Depends(pagination)]

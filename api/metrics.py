@@ -16,8 +16,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.control import ControlPlane
 from gateway.runtime import SessionState
-from gateway.service import GatewayService
 from gateway.store.db import DATABASE_UNAVAILABLE
 
 _NAME_OK = re.compile(r"[^a-zA-Z0-9_]")
@@ -26,10 +26,10 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class GatewayCollector(Collector):
-    """Samples read at scrape time from the service and its runtime."""
+    """Samples read at scrape time from the control plane and its runtime."""
 
-    def __init__(self, service: GatewayService) -> None:
-        self.service = service
+    def __init__(self, control: ControlPlane) -> None:
+        self.control = control
 
     def collect(self) -> Iterator[Metric]:
         sessions = GaugeMetricFamily(
@@ -40,7 +40,7 @@ class GatewayCollector(Collector):
         # A scrape during a database outage still shows the dataplane, and says so.
         database = GaugeMetricFamily("wsgw_database_up", "1 when the database answered")
         try:
-            counts = self.service.sessions_by_state() if self.service.started else {}
+            counts = self.control.sessions.count_by_state() if self.control.started else {}
         except DATABASE_UNAVAILABLE:
             database.add_metric([], 0)
         else:
@@ -51,7 +51,7 @@ class GatewayCollector(Collector):
                     sessions.add_metric([str(state), desired], counts.get(key, 0))
             yield sessions
         yield database
-        engine = self.service.runtime.engine_status()
+        engine = self.control.runtime.engine_status()
         info = GaugeMetricFamily(
             "wsgw_engine_state", "1 for the dataplane engine's current state", labels=["state"]
         )
@@ -62,7 +62,7 @@ class GatewayCollector(Collector):
 
     def _profile_info(self) -> Metric:
         """The latency profile and what it set, as an info metric (value 1)."""
-        settings = self.service.settings
+        settings = self.control.settings
         profile = GaugeMetricFamily(
             "wsgw_latency_profile_info",
             "The gateway's latency profile: the engine's poll mode, the readers' wait policy",
@@ -76,7 +76,7 @@ class GatewayCollector(Collector):
 
     def _runtime_metrics(self) -> Iterable[Metric]:
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        for sample in self.service.runtime.metrics().metrics:
+        for sample in self.control.runtime.metrics().metrics:
             name = "wsgw_dataplane_" + _NAME_OK.sub("_", sample.name)
             labels = sorted(sample.labels)
             family = families.get(name)

@@ -18,9 +18,9 @@ import threading
 
 from starlette.concurrency import run_in_threadpool
 
+from gateway.control.tokens import TokenService
 from gateway.hub.consumer import Consumer
 from gateway.hub.protocol import CLOSE_POLICY_VIOLATION
-from gateway.service import GatewayService
 
 log = logging.getLogger("wsgw.api.stream")
 REVOKED_REASON = "the token was revoked"
@@ -30,8 +30,8 @@ class OpenStreams:
     """Open streams per token id. `add`/`discard` run on the API loop, `revoke` on any
     thread (the sync routes run in the threadpool)."""
 
-    def __init__(self, service: GatewayService, interval_s: float = 1.0) -> None:
-        self.service = service
+    def __init__(self, tokens: TokenService, interval_s: float = 1.0) -> None:
+        self.tokens = tokens
         self.interval_s = interval_s
         self._by_token: dict[int, set[Consumer]] = {}
         self._lock = threading.Lock()
@@ -77,7 +77,7 @@ class OpenStreams:
             if not open_ids:
                 return
             try:
-                revoked = await run_in_threadpool(self.service.revoked_tokens, open_ids)
+                revoked = await run_in_threadpool(self.tokens.revoked, open_ids)
             except Exception as exc:  # the database is away: keep the streams, ask again
                 log.warning("cannot check open streams' tokens for revocation: %s", exc)
                 continue

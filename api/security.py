@@ -44,7 +44,7 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _SECRET_PARAM = re.compile(
     r"(?i)(\b(?:token|access_token|api_key|apikey|secret|password)=)[^&\s\"']+"
 )
-#: A wsgw token secret wherever it appears (gateway.service.TOKEN_PREFIX).
+#: A wsgw token secret wherever it appears (gateway.control.tokens.TOKEN_PREFIX).
 _SECRET_TOKEN = re.compile(r"\bwsgw_[A-Za-z0-9_-]{8,}")
 REDACTED = "[redacted]"
 

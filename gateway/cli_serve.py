@@ -228,11 +228,11 @@ def db_current() -> None:
 
 def _service() -> Any:
     """A service on the configured database, migrated as serve would (or checked)."""
-    from gateway.service import GatewayService
+    from gateway.control import ControlPlane
     from gateway.store import migrate
 
     settings = _settings()
-    service = GatewayService(settings)
+    service = ControlPlane(settings)
     if settings.db.upgrade_on_start:
         migrate.upgrade(service.db)
     elif migrate.current(service.db) != migrate.head():
@@ -257,7 +257,7 @@ def token_create(
         _fail(str(exc), 2)
     service = _service()
     try:
-        token, secret = service.create_token(name, scope)
+        token, secret = service.tokens.create(name, scope)
     except StoreError as exc:
         _fail(str(exc), 2)
         raise
@@ -278,7 +278,7 @@ def token_list(
     """List tokens (never their secrets)."""
     service = _service()
     try:
-        tokens = service.list_tokens(0, 1 << 30).items
+        tokens = service.tokens.page(0, 1 << 30).items
     finally:
         service.db.close()
     rows = [
@@ -316,8 +316,8 @@ def token_revoke(
 
     service = _service()
     try:
-        found = service.find_token(token)
-        revoked = service.revoke_token(found.id)
+        found = service.tokens.find(token)
+        revoked = service.tokens.revoke(found.id)
     except StoreError as exc:
         _fail(str(exc), 1)
         raise

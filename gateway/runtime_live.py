@@ -12,7 +12,7 @@ runtime's loop, one at a time per session in the order the API made them, and re
 session on its own loop from there (`_on`).
 
     runtime = LiveRuntime(hub)                 # hub: publish_batch / publish_gap
-    service = GatewayService(settings, runtime=runtime)
+    control = ControlPlane(settings, runtime=runtime)
 """
 
 from __future__ import annotations

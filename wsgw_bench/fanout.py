@@ -543,9 +543,9 @@ class Gateway:
         except ImportError:
             use_uvloop = False
         self.server = ServerThread(self.app, uvloop=use_uvloop).start()
-        service = self.app.state.service
-        _, self.token = service.create_token("bench", ["consume"])
-        session = service.create_session(
+        service = self.app.state.control
+        _, self.token = service.tokens.create("bench", ["consume"])
+        session = service.sessions.create(
             {"name": "bench", "url": "wss://x/ws", "dialect": "generic", "transport": "kernel"}
         )
         assert session.id == SESSION

@@ -368,7 +368,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             # The stream route looks the session up in the control plane's database (the
             # row's transport is not what runs: the runtime below has the session's spec).
             row = {"name": "feed", "url": "ws://198.18.0.1/", "dialect": "binance"}
-            sid = app.state.service.create_session({**row, "transport": "kernel"}).id
+            sid = app.state.control.sessions.create({**row, "transport": "kernel"}).id
             stream_url = (
                 f"{server.ws_url}/v1/stream?session={sid}&topics={','.join(TOPICS)}"
                 "&queue_size=100000&consumer=feed"

@@ -343,10 +343,10 @@ def soak(options: BenchOptions) -> list[Measurement]:
         hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
         app = gateway_app(state, hub, auth="none")
         server = ServerThread(app).start()
-        service = app.state.service
+        service = app.state.control
         # The stream route looks the session up in the control plane's database.
         row = {"name": "soak", "url": "ws://198.18.0.1/", "dialect": "binance"}
-        sid = service.create_session({**row, "transport": "kernel"}).id
+        sid = service.sessions.create({**row, "transport": "kernel"}).id
         settings = Settings()
         runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
         runtime.port_up(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import AdminDep, KnownQuery, ServiceDep, SettingsDep
+from api.deps import AdminDep, ControlDep, KnownQuery, SettingsDep
 from api.schemas.common import responses
 from api.schemas.engine import EngineConfigPublic
 
@@ -18,9 +18,9 @@ router = APIRouter(
 
 
 @router.get("", response_model=EngineConfigPublic)
-def get_engine(service: ServiceDep, settings: SettingsDep, _: AdminDep) -> EngineConfigPublic:
+def get_engine(control: ControlDep, settings: SettingsDep, _: AdminDep) -> EngineConfigPublic:
     """The latency profile, the engine knobs it decides and the engine's state."""
-    status = service.runtime.engine_status()
+    status = control.runtime.engine_status()
     return EngineConfigPublic(
         latency_profile=settings.latency_profile,
         poll_mode=settings.engine.poll_mode,

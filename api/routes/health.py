@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from api.auth import is_admin_or_anonymous
-from api.deps import ServiceDep
+from api.deps import ControlDep
 from api.schemas.common import ErrorPublic
 from api.schemas.health import EnginePublic, HealthPublic, ReadyPublic, ReadyStatusPublic
 
@@ -31,12 +31,12 @@ def healthz() -> HealthPublic:
     },
 )
 def readyz(
-    service: ServiceDep, admin: Annotated[bool, Depends(is_admin_or_anonymous)]
+    control: ControlDep, admin: Annotated[bool, Depends(is_admin_or_anonymous)]
 ) -> JSONResponse:
     """Ready when the database answers and the dataplane engine is not failed. Anyone gets
     {status}; an admin token (or auth off) also the database's and the engine's state and
     errors, which may name hosts and drivers."""
-    state = service.readiness()
+    state = control.readiness()
     code = status.HTTP_200_OK if state.ready else status.HTTP_503_SERVICE_UNAVAILABLE
     verdict: Literal["ready", "not_ready"] = "ready" if state.ready else "not_ready"
     if not admin:

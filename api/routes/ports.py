@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
+from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
 from api.schemas.common import responses
 from api.schemas.ports import (
     PortCreate,
@@ -13,8 +13,8 @@ from api.schemas.ports import (
     PortStatusPublic,
     PortUpdate,
 )
-from gateway.service import GatewayService
-from gateway.store.models import Port
+from gateway.control import ControlPlane
+from gateway.store.models import PortRow
 
 router = APIRouter(
     prefix="/v1/ports",
@@ -24,8 +24,8 @@ router = APIRouter(
 )
 
 
-def port_public(service: GatewayService, port: Port) -> PortPublic:
-    status_ = service.runtime.port_status(port.id)
+def port_public(control: ControlPlane, port: PortRow) -> PortPublic:
+    status_ = control.runtime.port_status(port.id)
     return PortPublic.model_validate(
         {
             **{k: getattr(port, k) for k in PortPublic.model_fields if k != "status"},
@@ -35,11 +35,11 @@ def port_public(service: GatewayService, port: Port) -> PortPublic:
 
 
 @router.get("", response_model=PortListPublic)
-def list_ports(service: ServiceDep, page: PageDep, _: AdminDep) -> PortListPublic:
+def list_ports(control: ControlDep, page: PageDep, _: AdminDep) -> PortListPublic:
     """Every configured port, oldest first."""
-    result = service.list_ports(page.offset, page.limit)
+    result = control.ports.page(page.offset, page.limit)
     return PortListPublic(
-        data=[port_public(service, p) for p in result.items],
+        data=[port_public(control, p) for p in result.items],
         count=result.total,
         offset=page.offset,
         limit=page.limit,
@@ -52,23 +52,23 @@ def list_ports(service: ServiceDep, page: PageDep, _: AdminDep) -> PortListPubli
     status_code=status.HTTP_201_CREATED,
     responses=responses(409),
 )
-def create_port(body: PortCreate, service: ServiceDep, _: AdminDep) -> PortPublic:
+def create_port(body: PortCreate, control: ControlDep, _: AdminDep) -> PortPublic:
     """Configure a port; when enabled, the dataplane is asked to open it."""
-    return port_public(service, service.create_port(body.model_dump()))
+    return port_public(control, control.ports.create(body.model_dump()))
 
 
 @router.get("/{port_id}", response_model=PortPublic, responses=responses(404))
-def get_port(port_id: IdPath, service: ServiceDep, _: AdminDep) -> PortPublic:
-    return port_public(service, service.get_port(port_id))
+def get_port(port_id: IdPath, control: ControlDep, _: AdminDep) -> PortPublic:
+    return port_public(control, control.ports.get(port_id))
 
 
 @router.patch("/{port_id}", response_model=PortPublic, responses=responses(404, 409))
-def update_port(port_id: IdPath, body: PortUpdate, service: ServiceDep, _: AdminDep) -> PortPublic:
+def update_port(port_id: IdPath, body: PortUpdate, control: ControlDep, _: AdminDep) -> PortPublic:
     """Change a port; an enabled port is reopened with the new settings."""
-    return port_public(service, service.update_port(port_id, body.model_dump(exclude_unset=True)))
+    return port_public(control, control.ports.update(port_id, body.model_dump(exclude_unset=True)))
 
 
 @router.delete("/{port_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409))
-def delete_port(port_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
+def delete_port(port_id: IdPath, control: ControlDep, _: AdminDep) -> None:
     """Remove a port no session uses; the dataplane closes it."""
-    service.delete_port(port_id)
+    control.ports.delete(port_id)

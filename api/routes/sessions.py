@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, status
 
-from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
+from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
 from api.schemas.common import responses
 from api.schemas.sessions import (
     DialectListPublic,
@@ -18,9 +18,9 @@ from api.schemas.sessions import (
     SessionStatusPublic,
     SessionUpdate,
 )
+from gateway.control import ControlPlane
 from gateway.runtime import SessionStatus
-from gateway.service import GatewayService
-from gateway.store.models import UpstreamSession
+from gateway.store.models import SessionRow
 
 router = APIRouter(
     prefix="/v1/sessions",
@@ -41,18 +41,18 @@ def status_public(status_: SessionStatus) -> SessionStatusPublic:
 
 
 def session_public(
-    service: GatewayService, row: UpstreamSession, status_: SessionStatus | None = None
+    control: ControlPlane, row: SessionRow, status_: SessionStatus | None = None
 ) -> SessionPublic:
-    status_ = status_ or service.session_status(row.id)
+    status_ = status_ or control.sessions.status(row.id)
     fields = {k: getattr(row, k) for k in SessionPublic.model_fields if k != "status"}
     return SessionPublic.model_validate({**fields, "status": status_public(status_)})
 
 
 @router.get("", response_model=SessionListPublic)
-def list_sessions(service: ServiceDep, page: PageDep, _: AdminDep) -> SessionListPublic:
-    result = service.list_sessions(page.offset, page.limit)
+def list_sessions(control: ControlDep, page: PageDep, _: AdminDep) -> SessionListPublic:
+    result = control.sessions.page(page.offset, page.limit)
     return SessionListPublic(
-        data=[session_public(service, r) for r in result.items],
+        data=[session_public(control, r) for r in result.items],
         count=result.total,
         offset=page.offset,
         limit=page.limit,
@@ -60,9 +60,9 @@ def list_sessions(service: ServiceDep, page: PageDep, _: AdminDep) -> SessionLis
 
 
 @router.get("/dialects", response_model=DialectListPublic)
-def list_dialects(service: ServiceDep, _: AdminDep) -> DialectListPublic:
+def list_dialects(control: ControlDep, _: AdminDep) -> DialectListPublic:
     """The exchange dialects a session may name."""
-    return DialectListPublic(data=list(service.runtime.dialects()))
+    return DialectListPublic(data=list(control.runtime.dialects()))
 
 
 @router.post(
@@ -71,56 +71,56 @@ def list_dialects(service: ServiceDep, _: AdminDep) -> DialectListPublic:
     status_code=status.HTTP_201_CREATED,
     responses=responses(404, 409),
 )
-def create_session(body: SessionCreate, service: ServiceDep, _: AdminDep) -> SessionPublic:
+def create_session(body: SessionCreate, control: ControlDep, _: AdminDep) -> SessionPublic:
     """Configure a session (stopped); POST .../start connects it."""
-    return session_public(service, service.create_session(body.model_dump()))
+    return session_public(control, control.sessions.create(body.model_dump()))
 
 
 # {session_id:int} where /dialects sits beside it: DELETE /v1/sessions/dialects is then a
 # 405 of that path (Allow: GET), not a 422 about an id that was never meant.
 @router.get("/{session_id:int}", response_model=SessionPublic, responses=responses(404))
-def get_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
-    return session_public(service, service.get_session(session_id))
+def get_session(session_id: IdPath, control: ControlDep, _: AdminDep) -> SessionPublic:
+    return session_public(control, control.sessions.get(session_id))
 
 
 @router.patch("/{session_id:int}", response_model=SessionPublic, responses=responses(404, 409))
 def update_session(
-    session_id: IdPath, body: SessionUpdate, service: ServiceDep, _: AdminDep
+    session_id: IdPath, body: SessionUpdate, control: ControlDep, _: AdminDep
 ) -> SessionPublic:
     """Change a session; what it connects to can change only while it is stopped."""
-    row = service.update_session(session_id, body.model_dump(exclude_unset=True))
-    return session_public(service, row)
+    row = control.sessions.update(session_id, body.model_dump(exclude_unset=True))
+    return session_public(control, row)
 
 
 @router.delete(
     "/{session_id:int}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404, 409)
 )
-def delete_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> None:
+def delete_session(session_id: IdPath, control: ControlDep, _: AdminDep) -> None:
     """Remove a session with its subscriptions and events; a running one is stopped first
     (409 when it does not stop in time: the session then stays, stopped)."""
-    service.delete_session(session_id)
+    control.sessions.delete(session_id)
 
 
 @router.post("/{session_id}/start", response_model=SessionPublic, responses=responses(404, 409))
-def start_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
+def start_session(session_id: IdPath, control: ControlDep, _: AdminDep) -> SessionPublic:
     """Want the session running (kept across restarts) and ask the runtime to connect it."""
-    row, status_ = service.start_session(session_id)
-    return session_public(service, row, status_)
+    row, status_ = control.sessions.start(session_id)
+    return session_public(control, row, status_)
 
 
 @router.post("/{session_id}/stop", response_model=SessionPublic, responses=responses(404, 409))
-def stop_session(session_id: IdPath, service: ServiceDep, _: AdminDep) -> SessionPublic:
+def stop_session(session_id: IdPath, control: ControlDep, _: AdminDep) -> SessionPublic:
     """Want the session stopped and ask the runtime to close it."""
-    row, status_ = service.stop_session(session_id)
-    return session_public(service, row, status_)
+    row, status_ = control.sessions.stop(session_id)
+    return session_public(control, row, status_)
 
 
 @router.get("/{session_id}/events", response_model=SessionEventListPublic, responses=responses(404))
 def list_session_events(
-    session_id: IdPath, service: ServiceDep, page: PageDep, _: AdminDep
+    session_id: IdPath, control: ControlDep, page: PageDep, _: AdminDep
 ) -> SessionEventListPublic:
     """The session's history, newest first: what was asked and what the dataplane reported."""
-    result = service.session_events(session_id, page.offset, page.limit)
+    result = control.sessions.events(session_id, page.offset, page.limit)
     return SessionEventListPublic(
         data=[SessionEventPublic.model_validate(e) for e in result.items],
         count=result.total,

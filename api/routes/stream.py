@@ -32,6 +32,8 @@ from api.auth import AuthFailed, Principal, bearer_secret, identify, may_use_sub
 from api.revocation import OpenStreams
 from api.schemas.common import ID_MAX
 from api.schemas.subscriptions import check_consumer
+from gateway.control import ControlPlane
+from gateway.control.subscriptions import dialect_topics
 from gateway.hub.consumer import (
     DEFAULT_QUEUE_SIZE,
     Consumer,
@@ -52,7 +54,6 @@ from gateway.hub.protocol import (
     CLOSE_UNAUTHORIZED,
     close_reason,
 )
-from gateway.service import GatewayService, dialect_topics
 from gateway.store.errors import InvalidError, NotFoundError
 from gateway.store.validate import check_topic
 
@@ -195,15 +196,15 @@ def app_hub(app: Any) -> Hub | None:
     engine-backed runtime owns one), else None."""
     hub = getattr(app.state, "hub", None)
     if hub is None:
-        service = getattr(app.state, "service", None)
-        hub = getattr(getattr(service, "runtime", None), "hub", None)
+        control = getattr(app.state, "control", None)
+        hub = getattr(getattr(control, "runtime", None), "hub", None)
     return hub if isinstance(hub, Hub) else None
 
 
 @router.websocket("/v1/stream")
 async def stream(websocket: WebSocket) -> None:
     """Messages of a subscription (or of a session's topics) as they are published."""
-    service: GatewayService = websocket.app.state.service
+    control: ControlPlane = websocket.app.state.control
     hub = app_hub(websocket.app)
     await websocket.accept()
     principal = await _authenticate(websocket)
@@ -218,7 +219,7 @@ async def stream(websocket: WebSocket) -> None:
     topics: tuple[str, ...] | None
     try:
         if request.subscription is not None:
-            sub = await run_in_threadpool(service.get_subscription, request.subscription)
+            sub = await run_in_threadpool(control.subscriptions.get, request.subscription)
             if not may_use_subscription(principal, sub.owner_token_id):
                 await websocket.close(
                     CLOSE_FORBIDDEN,
@@ -233,7 +234,7 @@ async def stream(websocket: WebSocket) -> None:
             name = sub.consumer
         else:
             assert request.session is not None
-            row = await run_in_threadpool(service.get_session, request.session)
+            row = await run_in_threadpool(control.sessions.get, request.session)
             session_id, topics, options = request.session, request.topics, request.options
             if topics is not None:
                 # As the session subscribes and publishes them (binance: btcusdt@trade):

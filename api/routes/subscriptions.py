@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from api.auth import Principal, check_subscription_owner
-from api.deps import ConsumerDep, IdPath, KnownQuery, PageDep, ServiceDep
+from api.deps import ConsumerDep, ControlDep, IdPath, KnownQuery, PageDep
 from api.schemas.common import ID_MAX, responses
 from api.schemas.subscriptions import (
     ConsumePublic,
@@ -16,9 +16,10 @@ from api.schemas.subscriptions import (
     SubscriptionPublic,
     SubscriptionUpdate,
 )
+from gateway.control import ControlPlane
+from gateway.control.subscriptions import SubscriptionChange
 from gateway.hub.names import ring_topics
-from gateway.service import GatewayService, SubscriptionChange
-from gateway.store.models import Subscription
+from gateway.store.models import SubscriptionRow
 
 router = APIRouter(
     prefix="/v1/subscriptions",
@@ -30,7 +31,7 @@ STREAM_PATH = "/v1/stream"
 
 
 def subscription_public(
-    service: GatewayService, sub: Subscription, change: SubscriptionChange | None = None
+    control: ControlPlane, sub: SubscriptionRow, change: SubscriptionChange | None = None
 ) -> SubscriptionPublic:
     fields = {
         k: getattr(sub, k)
@@ -42,7 +43,7 @@ def subscription_public(
             **fields,
             "consume": ConsumePublic(
                 stream_url=f"{STREAM_PATH}?subscription={sub.id}",
-                ring=service.ring_name(sub),
+                ring=control.subscriptions.ring_name(sub),
                 ring_topics=ring_topics(sub.session_id, list(sub.topics)),
             ),
             "upstream_subscribed": change.subscribed if change else [],
@@ -53,7 +54,7 @@ def subscription_public(
 
 @router.get("", response_model=SubscriptionListPublic)
 def list_subscriptions(
-    service: ServiceDep,
+    control: ControlDep,
     page: PageDep,
     caller: ConsumerDep,
     session_id: Annotated[
@@ -63,9 +64,9 @@ def list_subscriptions(
     """An admin sees every subscription; another token the ones it created and the
     unowned ones."""
     owner = None if "admin" in caller.scopes else (caller.token_id or 0)
-    result = service.list_subscriptions(page.offset, page.limit, session_id, owner)
+    result = control.subscriptions.page(page.offset, page.limit, session_id, owner)
     return SubscriptionListPublic(
-        data=[subscription_public(service, s) for s in result.items],
+        data=[subscription_public(control, s) for s in result.items],
         count=result.total,
         offset=page.offset,
         limit=page.limit,
@@ -79,44 +80,44 @@ def list_subscriptions(
     responses=responses(404, 409),
 )
 def create_subscription(
-    body: SubscriptionCreate, service: ServiceDep, caller: ConsumerDep
+    body: SubscriptionCreate, control: ControlDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
     """Subscribe a consumer; topics no other subscription of the session holds are
     subscribed upstream. The answer says how to consume the messages. The calling token
     owns it: a consume-only token uses only the subscriptions it created."""
-    change = service.create_subscription({**body.model_dump(), "owner_token_id": caller.token_id})
-    return subscription_public(service, change.subscription, change)
+    change = control.subscriptions.create({**body.model_dump(), "owner_token_id": caller.token_id})
+    return subscription_public(control, change.subscription, change)
 
 
-def _owned(service: GatewayService, subscription_id: int, caller: Principal) -> Subscription:
-    sub = service.get_subscription(subscription_id)
+def _owned(control: ControlPlane, subscription_id: int, caller: Principal) -> SubscriptionRow:
+    sub = control.subscriptions.get(subscription_id)
     check_subscription_owner(caller, subscription_id, sub.owner_token_id)
     return sub
 
 
 @router.get("/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404))
 def get_subscription(
-    subscription_id: IdPath, service: ServiceDep, caller: ConsumerDep
+    subscription_id: IdPath, control: ControlDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
-    return subscription_public(service, _owned(service, subscription_id, caller))
+    return subscription_public(control, _owned(control, subscription_id, caller))
 
 
 @router.patch(
     "/{subscription_id}", response_model=SubscriptionPublic, responses=responses(404, 409)
 )
 def update_subscription(
-    subscription_id: IdPath, body: SubscriptionUpdate, service: ServiceDep, caller: ConsumerDep
+    subscription_id: IdPath, body: SubscriptionUpdate, control: ControlDep, caller: ConsumerDep
 ) -> SubscriptionPublic:
     """Change topics or delivery options; upstream follows the topics' ref-counts."""
-    _owned(service, subscription_id, caller)
-    change = service.update_subscription(subscription_id, body.model_dump(exclude_unset=True))
-    return subscription_public(service, change.subscription, change)
+    _owned(control, subscription_id, caller)
+    change = control.subscriptions.update(subscription_id, body.model_dump(exclude_unset=True))
+    return subscription_public(control, change.subscription, change)
 
 
 @router.delete(
     "/{subscription_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
 )
-def delete_subscription(subscription_id: IdPath, service: ServiceDep, caller: ConsumerDep) -> None:
+def delete_subscription(subscription_id: IdPath, control: ControlDep, caller: ConsumerDep) -> None:
     """Unsubscribe; topics no other subscription of the session holds leave upstream."""
-    _owned(service, subscription_id, caller)
-    service.delete_subscription(subscription_id)
+    _owned(control, subscription_id, caller)
+    control.subscriptions.delete(subscription_id)

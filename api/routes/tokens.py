@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, status
 
-from api.deps import AdminDep, IdPath, KnownQuery, PageDep, ServiceDep
+from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
 from api.revocation import OpenStreams
 from api.schemas.common import responses
 from api.schemas.tokens import TokenCreate, TokenCreatedPublic, TokenListPublic, TokenPublic
@@ -18,8 +18,8 @@ router = APIRouter(
 
 
 @router.get("", response_model=TokenListPublic)
-def list_tokens(service: ServiceDep, page: PageDep, _: AdminDep) -> TokenListPublic:
-    result = service.list_tokens(page.offset, page.limit)
+def list_tokens(control: ControlDep, page: PageDep, _: AdminDep) -> TokenListPublic:
+    result = control.tokens.page(page.offset, page.limit)
     return TokenListPublic(
         data=[TokenPublic.model_validate(t) for t in result.items],
         count=result.total,
@@ -29,26 +29,26 @@ def list_tokens(service: ServiceDep, page: PageDep, _: AdminDep) -> TokenListPub
 
 
 @router.post("", response_model=TokenCreatedPublic, status_code=status.HTTP_201_CREATED)
-def create_token(body: TokenCreate, service: ServiceDep, _: AdminDep) -> TokenCreatedPublic:
+def create_token(body: TokenCreate, control: ControlDep, _: AdminDep) -> TokenCreatedPublic:
     """A new token; keep the secret, it is not shown again."""
-    token, secret = service.create_token(body.name, list(body.scopes))
+    token, secret = control.tokens.create(body.name, list(body.scopes))
     return TokenCreatedPublic.model_validate(
         {**TokenPublic.model_validate(token).model_dump(), "secret": secret}
     )
 
 
 @router.get("/{token_id}", response_model=TokenPublic, responses=responses(404))
-def get_token(token_id: IdPath, service: ServiceDep, _: AdminDep) -> TokenPublic:
-    return TokenPublic.model_validate(service.get_token(token_id))
+def get_token(token_id: IdPath, control: ControlDep, _: AdminDep) -> TokenPublic:
+    return TokenPublic.model_validate(control.tokens.get(token_id))
 
 
 @router.delete("/{token_id}", response_model=TokenPublic, responses=responses(404))
 def revoke_token(
-    token_id: IdPath, service: ServiceDep, _: AdminDep, request: Request
+    token_id: IdPath, control: ControlDep, _: AdminDep, request: Request
 ) -> TokenPublic:
     """Revoke a token (kept for the record, refused from now on); its open streams close
     (1008)."""
-    token = TokenPublic.model_validate(service.revoke_token(token_id))
+    token = TokenPublic.model_validate(control.tokens.revoke(token_id))
     streams: OpenStreams = request.app.state.open_streams
     streams.revoke(token_id)
     return token

@@ -69,7 +69,7 @@ class PortBase(Schema):
 
 
 class PortCreate(PortBase):
-    """A port; ipv4 and gateway are checked against the netmask by the service (422 naming
+    """A port; ipv4 and gateway are checked against the netmask by the control plane (422 naming
     the field), as on PATCH, where they meet the stored values."""
 
 

@@ -2,18 +2,18 @@
 
 from gateway.store.db import Database, database_url
 from gateway.store.errors import ConflictError, InvalidError, NotFoundError, StoreError
-from gateway.store.models import ApiToken, Port, SessionEvent, Subscription, UpstreamSession
+from gateway.store.models import EventRow, PortRow, SessionRow, SubscriptionRow, TokenRow
 
 __all__ = [
-    "ApiToken",
     "ConflictError",
     "Database",
+    "EventRow",
     "InvalidError",
     "NotFoundError",
-    "Port",
-    "SessionEvent",
+    "PortRow",
+    "SessionRow",
     "StoreError",
-    "Subscription",
-    "UpstreamSession",
+    "SubscriptionRow",
+    "TokenRow",
     "database_url",
 ]

@@ -4,10 +4,13 @@ Tables change only through Alembic revisions in migrations/ (next to this module
 compares these models with the migrated schema on SQLite and PostgreSQL, so the two cannot
 drift apart.
 Enumerations are strings with CHECK constraints (portable, readable in a SQL shell).
+Classes are named `*Row` (`SessionRow`, `EventRow`): the live objects of the same entities
+(gateway.sessions' `UpstreamSession`, `SessionEvent`) keep the plain names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +49,19 @@ SCOPES = ("admin", "consume")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def with_defaults(model: type[Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` plus the model's scalar column defaults, so rules can check a new row before
+    it is flushed (SQLAlchemy applies column defaults only at INSERT)."""
+    defaults = {
+        column.key: column.default.arg
+        for column in model.__table__.columns
+        if column.default is not None
+        and column.default.is_scalar
+        and column.key not in ("created_at", "updated_at")
+    }
+    return {**defaults, **values}
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -90,7 +106,7 @@ class Timestamped:
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)
 
 
-class Port(Timestamped, Base):
+class PortRow(Timestamped, Base):
     """A DPDK port: the device it opens and the IPv4 identity the stack gives it."""
 
     __tablename__ = "ports"
@@ -109,7 +125,7 @@ class Port(Timestamped, Base):
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
 
 
-class UpstreamSession(Timestamped, Base):
+class SessionRow(Timestamped, Base):
     """An upstream WebSocket session to an exchange feed and how it is kept alive."""
 
     __tablename__ = "sessions"
@@ -139,10 +155,10 @@ class UpstreamSession(Timestamped, Base):
     reconnect_max_attempts: Mapped[int | None] = mapped_column(Integer)
     desired_state: Mapped[str] = mapped_column(String(16), default="stopped")
 
-    port: Mapped[Port | None] = relationship(lazy="raise")
+    port: Mapped[PortRow | None] = relationship(lazy="raise")
 
 
-class Subscription(Timestamped, Base):
+class SubscriptionRow(Timestamped, Base):
     """A consumer's interest in topics of one session, with its delivery options."""
 
     __tablename__ = "subscriptions"
@@ -170,7 +186,7 @@ class Subscription(Timestamped, Base):
     )
 
 
-class ApiToken(Base):
+class TokenRow(Base):
     """A bearer token: only the SHA-256 of its secret is kept (the secret is shown once)."""
 
     __tablename__ = "api_tokens"
@@ -186,7 +202,7 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
-class SessionEvent(Base):
+class EventRow(Base):
     """One entry in a session's history: what was asked, what the dataplane reported."""
 
     __tablename__ = "session_events"

@@ -1,7 +1,7 @@
 """Queries, one small repository per entity, all working inside a caller's session.
 
 Repositories only read and write rows; rules that involve the runtime (ref-counted topics,
-starting sessions) live in gateway.service. `get` raises NotFoundError with the message
+starting sessions) live in gateway.control. `get` raises NotFoundError with the message
 the API returns ("port 7 not found").
 """
 
@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session
 
 from gateway.store.errors import NotFoundError
 from gateway.store.models import (
-    ApiToken,
     Base,
-    Port,
-    SessionEvent,
-    Subscription,
-    UpstreamSession,
+    EventRow,
+    PortRow,
+    SessionRow,
+    SubscriptionRow,
+    TokenRow,
     utcnow,
 )
 
@@ -75,48 +75,48 @@ class Repository(Generic[M]):
         self.session.flush()
 
 
-class PortRepository(Repository[Port]):
-    model = Port
+class PortRepository(Repository[PortRow]):
+    model = PortRow
     kind = "port"
 
-    def by_name(self, name: str) -> Port | None:
-        return self.session.scalar(select(Port).where(Port.name == name))
+    def by_name(self, name: str) -> PortRow | None:
+        return self.session.scalar(select(PortRow).where(PortRow.name == name))
 
-    def by_device(self, device: str) -> Port | None:
-        return self.session.scalar(select(Port).where(Port.device == device))
+    def by_device(self, device: str) -> PortRow | None:
+        return self.session.scalar(select(PortRow).where(PortRow.device == device))
 
-    def enabled(self) -> list[Port]:
-        return list(self.session.scalars(select(Port).where(Port.enabled).order_by(Port.id)))
+    def enabled(self) -> list[PortRow]:
+        return list(
+            self.session.scalars(select(PortRow).where(PortRow.enabled).order_by(PortRow.id))
+        )
 
 
-class SessionRepository(Repository[UpstreamSession]):
-    model = UpstreamSession
+class SessionRepository(Repository[SessionRow]):
+    model = SessionRow
     kind = "session"
 
-    def by_name(self, name: str) -> UpstreamSession | None:
-        return self.session.scalar(select(UpstreamSession).where(UpstreamSession.name == name))
+    def by_name(self, name: str) -> SessionRow | None:
+        return self.session.scalar(select(SessionRow).where(SessionRow.name == name))
 
-    def on_port(self, port_id: int) -> list[UpstreamSession]:
+    def on_port(self, port_id: int) -> list[SessionRow]:
         return list(
             self.session.scalars(
-                select(UpstreamSession)
-                .where(UpstreamSession.port_id == port_id)
-                .order_by(UpstreamSession.id)
+                select(SessionRow).where(SessionRow.port_id == port_id).order_by(SessionRow.id)
             )
         )
 
-    def wanted_running(self) -> list[UpstreamSession]:
+    def wanted_running(self) -> list[SessionRow]:
         return list(
             self.session.scalars(
-                select(UpstreamSession)
-                .where(UpstreamSession.desired_state == "running")
-                .order_by(UpstreamSession.id)
+                select(SessionRow)
+                .where(SessionRow.desired_state == "running")
+                .order_by(SessionRow.id)
             )
         )
 
 
-class SubscriptionRepository(Repository[Subscription]):
-    model = Subscription
+class SubscriptionRepository(Repository[SubscriptionRow]):
+    model = SubscriptionRow
     kind = "subscription"
 
     def page_filtered(
@@ -125,31 +125,36 @@ class SubscriptionRepository(Repository[Subscription]):
         limit: int,
         session_id: int | None = None,
         owner_token_id: int | None = None,
-    ) -> Page[Subscription]:
+    ) -> Page[SubscriptionRow]:
         """owner_token_id: only that token's subscriptions and the unowned ones (None:
         everyone's)."""
-        where = [] if session_id is None else [Subscription.session_id == session_id]
+        where = [] if session_id is None else [SubscriptionRow.session_id == session_id]
         if owner_token_id is not None:
             where.append(
                 or_(
-                    Subscription.owner_token_id == owner_token_id,
-                    Subscription.owner_token_id.is_(None),
+                    SubscriptionRow.owner_token_id == owner_token_id,
+                    SubscriptionRow.owner_token_id.is_(None),
                 )
             )
         total = (
-            self.session.scalar(select(func.count()).select_from(Subscription).where(*where)) or 0
+            self.session.scalar(select(func.count()).select_from(SubscriptionRow).where(*where))
+            or 0
         )
         rows = self.session.scalars(
-            select(Subscription).where(*where).order_by(Subscription.id).offset(offset).limit(limit)
+            select(SubscriptionRow)
+            .where(*where)
+            .order_by(SubscriptionRow.id)
+            .offset(offset)
+            .limit(limit)
         )
         return Page(list(rows), total)
 
-    def of_session(self, session_id: int) -> list[Subscription]:
+    def of_session(self, session_id: int) -> list[SubscriptionRow]:
         return list(
             self.session.scalars(
-                select(Subscription)
-                .where(Subscription.session_id == session_id)
-                .order_by(Subscription.id)
+                select(SubscriptionRow)
+                .where(SubscriptionRow.session_id == session_id)
+                .order_by(SubscriptionRow.id)
             )
         )
 
@@ -164,8 +169,8 @@ class SubscriptionRepository(Repository[Subscription]):
         return counts
 
 
-class EventRepository(Repository[SessionEvent]):
-    model = SessionEvent
+class EventRepository(Repository[EventRow]):
+    model = EventRow
     kind = "event"
 
     def record(
@@ -175,9 +180,9 @@ class EventRepository(Repository[SessionEvent]):
         reason: str | None = None,
         details: dict[str, Any] | None = None,
         at: datetime | None = None,
-    ) -> SessionEvent:
+    ) -> EventRow:
         return self.add(
-            SessionEvent(
+            EventRow(
                 session_id=session_id,
                 kind=kind,
                 reason=reason,
@@ -186,14 +191,14 @@ class EventRepository(Repository[SessionEvent]):
             )
         )
 
-    def of_session(self, session_id: int, offset: int, limit: int) -> Page[SessionEvent]:
+    def of_session(self, session_id: int, offset: int, limit: int) -> Page[EventRow]:
         """Newest first: an operator reads a session's history from the latest change."""
-        where = SessionEvent.session_id == session_id
-        total = self.session.scalar(select(func.count()).select_from(SessionEvent).where(where))
+        where = EventRow.session_id == session_id
+        total = self.session.scalar(select(func.count()).select_from(EventRow).where(where))
         rows = self.session.scalars(
-            select(SessionEvent)
+            select(EventRow)
             .where(where)
-            .order_by(SessionEvent.at.desc(), SessionEvent.id.desc())
+            .order_by(EventRow.at.desc(), EventRow.id.desc())
             .offset(offset)
             .limit(limit)
         )
@@ -209,19 +214,19 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class TokenRepository(Repository[ApiToken]):
-    model = ApiToken
+class TokenRepository(Repository[TokenRow]):
+    model = TokenRow
     kind = "token"
 
-    def by_secret(self, secret: str) -> ApiToken | None:
+    def by_secret(self, secret: str) -> TokenRow | None:
         return self.session.scalar(
-            select(ApiToken).where(ApiToken.secret_hash == hash_secret(secret))
+            select(TokenRow).where(TokenRow.secret_hash == hash_secret(secret))
         )
 
-    def named(self, name: str) -> Sequence[ApiToken]:
-        return list(self.session.scalars(select(ApiToken).where(ApiToken.name == name)))
+    def named(self, name: str) -> Sequence[TokenRow]:
+        return list(self.session.scalars(select(TokenRow).where(TokenRow.name == name)))
 
     def live_ids(self, ids: Collection[int]) -> set[int]:
         """Those of `ids` that name a stored token not revoked."""
-        query = select(ApiToken.id).where(ApiToken.id.in_(ids), ApiToken.revoked_at.is_(None))
+        query = select(TokenRow.id).where(TokenRow.id.in_(ids), TokenRow.revoked_at.is_(None))
         return set(self.session.scalars(query))

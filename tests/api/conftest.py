@@ -203,12 +203,12 @@ class Api:
     both: dict[str, str]
 
     @property
-    def service(self):  # type: ignore[no-untyped-def]
-        return self.app.state.service
+    def control(self):  # type: ignore[no-untyped-def]
+        return self.app.state.control
 
 
 def _bearer(app: FastAPI, name: str, scopes: list[str]) -> dict[str, str]:
-    _, secret = app.state.service.create_token(name, scopes)
+    _, secret = app.state.control.tokens.create(name, scopes)
     return {"Authorization": f"Bearer {secret}"}
 
 

@@ -82,7 +82,7 @@ def test_postgresql_stopped_is_503_everywhere(own_pg: PgServer, tmp_path: Path) 
     # auth none: each request reaches its route; auth token: the token check needs the
     # database first, and an outage must not pass for a bad token (401).
     with _client(tmp_path, url, "none") as open_client, _client(tmp_path, url, "token") as client:
-        _, secret = client.app.state.service.create_token("t", ["admin", "consume"])  # type: ignore[attr-defined]
+        _, secret = client.app.state.control.tokens.create("t", ["admin", "consume"])  # type: ignore[attr-defined]
         bearer = {"Authorization": f"Bearer {secret}"}
         _populate(open_client, {})
         own_pg.stop()

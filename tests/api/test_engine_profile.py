@@ -21,10 +21,10 @@ from tests.host.fakesys import FakeHost
 class Gateway:
     def __init__(self, client: TestClient, hub: Hub) -> None:
         self.client, self.hub = client, hub
-        service = client.app.state.service  # type: ignore[attr-defined]
-        self.service = service
-        self.admin = {"Authorization": f"Bearer {service.create_token('a', ['admin'])[1]}"}
-        self.consume = {"Authorization": f"Bearer {service.create_token('c', ['consume'])[1]}"}
+        control = client.app.state.control  # type: ignore[attr-defined]
+        self.control = control
+        self.admin = {"Authorization": f"Bearer {control.tokens.create('a', ['admin'])[1]}"}
+        self.consume = {"Authorization": f"Bearer {control.tokens.create('c', ['consume'])[1]}"}
 
 
 @pytest.fixture(params=["economical", "low-latency"])
@@ -58,7 +58,7 @@ EXPECTED = {
 
 
 def test_get_engine_shows_the_profile_and_what_it_set(gw: Gateway) -> None:
-    profile = gw.service.settings.latency_profile
+    profile = gw.control.settings.latency_profile
     r = gw.client.get("/v1/engine", headers=gw.admin)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -72,7 +72,7 @@ def test_get_engine_shows_the_profile_and_what_it_set(gw: Gateway) -> None:
 
 
 def test_metrics_carry_the_profile_as_an_info_series(gw: Gateway) -> None:
-    profile = gw.service.settings.latency_profile
+    profile = gw.control.settings.latency_profile
     expected = EXPECTED[profile]
     text = gw.client.get("/metrics").text
     assert (
@@ -83,12 +83,12 @@ def test_metrics_carry_the_profile_as_an_info_series(gw: Gateway) -> None:
 
 def test_stream_hello_names_the_profile(gw: Gateway) -> None:
     body = {"name": "s", "url": "wss://feed.example.com/ws", "dialect": "generic"}
-    sid = gw.service.create_session(body | {"transport": "kernel"}).id
+    sid = gw.control.sessions.create(body | {"transport": "kernel"}).id
     url = f"{WS_BASE}/v1/stream?session={sid}&envelope=1"
     with gw.client.websocket_connect(url, headers=gw.consume) as ws:
         hello = orjson.loads(ws.receive_text())
         assert hello["type"] == "subscribed"
-        assert hello["latency_profile"] == gw.service.settings.latency_profile
+        assert hello["latency_profile"] == gw.control.settings.latency_profile
         deadline = time.monotonic() + 10
         while not gw.hub.consumers():
             assert time.monotonic() < deadline

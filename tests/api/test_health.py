@@ -34,7 +34,7 @@ def test_readyz_is_503_when_the_database_is_gone(api: Api) -> None:
     def broken() -> None:
         raise ConnectionError("connection refused")
 
-    api.service.db.ping = broken
+    api.control.db.ping = broken
     r = api.client.get("/readyz", headers=api.admin)
     assert r.status_code == 503
     assert r.json()["database"] == "unreachable"

@@ -15,12 +15,12 @@ from sqlalchemy import Engine, MetaData, event, inspect, select, text
 from gateway.store import migrate
 from gateway.store.db import Database
 from gateway.store.models import (
-    ApiToken,
     Base,
-    Port,
-    SessionEvent,
-    Subscription,
-    UpstreamSession,
+    EventRow,
+    PortRow,
+    SessionRow,
+    SubscriptionRow,
+    TokenRow,
 )
 
 TABLES = {"ports", "sessions", "subscriptions", "api_tokens", "session_events"}
@@ -86,25 +86,23 @@ def _add_rows(db: Database) -> dict[str, int]:
             return int(got[0])
 
         port = add(
-            Port, name=tag, device=f"net_null_{tag}", ipv4="198.18.0.2", netmask="255.255.255.0"
+            PortRow, name=tag, device=f"net_null_{tag}", ipv4="198.18.0.2", netmask="255.255.255.0"
         )
-        session = add(
-            UpstreamSession, name=tag, url="ws://x/", dialect="generic", transport="kernel"
-        )
+        session = add(SessionRow, name=tag, url="ws://x/", dialect="generic", transport="kernel")
         return {
             "ports": port,
             "sessions": session,
-            "subscriptions": add(Subscription, session_id=session, topics=["a"], consumer="c"),
-            "session_events": add(SessionEvent, session_id=session, kind="created"),
+            "subscriptions": add(SubscriptionRow, session_id=session, topics=["a"], consumer="c"),
+            "session_events": add(EventRow, session_id=session, kind="created"),
             "api_tokens": add(
-                ApiToken, name="t", scopes=["admin"], prefix="p", secret_hash=uuid.uuid4().hex
+                TokenRow, name="t", scopes=["admin"], prefix="p", secret_hash=uuid.uuid4().hex
             ),
         }
 
 
 def _delete_newest(db: Database) -> None:
     with db.session() as s:
-        for model in (Subscription, SessionEvent, UpstreamSession, Port, ApiToken):
+        for model in (SubscriptionRow, EventRow, SessionRow, PortRow, TokenRow):
             newest = s.scalars(select(model).order_by(model.id.desc()).limit(1)).one()
             s.delete(newest)
             s.flush()

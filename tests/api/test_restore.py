@@ -1,4 +1,4 @@
-"""The restart guarantee: a new service on the same database hands the runtime everything
+"""The restart guarantee: a new control plane on the same database hands the runtime everything
 that was open (enabled ports, topics, sessions wanted running), and nothing else."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from gateway.control import ControlPlane
 from gateway.runtime import DetachedRuntime, PortSpec, SessionSpec
-from gateway.service import GatewayService
 from tests.api.conftest import BASE_URL, make_settings
 from tests.host.fakesys import FakeHost
 
@@ -19,7 +19,7 @@ def test_restart_restores_what_was_open(tmp_path: Path, db_url: str, fake_host: 
     first = DetachedRuntime()
     app = create_app(settings, first, host=fake_host.manager())
     with TestClient(app, base_url=BASE_URL) as client:
-        _, secret = app.state.service.create_token("t", ["admin", "consume"])
+        _, secret = app.state.control.tokens.create("t", ["admin", "consume"])
         h = {"Authorization": f"Bearer {secret}"}
 
         def post(path: str, body: object = None) -> dict[str, object]:
@@ -53,8 +53,8 @@ def test_restart_restores_what_was_open(tmp_path: Path, db_url: str, fake_host: 
     assert not first.sessions
 
     second = DetachedRuntime()
-    service = GatewayService(settings, second)
-    report = service.start()
+    control = ControlPlane(settings, second)
+    report = control.start()
     try:
         assert report.failures == []
         assert report.ports == [p1["id"]]
@@ -74,11 +74,11 @@ def test_restart_restores_what_was_open(tmp_path: Path, db_url: str, fake_host: 
         assert isinstance(spec, SessionSpec)
         assert (spec.transport, spec.port_id, spec.url) == ("dpdk", p1["id"], "wss://a.example/ws")
         assert set(second.sessions) == {running["id"], kernel["id"]}
-        service.events.flush()
-        page = service.session_events(running["id"], 0, 1)
+        control.events.flush()
+        page = control.sessions.events(running["id"], 0, 1)
         assert page.items[0].kind in ("restored", "state")
     finally:
-        service.shutdown()
+        control.shutdown()
 
 
 def test_a_refusal_on_restore_is_recorded_and_the_rest_restores(
@@ -87,17 +87,17 @@ def test_a_refusal_on_restore_is_recorded_and_the_rest_restores(
     from gateway.runtime import RuntimeRefusedError, SessionStatus
 
     settings = make_settings(tmp_path, sqlite_url)
-    service = GatewayService(settings, DetachedRuntime())
-    service.start()
-    a = service.create_session(
+    control = ControlPlane(settings, DetachedRuntime())
+    control.start()
+    a = control.sessions.create(
         {"name": "a", "url": "ws://x.example", "dialect": "generic", "transport": "kernel"}
     )
-    b = service.create_session(
+    b = control.sessions.create(
         {"name": "b", "url": "ws://y.example", "dialect": "generic", "transport": "kernel"}
     )
-    service.start_session(a.id)
-    service.start_session(b.id)
-    service.shutdown()
+    control.sessions.start(a.id)
+    control.sessions.start(b.id)
+    control.shutdown()
 
     class Picky(DetachedRuntime):
         def start_session(self, session: SessionSpec) -> SessionStatus:
@@ -106,16 +106,16 @@ def test_a_refusal_on_restore_is_recorded_and_the_rest_restores(
             return super().start_session(session)
 
     runtime = Picky()
-    service = GatewayService(settings, runtime)
-    report = service.start()
+    control = ControlPlane(settings, runtime)
+    report = control.start()
     try:
         assert report.sessions == [b.id]
         assert report.failures == [f"session {a.id}: no free lcore for session a"]
-        events = service.session_events(a.id, 0, 10).items
+        events = control.sessions.events(a.id, 0, 10).items
         assert (events[0].kind, events[0].reason) == (
             "restore_failed",
             "no free lcore for session a",
         )
-        assert service.get_session(a.id).desired_state == "running"  # still wanted
+        assert control.sessions.get(a.id).desired_state == "running"  # still wanted
     finally:
-        service.shutdown()
+        control.shutdown()

@@ -117,16 +117,16 @@ def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesi
     )
     app = create_app(settings_, DetachedRuntime(), host=host.manager())
     with TestClient(app, base_url=BASE_URL):  # runs the lifespan: migrations, restore
-        _, secret = app.state.service.create_token("fuzz", ["admin", "consume"])
+        _, secret = app.state.control.tokens.create("fuzz", ["admin", "consume"])
         _headers["Authorization"] = f"Bearer {secret}"
-        port = app.state.service.create_port(
+        port = app.state.control.ports.create(
             {"name": "p", "device": "net_tap0", "ipv4": "198.18.0.2", "netmask": "255.255.255.0"}
         )
-        session = app.state.service.create_session(
+        session = app.state.control.sessions.create(
             {"name": "s", "url": "wss://x.example/", "dialect": "generic", "transport": "dpdk",
              "port_id": port.id}
         )  # fmt: skip
-        app.state.service.create_subscription(
+        app.state.control.subscriptions.create(
             {"session_id": session.id, "topics": ["t"], "consumer": "c"}
         )
         yield schemathesis.openapi.from_asgi("/openapi.json", app)

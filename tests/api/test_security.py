@@ -73,9 +73,9 @@ def _start(app: FastAPI, mode: str, client: tuple[str, int] = ("127.0.0.1", 5000
     admin: dict[str, str] = {}
     consume: dict[str, str] = {}
     if mode == "token":
-        service = app.state.service
-        admin = {"Authorization": f"Bearer {service.create_token('admin', ['admin'])[1]}"}
-        consume = {"Authorization": f"Bearer {service.create_token('c', ['consume'])[1]}"}
+        control = app.state.control
+        admin = {"Authorization": f"Bearer {control.tokens.create('admin', ['admin'])[1]}"}
+        consume = {"Authorization": f"Bearer {control.tokens.create('c', ['consume'])[1]}"}
     return Door(app, tc, mode, admin, consume)
 
 
@@ -591,11 +591,11 @@ def _close_code(ws: Any, timeout: float) -> tuple[int | None, str | None]:
 
 def test_revoking_a_token_closes_its_streams(server: ServerThread) -> None:
     app = server.config.app
-    service = app.state.service
-    session = service.create_session(SESSION).id
-    token, secret = service.create_token("victim", ["consume"])
-    _, other = service.create_token("bystander", ["consume"])
-    _, admin = service.create_token("ops", ["admin"])
+    control = app.state.control
+    session = control.sessions.create(SESSION).id
+    token, secret = control.tokens.create("victim", ["consume"])
+    _, other = control.tokens.create("bystander", ["consume"])
+    _, admin = control.tokens.create("ops", ["admin"])
     app.state.open_streams.interval_s = 3600  # no sweep: the revocation itself closes them
     with (
         _stream(server, secret, session) as a,
@@ -620,15 +620,15 @@ def test_revoking_a_token_closes_its_streams(server: ServerThread) -> None:
 def test_a_token_revoked_elsewhere_closes_its_streams(server: ServerThread) -> None:
     """`wsgw token revoke`, or another gateway on the same database: found by the one
     query a second that checks the tokens of open streams."""
-    service = server.config.app.state.service
-    session = service.create_session(SESSION).id
-    token, secret = service.create_token("victim", ["consume"])
+    control = server.config.app.state.control
+    session = control.sessions.create(SESSION).id
+    token, secret = control.tokens.create("victim", ["consume"])
     with _stream(server, secret, session) as ws:
         deadline = time.monotonic() + 10
         while server.config.app.state.open_streams.count(token.id) < 1:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        service.revoke_token(token.id)  # straight in the database, not through the API
+        control.tokens.revoke(token.id)  # straight in the database, not through the API
         assert _close_code(ws, 10) == (1008, "the token was revoked")
 
 
@@ -637,11 +637,11 @@ def test_revoked_tokens_query(request: pytest.FixtureRequest, tmp_path: Path, ba
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
     settings = make_settings(tmp_path, url)
     with TestClient(create_app(settings, DetachedRuntime()), base_url=BASE_URL) as client:
-        service = client.app.state.service  # type: ignore[attr-defined]
-        a, _ = service.create_token("a", ["consume"])
-        b, _ = service.create_token("b", ["consume"])
-        service.revoke_token(b.id)
-        assert service.revoked_tokens({a.id, b.id, 999}) == {b.id, 999}
+        control = client.app.state.control  # type: ignore[attr-defined]
+        a, _ = control.tokens.create("a", ["consume"])
+        b, _ = control.tokens.create("b", ["consume"])
+        control.tokens.revoke(b.id)
+        assert control.tokens.revoked({a.id, b.id, 999}) == {b.id, 999}
 
 
 # ---- /readyz -------------------------------------------------------------------------------------
@@ -649,7 +649,7 @@ def test_readyz_shows_details_to_admins_only(door: Door) -> None:
     def broken() -> None:
         raise ConnectionError('connection to server at "db.internal" (10.0.0.5), port 5432 failed')
 
-    door.app.state.service.db.ping = broken
+    door.app.state.control.db.ping = broken
     r = door.client.get("/readyz")
     if door.mode == "token":
         assert (r.status_code, r.json()) == (503, {"status": "not_ready"})

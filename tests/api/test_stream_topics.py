@@ -24,12 +24,12 @@ from tests.host.fakesys import FakeHost
 class Client:
     def __init__(self, client: TestClient, hub: Hub, consume: dict[str, str]) -> None:
         self.client, self.hub, self.consume = client, hub, consume
-        self.service: Any = client.app.state.service  # type: ignore[attr-defined]
+        self.control: Any = client.app.state.control  # type: ignore[attr-defined]
 
     def session(self, dialect: str) -> int:
         body = {"name": f"s-{dialect}", "url": "wss://feed.example.com/ws"}
         body |= {"dialect": dialect, "transport": "kernel"}
-        sid: int = self.service.create_session(body).id
+        sid: int = self.control.sessions.create(body).id
         return sid
 
     def close_of(self, query: str) -> tuple[int, str]:
@@ -50,7 +50,7 @@ def gw(tmp_path: Path, fake_host: FakeHost) -> Iterator[Client]:
     app = create_app(settings, DetachedRuntime(), host=fake_host.manager(), hub=hub)
     try:
         with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
-            _, secret = app.state.service.create_token("reader", ["consume"])
+            _, secret = app.state.control.tokens.create("reader", ["consume"])
             yield Client(client, hub, {"Authorization": f"Bearer {secret}"})
     finally:
         hub.close()

@@ -133,7 +133,7 @@ def test_validation(
 
 # ---- ownership: a consume-only token uses only the subscriptions it created ----------------
 def _second_consumer(api: Api) -> dict[str, str]:
-    _, secret = api.service.create_token("consumer-2", ["consume"])
+    _, secret = api.control.tokens.create("consumer-2", ["consume"])
     return {"Authorization": f"Bearer {secret}"}
 
 
@@ -143,7 +143,7 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
     """The admin's subscription (and another consumer's) is out of reach of a consume-only
     token: 403 naming the rule on GET, PATCH and DELETE, left out of its list, refused
     on /v1/stream with 4403; an admin (with consume, as the routes need) reaches all. One
-    made without a token (the service's own callers, rows from before the owner column)
+    made without a token (the control plane's own callers, rows from before the owner column)
     stays everyone's."""
     sid = make_session()["id"]
     body = {"session_id": sid, "topics": ["a"], "consumer": "ops"}
@@ -156,7 +156,7 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
         "/v1/subscriptions", json={**body, "topics": ["c"]}, headers=other
     ).json()
     assert admins["owner_token_id"] != mine["owner_token_id"] != theirs["owner_token_id"]
-    unowned = api.service.create_subscription({**body, "topics": ["u"]}).subscription
+    unowned = api.control.subscriptions.create({**body, "topics": ["u"]}).subscription
     assert unowned.owner_token_id is None
     for target in (admins, theirs):
         path = f"/v1/subscriptions/{target['id']}"

@@ -36,7 +36,7 @@ def test_secret_is_stored_hashed(api: Api) -> None:
 
     r = api.client.post("/v1/tokens", json={"name": "x", "scopes": ["admin"]}, headers=api.admin)
     secret = r.json()["secret"]
-    with api.service.db.engine.connect() as conn:
+    with api.control.db.engine.connect() as conn:
         stored = [row[0] for row in conn.execute(text("SELECT secret_hash FROM api_tokens"))]
     assert secret not in stored
     assert all(len(h) == 64 for h in stored)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.store.models import UpstreamSession
+from gateway.store.models import SessionRow
 from tests.api.conftest import Api
 
 NAN, INF = math.nan, math.inf
@@ -415,8 +415,8 @@ def test_options_and_405_name_every_method_of_the_path(api: Api, path: str, allo
 def test_a_stored_url_with_credentials_is_never_shown(api: Api) -> None:
     """A row stored before user info was refused (or written around the API) keeps its
     secret out of every answer."""
-    with api.service.db.session() as s:
-        row = UpstreamSession(**{**SESSION, "url": "wss://admin:hunter2@a.example/ws"})
+    with api.control.db.session() as s:
+        row = SessionRow(**{**SESSION, "url": "wss://admin:hunter2@a.example/ws"})
         s.add(row)
         s.flush()
         session_id = row.id

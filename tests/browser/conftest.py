@@ -137,10 +137,10 @@ class Server:
 
     @property
     def service(self) -> Any:
-        return self.app.state.service
+        return self.app.state.control
 
     def create_token(self, name: str, scopes: list[str]) -> str:
-        _, secret = self.service.create_token(name, scopes)
+        _, secret = self.service.tokens.create(name, scopes)
         return str(secret)
 
     def client(self, token: str | None = None) -> httpx.Client:

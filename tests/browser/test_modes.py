@@ -34,11 +34,11 @@ def test_no_auth_mode_needs_no_login(
 def test_a_revoked_token_leads_back_to_the_login(
     server: Server, open_dashboard: Callable[..., Dashboard]
 ) -> None:
-    token, secret = server.service.create_token("short-lived", ["admin", "consume"])
+    token, secret = server.service.tokens.create("short-lived", ["admin", "consume"])
     d = open_dashboard(server)
     d.login(secret)
     expect(d.page.locator("#who")).to_have_text("short-lived")
-    server.service.revoke_token(token.id)
+    server.service.tokens.revoke(token.id)
     d.go("#/sessions")  # the next API call is refused
     expect(d.page.get_by_role("heading", name="Sign in to wsgw")).to_be_visible()
     notice = d.page.locator(".notice")

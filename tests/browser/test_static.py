@@ -120,8 +120,8 @@ def test_whoami_names_the_token_and_its_scopes(client: TestClient) -> None:
     bad = client.get("/ui/whoami", headers={"Authorization": "Bearer wsgw_nope"})
     assert bad.status_code == 401
     assert bad.json()["detail"] == "invalid or revoked token"
-    service = client.app.state.service  # type: ignore[attr-defined]
-    _, secret = service.create_token("reader", ["consume"])
+    service = client.app.state.control  # type: ignore[attr-defined]
+    _, secret = service.tokens.create("reader", ["consume"])
     me = client.get("/ui/whoami", headers={"Authorization": f"Bearer {secret}"}).json()
     assert me == {"name": "reader", "scopes": ["consume"], "auth": "token"}
 

@@ -85,7 +85,7 @@ def gateway(tmp_path: Path) -> Iterator[tuple[Hub, ServerThread, Any, NatsServer
         sink = NatsSink(NatsConfig(servers=[nats.url], headers=True)).start(10)
         hub = Hub(ring=RingWriter.create(RING, 1 << 22), nats=sink)
         server = ServerThread(gateway_app(tmp_path, hub)).start()
-        yield hub, server, server.config.app.state.service, nats
+        yield hub, server, server.config.app.state.control, nats
     finally:
         if server is not None:
             server.stop()
@@ -103,11 +103,11 @@ def test_records_written_to_the_ring_directly_reach_streams_and_nats(
     from websockets.asyncio.client import connect
 
     hub, server, service, nats = gateway
-    sid = service.create_session(
+    sid = service.sessions.create(
         {"name": "feed", "url": "wss://feed.example/ws", "dialect": "generic",
          "transport": "kernel"}
     ).id  # fmt: skip
-    _, token = service.create_token("reader", ["consume"])
+    _, token = service.tokens.create("reader", ["consume"])
     base = f"{server.ws_url}/v1/stream?token={token}&session={sid}&envelope=1"
     ring = hub.ring
     assert ring is not None

@@ -77,10 +77,10 @@ def gw(
     app.state.stream_wire = wire
     server = ServerThread(app, ws=impl).start()
     try:
-        service = server.config.app.state.service
-        _, consume = service.create_token("reader", ["consume"])
-        _, admin = service.create_token("operator", ["admin"])
-        session = service.create_session(
+        service = server.config.app.state.control
+        _, consume = service.tokens.create("reader", ["consume"])
+        _, admin = service.tokens.create("operator", ["admin"])
+        session = service.sessions.create(
             {
                 "name": "feed",
                 "url": "wss://feed.example/ws",
@@ -276,10 +276,10 @@ def test_every_consumer_gets_every_message_of_its_topics_in_order(
 ) -> None:
     n, gap_at = 20_000, 10_000
     sid = gw.session
-    sub_all = gw.service.create_subscription(
+    sub_all = gw.service.subscriptions.create(
         {"session_id": sid, "topics": TOPICS, "consumer": "sub-all", "queue_size": 50_000}
     ).subscription.id
-    sub_two = gw.service.create_subscription(
+    sub_two = gw.service.subscriptions.create(
         {"session_id": sid, "topics": ["t1", "t2"], "consumer": "sub-two", "queue_size": 50_000}
     ).subscription.id
     auth = {"Authorization": f"Bearer {gw.consume}"}
@@ -463,11 +463,11 @@ def test_a_late_consumer_is_told_of_the_sessions_last_gap(gw: Gateway) -> None:
     a stream of another session gets none."""
     from websockets.asyncio.client import ClientConnection, connect
 
-    sid = gw.service.create_session(
+    sid = gw.service.sessions.create(
         {"name": "late", "url": "wss://feed.example/ws", "dialect": "generic",
          "transport": "kernel"}
     ).id  # fmt: skip
-    quiet = gw.service.create_session(
+    quiet = gw.service.sessions.create(
         {"name": "quiet", "url": "wss://feed.example/ws", "dialect": "generic",
          "transport": "kernel"}
     ).id  # fmt: skip
@@ -566,7 +566,7 @@ async def _close_of(url: str, headers: dict[str, str] | None = None) -> tuple[in
 def test_tokens_scopes_and_parameters_are_checked(gw: Gateway) -> None:
     sid = gw.session
     body = {"session_id": sid, "topics": ["t0"], "consumer": "c"}
-    sub = gw.service.create_subscription(body).subscription.id
+    sub = gw.service.subscriptions.create(body).subscription.id
     consume = {"Authorization": f"Bearer {gw.consume}"}
     no_token = (4401, "missing, invalid or revoked token")
     no_scope = (4403, "the stream needs the 'consume' scope")

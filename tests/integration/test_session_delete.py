@@ -1,4 +1,4 @@
-"""Deleting a session through the service with a LiveRuntime and a real hub: the session
+"""Deleting a session through the control plane with a LiveRuntime and a real hub: the session
 stops first, the runtime and the hub forget it, its stream consumers end with 4410, and
 the next session neither reuses its id nor inherits its status, events or gaps."""
 
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from gateway.control import ControlPlane
 from gateway.hub import Hub
 from gateway.hub.protocol import CLOSE_SESSION_DELETED
 from gateway.runtime import RuntimeRefusedError, SessionSpec, SessionState
 from gateway.runtime_live import LiveRuntime
-from gateway.service import GatewayService
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.simulator import SimConfig, Simulator
 from tests.api.conftest import make_settings
@@ -43,19 +43,19 @@ def quick(close_timeout_s: float) -> Callable[[SessionSpec], SessionConfig]:
 @asynccontextmanager
 async def gateway(
     tmp_path: Path, *, stop_timeout_s: float = 5.0, close_timeout_s: float = 1.0
-) -> AsyncIterator[tuple[GatewayService, LiveRuntime, Hub]]:
+) -> AsyncIterator[tuple[ControlPlane, LiveRuntime, Hub]]:
     hub = Hub()
     runtime = LiveRuntime(
         hub, hub=hub, session_config=quick(close_timeout_s), stop_timeout_s=stop_timeout_s
     )
-    service = GatewayService(
+    control = ControlPlane(
         make_settings(tmp_path, f"sqlite:///{tmp_path / 'state' / 'wsgw.db'}"), runtime=runtime
     )
-    await asyncio.to_thread(service.start)
+    await asyncio.to_thread(control.start)
     try:
-        yield service, runtime, hub
+        yield control, runtime, hub
     finally:
-        await asyncio.to_thread(service.shutdown)
+        await asyncio.to_thread(control.shutdown)
 
 
 def session_values(url: str, name: str, dialect: str = "binance") -> dict[str, Any]:
@@ -76,18 +76,18 @@ def test_deleting_a_running_session_stops_it_and_leaves_nothing_behind(tmp_path:
     async def scenario() -> None:
         async with (
             Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (service, runtime, hub),
+            gateway(tmp_path) as (control, runtime, hub),
         ):
             url = sim.url("binance", "/stream")
-            old = service.create_session(session_values(url, "old"))
-            service.create_subscription({"session_id": old.id, "topics": [TOPIC], "consumer": "c"})
-            await asyncio.to_thread(service.start_session, old.id)
+            old = control.sessions.create(session_values(url, "old"))
+            control.subscriptions.create({"session_id": old.id, "topics": [TOPIC], "consumer": "c"})
+            await asyncio.to_thread(control.sessions.start, old.id)
             await until(streaming(runtime, old.id))
             hub.publish_gap(old.id, 3, "reconnect: test")  # the hub now holds a last gap
             consumer = hub.subscribe(old.id, [TOPIC])
             await until(lambda: sim.sent("binance", TOPIC) > 0)
 
-            await asyncio.to_thread(service.delete_session, old.id)  # running: stops first
+            await asyncio.to_thread(control.sessions.delete, old.id)  # running: stops first
 
             closed = await asyncio.wait_for(consumer.ended, 5)
             assert (closed.code, closed.kind) == (CLOSE_SESSION_DELETED, "deleted")
@@ -102,12 +102,12 @@ def test_deleting_a_running_session_stops_it_and_leaves_nothing_behind(tmp_path:
                 (),
             )
 
-            new = service.create_session(session_values(url, "new"))
+            new = control.sessions.create(session_values(url, "new"))
             assert new.id > old.id
             assert runtime.session_status(new.id).reason == "not started"
             late = hub.subscribe(new.id)
             assert not late.queue  # no past gap of the deleted session
-            events = service.session_events(new.id, 0, 100).items
+            events = control.sessions.events(new.id, 0, 100).items
             assert [e.kind for e in events] == ["created"]
             late.close()
 
@@ -147,22 +147,22 @@ def test_a_session_that_does_not_stop_in_time_is_not_deleted(tmp_path: Path) -> 
         server, port = await _silent_ws_server()
         try:
             async with gateway(tmp_path, stop_timeout_s=0.3, close_timeout_s=2.0) as (
-                service,
+                control,
                 runtime,
                 _,
             ):
-                row = service.create_session(
+                row = control.sessions.create(
                     session_values(f"ws://127.0.0.1:{port}/", "stuck", "generic")
                 )
-                await asyncio.to_thread(service.start_session, row.id)
+                await asyncio.to_thread(control.sessions.start, row.id)
                 await until(lambda: runtime.session_status(row.id).state is SessionState.CONNECTED)
 
                 with pytest.raises(RuntimeRefusedError, match=r"did not stop within 0\.3 s"):
-                    await asyncio.to_thread(service.delete_session, row.id)
-                kept = service.get_session(row.id)  # the row stays, stopped
+                    await asyncio.to_thread(control.sessions.delete, row.id)
+                kept = control.sessions.get(row.id)  # the row stays, stopped
                 assert kept.desired_state == "stopped"
                 await until(lambda: runtime.session_status(row.id).state is SessionState.STOPPED)
-                await asyncio.to_thread(service.delete_session, row.id)  # stopped: goes now
+                await asyncio.to_thread(control.sessions.delete, row.id)  # stopped: goes now
                 assert runtime.session_status(row.id).reason == "not started"
         finally:
             server.close()
@@ -181,14 +181,14 @@ def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
     async def scenario() -> None:
         async with (
             Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (service, runtime, hub),
+            gateway(tmp_path) as (control, runtime, hub),
         ):
             url = sim.url("binance", "/stream")
-            row = service.create_session(session_values(url, "survivor"))
-            service.create_subscription({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
-            await asyncio.to_thread(service.start_session, row.id)
+            row = control.sessions.create(session_values(url, "survivor"))
+            control.subscriptions.create({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
+            await asyncio.to_thread(control.sessions.start, row.id)
             await until(streaming(runtime, row.id))
-            with service.db.session() as s:
+            with control.db.session() as s:
                 s.execute(
                     text(
                         "CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions "
@@ -196,17 +196,17 @@ def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
                     )
                 )
             with pytest.raises(Exception, match="the disk is on fire"):
-                await asyncio.to_thread(service.delete_session, row.id)
-            with service.db.session() as s:
+                await asyncio.to_thread(control.sessions.delete, row.id)
+            with control.db.session() as s:
                 s.execute(text("DROP TRIGGER refuse_delete"))
-            assert service.get_session(row.id).desired_state == "stopped"
+            assert control.sessions.get(row.id).desired_state == "stopped"
 
             def states() -> int:  # the runtime's events, as the store records them
-                items = service.session_events(row.id, 0, 1000).items
+                items = control.sessions.events(row.id, 0, 1000).items
                 return sum(e.kind == "state" for e in items)
 
             seen = states()
-            await asyncio.to_thread(service.start_session, row.id)
+            await asyncio.to_thread(control.sessions.start, row.id)
             await until(streaming(runtime, row.id))
             consumer = hub.subscribe(row.id, [TOPIC])  # not refused as deleted (4410)
             await until(lambda: states() > seen)  # forwarded, not dropped as deleted

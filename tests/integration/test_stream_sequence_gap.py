@@ -48,7 +48,7 @@ def test_a_sequence_gap_reaches_the_stream_with_the_count_skipped(tmp_path: Path
         api={"host": "127.0.0.1"},  # type: ignore[arg-type]
     )
     server = ServerThread(create_app(settings, runtime, hub=hub)).start()
-    service = server.config.app.state.service
+    service = server.config.app.state.control
 
     async def frames(ws: ClientConnection, n: int) -> list[dict[str, Any]]:
         return [orjson.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in range(n)]
@@ -56,9 +56,9 @@ def test_a_sequence_gap_reaches_the_stream_with_the_count_skipped(tmp_path: Path
     async def scenario() -> None:
         async with Simulator(SimConfig(rate=0.0)) as sim:
             values = {"name": "bn", "url": sim.url("binance", "/stream"), "dialect": "binance"}
-            sid = service.create_session({**values, "transport": "kernel"}).id
-            service.create_subscription({"session_id": sid, "topics": [TOPIC], "consumer": "c"})
-            await asyncio.to_thread(service.start_session, sid)
+            sid = service.sessions.create({**values, "transport": "kernel"}).id
+            service.subscriptions.create({"session_id": sid, "topics": [TOPIC], "consumer": "c"})
+            await asyncio.to_thread(service.sessions.start, sid)
 
             def subscribed() -> bool:
                 return any(TOPIC in conn.topics for conn in sim.connections.values())
@@ -92,7 +92,7 @@ def test_a_sequence_gap_reaches_the_stream_with_the_count_skipped(tmp_path: Path
                 "epoch": hub.epoch_hex,
             }
             assert [f["upstream_seq"] for f in after[2:]] == [9, 10]
-            events = service.session_events(sid, 0, 100).items
+            events = service.sessions.events(sid, 0, 100).items
             assert [e.details["lost"] for e in events if e.kind == "gap"] == [
                 5,
                 None,

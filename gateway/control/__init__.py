@@ -1,0 +1,19 @@
+"""The control plane: the operations the API (and the CLI) offer, and the rules between the
+store and the runtime, one module per entity.
+
+    ports.py          PortService: a port in use cannot be deleted, one port per device
+    sessions.py       SessionService: configuration rules, start/stop, the event log
+    subscriptions.py  SubscriptionService: topics ref-counted upstream
+    tokens.py         TokenService: secrets shown once, authentication
+    restore.py        the restart guarantee: what was open is handed back at start
+    events.py         runtime events written to the store off the caller's thread
+    health.py         readiness
+    transactions.py   reads, and writes serialised by one lock
+    plane.py          ControlPlane: builds the above on one database and one runtime
+
+Callers never reach the runtime around these services, so a rule holds for every caller.
+"""
+
+from gateway.control.plane import ControlPlane
+
+__all__ = ["ControlPlane"]
