@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from api.deps import AdminDep, KnownQuery, ServiceDep
+from api.deps import AdminDep, ControlDep, KnownQuery
 from api.schemas.common import responses
 from gateway.runtime import Runtime
 
@@ -92,15 +92,15 @@ def _port_counters(runtime: Runtime, port_id: int) -> dict[str, Any]:
 
 
 @router.get("", response_model=EnginePortsPublic)
-def engine_ports(service: ServiceDep, _: AdminDep) -> EnginePortsPublic:
+def engine_ports(control: ControlDep, _: AdminDep) -> EnginePortsPublic:
     """Every configured port with its engine's and its NIC's counters (null: not running)."""
     rows: list[PortCountersPublic] = []
     offset = 0
     while True:
-        page = service.list_ports(offset, 500)
+        page = control.ports.page(offset, 500)
         for port in page.items:
-            status = service.runtime.port_status(port.id)
-            counters = _port_counters(service.runtime, port.id)
+            status = control.runtime.port_status(port.id)
+            counters = _port_counters(control.runtime, port.id)
             rows.append(
                 PortCountersPublic(
                     port_id=port.id,

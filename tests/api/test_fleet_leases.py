@@ -16,7 +16,7 @@ from sqlalchemy import insert
 from gateway.fleet import FleetError, LeaseStore, place
 from gateway.fleet.placement import unplaced
 from gateway.store import Database, migrate
-from gateway.store.models import UpstreamSession
+from gateway.store.models import SessionRow
 
 LEASE_S = 0.5
 
@@ -35,7 +35,7 @@ def db(pg_url: str) -> Iterator[Database]:
     migrate.upgrade(database)
     with database.engine.begin() as conn:
         conn.execute(
-            insert(UpstreamSession),
+            insert(SessionRow),
             [
                 {"name": f"s{i}", "url": "wss://feed.example/ws", "dialect": "generic",
                  "transport": "kernel"}

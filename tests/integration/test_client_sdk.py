@@ -55,10 +55,10 @@ class Gateway:
         sink = NatsSink(sink_config).start(10)
         self.hub = Hub(ring=RingWriter.create(self.ring_name, 16 << 20), nats=sink)
         self.server = ServerThread(gateway_app(self.state, self.hub), port=self.port).start()
-        service = self.server.config.app.state.service
+        control = self.server.config.app.state.control
         if not self.consume:
-            _, self.consume = service.create_token("sdk", ["consume"])
-            self.session = service.create_session(
+            _, self.consume = control.tokens.create("sdk", ["consume"])
+            self.session = control.sessions.create(
                 {"name": "feed", "url": "wss://feed.example/ws", "dialect": "generic",
                  "transport": "kernel"}
             ).id  # fmt: skip
