@@ -312,12 +312,12 @@ def _sample(start: float, hub: Any) -> Sample:
 )
 def soak(options: BenchOptions) -> list[Measurement]:
     from dataplane.ring import RingWriter
-    from gateway.engines import DpdkEngines
     from gateway.hub import Hub, ring_topics
     from gateway.hub.testing import ServerThread, gateway_app
     from gateway.lab import Lab
     from gateway.runtime import PortSpec, SessionSpec, SessionState
-    from gateway.runtime_live import LiveRuntime
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
     from gateway.settings import Settings
 
     plan = plan_for(options)

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from gateway.hub import Hub
 from gateway.hub.protocol import CLOSE_SESSION_DELETED
 from gateway.runtime import RuntimeRefusedError, SessionSpec, SessionState
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.live import LiveRuntime
 from gateway.service import GatewayService
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.simulator import SimConfig, Simulator
