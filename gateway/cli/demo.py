@@ -27,15 +27,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
-import orjson
 import typer
 
 from gateway.cli.common import LabName
 from gateway.lab import Lab, LabError
 from gateway.simulator.process import start_simulator
+
+if TYPE_CHECKING:
+    import httpx
 
 SIM_PORT = 9443
 TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]
@@ -56,6 +57,8 @@ class RingConsumer:
         self._thread.start()
 
     def _run(self) -> None:
+        import orjson
+
         from dataplane.ring import Gap, RingMessage
 
         while not self._stop.is_set():
@@ -88,6 +91,7 @@ def _free_port(preferred: int) -> int:
 
 
 def run_demo(*, name: str, duration: float, hugepages: str) -> int:
+    import httpx
     import uvicorn
 
     from api.app import create_app
