@@ -1,7 +1,7 @@
 """The runtime of a control plane with no dataplane in its process (the default of
-`create_app` and `GatewayService` when given none; the API tests): it remembers the wanted state, so a restart can be checked, and
-reports every session as `configured` with the reason "dataplane not attached" instead of
-inventing connection states or counters."""
+`create_app` and `GatewayService` when given none; the API tests): it remembers the wanted
+state, so a restart can be checked, and reports every session as `configured` with the
+reason "dataplane not attached" instead of inventing connection states or counters."""
 
 from __future__ import annotations
 
