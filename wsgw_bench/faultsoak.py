@@ -64,7 +64,7 @@ from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
 from wsgw_bench.soak import TOPICS, Child, sim_seq, wait_until
 
 if TYPE_CHECKING:
-    from gateway.runtime_live import LiveRuntime
+    from gateway.runtime.live import LiveRuntime
 
 SCENARIO = "faultsoak"
 SIM_PORT = 9470
@@ -530,10 +530,10 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     """The whole run (module docstring); everything it made is gone when it returns or
     raises, Ctrl-C included."""
     from dataplane.ring import RingWriter
-    from gateway.engines import DpdkEngines
     from gateway.hub import Hub, ring_topics
     from gateway.runtime import PortSpec, RuntimeEvent, SessionSpec
-    from gateway.runtime_live import LiveRuntime
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
     from gateway.sessions import GAP, SessionConfig
     from gateway.settings import Settings
 

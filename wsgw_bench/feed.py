@@ -340,10 +340,10 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
     session; says ("ready", session id, /v1/stream URL or "") once messages flow, stops on
     any message."""
     from dataplane.ring import RingWriter
-    from gateway.engines import DpdkEngines
     from gateway.hub import Hub
     from gateway.runtime import PortSpec, SessionSpec
-    from gateway.runtime_live import LiveRuntime
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
     from gateway.settings import Settings
 
     lab = Lab(cfg.lab_name, kernel_client=True)

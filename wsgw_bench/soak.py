@@ -312,11 +312,11 @@ def _sample(start: float, hub: Any) -> Sample:
 )
 def soak(options: BenchOptions) -> list[Measurement]:
     from dataplane.ring import RingWriter
-    from gateway.engines import DpdkEngines
     from gateway.hub import Hub, ring_topics
     from gateway.lab import Lab
     from gateway.runtime import PortSpec, SessionSpec, SessionState
-    from gateway.runtime_live import LiveRuntime
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
     from gateway.settings import Settings
     from wsgw_bench.servers import ServerThread, gateway_app
 

@@ -8,7 +8,13 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictBool
 
 from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
-from gateway.runtime import UNPARSABLE_QUIET_S, known_dialects
+from gateway.runtime import known_dialects
+from gateway.sessions.config import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    DEFAULT_PING_INTERVAL_S,
+    UNPARSABLE_QUIET_S,
+    ReconnectPolicy,
+)
 from gateway.store.validate import (
     FILE_PATH,
     HOST_NAME,
@@ -66,6 +72,8 @@ Seconds = Annotated[float, Field(gt=0, le=3600)]
 Delay = Annotated[float, Field(ge=0, le=3600)]
 Multiplier = Annotated[float, Field(ge=1, le=10)]
 Jitter = Annotated[float, Field(ge=0, le=1)]
+#: The session defaults live in gateway.sessions.config (the runtime's and the store's too).
+RECONNECT = ReconnectPolicy()
 MaxAttempts = Annotated[
     int,
     Field(ge=1, le=1_000_000, description="failed attempts in a row before giving up"),
@@ -90,13 +98,15 @@ class SessionBase(Schema):
     tls_verify: StrictBool = Field(default=True, description="verify the server's certificate")
     tls_ca_file: CaFile | None = None
     tls_server_name: ServerName | None = None
-    heartbeat_interval_s: Seconds = 15.0
-    heartbeat_timeout_s: Seconds = 30.0
-    reconnect_initial_delay_s: Delay = 0.5
-    reconnect_max_delay_s: Delay = 30.0
-    reconnect_multiplier: Multiplier = 2.0
-    reconnect_jitter: Jitter = 0.2
-    reconnect_max_attempts: MaxAttempts | None = Field(default=None, description="null: forever")
+    heartbeat_interval_s: Seconds = DEFAULT_PING_INTERVAL_S
+    heartbeat_timeout_s: Seconds = DEFAULT_HEARTBEAT_TIMEOUT_S
+    reconnect_initial_delay_s: Delay = RECONNECT.initial_delay_s
+    reconnect_max_delay_s: Delay = RECONNECT.max_delay_s
+    reconnect_multiplier: Multiplier = RECONNECT.multiplier
+    reconnect_jitter: Jitter = RECONNECT.jitter
+    reconnect_max_attempts: MaxAttempts | None = Field(
+        default=RECONNECT.max_attempts, description="null: forever"
+    )
 
 
 class SessionCreate(SessionBase):

@@ -19,15 +19,18 @@ from gateway.control.ports import route_problem
 from gateway.control.subscriptions import dialect_topics
 from gateway.control.transactions import Transactions
 from gateway.runtime import (
-    HeartbeatSpec,
-    ReconnectSpec,
     Runtime,
     SessionSpec,
     SessionStatus,
-    TlsSpec,
     known_dialects,
 )
-from gateway.sessions.config import SessionConfig, SessionConfigError
+from gateway.sessions.config import (
+    HeartbeatConfig,
+    ReconnectPolicy,
+    SessionConfig,
+    SessionConfigError,
+    TlsOptions,
+)
 from gateway.sessions.connect import tls_context
 from gateway.store.errors import ConflictError, InvalidError
 from gateway.store.models import EventRow, SessionRow, with_defaults
@@ -86,14 +89,18 @@ def session_spec(row: SessionRow) -> SessionSpec:
         dialect=row.dialect,
         transport=row.transport,
         port_id=row.port_id,
-        tls=TlsSpec(row.tls_verify, row.tls_ca_file, row.tls_server_name),
-        heartbeat=HeartbeatSpec(row.heartbeat_interval_s, row.heartbeat_timeout_s),
-        reconnect=ReconnectSpec(
-            row.reconnect_initial_delay_s,
-            row.reconnect_max_delay_s,
-            row.reconnect_multiplier,
-            row.reconnect_jitter,
-            row.reconnect_max_attempts,
+        tls=TlsOptions(row.tls_verify, row.tls_ca_file, row.tls_server_name),
+        heartbeat=HeartbeatConfig(
+            ping_interval_s=row.heartbeat_interval_s,
+            ping_timeout_s=row.heartbeat_timeout_s,
+            dead_feed_timeout_s=row.heartbeat_timeout_s,
+        ),
+        reconnect=ReconnectPolicy(
+            initial_delay_s=row.reconnect_initial_delay_s,
+            max_delay_s=row.reconnect_max_delay_s,
+            multiplier=row.reconnect_multiplier,
+            jitter=row.reconnect_jitter,
+            max_attempts=row.reconnect_max_attempts,
         ),
     )
 

@@ -2,7 +2,7 @@
 
 `UpstreamSession` runs one feed (connect, subscribe, stream, reconnect with backoff) into a
 `MessageSink` (the hub) and reports state changes as `SessionEvent`s; `SessionConfig` says
-how. `gateway.runtime_live.LiveRuntime` runs sessions for the control plane.
+how. `gateway.runtime.LiveRuntime` runs sessions for the control plane.
 """
 
 from gateway.sessions.backoff import Backoff

@@ -2,7 +2,10 @@
 
 Plain frozen dataclasses, checked once by `SessionConfig.validate()` so that a session never
 discovers a nonsensical setting half-way through a reconnect. `SessionConfig.from_spec` maps
-the control plane's `SessionSpec` (gateway.runtime) onto it.
+the control plane's `SessionSpec` (gateway.runtime) onto it; the spec carries the same
+`TlsOptions`, `HeartbeatConfig` and `ReconnectPolicy`, so a setting and its default are
+written once. The API schema (api/schemas/sessions.py) takes its defaults from here and the
+stored rows (gateway/store/models.py) must match them (tests/unit/sessions/test_config_defaults.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,13 @@ from dataplane.ws.handshake import ClientHandshake
 
 if TYPE_CHECKING:
     from gateway.runtime import SessionSpec
+
+#: A session's `receiving_unparsable` clears after this long without an unparsable frame.
+UNPARSABLE_QUIET_S = 60.0
+#: The heartbeat an operator's session gets unless told otherwise: a ping every 15 s, and a
+#: connection with no answer or no data for 30 s is dead (the API's and the store's default).
+DEFAULT_PING_INTERVAL_S = 15.0
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
 
 Transport = Literal["kernel", "dpdk"]
 TRANSPORTS: tuple[Transport, ...] = ("kernel", "dpdk")
@@ -57,9 +67,9 @@ class HeartbeatConfig:
         messages. keepalive_interval_s overrides the dialect's interval.
     """
 
-    ping_interval_s: float | None = 15.0
-    ping_timeout_s: float = 10.0
-    dead_feed_timeout_s: float | None = 30.0
+    ping_interval_s: float | None = DEFAULT_PING_INTERVAL_S
+    ping_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    dead_feed_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S
     keepalive: bool = True
     keepalive_interval_s: float | None = None
 
@@ -70,7 +80,8 @@ class ReconnectPolicy:
     Blog, 2015): attempt n waits ceiling_n = min(max_delay_s, initial_delay_s *
     multiplier**n), less a random fraction `jitter` of it. jitter=1.0 is "full jitter",
     uniform(0, ceiling_n), which spreads a crowd of clients best after an exchange outage;
-    0 is plain exponential backoff.
+    0 is plain exponential backoff. The default 0.2 is what the API has always stored for a
+    session created without one.
 
     max_attempts: consecutive failed attempts before the session gives up (state failed);
     None retries forever. The count restarts once a connection has stayed up for
@@ -83,7 +94,7 @@ class ReconnectPolicy:
     initial_delay_s: float = 0.5
     multiplier: float = 2.0
     max_delay_s: float = 30.0
-    jitter: float = 1.0
+    jitter: float = 0.2
     max_attempts: int | None = None
     stable_after_s: float = 10.0
 
@@ -193,30 +204,15 @@ class SessionConfig:
 
     @classmethod
     def from_spec(cls, spec: SessionSpec, **overrides: Any) -> SessionConfig:
-        """The control plane's spec as a session config (overrides: any other field).
-
-        The spec's heartbeat.timeout_s is both the ping timeout and the dead-feed timeout;
-        its reconnect.jitter is the fraction of each delay drawn at random (1.0: full)."""
-        hb = spec.heartbeat
-        rc = spec.reconnect
+        """The control plane's spec as a session config (overrides: any other field)."""
         config = cls(
             url=spec.url,
             dialect=spec.dialect,
             transport=spec.transport,  # type: ignore[arg-type]  # validated below
             port_id=spec.port_id,
-            tls=TlsOptions(spec.tls.verify, spec.tls.ca_file, spec.tls.server_name),
-            heartbeat=HeartbeatConfig(
-                ping_interval_s=hb.interval_s,
-                ping_timeout_s=hb.timeout_s,
-                dead_feed_timeout_s=hb.timeout_s,
-            ),
-            reconnect=ReconnectPolicy(
-                initial_delay_s=rc.initial_delay_s,
-                multiplier=rc.multiplier,
-                max_delay_s=rc.max_delay_s,
-                jitter=rc.jitter,
-                max_attempts=rc.max_attempts,
-            ),
+            tls=spec.tls,
+            heartbeat=spec.heartbeat,
+            reconnect=spec.reconnect,
             name=spec.name,
         )
         return replace(config, **overrides).validate()

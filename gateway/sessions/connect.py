@@ -14,7 +14,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dataplane.transports.base import WebSocketConnection
 from dataplane.transports.kernel import connect_kernel
@@ -22,6 +22,9 @@ from dataplane.ws.errors import ConnectionClosed
 from dataplane.ws.events import Message
 from dataplane.ws.tls import client_context
 from gateway.sessions.config import SessionConfig, SessionConfigError
+
+if TYPE_CHECKING:
+    from dataplane.engine import Engine
 
 #: connect(url, **transport options) -> an open connection.
 Connector = Callable[..., Awaitable[WebSocketConnection]]
@@ -50,7 +53,7 @@ def address_family(config: SessionConfig) -> int:
     return socket.AF_INET if config.transport == "dpdk" else socket.AF_UNSPEC
 
 
-def connector_for(config: SessionConfig, engine: object | None) -> Connector:
+def connector_for(config: SessionConfig, engine: Engine | None) -> Connector:
     """connect_kernel, or connect_dpdk bound to the engine (SessionConfigError without one,
     or while dataplane.transports.dpdk does not exist)."""
     if config.transport == "kernel":

@@ -35,6 +35,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from dataplane.engine import Engine
 from dataplane.errors import (
     DataplaneError,
     FailureKind,
@@ -73,9 +74,8 @@ from gateway.dialects import (
 )
 from gateway.dialects.base import Classified
 from gateway.hub.names import ring_topic
-from gateway.runtime import UNPARSABLE_QUIET_S
 from gateway.sessions.backoff import Backoff
-from gateway.sessions.config import SessionConfig, SessionConfigError
+from gateway.sessions.config import UNPARSABLE_QUIET_S, SessionConfig, SessionConfigError
 from gateway.sessions.connect import (
     Connector,
     Resolver,
@@ -198,7 +198,7 @@ class UpstreamSession:
         sink: MessageSink,
         *,
         on_event: EventCallback | None = None,
-        engine: object | None = None,
+        engine: Engine | None = None,
         topics: Iterable[str] = (),
         connector: Connector | None = None,
         resolver: Resolver | None = None,

@@ -14,14 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from gateway.cli_serve import register
+from gateway.cli import app as CLI
 from gateway.store import migrate
 
-CLI = typer.Typer()
-register(CLI)
 runner = CliRunner()
 
 
@@ -82,7 +79,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-SERVE = "import typer; from gateway.cli_serve import register; a = typer.Typer(); register(a); a()"
+SERVE = "from gateway.cli import main; main()"
 
 
 @pytest.fixture

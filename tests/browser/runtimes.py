@@ -2,7 +2,7 @@
 
 `SimulatedRuntime` reports a running engine, connected sessions and metrics that move with
 time (message counters, RTT, latency percentiles, lcore load, port figures), named as the
-dashboard reads them (api/static/js/metrics.js) and as gateway.runtime_live.LiveRuntime
+dashboard reads them (api/static/js/metrics.js) and as gateway.runtime.live.LiveRuntime
 exports its session counters. `SimulatedHubMetrics` adds the fan-out hub's samples
 (wsgw_hub_*, wsgw_consumer_*, as gateway/hub/metrics.py names them). Together they let the
 tests check that figures and charts follow the values; real runtimes replace them later.

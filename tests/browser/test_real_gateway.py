@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from api.app import create_app
-from gateway.cli_serve import build_runtime
 from gateway.lab import Lab
+from gateway.runtime import build_runtime
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.browser.conftest import Dashboard, Server, UvicornThread

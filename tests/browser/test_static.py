@@ -145,9 +145,9 @@ def test_metric_names_match_their_producers() -> None:
     root = STATIC.parent.parent
     js = (STATIC / "js" / "metrics.js").read_text()
     hub = root / "gateway" / "hub" / "metrics.py"
-    live = root / "gateway" / "runtime_live.py"
+    live = root / "gateway" / "runtime" / "live.py"
     if not hub.is_file() and not live.is_file():
-        pytest.skip("neither gateway/hub/metrics.py nor gateway/runtime_live.py exists yet")
+        pytest.skip("neither gateway/hub/metrics.py nor gateway/runtime/live.py exists yet")
     for name in HUB_NAMES:
         assert f'"{name}"' in js, name
         if hub.is_file():

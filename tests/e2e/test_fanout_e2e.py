@@ -24,8 +24,8 @@ import uvicorn
 
 from api.app import create_app
 from dataplane.ring import ring_name
-from gateway.cli_serve import build_runtime
 from gateway.lab import Lab
+from gateway.runtime import build_runtime
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.conftest import requires_dpdk

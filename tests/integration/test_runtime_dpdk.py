@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from gateway.engines import DpdkEngines
 from gateway.lab import Lab
 from gateway.runtime import (
     EngineState,
@@ -22,7 +21,8 @@ from gateway.runtime import (
     SessionSpec,
     SessionState,
 )
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.engines import DpdkEngines
+from gateway.runtime.live import LiveRuntime
 from gateway.sessions import Published, RecordingSink
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator

@@ -19,7 +19,7 @@ from gateway.control import ControlPlane
 from gateway.hub import Hub
 from gateway.hub.protocol import CLOSE_SESSION_DELETED
 from gateway.runtime import RuntimeRefusedError, SessionSpec, SessionState
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.simulator import SimConfig, Simulator
 from tests.api.conftest import make_settings

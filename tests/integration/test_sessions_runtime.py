@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from gateway.runtime import RuntimeEvent, SessionSpec, SessionState
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, RecordingSink, SessionConfig
 from gateway.simulator import Fault, SimConfig, Simulator
 from tests.integration.test_sessions_helpers import check_order, run, until

@@ -11,7 +11,7 @@ import orjson
 from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.runtime import SessionSpec
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.live import LiveRuntime
 from gateway.sessions import UNPARSABLE_FRAMES, RecordingSink, SessionConfig, UpstreamSession
 from tests.integration.test_sessions_helpers import EventLog, fast_config, run, until
 

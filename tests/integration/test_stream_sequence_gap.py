@@ -16,7 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from api.app import create_app
 from gateway.hub import Hub
 from gateway.runtime import SessionSpec, SessionState
-from gateway.runtime_live import LiveRuntime
+from gateway.runtime.live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.settings import Settings
 from gateway.simulator import Fault, SimConfig, Simulator

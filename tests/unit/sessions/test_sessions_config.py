@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from dataplane.ws.errors import HandshakeRejected, TlsCertificateError
-from gateway.runtime import HeartbeatSpec, ReconnectSpec, SessionSpec, TlsSpec
+from gateway.runtime import SessionSpec
 from gateway.sessions import (
     HeartbeatConfig,
     ReconnectPolicy,
@@ -35,9 +35,11 @@ def spec(**overrides: object) -> SessionSpec:
 def test_from_spec_maps_every_field() -> None:
     config = SessionConfig.from_spec(
         spec(
-            tls=TlsSpec(verify=True, ca_file="/etc/ca.pem", server_name="ws.okx.com"),
-            heartbeat=HeartbeatSpec(interval_s=7.0, timeout_s=21.0),
-            reconnect=ReconnectSpec(
+            tls=TlsOptions(verify=True, ca_file="/etc/ca.pem", server_name="ws.okx.com"),
+            heartbeat=HeartbeatConfig(
+                ping_interval_s=7.0, ping_timeout_s=21.0, dead_feed_timeout_s=21.0
+            ),
+            reconnect=ReconnectPolicy(
                 initial_delay_s=0.25, max_delay_s=9.0, multiplier=3.0, jitter=1.0, max_attempts=4
             ),
         )

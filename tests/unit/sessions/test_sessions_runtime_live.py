@@ -23,7 +23,7 @@ from gateway.runtime import (
     SessionSpec,
     SessionState,
 )
-from gateway.runtime_live import NO_ENGINE, LiveRuntime
+from gateway.runtime.live import NO_ENGINE, LiveRuntime
 
 PORT = PortSpec(1, "p0", "net_tap0", "10.9.0.2", "255.255.255.0", None, 1500)
 

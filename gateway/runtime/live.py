@@ -1,4 +1,4 @@
-"""LiveRuntime: the Runtime (gateway.runtime) that really runs upstream sessions.
+"""LiveRuntime: the Runtime (gateway.runtime.protocol) that really runs upstream sessions.
 
 Sessions run on an asyncio loop in a thread of their own ("wsgw-sessions"). The API's
 threads never wait on it: start/stop/subscribe/unsubscribe hand a coroutine to that loop
@@ -26,9 +26,9 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from gateway.runtime import (
+from gateway.runtime.protocol import (
     EngineState,
     EngineStatus,
     EventSink,
@@ -54,6 +54,9 @@ from gateway.sessions import (
     State,
     UpstreamSession,
 )
+
+if TYPE_CHECKING:
+    from dataplane.engine import Engine
 
 log = logging.getLogger("wsgw.runtime")
 T = TypeVar("T")
@@ -109,8 +112,8 @@ class EngineHook(Protocol):
 
     def port_status(self, port_id: int) -> PortStatus: ...
 
-    def engine_for(self, port_id: int | None) -> object:
-        """The engine object `connect_dpdk(url, engine=...)` takes, for a session that
+    def engine_for(self, port_id: int | None) -> Engine:
+        """The engine `connect_dpdk(url, engine=...)` takes, for a session that
         leaves through port_id; RuntimeRefusedError when that port is not up."""
         ...
 
@@ -233,7 +236,7 @@ class LiveRuntime:
             config = self._session_config(session)
         except (SessionConfigError, ValueError) as exc:
             raise RuntimeRefusedError(f"session {session.name or session.id}: {exc}") from None
-        engine: object | None = None
+        engine: Engine | None = None
         loop = self._loop
         if config.transport == "dpdk":
             hook = self._engine_hook(NO_ENGINE_SESSION)
@@ -542,7 +545,7 @@ class LiveRuntime:
         self,
         sid: int,
         config: SessionConfig,
-        engine: object | None,
+        engine: Engine | None,
         loop: asyncio.AbstractEventLoop,
         resume_gap: str | None,
     ) -> None:
@@ -575,7 +578,7 @@ class LiveRuntime:
         self,
         sid: int,
         config: SessionConfig,
-        engine: object | None,
+        engine: Engine | None,
         resume_gap: str | None,
         topics: list[str],
     ) -> None:

@@ -17,7 +17,7 @@ from dataplane.engine import Engine, engine_config_from
 from dataplane.errors import DataplaneError
 from dataplane.loop import EngineLoopThread
 from dataplane.stack.tcp import TcpConfig
-from gateway.runtime import (
+from gateway.runtime.protocol import (
     EngineState,
     EngineStatus,
     PortSpec,
@@ -156,7 +156,7 @@ class DpdkEngines:
                 return PortStatus(port_id, PortState.FAILED, self._failed[port_id])
             return PortStatus(port_id, PortState.DOWN)
 
-    def engine_for(self, port_id: int | None) -> object:
+    def engine_for(self, port_id: int | None) -> Engine:
         return self._running(port_id).engine
 
     def loop_for(self, port_id: int | None) -> asyncio.AbstractEventLoop | None:

@@ -27,13 +27,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
-import orjson
+import typer
 
+from gateway.cli.common import LabName
 from gateway.lab import Lab, LabError
 from gateway.simulator.process import start_simulator
+
+if TYPE_CHECKING:
+    import httpx
 
 SIM_PORT = 9443
 TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]
@@ -54,6 +57,8 @@ class RingConsumer:
         self._thread.start()
 
     def _run(self) -> None:
+        import orjson
+
         from dataplane.ring import Gap, RingMessage
 
         while not self._stop.is_set():
@@ -86,10 +91,11 @@ def _free_port(preferred: int) -> int:
 
 
 def run_demo(*, name: str, duration: float, hugepages: str) -> int:
+    import httpx
     import uvicorn
 
     from api.app import create_app
-    from gateway.cli_serve import build_runtime
+    from gateway.runtime import build_runtime
     from gateway.settings import Settings
 
     dpdk = os.geteuid() == 0 and _shim_has_dpdk()
@@ -249,3 +255,16 @@ def _report(
     if not ok:
         print("no message reached the consumer", file=sys.stderr)
     return 0 if ok else 1
+
+
+def demo(
+    name: LabName = "wsgw",
+    duration: Annotated[float, typer.Option(help="seconds to run; 0 runs until Ctrl-C")] = 0.0,
+    hugepages: Annotated[str, typer.Option(help="auto | on | off")] = "auto",
+) -> None:
+    """The whole gateway on a lab (what `make run` runs): the feed simulator in the lab's
+    namespace, a DPDK port on its veth, a Binance session over wsgw's own stack, the hub, a
+    ring consumer and the API with the dashboard; prints a line per second (messages/s,
+    simulator-to-consumer latency, gaps, state). Falls back to the kernel transport
+    without root or DPDK, and says so."""
+    sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages))
