@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from gateway.runtime.protocol import (
     NOT_ATTACHED,
@@ -65,6 +66,9 @@ class DetachedRuntime:
         with self._lock:
             self.calls.append(("port_down", port_id))
             self.ports.pop(port_id, None)
+
+    def port_counters(self, port_id: int) -> dict[str, Any] | None:
+        return None  # no engine: nothing counts
 
     def port_status(self, port_id: int) -> PortStatus:
         with self._lock:

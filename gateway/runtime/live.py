@@ -210,6 +210,30 @@ class LiveRuntime:
             return PortStatus(port_id, PortState.DOWN, "no DPDK engine in this runtime")
         return self._engine.port_status(port_id)
 
+    def port_counters(self, port_id: int) -> dict[str, Any] | None:
+        if self._engine is None:
+            return None
+        try:
+            engine = self._engine.engine_for(port_id)
+        except RuntimeRefusedError:  # the port is not up
+            return None
+        out: dict[str, Any] = {"cpu_seconds": engine.cpu_seconds()}
+        counters = {
+            k: v
+            for k, v in engine.snapshot().items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "at"
+        }
+        if counters:  # {} until the engine loop's first pass
+            out["engine"] = counters
+        port = engine.port
+        if port is not None:
+            try:
+                out["nic"] = dict(port.stats())
+                out["link"] = dict(port.link())
+            except Exception as exc:  # closed under us (the port going down)
+                log.debug("port %s: NIC counters not read: %s", port_id, exc)
+        return out
+
     def _engine_hook(self, refusal: str) -> EngineHook:
         """The DPDK engine, made on first use. Hook for the engine owner: pass
         engine_factory=lambda: MyEngineHook(...) to LiveRuntime."""

@@ -177,6 +177,13 @@ class Runtime(Protocol):
 
     def port_status(self, port_id: int) -> PortStatus: ...
 
+    def port_counters(self, port_id: int) -> dict[str, Any] | None:
+        """A port's live counters, for the dashboard: `engine` (its loop's and the C fast
+        path's counters), `cpu_seconds` (the engine thread's), `nic` (rte_eth_stats) and
+        `link`, each left out when its source is missing; None: no engine on the port (no
+        DPDK in this runtime, or the port is not up)."""
+        ...
+
     def start_session(self, session: SessionSpec) -> SessionStatus: ...
 
     def stop_session(self, session_id: int) -> SessionStatus: ...
