@@ -187,10 +187,10 @@ class Arbiter(Generic[P]):
         self, key: Hashable, topic: _Topic[P], this: int, payload: P, leg: int, now_ns: int
     ) -> Delivered:
         topic.last = this
-        topic.won_ns[this] = now_ns
-        if len(topic.won_ns) > self.won_window:  # keep the recent ones (dicts keep order)
-            for old in list(topic.won_ns)[: len(topic.won_ns) - self.won_window]:
-                del topic.won_ns[old]
+        won = topic.won_ns
+        won[this] = now_ns
+        while len(won) > self.won_window:  # keep the recent ones (dicts keep order)
+            del won[next(iter(won))]
         self.stats[leg].won += 1
         return Delivered(key, this, payload, leg, now_ns)
 
