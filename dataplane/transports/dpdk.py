@@ -19,9 +19,9 @@ it is opened on:
   `flush_on_write`), received bytes reach `data_received` inside the engine's batch, and
   the connect completes without a cross-thread future.
 
-On the loop side it is the kernel transport's very connection class (`KernelWebSocket`):
-the WebSocket, TLS, ping and close logic is one piece of code whichever network carries
-the bytes.
+On the loop side it is the connection both transports share (`WsClientConnection`, in
+`dataplane.transports.connection`): the WebSocket, TLS, ping and close logic is one piece
+of code whichever network carries the bytes.
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
 from dataplane.stack.tcp_errors import TcpError
 from dataplane.transports.base import parse_ws_url
-from dataplane.transports.kernel import KernelWebSocket, _Connect, _Protocol, prepare_connection
+from dataplane.transports.connection import (
+    ConnectionProtocol,
+    PendingConnection,
+    WsClientConnection,
+    prepare_connection,
+)
 from dataplane.wire.addr import ip_to_int
 from dataplane.ws.errors import LocalProtocolError
 
@@ -430,7 +435,7 @@ async def _resolve(host: str, port: int) -> int:
 
 async def _open_dpdk(
     url: str, *, engine: Engine, connect_timeout: float | None, **options: Any
-) -> KernelWebSocket:
+) -> WsClientConnection:
     target = parse_ws_url(url)
     if connect_timeout is None:
         connect_timeout = float(options.get("open_timeout", 10.0))
@@ -483,7 +488,7 @@ async def _open_dpdk(
         async with asyncio.timeout(connect_timeout) as deadline:
             # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
             connection, _, open_timeout = prepare_connection(url, **options)
-            transport.set_protocol(_Protocol(connection))
+            transport.set_protocol(ConnectionProtocol(connection))
             if opened is not None:
                 await asyncio.wrap_future(opened)
             await established
@@ -491,16 +496,16 @@ async def _open_dpdk(
             deadline.reschedule(loop.time() + open_timeout)
             transport.made()
             transport._read_directly()
-            connection._start()
+            connection.start_opening()
             if transport.direct:
                 engine.flush()  # the request leaves now, not at the next turn...
-            connection._prepare_receive()  # ...and the answer is prepared for meanwhile
+            connection.prepare_receive()  # ...and the answer is prepared for meanwhile
             # Awaited as is, not through asyncio.shield: the shield's outer future wakes
             # this task one loop iteration later, and on the engine loop every iteration
             # is an engine turn (a flush and a C poll) paid before the open returns. The
             # future is this opener's alone: a timeout or a cancel cancelling it only
             # drops a connection that is aborted right below.
-            await connection._opened
+            await connection.wait_open()
     except TimeoutError as exc:
         transport.abort()
         if isinstance(exc, TransportError):
@@ -537,15 +542,15 @@ def _set(future: asyncio.Future[None], result: BaseException | None) -> None:
 
 def connect_dpdk(
     url: str, *, engine: Engine, connect_timeout: float | None = None, **options: Any
-) -> _Connect:
+) -> PendingConnection:
     """Open a client WebSocket to url over the engine's user-space stack. Takes the same
     options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts) and raises
     the same errors: the `TransportError` family (a TcpError chained as the cause).
 
     connect_timeout: for TCP (SYN, ARP) to come up; default open_timeout, so a peer with
     no ARP reply or no route fails within the open's own timeout, never hangs it."""
-    return _Connect(
+    return PendingConnection(
         url,
         options,
-        opener=lambda u, **o: _open_dpdk(u, engine=engine, connect_timeout=connect_timeout, **o),
+        lambda u, **o: _open_dpdk(u, engine=engine, connect_timeout=connect_timeout, **o),
     )
