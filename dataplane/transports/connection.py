@@ -64,6 +64,7 @@ from dataplane.ws.events import (
     Ping,
     Pong,
     RejectedHandshake,
+    WsEvent,
 )
 from dataplane.ws.handshake import HeaderPairs
 from dataplane.ws.scan import BackendName
@@ -524,6 +525,9 @@ class WsClientConnection:
         self._dispatch()
 
     def _dispatch(self) -> None:
+        """The WebSocket's events after a read: messages queued for recv() (or handed to
+        the message handler) inline, the rarer events through `_on_other_event`; then the
+        reader is woken, reading paused at max_queue, and a held failure scheduled."""
         for event in self._ws.events():
             kind = type(event)
             if kind is Message:
@@ -549,30 +553,7 @@ class WsClientConnection:
                 self._messages.append(event)  # type: ignore[arg-type]
                 self._queued += count
                 continue
-            if isinstance(event, Ping):
-                self.pings_received += 1
-            elif isinstance(event, Pong):
-                self._on_pong(event.payload)
-            elif isinstance(event, Handshake):
-                self.handshake = event
-                if not self._opened.done():
-                    self._opened.set_result(event)
-            elif isinstance(event, RejectedHandshake):
-                self._fail_open(
-                    HandshakeRejected(
-                        f"WebSocket handshake rejected: {event.reason}",
-                        event.status,
-                        event.headers,
-                        event.body,
-                        reason=event.reason,
-                        closed=event.closed,
-                    )
-                )
-                self._abort()
-            elif isinstance(event, CloseReceived):
-                self.close_received = event
-            elif isinstance(event, Closed):
-                self._on_closed(event)
+            self._on_other_event(event)
         if self._messages:
             waiter = self._recv_waiter
             if waiter is not None and not waiter.done():
@@ -592,6 +573,34 @@ class WsClientConnection:
             # (scheduled above) answers them before our close; at the latest after a grace.
             self._deferred_deadline = self._loop.time() + DEFERRED_FAILURE_GRACE_S
             self._deferred_failure = self._loop.call_soon(self._fail_deferred_once_answered)
+
+    def _on_other_event(self, event: WsEvent) -> None:
+        """Every event but the messages (taken inline by `_dispatch`, once per read): pings
+        and pongs, the opening handshake's outcome, the close."""
+        if isinstance(event, Ping):
+            self.pings_received += 1
+        elif isinstance(event, Pong):
+            self._on_pong(event.payload)
+        elif isinstance(event, Handshake):
+            self.handshake = event
+            if not self._opened.done():
+                self._opened.set_result(event)
+        elif isinstance(event, RejectedHandshake):
+            self._fail_open(
+                HandshakeRejected(
+                    f"WebSocket handshake rejected: {event.reason}",
+                    event.status,
+                    event.headers,
+                    event.body,
+                    reason=event.reason,
+                    closed=event.closed,
+                )
+            )
+            self._abort()
+        elif isinstance(event, CloseReceived):
+            self.close_received = event
+        elif isinstance(event, Closed):
+            self._on_closed(event)
 
     def _fail_deferred_once_answered(self) -> None:
         """The held violation fails now if the application took every message that came

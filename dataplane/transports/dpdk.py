@@ -30,6 +30,7 @@ import asyncio
 import collections
 import concurrent.futures
 import errno
+import functools
 import ipaddress
 import socket
 import threading
@@ -277,6 +278,8 @@ class EngineTransport(asyncio.Transport):
             sock.close()
 
     def pump(self, now: float) -> None:
+        """The engine's service for this connection, once per batch: out (what the loop
+        wrote), in (what the socket received), then the end when it came."""
         sock = self._sock
         if sock is None or self._lost_reported:
             return
@@ -298,10 +301,15 @@ class EngineTransport(asyncio.Transport):
                     self._deliver(data)
                 elif not self._to_loop(self._deliver_at, data, seq):
                     return
+        if sock.state is TcpState.ESTABLISHED and sock.error is None:
+            return  # the common case: no EOF (that is CLOSE-WAIT), no end, no failure
+        self._pump_end(sock)
+
+    def _pump_end(self, sock: TcpSocket) -> None:
+        """The rest of a pump once the socket left ESTABLISHED or failed: the failure, the
+        peer's FIN (EOF to the protocol), and the end of both directions."""
         state = sock.state
         error = sock.error
-        if state is TcpState.ESTABLISHED and error is None:
-            return  # the common case: no EOF (that is CLOSE-WAIT), no end, no failure
         if error is not None:
             self._finish(error)
         elif sock.at_eof and not self._eof_reported and self._reading:
@@ -447,35 +455,19 @@ async def _open_dpdk(
         remote_ip = await _resolve(host, port)
     transport = EngineTransport(engine, loop, asyncio.Protocol())  # ours once prepared
     established: asyncio.Future[None] = loop.create_future()
-    deliver = _set if transport.direct else _threadsafe(loop)
-
     where = f"{host}:{port}"
     url_names_address = _ipv4_literal(target.host) is not None
 
-    def open_on_engine() -> None:
-        try:
-            sock = engine.interface.connect(remote_ip, port, time.monotonic())
-        except ValueError as exc:  # our own address, a broadcast, a martian
-            if url_names_address:  # the URL says so: no retry changes that
-                raise LocalProtocolError(f"{where}: {exc}") from exc
-            # A name that resolved to such an address (a sinkhole, a resolver's answer of
-            # 0.0.0.0 or 127.x during an outage): the next answer may differ, so retried.
-            raise UnreachableError(f"{where}: {exc}", errno.EHOSTUNREACH) from exc
-        transport.attach(sock)
-
-        def watch(now: float) -> None:
-            if sock.state in _SENDING:
-                engine.services.remove(watch)
-                engine.services.append(transport.pump)
-                deliver(established, None)
-            elif sock.error is not None or sock.state is TcpState.CLOSED:
-                engine.services.remove(watch)
-                error = sock.error or ConnectionResetError("the connection closed")
-                deliver(established, transport_error(error, where))
-
-        engine.services.append(watch)
-        if transport.direct:
-            engine.flush()  # the SYN leaves now, not at the next turn
+    open_on_engine = functools.partial(
+        _connect_on_engine,
+        engine,
+        transport,
+        remote_ip,
+        port,
+        where,
+        established,
+        url_names_address,
+    )
 
     try:
         if transport.direct:
@@ -520,6 +512,45 @@ async def _open_dpdk(
         transport.abort()
         raise
     return connection
+
+
+def _connect_on_engine(
+    engine: Engine,
+    transport: EngineTransport,
+    remote_ip: int,
+    port: int,
+    where: str,
+    established: asyncio.Future[None],
+    url_names_address: bool,
+) -> None:
+    """On the engine's thread: send the SYN, then watch the socket (an engine service)
+    until TCP is up, when the transport's pump takes over, or failed; the outcome goes to
+    established on the opener's loop. An address the stack refuses (our own, a broadcast,
+    a martian) raises here."""
+    try:
+        sock = engine.interface.connect(remote_ip, port, time.monotonic())
+    except ValueError as exc:  # our own address, a broadcast, a martian
+        if url_names_address:  # the URL says so: no retry changes that
+            raise LocalProtocolError(f"{where}: {exc}") from exc
+        # A name that resolved to such an address (a sinkhole, a resolver's answer of
+        # 0.0.0.0 or 127.x during an outage): the next answer may differ, so retried.
+        raise UnreachableError(f"{where}: {exc}", errno.EHOSTUNREACH) from exc
+    transport.attach(sock)
+    deliver = _set if transport.direct else _threadsafe(established.get_loop())
+
+    def watch(now: float) -> None:
+        if sock.state in _SENDING:
+            engine.services.remove(watch)
+            engine.services.append(transport.pump)
+            deliver(established, None)
+        elif sock.error is not None or sock.state is TcpState.CLOSED:
+            engine.services.remove(watch)
+            error = sock.error or ConnectionResetError("the connection closed")
+            deliver(established, transport_error(error, where))
+
+    engine.services.append(watch)
+    if transport.direct:
+        engine.flush()  # the SYN leaves now, not at the next turn
 
 
 def _threadsafe(
