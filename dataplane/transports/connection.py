@@ -15,7 +15,9 @@ An opener (a transport's connect function) follows one contract:
 3. `connection.start_opening()` (the upgrade request, or the TLS ClientHello), then
    `connection.prepare_receive()` while it is on its way;
 4. `await connection.wait_open()` under the open timeout; on any failure abort the
-   transport and raise from the `TransportError` family.
+   transport. Network failures and the timeout are raised as the `TransportError`
+   family (`transport_error`, `TransportTimeoutError`); a refused upgrade as
+   `HandshakeRejected`, as `wait_open` gives it.
 
 `PendingConnection` wraps such an opener so that `connect_*(...)` can be awaited or used
 as `async with`.
