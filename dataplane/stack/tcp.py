@@ -273,7 +273,7 @@ class IsnGenerator:
 class TcpConnection:
     """One TCP connection (one 4-tuple), sans-IO."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0915  the whole TCB (RFC 9293 section 3.3.1), declared in one place
         self,
         local_ip: int,
         local_port: int,
@@ -1013,23 +1013,12 @@ class TcpConnection:
     # ------------------------------------------------------------------ arrival: synchronised
 
     def _on_segment_synchronized(self, seg: TcpRepr, now: float) -> None:
+        """A segment in a synchronised state (SYN-RECEIVED onward): the checks of RFC 9293
+        section 3.10.7.4 in its order (with RFC 7323's PAWS before them), one step each."""
         flags = int(seg.flags)
-        is_rst = bool(flags & _RST)
         seq = unwrap(seg.seq, self._rcv_nxt)
-        timestamp = seg.options.timestamp
-
-        if self._ts_enabled and not is_rst:
-            if timestamp is None:
-                # RFC 7323 section 3.2: once negotiated, a non-RST segment without TSopt
-                # SHOULD be silently dropped.
-                self._stats.dropped_out_of_window += 1
-                return
-            if self._paws_rejects(timestamp[0], now):
-                # RFC 7323 section 5.3 R1: an old duplicate; ACK it and drop it.
-                self._stats.paws_rejected += 1
-                self._ack_now = True
-                return
-
+        if self._ts_enabled and not flags & _RST and not self._timestamp_acceptable(seg, now):
+            return
         if (
             self._state is TcpState.SYN_RECEIVED
             and flags & _SYN
@@ -1039,57 +1028,79 @@ class TcpConnection:
             # The peer did not get our SYN,ACK and sent its SYN again: repeat the SYN,ACK.
             self._snd_nxt = self._iss
             return
-
-        # First: the acceptability test (RFC 9293 section 3.10.7.4).
+        # First: the acceptability test.
         if not self._acceptable(seq, seg):
-            if not is_rst:
-                self._ack_now = True  # <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK>
-            if self._state is TcpState.TIME_WAIT and flags & _FIN:
-                # A retransmitted FIN: acknowledge it and restart the 2 MSL timeout.
-                self._tw_deadline = now + self.config.time_wait
-            self._stats.dropped_out_of_window += 1
+            self._drop_unacceptable(flags, now)
             return
         self._last_rx_time = now
         self._ka_probes = 0
+        # Second: RST; (third, security, does not apply); fourth: SYN.
+        if flags & _RST:
+            self._on_rst_synchronized(seq)
+        elif flags & _SYN:
+            self._challenge_ack()  # RFC 5961 section 4.2
+        # Fifth: ACK processing (without ACK the segment is dropped); then the text.
+        elif flags & _ACK and self._process_ack_field(seg, seq, now):
+            self._process_text_and_fin(seg, flags, seq, now)
 
-        # Second: RST (RFC 5961 section 3.2): only an exact match resets, any other
-        # in-window RST draws a challenge ACK.
-        if is_rst:
-            if seq == self._rcv_nxt:
-                self._on_peer_reset()
-            else:
-                self._challenge_ack()
-            return
+    def _timestamp_acceptable(self, seg: TcpRepr, now: float) -> bool:
+        """RFC 7323, once timestamps are negotiated, for a segment without RST: one without
+        TSopt SHOULD be silently dropped (section 3.2); an old duplicate is ACKed and
+        dropped (PAWS, section 5.3 R1)."""
+        timestamp = seg.options.timestamp
+        if timestamp is None:
+            self._stats.dropped_out_of_window += 1
+            return False
+        if self._paws_rejects(timestamp[0], now):
+            self._stats.paws_rejected += 1
+            self._ack_now = True
+            return False
+        return True
 
-        # Fourth: SYN in a synchronised state (RFC 5961 section 4.2): challenge ACK.
-        if flags & _SYN:
+    def _drop_unacceptable(self, flags: int, now: float) -> None:
+        """RFC 9293 section 3.10.7.4, first: a segment outside the window is dropped, with
+        <SEQ=SND.NXT><ACK=RCV.NXT><CTL=ACK> unless it is a RST."""
+        if not flags & _RST:
+            self._ack_now = True
+        if self._state is TcpState.TIME_WAIT and flags & _FIN:
+            # A retransmitted FIN: acknowledge it and restart the 2 MSL timeout.
+            self._tw_deadline = now + self.config.time_wait
+        self._stats.dropped_out_of_window += 1
+
+    def _on_rst_synchronized(self, seq: int) -> None:
+        """RFC 9293 section 3.10.7.4, second, as RFC 5961 section 3.2 narrows it: only a
+        RST at exactly RCV.NXT resets, any other in-window RST draws a challenge ACK."""
+        if seq == self._rcv_nxt:
+            self._on_peer_reset()
+        else:
             self._challenge_ack()
-            return
 
-        # Fifth: ACK processing. Without ACK the segment is dropped.
-        if not flags & _ACK:
-            return
+    def _process_ack_field(self, seg: TcpRepr, seq: int, now: float) -> bool:
+        """RFC 9293 section 3.10.7.4, fifth: the ACK field. SYN-RECEIVED moves on to
+        ESTABLISHED on an acceptable ACK; an ACK of data not yet sent or too old to be
+        valid (RFC 5961 section 5.2) is answered and dropped. False when the segment
+        goes no further (dropped, or the connection is over)."""
         ack = unwrap(seg.ack, self._snd_una)
         just_established = False
         if self._state is TcpState.SYN_RECEIVED:
-            if self._snd_una < ack <= self._snd_max:
-                just_established = True
-                self._snd_wnd = seg.window << self._snd_wscale
-                self._max_snd_wnd = max(self._max_snd_wnd, self._snd_wnd)
-                self._snd_wl1 = seq
-                self._snd_wl2 = ack
-                self._set_state(TcpState.ESTABLISHED)
-            else:
+            if not self._snd_una < ack <= self._snd_max:
                 self._control.append(self._rst(seg.ack))  # <SEQ=SEG.ACK><CTL=RST>
-                return
+                return False
+            just_established = True
+            self._snd_wnd = seg.window << self._snd_wscale
+            self._max_snd_wnd = max(self._max_snd_wnd, self._snd_wnd)
+            self._snd_wl1 = seq
+            self._snd_wl2 = ack
+            self._set_state(TcpState.ESTABLISHED)
         if ack > self._snd_max:
             # It acknowledges something not yet sent: send an ACK and drop it.
             self._ack_now = True
-            return
+            return False
         if ack < self._snd_una - self._max_snd_wnd:
             # RFC 5961 section 5.2: too old to be a valid ACK.
             self._challenge_ack()
-            return
+            return False
+        timestamp = seg.options.timestamp
         if (
             self._ts_enabled
             and timestamp is not None
@@ -1102,10 +1113,12 @@ class TcpConnection:
         self._process_ack(seg, seq, ack, now)
         if just_established:
             self._on_established()
-        if self._state is TcpState.CLOSED:
-            return
+        return self._state is not TcpState.CLOSED
 
-        # Sixth: URG is ignored (RFC 6093 advises against it). Seventh and eighth: text, FIN.
+    def _process_text_and_fin(self, seg: TcpRepr, flags: int, seq: int, now: float) -> None:
+        """RFC 9293 section 3.10.7.4, sixth to eighth: URG is ignored (RFC 6093 advises
+        against it); text and FIN where the state still receives; elsewhere a FIN was
+        already seen: ACK it again (TIME-WAIT also restarts its 2 MSL)."""
         if self._state in _RECEIVING_STATES:
             self._process_text(seg, seq, now)
         elif flags & _FIN:
@@ -1304,18 +1317,7 @@ class TcpConnection:
             self._rcv_mss = min(len(seg.payload), self.config.mss)
 
         if seq > self._rcv_nxt:
-            # Out of order: queue it (bounded), and send a duplicate ACK at once with SACK
-            # blocks (RFC 5681 section 4.2, RFC 2018 section 4).
-            queued = True
-            if payload:
-                queued = self._ooo.insert(seq, payload)
-            if queued:
-                self._stats.ooo_segments += 1
-                if fin:
-                    self._ooo.fin = seq + len(payload)
-            else:
-                self._stats.ooo_dropped += 1
-            self._ack_now = True
+            self._queue_out_of_order(seq, payload, fin)
             return
 
         filled_gap = bool(self._ooo)
@@ -1335,6 +1337,20 @@ class TcpConnection:
             self._ack_now = True  # RFC 5681 section 4.2: a segment that fills a gap
         else:
             self._schedule_ack(now, bool(int(seg.flags) & _PSH))
+
+    def _queue_out_of_order(self, seq: int, payload: memoryview, fin: bool) -> None:
+        """A segment beyond RCV.NXT: queued (bounded), and a duplicate ACK at once with SACK
+        blocks (RFC 5681 section 4.2, RFC 2018 section 4)."""
+        queued = True
+        if payload:
+            queued = self._ooo.insert(seq, payload)
+        if queued:
+            self._stats.ooo_segments += 1
+            if fin:
+                self._ooo.fin = seq + len(payload)
+        else:
+            self._stats.ooo_dropped += 1
+        self._ack_now = True
 
     def _schedule_ack(self, now: float, psh: bool) -> None:
         """Delayed ACK (RFC 9293 section 3.8.6.3, RFC 5681 section 4.2): at once for every

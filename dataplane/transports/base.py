@@ -57,7 +57,7 @@ def parse_ws_url(url: str) -> WsUrl:
 
 
 class WebSocketConnection(Protocol):
-    """An open client WebSocket; `kernel.KernelWebSocket` implements it."""
+    """An open client WebSocket; `connection.WsClientConnection` implements it."""
 
     @property
     def state(self) -> ConnectionState: ...

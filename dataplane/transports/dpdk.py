@@ -19,9 +19,9 @@ it is opened on:
   `flush_on_write`), received bytes reach `data_received` inside the engine's batch, and
   the connect completes without a cross-thread future.
 
-On the loop side it is the kernel transport's very connection class (`KernelWebSocket`):
-the WebSocket, TLS, ping and close logic is one piece of code whichever network carries
-the bytes.
+On the loop side it is the connection both transports share (`WsClientConnection`, in
+`dataplane.transports.connection`): the WebSocket, TLS, ping and close logic is one piece
+of code whichever network carries the bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import asyncio
 import collections
 import concurrent.futures
 import errno
+import functools
 import ipaddress
 import socket
 import threading
@@ -52,7 +53,12 @@ from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpState
 from dataplane.stack.tcp_errors import TcpError
 from dataplane.transports.base import parse_ws_url
-from dataplane.transports.kernel import KernelWebSocket, _Connect, _Protocol, prepare_connection
+from dataplane.transports.connection import (
+    ConnectionProtocol,
+    PendingConnection,
+    WsClientConnection,
+    prepare_connection,
+)
 from dataplane.wire.addr import ip_to_int
 from dataplane.ws.errors import LocalProtocolError
 
@@ -272,6 +278,8 @@ class EngineTransport(asyncio.Transport):
             sock.close()
 
     def pump(self, now: float) -> None:
+        """The engine's service for this connection, once per batch: out (what the loop
+        wrote), in (what the socket received), then the end when it came."""
         sock = self._sock
         if sock is None or self._lost_reported:
             return
@@ -293,10 +301,15 @@ class EngineTransport(asyncio.Transport):
                     self._deliver(data)
                 elif not self._to_loop(self._deliver_at, data, seq):
                     return
+        if sock.state is TcpState.ESTABLISHED and sock.error is None:
+            return  # the common case: no EOF (that is CLOSE-WAIT), no end, no failure
+        self._pump_end(sock)
+
+    def _pump_end(self, sock: TcpSocket) -> None:
+        """The rest of a pump once the socket left ESTABLISHED or failed: the failure, the
+        peer's FIN (EOF to the protocol), and the end of both directions."""
         state = sock.state
         error = sock.error
-        if state is TcpState.ESTABLISHED and error is None:
-            return  # the common case: no EOF (that is CLOSE-WAIT), no end, no failure
         if error is not None:
             self._finish(error)
         elif sock.at_eof and not self._eof_reported and self._reading:
@@ -430,7 +443,7 @@ async def _resolve(host: str, port: int) -> int:
 
 async def _open_dpdk(
     url: str, *, engine: Engine, connect_timeout: float | None, **options: Any
-) -> KernelWebSocket:
+) -> WsClientConnection:
     target = parse_ws_url(url)
     if connect_timeout is None:
         connect_timeout = float(options.get("open_timeout", 10.0))
@@ -442,35 +455,19 @@ async def _open_dpdk(
         remote_ip = await _resolve(host, port)
     transport = EngineTransport(engine, loop, asyncio.Protocol())  # ours once prepared
     established: asyncio.Future[None] = loop.create_future()
-    deliver = _set if transport.direct else _threadsafe(loop)
-
     where = f"{host}:{port}"
     url_names_address = _ipv4_literal(target.host) is not None
 
-    def open_on_engine() -> None:
-        try:
-            sock = engine.interface.connect(remote_ip, port, time.monotonic())
-        except ValueError as exc:  # our own address, a broadcast, a martian
-            if url_names_address:  # the URL says so: no retry changes that
-                raise LocalProtocolError(f"{where}: {exc}") from exc
-            # A name that resolved to such an address (a sinkhole, a resolver's answer of
-            # 0.0.0.0 or 127.x during an outage): the next answer may differ, so retried.
-            raise UnreachableError(f"{where}: {exc}", errno.EHOSTUNREACH) from exc
-        transport.attach(sock)
-
-        def watch(now: float) -> None:
-            if sock.state in _SENDING:
-                engine.services.remove(watch)
-                engine.services.append(transport.pump)
-                deliver(established, None)
-            elif sock.error is not None or sock.state is TcpState.CLOSED:
-                engine.services.remove(watch)
-                error = sock.error or ConnectionResetError("the connection closed")
-                deliver(established, transport_error(error, where))
-
-        engine.services.append(watch)
-        if transport.direct:
-            engine.flush()  # the SYN leaves now, not at the next turn
+    open_on_engine = functools.partial(
+        _connect_on_engine,
+        engine,
+        transport,
+        remote_ip,
+        port,
+        where,
+        established,
+        url_names_address,
+    )
 
     try:
         if transport.direct:
@@ -483,7 +480,7 @@ async def _open_dpdk(
         async with asyncio.timeout(connect_timeout) as deadline:
             # The WebSocket (h11 handshake, TLS) is prepared while the SYN is on its way.
             connection, _, open_timeout = prepare_connection(url, **options)
-            transport.set_protocol(_Protocol(connection))
+            transport.set_protocol(ConnectionProtocol(connection))
             if opened is not None:
                 await asyncio.wrap_future(opened)
             await established
@@ -491,16 +488,16 @@ async def _open_dpdk(
             deadline.reschedule(loop.time() + open_timeout)
             transport.made()
             transport._read_directly()
-            connection._start()
+            connection.start_opening()
             if transport.direct:
                 engine.flush()  # the request leaves now, not at the next turn...
-            connection._prepare_receive()  # ...and the answer is prepared for meanwhile
+            connection.prepare_receive()  # ...and the answer is prepared for meanwhile
             # Awaited as is, not through asyncio.shield: the shield's outer future wakes
             # this task one loop iteration later, and on the engine loop every iteration
             # is an engine turn (a flush and a C poll) paid before the open returns. The
             # future is this opener's alone: a timeout or a cancel cancelling it only
             # drops a connection that is aborted right below.
-            await connection._opened
+            await connection.wait_open()
     except TimeoutError as exc:
         transport.abort()
         if isinstance(exc, TransportError):
@@ -515,6 +512,45 @@ async def _open_dpdk(
         transport.abort()
         raise
     return connection
+
+
+def _connect_on_engine(
+    engine: Engine,
+    transport: EngineTransport,
+    remote_ip: int,
+    port: int,
+    where: str,
+    established: asyncio.Future[None],
+    url_names_address: bool,
+) -> None:
+    """On the engine's thread: send the SYN, then watch the socket (an engine service)
+    until TCP is up, when the transport's pump takes over, or failed; the outcome goes to
+    established on the opener's loop. An address the stack refuses (our own, a broadcast,
+    a martian) raises here."""
+    try:
+        sock = engine.interface.connect(remote_ip, port, time.monotonic())
+    except ValueError as exc:  # our own address, a broadcast, a martian
+        if url_names_address:  # the URL says so: no retry changes that
+            raise LocalProtocolError(f"{where}: {exc}") from exc
+        # A name that resolved to such an address (a sinkhole, a resolver's answer of
+        # 0.0.0.0 or 127.x during an outage): the next answer may differ, so retried.
+        raise UnreachableError(f"{where}: {exc}", errno.EHOSTUNREACH) from exc
+    transport.attach(sock)
+    deliver = _set if transport.direct else _threadsafe(established.get_loop())
+
+    def watch(now: float) -> None:
+        if sock.state in _SENDING:
+            engine.services.remove(watch)
+            engine.services.append(transport.pump)
+            deliver(established, None)
+        elif sock.error is not None or sock.state is TcpState.CLOSED:
+            engine.services.remove(watch)
+            error = sock.error or ConnectionResetError("the connection closed")
+            deliver(established, transport_error(error, where))
+
+    engine.services.append(watch)
+    if transport.direct:
+        engine.flush()  # the SYN leaves now, not at the next turn
 
 
 def _threadsafe(
@@ -537,15 +573,15 @@ def _set(future: asyncio.Future[None], result: BaseException | None) -> None:
 
 def connect_dpdk(
     url: str, *, engine: Engine, connect_timeout: float | None = None, **options: Any
-) -> _Connect:
+) -> PendingConnection:
     """Open a client WebSocket to url over the engine's user-space stack. Takes the same
     options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts) and raises
     the same errors: the `TransportError` family (a TcpError chained as the cause).
 
     connect_timeout: for TCP (SYN, ARP) to come up; default open_timeout, so a peer with
     no ARP reply or no route fails within the open's own timeout, never hangs it."""
-    return _Connect(
+    return PendingConnection(
         url,
         options,
-        opener=lambda u, **o: _open_dpdk(u, engine=engine, connect_timeout=connect_timeout, **o),
+        lambda u, **o: _open_dpdk(u, engine=engine, connect_timeout=connect_timeout, **o),
     )

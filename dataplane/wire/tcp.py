@@ -190,7 +190,9 @@ class TcpOptions:
 _NO_OPTIONS = TcpOptions()
 
 
-def _parse_options(data: bytes, start: int, end: int) -> TcpOptions:
+def _parse_options(  # noqa: PLR0912  one TLV walk, a branch per option kind, as the RFCs list them
+    data: bytes, start: int, end: int
+) -> TcpOptions:
     # RFC 9293 section 3.2 (option format), 3.7.1 (MSS), RFC 7323 sections 2.2 and 3.2,
     # RFC 2018 sections 2 and 3.
     if start == end:

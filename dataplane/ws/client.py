@@ -462,19 +462,14 @@ class WsClient:
         self.close_reason = "connection closed without a closing handshake"
         self._events.append(Closed(CLOSE_ABNORMAL, self.close_reason, clean=False))
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes) -> None:  # noqa: PLR0912  every read: fast paths inline
+        """Received bytes, after the handshake: every complete frame in them becomes events
+        (the fast paths first: one short frame, then the C batch scan, then the per-frame
+        scan); an incomplete last frame is held for the next read."""
         if self._chunks:
-            self._chunks.append(data)
-            self._buffered += len(data)
-            if self._buffered < self._need:
-                # The pending frame is still incomplete: do not rescan; text is checked.
-                if self._partial_text:
-                    self._check_partial_text(data)
+            buf = self._add_to_partial_frame(data)
+            if buf is None:
                 return
-            buf = b"".join(self._chunks)
-            self._chunks = []
-            self._partial_text = False
-            self._partial_utf8 = None
         else:
             buf = data
         start = 0
@@ -512,24 +507,44 @@ class WsClient:
                 return  # closed or failed: the rest is not ours to read (section 7.1.7)
             if len(words) < max_words:
                 break
-        rest = len(buf) - start
-        if rest:
-            # Judge the incomplete frame from its header, before buffering its payload.
-            # need saturates at UINT64_MAX only for a length with the top bit set.
-            if need == UINT64_MAX or (pending != UINT64_MAX and pending >> 63):
-                self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
-                return
-            if pending != UINT64_MAX and pending > self.max_frame_size:
-                self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
-                return
-            self._chunks = [buf[start:] if start else buf]
-            self._buffered = rest
-            self._need = need
-            if pending != UINT64_MAX:
-                self._watch_partial_text(buf, start)
+        if start < len(buf):
+            self._hold_partial_frame(buf, start, need, pending)
         else:
             self._buffered = 0
             self._need = 0
+
+    def _add_to_partial_frame(self, data: bytes) -> bytes | None:
+        """A read that continues the held incomplete frame: the joined bytes to scan once
+        the frame can be whole, else None (held, not rescanned; its text checked)."""
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered < self._need:
+            # The pending frame is still incomplete: do not rescan; text is checked.
+            if self._partial_text:
+                self._check_partial_text(data)
+            return None
+        buf = b"".join(self._chunks)
+        self._chunks = []
+        self._partial_text = False
+        self._partial_utf8 = None
+        return buf
+
+    def _hold_partial_frame(self, buf: bytes, start: int, need: int, pending: int) -> None:
+        """The incomplete frame at start: judged from its header before its payload is
+        buffered (section 5.2 length, the frame size limit), then held until need bytes
+        are in. need saturates at UINT64_MAX only for a length with the top bit set;
+        pending (the payload length) is UINT64_MAX while the header itself is partial."""
+        if need == UINT64_MAX or (pending != UINT64_MAX and pending >> 63):
+            self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
+            return
+        if pending != UINT64_MAX and pending > self.max_frame_size:
+            self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
+            return
+        self._chunks = [buf[start:] if start else buf]
+        self._buffered = len(buf) - start
+        self._need = need
+        if pending != UINT64_MAX:
+            self._watch_partial_text(buf, start)
 
     def _watch_partial_text(self, buf: bytes, start: int) -> None:
         """The frame at start is incomplete but its header is in: when it carries text
@@ -632,99 +647,134 @@ class WsClient:
         return True
 
     def _slow_frame(self, info: int, buf: bytes, offset: int, size: int) -> bool:
-        """Every frame the fast path does not take: checks of section 5, control frames,
-        fragments, compressed messages."""
-        first = info & 0xFF
-        opcode = first & OPCODE
-        fin = first & FIN
+        """Every frame the fast path does not take: the checks of section 5.2 that hold for
+        any frame, then a control frame (section 5.5) or a data frame (sections 5.4, 5.6),
+        each in its own step below."""
         if info & MASKED:
             return self._fail(CLOSE_PROTOCOL_ERROR, "the server masked a frame (section 5.1)")
         if size >> 63:
             return self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
         if size > self.max_frame_size:
             return self._fail(CLOSE_TOO_BIG, f"frame of {size} bytes exceeds the limit")
-        if opcode >= OP_CLOSE:
-            # Control frames, section 5.5.
-            if opcode > OP_PONG:
-                return self._fail(CLOSE_PROTOCOL_ERROR, f"unknown control opcode {opcode:#x}")
-            if first & (RSV1 | RSV2 | RSV3):
-                return self._fail(CLOSE_PROTOCOL_ERROR, "reserved bit set on a control frame")
-            if not fin:
-                return self._fail(CLOSE_PROTOCOL_ERROR, "fragmented control frame")
-            if size > _MAX_CONTROL_PAYLOAD:
-                return self._fail(CLOSE_PROTOCOL_ERROR, f"control frame of {size} bytes")
-            payload = buf[offset : offset + size]
-            if opcode == OP_PING:
-                if self._state is ConnectionState.OPEN:
-                    self._outgoing.append(self._frame(FIN | OP_PONG, payload))
-                self._events.append(Ping(payload))
-                return True
-            if opcode == OP_PONG:
-                self._events.append(Pong(payload))
-                return True
-            return self._receive_close(payload)
-        if opcode > OP_BINARY:
-            return self._fail(CLOSE_PROTOCOL_ERROR, f"unknown data opcode {opcode:#x}")
-        if first & (RSV2 | RSV3):
-            return self._fail(CLOSE_PROTOCOL_ERROR, "RSV2/RSV3 set without an extension")
-        if first & RSV1:
-            # RFC 7692 section 6: RSV1 marks a compressed message, on its first frame only.
-            if self._decompressor is None:
-                return self._fail(CLOSE_PROTOCOL_ERROR, "RSV1 set without permessage-deflate")
-            if opcode == OP_CONTINUATION:
-                return self._fail(CLOSE_PROTOCOL_ERROR, "RSV1 set on a continuation frame")
-        if opcode == OP_CONTINUATION:
-            if self._frag_opcode is None:
-                return self._fail(CLOSE_PROTOCOL_ERROR, "continuation frame without a message")
-            first_fragment = False
-        else:
-            if self._frag_opcode is not None:
-                return self._fail(CLOSE_PROTOCOL_ERROR, "new message inside a fragmented one")
+        first = info & 0xFF
+        if first & OPCODE >= OP_CLOSE:
+            return self._control_frame(first, buf, offset, size)
+        return self._data_frame(first, buf, offset, size)
+
+    def _control_frame(self, first: int, buf: bytes, offset: int, size: int) -> bool:
+        """A ping, a pong or a close (section 5.5): a ping is answered with a pong of the
+        same payload while open (section 5.5.2), a close ends the stream (`_receive_close`)."""
+        violation = _control_frame_violation(first, size)
+        if violation is not None:
+            return self._fail(CLOSE_PROTOCOL_ERROR, violation)
+        opcode = first & OPCODE
+        payload = buf[offset : offset + size]
+        if opcode == OP_PING:
+            if self._state is ConnectionState.OPEN:
+                self._outgoing.append(self._frame(FIN | OP_PONG, payload))
+            self._events.append(Ping(payload))
+            return True
+        if opcode == OP_PONG:
+            self._events.append(Pong(payload))
+            return True
+        return self._receive_close(payload)
+
+    def _data_frame(self, first: int, buf: bytes, offset: int, size: int) -> bool:
+        """A text, binary or continuation frame (sections 5.4, 5.6): checked, inflated when
+        the message is compressed (RFC 7692), its text checked as it comes (section 8.1),
+        then held as a fragment or, on FIN, handed out as a message."""
+        violation = self._data_header_violation(first)
+        if violation is not None:
+            return self._fail(CLOSE_PROTOCOL_ERROR, violation)
+        opcode = first & OPCODE
+        fin = first & FIN
+        first_fragment = opcode != OP_CONTINUATION
+        if first_fragment:
             self._frag_opcode = opcode
             self._frag_compressed = bool(first & RSV1)
-            first_fragment = True
         payload = buf[offset : offset + size]
-        decompressor = self._decompressor
-        if self._frag_compressed and decompressor is not None:
-            try:
-                payload = decompressor.feed(
-                    payload, self.max_message_size - self._frag_size, final=bool(fin)
-                )
-            except MessageTooBig:
-                return self._fail(CLOSE_TOO_BIG, "decompressed message exceeds the limit")
-            except zlib.error as exc:
-                return self._fail(CLOSE_INVALID_DATA, f"bad deflate data: {exc}")
+        if self._frag_compressed and self._decompressor is not None:
+            inflated = self._inflate(payload, fin)
+            if inflated is None:
+                return False
+            payload = inflated
         total = self._frag_size + len(payload)
         if total > self.max_message_size:
             return self._fail(CLOSE_TOO_BIG, f"message exceeds {self.max_message_size} bytes")
         text = self._frag_opcode == OP_TEXT
         if text:
-            if first_fragment and fin:
-                if not (payload.isascii() or _utf8_ok(payload)):
-                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+            if first_fragment and fin:  # a whole message: checked at once
+                valid = payload.isascii() or _utf8_ok(payload)
             else:
-                # Validate as fragments arrive, so bad UTF-8 fails fast (section 8.1).
-                utf8 = self._utf8
-                if utf8 is None:
-                    utf8 = self._utf8 = codecs.getincrementaldecoder("utf-8")()
-                try:
-                    utf8.decode(payload, final=bool(fin))
-                except UnicodeDecodeError:
-                    return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
-        if fin:
-            parts = self._frag_parts
-            if parts:
-                parts.append(payload)
-                payload = b"".join(parts)
-                self._frag_parts = []
-            self._frag_opcode = None
-            self._frag_size = 0
-            if self._utf8 is not None:
-                self._utf8.reset()
-            self._events.append(Message(payload, text))
-        else:
+                valid = self._fragment_text_valid(payload, fin)
+            if not valid:
+                return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+        if not fin:
             self._frag_parts.append(payload)
             self._frag_size = total
+            return True
+        # The message's last frame: its fragments, if any, and this one are the message.
+        parts = self._frag_parts
+        if parts:
+            parts.append(payload)
+            payload = b"".join(parts)
+            self._frag_parts = []
+        self._frag_opcode = None
+        self._frag_size = 0
+        if self._utf8 is not None:
+            self._utf8.reset()
+        self._events.append(Message(payload, text))
+        return True
+
+    def _data_header_violation(self, first: int) -> str | None:
+        """What is wrong with a data frame's first byte, in the RFC's order, or None.
+        Section 5.2: data opcodes 0x3-0x7 are reserved, and RSV1-3 are 0 unless an
+        extension says otherwise; permessage-deflate gives RSV1 the meaning "compressed",
+        on a message's first frame only (RFC 7692 section 6). Section 5.4: continuation
+        frames follow a message's first frame, and no message starts inside another."""
+        opcode = first & OPCODE
+        continuation = opcode == OP_CONTINUATION
+        if opcode > OP_BINARY:
+            violation: str | None = f"unknown data opcode {opcode:#x}"
+        elif first & (RSV2 | RSV3):
+            violation = "RSV2/RSV3 set without an extension"
+        elif first & RSV1 and self._decompressor is None:
+            violation = "RSV1 set without permessage-deflate"
+        elif first & RSV1 and continuation:
+            violation = "RSV1 set on a continuation frame"
+        elif continuation and self._frag_opcode is None:
+            violation = "continuation frame without a message"
+        elif not continuation and self._frag_opcode is not None:
+            violation = "new message inside a fragmented one"
+        else:
+            violation = None
+        return violation
+
+    def _inflate(self, payload: bytes, fin: int) -> bytes | None:
+        """A compressed message's frame, inflated within what is left of the message size
+        limit (RFC 7692 section 7.2.2); None once that failed the connection."""
+        decompressor = self._decompressor
+        assert decompressor is not None
+        try:
+            return decompressor.feed(
+                payload, self.max_message_size - self._frag_size, final=bool(fin)
+            )
+        except MessageTooBig:
+            self._fail(CLOSE_TOO_BIG, "decompressed message exceeds the limit")
+        except zlib.error as exc:
+            self._fail(CLOSE_INVALID_DATA, f"bad deflate data: {exc}")
+        return None
+
+    def _fragment_text_valid(self, payload: bytes, fin: int) -> bool:
+        """A fragment of a text message is UTF-8 so far (section 8.1): checked as it
+        arrives, through the message's incremental decoder, so that bad text fails fast."""
+        utf8 = self._utf8
+        if utf8 is None:
+            utf8 = self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        try:
+            utf8.decode(payload, final=bool(fin))
+        except UnicodeDecodeError:
+            return False
         return True
 
     def _receive_close(self, payload: bytes) -> bool:
@@ -781,3 +831,19 @@ class WsClient:
         self.close_reason = reason
         self._events.append(Closed(code, reason, clean=False, failure=True))
         return False
+
+
+def _control_frame_violation(first: int, size: int) -> str | None:
+    """Section 5.5: the control opcodes are close, ping and pong (0x8-0xA, others are
+    reserved); control frames carry no RSV bit here, are never fragmented and carry at
+    most 125 bytes."""
+    opcode = first & OPCODE
+    if opcode > OP_PONG:
+        return f"unknown control opcode {opcode:#x}"
+    if first & (RSV1 | RSV2 | RSV3):
+        return "reserved bit set on a control frame"
+    if not first & FIN:
+        return "fragmented control frame"
+    if size > _MAX_CONTROL_PAYLOAD:
+        return f"control frame of {size} bytes"
+    return None

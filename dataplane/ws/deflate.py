@@ -91,6 +91,15 @@ def _window_bits(name: str, value: str | None) -> int:
     return bits
 
 
+def _answered_window_bits(name: str, value: str | None, offered: int | None) -> int:
+    """A *_max_window_bits value in the server's answer: 8..15, and not above the value we
+    offered, when we offered one (sections 7.1.2.1, 7.1.2.2)."""
+    bits = _window_bits(name, value)
+    if offered is not None and bits > offered:
+        raise NegotiationError(f"{name}={bits} exceeds the {offered} offered")
+    return bits
+
+
 def accept_response(options: DeflateOptions, params: list[tuple[str, str | None]]) -> DeflateParams:
     """Check the server's answer to our offer and return the agreed parameters."""
     seen: set[str] = set()
@@ -111,24 +120,11 @@ def accept_response(options: DeflateOptions, params: list[tuple[str, str | None]
                 raise NegotiationError(f"{name} takes no value")
             client_nct = True
         elif name == "server_max_window_bits":
-            server_bits = _window_bits(name, value)
-            if options.server_max_window_bits is not None and (
-                server_bits > options.server_max_window_bits
-            ):
-                raise NegotiationError(
-                    f"{name}={server_bits} exceeds the {options.server_max_window_bits} offered"
-                )
+            server_bits = _answered_window_bits(name, value, options.server_max_window_bits)
         elif name == "client_max_window_bits":
             # Section 7.1.2.2: only in answer to an offer that carried the parameter, which
             # ours always does; a value above an explicit offer is a violation.
-            bits = _window_bits(name, value)
-            if options.client_max_window_bits is not None and (
-                bits > options.client_max_window_bits
-            ):
-                raise NegotiationError(
-                    f"{name}={bits} exceeds the {options.client_max_window_bits} offered"
-                )
-            client_bits = bits
+            client_bits = _answered_window_bits(name, value, options.client_max_window_bits)
         else:
             raise NegotiationError(f"unknown parameter {name}")
     if options.server_max_window_bits is not None and "server_max_window_bits" not in seen:

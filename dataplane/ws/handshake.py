@@ -401,13 +401,7 @@ class ClientHandshake:
         first = not self._fed
         self._fed = True
         if first and data:
-            expected = self._expected
-            if expected is not None and data.startswith(expected[0]):
-                outcome = expected[1]
-                if isinstance(outcome, Accepted):
-                    return Accepted(outcome.event, data[len(expected[0]) :])
-                return outcome
-            known = self._known_head(data)
+            known = self._first_read_known(data)
             if known is not None:
                 return known
         connection = self._connection()
@@ -415,6 +409,26 @@ class ClientHandshake:
             connection.receive_data(data)
         except RuntimeError:  # pragma: no cover - data after EOF: h11's own guard
             return self._reject("data after end of stream")
+        return self._read_response(connection, data, first)
+
+    def _first_read_known(self, data: bytes) -> Accepted | RejectedHandshake | None:
+        """The outcome of a first read without h11, when it is a head seen before: the one
+        this template expects (`_expected`), or one remembered for any key
+        (`_known_head`); None: h11 parses it."""
+        expected = self._expected
+        if expected is not None and data.startswith(expected[0]):
+            outcome = expected[1]
+            if isinstance(outcome, Accepted):
+                return Accepted(outcome.event, data[len(expected[0]) :])
+            return outcome
+        return self._known_head(data)
+
+    def _read_response(  # noqa: PLR0911  h11's event loop: one return per outcome, in one place
+        self, connection: h11.Connection, data: bytes, first: bool
+    ) -> Accepted | RejectedHandshake | None:
+        """h11's events up to the outcome (RFC 6455 section 4.1: the client validates the
+        server's response): a 101 goes to `_verdict`, other 1xx are skipped, any other
+        status is a rejection with an excerpt of its body."""
         while True:
             try:
                 event = connection.next_event()
@@ -507,7 +521,9 @@ class ClientHandshake:
             self._remember(data, leftover, head)
         return self._verdict(head, leftover)
 
-    def _verdict(self, head: _Head, leftover: bytes = b"") -> Accepted | RejectedHandshake:
+    def _verdict(  # noqa: PLR0911  section 4.1's checklist: one return per item, in its order
+        self, head: _Head, leftover: bytes = b""
+    ) -> Accepted | RejectedHandshake:
         """Section 4.1, the client's checks of the server's handshake, items 2 to 6."""
         frozen = head.headers
 

@@ -102,7 +102,7 @@ def _utf8_ok(data: bytes) -> bool:
     return True
 
 
-def scan_batch(
+def scan_batch(  # noqa: PLR0912  mirrors the C loop stop for stop (the differential tests)
     buf: bytes, start: int, max_size: int, max_frames: int = DEFAULT_MAX_BATCH
 ) -> BatchResult:
     """Pure-Python `wsgw_ws_scan_batch`: the run of complete, final, unmasked, RSV-clear

@@ -48,8 +48,8 @@ from dataplane.ring import RingWriter
 from dataplane.samples import LatencySamples
 from dataplane.shim._bind_topic import build_spec
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
+from dataplane.transports.connection import WsClientConnection
 from dataplane.transports.dpdk import EngineTransport
-from dataplane.transports.kernel import KernelWebSocket
 from dataplane.ws.errors import (
     ConnectionClosed,
     HandshakeRejected,
@@ -836,7 +836,7 @@ class UpstreamSession:
             or not dialect.c_feed
             or getattr(conn, "tls", None) is not None
             or getattr(conn, "deflate", None) is not None
-            or not isinstance(conn, KernelWebSocket)
+            or not isinstance(conn, WsClientConnection)
         ):
             return
         paths = dialect.topic_paths

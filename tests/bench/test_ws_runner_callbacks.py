@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from dataplane.transports.kernel import KernelWebSocket
+from dataplane.transports.connection import WsClientConnection
 from tests.conftest import requires_dpdk, run_in_loop
 from wsgw_bench import ws_runner, ws_scenarios
 from wsgw_bench.ws_runner import run_loop, run_test
@@ -51,15 +51,15 @@ async def echo_server(stop_after: int | None = None) -> AsyncIterator[str]:
 
 @pytest.fixture
 def recv_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts KernelWebSocket.recv() calls (behaviour unchanged)."""
+    """Counts WsClientConnection.recv() calls (behaviour unchanged)."""
     calls: list[int] = []
-    original = KernelWebSocket.recv
+    original = WsClientConnection.recv
 
-    async def counted(self: KernelWebSocket) -> Any:
+    async def counted(self: WsClientConnection) -> Any:
         calls.append(1)
         return await original(self)
 
-    monkeypatch.setattr(KernelWebSocket, "recv", counted)
+    monkeypatch.setattr(WsClientConnection, "recv", counted)
     return calls
 
 

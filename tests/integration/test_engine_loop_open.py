@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dataplane.engine import Engine
+from dataplane.transports.connection import WsClientConnection
 from dataplane.transports.dpdk import connect_dpdk
-from dataplane.transports.kernel import KernelWebSocket
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk, run_in_loop
 
@@ -46,14 +46,14 @@ def test_open_returns_in_the_turn_that_read_the_101(
 
     monkeypatch.setattr(engine, "turn", counting_turn)
     at_101: list[int] = []
-    received = KernelWebSocket._data_received
+    received = WsClientConnection._data_received
 
-    def marking_received(self: KernelWebSocket, data: bytes) -> None:
+    def marking_received(self: WsClientConnection, data: bytes) -> None:
         if b" 101 " in data[:16]:
             at_101.append(turns)
         received(self, data)
 
-    monkeypatch.setattr(KernelWebSocket, "_data_received", marking_received)
+    monkeypatch.setattr(WsClientConnection, "_data_received", marking_received)
 
     async def main() -> list[tuple[int, int]]:
         seen = []

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import trustme
 
-from dataplane.transports.kernel import KernelWebSocket, connect_kernel
+from dataplane.transports.connection import WsClientConnection
+from dataplane.transports.kernel import connect_kernel
 from dataplane.ws.errors import ConnectionClosedOK
 from dataplane.ws.events import Message, MessageBatch
 from dataplane.ws.handshake import accept_token
@@ -103,7 +104,7 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(bounded())
 
 
-async def take(ws: KernelWebSocket, how: str, sizes: list[int]) -> list[Message]:
+async def take(ws: WsClientConnection, how: str, sizes: list[int]) -> list[Message]:
     """Every message until the clean close, through one receive API (or all three)."""
     got: list[Message] = []
     turn = 0

@@ -23,7 +23,8 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, TextMessage
 from wsproto.events import Request as WsprotoRequest
 
-from dataplane.transports.kernel import KernelWebSocket, connect_kernel
+from dataplane.transports.connection import WsClientConnection
+from dataplane.transports.kernel import connect_kernel
 from dataplane.ws.client import ConnectionState
 from dataplane.ws.errors import (
     ConnectionClosedError,
@@ -170,7 +171,7 @@ def connect(base: str, tls: Tls | None, path: str = "/", **kwargs: Any) -> Any:
     )
 
 
-async def echo_all(ws: KernelWebSocket) -> None:
+async def echo_all(ws: WsClientConnection) -> None:
     for size in SIZES:
         text = ("{é}" * size)[:size]
         await ws.send(text)

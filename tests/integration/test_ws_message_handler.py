@@ -1,4 +1,4 @@
-"""The message handler of `KernelWebSocket` (`set_message_handler`, `send_nowait`) against
+"""The message handler of `WsClientConnection` (`set_message_handler`, `send_nowait`) against
 real servers: the `websockets`/`aiohttp` echo servers of test_ws_kernel_loopback on the
 kernel's loopback, and a `websockets` server in the lab namespace for the DPDK transport
 on the engine's own loop. Each message goes to the handler inside the read that brought
@@ -22,8 +22,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed as ServerSideClosed
 
 from dataplane.engine import Engine
+from dataplane.transports.connection import WsClientConnection
 from dataplane.transports.dpdk import connect_dpdk
-from dataplane.transports.kernel import KernelWebSocket
 from dataplane.ws.errors import ConnectionClosed, ConnectionClosedError, LocalProtocolError
 from dataplane.ws.events import Message
 from gateway.lab import Lab
@@ -64,7 +64,7 @@ def script() -> list[Message]:
     return out
 
 
-def send_nowait(ws: KernelWebSocket, message: Message) -> None:
+def send_nowait(ws: WsClientConnection, message: Message) -> None:
     if message.text:
         ws.send_nowait(message.as_text())
     else:
@@ -99,13 +99,13 @@ def runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The length of each run of messages handed over together (a MessageBatch of one
     scan, or the queue being drained); recorded, behaviour unchanged."""
     seen: list[int] = []
-    original = KernelWebSocket._hand_over
+    original = WsClientConnection._hand_over
 
-    def spy(self: KernelWebSocket, run: list[Message]) -> list[Message]:
+    def spy(self: WsClientConnection, run: list[Message]) -> list[Message]:
         seen.append(len(run))
         return original(self, run)
 
-    monkeypatch.setattr(KernelWebSocket, "_hand_over", spy)
+    monkeypatch.setattr(WsClientConnection, "_hand_over", spy)
     return seen
 
 
@@ -144,7 +144,7 @@ async def server(compression: bool = False) -> AsyncIterator[tuple[str, list[tup
 
 
 # ---- echo through the handler --------------------------------------------------------------------
-async def echo_through_handler(ws: KernelWebSocket) -> Collector:
+async def echo_through_handler(ws: WsClientConnection) -> Collector:
     """Ping-pong: the handler answers each echo with the next message (send_nowait), then
     a pipelined run: 500 messages sent at once, the echoes collected in order."""
     expected = script()
@@ -286,7 +286,7 @@ def test_recv_is_refused_while_a_handler_is_set() -> None:
 
 
 # ---- a handler that raises -----------------------------------------------------------------------
-async def rest_then_closed(ws: KernelWebSocket) -> tuple[list[Message], ConnectionClosed]:
+async def rest_then_closed(ws: WsClientConnection) -> tuple[list[Message], ConnectionClosed]:
     """Every message recv() still gives, then the ConnectionClosed it ends with."""
     rest: list[Message] = []
     while True:
@@ -414,7 +414,7 @@ def test_a_burst_in_one_read_goes_message_by_message(runs: list[int], use_uvloop
 
 # ---- a handler that changes the handler ----------------------------------------------------------
 async def hand_over_burst(
-    ws: KernelWebSocket, handler: Callable[[Message], None], queued: bool, total: int
+    ws: WsClientConnection, handler: Callable[[Message], None], queued: bool, total: int
 ) -> None:
     """Set handler once a burst of `total` messages is queued (queued), or set it first and
     then ask the server for the burst (it comes with the reads)."""
