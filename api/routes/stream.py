@@ -118,20 +118,7 @@ def parse_request(params: Any) -> StreamRequest:
     session = _int(params, "session", 1, ID_MAX)
     if (subscription is None) == (session is None):
         raise BadStreamRequest("give either subscription=ID or session=ID (with topics=a,b)")
-    raw_topics = params.getlist("topics")
-    topics: tuple[str, ...] | None = None
-    if raw_topics:
-        if subscription is not None:
-            raise BadStreamRequest("topics come from the subscription: leave topics out")
-        listed = [t for value in raw_topics for t in value.split(",") if t]
-        if not listed:
-            raise BadStreamRequest("topics is empty: leave it out for every topic")
-        for topic in listed:
-            try:
-                check_topic(topic)
-            except ValueError as exc:
-                raise BadStreamRequest(str(exc)) from None
-        topics = tuple(dict.fromkeys(listed))
+    topics = _topics(params, subscription)
     envelope_raw = params.get("envelope", "0")
     if envelope_raw not in ("0", "1", "true", "false"):
         raise BadStreamRequest(f"envelope must be 0 or 1, not {envelope_raw!r}")
@@ -142,22 +129,43 @@ def parse_request(params: Any) -> StreamRequest:
                 f"{given[0]} comes from subscription {subscription}: change it there "
                 f"(PATCH /v1/subscriptions/{subscription})"
             )
-    overflow = params.get("overflow", "disconnect")
-    if overflow not in ("disconnect", "drop_oldest"):
-        raise BadStreamRequest(f"overflow must be disconnect or drop_oldest, not {overflow!r}")
     consumer = params.get("consumer")
     if consumer is not None:
         try:
             check_consumer(consumer)
         except ValueError as exc:
             raise BadStreamRequest(str(exc)) from None
-    options = DeliveryOptions(
+    envelope = envelope_raw in ("1", "true")
+    return StreamRequest(subscription, session, topics, envelope, _options(params), consumer)
+
+
+def _topics(params: Any, subscription: int | None) -> tuple[str, ...] | None:
+    """topics=a,b (repeatable), checked and without repeats; None: every topic."""
+    raw_topics = params.getlist("topics")
+    if not raw_topics:
+        return None
+    if subscription is not None:
+        raise BadStreamRequest("topics come from the subscription: leave topics out")
+    listed = [t for value in raw_topics for t in value.split(",") if t]
+    if not listed:
+        raise BadStreamRequest("topics is empty: leave it out for every topic")
+    for topic in listed:
+        try:
+            check_topic(topic)
+        except ValueError as exc:
+            raise BadStreamRequest(str(exc)) from None
+    return tuple(dict.fromkeys(listed))
+
+
+def _options(params: Any) -> DeliveryOptions:
+    """A session-mode stream's delivery options (a subscription brings its own)."""
+    overflow = params.get("overflow", "disconnect")
+    if overflow not in ("disconnect", "drop_oldest"):
+        raise BadStreamRequest(f"overflow must be disconnect or drop_oldest, not {overflow!r}")
+    return DeliveryOptions(
         queue_size=_int(params, "queue_size", 1, 1_000_000) or DEFAULT_QUEUE_SIZE,
         overflow=_overflow(overflow),
         conflation_ms=_int(params, "conflation_ms", 0, 60_000) or 0,
-    )
-    return StreamRequest(
-        subscription, session, topics, envelope_raw in ("1", "true"), options, consumer
     )
 
 
@@ -201,6 +209,87 @@ def app_hub(app: Any) -> Hub | None:
     return hub if isinstance(hub, Hub) else None
 
 
+class StreamRefused(Exception):
+    """The stream cannot be served: closed with this code and reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """What a stream carries: the session, its topics (None: all) and how it is delivered."""
+
+    session_id: int
+    topics: tuple[str, ...] | None
+    options: DeliveryOptions
+    name: str
+
+
+async def _target(
+    control: ControlPlane, principal: Principal, request: StreamRequest
+) -> StreamTarget:
+    """The subscription's (if the caller may use it) or the session's topics."""
+    try:
+        if request.subscription is not None:
+            sub = await run_in_threadpool(control.subscriptions.get, request.subscription)
+            if not may_use_subscription(principal, sub.owner_token_id):
+                raise StreamRefused(
+                    CLOSE_FORBIDDEN,
+                    f"subscription {request.subscription} belongs to another token: "
+                    "stream your own, or use an admin token",
+                )
+            options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
+            return StreamTarget(sub.session_id, tuple(sub.topics), options, sub.consumer)
+        assert request.session is not None
+        row = await run_in_threadpool(control.sessions.get, request.session)
+        topics = request.topics
+        if topics is not None:
+            # As the session subscribes and publishes them (binance: btcusdt@trade): a
+            # topic spelled otherwise would be accepted and never match.
+            topics = tuple(dialect_topics(row.dialect, list(topics)))
+    except NotFoundError as exc:
+        raise StreamRefused(CLOSE_NOT_FOUND, str(exc)) from None
+    except InvalidError as exc:
+        raise StreamRefused(CLOSE_BAD_REQUEST, str(exc)) from None
+    caller = "local" if principal.token_id is None else principal.name
+    return StreamTarget(request.session, topics, request.options, request.consumer or caller)
+
+
+def _subscribe(hub: Hub | None, target: StreamTarget) -> Consumer:
+    if hub is None:
+        raise StreamRefused(
+            CLOSE_TRY_AGAIN_LATER, "no fan-out hub is attached to this control plane yet"
+        )
+    try:
+        return hub.subscribe(target.session_id, target.topics, target.options, name=target.name)
+    except HubClosedError:
+        raise StreamRefused(CLOSE_TRY_AGAIN_LATER, "the gateway is shutting down") from None
+    except SessionDeletedError as exc:  # deleted since its row was read
+        raise StreamRefused(CLOSE_SESSION_DELETED, str(exc)) from None
+
+
+def _hello(websocket: WebSocket, hub: Hub, request: StreamRequest, target: StreamTarget) -> str:
+    """The envelope stream's first frame: what it carries (gateway.hub.protocol)."""
+    options = target.options
+    return orjson.dumps(
+        {
+            "type": "subscribed",
+            "subscription": request.subscription,
+            "session": target.session_id,
+            "topics": None if target.topics is None else list(target.topics),
+            "queue_size": options.queue_size,
+            "overflow": options.overflow,
+            "conflation_ms": options.conflation_ms,
+            "next_seq": hub.next_seq,
+            "epoch": hub.epoch_hex,
+            "latency_profile": websocket.app.state.settings.latency_profile,
+        }
+    ).decode()
+
+
 @router.websocket("/v1/stream")
 async def stream(websocket: WebSocket) -> None:
     """Messages of a subscription (or of a session's topics) as they are published."""
@@ -210,70 +299,19 @@ async def stream(websocket: WebSocket) -> None:
     principal = await _authenticate(websocket)
     if principal is None:
         return
-    caller = "local" if principal.token_id is None else principal.name
     try:
-        request = parse_request(websocket.query_params)
-    except (BadStreamRequest, ValueError) as exc:
-        await websocket.close(CLOSE_BAD_REQUEST, close_reason(str(exc)))
+        try:
+            request = parse_request(websocket.query_params)
+        except (BadStreamRequest, ValueError) as exc:
+            raise StreamRefused(CLOSE_BAD_REQUEST, str(exc)) from None
+        target = await _target(control, principal, request)
+        consumer = _subscribe(hub, target)
+    except StreamRefused as refused:
+        await websocket.close(refused.code, close_reason(refused.reason))
         return
-    topics: tuple[str, ...] | None
-    try:
-        if request.subscription is not None:
-            sub = await run_in_threadpool(control.subscriptions.get, request.subscription)
-            if not may_use_subscription(principal, sub.owner_token_id):
-                await websocket.close(
-                    CLOSE_FORBIDDEN,
-                    close_reason(
-                        f"subscription {request.subscription} belongs to another token: "
-                        "stream your own, or use an admin token"
-                    ),
-                )
-                return
-            session_id, topics = sub.session_id, tuple(sub.topics)
-            options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
-            name = sub.consumer
-        else:
-            assert request.session is not None
-            row = await run_in_threadpool(control.sessions.get, request.session)
-            session_id, topics, options = request.session, request.topics, request.options
-            if topics is not None:
-                # As the session subscribes and publishes them (binance: btcusdt@trade):
-                # a topic spelled otherwise would be accepted and never match.
-                topics = tuple(dialect_topics(row.dialect, list(topics)))
-            name = request.consumer or caller
-    except NotFoundError as exc:
-        await websocket.close(CLOSE_NOT_FOUND, close_reason(str(exc)))
-        return
-    except InvalidError as exc:
-        await websocket.close(CLOSE_BAD_REQUEST, close_reason(str(exc)))
-        return
-    if hub is None:
-        await websocket.close(
-            CLOSE_TRY_AGAIN_LATER, "no fan-out hub is attached to this control plane yet"
-        )
-        return
-    try:
-        consumer = hub.subscribe(session_id, topics, options, name=name)
-    except HubClosedError:
-        await websocket.close(CLOSE_TRY_AGAIN_LATER, "the gateway is shutting down")
-        return
-    except SessionDeletedError as exc:  # deleted since get_session read its row
-        await websocket.close(CLOSE_SESSION_DELETED, close_reason(str(exc)))
-        return
+    assert hub is not None
     if request.envelope:
-        hello = {
-            "type": "subscribed",
-            "subscription": request.subscription,
-            "session": session_id,
-            "topics": None if topics is None else list(topics),
-            "queue_size": options.queue_size,
-            "overflow": options.overflow,
-            "conflation_ms": options.conflation_ms,
-            "next_seq": hub.next_seq,
-            "epoch": hub.epoch_hex,
-            "latency_profile": websocket.app.state.settings.latency_profile,
-        }
-        await websocket.send_text(orjson.dumps(hello).decode())
+        await websocket.send_text(_hello(websocket, hub, request, target))
     if principal.token_id is None:  # auth off: no token to revoke
         await _serve(websocket, consumer, request.envelope)
         return

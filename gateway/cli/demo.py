@@ -37,6 +37,7 @@ from gateway.simulator.process import start_simulator
 
 if TYPE_CHECKING:
     import httpx
+    import uvicorn
 
 SIM_PORT = 9443
 TOPICS = ["btcusdt@trade", "ethusdt@trade", "solusdt@depth"]
@@ -90,13 +91,9 @@ def _free_port(preferred: int) -> int:
     raise OSError("no free TCP port on 127.0.0.1")
 
 
-def run_demo(*, name: str, duration: float, hugepages: str) -> int:
+def run_demo(*, name: str, duration: float, hugepages: str, api_port: int = 0) -> int:
+    """The demo (see `demo`); api_port 0: 8080 when free, else any free port."""
     import httpx
-    import uvicorn
-
-    from api.app import create_app
-    from gateway.runtime import build_runtime
-    from gateway.settings import Settings
 
     dpdk = os.geteuid() == 0 and _shim_has_dpdk()
     if not dpdk:
@@ -127,22 +124,9 @@ def run_demo(*, name: str, duration: float, hugepages: str) -> int:
         except RuntimeError as exc:
             raise LabError(str(exc)) from None
         children.append(sim)
-        api_port = _free_port(8080)
-        settings = Settings(
-            state_dir=state,
-            db={"url": f"sqlite:///{state}/wsgw.db"},  # type: ignore[arg-type]
-            auth={"mode": "none"},  # type: ignore[arg-type]
-            api={"host": "127.0.0.1", "port": api_port},  # type: ignore[arg-type]
-            hub={"gateway": f"demo{os.getpid()}"},  # type: ignore[arg-type]
-            dpdk={"hugepages": hugepages},  # type: ignore[arg-type]
-        )
-        app = create_app(settings, build_runtime(settings))
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=api_port, log_level="warning", lifespan="on")
-        )
-        threading.Thread(target=server.run, name="demo-api", daemon=True).start()
-        _wait(lambda: bool(server and server.started), 20, "the control plane did not start")
-        base = f"http://127.0.0.1:{api_port}"
+        port = api_port or _free_port(8080)
+        server = _start_api(state, port, hugepages)
+        base = f"http://127.0.0.1:{port}"
         api = httpx.Client(base_url=base, timeout=10)
         session = _configure(api, lab, sim_host)
         sub = _post(
@@ -150,11 +134,7 @@ def run_demo(*, name: str, duration: float, hugepages: str) -> int:
         )
         consume = sub["consume"]
         consumer = RingConsumer(consume["ring"], consume["ring_topics"])
-        print(f"dashboard  {base}/   (no token needed: loopback, auth off)")
-        print(f"API docs   {base}/docs      metrics {base}/metrics")
-        print(f"stream     ws://127.0.0.1:{api_port}{consume['stream_url']}")
-        print(f"ring       /dev/shm/{consume['ring']}  topics {consume['ring_topics']}")
-        print("a line per second (Ctrl-C stops; everything is removed on exit)")
+        _print_where(port, consume)
         return _report(api, session, consumer, duration, stop)
     except (LabError, OSError, httpx.HTTPError, RuntimeError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
@@ -171,6 +151,41 @@ def run_demo(*, name: str, duration: float, hugepages: str) -> int:
         if lab is not None:
             lab.down()
             print(f"lab {name} removed")
+
+
+def _start_api(state: Path, port: int, hugepages: str) -> uvicorn.Server:
+    """The control plane (built as `wsgw serve` builds it) on 127.0.0.1:port, started."""
+    import uvicorn
+
+    from api.app import create_app
+    from gateway.runtime import build_runtime
+    from gateway.settings import Settings
+
+    settings = Settings(
+        state_dir=state,
+        db={"url": f"sqlite:///{state}/wsgw.db"},  # type: ignore[arg-type]
+        auth={"mode": "none"},  # type: ignore[arg-type]
+        api={"host": "127.0.0.1", "port": port},  # type: ignore[arg-type]
+        hub={"gateway": f"demo{os.getpid()}"},  # type: ignore[arg-type]
+        dpdk={"hugepages": hugepages},  # type: ignore[arg-type]
+    )
+    app = create_app(settings, build_runtime(settings))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    threading.Thread(target=server.run, name="demo-api", daemon=True).start()
+    _wait(lambda: bool(server.started), 20, f"the control plane did not start on port {port}")
+    return server
+
+
+def _print_where(port: int, consume: dict[str, Any]) -> None:
+    base = f"http://127.0.0.1:{port}"
+    print(f"API        {base}  (port {port}: --api-port chooses it)")
+    print(f"dashboard  {base}/   (no token needed: loopback, auth off)")
+    print(f"API docs   {base}/docs      metrics {base}/metrics")
+    print(f"stream     ws://127.0.0.1:{port}{consume['stream_url']}")
+    print(f"ring       /dev/shm/{consume['ring']}  topics {consume['ring_topics']}")
+    print("a line per second (Ctrl-C stops; everything is removed on exit)")
 
 
 def _shim_has_dpdk() -> bool:
@@ -261,10 +276,14 @@ def demo(
     name: LabName = "wsgw",
     duration: Annotated[float, typer.Option(help="seconds to run; 0 runs until Ctrl-C")] = 0.0,
     hugepages: Annotated[str, typer.Option(help="auto | on | off")] = "auto",
+    api_port: Annotated[
+        int,
+        typer.Option(help="the API's port on 127.0.0.1 (0: 8080, or a free one)", min=0, max=65535),
+    ] = 0,
 ) -> None:
     """The whole gateway on a lab (what `make run` runs): the feed simulator in the lab's
     namespace, a DPDK port on its veth, a Binance session over wsgw's own stack, the hub, a
     ring consumer and the API with the dashboard; prints a line per second (messages/s,
     simulator-to-consumer latency, gaps, state). Falls back to the kernel transport
     without root or DPDK, and says so."""
-    sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages))
+    sys.exit(run_demo(name=name, duration=duration, hugepages=hugepages, api_port=api_port))

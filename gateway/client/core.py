@@ -437,7 +437,6 @@ class Client:
         if self._pending:
             return self._take_pending()
         deadline = None if timeout is None else time.monotonic() + timeout
-        loop = asyncio.get_running_loop()
         policy = self.source.wait_policy
         while True:
             events = self.read(max, 0.0)
@@ -455,21 +454,27 @@ class Client:
                 left = min(left, deadline - time.monotonic())
                 if left <= 0:
                     return []
-            if policy.mode != "futex":
-                spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
-                if self.source.wait(spin, spin):
-                    continue
-                if policy.mode == "busy":
-                    await asyncio.sleep(0)  # the other tasks' turn, then poll again
-                    continue
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="wsgw-client-wait")
-            future = loop.run_in_executor(self._executor, self.source.wait, left, 0.0)
-            try:
-                await future
-            except asyncio.CancelledError:
-                self.source.interrupt()
-                raise
+            await self._await_source(left, policy)
+
+    async def _await_source(self, left: float, policy: WaitPolicy) -> None:
+        """Wait up to `left` s for the source as `policy` says (aread's docstring)."""
+        if policy.mode != "futex":
+            spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
+            if self.source.wait(spin, spin):
+                return
+            if policy.mode == "busy":
+                await asyncio.sleep(0)  # the other tasks' turn, then poll again
+                return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="wsgw-client-wait")
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, self.source.wait, left, 0.0
+        )
+        try:
+            await future
+        except asyncio.CancelledError:
+            self.source.interrupt()
+            raise
 
     def __aiter__(self) -> AsyncIterator[ClientEvent]:
         return self._aiter()

@@ -38,7 +38,7 @@ def port_spec(port: PortRow) -> PortSpec:
     )
 
 
-def route_problem(port: PortRow, url: str) -> str | None:
+def route_problem(port: PortRow, url: str) -> str | None:  # noqa: PLR0911 (one return per reason a route fails)
     """Why a dpdk session to `url` through `port` cannot connect, for a URL whose host is
     an IPv4 address (a name is resolved at connect): the stack's connect refuses its own
     address and martians, and an off-subnet host without a gateway has no route."""

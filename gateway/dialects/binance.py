@@ -80,7 +80,7 @@ class BinanceDialect(Dialect):
         stream = self._str(raw, s, b)
         return Data(stream) if stream else None
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
             return Other(UNKNOWN, type(obj).__name__)
         stream = obj.get("stream")

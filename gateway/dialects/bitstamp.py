@@ -61,7 +61,7 @@ class BitstampDialect(Dialect):
             return Data(channel)
         return None
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
             return Other(UNKNOWN, type(obj).__name__)
         event = obj.get("event")

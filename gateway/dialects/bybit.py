@@ -57,7 +57,7 @@ class BybitDialect(Dialect):
         topic = self._str(raw, s, b)
         return Data(topic) if topic else None
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
             return Other(UNKNOWN, type(obj).__name__)
         topic = obj.get("topic")

@@ -100,7 +100,7 @@ class CoinbaseDialect(Dialect):
             return Heartbeat(f"heartbeat:{product}")
         return None
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
             return Other(UNKNOWN, type(obj).__name__)
         msg_type = obj.get("type")

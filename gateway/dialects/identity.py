@@ -103,7 +103,7 @@ _BINANCE_RAW_EVENTS = {"trade": "trade", "aggTrade": "aggTrade", "depthUpdate": 
 _decode_binance = _decoder(_BinanceFrame)
 
 
-def binance_identity(raw: bytes) -> Result:
+def binance_identity(raw: bytes) -> Result:  # noqa: PLR0911 (one return per Binance stream kind)
     """Trade `t` and aggTrade `a` (contiguous per symbol), depth `U`..`u`, bookTicker `u`,
     partial depth `lastUpdateId`."""
     frame = _decode(_decode_binance, raw)

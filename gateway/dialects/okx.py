@@ -87,7 +87,7 @@ class OkxDialect(Dialect):
         inst = self._str(raw, s, b + 3)
         return Data(f"{channel}:{inst}") if channel and inst else None
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
             return Other(UNKNOWN, type(obj).__name__)
         arg = obj.get("arg") if isinstance(obj.get("arg"), dict) else None

@@ -157,7 +157,7 @@ class BinanceNormalizer(Normalizer):
         self._ticker = _decoder(_BnTicker)
         self._mark = _decoder(_BnMarkPrice)
 
-    def _normalize(self, raw: bytes | str, recv_ns: int) -> list[Event]:
+    def _normalize(self, raw: bytes | str, recv_ns: int) -> list[Event]:  # noqa: PLR0911 (one return per Binance event type)
         env = self._envelope(raw)
         if env.stream:
             symbol, _, stream = env.stream.partition("@")

@@ -1110,7 +1110,7 @@ async def _close_quietly(conn: WebSocketConnection, code: int, reason: str) -> N
         await conn.close(code, _close_text(reason))
 
 
-def describe_failure(exc: BaseException) -> tuple[str, float | None, dict[str, Any]]:
+def describe_failure(exc: BaseException) -> tuple[str, float | None, dict[str, Any]]:  # noqa: PLR0911 (one return per failure kind, the table of the retry path)
     """(reason for the event log, Retry-After seconds or None, details) of a failed open.
 
     details always has "kind" (a FailureKind: what alerts and counters key on), and

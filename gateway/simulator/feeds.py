@@ -484,7 +484,7 @@ class BybitFeed(Feed):
         channel, sep, symbol = topic.rpartition(".")
         return (channel, symbol) if sep and channel and symbol else None
 
-    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:  # noqa: PLR0911 (a request dispatcher: one reply per request kind)
         req = _loads(text)
         conn = f"sim-{conn_id}"
         if not isinstance(req, dict):
@@ -554,7 +554,7 @@ class BitstampFeed(Feed):
         match = _BITSTAMP_CHANNEL.match(topic)
         return (match.group(1), match.group(2)) if match else None
 
-    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:  # noqa: PLR0911 (a request dispatcher: one reply per request kind)
         req = _loads(text)
         bad_request = dumps(
             {"event": "bts:error", "channel": "", "data": {"code": None, "message": "Bad request."}}

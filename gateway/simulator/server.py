@@ -279,7 +279,7 @@ class SimConnection:
             self.armed.remove(armed)
             self._fire(armed.fault)
 
-    def _fire(self, fault: Fault) -> None:
+    def _fire(self, fault: Fault) -> None:  # noqa: PLR0912 (a fault dispatcher: one branch per fault kind)
         if self.closed:
             return
         self.sim.counters.faults_fired[fault.kind] += 1
@@ -636,7 +636,7 @@ class Simulator:
             rate = min(rate, self.config.total_rate / active)
         return rate
 
-    async def _pump(self) -> None:
+    async def _pump(self) -> None:  # noqa: PLR0912 (the scheduler: topics, bursts and heartbeats in one loop)
         """Emit due messages for every active topic, bursts and heartbeats; sleep until the
         next one is due (or a subscription changes the schedule)."""
         loop = asyncio.get_running_loop()
@@ -780,7 +780,7 @@ class Simulator:
             },
         }
 
-    def command(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
+    def command(self, cmd: Mapping[str, Any]) -> dict[str, Any]:  # noqa: PLR0911 (a command dispatcher: one answer per command)
         """Run one control command; the answer is JSON-ready and says ok or why not."""
         name = str(cmd.get("cmd", ""))
         try:

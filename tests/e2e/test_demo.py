@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +19,19 @@ pytestmark = [requires_dpdk, pytest.mark.dpdk]
 
 def test_demo_streams_through_the_whole_gateway_and_cleans_up() -> None:
     name = "e2edemo"
+    with socket.socket() as probe:  # a free port for the API, chosen by the test
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    demo = ["demo", "-n", name, "--duration", "4", "--api-port", str(port)]
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "demo", "-n", name, "--duration", "4"],
+        [sys.executable, "-m", "gateway.cli", *demo],
         capture_output=True,
         text=True,
         timeout=120,
     )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
+    assert f"API        http://127.0.0.1:{port}  (port {port}" in out
     assert "transport dpdk" in out
     assert re.search(r"port 1: net_af_packet_e2edemo.* \(up\)", out)
     lines = [line for line in out.splitlines() if line.startswith("t=")]
