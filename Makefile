@@ -59,9 +59,9 @@ $(STAMPS)/venv: pyproject.toml setup.py | $(STAMPS)/apt
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	@touch $@
 
-# Rebuild the shim whenever a C source changed (the loader refuses a stale library).
+# Rebuild the shim whenever a C source or a ctypes mirror changed (the loader refuses a stale library).
 shim: $(STAMPS)/venv dataplane/shim/libwsgw_shim.so
-dataplane/shim/libwsgw_shim.so: $(wildcard dataplane/shim/*.c dataplane/shim/*.h) setup.py
+dataplane/shim/libwsgw_shim.so: $(wildcard dataplane/shim/*.c dataplane/shim/*.h dataplane/shim/_bind_*.py) setup.py
 	$(PY) setup.py -q build_ext --inplace
 
 lab-clean:

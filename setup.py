@@ -3,8 +3,8 @@
 The library is not a Python extension module: it is named libwsgw_shim.so and loaded by
 dataplane/shim/_loader.py. It builds with DPDK when `pkg-config libdpdk` finds it and without
 DPDK otherwise (the port functions then report "built without DPDK"). The build flags and a
-hash of the C sources are compiled in, so `wsgw shim info` can show them and the loader can
-tell a stale library from a current one.
+hash of the sources (the C files and their ctypes mirrors) are compiled in, so `wsgw shim
+info` can show them and the loader can tell a stale library from a current one.
 """
 
 from __future__ import annotations
@@ -27,10 +27,16 @@ def shim_sources() -> list[str]:
     return sorted(str(p) for p in SHIM_DIR.glob("*.c"))
 
 
+#: What the source hash covers: the C sources and the ctypes mirrors of their headers (a library
+#: built before a mirror changed is stale). Equal to SOURCE_PATTERNS in dataplane/shim/_loader.py.
+SOURCE_PATTERNS = ("*.c", "*.h", "_bind_*.py")
+
+
 def source_hash() -> str:
-    """sha256 over the shim's .c and .h files, in name order; the loader recomputes it."""
+    """sha256 over SOURCE_PATTERNS' files, in name order; the loader recomputes it."""
+    files = {path for pattern in SOURCE_PATTERNS for path in SHIM_DIR.glob(pattern)}
     digest = hashlib.sha256()
-    for path in sorted(SHIM_DIR.glob("*.[ch]"), key=lambda p: p.name):
+    for path in sorted(files, key=lambda p: p.name):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

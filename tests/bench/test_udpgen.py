@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.shim import load
-from dataplane.shim._bind_udpgen import udp_flood, udp_frame
+from dataplane.shim import load, udp_flood, udp_frame
 from dataplane.wire.addr import ip_to_int
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import Ipv4Repr
