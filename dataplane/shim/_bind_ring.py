@@ -4,7 +4,7 @@
 
 Two handles on the same library, both from `_loader.library`: the CDLL (`library()`), which
 releases the GIL for the call, for what may block or take long (wait, create/attach with
-MAP_POPULATE, benchmarks); the PyDLL (`library(keep_gil=True)`), which keeps the GIL, for the
+MAP_POPULATE, benchmarks); the PyDLL (`library(KEEP_GIL)`), which keeps the GIL, for the
 per-batch calls (write, read). Releasing and retaking
 the GIL around a 100 ns call costs more than the call, and hands the GIL to another thread
 that may keep it for a whole switch interval (5 ms) while the engine waits: a convoy.
@@ -18,7 +18,7 @@ import mmap
 from array import array
 from typing import Any
 
-from dataplane.shim._loader import library, load
+from dataplane.shim._loader import KEEP_GIL, library, load
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
@@ -199,18 +199,18 @@ def create(
 
 
 def writer_fd(handle: int) -> int:
-    return int(library(keep_gil=True).wsgw_ring_writer_fd(handle))
+    return int(library(KEEP_GIL).wsgw_ring_writer_fd(handle))
 
 
 def topic_register(handle: int, name: bytes) -> int:
-    return int(library(keep_gil=True).wsgw_ring_topic_register(handle, name, len(name)))
+    return int(library(KEEP_GIL).wsgw_ring_topic_register(handle, name, len(name)))
 
 
 class WriteFn:
     """wsgw_ring_write and wsgw_ring_write_packed bound once: the per-call path is one call."""
 
     def __init__(self, handle: int) -> None:
-        fast = library(keep_gil=True)
+        fast = library(KEEP_GIL)
         self._handle = handle
         self._write: Any = fast.wsgw_ring_write
         self._packed: Any = fast.wsgw_ring_write_packed
@@ -250,26 +250,24 @@ def _closed(*_args: object) -> int:
 
 def writer_info(handle: int) -> dict[str, int]:
     info = _RingInfo()
-    library(keep_gil=True).wsgw_ring_writer_info(handle, ctypes.byref(info))
+    library(KEEP_GIL).wsgw_ring_writer_info(handle, ctypes.byref(info))
     return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
 
 
 def writer_stats(handle: int) -> dict[str, int]:
     stats = _WriterStats()
-    library(keep_gil=True).wsgw_ring_writer_stats(handle, ctypes.byref(stats))
+    library(KEEP_GIL).wsgw_ring_writer_stats(handle, ctypes.byref(stats))
     return {name: int(getattr(stats, name)) for name in WRITER_STAT_FIELDS}
 
 
 def set_wait_hint(handle: int, mode: int, spin_ns: int) -> int:
-    return int(library(keep_gil=True).wsgw_ring_set_wait_hint(handle, mode, spin_ns))
+    return int(library(KEEP_GIL).wsgw_ring_set_wait_hint(handle, mode, spin_ns))
 
 
 def wait_hint(handle: int) -> tuple[int, int]:
     """(mode, spin_ns) the writer recommends (WAIT_NONE: none)."""
     spin = ctypes.c_uint64()
-    return int(library(keep_gil=True).wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(
-        spin.value
-    )
+    return int(library(KEEP_GIL).wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(spin.value)
 
 
 def writer_close(handle: int, unlink: bool) -> None:
@@ -293,7 +291,7 @@ class ReadBuffers:
 
     def __init__(self, handle: int, max_batch: int, arena_size: int) -> None:
         self._handle = handle
-        self._read = library(keep_gil=True).wsgw_ring_read
+        self._read = library(KEEP_GIL).wsgw_ring_read
         self._views = (_View * max_batch)()
         self._info = (ctypes.c_uint64 * INFO_WORDS)()
         self._arena = mmap.mmap(-1, arena_size)
@@ -327,47 +325,47 @@ def wait(handle: int, timeout_ns: int, spin_ns: int) -> int:
 
 
 def interrupt(handle: int) -> None:
-    library(keep_gil=True).wsgw_ring_reader_interrupt(handle)
+    library(KEEP_GIL).wsgw_ring_reader_interrupt(handle)
 
 
 def set_filter(handle: int, ids: list[int] | None, upto: int) -> int:
     """Deliver only ids among 0..upto (higher ids all pass); None delivers everything."""
     if ids is None:
-        return int(library(keep_gil=True).wsgw_ring_reader_filter(handle, None, 0, 0))
+        return int(library(KEEP_GIL).wsgw_ring_reader_filter(handle, None, 0, 0))
     arr = array("I", ids or [0])  # never an empty buffer: its address could be NULL
     return int(
-        library(keep_gil=True).wsgw_ring_reader_filter(handle, arr.buffer_info()[0], len(ids), upto)
+        library(KEEP_GIL).wsgw_ring_reader_filter(handle, arr.buffer_info()[0], len(ids), upto)
     )
 
 
 def seek(handle: int, oldest: bool) -> int:
-    return int(library(keep_gil=True).wsgw_ring_reader_seek(handle, int(oldest)))
+    return int(library(KEEP_GIL).wsgw_ring_reader_seek(handle, int(oldest)))
 
 
 def topic_name(handle: int, topic_id: int) -> str | None:
     buf = ctypes.create_string_buffer(TOPIC_NAME_MAX)
-    n = int(library(keep_gil=True).wsgw_ring_topic_name(handle, topic_id, buf, TOPIC_NAME_MAX))
+    n = int(library(KEEP_GIL).wsgw_ring_topic_name(handle, topic_id, buf, TOPIC_NAME_MAX))
     return buf.raw[:n].decode(errors="replace") if n > 0 else None
 
 
 def reader_info(handle: int) -> dict[str, int]:
     info = _RingInfo()
-    library(keep_gil=True).wsgw_ring_reader_info(handle, ctypes.byref(info))
+    library(KEEP_GIL).wsgw_ring_reader_info(handle, ctypes.byref(info))
     return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
 
 
 def reader_stats(handle: int) -> dict[str, int]:
     stats = _ReaderStats()
-    library(keep_gil=True).wsgw_ring_reader_stats(handle, ctypes.byref(stats))
+    library(KEEP_GIL).wsgw_ring_reader_stats(handle, ctypes.byref(stats))
     return {name: int(getattr(stats, name)) for name in READER_STAT_FIELDS}
 
 
 def next_seq(handle: int) -> int:
-    return int(library(keep_gil=True).wsgw_ring_reader_next_seq(handle))
+    return int(library(KEEP_GIL).wsgw_ring_reader_next_seq(handle))
 
 
 def writer_alive(handle: int) -> int:
-    return int(library(keep_gil=True).wsgw_ring_writer_alive(handle))
+    return int(library(KEEP_GIL).wsgw_ring_writer_alive(handle))
 
 
 def detach(handle: int) -> None:

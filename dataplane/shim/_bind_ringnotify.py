@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from dataplane.shim._loader import library
+from dataplane.shim._loader import KEEP_GIL, library
 
 _vp = ctypes.c_void_p
 
@@ -32,11 +32,11 @@ def start(reader: int, notify_fd: int, spin_ns: int) -> tuple[int, int]:
 
 
 def rearm(handle: int) -> None:
-    library(keep_gil=True).wsgw_ring_notifier_rearm(handle)
+    library(KEEP_GIL).wsgw_ring_notifier_rearm(handle)
 
 
 def count(handle: int) -> int:
-    return int(library(keep_gil=True).wsgw_ring_notifier_count(handle))
+    return int(library(KEEP_GIL).wsgw_ring_notifier_count(handle))
 
 
 def stop(handle: int) -> None:

@@ -16,6 +16,7 @@ what to run.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib
 import os
@@ -322,19 +323,18 @@ def load(path: Path | None = None) -> Shim:
         return shim
 
 
-_handles: dict[bool, ctypes.CDLL] = {}
+#: `library(KEEP_GIL)`: the PyDLL handle. Positional, since a cached call with a keyword
+#: argument costs a few hundred ns more, and the ring calls this per call.
+KEEP_GIL = True
 
 
+@functools.cache  # a C-level cache: the per-call cost of a wrapper that calls this stays low
 def library(keep_gil: bool = False) -> ctypes.CDLL:
     """The default shim's library handle (see `load`), every prototype declared: the one way
     bindings and callers get it. keep_gil: the PyDLL handle, whose calls keep the GIL.
-    Bind the function objects you call often once (`library().wsgw_x`): this is a lookup."""
-    handle = _handles.get(keep_gil)
-    if handle is None:
-        shim = load()
-        handle = shim.lib_keep_gil if keep_gil else shim.lib
-        _handles[keep_gil] = handle
-    return handle
+    Hot paths bind the function objects they call once (`library().wsgw_x`)."""
+    shim = load()
+    return shim.lib_keep_gil if keep_gil else shim.lib
 
 
 def shim_info() -> dict[str, Any]:
