@@ -62,7 +62,7 @@ $(STAMPS)/venv: pyproject.toml setup.py | $(STAMPS)/apt
 # Rebuild the shim whenever a C source or a ctypes mirror changed (the loader refuses a stale library).
 shim: $(STAMPS)/venv dataplane/shim/libwsgw_shim.so
 dataplane/shim/libwsgw_shim.so: $(wildcard dataplane/shim/*.c dataplane/shim/*.h dataplane/shim/_bind_*.py) setup.py
-	$(PY) setup.py -q build_ext --inplace
+	WSGW_SHIM_BENCH=1 $(PY) setup.py -q build_ext --inplace
 
 lab-clean:
 	-@for n in $$($(VENV)/bin/wsgw lab status | $(PY) -c 'import json,sys;[print(l["name"]) for l in json.load(sys.stdin)]'); do \

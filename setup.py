@@ -5,6 +5,10 @@ dataplane/shim/_loader.py. It builds with DPDK when `pkg-config libdpdk` finds i
 DPDK otherwise (the port functions then report "built without DPDK"). The build flags and a
 hash of the sources (the C files and their ctypes mirrors) are compiled in, so `wsgw shim
 info` can show them and the loader can tell a stale library from a current one.
+
+The benchmark entry points (udpgen.c, the bench loops of engine.c and msgring.c) are compiled
+in only for benchmarks (-DWSGW_BENCH): an in-place or editable build (a checkout, `make shim`)
+has them, a wheel does not. WSGW_SHIM_BENCH=1 or 0 overrides.
 """
 
 from __future__ import annotations
@@ -54,8 +58,21 @@ def pkg_config(*args: str) -> list[str] | None:
     return shlex.split(out)
 
 
+def with_benchmarks(in_checkout: bool) -> bool:
+    """Whether to export the benchmark entry points (see the module docstring)."""
+    override = os.environ.get("WSGW_SHIM_BENCH")
+    return override == "1" if override in ("0", "1") else in_checkout
+
+
 class BuildShim(build_ext):
     """Compile the shim as a plain shared library with our own name and flags."""
+
+    bench = False
+
+    def run(self) -> None:
+        # Decided here: build_ext clears `inplace` while it builds (and copies afterwards).
+        self.bench = with_benchmarks(bool(self.inplace or self.editable_mode))
+        super().run()
 
     def get_ext_filename(self, fullname: str) -> str:
         return str(Path(*fullname.split(".")[:-1]) / LIB_NAME)
@@ -69,6 +86,8 @@ class BuildShim(build_ext):
             extra = ["-DWSGW_HAVE_DPDK=1"]
             for flag in cflags:
                 extra.append("-isystem" + flag[2:] if flag.startswith("-I") else flag)
+        if self.bench:
+            extra.append("-DWSGW_BENCH=1")
         flags = [*WARNINGS, "-fPIC"]
         shown = " ".join(flags + [f for f in extra if f.startswith(("-D", "-m"))])
         defines = [

@@ -18,7 +18,7 @@ import mmap
 from array import array
 from typing import Any
 
-from dataplane.shim._loader import KEEP_GIL, library, load
+from dataplane.shim._loader import KEEP_GIL, bench_function, library, load
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
@@ -158,6 +158,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_reader_next_seq": (ctypes.c_uint64, [_vp]),
     "wsgw_ring_writer_alive": (ctypes.c_int, [_vp]),
     "wsgw_ring_detach": (None, [_vp]),
+}
+
+#: Only in a library built for benchmarks (see setup.py); declared when present.
+BENCH_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_bench_write": (
         ctypes.c_int64,
         [_vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32],
@@ -374,24 +378,32 @@ def detach(handle: int) -> None:
 
 # ---- benchmarks (GIL released: they run for a while) ---------------------------------------
 def bench_write(handle: int, payload_len: int, count: int, batch: int) -> int:
-    return int(library().wsgw_ring_bench_write(handle, payload_len, count, batch))
+    return int(
+        bench_function(library(), "wsgw_ring_bench_write")(handle, payload_len, count, batch)
+    )
 
 
 def bench_rw(writer: int, reader: int, payload_len: int, count: int, batch: int) -> int:
-    return int(library().wsgw_ring_bench_rw(writer, reader, payload_len, count, batch))
+    return int(
+        bench_function(library(), "wsgw_ring_bench_rw")(writer, reader, payload_len, count, batch)
+    )
 
 
 def bench_read(handle: int, count: int, timeout_ns: int) -> tuple[int, list[int]]:
     """(rc, [delivered, lost, bytes, ns first..last])."""
     result = (ctypes.c_uint64 * 4)()
-    rc = int(library().wsgw_ring_bench_read(handle, count, timeout_ns, result))
+    rc = int(bench_function(library(), "wsgw_ring_bench_read")(handle, count, timeout_ns, result))
     return rc, [int(x) for x in result]
 
 
 def bench_pace(handle: int, payload_len: int, count: int, period_ns: int) -> tuple[int, list[int]]:
     """(rc, [publishes, messages, largest publish, elapsed ns])."""
     result = (ctypes.c_uint64 * 4)()
-    rc = int(library().wsgw_ring_bench_pace(handle, payload_len, count, period_ns, result))
+    rc = int(
+        bench_function(library(), "wsgw_ring_bench_pace")(
+            handle, payload_len, count, period_ns, result
+        )
+    )
     return rc, [int(x) for x in result]
 
 
@@ -402,6 +414,10 @@ def bench_latency(
     involuntary context switches], latencies in ns of the delivered messages)."""
     result = (ctypes.c_uint64 * 9)()
     lat = (ctypes.c_uint64 * max(1, count))()
-    rc = int(library().wsgw_ring_bench_latency(handle, count, timeout_ns, spin_ns, lat, result))
+    rc = int(
+        bench_function(library(), "wsgw_ring_bench_latency")(
+            handle, count, timeout_ns, spin_ns, lat, result
+        )
+    )
     out = [int(x) for x in result]
     return rc, out, list(lat[: out[0]])

@@ -60,13 +60,25 @@ SOURCE_PATTERNS = ("*.c", "*.h", "_bind_*.py")
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-def all_prototypes() -> dict[str, tuple[Any, list[Any]]]:
+def all_prototypes(table: str = "PROTOTYPES") -> dict[str, tuple[Any, list[Any]]]:
     """The prototypes of every binding in BINDINGS (each module's PROTOTYPES dict): one C
-    area, one binding module, one line in BINDINGS."""
+    area, one binding module, one line in BINDINGS. table="BENCH_PROTOTYPES": the benchmark
+    entry points, only in a library built for benchmarks (see setup.py)."""
     merged: dict[str, tuple[Any, list[Any]]] = {}
     for name in BINDINGS:
-        merged.update(importlib.import_module(f"dataplane.shim.{name}").PROTOTYPES)
+        merged.update(getattr(importlib.import_module(f"dataplane.shim.{name}"), table, {}))
     return merged
+
+
+def bench_function(lib: ctypes.CDLL, name: str) -> Any:
+    """A benchmark entry point of lib, or a ShimError that says how to get one."""
+    try:
+        return getattr(lib, name)
+    except AttributeError:
+        raise ShimError(
+            f"{name}: this shim was built without benchmarks (a wheel's build); build a "
+            "checkout's with `make shim` (or WSGW_SHIM_BENCH=1 pip install .)"
+        ) from None
 
 
 def library_path() -> Path:
@@ -130,6 +142,11 @@ class Shim:
                 f"{path} is not a wsgw shim of ABI {ABI_VERSION}: missing "
                 f"{', '.join(missing[:5])}; {REBUILD_HINT}"
             )
+        bench = all_prototypes("BENCH_PROTOTYPES")
+        #: Built for benchmarks (setup.py): the benchmark entry points are there.
+        self.has_bench = all(hasattr(self._lib, name) for name in bench)
+        if self.has_bench:
+            prototypes = {**prototypes, **bench}
         for handle in (self._lib, self._lib_keep_gil):
             for name, (restype, argtypes) in prototypes.items():
                 func = getattr(handle, name)
@@ -175,6 +192,7 @@ class Shim:
             "abi": int(lib.wsgw_abi_version()),
             "path": str(self.path),
             "dpdk": self.has_dpdk,
+            "bench": self.has_bench,
             "dpdk_version": lib.wsgw_dpdk_version().decode() or None,
             "build_flags": lib.wsgw_build_flags().decode(),
             "source_hash": lib.wsgw_source_hash().decode(),

@@ -18,6 +18,7 @@ import pytest
 
 from dataplane.errors import (
     DpdkUnavailableError,
+    ShimError,
     ShimMissingError,
     ShimStaleError,
     ShimVersionError,
@@ -133,6 +134,26 @@ def test_built_without_dpdk_reports_it(no_dpdk_shim: Path) -> None:
     info = json.loads(out.stdout)
     assert info["dpdk"] is False
     assert info["dpdk_version"] is None
+
+
+def test_a_build_for_benchmarks_exports_the_bench_entry_points() -> None:
+    """The checkout's build (`make shim`, in place) is for benchmarks; its names are declared."""
+    shim = _loader.load()
+    bench = _loader.all_prototypes("BENCH_PROTOTYPES")
+    assert shim.has_bench and shim.info()["bench"] is True
+    assert {"wsgw_udp_flood", "wsgw_bench_fast_path", "wsgw_ring_bench_latency"} <= set(bench)
+    assert "-DWSGW_BENCH=1" in shim.info()["build_flags"]
+
+
+def test_a_build_without_benchmarks_exports_none_and_says_so(no_dpdk_shim: Path) -> None:
+    """A build without WSGW_BENCH (a wheel's) has no benchmark entry point; asking for one
+    is a ShimError that says what to build, and everything else loads."""
+    shim = Shim(no_dpdk_shim)
+    assert shim.has_bench is False
+    bench = _loader.all_prototypes("BENCH_PROTOTYPES")
+    assert bench and not [name for name in bench if hasattr(ctypes.CDLL(str(no_dpdk_shim)), name)]
+    with pytest.raises(ShimError, match=r"built without benchmarks.*make shim"):
+        _loader.bench_function(shim.lib, "wsgw_udp_flood")
 
 
 def test_built_without_dpdk_ports_raise_a_typed_error(no_dpdk_shim: Path) -> None:
