@@ -61,10 +61,10 @@ $(STAMPS)/venv: pyproject.toml setup.py wsgw_bench/pyproject.toml | $(STAMPS)/ap
 	$(PY) -m pip install -q -e '.[dev]' -e ./wsgw_bench
 	@touch $@
 
-# Rebuild the shim whenever a C source changed (the loader refuses a stale library).
+# Rebuild the shim whenever a C source or a ctypes mirror changed (the loader refuses a stale library).
 shim: $(STAMPS)/venv dataplane/shim/libwsgw_shim.so
-dataplane/shim/libwsgw_shim.so: $(wildcard dataplane/shim/*.c dataplane/shim/*.h) setup.py
-	$(PY) setup.py -q build_ext --inplace
+dataplane/shim/libwsgw_shim.so: $(wildcard dataplane/shim/*.c dataplane/shim/*.h dataplane/shim/_bind_*.py) setup.py
+	WSGW_SHIM_BENCH=1 $(PY) setup.py -q build_ext --inplace
 
 lab-clean:
 	-@for n in $$($(VENV)/bin/wsgw lab status | $(PY) -c 'import json,sys;[print(l["name"]) for l in json.load(sys.stdin)]'); do \

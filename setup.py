@@ -3,8 +3,12 @@
 The library is not a Python extension module: it is named libwsgw_shim.so and loaded by
 dataplane/shim/_loader.py. It builds with DPDK when `pkg-config libdpdk` finds it and without
 DPDK otherwise (the port functions then report "built without DPDK"). The build flags and a
-hash of the C sources are compiled in, so `wsgw shim info` can show them and the loader can
-tell a stale library from a current one.
+hash of the sources (the C files and their ctypes mirrors) are compiled in, so `wsgw shim
+info` can show them and the loader can tell a stale library from a current one.
+
+The benchmark entry points (udpgen.c, the bench loops of engine.c and msgring.c) are compiled
+in only for benchmarks (-DWSGW_BENCH): an in-place or editable build (a checkout, `make shim`)
+has them, a wheel does not. WSGW_SHIM_BENCH=1 or 0 overrides.
 """
 
 from __future__ import annotations
@@ -27,10 +31,16 @@ def shim_sources() -> list[str]:
     return sorted(str(p) for p in SHIM_DIR.glob("*.c"))
 
 
+#: What the source hash covers: the C sources and the ctypes mirrors of their headers (a library
+#: built before a mirror changed is stale). Equal to SOURCE_PATTERNS in dataplane/shim/_loader.py.
+SOURCE_PATTERNS = ("*.c", "*.h", "_bind_*.py")
+
+
 def source_hash() -> str:
-    """sha256 over the shim's .c and .h files, in name order; the loader recomputes it."""
+    """sha256 over SOURCE_PATTERNS' files, in name order; the loader recomputes it."""
+    files = {path for pattern in SOURCE_PATTERNS for path in SHIM_DIR.glob(pattern)}
     digest = hashlib.sha256()
-    for path in sorted(SHIM_DIR.glob("*.[ch]"), key=lambda p: p.name):
+    for path in sorted(files, key=lambda p: p.name):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -48,8 +58,21 @@ def pkg_config(*args: str) -> list[str] | None:
     return shlex.split(out)
 
 
+def with_benchmarks(in_checkout: bool) -> bool:
+    """Whether to export the benchmark entry points (see the module docstring)."""
+    override = os.environ.get("WSGW_SHIM_BENCH")
+    return override == "1" if override in ("0", "1") else in_checkout
+
+
 class BuildShim(build_ext):
     """Compile the shim as a plain shared library with our own name and flags."""
+
+    bench = False
+
+    def run(self) -> None:
+        # Decided here: build_ext clears `inplace` while it builds (and copies afterwards).
+        self.bench = with_benchmarks(bool(self.inplace or self.editable_mode))
+        super().run()
 
     def get_ext_filename(self, fullname: str) -> str:
         return str(Path(*fullname.split(".")[:-1]) / LIB_NAME)
@@ -63,6 +86,8 @@ class BuildShim(build_ext):
             extra = ["-DWSGW_HAVE_DPDK=1"]
             for flag in cflags:
                 extra.append("-isystem" + flag[2:] if flag.startswith("-I") else flag)
+        if self.bench:
+            extra.append("-DWSGW_BENCH=1")
         flags = [*WARNINGS, "-fPIC"]
         shown = " ".join(flags + [f for f in extra if f.startswith(("-D", "-m"))])
         defines = [

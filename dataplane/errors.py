@@ -38,7 +38,7 @@ class ShimVersionError(ShimError):
 
 
 class ShimStaleError(ShimError):
-    """The library was built from other C sources than the ones beside it."""
+    """The library was built from other sources (C files, ctypes mirrors) than those beside it."""
 
 
 class DpdkUnavailableError(DataplaneError):

@@ -22,15 +22,15 @@ from typing import Any, Literal, NamedTuple
 
 from dataplane.errors import DataplaneError
 from dataplane.samples import LatencySamples
-from dataplane.shim import load
-from dataplane.shim._bind_engine import (
+from dataplane.shim import (
     EngineBinding,
     EngineConf,
     FlowStruct,
     bench_checksum,
+    flow_set_feed,
     flow_template,
+    load,
 )
-from dataplane.shim._bind_feed import flow_set_feed
 from dataplane.stack.tcp import TcpConnection
 from dataplane.stack.tcp_fastpath import FastPathState
 from dataplane.wire.checksum import inet_checksum

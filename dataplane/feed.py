@@ -15,8 +15,9 @@ import weakref
 from dataclasses import dataclass, field
 
 from dataplane.ring import RingWriter
-from dataplane.shim._bind_feed import MAX_TOPICS, TOPIC_MAX, FeedBinding, FeedError
-from dataplane.shim._bind_topic import TopicSpec
+from dataplane.shim import FEED_MAX_TOPICS as MAX_TOPICS
+from dataplane.shim import FEED_TOPIC_MAX as TOPIC_MAX
+from dataplane.shim import FeedBinding, FeedError, TopicSpec
 
 __all__ = ["MAX_TOPICS", "TOPIC_MAX", "CFeed", "FeedDelta", "FeedError"]
 

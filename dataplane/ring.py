@@ -41,23 +41,71 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from dataplane.errors import DataplaneError
-from dataplane.shim import _bind_ring as _c
+from dataplane.shim import (
+    RING_API,
+    RING_F_REPLACE,
+    RING_F_START_OLDEST,
+    RING_INFO_CLOSED,
+    RING_INFO_LOST,
+    RING_INFO_RESUME_SEQ,
+    RING_INFO_TOPIC_COUNT,
+    RING_LAYOUT,
+    RING_MAGIC,
+    RING_REC_HDR,
+    RING_SPIN_BUSY,
+    RING_TOPIC_NAME_MAX,
+    RING_VIEW_FORMAT,
+    RING_VIEW_SIZE,
+    RING_WAIT_BUSY,
+    RING_WAIT_FUTEX,
+    RING_WAIT_NONE,
+    RING_WAIT_SPIN,
+    RING_WAIT_SPIN_MAX_NS,
+    RingReadBuffers,
+    RingWriteFn,
+    ring_attach,
+    ring_bench_latency,
+    ring_bench_pace,
+    ring_bench_read,
+    ring_bench_rw,
+    ring_bench_write,
+    ring_create,
+    ring_detach,
+    ring_interrupt,
+    ring_last_error,
+    ring_next_seq,
+    ring_reader_info,
+    ring_reader_stats,
+    ring_seek,
+    ring_set_filter,
+    ring_set_wait_hint,
+    ring_topic_name,
+    ring_topic_register,
+    ring_versions,
+    ring_wait,
+    ring_wait_hint,
+    ring_writer_alive,
+    ring_writer_close,
+    ring_writer_fd,
+    ring_writer_info,
+    ring_writer_stats,
+)
 
 SHM_DIR = Path("/dev/shm")  # noqa: S108 - shared memory, not a temporary file
 DEFAULT_CAPACITY = 64 << 20
 DEFAULT_MAX_TOPICS = 4096
 MIN_CAPACITY = 4096
 MAX_CAPACITY = 1 << 40
-TOPIC_NAME_MAX = _c.TOPIC_NAME_MAX
+TOPIC_NAME_MAX = RING_TOPIC_NAME_MAX
 MAX_BATCH = 65536
 #: Size of a record header; a message of n bytes takes (32 + n) rounded up to 8 in the ring.
-RECORD_HEADER = _c.REC_HDR
+RECORD_HEADER = RING_REC_HDR
 #: Layout constants a tool or test may need to read a ring file by hand.
-MAGIC = _c.MAGIC
-LAYOUT_VERSION = _c.RING_LAYOUT
+MAGIC = RING_MAGIC
+LAYOUT_VERSION = RING_LAYOUT
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
-_VIEW = struct.Struct(_c.VIEW_FORMAT)
+_VIEW = struct.Struct(RING_VIEW_FORMAT)
 _new_tuple = tuple.__new__
 
 
@@ -118,7 +166,7 @@ _ERRNO_CLASSES: dict[int, type[RingError]] = {
 
 def _error(rc: int, what: str, override: type[RingError] | None = None) -> RingError:
     code = -rc
-    text = _c.last_error() or os.strerror(code)
+    text = ring_last_error() or os.strerror(code)
     cls = override or _ERRNO_CLASSES.get(code, RingError)
     return cls(f"{what}: {text}", code)
 
@@ -131,11 +179,11 @@ def _write_error(rc: int) -> RingError:
 
 
 def _check_library() -> None:
-    api, layout = _c.versions()
-    if (api, layout) != (_c.RING_API, _c.RING_LAYOUT):
+    api, layout = ring_versions()
+    if (api, layout) != (RING_API, RING_LAYOUT):
         raise RingVersionError(
             f"the shim's ring is API {api} / layout {layout}, this wsgw expects "
-            f"{_c.RING_API} / {_c.RING_LAYOUT}; rebuild it with `make shim`"
+            f"{RING_API} / {RING_LAYOUT}; rebuild it with `make shim`"
         )
 
 
@@ -214,7 +262,7 @@ class WaitPolicy:
         if self.mode == "futex":
             return 0
         if self.mode == "busy":
-            return _c.SPIN_BUSY
+            return RING_SPIN_BUSY
         return max(1, int(self.spin_us * 1000))
 
     def __str__(self) -> str:
@@ -223,17 +271,17 @@ class WaitPolicy:
     def to_hint(self) -> tuple[int, int]:
         """(mode, spin_ns) as the ring header's wait hint stores them."""
         if self.mode == "spin":
-            return _c.WAIT_SPIN, min(self.spin_ns, _c.WAIT_SPIN_MAX_NS)
-        return (_c.WAIT_BUSY if self.mode == "busy" else _c.WAIT_FUTEX), 0
+            return RING_WAIT_SPIN, min(self.spin_ns, RING_WAIT_SPIN_MAX_NS)
+        return (RING_WAIT_BUSY if self.mode == "busy" else RING_WAIT_FUTEX), 0
 
     @classmethod
     def from_hint(cls, mode: int, spin_ns: int) -> WaitPolicy | None:
         """The policy a ring header's wait hint names (None: the writer gave none)."""
-        if mode == _c.WAIT_FUTEX:
+        if mode == RING_WAIT_FUTEX:
             return cls("futex")
-        if mode == _c.WAIT_BUSY:
+        if mode == RING_WAIT_BUSY:
             return cls("busy")
-        if mode == _c.WAIT_SPIN:
+        if mode == RING_WAIT_SPIN:
             return cls("spin", spin_ns / 1000)
         return None
 
@@ -330,8 +378,8 @@ class RingWriter:
     def __init__(self, handle: int, path: Path | None) -> None:
         self._handle = handle
         self.path = path
-        self._fn = _c.WriteFn(handle)
-        info = _c.writer_info(handle)
+        self._fn = RingWriteFn(handle)
+        info = ring_writer_info(handle)
         self.capacity = info["capacity"]
         self.max_payload = info["max_payload"]
         self.max_topics = info["max_topics"]
@@ -340,7 +388,7 @@ class RingWriter:
         self.epoch: int = info["instance"]
         self._topics: dict[str, int] = {}
         self._wait_hint: WaitPolicy | None = None
-        self._finalizer = weakref.finalize(self, _c.writer_close, handle, path is not None)
+        self._finalizer = weakref.finalize(self, ring_writer_close, handle, path is not None)
 
     @classmethod
     def create(
@@ -366,12 +414,12 @@ class RingWriter:
             )
         _check_library()
         path = None if name is None else ring_path(name)
-        rc, handle = _c.create(
+        rc, handle = ring_create(
             None if path is None else os.fsencode(path),
             capacity_bytes,
             max_topics,
             mode,
-            _c.F_REPLACE if replace else 0,
+            RING_F_REPLACE if replace else 0,
         )
         if rc < 0:
             raise _error(rc, f"create ring {path or '(memfd)'}")
@@ -385,14 +433,14 @@ class RingWriter:
     @property
     def fd(self) -> int:
         """The ring's file descriptor (to pass a memfd ring to readers); owned by the writer."""
-        return _c.writer_fd(self._live())
+        return ring_writer_fd(self._live())
 
     def register_topic(self, name: str) -> int:
         """The topic's id (> 0), registering it on first use; the same name gives the same id."""
         tid = self._topics.get(name)
         if tid is not None:
             return tid
-        rc = _c.topic_register(self._live(), name.encode())
+        rc = ring_topic_register(self._live(), name.encode())
         if rc < 0:
             raise _error(rc, f"register topic {name!r}", TopicError)
         self._topics[name] = rc
@@ -475,21 +523,21 @@ class RingWriter:
 
     @property
     def last_seq(self) -> int:
-        return _c.writer_info(self._live())["write_seq"]
+        return ring_writer_info(self._live())["write_seq"]
 
     def info(self) -> RingInfo:
-        return RingInfo._from(_c.writer_info(self._live()))
+        return RingInfo._from(ring_writer_info(self._live()))
 
     def stats(self) -> dict[str, int]:
         """messages, bytes, batches, pads, overwritten (left the ring), wakeups."""
-        return _c.writer_stats(self._live())
+        return ring_writer_stats(self._live())
 
     def set_wait_hint(self, policy: WaitPolicy | str | None) -> None:
         """Recommend a wait policy to the readers that follow the writer's advice (wait
         "auto"; they look when they attach). None withdraws the advice."""
         hint = None if policy is None else WaitPolicy.parse(policy)
-        mode, spin_ns = (_c.WAIT_NONE, 0) if hint is None else hint.to_hint()
-        rc = _c.set_wait_hint(self._live(), mode, spin_ns)
+        mode, spin_ns = (RING_WAIT_NONE, 0) if hint is None else hint.to_hint()
+        rc = ring_set_wait_hint(self._live(), mode, spin_ns)
         if rc < 0:
             raise _error(rc, "ring wait hint")
         self._wait_hint = hint
@@ -505,7 +553,7 @@ class RingWriter:
         if self._finalizer.alive:
             self._finalizer.detach()
             self._fn.close()  # the write path checks nothing itself: it now fails cleanly
-            _c.writer_close(self._handle, unlink and self.path is not None)
+            ring_writer_close(self._handle, unlink and self.path is not None)
 
     @property
     def closed(self) -> bool:
@@ -542,18 +590,18 @@ class RingReader:
         try:
             #: How this reader waits, and where that came from (WaitOrigin).
             self.wait_policy, self.wait_origin = choose_wait(
-                wait, WaitPolicy.from_hint(*_c.wait_hint(handle))
+                wait, WaitPolicy.from_hint(*ring_wait_hint(handle))
             )
         except ValueError:
-            _c.detach(handle)
+            ring_detach(handle)
             raise
         if not 1 <= max_batch <= MAX_BATCH:
-            _c.detach(handle)
+            ring_detach(handle)
             raise ValueError(f"max_batch must be 1..{MAX_BATCH}, not {max_batch}")
         self._handle = handle
         self.path = path
         self.copy = copy
-        info = _c.reader_info(handle)
+        info = ring_reader_info(handle)
         self.capacity = info["capacity"]
         self.max_payload = info["max_payload"]
         self.max_topics = info["max_topics"]
@@ -561,7 +609,7 @@ class RingReader:
         #: means the writer (the gateway) restarted and sequence numbers began again.
         self.epoch: int = info["instance"]
         self.max_batch = max_batch
-        self._buf = _c.ReadBuffers(handle, max_batch, max(1 << 20, self.max_payload))
+        self._buf = RingReadBuffers(handle, max_batch, max(1 << 20, self.max_payload))
         self._lock = threading.Lock()
         self._stop = False
         self._closed_seen = False
@@ -572,7 +620,7 @@ class RingReader:
         self._patterns: list[str] | None = None
         self._wanted: set[int] = set()
         self._filter_upto = 0
-        self._finalizer = weakref.finalize(self, _c.detach, handle)
+        self._finalizer = weakref.finalize(self, ring_detach, handle)
         self._refresh_topics(info["topic_count"])
         self.set_topics(topics)
 
@@ -594,7 +642,7 @@ class RingReader:
         "auto" (or None): as the ring's writer recommends, futex when it says nothing."""
         _check_library()
         path = ring_path(name)
-        rc, handle = _c.attach(os.fsencode(path), -1, cls._flags(start))
+        rc, handle = ring_attach(os.fsencode(path), -1, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring {path}")
         return cls(handle, path, topics, copy=copy, max_batch=max_batch, wait=wait)
@@ -612,7 +660,7 @@ class RingReader:
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
         _check_library()
-        rc, handle = _c.attach(None, fd, cls._flags(start))
+        rc, handle = ring_attach(None, fd, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring fd {fd}")
         return cls(handle, None, topics, copy=copy, max_batch=max_batch, wait=wait)
@@ -621,7 +669,7 @@ class RingReader:
     def _flags(start: Start) -> int:
         if start not in ("latest", "oldest"):
             raise ValueError(f"start must be 'latest' or 'oldest', not {start!r}")
-        return _c.F_START_OLDEST if start == "oldest" else 0
+        return RING_F_START_OLDEST if start == "oldest" else 0
 
     def _live(self) -> int:
         if not self._finalizer.alive:
@@ -639,7 +687,7 @@ class RingReader:
     def _refresh_topics(self, count: int) -> None:
         names = self._names
         for tid in range(self._known + 1, min(count, self.max_topics - 1) + 1):
-            names[tid] = _c.topic_name(self._handle, tid) or ""
+            names[tid] = ring_topic_name(self._handle, tid) or ""
         self._known = max(self._known, min(count, self.max_topics - 1))
 
     def _matches(self, name: str) -> bool:
@@ -652,10 +700,10 @@ class RingReader:
         upto = self._known
         if self._patterns is None:
             self._wanted = set()
-            rc = _c.set_filter(self._handle, None, 0)
+            rc = ring_set_filter(self._handle, None, 0)
         else:
             self._wanted = {tid for tid in range(1, upto + 1) if self._matches(self._names[tid])}
-            rc = _c.set_filter(self._handle, sorted(self._wanted), upto)
+            rc = ring_set_filter(self._handle, sorted(self._wanted), upto)
         if rc < 0:
             raise _error(rc, "set topic filter")
         self._filter_upto = upto
@@ -663,7 +711,7 @@ class RingReader:
     @property
     def topics(self) -> dict[int, str]:
         """Topic id -> name, for every topic the writer registered so far."""
-        self._refresh_topics(_c.reader_info(self._live())["topic_count"])
+        self._refresh_topics(ring_reader_info(self._live())["topic_count"])
         return {tid: self._names[tid] for tid in range(1, self._known + 1)}
 
     # ---- reading --------------------------------------------------------------------------
@@ -698,19 +746,19 @@ class RingReader:
         if n < 0:
             raise _error(n, "ring read", RingCorruptError if n == -errno.EBADMSG else None)
         info = buf.info
-        if info[_c.INFO_TOPIC_COUNT] > self._known:
-            self._refresh_topics(info[_c.INFO_TOPIC_COUNT])
+        if info[RING_INFO_TOPIC_COUNT] > self._known:
+            self._refresh_topics(info[RING_INFO_TOPIC_COUNT])
         events: list[RingEvent] = []
-        lost = info[_c.INFO_LOST]
+        lost = info[RING_INFO_LOST]
         if lost:
-            events.append(Gap(lost, info[_c.INFO_RESUME_SEQ] - lost))
+            events.append(Gap(lost, info[RING_INFO_RESUME_SEQ] - lost))
         if n == 0:
-            if not lost and info[_c.INFO_CLOSED]:
+            if not lost and info[RING_INFO_CLOSED]:
                 self._closed_seen = True
             return events
         names = self._names
         arena = buf.raw if self.copy else buf.arena  # mmap slices are bytes, views are views
-        views = _VIEW.iter_unpack(buf.views[: n * _c.VIEW_SIZE])
+        views = _VIEW.iter_unpack(buf.views[: n * RING_VIEW_SIZE])
         upto = self._filter_upto
         if self._patterns is None or self._known <= upto:
             # The hot path: one comprehension, no per-message branch.
@@ -741,7 +789,7 @@ class RingReader:
                 return False
             left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1e9))
             with self._lock:
-                rc = _c.wait(self._live(), left, spin_ns)
+                rc = ring_wait(self._live(), left, spin_ns)
             if rc in (1, -errno.EPIPE):
                 return True
             if rc in (0, -errno.ECANCELED):
@@ -753,7 +801,7 @@ class RingReader:
         """Make a wait blocked in another thread return False now (or the next wait, if none
         is running). For cancelling a wait; `close` ends the reader for good."""
         if self._finalizer.alive:
-            _c.interrupt(self._handle)
+            ring_interrupt(self._handle)
 
     def __iter__(self) -> Iterator[RingEvent]:
         """Every event, blocking; ends when the writer closed the ring (after the last
@@ -775,20 +823,20 @@ class RingReader:
     def seek(self, start: Start) -> None:
         """Jump to the oldest message still in the ring or past the newest; not a gap."""
         with self._lock:
-            rc = _c.seek(self._live(), start == "oldest")
+            rc = ring_seek(self._live(), start == "oldest")
         if rc < 0:
             raise _error(rc, "ring seek")
 
     @property
     def next_seq(self) -> int:
         """The sequence number this reader expects next."""
-        return _c.next_seq(self._live())
+        return ring_next_seq(self._live())
 
     @property
     def lag(self) -> int:
         """Messages written that this reader has not read (or skipped) yet."""
-        info = _c.reader_info(self._live())
-        return max(0, info["write_seq"] + 1 - _c.next_seq(self._handle))
+        info = ring_reader_info(self._live())
+        return max(0, info["write_seq"] + 1 - ring_next_seq(self._handle))
 
     @property
     def closed(self) -> bool:
@@ -797,23 +845,23 @@ class RingReader:
 
     def writer_alive(self) -> bool:
         """Whether a writer still holds the ring (it takes an flock for its whole life)."""
-        rc = _c.writer_alive(self._live())
+        rc = ring_writer_alive(self._live())
         if rc < 0:
             raise _error(rc, "ring writer liveness")
         return rc == 1
 
     def info(self) -> RingInfo:
-        return RingInfo._from(_c.reader_info(self._live()))
+        return RingInfo._from(ring_reader_info(self._live()))
 
     @property
     def wait_hint(self) -> WaitPolicy | None:
         """The wait policy the ring's writer recommends now (None: none)."""
-        return WaitPolicy.from_hint(*_c.wait_hint(self._live()))
+        return WaitPolicy.from_hint(*ring_wait_hint(self._live()))
 
     def stats(self) -> dict[str, int]:
         """messages, bytes, gaps, lost, filtered, retries (copies discarded), waits, wakeups,
         spin_hits (waits that ended while spinning), spin_ns (time spent spinning)."""
-        return _c.reader_stats(self._live())
+        return ring_reader_stats(self._live())
 
     def close(self) -> None:
         """Detach; a wait blocked in another thread returns first. Payload views handed out
@@ -839,7 +887,7 @@ class RingReader:
 # ---- benchmarks: loops that run entirely in C (so the figure is the ring's, not ctypes') ----
 def bench_c_write(writer: RingWriter, payload_len: int, count: int, batch: int = 32) -> int:
     """Write count messages of payload_len bytes in batches; returns elapsed ns."""
-    rc = _c.bench_write(writer._live(), payload_len, count, batch)
+    rc = ring_bench_write(writer._live(), payload_len, count, batch)
     if rc < 0:
         raise _error(rc, "bench write")
     return rc
@@ -850,7 +898,7 @@ def bench_c_write_read(
 ) -> int:
     """Alternate a write batch and a read batch in this thread, checking order; elapsed ns."""
     with reader._lock:
-        rc = _c.bench_rw(writer._live(), reader._live(), payload_len, count, batch)
+        rc = ring_bench_rw(writer._live(), reader._live(), payload_len, count, batch)
     if rc < 0:
         raise _error(rc, "bench write+read")
     return rc
@@ -860,7 +908,9 @@ def bench_c_read(reader: RingReader, count: int, timeout: float) -> tuple[int, i
     """Busy-poll until count messages were delivered or lost: (delivered, lost, payload
     bytes, ns from the first message to the last)."""
     with reader._lock:
-        rc, (delivered, lost, nbytes, ns) = _c.bench_read(reader._live(), count, int(timeout * 1e9))
+        rc, (delivered, lost, nbytes, ns) = ring_bench_read(
+            reader._live(), count, int(timeout * 1e9)
+        )
     if rc < 0 and rc != -errno.ETIMEDOUT:
         raise _error(rc, "bench read")
     return delivered, lost, nbytes, ns
@@ -879,7 +929,7 @@ def bench_c_pace(writer: RingWriter, payload_len: int, count: int, rate: float) 
     with CLOCK_REALTIME right before it is published: the writer of a latency run."""
     if rate <= 0:
         raise ValueError(f"rate must be > 0, not {rate}")
-    rc, (publishes, messages, largest, ns) = _c.bench_pace(
+    rc, (publishes, messages, largest, ns) = ring_bench_pace(
         writer._live(), payload_len, count, max(1, round(1e9 / rate))
     )
     if rc < 0:
@@ -915,7 +965,7 @@ def bench_c_latency(
     its ts_ns to its receipt; see wsgw_ring_bench_latency."""
     policy = reader.wait_policy if wait is None else WaitPolicy.parse(wait)
     with reader._lock:
-        rc, res, lat = _c.bench_latency(reader._live(), count, int(timeout * 1e9), policy.spin_ns)
+        rc, res, lat = ring_bench_latency(reader._live(), count, int(timeout * 1e9), policy.spin_ns)
     if rc < 0 and rc not in (-errno.ETIMEDOUT, -errno.EPIPE):
         raise _error(rc, "bench latency")
     _, lost, wall, cpu, waits, wakeups, hits, disorder, preempted = res

@@ -64,8 +64,7 @@ def _python_parse(frames: list[bytes], local: int, remote: int) -> None:
 @scenario("micro", "shim kernels in ns/op vs pure Python (and the old C client's figures)")
 def micro(options: BenchOptions) -> list[Measurement]:
     from dataplane.fastpath import FastPath, FastPathConfig, ack_template, bench_checksum_ns
-    from dataplane.shim import load
-    from dataplane.shim._bind_engine import flow_template
+    from dataplane.shim import flow_template, load
 
     shim = load()
     min_seconds = 0.05 if options.quick else 0.3

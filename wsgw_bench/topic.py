@@ -61,7 +61,7 @@ SAMPLES: dict[str, tuple[bytes, tuple[str, ...], Callable[[Any], object]]] = {
 
 @scenario("topic", "topic extraction ns/message: C batch scan vs orjson/json parse")
 def bench_topic(options: BenchOptions) -> list[Measurement]:
-    from dataplane.shim._bind_topic import TopicBatch, build_spec
+    from dataplane.shim import TopicBatch, build_topic_spec
     from gateway.dialects.jsonscan import TopicPaths, scan
 
     min_seconds = 0.05 if options.quick else 0.3
@@ -69,7 +69,7 @@ def bench_topic(options: BenchOptions) -> list[Measurement]:
     for name, (message, path_texts, lookup) in SAMPLES.items():
         paths = TopicPaths.of(*path_texts)
         burst = [message] * BURST
-        batch = TopicBatch(build_spec(paths.paths), BURST)
+        batch = TopicBatch(build_topic_spec(paths.paths), BURST)
         batch.load(burst)
         assert batch.scan() == BURST, name
 

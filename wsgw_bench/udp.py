@@ -94,7 +94,7 @@ class DpdkSender:
 
     def send(self, payload: int, dst_port: int, count: int, tag: int) -> tuple[int, int, str]:
         """(sent, ns, note) for one run of count datagrams."""
-        from dataplane.shim._bind_udpgen import udp_flood
+        from dataplane.shim import udp_flood
 
         template = udp_template(
             self.port.mac, self.peer_mac, self.lab.gw_ip, self.lab.peer_ip, dst_port, payload, tag

@@ -83,9 +83,9 @@ def _batch_scan_ns_per_frame(backend: BackendName, buf: bytes, frames: int, min_
 def _mask_bytes_per_s(backend: BackendName, data: bytes, min_s: float) -> float:
     key = os.urandom(4)
     if backend == "c":
-        from dataplane.shim._bind_ws import mask_copy
+        from dataplane.shim import ws_mask_copy
 
-        return len(data) / time_per_op(lambda: mask_copy(data, key), min_s)
+        return len(data) / time_per_op(lambda: ws_mask_copy(data, key), min_s)
     return len(data) / time_per_op(lambda: mask_py(data, key), min_s)
 
 

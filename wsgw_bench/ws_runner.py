@@ -122,9 +122,9 @@ class IngestCheck:
             return
         seq = self._seq
         if seq is None:
-            from dataplane.shim._bind_ws import SeqCheck
+            from dataplane.shim import WsSeqCheck
 
-            seq = self._seq = SeqCheck(self.size)
+            seq = self._seq = WsSeqCheck(self.size)
         if self.received == 0:
             self.first_ns = time.perf_counter_ns()
             self.first_cpu = time.process_time()

@@ -12,6 +12,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from dataplane.shim._loader import bench_function
+
 _u8p = ctypes.POINTER(ctypes.c_uint8)
 _u16p = ctypes.POINTER(ctypes.c_uint16)
 _u32p = ctypes.POINTER(ctypes.c_uint32)
@@ -170,6 +172,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_engine_stats": (None, [_vp, ctypes.POINTER(EngineStats)]),
     "wsgw_monotonic_ns": (ctypes.c_uint64, []),
+}  # fmt: skip
+
+#: Only in a library built for benchmarks (see setup.py); declared when present.
+BENCH_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_bench_flow_lookup": (ctypes.c_uint64, [_vp, ctypes.c_uint32]),
     "wsgw_bench_fast_path": (
         ctypes.c_uint64, [_vp, ctypes.c_int, _u8p, _u32p, _u16p, ctypes.c_uint32, ctypes.c_uint32]
@@ -402,12 +408,12 @@ class EngineBinding:
         return {name: int(getattr(stats, name)) for name in ENGINE_STAT_FIELDS}
 
     def bench_flow_lookup(self, iterations: int) -> int:
-        return int(self._lib.wsgw_bench_flow_lookup(self._h, iterations))
+        return int(bench_function(self._lib, "wsgw_bench_flow_lookup")(self._h, iterations))
 
     def bench_fast_path(self, slot: int, frames: list[bytes], rounds: int) -> int:
         buf, offsets, lengths = _frames_arrays(frames)
         return int(
-            self._lib.wsgw_bench_fast_path(
+            bench_function(self._lib, "wsgw_bench_fast_path")(
                 self.handle, slot, buf, offsets, lengths, len(frames), rounds
             )
         )
@@ -419,7 +425,7 @@ class EngineBinding:
         rtts = (ctypes.c_uint64 * max(rounds, 1))()
         reply = (ctypes.c_uint8 * max(reply_len, 1))()
         rc = int(
-            self._lib.wsgw_bench_flow_echo(
+            bench_function(self._lib, "wsgw_bench_flow_echo")(
                 self.handle, slot, frame, len(frame), reply_len, rounds, timeout_ns, rtts, reply
             )
         )
@@ -428,7 +434,7 @@ class EngineBinding:
 
 def bench_checksum(lib: Any, data: bytes, iterations: int) -> int:
     buf = (ctypes.c_uint8 * max(len(data), 1)).from_buffer_copy(data or b"\0")
-    return int(lib.wsgw_bench_checksum(buf, len(data), iterations))
+    return int(bench_function(lib, "wsgw_bench_checksum")(buf, len(data), iterations))
 
 
 def flow_template(flow: FlowStruct, template: bytes) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from dataplane.errors import DataplaneError
 from dataplane.shim._bind_topic import TopicSpec
-from dataplane.shim._loader import load
+from dataplane.shim._loader import library, load
 
 _vp = ctypes.c_void_p
 _u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -66,7 +66,7 @@ class FeedBinding:
 
     def __init__(self, ring_handle: int, session_id: int, max_payload: int, spec: TopicSpec):
         shim = load()
-        lib = shim.lib
+        lib = library()
         self._lib = lib
         size = int(lib.wsgw_feed_conf_size())
         if size != ctypes.sizeof(FeedConf):
@@ -129,4 +129,4 @@ class FeedBinding:
 
 def flow_set_feed(engine_handle: int, slot: int, feed_handle: int) -> int:
     """Attach the feed to the engine's flow (0: detach); on the engine's thread."""
-    return int(load().lib.wsgw_engine_flow_set_feed(engine_handle, slot, feed_handle or None))
+    return int(library().wsgw_engine_flow_set_feed(engine_handle, slot, feed_handle or None))

@@ -2,9 +2,10 @@
 
 `dataplane.ring` is the only user; it sees ints, bytes and memoryviews, never ctypes.
 
-Two handles on the same library: the loader's CDLL, which releases the GIL for the call, is
-used for what may block or take long (wait, create/attach with MAP_POPULATE, benchmarks);
-a PyDLL, which keeps the GIL, for the per-batch calls (write, read). Releasing and retaking
+Two handles on the same library, both from `_loader.library`: the CDLL (`library()`), which
+releases the GIL for the call, for what may block or take long (wait, create/attach with
+MAP_POPULATE, benchmarks); the PyDLL (`library(KEEP_GIL)`), which keeps the GIL, for the
+per-batch calls (write, read). Releasing and retaking
 the GIL around a 100 ns call costs more than the call, and hands the GIL to another thread
 that may keep it for a whole switch interval (5 ms) while the engine waits: a convoy.
 """
@@ -14,11 +15,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import threading
 from array import array
 from typing import Any
 
-from dataplane.shim._loader import load
+from dataplane.shim._loader import KEEP_GIL, bench_function, library, load
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
@@ -158,6 +158,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_reader_next_seq": (ctypes.c_uint64, [_vp]),
     "wsgw_ring_writer_alive": (ctypes.c_int, [_vp]),
     "wsgw_ring_detach": (None, [_vp]),
+}
+
+#: Only in a library built for benchmarks (see setup.py); declared when present.
+BENCH_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_bench_write": (
         ctypes.c_int64,
         [_vp, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32],
@@ -177,63 +181,14 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
 }
 
-# Called with the GIL held (see the module docstring); everything else goes through CDLL.
-_KEEP_GIL = (
-    "wsgw_ring_writer_fd",
-    "wsgw_ring_topic_register",
-    "wsgw_ring_write",
-    "wsgw_ring_write_batch",
-    "wsgw_ring_write_packed",
-    "wsgw_ring_writer_info",
-    "wsgw_ring_writer_stats",
-    "wsgw_ring_read",
-    "wsgw_ring_reader_interrupt",
-    "wsgw_ring_reader_filter",
-    "wsgw_ring_reader_seek",
-    "wsgw_ring_topic_name",
-    "wsgw_ring_reader_info",
-    "wsgw_ring_reader_stats",
-    "wsgw_ring_reader_next_seq",
-    "wsgw_ring_writer_alive",
-    "wsgw_ring_set_wait_hint",
-    "wsgw_ring_wait_hint",
-)
-
-
-class _Libs:
-    def __init__(self) -> None:
-        shim = load()
-        self.slow = shim.lib
-        fast = ctypes.PyDLL(str(shim.path))
-        for name in _KEEP_GIL:
-            restype, argtypes = PROTOTYPES[name]
-            func = getattr(fast, name)
-            func.restype = restype
-            func.argtypes = argtypes
-        self.fast = fast
-        self.last_error = shim.last_error
-
-
-_libs: _Libs | None = None
-_libs_lock = threading.Lock()
-
-
-def _get() -> _Libs:
-    global _libs
-    if _libs is None:
-        with _libs_lock:
-            if _libs is None:
-                _libs = _Libs()
-    return _libs
-
 
 def last_error() -> str:
-    return _get().last_error()
+    return load().last_error()
 
 
 def versions() -> tuple[int, int]:
     """(API, layout) of the loaded library."""
-    lib = _get().slow
+    lib = library()
     return int(lib.wsgw_ring_api_version()), int(lib.wsgw_ring_layout_version())
 
 
@@ -243,25 +198,23 @@ def create(
 ) -> tuple[int, int]:
     """(rc, handle); handle is 0 when rc < 0."""
     out = _vp()
-    rc = int(
-        _get().slow.wsgw_ring_create(path, capacity, max_topics, mode, flags, ctypes.byref(out))
-    )
+    rc = int(library().wsgw_ring_create(path, capacity, max_topics, mode, flags, ctypes.byref(out)))
     return rc, int(out.value or 0)
 
 
 def writer_fd(handle: int) -> int:
-    return int(_get().fast.wsgw_ring_writer_fd(handle))
+    return int(library(KEEP_GIL).wsgw_ring_writer_fd(handle))
 
 
 def topic_register(handle: int, name: bytes) -> int:
-    return int(_get().fast.wsgw_ring_topic_register(handle, name, len(name)))
+    return int(library(KEEP_GIL).wsgw_ring_topic_register(handle, name, len(name)))
 
 
 class WriteFn:
     """wsgw_ring_write and wsgw_ring_write_packed bound once: the per-call path is one call."""
 
     def __init__(self, handle: int) -> None:
-        fast = _get().fast
+        fast = library(KEEP_GIL)
         self._handle = handle
         self._write: Any = fast.wsgw_ring_write
         self._packed: Any = fast.wsgw_ring_write_packed
@@ -301,34 +254,34 @@ def _closed(*_args: object) -> int:
 
 def writer_info(handle: int) -> dict[str, int]:
     info = _RingInfo()
-    _get().fast.wsgw_ring_writer_info(handle, ctypes.byref(info))
+    library(KEEP_GIL).wsgw_ring_writer_info(handle, ctypes.byref(info))
     return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
 
 
 def writer_stats(handle: int) -> dict[str, int]:
     stats = _WriterStats()
-    _get().fast.wsgw_ring_writer_stats(handle, ctypes.byref(stats))
+    library(KEEP_GIL).wsgw_ring_writer_stats(handle, ctypes.byref(stats))
     return {name: int(getattr(stats, name)) for name in WRITER_STAT_FIELDS}
 
 
 def set_wait_hint(handle: int, mode: int, spin_ns: int) -> int:
-    return int(_get().fast.wsgw_ring_set_wait_hint(handle, mode, spin_ns))
+    return int(library(KEEP_GIL).wsgw_ring_set_wait_hint(handle, mode, spin_ns))
 
 
 def wait_hint(handle: int) -> tuple[int, int]:
     """(mode, spin_ns) the writer recommends (WAIT_NONE: none)."""
     spin = ctypes.c_uint64()
-    return int(_get().fast.wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(spin.value)
+    return int(library(KEEP_GIL).wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(spin.value)
 
 
 def writer_close(handle: int, unlink: bool) -> None:
-    _get().slow.wsgw_ring_writer_close(handle, int(unlink))
+    library().wsgw_ring_writer_close(handle, int(unlink))
 
 
 # ---- reader ---------------------------------------------------------------------------------
 def attach(path: bytes | None, fd: int, flags: int) -> tuple[int, int]:
     out = _vp()
-    rc = int(_get().slow.wsgw_ring_attach(path, fd, flags, ctypes.byref(out)))
+    rc = int(library().wsgw_ring_attach(path, fd, flags, ctypes.byref(out)))
     return rc, int(out.value or 0)
 
 
@@ -342,7 +295,7 @@ class ReadBuffers:
 
     def __init__(self, handle: int, max_batch: int, arena_size: int) -> None:
         self._handle = handle
-        self._read = _get().fast.wsgw_ring_read
+        self._read = library(KEEP_GIL).wsgw_ring_read
         self._views = (_View * max_batch)()
         self._info = (ctypes.c_uint64 * INFO_WORDS)()
         self._arena = mmap.mmap(-1, arena_size)
@@ -372,75 +325,85 @@ class ReadBuffers:
 
 def wait(handle: int, timeout_ns: int, spin_ns: int) -> int:
     """Releases the GIL for the whole wait."""
-    return int(_get().slow.wsgw_ring_wait(handle, timeout_ns, spin_ns))
+    return int(library().wsgw_ring_wait(handle, timeout_ns, spin_ns))
 
 
 def interrupt(handle: int) -> None:
-    _get().fast.wsgw_ring_reader_interrupt(handle)
+    library(KEEP_GIL).wsgw_ring_reader_interrupt(handle)
 
 
 def set_filter(handle: int, ids: list[int] | None, upto: int) -> int:
     """Deliver only ids among 0..upto (higher ids all pass); None delivers everything."""
     if ids is None:
-        return int(_get().fast.wsgw_ring_reader_filter(handle, None, 0, 0))
+        return int(library(KEEP_GIL).wsgw_ring_reader_filter(handle, None, 0, 0))
     arr = array("I", ids or [0])  # never an empty buffer: its address could be NULL
-    return int(_get().fast.wsgw_ring_reader_filter(handle, arr.buffer_info()[0], len(ids), upto))
+    return int(
+        library(KEEP_GIL).wsgw_ring_reader_filter(handle, arr.buffer_info()[0], len(ids), upto)
+    )
 
 
 def seek(handle: int, oldest: bool) -> int:
-    return int(_get().fast.wsgw_ring_reader_seek(handle, int(oldest)))
+    return int(library(KEEP_GIL).wsgw_ring_reader_seek(handle, int(oldest)))
 
 
 def topic_name(handle: int, topic_id: int) -> str | None:
     buf = ctypes.create_string_buffer(TOPIC_NAME_MAX)
-    n = int(_get().fast.wsgw_ring_topic_name(handle, topic_id, buf, TOPIC_NAME_MAX))
+    n = int(library(KEEP_GIL).wsgw_ring_topic_name(handle, topic_id, buf, TOPIC_NAME_MAX))
     return buf.raw[:n].decode(errors="replace") if n > 0 else None
 
 
 def reader_info(handle: int) -> dict[str, int]:
     info = _RingInfo()
-    _get().fast.wsgw_ring_reader_info(handle, ctypes.byref(info))
+    library(KEEP_GIL).wsgw_ring_reader_info(handle, ctypes.byref(info))
     return {name: int(getattr(info, name)) for name in RING_INFO_FIELDS}
 
 
 def reader_stats(handle: int) -> dict[str, int]:
     stats = _ReaderStats()
-    _get().fast.wsgw_ring_reader_stats(handle, ctypes.byref(stats))
+    library(KEEP_GIL).wsgw_ring_reader_stats(handle, ctypes.byref(stats))
     return {name: int(getattr(stats, name)) for name in READER_STAT_FIELDS}
 
 
 def next_seq(handle: int) -> int:
-    return int(_get().fast.wsgw_ring_reader_next_seq(handle))
+    return int(library(KEEP_GIL).wsgw_ring_reader_next_seq(handle))
 
 
 def writer_alive(handle: int) -> int:
-    return int(_get().fast.wsgw_ring_writer_alive(handle))
+    return int(library(KEEP_GIL).wsgw_ring_writer_alive(handle))
 
 
 def detach(handle: int) -> None:
-    _get().slow.wsgw_ring_detach(handle)
+    library().wsgw_ring_detach(handle)
 
 
 # ---- benchmarks (GIL released: they run for a while) ---------------------------------------
 def bench_write(handle: int, payload_len: int, count: int, batch: int) -> int:
-    return int(_get().slow.wsgw_ring_bench_write(handle, payload_len, count, batch))
+    return int(
+        bench_function(library(), "wsgw_ring_bench_write")(handle, payload_len, count, batch)
+    )
 
 
 def bench_rw(writer: int, reader: int, payload_len: int, count: int, batch: int) -> int:
-    return int(_get().slow.wsgw_ring_bench_rw(writer, reader, payload_len, count, batch))
+    return int(
+        bench_function(library(), "wsgw_ring_bench_rw")(writer, reader, payload_len, count, batch)
+    )
 
 
 def bench_read(handle: int, count: int, timeout_ns: int) -> tuple[int, list[int]]:
     """(rc, [delivered, lost, bytes, ns first..last])."""
     result = (ctypes.c_uint64 * 4)()
-    rc = int(_get().slow.wsgw_ring_bench_read(handle, count, timeout_ns, result))
+    rc = int(bench_function(library(), "wsgw_ring_bench_read")(handle, count, timeout_ns, result))
     return rc, [int(x) for x in result]
 
 
 def bench_pace(handle: int, payload_len: int, count: int, period_ns: int) -> tuple[int, list[int]]:
     """(rc, [publishes, messages, largest publish, elapsed ns])."""
     result = (ctypes.c_uint64 * 4)()
-    rc = int(_get().slow.wsgw_ring_bench_pace(handle, payload_len, count, period_ns, result))
+    rc = int(
+        bench_function(library(), "wsgw_ring_bench_pace")(
+            handle, payload_len, count, period_ns, result
+        )
+    )
     return rc, [int(x) for x in result]
 
 
@@ -451,6 +414,10 @@ def bench_latency(
     involuntary context switches], latencies in ns of the delivered messages)."""
     result = (ctypes.c_uint64 * 9)()
     lat = (ctypes.c_uint64 * max(1, count))()
-    rc = int(_get().slow.wsgw_ring_bench_latency(handle, count, timeout_ns, spin_ns, lat, result))
+    rc = int(
+        bench_function(library(), "wsgw_ring_bench_latency")(
+            handle, count, timeout_ns, spin_ns, lat, result
+        )
+    )
     out = [int(x) for x in result]
     return rc, out, list(lat[: out[0]])

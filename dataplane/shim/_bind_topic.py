@@ -9,6 +9,7 @@ per-message calls would be all overhead.
 from __future__ import annotations
 
 import ctypes
+import functools
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from itertools import accumulate
 from typing import Any
 
 from dataplane.errors import DataplaneError
+from dataplane.shim._loader import library
 from dataplane.shim._loader import load as load_shim
 
 MAX_PATHS = 4
@@ -121,8 +123,10 @@ class Span:
         return self.kind != ABSENT
 
 
+@functools.cache
 def _lib() -> Any:
-    lib = load_shim().lib
+    """The library, once its struct wsgw_topic_spec is known to be ours (checked once)."""
+    lib = library()
     size = int(lib.wsgw_topic_spec_size())
     if size != ctypes.sizeof(TopicSpec):
         raise TopicError(

@@ -1,4 +1,5 @@
-"""ctypes declarations for the UDP generator (udpgen.c), used by `wsgw bench udp-pps`.
+"""ctypes declarations for the UDP generator (udpgen.c), used by `wsgw bench udp-pps`; in a
+library built for benchmarks only (see setup.py).
 
 `udp_flood` sends `count` copies of one Ethernet/IPv4/UDP frame on a DPDK port from C, a
 sequence number and the UDP checksum stamped into each; `udp_frame` builds one frame the
@@ -10,6 +11,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from typing import Any
+
+from dataplane.shim._loader import bench_function
 
 _u8p = ctypes.POINTER(ctypes.c_uint8)
 
@@ -24,7 +27,9 @@ class UdpFloodResult(ctypes.Structure):
     ]
 
 
-PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {}
+#: Only in a library built for benchmarks (see setup.py); declared when present.
+BENCH_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_udp_frame": (
         ctypes.c_int, [_u8p, ctypes.c_uint16, ctypes.c_uint64, ctypes.c_int, _u8p]
     ),
@@ -60,7 +65,11 @@ def _template(frame: bytes) -> Any:
 def udp_frame(lib: Any, template: bytes, seq: int, checksum: bool = True) -> tuple[int, bytes]:
     """(rc, frame): the template with seq and the UDP checksum written, as the flood does."""
     out = (ctypes.c_uint8 * len(template))()
-    rc = int(lib.wsgw_udp_frame(_template(template), len(template), seq, int(checksum), out))
+    rc = int(
+        bench_function(lib, "wsgw_udp_frame")(
+            _template(template), len(template), seq, int(checksum), out
+        )
+    )
     return rc, bytes(out) if rc >= 0 else b""
 
 
@@ -78,7 +87,7 @@ def udp_flood(
     """(rc, result): send count frames on the port (GIL released for the whole run)."""
     result = UdpFloodResult()
     rc = int(
-        lib.wsgw_udp_flood(
+        bench_function(lib, "wsgw_udp_flood")(
             port_handle,
             _template(template),
             len(template),

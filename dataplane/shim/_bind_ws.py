@@ -8,10 +8,9 @@ buffers (bytearray) through `from_buffer`.
 from __future__ import annotations
 
 import ctypes
-import functools
 from typing import Any
 
-from dataplane.shim._loader import load
+from dataplane.shim._loader import library, load
 
 #: Words per frame in a scan result (WSGW_WS_SCAN_WORDS in wsgw_ws.h).
 SCAN_WORDS = 4
@@ -49,17 +48,11 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
-@functools.cache
-def _lib() -> ctypes.CDLL:
-    """The loaded shim, looked up once (load() resolves paths on every call)."""
-    return load().lib
-
-
 class CScanner:
     """`wsgw_ws_scan` with its own result arrays (one per connection: not thread-safe)."""
 
     def __init__(self, max_frames: int = 128) -> None:
-        lib = _lib()
+        lib = library()
         self.max_frames = max_frames
         self._scan = lib.wsgw_ws_scan
         self._out = (ctypes.c_uint64 * (SCAN_WORDS * max_frames))()
@@ -81,7 +74,7 @@ class CBatchScanner:
     def __init__(self, max_frames: int = 4096) -> None:
         if max_frames < 1:
             raise ValueError("a batch scan needs max_frames >= 1")
-        lib = _lib()
+        lib = library()
         self.max_frames = max_frames
         self._scan = lib.wsgw_ws_scan_batch
         self._spans = (ctypes.c_uint64 * (2 * max_frames))()
@@ -112,7 +105,7 @@ class CBatchScanner:
 
 def utf8_valid(data: bytes) -> bool:
     """RFC 3629 validity, in C (the same verdict as Python's strict UTF-8 decoder)."""
-    return bool(_lib().wsgw_utf8_valid(data, len(data)))
+    return bool(library().wsgw_utf8_valid(data, len(data)))
 
 
 class SeqCheck:
@@ -120,7 +113,7 @@ class SeqCheck:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._check = _lib().wsgw_ws_seq_check
+        self._check = library().wsgw_ws_seq_check
         #: next expected sequence number, gaps, duplicates, wrong lengths (read and write)
         self.state = (ctypes.c_uint64 * 4)()
 
@@ -148,7 +141,7 @@ def mask_copy(data: bytes, key: bytes, phase: int = 0) -> bytes:
     """data XOR the repeated key, as new bytes (RFC 6455 section 5.3)."""
     size = len(data)
     out = ctypes.create_string_buffer(size)
-    _lib().wsgw_ws_mask_copy(out, data, size, key, phase)
+    library().wsgw_ws_mask_copy(out, data, size, key, phase)
     return ctypes.string_at(out, size)
 
 
@@ -157,7 +150,7 @@ def mask_into(frame: bytearray, offset: int, data: bytes, key: bytes) -> None:
     size = len(data)
     view = (ctypes.c_char * len(frame)).from_buffer(frame)
     try:
-        _lib().wsgw_ws_mask_copy(ctypes.addressof(view) + offset, data, size, key, 0)
+        library().wsgw_ws_mask_copy(ctypes.addressof(view) + offset, data, size, key, 0)
     finally:
         del view
 
@@ -169,6 +162,6 @@ def mask_inplace(buf: bytearray, key: bytes, phase: int = 0, start: int = 0, end
         return
     view = (ctypes.c_char * len(buf)).from_buffer(buf)
     try:
-        _lib().wsgw_ws_mask(ctypes.addressof(view) + start, stop - start, key, phase)
+        library().wsgw_ws_mask(ctypes.addressof(view) + start, stop - start, key, phase)
     finally:
         del view

@@ -1,17 +1,22 @@
-"""Load libwsgw_shim.so and declare every prototype. Nothing outside dataplane/shim/ imports
-ctypes: this module declares the core exports, and each C area (ring, WebSocket scan, fast
-path) declares its own in `_bind_<area>.py` beside it, merged here at load time.
+"""Load libwsgw_shim.so and declare every prototype: the one place that opens the library.
+Nothing outside dataplane/shim/ imports ctypes, and nothing outside it imports this module or a
+binding: the package's `__init__` is the public surface. Each C area declares its prototypes
+(and its Structures) in `_bind_<area>.py`, listed in BINDINGS and merged here at load time;
+bindings get the library handle from `library()` (or a `Shim` from `load()`), never by opening
+the file themselves.
 
 The library is found beside this file (the package build puts it there) or at the path in
 WSGW_SHIM_PATH. Loading checks, in order: the file exists, it exports the known symbols,
-its ABI version equals ours, and, when the C sources sit beside it (a source checkout or an
-editable install), that it was built from those very sources. Each failure is a typed
-`ShimError` that says what to run.
+its ABI version equals ours, and, when the sources sit beside it (a source checkout or an
+editable install), that it was built from those very sources: the C files and the ctypes
+mirrors of their headers (SOURCE_PATTERNS). Each failure is a typed `ShimError` that says
+what to run.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib
 import os
@@ -29,106 +34,51 @@ from dataplane.errors import (
     ShimStaleError,
     ShimVersionError,
 )
+from dataplane.shim._bind_core import PORT_STAT_FIELDS, LinkInfo, PortConf, PortStats
 
 #: Must equal WSGW_SHIM_ABI in wsgw_shim.h.
 ABI_VERSION = 1
 LIB_NAME = "libwsgw_shim.so"
 SHIM_DIR = Path(__file__).resolve().parent
 REBUILD_HINT = "rebuild it with `pip install -e .` (or `make shim`)"
-
-_c_uint8_p = ctypes.POINTER(ctypes.c_uint8)
-_c_uint16_p = ctypes.POINTER(ctypes.c_uint16)
-_c_uint32_p = ctypes.POINTER(ctypes.c_uint32)
-
-
-class PortConf(ctypes.Structure):
-    _fields_ = [
-        ("n_mbufs", ctypes.c_uint32),
-        ("mbuf_cache", ctypes.c_uint32),
-        ("rx_desc", ctypes.c_uint16),
-        ("tx_desc", ctypes.c_uint16),
-        ("mtu", ctypes.c_uint16),
-        ("promiscuous", ctypes.c_uint16),
-    ]
-
-
-PORT_STAT_FIELDS = (
-    "rx_packets",
-    "rx_bytes",
-    "tx_packets",
-    "tx_bytes",
-    "rx_missed",
-    "rx_errors",
-    "tx_errors",
-    "rx_nombuf",
-    "tx_dropped",
-    "tx_nombuf",
-    "tx_oversize",
-    "rx_truncated",
+#: The binding modules, one per C area, in the order their prototypes are merged. A new C
+#: area adds its `_bind_<area>.py` here (nothing is found by looking at the disk).
+BINDINGS = (
+    "_bind_core",
+    "_bind_engine",
+    "_bind_feed",
+    "_bind_ring",
+    "_bind_ringnotify",
+    "_bind_topic",
+    "_bind_udpgen",
+    "_bind_ws",
 )
-
-
-class PortStats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in PORT_STAT_FIELDS]
-
-
-class LinkInfo(ctypes.Structure):
-    _fields_ = [
-        ("speed_mbps", ctypes.c_uint32),
-        ("up", ctypes.c_uint16),
-        ("full_duplex", ctypes.c_uint16),
-    ]
-
-
-# name -> (restype, argtypes); every export of wsgw_shim.h is declared here.
-_PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
-    "wsgw_abi_version": (ctypes.c_int, []),
-    "wsgw_shim_version": (ctypes.c_char_p, []),
-    "wsgw_has_dpdk": (ctypes.c_int, []),
-    "wsgw_dpdk_version": (ctypes.c_char_p, []),
-    "wsgw_build_flags": (ctypes.c_char_p, []),
-    "wsgw_source_hash": (ctypes.c_char_p, []),
-    "wsgw_last_error": (ctypes.c_char_p, []),
-    "wsgw_csum_partial": (ctypes.c_uint32, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32]),
-    "wsgw_csum_fold": (ctypes.c_uint16, [ctypes.c_uint32]),
-    "wsgw_eal_init": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
-    "wsgw_eal_state": (ctypes.c_int, []),
-    "wsgw_eal_cleanup": (ctypes.c_int, []),
-    "wsgw_thread_register": (ctypes.c_int, []),
-    "wsgw_thread_unregister": (None, []),
-    "wsgw_port_open": (
-        ctypes.c_int,
-        [ctypes.c_char_p, ctypes.POINTER(PortConf), ctypes.POINTER(ctypes.c_void_p)],
-    ),
-    "wsgw_port_start": (ctypes.c_int, [ctypes.c_void_p]),
-    "wsgw_port_stop": (ctypes.c_int, [ctypes.c_void_p]),
-    "wsgw_port_close": (None, [ctypes.c_void_p]),
-    "wsgw_port_id": (ctypes.c_int, [ctypes.c_void_p]),
-    "wsgw_port_mac": (ctypes.c_int, [ctypes.c_void_p, _c_uint8_p]),
-    "wsgw_port_mtu": (ctypes.c_int, [ctypes.c_void_p]),
-    "wsgw_port_link": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(LinkInfo)]),
-    "wsgw_port_stats": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(PortStats)]),
-    "wsgw_port_rx_burst": (
-        ctypes.c_int,
-        [ctypes.c_void_p, _c_uint8_p, ctypes.c_uint32, _c_uint32_p, _c_uint16_p, ctypes.c_uint16],
-    ),
-    "wsgw_port_tx_burst": (
-        ctypes.c_int,
-        [ctypes.c_void_p, _c_uint8_p, _c_uint32_p, _c_uint16_p, ctypes.c_uint16],
-    ),
-}
+#: What the source hash covers (setup.py hashes the same set): the C sources and the Python
+#: mirrors of their headers, so a library built before a mirror changed counts as stale.
+SOURCE_PATTERNS = ("*.c", "*.h", "_bind_*.py")
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
-def all_prototypes() -> dict[str, tuple[Any, list[Any]]]:
-    """This module's prototypes plus those of every area binding (`_bind_<area>.py` beside
-    this file, each with a PROTOTYPES dict): one C area, one binding module, no edits here."""
-    merged = dict(_PROTOTYPES)
-    for module in sorted(SHIM_DIR.glob("_bind_*.py")):
-        area = importlib.import_module(f"dataplane.shim.{module.stem}")
-        merged.update(area.PROTOTYPES)
+def all_prototypes(table: str = "PROTOTYPES") -> dict[str, tuple[Any, list[Any]]]:
+    """The prototypes of every binding in BINDINGS (each module's PROTOTYPES dict): one C
+    area, one binding module, one line in BINDINGS. table="BENCH_PROTOTYPES": the benchmark
+    entry points, only in a library built for benchmarks (see setup.py)."""
+    merged: dict[str, tuple[Any, list[Any]]] = {}
+    for name in BINDINGS:
+        merged.update(getattr(importlib.import_module(f"dataplane.shim.{name}"), table, {}))
     return merged
+
+
+def bench_function(lib: ctypes.CDLL, name: str) -> Any:
+    """A benchmark entry point of lib, or a ShimError that says how to get one."""
+    try:
+        return getattr(lib, name)
+    except AttributeError:
+        raise ShimError(
+            f"{name}: this shim was built without benchmarks (a wheel's build); build a "
+            "checkout's with `make shim` (or WSGW_SHIM_BENCH=1 pip install .)"
+        ) from None
 
 
 def library_path() -> Path:
@@ -136,10 +86,16 @@ def library_path() -> Path:
     return Path(override) if override else SHIM_DIR / LIB_NAME
 
 
+def source_files(directory: Path = SHIM_DIR) -> list[Path]:
+    """The files the source hash covers, in name order."""
+    found = {path for pattern in SOURCE_PATTERNS for path in directory.glob(pattern)}
+    return sorted(found, key=lambda p: p.name)
+
+
 def source_hash(directory: Path = SHIM_DIR) -> str | None:
-    """Hash of the C sources as setup.py computes it, or None when no sources are here."""
-    files = sorted(directory.glob("*.[ch]"), key=lambda p: p.name)
-    if not files:
+    """Hash of the sources as setup.py computes it, or None when no C sources are here."""
+    files = source_files(directory)
+    if not any(path.suffix == ".c" for path in files):
         return None
     digest = hashlib.sha256()
     for path in files:
@@ -174,6 +130,9 @@ class Shim:
             raise ShimMissingError(f"wsgw shim library not found at {path}: {REBUILD_HINT}")
         try:
             self._lib = ctypes.CDLL(str(path))
+            # The same library again as a PyDLL: its calls keep the GIL, for the short
+            # per-batch calls where a GIL hand-over costs more than the call (see _bind_ring).
+            self._lib_keep_gil = ctypes.PyDLL(str(path))
         except OSError as exc:
             raise ShimError(f"cannot load wsgw shim {path}: {exc}") from exc
         prototypes = all_prototypes()
@@ -183,10 +142,16 @@ class Shim:
                 f"{path} is not a wsgw shim of ABI {ABI_VERSION}: missing "
                 f"{', '.join(missing[:5])}; {REBUILD_HINT}"
             )
-        for name, (restype, argtypes) in prototypes.items():
-            func = getattr(self._lib, name)
-            func.restype = restype
-            func.argtypes = argtypes
+        bench = all_prototypes("BENCH_PROTOTYPES")
+        #: Built for benchmarks (setup.py): the benchmark entry points are there.
+        self.has_bench = all(hasattr(self._lib, name) for name in bench)
+        if self.has_bench:
+            prototypes = {**prototypes, **bench}
+        for handle in (self._lib, self._lib_keep_gil):
+            for name, (restype, argtypes) in prototypes.items():
+                func = getattr(handle, name)
+                func.restype = restype
+                func.argtypes = argtypes
         found = int(self._lib.wsgw_abi_version())
         if found != ABI_VERSION:
             raise ShimVersionError(
@@ -200,14 +165,20 @@ class Shim:
             built = self._lib.wsgw_source_hash().decode()
             if built != expected:
                 raise ShimStaleError(
-                    f"{path} was built from other C sources than those in {path.parent} "
-                    f"(built {built[:12]}, sources {expected[:12]}); {REBUILD_HINT}"
+                    f"{path} was built from other sources (C files, ctypes mirrors) than "
+                    f"those in {path.parent} (built {built[:12]}, sources {expected[:12]}); "
+                    f"{REBUILD_HINT}"
                 )
 
     @property
     def lib(self) -> ctypes.CDLL:
-        """The loaded library, for the area bindings (`_bind_*.py`) in this package only."""
+        """The loaded library; its calls release the GIL."""
         return self._lib
+
+    @property
+    def lib_keep_gil(self) -> ctypes.CDLL:
+        """The same library as a PyDLL, every prototype declared; its calls keep the GIL."""
+        return self._lib_keep_gil
 
     # ---- identity ------------------------------------------------------------------
     @property
@@ -221,6 +192,7 @@ class Shim:
             "abi": int(lib.wsgw_abi_version()),
             "path": str(self.path),
             "dpdk": self.has_dpdk,
+            "bench": self.has_bench,
             "dpdk_version": lib.wsgw_dpdk_version().decode() or None,
             "build_flags": lib.wsgw_build_flags().decode(),
             "source_hash": lib.wsgw_source_hash().decode(),
@@ -367,6 +339,20 @@ def load(path: Path | None = None) -> Shim:
             shim = Shim(target)
             _cached[target] = shim
         return shim
+
+
+#: `library(KEEP_GIL)`: the PyDLL handle. Positional, since a cached call with a keyword
+#: argument costs a few hundred ns more, and the ring calls this per call.
+KEEP_GIL = True
+
+
+@functools.cache  # a C-level cache: the per-call cost of a wrapper that calls this stays low
+def library(keep_gil: bool = False) -> ctypes.CDLL:
+    """The default shim's library handle (see `load`), every prototype declared: the one way
+    bindings and callers get it. keep_gil: the PyDLL handle, whose calls keep the GIL.
+    Hot paths bind the function objects they call once (`library().wsgw_x`)."""
+    shim = load()
+    return shim.lib_keep_gil if keep_gil else shim.lib
 
 
 def shim_info() -> dict[str, Any]:

@@ -1235,6 +1235,9 @@ WSGW_API int wsgw_engine_poll(wsgw_engine *e, uint64_t deadline_ns, uint64_t bud
     return 0;
 }
 
+/* Benchmark entry points: in the library only when built for benchmarks (setup.py's
+ * WSGW_BENCH: the in-place build of a checkout, `make shim`; never the wheel's). */
+#ifdef WSGW_BENCH
 /* ---- microbenchmarks ---------------------------------------------------------------------- */
 
 WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations)
@@ -1342,3 +1345,5 @@ WSGW_API uint64_t wsgw_bench_checksum(const uint8_t *buf, uint32_t len, uint32_t
     (void)sink;
     return wsgw_monotonic_ns() - start;
 }
+
+#endif /* WSGW_BENCH */

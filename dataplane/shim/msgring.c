@@ -1318,6 +1318,9 @@ WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r)
     return -err;
 }
 
+/* Benchmark entry points: in the library only when built for benchmarks (setup.py's
+ * WSGW_BENCH: the in-place build of a checkout, `make shim`; never the wheel's). */
+#ifdef WSGW_BENCH
 /* ---- benchmarks -------------------------------------------------------------------------- */
 
 /* `count` messages all pointing at one patterned payload (session 1, topic 0); NULL when
@@ -1611,3 +1614,5 @@ WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t ti
     free(arena);
     return rc;
 }
+
+#endif /* WSGW_BENCH */

@@ -17,6 +17,9 @@
 #include "shim_internal.h"
 #include "wsgw_udpgen.h"
 
+/* A benchmark tool: in the library only when built for benchmarks (see wsgw_udpgen.h). */
+#ifdef WSGW_BENCH
+
 #define UDPGEN_BURST_MAX 512
 #define ETH_HLEN 14
 #define SEQ_LEN 8
@@ -208,3 +211,5 @@ WSGW_API int wsgw_udp_flood(wsgw_port *p, const uint8_t *tmpl, uint16_t len, uin
 }
 
 #endif /* WSGW_HAVE_DPDK */
+
+#endif /* WSGW_BENCH */

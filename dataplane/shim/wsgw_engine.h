@@ -269,6 +269,9 @@ WSGW_API uint32_t wsgw_engine_take_tx(wsgw_engine *e, uint8_t *buf, uint32_t buf
 WSGW_API void wsgw_engine_stats(const wsgw_engine *e, struct wsgw_engine_stats *out);
 WSGW_API uint64_t wsgw_monotonic_ns(void);
 
+/* Benchmark entry points: in the library only when built for benchmarks (setup.py's
+ * WSGW_BENCH: the in-place build of a checkout, `make shim`; never the wheel's). */
+#ifdef WSGW_BENCH
 /* Microbenchmarks: loops run in C so the ctypes call is not what is measured. */
 WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations);
 /* Benchmark, C alone in the loop: send `frame` on the flow (a data segment from its
@@ -287,4 +290,5 @@ WSGW_API uint64_t wsgw_bench_fast_path(wsgw_engine *e, int slot, const uint8_t *
                                        uint32_t n, uint32_t rounds);
 WSGW_API uint64_t wsgw_bench_checksum(const uint8_t *buf, uint32_t len, uint32_t iterations);
 
+#endif /* WSGW_BENCH */
 #endif

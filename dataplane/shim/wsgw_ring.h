@@ -316,6 +316,9 @@ WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns);
 WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r);
 WSGW_API void wsgw_ring_detach(wsgw_ring_reader *r);
 
+/* Benchmark entry points: in the library only when built for benchmarks (setup.py's
+ * WSGW_BENCH: the in-place build of a checkout, `make shim`; never the wheel's). */
+#ifdef WSGW_BENCH
 /* ---- benchmarks: loops in C, so the figure is the ring's and not the FFI's -------------- */
 /* Write n messages of payload_len bytes in batches of batch; returns elapsed ns or -errno. */
 WSGW_API int64_t wsgw_ring_bench_write(wsgw_ring_writer *w, uint32_t payload_len, uint64_t n,
@@ -349,4 +352,5 @@ WSGW_API int wsgw_ring_bench_pace(wsgw_ring_writer *w, uint32_t payload_len, uin
 WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                      int64_t spin_ns, uint64_t *lat_ns, uint64_t result[9]);
 
+#endif /* WSGW_BENCH */
 #endif

@@ -16,10 +16,14 @@ struct wsgw_udp_flood_result {
     uint64_t ns;      /* elapsed, CLOCK_MONOTONIC */
 };
 
+/* Exported only when built for benchmarks (WSGW_BENCH: setup.py's in-place build, `make
+ * shim`), so the production library carries no benchmark code. */
+#ifdef WSGW_BENCH
 WSGW_API int wsgw_udp_frame(const uint8_t *tmpl, uint16_t len, uint64_t seq, int csum,
                             uint8_t *out);
 WSGW_API int wsgw_udp_flood(wsgw_port *p, const uint8_t *tmpl, uint16_t len, uint64_t count,
                             uint16_t burst, uint64_t first_seq, int csum, uint64_t timeout_ns,
                             struct wsgw_udp_flood_result *out);
 
+#endif /* WSGW_BENCH */
 #endif

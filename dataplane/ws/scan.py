@@ -180,9 +180,9 @@ def make_batch_scanner(
     backend: BackendName = "auto", max_frames: int = DEFAULT_MAX_BATCH
 ) -> BatchScanner:
     if resolve(backend) == "c":
-        from dataplane.shim._bind_ws import CBatchScanner
+        from dataplane.shim import WsBatchScanner
 
-        return CBatchScanner(max_frames)
+        return WsBatchScanner(max_frames)
     return PyBatchScanner(max_frames)
 
 
@@ -245,9 +245,9 @@ def resolve(backend: BackendName = "auto") -> Literal["c", "python"]:
 
 def make_scanner(backend: BackendName = "auto", max_frames: int = DEFAULT_MAX_FRAMES) -> Scanner:
     if resolve(backend) == "c":
-        from dataplane.shim._bind_ws import CScanner
+        from dataplane.shim import WsScanner
 
-        return CScanner(max_frames)
+        return WsScanner(max_frames)
     return PyScanner(max_frames)
 
 
@@ -284,9 +284,9 @@ def masker(backend: BackendName = "auto") -> Callable[[bytes, bytes], bytes]:
     """A `mask(data, key) -> bytes` function for the backend (C for large payloads)."""
     if resolve(backend) == "python":
         return mask_py
-    from dataplane.shim._bind_ws import mask_copy
+    from dataplane.shim import ws_mask_copy
 
     def mask(data: bytes, key: bytes) -> bytes:
-        return mask_copy(data, key) if len(data) >= C_MASK_THRESHOLD else mask_py(data, key)
+        return ws_mask_copy(data, key) if len(data) >= C_MASK_THRESHOLD else mask_py(data, key)
 
     return mask

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from dataplane.shim._bind_topic import STRING, STRING_ESC
+from dataplane.shim import JSON_STRING, JSON_STRING_ESC
 from gateway.dialects.extract import TopicExtractor
 from gateway.dialects.jsonscan import TopicPaths
 
@@ -287,21 +287,21 @@ class Dialect(ABC):
     @staticmethod
     def _str(raw: bytes, s: Sequence[int], i: int) -> str | None:
         """The plain string at span i (None for escaped strings and other kinds)."""
-        if s[i + 2] != STRING:
+        if s[i + 2] != JSON_STRING:
             return None
         off = s[i]
         return raw[off : off + s[i + 1]].decode()
 
     @staticmethod
     def _raw(raw: bytes, s: Sequence[int], i: int) -> bytes | None:
-        if s[i + 2] != STRING:
+        if s[i + 2] != JSON_STRING:
             return None
         off = s[i]
         return raw[off : off + s[i + 1]]
 
     @staticmethod
     def _escaped(s: Sequence[int], i: int) -> bool:
-        return s[i + 2] == STRING_ESC
+        return s[i + 2] == JSON_STRING_ESC
 
 
 def get_path(obj: Any, path: Sequence[str | int]) -> Any:

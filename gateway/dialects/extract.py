@@ -10,8 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from dataplane.errors import ShimError
-from dataplane.shim._bind_topic import TopicBatch, build_spec
-from dataplane.shim._bind_topic import extract as c_extract
+from dataplane.shim import TopicBatch, build_topic_spec, topic_extract
 from gateway.dialects.jsonscan import TopicPaths, scan
 
 BACKENDS = ("auto", "c", "python")
@@ -29,7 +28,7 @@ def _warn_once(exc: Exception) -> None:
 
 def c_available() -> bool:
     try:
-        build_spec([("x",)])
+        build_topic_spec([("x",)])
     except (ShimError, OSError):
         return False
     return True
@@ -46,7 +45,7 @@ class TopicExtractor:
         self._batch: TopicBatch | None = None
         if backend in ("auto", "c"):
             try:
-                spec = build_spec(paths.paths, presence=paths.presence, strict=paths.strict)
+                spec = build_topic_spec(paths.paths, presence=paths.presence, strict=paths.strict)
                 self._batch = TopicBatch(spec, capacity)
             except (ShimError, OSError) as exc:
                 if backend == "c":
@@ -57,7 +56,7 @@ class TopicExtractor:
     def extract(self, message: bytes) -> tuple[int, list[int]]:
         """(status, flat spans) for one message."""
         if self._batch is not None:
-            status, spans = c_extract(self._batch.spec, message)
+            status, spans = topic_extract(self._batch.spec, message)
         else:
             status, spans = scan(message, self.paths)
         flat: list[int] = []

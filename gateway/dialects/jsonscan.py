@@ -14,27 +14,27 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dataplane.shim._bind_topic import (
-    ABSENT,
-    ARRAY,
-    FALSE,
-    MALFORMED,
-    MAX_DEPTH,
-    MAX_KEY,
-    MAX_NESTING,
-    MAX_PATHS,
-    NULL,
-    NUMBER,
-    OBJECT,
-    OK,
-    PARTIAL,
-    STRING,
-    STRING_ESC,
-    TOO_DEEP,
-    TRUE,
-    Component,
-    Span,
+from dataplane.shim import (
+    JSON_ABSENT,
+    JSON_ARRAY,
+    JSON_FALSE,
+    JSON_NULL,
+    JSON_NUMBER,
+    JSON_OBJECT,
+    JSON_STRING,
+    JSON_STRING_ESC,
+    JSON_TRUE,
+    TOPIC_MALFORMED,
+    TOPIC_MAX_DEPTH,
+    TOPIC_MAX_KEY,
+    TOPIC_MAX_NESTING,
+    TOPIC_MAX_PATHS,
+    TOPIC_OK,
+    TOPIC_PARTIAL,
+    TOPIC_TOO_DEEP,
     TopicError,
+    TopicPathComponent,
+    TopicValueSpan,
 )
 
 _WS = frozenset(b" \t\n\r")
@@ -42,7 +42,7 @@ _TOKEN_END = frozenset(b' \t\n\r,:[]{}"')
 _STRING_STOP = re.compile(rb'["\\]')
 _BRACKET_STOP = re.compile(rb'["{}\[\]]')
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-_LITERALS = {TRUE: b"true", FALSE: b"false", NULL: b"null"}
+_LITERALS = {JSON_TRUE: b"true", JSON_FALSE: b"false", JSON_NULL: b"null"}
 _SIMPLE_ESCAPES = {
     ord('"'): b'"',
     ord("\\"): b"\\",
@@ -55,9 +55,9 @@ _SIMPLE_ESCAPES = {
 }
 
 
-def parse_path(text: str) -> tuple[Component, ...]:
+def parse_path(text: str) -> tuple[TopicPathComponent, ...]:
     """'arg.instId' -> ('arg', 'instId'); 'data[0].symbol' -> ('data', 0, 'symbol')."""
-    parts: list[Component] = []
+    parts: list[TopicPathComponent] = []
     pos = 0
     for match in _PATH_PART.finditer(text):
         if match.start() != pos:
@@ -78,21 +78,21 @@ def parse_path(text: str) -> tuple[Component, ...]:
 class TopicPaths:
     """What a dialect extracts: up to 4 key paths, some only tested for presence."""
 
-    paths: tuple[tuple[Component, ...], ...]
+    paths: tuple[tuple[TopicPathComponent, ...], ...]
     presence: tuple[bool, ...] = ()
     strict: bool = False
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.paths) <= MAX_PATHS:
-            raise TopicError(f"{len(self.paths)} paths; 1..{MAX_PATHS} allowed")
+        if not 1 <= len(self.paths) <= TOPIC_MAX_PATHS:
+            raise TopicError(f"{len(self.paths)} paths; 1..{TOPIC_MAX_PATHS} allowed")
         for path in self.paths:
-            if not 1 <= len(path) <= MAX_DEPTH:
-                raise TopicError(f"path {path!r}: depth must be 1..{MAX_DEPTH}")
+            if not 1 <= len(path) <= TOPIC_MAX_DEPTH:
+                raise TopicError(f"path {path!r}: depth must be 1..{TOPIC_MAX_DEPTH}")
             for c in path:
                 if isinstance(c, int) and not 0 <= c <= 0xFFFF:
                     raise TopicError(f"array index {c} out of range")
-                if isinstance(c, str) and len(c.encode()) > MAX_KEY:
-                    raise TopicError(f"key {c!r} longer than {MAX_KEY} bytes")
+                if isinstance(c, str) and len(c.encode()) > TOPIC_MAX_KEY:
+                    raise TopicError(f"key {c!r} longer than {TOPIC_MAX_KEY} bytes")
 
     @classmethod
     def of(cls, *paths: str, presence: Sequence[str] = (), strict: bool = False) -> TopicPaths:
@@ -126,7 +126,7 @@ class _Scan:
         self.pending = (1 << len(spec.paths)) - 1
         self.early = not spec.strict
         self.done = False
-        self.out = [Span(0, 0, ABSENT)] * len(spec.paths)
+        self.out = [TopicValueSpan(0, 0, JSON_ABSENT)] * len(spec.paths)
 
     def ws(self, p: int) -> int:
         msg, n = self.msg, self.n
@@ -163,7 +163,7 @@ class _Scan:
                 p, _ = self.skip_string(p + 1)
                 continue
             if c in (0x7B, 0x5B):
-                if len(stack) >= MAX_NESTING:
+                if len(stack) >= TOPIC_MAX_NESTING:
                     raise _TooDeep
                 stack.append(c == 0x7B)
             else:
@@ -176,31 +176,31 @@ class _Scan:
     @staticmethod
     def kind_of(c: int) -> int:  # noqa: PLR0911 (one return per JSON value kind)
         if c == 0x22:
-            return STRING
+            return JSON_STRING
         if c == 0x7B:
-            return OBJECT
+            return JSON_OBJECT
         if c == 0x5B:
-            return ARRAY
+            return JSON_ARRAY
         if c == 0x74:
-            return TRUE
+            return JSON_TRUE
         if c == 0x66:
-            return FALSE
+            return JSON_FALSE
         if c == 0x6E:
-            return NULL
+            return JSON_NULL
         if c == 0x2D or 0x30 <= c <= 0x39:
-            return NUMBER
-        return ABSENT
+            return JSON_NUMBER
+        return JSON_ABSENT
 
     def skip_value(self, p: int, kind: int) -> tuple[int, bool]:
-        if kind == STRING:
+        if kind == JSON_STRING:
             return self.skip_string(p + 1)
-        if kind in (OBJECT, ARRAY):
-            return self.skip_open(p + 1, kind == OBJECT), False
+        if kind in (JSON_OBJECT, JSON_ARRAY):
+            return self.skip_open(p + 1, kind == JSON_OBJECT), False
         q = p
         msg, n = self.msg, self.n
         while q < n and msg[q] not in _TOKEN_END:
             q += 1
-        if kind != NUMBER and msg[p:q] != _LITERALS[kind]:
+        if kind != JSON_NUMBER and msg[p:q] != _LITERALS[kind]:
             raise _Malformed
         return q, False
 
@@ -244,7 +244,7 @@ class _Scan:
                 unmatchable = True
                 continue
             out += chr(cp).encode()
-        if unmatchable or len(out) > MAX_KEY:
+        if unmatchable or len(out) > TOPIC_MAX_KEY:
             return None
         return bytes(out)
 
@@ -262,7 +262,7 @@ class _Scan:
 
     def member(self, p: int, depth: int, sub: int) -> int:  # noqa: PLR0912 (mirrors topic.c's member step for the differential tests)
         kind = self.kind_of(self.msg[p])
-        if kind == ABSENT:
+        if kind == JSON_ABSENT:
             raise _Malformed
         sub &= self.pending
         targets = descend = presence = 0
@@ -273,8 +273,8 @@ class _Scan:
                 targets |= 1 << i
                 if self.paths.is_presence(i):
                     presence |= 1 << i
-            elif (kind == OBJECT and not isinstance(comps[depth + 1], int)) or (
-                kind == ARRAY and isinstance(comps[depth + 1], int)
+            elif (kind == JSON_OBJECT and not isinstance(comps[depth + 1], int)) or (
+                kind == JSON_ARRAY and isinstance(comps[depth + 1], int)
             ):
                 descend |= 1 << i
         if not targets and not descend:
@@ -289,17 +289,19 @@ class _Scan:
         else:
             end, esc = self.skip_value(p, kind)
             # A bare token running into the end of the input may be cut short.
-            if end == self.n and NUMBER <= kind <= NULL:
+            if end == self.n and JSON_NUMBER <= kind <= JSON_NULL:
                 raise _Malformed
         for i in range(len(self.keys)):
             if not targets >> i & 1:
                 continue
             if presence >> i & 1:
-                self.out[i] = Span(start, 0, kind)
-            elif kind == STRING:
-                self.out[i] = Span(start + 1, end - start - 2, STRING_ESC if esc else STRING)
+                self.out[i] = TopicValueSpan(start, 0, kind)
+            elif kind == JSON_STRING:
+                self.out[i] = TopicValueSpan(
+                    start + 1, end - start - 2, JSON_STRING_ESC if esc else JSON_STRING
+                )
             else:
-                self.out[i] = Span(start, end - start, kind)
+                self.out[i] = TopicValueSpan(start, end - start, kind)
         self.pending &= ~targets
         if self.early and not self.pending:
             self.done = True
@@ -307,7 +309,7 @@ class _Scan:
 
     def walk(self, p: int, depth: int, mask: int, kind: int) -> int:  # noqa: PLR0912 (mirrors topic.c's walk for the differential tests)
         msg, n = self.msg, self.n
-        is_object = kind == OBJECT
+        is_object = kind == JSON_OBJECT
         closer = 0x7D if is_object else 0x5D
         index = 0
         p = self.ws(p + 1)
@@ -353,19 +355,19 @@ class _Scan:
         if p >= n:
             raise _Malformed
         kind = self.kind_of(msg[p])
-        if kind in (OBJECT, ARRAY):
+        if kind in (JSON_OBJECT, JSON_ARRAY):
             mask = 0
             for i, comps in enumerate(self.keys):
-                if isinstance(comps[0], int) == (kind == ARRAY):
+                if isinstance(comps[0], int) == (kind == JSON_ARRAY):
                     mask |= 1 << i
             p = self.walk(p, 0, mask, kind) if mask else self.skip_value(p, kind)[0]
-        elif kind != ABSENT:
+        elif kind != JSON_ABSENT:
             p = self.skip_value(p, kind)[0]
         else:
             raise _Malformed
         if not self.done and self.ws(p) != n:
             raise _Malformed
-        return PARTIAL if self.pending else OK
+        return TOPIC_PARTIAL if self.pending else TOPIC_OK
 
 
 def _hex4(raw: bytes, p: int) -> int:
@@ -375,25 +377,25 @@ def _hex4(raw: bytes, p: int) -> int:
     return int(digits, 16)
 
 
-def scan(message: bytes, spec: TopicPaths) -> tuple[int, list[Span]]:
+def scan(message: bytes, spec: TopicPaths) -> tuple[int, list[TopicValueSpan]]:
     """(status, one Span per path): the same answer as the C scanner, in Python."""
     state = _Scan(message, spec)
-    empty = [Span(0, 0, ABSENT)] * len(spec.paths)
+    empty = [TopicValueSpan(0, 0, JSON_ABSENT)] * len(spec.paths)
     try:
         status = state.run()
     except _Malformed:
-        return MALFORMED, empty
+        return TOPIC_MALFORMED, empty
     except _TooDeep:
-        return TOO_DEEP, empty
+        return TOPIC_TOO_DEEP, empty
     return status, state.out
 
 
-def span_text(message: bytes, span: Span) -> str | None:
+def span_text(message: bytes, span: TopicValueSpan) -> str | None:
     """The decoded text of a string span (escapes resolved), None if it is not a string."""
     raw = message[span.offset : span.offset + span.length]
-    if span.kind == STRING:
+    if span.kind == JSON_STRING:
         return raw.decode("utf-8", "replace")
-    if span.kind == STRING_ESC:
+    if span.kind == JSON_STRING_ESC:
         import json
 
         try:

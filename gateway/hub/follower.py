@@ -27,7 +27,12 @@ import weakref
 from collections.abc import Callable
 
 from dataplane.ring import Gap, RingClosedError, RingError, RingEvent, RingReader, RingWriter
-from dataplane.shim import _bind_ringnotify as _notify
+from dataplane.shim import (
+    ring_notifier_count,
+    ring_notifier_rearm,
+    ring_notifier_start,
+    ring_notifier_stop,
+)
 
 log = logging.getLogger("wsgw.hub")
 
@@ -68,7 +73,7 @@ class RingFollower:
         # its lag asked (a C call making a dict), not on every wake-up of a light feed.
         self._maybe_behind = True
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        rc, self._notifier = _notify.start(self.reader._handle, self._fd, 0)
+        rc, self._notifier = ring_notifier_start(self.reader._handle, self._fd, 0)
         if rc < 0:
             os.close(self._fd)
             self.reader.close()
@@ -92,7 +97,7 @@ class RingFollower:
     def wakeups(self) -> int:
         """Notifications the waiting thread sent (one per wake-up of the loop)."""
         with self._detach_lock:
-            return 0 if self._halted else _notify.count(self._notifier)
+            return 0 if self._halted else ring_notifier_count(self._notifier)
 
     def _watch(self) -> None:
         if not self._halted:
@@ -159,7 +164,7 @@ class RingFollower:
         """Done reading for now: the next record (or one still there) wakes the loop again."""
         with self._detach_lock:  # not while `halt` frees the notifier (the sink's stop)
             if not self._halted:
-                _notify.rearm(self._notifier)
+                ring_notifier_rearm(self._notifier)
 
     def halt(self) -> None:
         """End the waiting thread (idempotent): the loop is woken no more, and may still
@@ -169,7 +174,7 @@ class RingFollower:
                 return
             self._halted = True
             self._finalizer.detach()
-            _notify.stop(self._notifier)  # joins it: it writes to the eventfd no more
+            ring_notifier_stop(self._notifier)  # joins it: it writes to the eventfd no more
         fd = self._fd
         loop = self.loop
         if loop.is_closed():
@@ -201,7 +206,7 @@ class RingFollower:
 def _release(notifier: int, reader: RingReader, fd: int, lock: threading.Lock) -> None:
     """A dropped follower's end: its thread, then its eventfd and reader."""
     with lock:
-        _notify.stop(notifier)
+        ring_notifier_stop(notifier)
     os.close(fd)
     reader.close()
 

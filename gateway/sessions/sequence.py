@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from dataplane.shim._bind_topic import NUMBER
+from dataplane.shim import JSON_NUMBER
 from gateway.dialects.extract import TopicExtractor
 from gateway.dialects.jsonscan import TopicPaths
 
@@ -111,7 +111,7 @@ class SequenceChecker:
 
 
 def _number(raw: bytes, spans: Sequence[int], i: int) -> int | None:
-    if spans[i + 2] != NUMBER:
+    if spans[i + 2] != JSON_NUMBER:
         return None
     off = spans[i]
     try:

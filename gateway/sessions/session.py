@@ -46,7 +46,7 @@ from dataplane.errors import (
 from dataplane.feed import CFeed
 from dataplane.ring import RingWriter
 from dataplane.samples import LatencySamples
-from dataplane.shim._bind_topic import build_spec
+from dataplane.shim import build_topic_spec
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
 from dataplane.transports.connection import WsClientConnection
 from dataplane.transports.dpdk import EngineTransport
@@ -841,7 +841,7 @@ class UpstreamSession:
             return
         paths = dialect.topic_paths
         try:
-            spec = build_spec(paths.paths, presence=paths.presence, strict=paths.strict)
+            spec = build_topic_spec(paths.paths, presence=paths.presence, strict=paths.strict)
             feed = CFeed(ring, self.id, spec, min(cfg.max_message_size, cfg.max_frame_size))
         except (DataplaneError, OSError) as exc:
             log.warning("session %d: no C feed path (%s): the read loop carries it", self.id, exc)

@@ -22,7 +22,11 @@ import dataplane.engine as engine_module
 from dataplane.engine import Engine, engine_config_from, first_isolated_cpu
 from dataplane.links.memory import memory_link_pair
 from dataplane.ring import SHM_DIR, RingReader, RingWriter, WaitPolicy, ring_name
-from dataplane.shim import _bind_ring as _c
+from dataplane.shim import (
+    RING_WAIT_BUSY,
+    RING_WAIT_SPIN,
+    ring_set_wait_hint,
+)
 from dataplane.stack.iface import Interface
 from gateway.client import Client
 from gateway.hub.config import HubConfig, create_hub
@@ -200,10 +204,10 @@ def test_wait_hint_bad_values(gateway: str) -> None:
         with pytest.raises(ValueError, match="wait policy"):
             writer.set_wait_hint("nap")
         handle = writer._live()
-        assert _c.set_wait_hint(handle, _c.WAIT_SPIN, 0) < 0  # spin needs a time
-        assert _c.set_wait_hint(handle, _c.WAIT_BUSY, 5) < 0  # only spin takes one
-        assert _c.set_wait_hint(handle, 7, 0) < 0
-        assert _c.set_wait_hint(handle, _c.WAIT_SPIN, 1 << 48) < 0
+        assert ring_set_wait_hint(handle, RING_WAIT_SPIN, 0) < 0  # spin needs a time
+        assert ring_set_wait_hint(handle, RING_WAIT_BUSY, 5) < 0  # only spin takes one
+        assert ring_set_wait_hint(handle, 7, 0) < 0
+        assert ring_set_wait_hint(handle, RING_WAIT_SPIN, 1 << 48) < 0
         assert writer.wait_hint is None
 
 

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from dataplane.engine import Engine
-from dataplane.shim._bind_ws import SeqCheck
+from dataplane.shim import WsSeqCheck
 from dataplane.transports.dpdk import connect_dpdk
 from dataplane.ws.errors import ConnectionClosedOK
 from gateway.lab import Lab
@@ -33,8 +33,8 @@ def test_flood_in_batches_every_sequence_number_checked(
     eng, lab = engine
     peer = WsPeer.start(lab)
 
-    async def run() -> tuple[SeqCheck, list[int]]:
-        check = SeqCheck(size)
+    async def run() -> tuple[WsSeqCheck, list[int]]:
+        check = WsSeqCheck(size)
         sizes: list[int] = []
         url = f"ws://{lab.peer_ip}:{peer.port}/flood/{COUNT}/{size}/binary"
         async with asyncio.timeout(60):

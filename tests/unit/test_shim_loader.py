@@ -1,7 +1,11 @@
-"""The loader: missing library, wrong ABI, stale build, built without DPDK, checksums."""
+"""The loader: missing library, wrong ABI, stale build, built without DPDK, checksums.
+
+This tests the private `_loader` module itself, so it imports it (the one kind of module
+outside dataplane/shim allowed to: see tests/unit/test_shim_imports.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -14,6 +18,7 @@ import pytest
 
 from dataplane.errors import (
     DpdkUnavailableError,
+    ShimError,
     ShimMissingError,
     ShimStaleError,
     ShimVersionError,
@@ -80,15 +85,35 @@ def test_wrong_abi_version_is_refused(tmp_path: Path) -> None:
         Shim(build(lib_dir, copied, f"-I{tmp_path}"))
 
 
-def test_stale_library_is_refused(tmp_path: Path) -> None:
-    for path in SHIM_DIR.glob("*.[ch]"):
+@pytest.mark.parametrize("edited", ["shim_core.c", "wsgw_ring.h", "_bind_engine.py"])
+def test_stale_library_is_refused(tmp_path: Path, edited: str) -> None:
+    """A C file, a header or a ctypes mirror of one edited after the build: stale."""
+    for path in _loader.source_files():
         shutil.copy(path, tmp_path / path.name)
     shutil.copy(SHIM_DIR / "libwsgw_shim.so", tmp_path / "libwsgw_shim.so")
     Shim(tmp_path / "libwsgw_shim.so")  # identical sources: accepted
-    with (tmp_path / "shim_core.c").open("a") as f:
-        f.write("\n/* edited after the build */\n")
-    with pytest.raises(ShimStaleError, match="other C sources"):
+    with (tmp_path / edited).open("a") as f:
+        f.write("\n# edited after the build\n" if edited.endswith(".py") else "\n/* edited */\n")
+    with pytest.raises(ShimStaleError, match="other sources"):
         Shim(tmp_path / "libwsgw_shim.so")
+
+
+def test_source_hash_covers_every_binding() -> None:
+    """Every registered binding is a hashed mirror, and every binding file is registered."""
+    hashed = {p.name for p in _loader.source_files()}
+    assert {f"{name}.py" for name in _loader.BINDINGS} <= hashed
+    on_disk = {p.stem for p in SHIM_DIR.glob("_bind_*.py")}
+    assert on_disk == set(_loader.BINDINGS), "a _bind_*.py not listed in _loader.BINDINGS"
+
+
+def test_library_handles_are_the_loaded_shim() -> None:
+    shim = _loader.load()
+    assert _loader.library() is shim.lib
+    assert _loader.library(keep_gil=True) is shim.lib_keep_gil
+    assert isinstance(shim.lib_keep_gil, ctypes.PyDLL)
+    # every prototype is declared on both handles
+    for handle in (shim.lib, shim.lib_keep_gil):
+        assert handle.wsgw_ring_write.restype is ctypes.c_int64
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +134,26 @@ def test_built_without_dpdk_reports_it(no_dpdk_shim: Path) -> None:
     info = json.loads(out.stdout)
     assert info["dpdk"] is False
     assert info["dpdk_version"] is None
+
+
+def test_a_build_for_benchmarks_exports_the_bench_entry_points() -> None:
+    """The checkout's build (`make shim`, in place) is for benchmarks; its names are declared."""
+    shim = _loader.load()
+    bench = _loader.all_prototypes("BENCH_PROTOTYPES")
+    assert shim.has_bench and shim.info()["bench"] is True
+    assert {"wsgw_udp_flood", "wsgw_bench_fast_path", "wsgw_ring_bench_latency"} <= set(bench)
+    assert "-DWSGW_BENCH=1" in shim.info()["build_flags"]
+
+
+def test_a_build_without_benchmarks_exports_none_and_says_so(no_dpdk_shim: Path) -> None:
+    """A build without WSGW_BENCH (a wheel's) has no benchmark entry point; asking for one
+    is a ShimError that says what to build, and everything else loads."""
+    shim = Shim(no_dpdk_shim)
+    assert shim.has_bench is False
+    bench = _loader.all_prototypes("BENCH_PROTOTYPES")
+    assert bench and not [name for name in bench if hasattr(ctypes.CDLL(str(no_dpdk_shim)), name)]
+    with pytest.raises(ShimError, match=r"built without benchmarks.*make shim"):
+        _loader.bench_function(shim.lib, "wsgw_udp_flood")
 
 
 def test_built_without_dpdk_ports_raise_a_typed_error(no_dpdk_shim: Path) -> None:

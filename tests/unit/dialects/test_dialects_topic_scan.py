@@ -16,19 +16,39 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from dataplane.shim import _bind_topic as c
+from dataplane.shim import (
+    JSON_ABSENT,
+    JSON_ARRAY,
+    JSON_FALSE,
+    JSON_NULL,
+    JSON_NUMBER,
+    JSON_OBJECT,
+    JSON_STRING,
+    JSON_STRING_ESC,
+    JSON_TRUE,
+    TOPIC_MALFORMED,
+    TOPIC_MAX_KEY,
+    TOPIC_OK,
+    TOPIC_PARTIAL,
+    TOPIC_TOO_DEEP,
+    TopicBatch,
+    TopicError,
+    TopicValueSpan,
+    build_topic_spec,
+    topic_extract,
+)
 from gateway.dialects.base import get_path, has_path
 from gateway.dialects.jsonscan import TopicPaths, parse_path, scan, span_text
 
-MAX_KEY = c.MAX_KEY
+MAX_KEY = TOPIC_MAX_KEY
 
 
-def c_scan(message: bytes, paths: TopicPaths) -> tuple[int, list[c.Span]]:
-    spec = c.build_spec(paths.paths, presence=paths.presence, strict=paths.strict)
-    return c.extract(spec, message)
+def c_scan(message: bytes, paths: TopicPaths) -> tuple[int, list[TopicValueSpan]]:
+    spec = build_topic_spec(paths.paths, presence=paths.presence, strict=paths.strict)
+    return topic_extract(spec, message)
 
 
-def both(message: bytes, paths: TopicPaths) -> tuple[int, list[c.Span]]:
+def both(message: bytes, paths: TopicPaths) -> tuple[int, list[TopicValueSpan]]:
     """Scan with both implementations, assert they agree, return the answer."""
     got_c = c_scan(message, paths)
     got_py = scan(message, paths)
@@ -36,28 +56,34 @@ def both(message: bytes, paths: TopicPaths) -> tuple[int, list[c.Span]]:
     return got_c
 
 
-def value_of(message: bytes, span: c.Span) -> Any:
+def value_of(message: bytes, span: TopicValueSpan) -> Any:
     raw = message[span.offset : span.offset + span.length]
-    if span.kind in (c.STRING, c.STRING_ESC):
+    if span.kind in (JSON_STRING, JSON_STRING_ESC):
         return span_text(message, span)
     return json.loads(raw)
 
 
-KIND_OF_TYPE = {str: c.STRING, bool: None, int: c.NUMBER, float: c.NUMBER, dict: c.OBJECT}
+KIND_OF_TYPE = {
+    str: JSON_STRING,
+    bool: None,
+    int: JSON_NUMBER,
+    float: JSON_NUMBER,
+    dict: JSON_OBJECT,
+}
 
 
 def kind_matches(kind: int, value: Any) -> bool:
     if isinstance(value, bool):
-        return kind == (c.TRUE if value else c.FALSE)
+        return kind == (JSON_TRUE if value else JSON_FALSE)
     if value is None:
-        return kind == c.NULL
+        return kind == JSON_NULL
     if isinstance(value, str):
-        return kind in (c.STRING, c.STRING_ESC)
+        return kind in (JSON_STRING, JSON_STRING_ESC)
     if isinstance(value, int | float):
-        return kind == c.NUMBER
+        return kind == JSON_NUMBER
     if isinstance(value, dict):
-        return kind == c.OBJECT
-    return kind == c.ARRAY
+        return kind == JSON_OBJECT
+    return kind == JSON_ARRAY
 
 
 # ---- strategies -------------------------------------------------------------------------
@@ -136,7 +162,7 @@ def test_spans_match_json_loads(case: tuple[bytes, Any, TopicPaths]) -> None:
     text, doc, paths = case
     assert json.loads(text) == orjson.loads(text) or True  # both parse it (nan-free)
     status, spans = both(text, paths)
-    assert status in (c.OK, c.PARTIAL)
+    assert status in (TOPIC_OK, TOPIC_PARTIAL)
     for i, (path, span) in enumerate(zip(paths.paths, spans, strict=True)):
         exists = has_path(doc, path)
         assert span.found == exists, (path, text)
@@ -149,7 +175,7 @@ def test_spans_match_json_loads(case: tuple[bytes, Any, TopicPaths]) -> None:
             continue
         got = value_of(text, span)
         assert got == expected or (got != got and expected != expected), (path, got, expected)
-    assert (status == c.OK) == all(s.found for s in spans)
+    assert (status == TOPIC_OK) == all(s.found for s in spans)
 
 
 @settings(max_examples=300, deadline=None)
@@ -166,11 +192,11 @@ def test_truncation_never_invents(case: tuple[bytes, Any, TopicPaths], data: st.
     # A proper prefix of one JSON value is never one JSON value... except a number cut
     # short (123 -> 12), the one case where the prefix is itself valid.
     if not (text[:1].isdigit() or text[:1] == b"-"):
-        assert strict_status in (c.MALFORMED, c.TOO_DEEP)
+        assert strict_status in (TOPIC_MALFORMED, TOPIC_TOO_DEEP)
         assert all(not s.found for s in strict_spans)
-    if status == c.OK:
+    if status == TOPIC_OK:
         full_status, full_spans = both(text, paths)
-        assert full_status == c.OK
+        assert full_status == TOPIC_OK
         assert spans == full_spans
     elif status < 0:
         assert all(not s.found for s in spans)
@@ -247,7 +273,7 @@ STREAM = TopicPaths.of("stream")
 )
 def test_adversarial_found(message: bytes, expected: str) -> None:
     status, spans = both(message, STREAM)
-    assert status == c.OK
+    assert status == TOPIC_OK
     assert span_text(message, spans[0]) == expected
 
 
@@ -278,7 +304,7 @@ def test_adversarial_found(message: bytes, expected: str) -> None:
 )
 def test_adversarial_not_found(message: bytes) -> None:
     status, spans = both(message, STREAM)
-    assert status == c.MALFORMED
+    assert status == TOPIC_MALFORMED
     assert not spans[0].found
 
 
@@ -286,26 +312,26 @@ def test_truncated_after_the_value() -> None:
     """Early mode stops at the value (the frame layer hands over whole messages); strict
     mode reads to the end and refuses the truncated message."""
     message = b'{"stream":"btcusdt@trade","data":{"e":"tr'
-    assert both(message, STREAM)[0] == c.OK
-    assert both(message, TopicPaths.of("stream", strict=True))[0] == c.MALFORMED
+    assert both(message, STREAM)[0] == TOPIC_OK
+    assert both(message, TopicPaths.of("stream", strict=True))[0] == TOPIC_MALFORMED
 
 
 def test_deep_nesting() -> None:
     deep_ok = b'{"x":' + b"[" * 1000 + b"]" * 1000 + b',"stream":"s"}'
-    assert both(deep_ok, STREAM)[0] == c.OK
+    assert both(deep_ok, STREAM)[0] == TOPIC_OK
     too_deep = b'{"x":' + b"[" * 5000 + b"]" * 5000 + b',"stream":"s"}'
     status, spans = both(too_deep, STREAM)
-    assert status == c.TOO_DEEP and not spans[0].found
+    assert status == TOPIC_TOO_DEEP and not spans[0].found
     mismatched = b'{"x":' + b"[{" * 200 + b"]}" * 200 + b',"stream":"s"}'
-    assert both(mismatched, STREAM)[0] == c.MALFORMED
+    assert both(mismatched, STREAM)[0] == TOPIC_MALFORMED
 
 
 def test_kinds_and_spans() -> None:
     message = b'{"s":"txt","n":-1.5e3,"t":true,"f":false,"z":null,"o":{"a":[1]},"a":[{"b":2}]}'
     paths = TopicPaths.of("n", "t", "o", "a[0].b")
     status, spans = both(message, paths)
-    assert status == c.OK
-    assert [s.kind for s in spans] == [c.NUMBER, c.TRUE, c.OBJECT, c.NUMBER]
+    assert status == TOPIC_OK
+    assert [s.kind for s in spans] == [JSON_NUMBER, JSON_TRUE, JSON_OBJECT, JSON_NUMBER]
     assert [message[s.offset : s.offset + s.length] for s in spans] == [
         b"-1.5e3",
         b"true",
@@ -313,8 +339,8 @@ def test_kinds_and_spans() -> None:
         b"2",
     ]
     status, spans = both(message, TopicPaths.of("f", "z", "s", "nope"))
-    assert status == c.PARTIAL
-    assert [s.kind for s in spans] == [c.FALSE, c.NULL, c.STRING, c.ABSENT]
+    assert status == TOPIC_PARTIAL
+    assert [s.kind for s in spans] == [JSON_FALSE, JSON_NULL, JSON_STRING, JSON_ABSENT]
 
 
 def test_presence_stops_without_skipping() -> None:
@@ -322,17 +348,17 @@ def test_presence_stops_without_skipping() -> None:
     paths = TopicPaths.of("arg.channel", presence=("data",))
     message = b'{"arg":{"channel":"trades"},"data":[{"unterminated'
     status, spans = both(message, paths)
-    assert status == c.OK
-    assert spans[1] == c.Span(message.index(b"["), 0, c.ARRAY)
+    assert status == TOPIC_OK
+    assert spans[1] == TopicValueSpan(message.index(b"["), 0, JSON_ARRAY)
 
 
 def test_top_level_array_and_scalars() -> None:
     kraken_v1 = b'[42,[["5541.2","0.15","1534614057.3","s","l",""]],"trade","XBT/USD"]'
     status, spans = both(kraken_v1, TopicPaths.of("[2]", "[3]"))
-    assert status == c.OK
+    assert status == TOPIC_OK
     assert [span_text(kraken_v1, s) for s in spans] == ["trade", "XBT/USD"]
-    assert both(b"12", STREAM)[0] == c.PARTIAL
-    assert both(b'"stream"', STREAM)[0] == c.PARTIAL
+    assert both(b"12", STREAM)[0] == TOPIC_PARTIAL
+    assert both(b'"stream"', STREAM)[0] == TOPIC_PARTIAL
 
 
 def test_parse_path() -> None:
@@ -340,24 +366,24 @@ def test_parse_path() -> None:
     assert parse_path("data[0].symbol") == ("data", 0, "symbol")
     assert parse_path("[3]") == (3,)
     for bad in ("", "a..b", "a[x]", "a.", "[1"):
-        with pytest.raises(c.TopicError):
+        with pytest.raises(TopicError):
             parse_path(bad)
 
 
 def test_spec_limits() -> None:
-    with pytest.raises(c.TopicError):
-        c.build_spec([("a",)] * 5)
-    with pytest.raises(c.TopicError):
-        c.build_spec([("a", "b", "c", "d", "e")])
-    with pytest.raises(c.TopicError):
-        c.build_spec([("k" * 49,)])
-    with pytest.raises(c.TopicError):
-        c.build_spec([(70000,)])
+    with pytest.raises(TopicError):
+        build_topic_spec([("a",)] * 5)
+    with pytest.raises(TopicError):
+        build_topic_spec([("a", "b", "c", "d", "e")])
+    with pytest.raises(TopicError):
+        build_topic_spec([("k" * 49,)])
+    with pytest.raises(TopicError):
+        build_topic_spec([(70000,)])
 
 
 def test_batch_matches_single_calls() -> None:
     paths = TopicPaths.of("arg.channel", "arg.instId", presence=("data",))
-    spec = c.build_spec(paths.paths, presence=paths.presence)
+    spec = build_topic_spec(paths.paths, presence=paths.presence)
     messages = [
         b'{"arg":{"channel":"trades","instId":"BTC-USDT"},"data":[]}',
         b'{"event":"subscribe","arg":{"channel":"trades","instId":"BTC-USDT"}}',
@@ -365,10 +391,10 @@ def test_batch_matches_single_calls() -> None:
         b"",
         b'{"arg":{"channel":"books5","instId":"ETH-USDT"},"data":[{"asks":[]}]}',
     ] * 100
-    batch = c.TopicBatch(spec, capacity=8)  # grows
+    batch = TopicBatch(spec, capacity=8)  # grows
     assert batch.run(messages) == 200
     for i, message in enumerate(messages):
-        status, spans = c.extract(spec, message)
+        status, spans = topic_extract(spec, message)
         assert batch.status[i] == status
         assert [batch.span(i, p) for p in range(3)] == spans
     # The same messages laid out in one receive buffer, with gaps between them.
@@ -408,12 +434,12 @@ def test_long_skips(value: Any, pad: int, sep: str) -> None:
     doc_text = '{"x":' + " " * pad + json.dumps(value, ensure_ascii=False) + sep + '"stream":"s"}'
     message = doc_text.encode()
     status, spans = both(message, STREAM)
-    assert status == c.OK and span_text(message, spans[0]) == "s"
+    assert status == TOPIC_OK and span_text(message, spans[0]) == "s"
     strict = TopicPaths.of("stream", strict=True)
-    assert both(message, strict)[0] == c.OK
+    assert both(message, strict)[0] == TOPIC_OK
     # Every cut of it: the same answer from both, and strict never accepts a cut.
     for cut in range(0, len(message), 7):
-        assert both(message[:cut], strict)[0] in (c.MALFORMED, c.TOO_DEEP)
+        assert both(message[:cut], strict)[0] in (TOPIC_MALFORMED, TOPIC_TOO_DEEP)
 
 
 @pytest.mark.parametrize("at", range(56, 72))
@@ -424,4 +450,4 @@ def test_escape_on_block_edge(at: int) -> None:
     for tail in (b'\\"]"],"stream":"s"}', b'\\\\"],"stream":"s"}', b'\\"', b'\\\\"]'):
         message = head + filler + tail
         status, _ = both(message, STREAM)
-        assert status == (c.OK if message.endswith(b"}") else c.MALFORMED), message
+        assert status == (TOPIC_OK if message.endswith(b"}") else TOPIC_MALFORMED), message

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.fastpath import ack_template
-from dataplane.shim import load
-from dataplane.shim._bind_engine import EngineBinding, EngineConf, FlowStruct, flow_template
+from dataplane.shim import EngineBinding, EngineConf, FlowStruct, flow_template, load
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr

@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataplane.fastpath import FLOW_ACKS, FLOW_DATA
-from dataplane.shim import load
-from dataplane.shim._bind_engine import EngineBinding, FlowStruct
+from dataplane.shim import EngineBinding, FlowStruct, load
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpRepr

@@ -17,9 +17,7 @@ import pytest
 
 from dataplane.feed import CFeed
 from dataplane.ring import RingMessage, RingReader, RingWriter
-from dataplane.shim._bind_engine import EngineBinding
-from dataplane.shim._bind_feed import flow_set_feed
-from dataplane.shim._bind_topic import build_spec
+from dataplane.shim import EngineBinding, build_topic_spec, flow_set_feed
 from gateway.dialects.binance import BinanceDialect
 from gateway.hub.names import ring_topic
 from tests.unit.engine.test_fastpath_acks import frame
@@ -56,7 +54,7 @@ class Rig:
         self.ring = RingWriter.create(None, 1 << 20)
         self.reader = RingReader.attach_fd(self.ring.fd, copy=True, start="oldest")
         paths = BinanceDialect.topic_paths
-        spec = build_spec(paths.paths, presence=paths.presence, strict=paths.strict)
+        spec = build_topic_spec(paths.paths, presence=paths.presence, strict=paths.strict)
         self.feed = CFeed(self.ring, SID, spec, 4096)
         self.tids = {}
         for topic in TOPICS:

@@ -76,7 +76,7 @@ def utf8_ok(data: bytes) -> bool:
 @needs_c
 @pytest.mark.parametrize("data", GOOD_TEXT + BAD_TEXT)
 def test_c_utf8_matches_python_on_edge_cases(data: bytes) -> None:
-    from dataplane.shim._bind_ws import utf8_valid
+    from dataplane.shim import utf8_valid
 
     assert utf8_valid(data) == utf8_ok(data)
     for prefix in (b"", b"a", b"abcdefg", b"abcdefgh" * 3):
@@ -94,7 +94,7 @@ def test_c_utf8_matches_python_on_edge_cases(data: bytes) -> None:
     ).map(b"".join)
 )
 def test_c_utf8_matches_python(data: bytes) -> None:
-    from dataplane.shim._bind_ws import utf8_valid
+    from dataplane.shim import utf8_valid
 
     assert utf8_valid(data) == utf8_ok(data)
 
@@ -156,13 +156,13 @@ def test_batch_scan_stops_where_the_rules_say(backend: BackendName) -> None:
 
 @needs_c
 def test_seq_check_in_c_counts_like_ingest_check() -> None:
-    from dataplane.shim._bind_ws import SeqCheck
+    from dataplane.shim import WsSeqCheck
 
     seqs = [0, 1, 2, 5, 6, 3, 7, 7]
     data = b"".join(server_frame(2, s.to_bytes(8, "big") + b"x" * 92) for s in seqs)
     data += server_frame(2, (8).to_bytes(8, "big"))  # wrong length, in sequence
     count, spans, _, _, _ = scan_batch(data, 0, 1000)
-    check = SeqCheck(100)
+    check = WsSeqCheck(100)
     check.check(data, spans, count - 2)
     check.check(data, spans[16 * (count - 2) :], 2)  # state carries across calls
     assert (check.next_seq, check.gaps, check.duplicates, check.bad_length) == (9, 2, 2, 1)
@@ -370,11 +370,11 @@ def test_wsproto_frames_come_out_of_the_batch_path(
 
 @needs_c
 def test_c_batch_scan_refuses_bad_arguments() -> None:
-    from dataplane.shim._bind_ws import CBatchScanner
+    from dataplane.shim import WsBatchScanner
 
     with pytest.raises(ValueError, match="bad arguments"):
-        CBatchScanner(4).scan(b"\x82\x00", 3, 100)
+        WsBatchScanner(4).scan(b"\x82\x00", 3, 100)
     with pytest.raises(ValueError, match="max_frames"):
-        CBatchScanner(0)
+        WsBatchScanner(0)
     with pytest.raises(ValueError, match="beyond"):
         scan_batch(b"\x82\x00", 3, 100)

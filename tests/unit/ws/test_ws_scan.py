@@ -141,15 +141,15 @@ def test_c_and_python_scan_agree_on_arbitrary_bytes(buf: bytes) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=3000), st.binary(min_size=4, max_size=4), st.integers(0, 7))
 def test_c_and_python_mask_agree(data: bytes, key: bytes, phase: int) -> None:
-    from dataplane.shim._bind_ws import mask_copy, mask_inplace, mask_into
+    from dataplane.shim import ws_mask_copy, ws_mask_inplace, ws_mask_into
 
     expected = mask_py(data, key, phase)
-    assert mask_copy(data, key, phase) == expected
+    assert ws_mask_copy(data, key, phase) == expected
     buf = bytearray(data)
-    mask_inplace(buf, key, phase)
+    ws_mask_inplace(buf, key, phase)
     assert bytes(buf) == expected
     frame = bytearray(3 + len(data))
-    mask_into(frame, 3, data, key)
+    ws_mask_into(frame, 3, data, key)
     assert bytes(frame[3:]) == mask_py(data, key)
 
 
