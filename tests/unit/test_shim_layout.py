@@ -39,6 +39,9 @@ MIRRORS = {
     "_loader.PortStats": "wsgw_port_stats",
     "_loader.LinkInfo": "wsgw_link_info",
     "_bind_udpgen.UdpFloodResult": "wsgw_udp_flood_result",
+    "_bind_arbiter.ArbOut": "wsgw_arb_out",
+    "_bind_arbiter.ArbLegStats": "wsgw_arb_leg_stats",
+    "_bind_arbiter.ArbTotals": "wsgw_arb_totals",
 }
 
 
