@@ -238,20 +238,29 @@ static void sample_lag(struct arb_leg *l, int64_t lag)
     }
 }
 
-/* The winner's arrival of `this_id` if still in the window: binary search (ascending). */
+/* The winner's arrival of `this_id` if still in the window. A copy is most often of the
+ * newest winner (legs a little apart): that one first, then a binary search (ascending). */
 static int won_lookup(const wsgw_arbiter *a, const struct arb_topic *t, int64_t this_id,
                       int64_t *won)
 {
     uint32_t n = t->won_count, cap = a->won_window;
     if (!n)
         return 0;
-    uint32_t base = (t->won_next + cap - n) % cap; /* the oldest */
+    uint32_t newest = t->won_next ? t->won_next - 1 : cap - 1;
+    if (t->won_this[newest] == this_id) {
+        *won = t->won_ns[newest];
+        return 1;
+    }
+    uint32_t base = t->won_next >= n ? t->won_next - n : t->won_next + cap - n; /* the oldest */
     uint32_t lo = 0, hi = n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        int64_t v = t->won_this[(base + mid) % cap];
+        uint32_t at = base + mid;
+        if (at >= cap)
+            at -= cap;
+        int64_t v = t->won_this[at];
         if (v == this_id) {
-            *won = t->won_ns[(base + mid) % cap];
+            *won = t->won_ns[at];
             return 1;
         }
         if (v < this_id)
@@ -281,7 +290,8 @@ static void deliver(wsgw_arbiter *a, uint32_t topic, int64_t this_id, const uint
     if (a->won_window) {
         t->won_this[t->won_next] = this_id;
         t->won_ns[t->won_next] = arrived_ns;
-        t->won_next = (t->won_next + 1) % a->won_window;
+        if (++t->won_next == a->won_window)
+            t->won_next = 0;
         if (t->won_count < a->won_window)
             t->won_count++;
     }
