@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import struct
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,8 +55,7 @@ __all__ = [
 ]
 
 _OUT_SIZE = ctypes.sizeof(ArbOut)
-_UNPACK = struct.Struct(ARB_OUT_FORMAT)
-assert _UNPACK.size == _OUT_SIZE
+_UNPACK = ARB_OUT_FORMAT
 
 
 class Delivered(NamedTuple):

@@ -5,6 +5,7 @@ arrivals, so a GIL hand-over would cost more than the call."""
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any
 
@@ -36,8 +37,8 @@ class ArbOut(ctypes.Structure):
     ]
 
 
-#: struct.iter_unpack format of ArbOut (one unpack per batch instead of ctypes per field).
-ARB_OUT_FORMAT = "=IIqqqqQIiII"
+#: ArbOut as a struct format: a batch's outputs in one iter_unpack, not ctypes per field.
+ARB_OUT_FORMAT = struct.Struct("=IIqqqqQIiII")
 
 
 class ArbLegStats(ctypes.Structure):

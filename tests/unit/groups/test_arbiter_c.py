@@ -7,7 +7,9 @@ order, and the same figures on both."""
 
 from __future__ import annotations
 
+import ctypes
 import random
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataplane.arbiter import Arrival, CArbiter, Delivered, Lost, Output
+from dataplane.shim._bind_arbiter import ARB_OUT_FORMAT, ArbOut
 from gateway.groups import Arbiter
 
 MS = 1_000_000
@@ -152,6 +155,17 @@ def test_max_held_declares_the_oldest_hole_lost() -> None:
         ]
     )
     assert arb.held == 2
+
+
+def test_the_output_format_reads_the_output_struct_field_by_field() -> None:
+    """ArbOut is checked against the compiler (tests/unit/test_shim_layout.py); the format
+    the wrapper unpacks a batch with must match it field by field."""
+    fmt = ARB_OUT_FORMAT.format
+    assert ARB_OUT_FORMAT.size == ctypes.sizeof(ArbOut)
+    codes = fmt[1:]
+    assert len(codes) == len(ArbOut._fields_)
+    for i, (name, *_) in enumerate(ArbOut._fields_):
+        assert struct.calcsize(fmt[0] + codes[:i]) == getattr(ArbOut, name).offset, name
 
 
 # ---- C only: batches, the arena, bad input ---------------------------------------------------
