@@ -8,6 +8,13 @@ object as in its binding, so the hot path pays no extra Python call. Names that 
 ambiguous at this level carry their area's prefix (`ring_create`, `JSON_NULL`, `TOPIC_OK`).
 """
 
+from dataplane.shim._bind_arbiter import ARB_OUT_FORMAT, ArbLegStats, ArbOut, ArbTotals
+from dataplane.shim._bind_arbiter import DELIVERED as ARB_DELIVERED
+from dataplane.shim._bind_arbiter import LAG_SAMPLES as ARB_LAG_SAMPLES
+from dataplane.shim._bind_arbiter import MAX_LEGS as ARB_MAX_LEGS
+from dataplane.shim._bind_arbiter import NO_MISSING as ARB_NO_MISSING
+from dataplane.shim._bind_arbiter import NO_PREV as ARB_NO_PREV
+from dataplane.shim._bind_arbiter import lib as arbiter_library
 from dataplane.shim._bind_engine import (
     EngineBinding,
     EngineConf,
@@ -104,6 +111,12 @@ from dataplane.shim._loader import ABI_VERSION, Shim, library, load, shim_info
 
 __all__ = [
     "ABI_VERSION",
+    "ARB_DELIVERED",
+    "ARB_LAG_SAMPLES",
+    "ARB_MAX_LEGS",
+    "ARB_NO_MISSING",
+    "ARB_NO_PREV",
+    "ARB_OUT_FORMAT",
     "FEED_MAX_TOPICS",
     "FEED_TOPIC_MAX",
     "JSON_ABSENT",
@@ -143,6 +156,9 @@ __all__ = [
     "TOPIC_OK",
     "TOPIC_PARTIAL",
     "TOPIC_TOO_DEEP",
+    "ArbLegStats",
+    "ArbOut",
+    "ArbTotals",
     "EngineBinding",
     "EngineConf",
     "FeedBinding",
@@ -160,6 +176,7 @@ __all__ = [
     "WsBatchScanner",
     "WsScanner",
     "WsSeqCheck",
+    "arbiter_library",
     "bench_checksum",
     "build_topic_spec",
     "flow_set_feed",

@@ -44,6 +44,7 @@ REBUILD_HINT = "rebuild it with `pip install -e .` (or `make shim`)"
 #: The binding modules, one per C area, in the order their prototypes are merged. A new C
 #: area adds its `_bind_<area>.py` here (nothing is found by looking at the disk).
 BINDINGS = (
+    "_bind_arbiter",
     "_bind_core",
     "_bind_engine",
     "_bind_feed",

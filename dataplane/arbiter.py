@@ -1,0 +1,299 @@
+"""A/B arbitration in C (dataplane/shim/arbiter.c): the same rules, method names and outputs
+as the Python reference, gateway.groups.arbiter.Arbiter (issue #19), for topic keys that are
+small integers (ring topic ids) and bytes payloads.
+
+The engine's per-message path calls the C arbiter from C; this wrapper is for tests and
+benchmarks, and for Python callers that have a batch: `offer_many` takes a list of arrivals
+and pays one ctypes call for all of them. The output tuples mirror the reference's fields
+(dataplane does not import gateway, so they are defined here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from dataplane.shim import ARB_DELIVERED as DELIVERED
+from dataplane.shim import ARB_LAG_SAMPLES as LAG_SAMPLES
+from dataplane.shim import ARB_MAX_LEGS as MAX_LEGS
+from dataplane.shim import ARB_NO_MISSING as NO_MISSING
+from dataplane.shim import ARB_NO_PREV as NO_PREV
+from dataplane.shim import ARB_OUT_FORMAT, ArbLegStats, ArbOut, ArbTotals
+from dataplane.shim import arbiter_library as lib
+
+#: As the reference's defaults (gateway.groups.arbiter).
+DEFAULT_HOLD_NS = 20_000_000
+DEFAULT_MAX_HELD = 4096
+DEFAULT_WON_WINDOW = 8192
+DEFAULT_MAX_TOPICS = 1024
+#: Held payloads at most, every topic: beyond it the oldest hole is declared lost.
+DEFAULT_ARENA_BYTES = 64 << 20
+
+__all__ = [
+    "DEFAULT_ARENA_BYTES",
+    "DEFAULT_HOLD_NS",
+    "DEFAULT_MAX_HELD",
+    "LAG_SAMPLES",
+    "MAX_LEGS",
+    "Arrival",
+    "CArbiter",
+    "Delivered",
+    "LegStats",
+    "Lost",
+    "Output",
+]
+
+_OUT_SIZE = ctypes.sizeof(ArbOut)
+_UNPACK = ARB_OUT_FORMAT
+
+
+class Delivered(NamedTuple):
+    """A message that won: the first copy of it any leg brought."""
+
+    key: int
+    this: int
+    payload: bytes
+    leg: int
+    arrived_ns: int
+
+
+class Lost(NamedTuple):
+    """Ids no leg brought on `key`: after `after` up to the prev of `before`."""
+
+    key: int
+    after: int
+    before: int
+    missing: int | None
+
+
+Output = Delivered | Lost
+#: One arrival for offer_many: (leg, key, this, prev, payload, now_ns), offer's arguments.
+Arrival = tuple[int, int, int, int | None, bytes, int]
+
+
+@dataclass
+class LegStats:
+    """A snapshot of one leg's figures (the reference's LegStats fields)."""
+
+    won: int = 0
+    late: int = 0
+    lag_ns: list[int] = field(default_factory=list)
+
+    def lag_percentile(self, q: float) -> int | None:
+        """The q-th percentile (0..100) of the lag samples, None without samples."""
+        if not self.lag_ns:
+            return None
+        ordered = sorted(self.lag_ns)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def _check(rc: int, what: str) -> int:
+    if rc >= 0:
+        return rc
+    if rc == -errno.ENOMEM:
+        raise MemoryError(f"arbiter: {what}: out of memory")
+    raise ValueError(f"arbiter: {what}: {errno.errorcode.get(-rc, rc)}")
+
+
+class CArbiter:
+    """First copy wins across `legs` legs, per topic key 0..max_topics-1 (module doc)."""
+
+    def __init__(
+        self,
+        legs: int,
+        *,
+        hold_ns: int = DEFAULT_HOLD_NS,
+        max_held: int = DEFAULT_MAX_HELD,
+        won_window: int = DEFAULT_WON_WINDOW,
+        max_topics: int = DEFAULT_MAX_TOPICS,
+        arena_bytes: int = DEFAULT_ARENA_BYTES,
+    ) -> None:
+        if not 1 <= legs <= MAX_LEGS:
+            raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
+        if hold_ns < 0 or max_held < 1:
+            raise ValueError("hold_ns must be >= 0 and max_held >= 1")
+        self._handle: int | None = None
+        self._lib: Any = lib()
+        handle = ctypes.c_void_p()
+        _check(
+            self._lib.wsgw_arb_create(
+                legs, hold_ns, max_held, max_topics, won_window, arena_bytes, ctypes.byref(handle)
+            ),
+            "create",
+        )
+        self._handle = handle.value
+        self.legs = legs
+        self.hold_ns = hold_ns
+        self.max_held = max_held
+        self.won_window = won_window
+        self.max_topics = max_topics
+        self.arena_bytes = arena_bytes
+
+    # ---- lifetime -----------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            self._lib.wsgw_arb_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> CArbiter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def _h(self) -> int:
+        if self._handle is None:
+            raise ValueError("arbiter is closed")
+        return self._handle
+
+    # ---- input --------------------------------------------------------------------------
+    def offer(
+        self, leg: int, key: int, this: int, prev: int | None, payload: bytes, now_ns: int
+    ) -> list[Output]:
+        """One arrival on `leg`; what goes out because of it, in order."""
+        rc = self._lib.wsgw_arb_offer(
+            self._h,
+            leg,
+            key,
+            this,
+            NO_PREV if prev is None else prev,
+            payload,
+            len(payload),
+            now_ns,
+        )
+        return self._outputs(_check(rc, "offer"), (payload,))
+
+    def offer_many(self, arrivals: Sequence[Arrival]) -> list[Output]:
+        """Arrivals in order, (leg, key, this, prev, payload, now_ns) each: every output of
+        them, in order, from one C call."""
+        if not arrivals:
+            return []
+        legs, keys, thises, prevs, payloads, nows = zip(*arrivals, strict=True)
+        leg_col = array("I", legs)
+        key_col = array("I", keys)
+        this_col = array("q", thises)
+        prev_col = array("q", [NO_PREV if p is None else p for p in prevs])
+        now_col = array("q", nows)
+        offsets = array("I", [0])
+        offsets.extend(accumulate(map(len, payloads)))
+        rc = self._lib.wsgw_arb_offer_columns(
+            self._h,
+            len(arrivals),
+            leg_col.buffer_info()[0],
+            key_col.buffer_info()[0],
+            this_col.buffer_info()[0],
+            prev_col.buffer_info()[0],
+            now_col.buffer_info()[0],
+            b"".join(payloads),
+            offsets.buffer_info()[0],
+        )
+        return self._outputs(_check(rc, "offer_many"), payloads)
+
+    def set_live(self, leg: int, live: bool, now_ns: int) -> list[Output]:
+        """A leg went down (or came back): a down leg is not waited for."""
+        rc = self._lib.wsgw_arb_set_live(self._h, leg, int(live), now_ns)
+        return self._outputs(_check(rc, "set_live"), ())
+
+    def expire(self, now_ns: int) -> list[Output]:
+        """Holes older than hold_ns are losses: what they held goes out."""
+        return self._outputs(_check(self._lib.wsgw_arb_expire(self._h, now_ns), "expire"), ())
+
+    @property
+    def deadline(self) -> int | None:
+        """When `expire` has work (ns, the caller's clock), None while nothing is held."""
+        at = ctypes.c_int64()
+        return at.value if self._lib.wsgw_arb_deadline(self._h, ctypes.byref(at)) else None
+
+    def _outputs(self, count: int, payloads: Sequence[bytes]) -> list[Output]:
+        if not count:
+            return []
+        raw = ctypes.string_at(self._lib.wsgw_arb_outputs(self._h), count * _OUT_SIZE)
+        out: list[Output] = []
+        for (
+            kind,
+            key,
+            this,
+            after,
+            missing,
+            arrived,
+            ptr,
+            length,
+            src,
+            leg,
+            _,
+        ) in _UNPACK.iter_unpack(raw):
+            if kind == DELIVERED:
+                if src >= 0:
+                    payload = payloads[src]
+                else:
+                    payload = ctypes.string_at(ptr, length) if length else b""
+                out.append(Delivered(key, this, payload, leg, arrived))
+            else:
+                out.append(Lost(key, after, this, None if missing == NO_MISSING else missing))
+        return out
+
+    # ---- figures ------------------------------------------------------------------------
+    def leg_stats(self, leg: int) -> LegStats:
+        raw = ArbLegStats()
+        _check(self._lib.wsgw_arb_leg_stats(self._h, leg, ctypes.byref(raw)), "leg_stats")
+        samples = array("q", bytes(8 * LAG_SAMPLES))
+        n = _check(
+            self._lib.wsgw_arb_lag_samples(self._h, leg, samples.buffer_info()[0], LAG_SAMPLES),
+            "lag_samples",
+        )
+        return LegStats(won=int(raw.won), late=int(raw.late), lag_ns=samples[:n].tolist())
+
+    def lag_percentile(self, leg: int, q: float) -> int | None:
+        """The q-th percentile (0..100) of the leg's lag samples, in C; None without any."""
+        ns = ctypes.c_int64()
+        found = _check(
+            self._lib.wsgw_arb_lag_percentile(self._h, leg, q, ctypes.byref(ns)), "percentile"
+        )
+        return ns.value if found else None
+
+    @property
+    def stats(self) -> list[LegStats]:
+        """Each leg's figures now (a snapshot, not live objects)."""
+        return [self.leg_stats(leg) for leg in range(self.legs)]
+
+    @property
+    def live(self) -> list[bool]:
+        raw = ArbLegStats()
+        result = []
+        for leg in range(self.legs):
+            self._lib.wsgw_arb_leg_stats(self._h, leg, ctypes.byref(raw))
+            result.append(bool(raw.live))
+        return result
+
+    def totals(self) -> ArbTotals:
+        raw = ArbTotals()
+        self._lib.wsgw_arb_totals(self._h, ctypes.byref(raw))
+        return raw
+
+    @property
+    def lost_total(self) -> int:
+        return int(self.totals().lost)
+
+    @property
+    def duplicates(self) -> int:
+        return int(self.totals().duplicates)
+
+    @property
+    def held(self) -> int:
+        """Messages held now, every topic."""
+        return int(self.totals().held)
