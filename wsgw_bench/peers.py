@@ -20,9 +20,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
+from dataplane.closing import Closing
 from gateway.lab import Lab
 
 # The bench runs from the source checkout (it is not in the wheel): the repository root.
@@ -116,7 +116,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             stream.close()
 
 
-class _Process:
+class _Process(Closing):
     """A started peer that stops (SIGTERM, then SIGKILL) on `stop()` or leaving `with`."""
 
     def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
@@ -126,15 +126,7 @@ class _Process:
     def stop(self) -> None:
         _stop(self.proc)
 
-    def __enter__(self) -> _Process:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.stop()
 
 
