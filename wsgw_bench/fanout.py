@@ -46,7 +46,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -302,6 +302,18 @@ async def _nats_worker(conn: Connection, url: str, n: int) -> None:
         await nc.close()
 
 
+def _stop_processes(conns: Sequence[Connection], procs: Sequence[Any]) -> None:
+    """Ask each worker to stop, then wait for it: killed when it has not ended in 10 s."""
+    for c in conns:
+        with contextlib.suppress(OSError):
+            c.send(("stop",))
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
 class Workers:
     """The consumer processes of one run: n consumers over at most WORKERS processes."""
 
@@ -363,14 +375,7 @@ class Workers:
 
     def close(self) -> None:
         self.signal(signal.SIGCONT)  # a straggler left stopped must be able to stop
-        for c in self.conns:
-            with contextlib.suppress(OSError):
-                c.send(("stop",))
-        for p in self.procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        _stop_processes(self.conns, self.procs)
 
 
 # ---- the picows relay (reference) -------------------------------------------------------------
@@ -495,14 +500,7 @@ class Relay:
         return int(Workers._expect(self.feed, "sent", TIMEOUT)[1])
 
     def close(self) -> None:
-        for c in (self.feed, self.relay):
-            with contextlib.suppress(OSError):
-                c.send(("stop",))
-        for p in self.procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        _stop_processes([self.feed, self.relay], self.procs)
 
 
 # ---- the gateway side ---------------------------------------------------------------------
