@@ -63,13 +63,20 @@ class FieldError(ValueError):
         self.field = field
 
 
-def check_name(value: str, what: str = "name") -> str:
-    if not NAME.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
+def _matched(pattern: re.Pattern[str], value: str, what: str, must_be: str) -> str:
+    """value when pattern matches it; else ValueError saying what it must be."""
+    if not pattern.match(value):
+        raise ValueError(f"{what} {value!r} must be {must_be}")
     return value
+
+
+def check_name(value: str, what: str = "name") -> str:
+    return _matched(
+        NAME,
+        value,
+        what,
+        "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+    )
 
 
 def normalise_pci(value: str) -> str | None:
@@ -269,12 +276,12 @@ def hide_user_info(url: str) -> str:
 
 def check_host_name(value: str, what: str = "tls_server_name") -> str:
     """A DNS name or IPv4 address, as TLS SNI (RFC 6066 section 3) can carry it."""
-    if not HOST_NAME.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be a DNS name (labels of 1-63 letters, digits and '-', "
-            "separated by dots) or an IPv4 address"
-        )
-    return value
+    return _matched(
+        HOST_NAME,
+        value,
+        what,
+        "a DNS name (labels of 1-63 letters, digits and '-', separated by dots) or an IPv4 address",
+    )
 
 
 def check_file_path(value: str, what: str = "tls_ca_file") -> str:
