@@ -67,7 +67,7 @@ class FieldError(ValueError):
         self.field = field
 
 
-def _matched(pattern: re.Pattern[str], value: str, what: str, must_be: str) -> str:
+def check_pattern(pattern: re.Pattern[str], value: str, what: str, must_be: str) -> str:
     """value when pattern matches it; else ValueError saying what it must be."""
     if not pattern.match(value):
         raise ValueError(f"{what} {value!r} must be {must_be}")
@@ -75,7 +75,7 @@ def _matched(pattern: re.Pattern[str], value: str, what: str, must_be: str) -> s
 
 
 def check_name(value: str, what: str = "name") -> str:
-    return _matched(NAME, value, what, NAME_RULE)
+    return check_pattern(NAME, value, what, NAME_RULE)
 
 
 def normalise_pci(value: str) -> str | None:
@@ -275,7 +275,7 @@ def hide_user_info(url: str) -> str:
 
 def check_host_name(value: str, what: str = "tls_server_name") -> str:
     """A DNS name or IPv4 address, as TLS SNI (RFC 6066 section 3) can carry it."""
-    return _matched(HOST_NAME, value, what, HOST_NAME_RULE)
+    return check_pattern(HOST_NAME, value, what, HOST_NAME_RULE)
 
 
 def check_file_path(value: str, what: str = "tls_ca_file") -> str:
