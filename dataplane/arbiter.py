@@ -16,9 +16,9 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from types import TracebackType
 from typing import Any, NamedTuple
 
+from dataplane.closing import Closing
 from dataplane.shim import ARB_DELIVERED as DELIVERED
 from dataplane.shim import ARB_LAG_SAMPLES as LAG_SAMPLES
 from dataplane.shim import ARB_MAX_LEGS as MAX_LEGS
@@ -101,7 +101,7 @@ def _check(rc: int, what: str) -> int:
     raise ValueError(f"arbiter: {what}: {errno.errorcode.get(-rc, rc)}")
 
 
-class CArbiter:
+class CArbiter(Closing):
     """First copy wins across `legs` legs, per topic key 0..max_topics-1 (module doc)."""
 
     def __init__(
@@ -140,17 +140,6 @@ class CArbiter:
         if getattr(self, "_handle", None) is not None:
             self._lib.wsgw_arb_destroy(self._handle)
             self._handle = None
-
-    def __enter__(self) -> CArbiter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         self.close()

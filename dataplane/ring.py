@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from dataplane.closing import Closing
 from dataplane.errors import DataplaneError
 from dataplane.shim import (
     RING_API,
@@ -370,7 +371,7 @@ class RingInfo:
 
 
 # ---- writer -----------------------------------------------------------------------------------
-class RingWriter:
+class RingWriter(Closing):
     """The producer side of a ring. Every C writer call takes the ring's writer lock (an
     uncontended spinlock): the hub writes from the sessions' threads and the engines' C
     feeds write from their polls (dataplane/feed.py)."""
@@ -559,12 +560,6 @@ class RingWriter:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def __enter__(self) -> RingWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         where = self.path or "memfd"
         return f"<RingWriter {where} capacity={self.capacity} closed={self.closed}>"
@@ -574,7 +569,7 @@ class RingWriter:
 Start = Literal["latest", "oldest"]
 
 
-class RingReader:
+class RingReader(Closing):
     """One consumer's view of a ring. One thread reads; another may `interrupt` or `close`."""
 
     def __init__(
@@ -872,12 +867,6 @@ class RingReader:
         self.interrupt()
         with self._lock:
             self._finalizer()
-
-    def __enter__(self) -> RingReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         where = self.path or "fd"

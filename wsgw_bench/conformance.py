@@ -32,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.core import BenchOptions, Measurement, lab_engine, scenario, unique_lab_name
 
 #: Every client case of the Autobahn TestSuite: 517 (8 is absent from the suite, 11 does
 #: not exist; 12 and 13 are permessage-deflate, 1000 messages per case).
@@ -267,8 +267,7 @@ def conformance(options: BenchOptions) -> list[Measurement]:
     out = _measure("wsgw kernel transport", grade, seconds)
     if os.geteuid() != 0:
         return out
-    from dataplane.dpdk import Eal, EalConfig
-    from dataplane.engine import Engine, EngineConfig
+    from dataplane.engine import EngineConfig
     from dataplane.stack.tcp import TcpConfig
     from dataplane.transports.dpdk import connect_dpdk
     from gateway.lab import Lab
@@ -277,25 +276,14 @@ def conformance(options: BenchOptions) -> list[Measurement]:
     lab.down()
     lab.up()
     try:
-        eal = Eal.init(EalConfig())
-        with eal.open_port(lab.vdev) as port:
-            engine = Engine.on_port(
-                port,
-                lab.gw_ip,
-                lab.netmask,
-                tcp_config=TcpConfig(time_wait=0.2, recv_buffer=4 << 20, send_buffer=4 << 20),
-                config=EngineConfig(),
-            )
-            engine.start()
-            try:
+        tcp_config = TcpConfig(time_wait=0.2, recv_buffer=4 << 20, send_buffer=4 << 20)
+        with lab_engine(lab, EngineConfig(), tcp_config) as engine:
 
-                def connect(url: str, **kw: Any) -> Any:
-                    return connect_dpdk(url, engine=engine, **kw)
+            def connect(url: str, **kw: Any) -> Any:
+                return connect_dpdk(url, engine=engine, **kw)
 
-                grade, seconds = _timed(lambda: run_suite(lab, cases, lab.peer_ip, connect))
-                out += _measure("wsgw DPDK transport", grade, seconds)
-            finally:
-                engine.close()
+            grade, seconds = _timed(lambda: run_suite(lab, cases, lab.peer_ip, connect))
+            out += _measure("wsgw DPDK transport", grade, seconds)
     finally:
         lab.down()
     return out

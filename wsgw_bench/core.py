@@ -10,9 +10,15 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dataplane.engine import Engine, EngineConfig
+    from dataplane.stack.tcp import TcpConfig
+    from gateway.lab import Lab
 
 
 @dataclass
@@ -66,6 +72,25 @@ def unique_lab_name(options: BenchOptions, prefix: str) -> str:
     if options.lab_name != BenchOptions().lab_name:
         return options.lab_name
     return f"{prefix}{uuid.uuid4().hex}"[:10]
+
+
+@contextmanager
+def lab_engine(
+    lab: Lab, config: EngineConfig, tcp_config: TcpConfig | None = None
+) -> Iterator[Engine]:
+    """wsgw's engine on the lab's DPDK port with the gateway's address, started; closed,
+    with the port, on the way out."""
+    from dataplane.dpdk import Eal, EalConfig
+    from dataplane.engine import Engine
+
+    eal = Eal.init(EalConfig())
+    with eal.open_port(lab.vdev) as port:
+        engine = Engine.on_port(port, lab.gw_ip, lab.netmask, tcp_config=tcp_config, config=config)
+        engine.start()
+        try:
+            yield engine
+        finally:
+            engine.close()
 
 
 SCENARIOS: dict[str, Scenario] = {}

@@ -46,8 +46,8 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,18 @@ async def _nats_worker(conn: Connection, url: str, n: int) -> None:
         await nc.close()
 
 
+def _stop_processes(conns: Sequence[Connection], procs: Sequence[Any]) -> None:
+    """Ask each worker to stop, then wait for it: killed when it has not ended in 10 s."""
+    for c in conns:
+        with contextlib.suppress(OSError):
+            c.send(("stop",))
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
 class Workers:
     """The consumer processes of one run: n consumers over at most WORKERS processes."""
 
@@ -363,14 +375,7 @@ class Workers:
 
     def close(self) -> None:
         self.signal(signal.SIGCONT)  # a straggler left stopped must be able to stop
-        for c in self.conns:
-            with contextlib.suppress(OSError):
-                c.send(("stop",))
-        for p in self.procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        _stop_processes(self.conns, self.procs)
 
 
 # ---- the picows relay (reference) -------------------------------------------------------------
@@ -495,14 +500,7 @@ class Relay:
         return int(Workers._expect(self.feed, "sent", TIMEOUT)[1])
 
     def close(self) -> None:
-        for c in (self.feed, self.relay):
-            with contextlib.suppress(OSError):
-                c.send(("stop",))
-        for p in self.procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
+        _stop_processes([self.feed, self.relay], self.procs)
 
 
 # ---- the gateway side ---------------------------------------------------------------------
@@ -670,6 +668,27 @@ class StallOutcome:
     cpu_stalled_us: float  # (B) the same
 
 
+@dataclass
+class _PhaseFigures:
+    """One stall phase's (A's or B's) figures, summed over its rounds."""
+
+    p99: list[float] = field(default_factory=list)
+    gc: list[tuple[int, float]] = field(default_factory=list)
+    cpu_s: float = 0.0
+    delivered: int = 0
+
+    def add(self, got: dict[str, Any], gc: tuple[int, float]) -> None:
+        """One measured round: the healthy consumers' report and the collections during it."""
+        self.p99.append(_p99(got["samples"]))
+        self.gc.append(gc)
+        self.cpu_s += got["cpu_s"]
+        self.delivered += sum(got["counts"])
+
+    def gc_summary(self) -> tuple[int, float]:
+        """(full collections, longest pause ms) over the rounds."""
+        return sum(g[0] for g in self.gc), max(g[1] for g in self.gc)
+
+
 class _GcWatch:
     """Full (generation 2) garbage collections in this process (the hub's and the
     publisher's): how many, and the longest pause, while `active`."""
@@ -743,26 +762,17 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
             if sum(got["counts"]) != n * STALL_FILL:
                 raise RuntimeError(f"healthy consumers got {sum(got['counts'])} of the fill")
 
-        p99_a: list[float] = []
-        p99_b: list[float] = []
-        delivered = lag = 0
-        cpu_a = cpu_b = 0.0
-        gc_a: list[tuple[int, float]] = []
-        gc_b: list[tuple[int, float]] = []
+        a, b = _PhaseFigures(), _PhaseFigures()
+        lag = 0
 
         def phase_a() -> None:
             """No straggler: the same fill, then the measured run."""
-            nonlocal delivered, cpu_a
             filled()
-            got = measured()
-            gc_a.append(watch.take())
-            p99_a.append(_p99(got["samples"]))
-            cpu_a += got["cpu_s"]
-            delivered += sum(got["counts"])
+            a.add(measured(), watch.take())
 
         def phase_b() -> None:
             """One more consumer, stopped before the fill: its buffers reach their limits."""
-            nonlocal straggler, delivered, cpu_b, lag
+            nonlocal straggler, lag
             straggler = Workers(target, endpoint, 1)
             if contender != RING:
                 _wait(lambda: len(hub.consumers()) == n + 1, f"{n + 1} stream consumers")
@@ -770,11 +780,7 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
             straggler.signal(signal.SIGSTOP)
             try:
                 filled()
-                got = measured()
-                gc_b.append(watch.take())
-                p99_b.append(_p99(got["samples"]))
-                cpu_b += got["cpu_s"]
-                delivered += sum(got["counts"])
+                b.add(measured(), watch.take())
                 if contender != RING:
                     lag = max(lag, _stream_lags(gw, hub)[0])
             finally:
@@ -788,16 +794,16 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
         for k in range(STALL_PAIRS):  # A B, then B A: drift spreads over both
             for phase in (phase_a, phase_b) if k % 2 == 0 else (phase_b, phase_a):
                 phase()
-        lost = 2 * STALL_PAIRS * n * paced_count - delivered
+        lost = 2 * STALL_PAIRS * n * paced_count - a.delivered - b.delivered
         return StallOutcome(
-            p99_a,
-            p99_b,
+            a.p99,
+            b.p99,
             max(0, lost),
             lag,
-            (sum(g[0] for g in gc_a), max(g[1] for g in gc_a)),
-            (sum(g[0] for g in gc_b), max(g[1] for g in gc_b)),
-            cpu_a * 1e6 / (STALL_PAIRS * paced_count),
-            cpu_b * 1e6 / (STALL_PAIRS * paced_count),
+            a.gc_summary(),
+            b.gc_summary(),
+            a.cpu_s * 1e6 / (STALL_PAIRS * paced_count),
+            b.cpu_s * 1e6 / (STALL_PAIRS * paced_count),
         )
     finally:
         with contextlib.suppress(ValueError):

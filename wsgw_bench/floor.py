@@ -24,7 +24,7 @@ import subprocess
 import time
 
 from gateway.lab import Lab
-from wsgw_bench.core import BenchOptions, Measurement, scenario
+from wsgw_bench.core import BenchOptions, Measurement, lab_engine, scenario
 
 KERNEL = "kernel (twin veth)"
 TESTPMD = "DPDK testpmd icmpecho (C, busy poll)"
@@ -98,24 +98,13 @@ def _testpmd_rtts(lab: Lab, count: int) -> tuple[list[float], str]:
 
 
 def _engine_rtts(lab: Lab, count: int, busy: bool) -> list[float]:
-    from dataplane.dpdk import Eal, EalConfig
-    from dataplane.engine import Engine, EngineConfig
+    from dataplane.engine import EngineConfig
     from dataplane.fastpath import FastPathConfig
 
-    eal = Eal.init(EalConfig())
-    with eal.open_port(lab.vdev) as port:
-        engine = Engine.on_port(
-            port,
-            lab.gw_ip,
-            lab.netmask,
-            config=EngineConfig(fastpath=FastPathConfig(poll_mode="busy" if busy else "adaptive")),
-        )
-        engine.start()
-        try:
-            lab.exec(["ip", "neigh", "flush", "dev", lab.peer_if], check=False)
-            return ping_rtts(lab, lab.gw_ip, count)
-        finally:
-            engine.close()
+    config = EngineConfig(fastpath=FastPathConfig(poll_mode="busy" if busy else "adaptive"))
+    with lab_engine(lab, config):
+        lab.exec(["ip", "neigh", "flush", "dev", lab.peer_if], check=False)
+        return ping_rtts(lab, lab.gw_ip, count)
 
 
 @scenario(

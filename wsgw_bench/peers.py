@@ -20,9 +20,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Self
 
+from dataplane.closing import Closing
 from gateway.lab import Lab
 
 # The bench runs from the source checkout (it is not in the wheel): the repository root.
@@ -116,7 +116,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             stream.close()
 
 
-class _Process:
+class _Process(Closing):
     """A started peer that stops (SIGTERM, then SIGKILL) on `stop()` or leaving `with`."""
 
     def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
@@ -126,15 +126,7 @@ class _Process:
     def stop(self) -> None:
         _stop(self.proc)
 
-    def __enter__(self) -> _Process:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.stop()
 
 
@@ -150,8 +142,15 @@ def _ready_port(proc: subprocess.Popen[str], what: str) -> int:
         raise
 
 
-class WsPeer(_Process):
-    """wsgw_bench/peer/wspeer: echo by default; the request path /flood/N/SIZE[/text] floods."""
+class _Program(_Process):
+    """A C peer of wsgw_bench/peer, started as `program host port args...`: ready when it
+    prints its port."""
+
+    program: ClassVar[str]
+    #: Arguments after host and port when start() is given none.
+    default_mode: ClassVar[tuple[str, ...]] = ()
+    #: Whether the program reads commands on its stdin.
+    takes_commands: ClassVar[bool] = False
 
     @classmethod
     def start(
@@ -160,33 +159,32 @@ class WsPeer(_Process):
         *,
         host: str = "0.0.0.0",  # noqa: S104 - inside the lab namespace: both veth ends
         port: int = 0,
-        mode: tuple[str, ...] = ("echo",),
-    ) -> WsPeer:
-        binary = build("wspeer")
-        proc = _start(lab, [str(binary), host, str(port), *mode], "wspeer", stdout=subprocess.PIPE)
-        return cls(proc, _ready_port(proc, "wspeer"))
+        mode: tuple[str, ...] | None = None,
+    ) -> Self:
+        args = [
+            str(build(cls.program)),
+            host,
+            str(port),
+            *(cls.default_mode if mode is None else mode),
+        ]
+        stdin = subprocess.PIPE if cls.takes_commands else None
+        proc = _start(lab, args, cls.program, stdin=stdin, stdout=subprocess.PIPE)
+        return cls(proc, _ready_port(proc, cls.program))
 
 
-class UdpSink(_Process):
+class WsPeer(_Program):
+    """wsgw_bench/peer/wspeer: echo by default; the request path /flood/N/SIZE[/text] floods
+    (or start it with mode=("flood", N, SIZE))."""
+
+    program = "wspeer"
+    default_mode = ("echo",)
+
+
+class UdpSink(_Program):
     """wsgw_bench/peer/udpsink: `reset(count, tag)` before a run, `report()` after it."""
 
-    @classmethod
-    def start(
-        cls,
-        lab: Lab | None = None,
-        *,
-        host: str = "0.0.0.0",  # noqa: S104 - inside the lab namespace: both veth ends
-        port: int = 0,
-    ) -> UdpSink:
-        binary = build("udpsink")
-        proc = _start(
-            lab,
-            [str(binary), host, str(port)],
-            "udpsink",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        return cls(proc, _ready_port(proc, "udpsink"))
+    program = "udpsink"
+    takes_commands = True
 
     def _command(self, line: str) -> str:
         assert self.proc.stdin is not None

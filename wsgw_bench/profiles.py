@@ -196,6 +196,20 @@ def _post(api: httpx.Client, path: str, body: dict[str, Any] | None = None) -> A
     return r.json()
 
 
+def _measure(
+    consumer: Connection, gateway_pid: int, seconds: float, timed: bool
+) -> tuple[list[float], int, float, float]:
+    """Have the consumer read for `seconds` (timing messages when `timed`): its latencies
+    and gaps, and the engine thread's and the reader's CPU over that time, in percent."""
+    engine_before = _thread_cpu(gateway_pid, "wsgw-engine")
+    t0 = time.monotonic()
+    consumer.send((seconds, timed))
+    latencies, gaps, reader_cpu = consumer.recv()
+    elapsed = time.monotonic() - t0
+    engine_cpu = 100 * (_thread_cpu(gateway_pid, "wsgw-engine") - engine_before) / elapsed
+    return latencies, gaps, engine_cpu, 100 * reader_cpu / elapsed
+
+
 def run_phase(contender: Contender, lab: Any, args: argparse.Namespace, n: int) -> Phase:
     gateway = f"prof{os.getpid()}x{n}"
     profile = contender.profile
@@ -235,23 +249,15 @@ def run_phase(contender: Contender, lab: Any, args: argparse.Namespace, n: int) 
         try:
             phase.wait = parent.recv()
             time.sleep(2.0)  # the engine thread settles into its idle polling
-            e0 = _thread_cpu(proc.pid, "wsgw-engine")
-            t0 = time.monotonic()
-            parent.send((args.idle, False))
-            _, _, reader_cpu = parent.recv()
-            elapsed = time.monotonic() - t0
-            phase.idle_engine_cpu = 100 * (_thread_cpu(proc.pid, "wsgw-engine") - e0) / elapsed
-            phase.idle_reader_cpu = 100 * reader_cpu / elapsed
+            _, _, phase.idle_engine_cpu, phase.idle_reader_cpu = _measure(
+                parent, proc.pid, args.idle, False
+            )
             _post(api, f"/v1/sessions/{session['id']}/start")
             parent.send((WARMUP, False))  # connect, subscribe, first messages
             parent.recv()
-            e0 = _thread_cpu(proc.pid, "wsgw-engine")
-            t0 = time.monotonic()
-            parent.send((args.seconds, True))
-            latencies, gaps, reader_cpu = parent.recv()
-            elapsed = time.monotonic() - t0
-            phase.load_engine_cpu = 100 * (_thread_cpu(proc.pid, "wsgw-engine") - e0) / elapsed
-            phase.load_reader_cpu = 100 * reader_cpu / elapsed
+            latencies, gaps, phase.load_engine_cpu, phase.load_reader_cpu = _measure(
+                parent, proc.pid, args.seconds, True
+            )
             parent.send("stop")
             consumer.join(10)
         finally:

@@ -19,7 +19,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.core import BenchOptions, Measurement, alternate, lab_engine, scenario
 
 # Run as a script in the lab namespace: it needs nothing but the standard library.
 PEER_SERVER = Path(__file__).resolve().with_name("peer_server.py")
@@ -126,22 +126,16 @@ def _memory_run(size: int) -> tuple[float, str]:
     data = payload(size, SEED)
     a, b = memory_link_pair()
     config = TcpConfig(recv_buffer=4 << 20, send_buffer=4 << 20, time_wait=0.1)
-    client = Interface(
-        a.mac,
-        0xC6130101,
-        0xFFFFFF00,
-        tcp_config=config,
-        static_arp={0xC6130102: b.mac},
-        announce=False,
-    )
-    server = Interface(
-        b.mac,
-        0xC6130102,
-        0xFFFFFF00,
-        tcp_config=config,
-        static_arp={0xC6130101: a.mac},
-        announce=False,
-    )
+
+    def end(mac: bytes, ip: int, peer_mac: bytes, peer_ip: int) -> Interface:
+        """One end of the /24, the other's MAC known up front (no ARP in the measurement)."""
+        static_arp = {peer_ip: peer_mac}
+        return Interface(
+            mac, ip, 0xFFFFFF00, tcp_config=config, static_arp=static_arp, announce=False
+        )
+
+    client = end(a.mac, 0xC6130101, b.mac, 0xC6130102)
+    server = end(b.mac, 0xC6130102, a.mac, 0xC6130101)
     server_runner = StackRunner(server, b, idle_sleep=0)
     runner = StackRunner(client, a, peers=[server_runner], idle_sleep=0)
     listener = server.listen(9000)
@@ -168,8 +162,7 @@ def _memory_run(size: int) -> tuple[float, str]:
     "stream", "bulk TCP receive from one kernel peer: DPDK engine vs kernel socket", needs_root=True
 )
 def stream(options: BenchOptions) -> list[Measurement]:
-    from dataplane.dpdk import Eal, EalConfig
-    from dataplane.engine import Engine, EngineConfig
+    from dataplane.engine import EngineConfig
     from dataplane.fastpath import FastPathConfig
     from dataplane.stack.tcp import TcpConfig
     from gateway.lab import Lab
@@ -196,83 +189,67 @@ def stream(options: BenchOptions) -> list[Measurement]:
     cpu = Measurement("stream", "engine CPU per GB", names[0], "s", False)
     extra: list[Measurement] = []
     try:
-        eal = Eal.init(EalConfig())
-        with eal.open_port(lab.vdev) as port:
-            engine = Engine.on_port(
-                port,
-                lab.gw_ip,
-                lab.netmask,
-                tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2),
-                config=EngineConfig(fastpath=FastPathConfig()),
-            )
-            engine.start()
+        engine_config = EngineConfig(fastpath=FastPathConfig())
+        tcp_config = TcpConfig(recv_buffer=4 << 20, time_wait=0.2)
+        with lab_engine(lab, engine_config, tcp_config) as engine:
             rss_start = _rss_kb()
-            try:
-                tcp_port = 7100
-                for _, name in alternate(options.repetitions, names):
-                    tcp_port += 1
-                    if name == names[3]:
-                        elapsed, digest = _memory_run(memory_size)
-                        if digest != expected_memory:
-                            raise RuntimeError("memory-link stream corrupted")
-                        results[name].samples.append(memory_size / elapsed)
-                        continue
-                    if name == "kernel socket":
-                        elapsed, digest = _kernel_run(lab, tcp_port, size)
-                    else:
-                        fast = name == names[0]
-                        engine.call(partial(engine.fastpath.set_enabled, fast)).result(5)
-                        cpu_before = engine.cpu_seconds()
-                        elapsed, digest = _engine_run(engine, lab, tcp_port, size)
-                        if fast:
-                            cpu.samples.append((engine.cpu_seconds() - cpu_before) / (size / 1e9))
-                    if digest != expected:
-                        raise RuntimeError(f"{name}: the received stream differs from the sent")
-                    results[name].samples.append(size / elapsed)
-                latency = sorted(engine.fastpath.rx_to_readable_ns)
-                if latency:
-                    for label, q in (("p50", 0.50), ("p99", 0.99)):
-                        extra.append(
-                            Measurement(
-                                "stream",
-                                f"RX burst to readable, {label}",
-                                names[0],
-                                "us",
-                                False,
-                                samples=[
-                                    latency[min(int(q * len(latency)), len(latency) - 1)] / 1e3
-                                ],
-                                note=f"{len(latency)} batches (first byte of each)"
-                                if q == 0.5
-                                else "",
-                            )
+            tcp_port = 7100
+            for _, name in alternate(options.repetitions, names):
+                tcp_port += 1
+                if name == names[3]:
+                    elapsed, digest = _memory_run(memory_size)
+                    if digest != expected_memory:
+                        raise RuntimeError("memory-link stream corrupted")
+                    results[name].samples.append(memory_size / elapsed)
+                    continue
+                if name == "kernel socket":
+                    elapsed, digest = _kernel_run(lab, tcp_port, size)
+                else:
+                    fast = name == names[0]
+                    engine.call(partial(engine.fastpath.set_enabled, fast)).result(5)
+                    cpu_before = engine.cpu_seconds()
+                    elapsed, digest = _engine_run(engine, lab, tcp_port, size)
+                    if fast:
+                        cpu.samples.append((engine.cpu_seconds() - cpu_before) / (size / 1e9))
+                if digest != expected:
+                    raise RuntimeError(f"{name}: the received stream differs from the sent")
+                results[name].samples.append(size / elapsed)
+            latency = sorted(engine.fastpath.rx_to_readable_ns)
+            if latency:
+                for label, q in (("p50", 0.50), ("p99", 0.99)):
+                    extra.append(
+                        Measurement(
+                            "stream",
+                            f"RX burst to readable, {label}",
+                            names[0],
+                            "us",
+                            False,
+                            samples=[latency[min(int(q * len(latency)), len(latency) - 1)] / 1e3],
+                            note=f"{len(latency)} batches (first byte of each)" if q == 0.5 else "",
                         )
-                idle = Measurement(
-                    "stream", "idle engine CPU", "wsgw engine (adaptive poll)", "%", False
-                )
-                for _ in range(options.repetitions):
-                    before, t0 = engine.cpu_seconds(), time.monotonic()
-                    time.sleep(1.0 if options.quick else 3.0)
-                    idle.samples.append(
-                        100 * (engine.cpu_seconds() - before) / (time.monotonic() - t0)
                     )
-                extra.append(idle)
-                rss = Measurement(
-                    "stream",
-                    "resident memory growth over the runs",
-                    names[0],
-                    "MB",
-                    False,
-                    samples=[(_rss_kb() - rss_start) / 1024],
-                )
-                extra.append(rss)
-                stats = engine.fastpath.stats()
-                results[names[0]].note = (
-                    f"fast-path segments {stats['fast_segments']}, slow-path frames "
-                    f"{engine.counters.slow_frames} over all runs"
-                )
-            finally:
-                engine.close()
+            idle = Measurement(
+                "stream", "idle engine CPU", "wsgw engine (adaptive poll)", "%", False
+            )
+            for _ in range(options.repetitions):
+                before, t0 = engine.cpu_seconds(), time.monotonic()
+                time.sleep(1.0 if options.quick else 3.0)
+                idle.samples.append(100 * (engine.cpu_seconds() - before) / (time.monotonic() - t0))
+            extra.append(idle)
+            rss = Measurement(
+                "stream",
+                "resident memory growth over the runs",
+                names[0],
+                "MB",
+                False,
+                samples=[(_rss_kb() - rss_start) / 1024],
+            )
+            extra.append(rss)
+            stats = engine.fastpath.stats()
+            results[names[0]].note = (
+                f"fast-path segments {stats['fast_segments']}, slow-path frames "
+                f"{engine.counters.slow_frames} over all runs"
+            )
     finally:
         lab.down()
     slow = results[names[1]]

@@ -293,8 +293,10 @@ class AwaitAdapter:
         return None
 
 
-# -- websockets (the asyncio implementation) --
-class _WebsocketsConn:
+class _ClosingConn:
+    """A connection whose send, recv and close are awaited as they are, and whose recv
+    raises closed_ok once the server closed normally; subclasses turn a message into bytes."""
+
     def __init__(self, ws: Any, closed_ok: type[BaseException]) -> None:
         self._ws = ws
         self._closed_ok = closed_ok
@@ -304,13 +306,24 @@ class _WebsocketsConn:
 
     async def recv(self) -> bytes | None:
         try:
-            data = await self._ws.recv()
+            message = await self._ws.recv()
         except self._closed_ok:
             return None
-        return data if isinstance(data, bytes) else data.encode()
+        return self._payload(message)
+
+    @staticmethod
+    def _payload(message: Any) -> bytes:
+        raise NotImplementedError
 
     async def close(self) -> None:
         await self._ws.close()
+
+
+# -- websockets (the asyncio implementation) --
+class _WebsocketsConn(_ClosingConn):
+    @staticmethod
+    def _payload(message: Any) -> bytes:
+        return message if isinstance(message, bytes) else message.encode()
 
 
 def websockets_adapter(ssl_context: ssl.SSLContext | None = None) -> AwaitAdapter:
@@ -372,23 +385,10 @@ class AiohttpAdapter(AwaitAdapter):
 
 
 # -- the wsgw transports (kernel here; the DPDK one from the scenario's process) --
-class _WsgwConn:
-    def __init__(self, ws: Any, closed_ok: type[BaseException]) -> None:
-        self._ws = ws
-        self._closed_ok = closed_ok
-
-    async def send(self, data: bytes) -> None:
-        await self._ws.send(data)
-
-    async def recv(self) -> bytes | None:
-        try:
-            message = await self._ws.recv()
-        except self._closed_ok:
-            return None
+class _WsgwConn(_ClosingConn):
+    @staticmethod
+    def _payload(message: Any) -> bytes:
         return bytes(message.data)
-
-    async def close(self) -> None:
-        await self._ws.close()
 
 
 ConnectFn = Callable[[str], Awaitable[Any]]

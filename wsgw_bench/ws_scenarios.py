@@ -40,7 +40,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -670,6 +670,16 @@ def _run_all(
                 yield c, results
 
 
+def _per_contender(
+    test: str, metric: str, unit: str, higher_is_better: bool, names: Iterable[str]
+) -> dict[str, Measurement]:
+    """One measurement of `metric` per contender, the reference contender's marked."""
+    return {
+        n: Measurement(test, metric, n, unit, higher_is_better, reference=n == REFERENCE)
+        for n in names
+    }
+
+
 def _finish(
     contenders: list[Contender], groups: list[dict[str, Measurement]], extra: dict[str, str]
 ) -> list[Measurement]:
@@ -707,10 +717,7 @@ def connect(options: BenchOptions) -> list[Measurement]:
     ws_names = [c.name for c in contenders if c.name not in tcp_names]
 
     def per_contender(metric: str) -> dict[str, Measurement]:
-        return {
-            n: Measurement("connect", metric, n, "us", False, reference=n == REFERENCE)
-            for n in ws_names
-        }
+        return _per_contender("connect", metric, "us", False, ws_names)
 
     opens, opens99 = per_contender("WS open p50"), per_contender("WS open p99")
     wss50, wss99 = per_contender("WSS open p50"), per_contender("WSS open p99")
@@ -768,21 +775,12 @@ def connect(options: BenchOptions) -> list[Measurement]:
 )
 def rtt(options: BenchOptions) -> list[Measurement]:
     contenders = _contenders("rtt")
+    names = [c.name for c in contenders]
     groups: list[dict[str, Measurement]] = []
     index: dict[tuple[int, str], dict[str, Measurement]] = {}
     for size in RTT_SIZES:
         for key, label in PERCENTILES:
-            group = {
-                c.name: Measurement(
-                    "rtt",
-                    f"RTT {label} {size_label(size)}",
-                    c.name,
-                    "us",
-                    False,
-                    reference=c.name == REFERENCE,
-                )
-                for c in contenders
-            }
+            group = _per_contender("rtt", f"RTT {label} {size_label(size)}", "us", False, names)
             groups.append(group)
             index[(size, key)] = group
     for c, results in _run_all(options, "rtt", contenders):
@@ -811,32 +809,13 @@ def rtt(options: BenchOptions) -> list[Measurement]:
 )
 def ingest(options: BenchOptions) -> list[Measurement]:
     contenders = _contenders("ingest")
+    names = [c.name for c in contenders]
     groups: list[dict[str, Measurement]] = []
     rate: dict[int, dict[str, Measurement]] = {}
     cpu: dict[int, dict[str, Measurement]] = {}
     for size in INGEST_SIZES:
-        rate[size] = {
-            c.name: Measurement(
-                "ingest",
-                f"msg/s {size_label(size)}",
-                c.name,
-                "msg/s",
-                True,
-                reference=c.name == REFERENCE,
-            )
-            for c in contenders
-        }
-        cpu[size] = {
-            c.name: Measurement(
-                "ingest",
-                f"CPU/msg {size_label(size)}",
-                c.name,
-                "ns",
-                False,
-                reference=c.name == REFERENCE,
-            )
-            for c in contenders
-        }
+        rate[size] = _per_contender("ingest", f"msg/s {size_label(size)}", "msg/s", True, names)
+        cpu[size] = _per_contender("ingest", f"CPU/msg {size_label(size)}", "ns", False, names)
         groups += [rate[size], cpu[size]]
     checked: dict[str, int] = {}
     for c, results in _run_all(options, "ingest", contenders):

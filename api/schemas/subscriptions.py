@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from api.schemas.common import ID_MAX, PublicSchema, Schema, UpdateSchema
-from gateway.store.validate import TOPIC, TOPIC_MAX, check_topics
+from gateway.store.validate import TOPIC, TOPIC_MAX, check_pattern, check_topics
 
 Topics = Annotated[
     list[
@@ -29,15 +29,11 @@ Topics = Annotated[
     AfterValidator(check_topics),
 ]
 CONSUMER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+CONSUMER_RULE = "1-128 letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit"
 
 
 def check_consumer(value: str) -> str:
-    if not CONSUMER.match(value):
-        raise ValueError(
-            f"consumer {value!r} must be 1-128 letters, digits, '.', '_', ':', '@' or '-', "
-            "starting with a letter or digit"
-        )
-    return value
+    return check_pattern(CONSUMER, value, "consumer", CONSUMER_RULE)
 
 
 Consumer = Annotated[

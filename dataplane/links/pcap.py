@@ -11,9 +11,9 @@ import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import BinaryIO
 
+from dataplane.closing import Closing
 from dataplane.links.base import Clock, Link, link_poll_at
 
 DLT_EN10MB = 1
@@ -26,7 +26,7 @@ _GLOBAL_HEADER = struct.Struct("<IHHiIII")
 _RECORD_HEADER = struct.Struct("<IIII")
 
 
-class PcapWriter:
+class PcapWriter(Closing):
     """Appends frames to a capture file (little-endian, as libpcap writes on x86)."""
 
     def __init__(
@@ -66,19 +66,8 @@ class PcapWriter:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> PcapWriter:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class PcapLink:
+class PcapLink(Closing):
     """Link middleware that writes every frame received and every frame taken for sending.
 
     A debugging aid: wrap the link nearest to the stack to see what the stack saw, or the one
@@ -121,14 +110,3 @@ class PcapLink:
 
     def close(self) -> None:
         self.writer.close()
-
-    def __enter__(self) -> PcapLink:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -69,21 +69,6 @@ from dataplane.ring import (
 )
 from gateway.client.ring import RingSource
 
-__all__ = [
-    "Client",
-    "ClientEvent",
-    "Gap",
-    "MessageSource",
-    "MessagesLostError",
-    "Restart",
-    "RingMessage",
-    "RingSource",
-    "SourceUnavailableError",
-    "StreamClosedError",
-    "WaitOrigin",
-    "WaitPolicy",
-]
-
 
 class Restart(NamedTuple):
     """The stream is another run of the gateway than the one this consumer saw last (its
@@ -103,6 +88,8 @@ Start = Literal["latest", "oldest"]
 FOLLOW_POLL = 0.05
 #: Longest spin of an asyncio consumer on its loop before the other tasks get a turn.
 BUSY_SLICE = 0.001
+#: The network sources' policy: they sleep on their socket until a frame comes.
+_SOCKET_WAIT = WaitPolicy()
 
 
 class MessagesLostError(RingError):
@@ -171,6 +158,23 @@ class MessageSource(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class NetworkSource:
+    """What the network sources (/v1/stream, NATS) share: they wait on their socket,
+    whatever policy a ring consumer would use, and one reconnected goes on with the same run."""
+
+    @property
+    def wait_policy(self) -> WaitPolicy:
+        return _SOCKET_WAIT
+
+    @property
+    def wait_origin(self) -> WaitOrigin:
+        return "default"
+
+    @property
+    def continues(self) -> bool:
+        return True
 
 
 class Client:

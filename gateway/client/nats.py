@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from dataplane.ring import RingMessage, WaitOrigin, WaitPolicy
-from gateway.client.core import ClientEvent, Restart, SourceUnavailableError
+from dataplane.ring import RingMessage
+from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnavailableError
 from gateway.hub.names import (
     NATS_GAP_TOKEN,
     RING_GAP_TOPIC,
@@ -38,10 +38,9 @@ from gateway.hub.names import (
 
 #: How long connecting (and subscribing) may take before the bus counts as unavailable.
 CONNECT_TIMEOUT = 5.0
-_FUTEX = WaitPolicy()
 
 
-class NatsSource:
+class NatsSource(NetworkSource):
     """Messages of one session (or every session) from a NATS server."""
 
     def __init__(
@@ -182,22 +181,10 @@ class NatsSource:
         with self._cond:
             return bool(self._events) or self._wait_locked(timeout)
 
-    @property
-    def wait_policy(self) -> WaitPolicy:
-        return _FUTEX
-
-    @property
-    def wait_origin(self) -> WaitOrigin:
-        return "default"
-
     def interrupt(self) -> None:
         with self._cond:
             self._interrupted = True
             self._cond.notify_all()
-
-    @property
-    def continues(self) -> bool:
-        return True
 
     @property
     def ended(self) -> bool:

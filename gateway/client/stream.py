@@ -27,8 +27,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
-from dataplane.ring import Gap, RingMessage, WaitOrigin, WaitPolicy
-from gateway.client.core import ClientEvent, SourceUnavailableError, StreamClosedError
+from dataplane.ring import Gap, RingMessage
+from gateway.client.core import (
+    ClientEvent,
+    NetworkSource,
+    SourceUnavailableError,
+    StreamClosedError,
+)
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
 from gateway.hub.protocol import (
     CLOSE_BAD_REQUEST,
@@ -59,7 +64,6 @@ FINAL_CLOSE_CODES = frozenset(
 )
 #: Gap reasons that mean this stream lost messages (the others are the session's own).
 STREAM_GAP_REASONS = frozenset({"queue_full", "gateway_overload"})
-_FUTEX = WaitPolicy()
 
 
 def stream_url(url: str, topics: Iterable[str] | None, session: int | None = None) -> str:
@@ -78,7 +82,7 @@ def stream_url(url: str, topics: Iterable[str] | None, session: int | None = Non
     return urlunsplit((parts.scheme, parts.netloc, path, urlencode(query), ""))
 
 
-class StreamSource:
+class StreamSource(NetworkSource):
     """Messages from a gateway's /v1/stream over one WebSocket connection."""
 
     def __init__(
@@ -225,20 +229,8 @@ class StreamSource:
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
         return bool(self._pending) or self._wait_frame(timeout)
 
-    @property
-    def wait_policy(self) -> WaitPolicy:
-        return _FUTEX
-
-    @property
-    def wait_origin(self) -> WaitOrigin:
-        return "default"
-
     def interrupt(self) -> None:
         self._interrupted.set()
-
-    @property
-    def continues(self) -> bool:
-        return True
 
     @property
     def ended(self) -> bool:

@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 
 from dataplane.transports.base import parse_ws_url
 from dataplane.ws.errors import LocalProtocolError
-from gateway.control.transactions import Transactions
+from gateway.control.transactions import RowService, Transactions
 from gateway.runtime import PortSpec, Runtime, RuntimeRefusedError
 from gateway.store.errors import ConflictError, InvalidError
 from gateway.store.models import PortRow, with_defaults
-from gateway.store.repository import Page, PortRepository, SessionRepository
+from gateway.store.repository import PortRepository, SessionRepository
 from gateway.store.validate import FieldError, check_port_network, device_claims
 
 #: Port fields the runtime opens the port with: changing one takes the port down and up.
@@ -72,18 +72,12 @@ def _check_network(ipv4: str, netmask: str, gateway: str | None) -> None:
         raise InvalidError(str(exc), exc.field) from None
 
 
-class PortService:
+class PortService(RowService[PortRow]):
     """Create, change and delete ports; an enabled port is up in the runtime."""
 
     def __init__(self, tx: Transactions, runtime: Runtime) -> None:
-        self.tx = tx
+        super().__init__(tx, PortRepository)
         self.runtime = runtime
-
-    def page(self, offset: int, limit: int) -> Page[PortRow]:
-        return self.tx.read(lambda s: PortRepository(s).page(offset, limit))
-
-    def get(self, port_id: int) -> PortRow:
-        return self.tx.read(lambda s: PortRepository(s).get(port_id))
 
     def create(self, values: Mapping[str, Any]) -> PortRow:
         _check_network(values["ipv4"], values["netmask"], values.get("gateway"))

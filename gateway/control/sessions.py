@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from gateway.control.events import EventWriter
 from gateway.control.ports import route_problem
 from gateway.control.subscriptions import dialect_topics
-from gateway.control.transactions import Transactions
+from gateway.control.transactions import RowService, Transactions
 from gateway.runtime import (
     Runtime,
     SessionSpec,
@@ -113,19 +113,13 @@ def _is_file(path: str) -> bool:
         return False
 
 
-class SessionService:
+class SessionService(RowService[SessionRow]):
     """Configure, start, stop and delete sessions; their event log."""
 
     def __init__(self, tx: Transactions, runtime: Runtime, writer: EventWriter) -> None:
-        self.tx = tx
+        super().__init__(tx, SessionRepository)
         self.runtime = runtime
         self.writer = writer
-
-    def page(self, offset: int, limit: int) -> Page[SessionRow]:
-        return self.tx.read(lambda s: SessionRepository(s).page(offset, limit))
-
-    def get(self, session_id: int) -> SessionRow:
-        return self.tx.read(lambda s: SessionRepository(s).get(session_id))
 
     def status(self, session_id: int) -> SessionStatus:
         return self.runtime.session_status(session_id)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.control.transactions import Transactions
+from gateway.control.transactions import RowService, Transactions
 from gateway.runtime import Runtime
 from gateway.store.errors import InvalidError
 from gateway.store.models import SubscriptionRow, with_defaults
@@ -51,11 +51,11 @@ class SubscriptionChange:
     unsubscribed: list[str]
 
 
-class SubscriptionService:
+class SubscriptionService(RowService[SubscriptionRow]):
     """Create, change and delete subscriptions, keeping the runtime's topics in step."""
 
     def __init__(self, tx: Transactions, runtime: Runtime, hub_gateway: str) -> None:
-        self.tx = tx
+        super().__init__(tx, SubscriptionRepository)
         self.runtime = runtime
         self.hub_gateway = hub_gateway
 
@@ -71,9 +71,6 @@ class SubscriptionService:
                 offset, limit, session_id, owner_token_id
             )
         )
-
-    def get(self, subscription_id: int) -> SubscriptionRow:
-        return self.tx.read(lambda s: SubscriptionRepository(s).get(subscription_id))
 
     def create(self, values: Mapping[str, Any]) -> SubscriptionChange:
         with self.tx.write() as s:

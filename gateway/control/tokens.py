@@ -8,19 +8,19 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from gateway.control.transactions import Transactions
+from gateway.control.transactions import RowService, Transactions
 from gateway.store.errors import ConflictError, InvalidError, NotFoundError
 from gateway.store.models import SCOPES, TokenRow
-from gateway.store.repository import Page, TokenRepository, hash_secret
+from gateway.store.repository import TokenRepository, hash_secret
 
 TOKEN_PREFIX = "wsgw_"  # noqa: S105 (a marker that makes leaked secrets greppable)
 
 
-class TokenService:
+class TokenService(RowService[TokenRow]):
     """Tokens and the authentication of a bearer secret."""
 
     def __init__(self, tx: Transactions, last_used_resolution: timedelta) -> None:
-        self.tx = tx
+        super().__init__(tx, TokenRepository)
         #: A token's last use is written at most once per this much time, not per request.
         self.last_used_resolution = last_used_resolution
 
@@ -42,12 +42,6 @@ class TokenService:
                 )
             )
             return token, secret
-
-    def page(self, offset: int, limit: int) -> Page[TokenRow]:
-        return self.tx.read(lambda s: TokenRepository(s).page(offset, limit))
-
-    def get(self, token_id: int) -> TokenRow:
-        return self.tx.read(lambda s: TokenRepository(s).get(token_id))
 
     def find(self, ident: str) -> TokenRow:
         """A token by id, or by name when one live token has it (for the CLI)."""

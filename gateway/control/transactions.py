@@ -9,15 +9,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gateway.store.db import Database
 from gateway.store.errors import ConflictError
+from gateway.store.models import Base
+from gateway.store.repository import Page, Repository
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Base)
 
 
 class Transactions:
@@ -42,3 +45,18 @@ class Transactions:
     def read(self, fn: Callable[[Session], T]) -> T:
         with self.db.session() as s:
             return fn(s)
+
+
+class RowService(Generic[M]):
+    """What every entity's service reads the same way: a page of its rows, and one row
+    (NotFoundError, a 404, when there is none)."""
+
+    def __init__(self, tx: Transactions, repository: type[Repository[M]]) -> None:
+        self.tx = tx
+        self.repository = repository
+
+    def page(self, offset: int, limit: int) -> Page[M]:
+        return self.tx.read(lambda s: self.repository(s).page(offset, limit))
+
+    def get(self, ident: int) -> M:
+        return self.tx.read(lambda s: self.repository(s).get(ident))

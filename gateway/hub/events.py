@@ -20,6 +20,29 @@ RING_TOO_LARGE = "too_large_for_ring"
 RING_NO_TOPIC = "ring_topic_table_full"
 
 
+def gap_json(
+    seq: int | None,
+    session_id: int,
+    lost: int | None,
+    reason: str,
+    epoch: str | None,
+    extra: dict[str, object],
+) -> bytes:
+    """A gap as JSON, one spelling for the ring, NATS and /v1/stream: the common fields, then
+    extra, then the epoch when it is known."""
+    body: dict[str, object] = {
+        "type": "gap",
+        "seq": seq,
+        "session": session_id,
+        "lost": lost,
+        "reason": reason,
+        **extra,
+    }
+    if epoch is not None:
+        body["epoch"] = epoch
+    return orjson.dumps(body)
+
+
 # ---- ring records the hub writes -------------------------------------------------------
 class GapEvent(NamedTuple):
     """A session reconnected: `lost` messages (None: unknown) may be missing before `seq`.
@@ -33,17 +56,8 @@ class GapEvent(NamedTuple):
     epoch: str | None = None
 
     def json(self) -> bytes:
-        body: dict[str, object] = {
-            "type": "gap",
-            "seq": self.seq,
-            "session": self.session_id,
-            "lost": self.lost,
-            "reason": self.reason,
-            "ts_ns": self.ts_ns,
-        }
-        if self.epoch is not None:
-            body["epoch"] = self.epoch
-        return orjson.dumps(body)
+        extra: dict[str, object] = {"ts_ns": self.ts_ns}
+        return gap_json(self.seq, self.session_id, self.lost, self.reason, self.epoch, extra)
 
 
 # ---- what a consumer reads ------------------------------------------------------------------
@@ -181,19 +195,10 @@ class GapNotice(NamedTuple):
     epoch: str | None = None
 
     def json(self) -> str:
-        body: dict[str, object] = {
-            "type": "gap",
-            "seq": self.seq,
-            "session": self.session_id,
-            "lost": self.lost,
-            "reason": self.reason,
-        }
-        if self.past:
-            body["past"] = True
-            body["ts_ns"] = self.ts_ns
-        if self.epoch is not None:
-            body["epoch"] = self.epoch
-        return orjson.dumps(body).decode()
+        extra: dict[str, object] = {"past": True, "ts_ns": self.ts_ns} if self.past else {}
+        return gap_json(
+            self.seq, self.session_id, self.lost, self.reason, self.epoch, extra
+        ).decode()
 
 
 StreamEvent = Delivery | GapNotice

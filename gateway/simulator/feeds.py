@@ -14,7 +14,7 @@ import re
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -147,6 +147,24 @@ class Feed(ABC):
         """The exchange's 'please reconnect' message, when it has one."""
         return None
 
+    def _whole_request(
+        self,
+        subscribing: bool,
+        topics: Iterable[str],
+        ack: str,
+        refusal: Callable[[str, str], str],
+    ) -> Reply:
+        """The reply of a venue that takes a request's topics all or none: a subscribe with
+        one topic check() refuses gets refusal(topic, reason) for the first such, and nothing
+        changes; else the ack, with the in-band simulator commands run on a subscribe."""
+        plain, commands = self._split_sim(topics)
+        if not subscribing:
+            return Reply(unsubscribe=plain, send=[ack])
+        refused = next(((t, reason) for t in plain if (reason := self.check(t))), None)
+        if refused:
+            return Reply(send=[refusal(*refused)])
+        return Reply(subscribe=plain, send=[ack], commands=commands)
+
     def _split_sim(self, topics: Iterable[str]) -> tuple[list[str], list[str]]:
         """Topics and in-band simulator commands (topics starting with `_sim`)."""
         plain: list[str] = []
@@ -201,15 +219,14 @@ class BinanceFeed(Feed):
         if method not in ("SUBSCRIBE", "UNSUBSCRIBE") or not isinstance(params, list):
             msg = f"Invalid request: unknown variant {method}"
             return Reply(send=[dumps({"error": {"code": 2, "msg": msg}, "id": rid})])
-        topics, commands = self._split_sim(str(p) for p in params)
-        bad = next((reason for t in topics if (reason := self.check(t))), None)
-        if bad and method == "SUBSCRIBE":
-            msg = f"Invalid request: {bad}"
-            return Reply(send=[dumps({"error": {"code": 2, "msg": msg}, "id": rid})])
-        ack = dumps({"result": None, "id": rid})
-        if method == "SUBSCRIBE":
-            return Reply(subscribe=topics, send=[ack], commands=commands)
-        return Reply(unsubscribe=topics, send=[ack])
+        return self._whole_request(
+            method == "SUBSCRIBE",
+            (str(p) for p in params),
+            dumps({"result": None, "id": rid}),
+            lambda _, reason: dumps(
+                {"error": {"code": 2, "msg": f"Invalid request: {reason}"}, "id": rid}
+            ),
+        )
 
     def reconnect_notice(self) -> str | None:
         return dumps({"e": "serverShutdown", "E": time.time_ns() // 1_000_000})
@@ -484,7 +501,7 @@ class BybitFeed(Feed):
         channel, sep, symbol = topic.rpartition(".")
         return (channel, symbol) if sep and channel and symbol else None
 
-    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:  # noqa: PLR0911 (a request dispatcher: one reply per request kind)
+    def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
         req = _loads(text)
         conn = f"sim-{conn_id}"
         if not isinstance(req, dict):
@@ -505,22 +522,18 @@ class BybitFeed(Feed):
             error = {"success": False, "ret_msg": f"unknown op {op}", "conn_id": conn}
             return Reply(send=[dumps({**error, "req_id": rid, "op": op})])
         args = [str(a) for a in req.get("args") or []]
-        topics, commands = self._split_sim(args)
         head = {"conn_id": conn, "req_id": rid, "op": op}
         if len(args) > 10:
             error = {"success": False, "ret_msg": "args size >10", **head}
             return Reply(send=[dumps(error)])
-        if op == "subscribe":
-            bad = next((t for t in topics if self.check(t)), None)
-            if bad:
-                error = {"success": False, "ret_msg": f"Invalid topic :[{bad}]", **head}
-                return Reply(send=[dumps(error)])
-            return Reply(
-                subscribe=topics,
-                send=[dumps({"success": True, "ret_msg": "", **head})],
-                commands=commands,
-            )
-        return Reply(unsubscribe=topics, send=[dumps({"success": True, "ret_msg": "", **head})])
+        return self._whole_request(
+            op == "subscribe",
+            args,
+            dumps({"success": True, "ret_msg": "", **head}),
+            lambda topic, _: dumps(
+                {"success": False, "ret_msg": f"Invalid topic :[{topic}]", **head}
+            ),
+        )
 
     def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
         ms = ts // 1_000_000
@@ -632,15 +645,12 @@ class GenericFeed(Feed):
         topics_raw = req.get("topics")
         if op not in ("subscribe", "unsubscribe") or not isinstance(topics_raw, list):
             return Reply(send=[dumps({"error": f"unknown op {op}", "id": rid})])
-        topics, commands = self._split_sim(str(t) for t in topics_raw)
-        if op == "subscribe":
-            bad = next((reason for t in topics if (reason := self.check(t))), None)
-            if bad:
-                return Reply(send=[dumps({"error": bad, "id": rid})])
-            return Reply(
-                subscribe=topics, send=[dumps({"result": None, "id": rid})], commands=commands
-            )
-        return Reply(unsubscribe=topics, send=[dumps({"result": None, "id": rid})])
+        return self._whole_request(
+            op == "subscribe",
+            (str(t) for t in topics_raw),
+            dumps({"result": None, "id": rid}),
+            lambda _, reason: dumps({"error": reason, "id": rid}),
+        )
 
     def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
         side = "buy" if seq % 2 else "sell"

@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -469,12 +468,7 @@ class Simulator:
     async def __aenter__(self) -> Simulator:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     def spawn(self, coro: Any) -> None:

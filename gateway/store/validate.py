@@ -18,6 +18,7 @@ from dataplane.ws.errors import LocalProtocolError
 # document calls valid is what the checks accept. They are written in the subset that
 # Python, ECMA-262 and Rust regexes read alike (no \s, \d or lookarounds).
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 PCI_SHORT = re.compile(r"^[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 PCI_FULL = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 VDEV = re.compile(r"^net_[a-z][a-z0-9_]*$")
@@ -38,6 +39,9 @@ NETMASKS = tuple(str(ipaddress.IPv4Network(f"0.0.0.0/{n}").netmask) for n in ran
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
 #: A DNS name (RFC 1123 labels of 1-63 characters; '_' tolerated inside) or an IPv4 address.
 HOST_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+HOST_NAME_RULE = (
+    "a DNS name (labels of 1-63 letters, digits and '-', separated by dots) or an IPv4 address"
+)
 _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
 _PCHAR = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})"
 #: ws[s]://host[:port][/path][?query] in RFC 3986 characters (RFC 6455 section 3): no user
@@ -63,13 +67,15 @@ class FieldError(ValueError):
         self.field = field
 
 
-def check_name(value: str, what: str = "name") -> str:
-    if not NAME.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
+def check_pattern(pattern: re.Pattern[str], value: str, what: str, must_be: str) -> str:
+    """value when pattern matches it; else ValueError saying what it must be."""
+    if not pattern.match(value):
+        raise ValueError(f"{what} {value!r} must be {must_be}")
     return value
+
+
+def check_name(value: str, what: str = "name") -> str:
+    return check_pattern(NAME, value, what, NAME_RULE)
 
 
 def normalise_pci(value: str) -> str | None:
@@ -269,12 +275,7 @@ def hide_user_info(url: str) -> str:
 
 def check_host_name(value: str, what: str = "tls_server_name") -> str:
     """A DNS name or IPv4 address, as TLS SNI (RFC 6066 section 3) can carry it."""
-    if not HOST_NAME.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be a DNS name (labels of 1-63 letters, digits and '-', "
-            "separated by dots) or an IPv4 address"
-        )
-    return value
+    return check_pattern(HOST_NAME, value, what, HOST_NAME_RULE)
 
 
 def check_file_path(value: str, what: str = "tls_ca_file") -> str:

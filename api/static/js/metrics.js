@@ -130,14 +130,20 @@ export class MetricsPoller extends EventTarget {
     const first = this.snapshots[0];
     const dt = prev ? cur.at - prev.at : 0;
     const name = (key) => metricName(cur.data, key);
+    /** The rate of `metric` for each value of `label` ({} without the metric). */
+    const ratesBy = (metric, label) => {
+      const out = {};
+      if (!metric) return out;
+      for (const value of Object.keys(byLabel(cur.data, metric, label))) {
+        out[value] = rate(prev.data, cur.data, dt, metric, { [label]: value });
+      }
+      return out;
+    };
     if (prev) {
       const msgs = name("sessionMessages");
       if (msgs) {
         point.msgRate = rate(prev.data, cur.data, dt, msgs);
-        point.sessionRates = {};
-        for (const id of Object.keys(byLabel(cur.data, msgs, "session"))) {
-          point.sessionRates[id] = rate(prev.data, cur.data, dt, msgs, { session: id });
-        }
+        point.sessionRates = ratesBy(msgs, "session");
       }
       const topics = name("topicMessages");
       if (topics) {
@@ -152,10 +158,7 @@ export class MetricsPoller extends EventTarget {
       const delivered = name("consumerDelivered");
       if (delivered) {
         point.deliveredRate = rate(prev.data, cur.data, dt, delivered);
-        point.consumerRates = {};
-        for (const c of Object.keys(byLabel(cur.data, delivered, "consumer"))) {
-          point.consumerRates[c] = rate(prev.data, cur.data, dt, delivered, { consumer: c });
-        }
+        point.consumerRates = ratesBy(delivered, "consumer");
       }
       // Mean time the engine spends handing a batch to the hub, over the last poll.
       const pubSeconds = name("hubPublishSeconds");
@@ -165,15 +168,7 @@ export class MetricsPoller extends EventTarget {
         const batchRate = rate(prev.data, cur.data, dt, batches);
         point.hubPublishMean = batchRate > 0 ? perS / batchRate : null;
       }
-      if (msgs) {
-        const bytes = name("sessionBytes");
-        point.sessionByteRates = {};
-        if (bytes) {
-          for (const id of Object.keys(byLabel(cur.data, bytes, "session"))) {
-            point.sessionByteRates[id] = rate(prev.data, cur.data, dt, bytes, { session: id });
-          }
-        }
-      }
+      if (msgs) point.sessionByteRates = ratesBy(name("sessionBytes"), "session");
       const http = name("httpRequests");
       if (http) point.httpRate = rate(prev.data, cur.data, dt, http);
       const fast = name("fastPath");
