@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     LOCAL_SEQ,
+    PEER,
     REMOTE_SEQ,
     RST,
     SYN,
@@ -23,8 +25,6 @@ from tcp_helpers import (
 from dataplane.stack.tcp import TcpConnection, TcpState
 from dataplane.wire.tcp import TcpOptions
 
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 PEER_TS0 = 50_000  # the peer's TSval in its SYN,ACK
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     FIN,
     LOCAL_SEQ,
+    PEER,
     REMOTE_SEQ,
     SYN,
     check,
@@ -24,8 +26,6 @@ from tcp_helpers import (
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
 from dataplane.wire.tcp import TcpOptions
 
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 SCALED_PEER = TcpOptions(mss=1460, window_scale=0)
 
 
