@@ -9,6 +9,22 @@ from multiprocessing.context import SpawnProcess
 
 import pytest
 
+from tests.utils.shm import leftovers, module_prefix, removed_after, test_ring_name
+
+
+@pytest.fixture
+def ring_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A ring name unique to the test, under its module's prefix; its files removed afterwards."""
+    with removed_after(test_ring_name(module_prefix(request), request)) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def no_shm_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the module, nothing under its /dev/shm prefix may remain."""
+    yield
+    assert leftovers(module_prefix(request)) == []
+
 
 @pytest.fixture
 def procs() -> Iterator[list[SpawnProcess]]:

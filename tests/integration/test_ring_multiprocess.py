@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
@@ -23,7 +22,6 @@ from dataplane.ring import SHM_DIR, Gap, RingMessage, RingReader, RingWriter, re
 from gateway.client import Client
 
 CTX = mp.get_context("spawn")
-PREFIX = f"wsgw-test-{os.getpid()}-mp-"
 
 
 def payload_for(seq: int, length: int) -> bytes:
@@ -34,20 +32,12 @@ def length_for(seq: int, limit: int) -> int:
     return (seq * 2654435761) % limit
 
 
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> Iterator[str]:
-    ring = f"{PREFIX}{request.node.name[:40]}"
-    try:
-        yield ring
-    finally:
-        for path in SHM_DIR.glob(ring + "*"):
-            path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
+def name(ring_name: str) -> str:
+    return ring_name
 
 
 # ---- processes (module level: spawn imports them by name) -----------------------------------

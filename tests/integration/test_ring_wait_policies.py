@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -24,7 +23,6 @@ from typing import Any
 import pytest
 
 from dataplane.ring import (
-    SHM_DIR,
     Gap,
     RingMessage,
     RingReader,
@@ -35,9 +33,9 @@ from dataplane.ring import (
     ring_name,
 )
 from gateway.client import Client
+from tests.utils.aio import loop_ticks
 
 CTX = mp.get_context("spawn")
-PREFIX = f"wsgw-test-{os.getpid()}-wp-"
 POLICIES = ["futex", "spin:200", "busy"]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -46,20 +44,12 @@ def payload_for(seq: int) -> bytes:
     return seq.to_bytes(8, "little") * (1 + seq % 12)
 
 
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> Iterator[str]:
-    ring = f"{PREFIX}{request.node.name[:40]}".replace("[", "-").replace("]", "").replace(":", "")
-    try:
-        yield ring
-    finally:
-        for path in SHM_DIR.glob(ring + "*"):
-            path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
+def name(ring_name: str) -> str:
+    return ring_name
 
 
 def start(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
@@ -286,18 +276,25 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
         assert r["wakeups"] == 0 and r["spin_hits"] > 0
 
 
+def stopped_writer(procs: list[SpawnProcess], name: str) -> SpawnProcess:
+    """A ticking writer on `name` that has created the ring, then SIGSTOPped (alive, silent)."""
+    ready = CTX.Event()
+    writer = start(procs, ticking_writer_proc, name, ready)
+    assert ready.wait(60)
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGSTOP)
+    return writer
+
+
 def test_a_stopped_writer_sends_a_spin_reader_to_the_futex(
     name: str, procs: list[SpawnProcess]
 ) -> None:
     """The writer is SIGSTOPped (alive, silent): a spin-then-block reader spins 200 us, then
     sleeps on the futex (it shows up as a waiter and uses no CPU), and wakes when the writer
     resumes."""
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
+    writer = stopped_writer(procs, name)
     try:
         reader = start(procs, waiting_proc, name, "spin:200", None, waiting, out)
         assert waiting.wait(60)
@@ -315,12 +312,9 @@ def test_a_stopped_writer_sends_a_spin_reader_to_the_futex(
 def test_a_busy_reader_honours_its_timeout_when_the_writer_stops(
     name: str, procs: list[SpawnProcess]
 ) -> None:
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
+    writer = stopped_writer(procs, name)
     try:
         start(procs, waiting_proc, name, "busy", 0.3, waiting, out)
         assert waiting.wait(60)
@@ -335,12 +329,9 @@ def test_a_busy_reader_honours_its_timeout_when_the_writer_stops(
 def test_a_dead_writer_stops_a_busy_reader_spinning(name: str, procs: list[SpawnProcess]) -> None:
     """The writer is SIGKILLed while a busy reader waits for ever: within the writer probe
     interval (50 ms) the reader notices, stops spinning and sleeps on the futex."""
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
+    writer = stopped_writer(procs, name)
     reader = start(procs, waiting_proc, name, "busy", None, waiting, out)
     assert waiting.wait(60)
     time.sleep(0.3)
@@ -380,21 +371,12 @@ def test_async_busy_client_leaves_the_loop_to_other_tasks(name: str) -> None:
     while it waits, and the message still arrives."""
 
     async def run(writer: RingWriter) -> tuple[int, list[RingMessage | Gap]]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
-        client = Client.attach(name, copy=True, wait="busy")
-        asyncio.get_running_loop().call_later(0.3, writer.write, 1, 0, b"late")
-        events = await client.aread(timeout=5.0)
-        task.cancel()
+        async with loop_ticks(0.005) as ticks:
+            client = Client.attach(name, copy=True, wait="busy")
+            asyncio.get_running_loop().call_later(0.3, writer.write, 1, 0, b"late")
+            events = await client.aread(timeout=5.0)
         await client.aclose()
-        return ticks, events
+        return ticks.count, events
 
     with RingWriter.create(name, 1 << 16) as writer:
         ticks, events = asyncio.run(run(writer))
