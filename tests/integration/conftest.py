@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,14 @@ def no_shm_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After the module, nothing under its /dev/shm prefix may remain."""
     yield
     assert leftovers(module_prefix(request)) == []
+
+
+def spawn(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
+    """Start `target(*args)` in a spawned daemon process, kept in `procs` for the cleanup."""
+    p = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
+    p.start()
+    procs.append(p)
+    return p
 
 
 @pytest.fixture

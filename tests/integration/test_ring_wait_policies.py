@@ -33,6 +33,7 @@ from dataplane.ring import (
     ring_name,
 )
 from gateway.client import Client
+from tests.integration.conftest import spawn
 from tests.utils.aio import loop_ticks
 
 CTX = mp.get_context("spawn")
@@ -50,13 +51,6 @@ pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
 @pytest.fixture
 def name(ring_name: str) -> str:
     return ring_name
-
-
-def start(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    procs.append(p)
-    return p
 
 
 def cpu_seconds(p: SpawnProcess) -> float:
@@ -211,7 +205,7 @@ def test_every_policy_delivers_every_message_in_order(
     with RingWriter.create(name, 1 << 24) as writer:
         readies = [CTX.Event() for _ in range(2)]
         for ready in readies:
-            start(procs, client_proc, name, policy, total, asynchronous, ready, out)
+            spawn(procs, client_proc, name, policy, total, asynchronous, ready, out)
         for ready in readies:
             assert ready.wait(60)
         for lo in range(1, total + 1, 100):
@@ -240,7 +234,7 @@ def test_spinning_readers_still_report_laps_exactly(
     out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 16) as writer:
         ready = CTX.Event()
-        start(procs, slow_reader_proc, name, policy, total, ready, out)
+        spawn(procs, slow_reader_proc, name, policy, total, ready, out)
         assert ready.wait(60)
         for lo in range(1, total + 1, 64):
             seqs = range(lo, min(lo + 64, total + 1))
@@ -261,7 +255,7 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
     out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 22) as writer:
         ready = CTX.Event()
-        start(procs, latency_proc, name, policy, count, ready, out)
+        spawn(procs, latency_proc, name, policy, count, ready, out)
         assert ready.wait(60)
         paced = bench_c_pace(writer, 100, count, 20_000)
         r = out.get(timeout=60)
@@ -279,7 +273,7 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
 def stopped_writer(procs: list[SpawnProcess], name: str) -> SpawnProcess:
     """A ticking writer on `name` that has created the ring, then SIGSTOPped (alive, silent)."""
     ready = CTX.Event()
-    writer = start(procs, ticking_writer_proc, name, ready)
+    writer = spawn(procs, ticking_writer_proc, name, ready)
     assert ready.wait(60)
     assert writer.pid is not None
     os.kill(writer.pid, signal.SIGSTOP)
@@ -296,7 +290,7 @@ def test_a_stopped_writer_sends_a_spin_reader_to_the_futex(
     out: Queue[Any] = CTX.Queue()
     writer = stopped_writer(procs, name)
     try:
-        reader = start(procs, waiting_proc, name, "spin:200", None, waiting, out)
+        reader = spawn(procs, waiting_proc, name, "spin:200", None, waiting, out)
         assert waiting.wait(60)
         assert until(lambda: waiters(name) == 1), "the spin reader never went to sleep"
         cpu = cpu_seconds(reader)
@@ -316,7 +310,7 @@ def test_a_busy_reader_honours_its_timeout_when_the_writer_stops(
     out: Queue[Any] = CTX.Queue()
     writer = stopped_writer(procs, name)
     try:
-        start(procs, waiting_proc, name, "busy", 0.3, waiting, out)
+        spawn(procs, waiting_proc, name, "busy", 0.3, waiting, out)
         assert waiting.wait(60)
         r = out.get(timeout=30)
     finally:
@@ -332,7 +326,7 @@ def test_a_dead_writer_stops_a_busy_reader_spinning(name: str, procs: list[Spawn
     waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
     writer = stopped_writer(procs, name)
-    reader = start(procs, waiting_proc, name, "busy", None, waiting, out)
+    reader = spawn(procs, waiting_proc, name, "busy", None, waiting, out)
     assert waiting.wait(60)
     time.sleep(0.3)
     assert waiters(name) == 0  # spinning: busy readers never register as sleepers

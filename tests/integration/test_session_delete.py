@@ -58,6 +58,18 @@ async def gateway(
         await asyncio.to_thread(control.shutdown)
 
 
+@asynccontextmanager
+async def simulated_gateway(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Simulator, ControlPlane, LiveRuntime, Hub]]:
+    """The exchange simulator (100 messages/s) and a gateway to run sessions against it."""
+    async with (
+        Simulator(SimConfig(rate=100.0)) as sim,
+        gateway(tmp_path) as (control, runtime, hub),
+    ):
+        yield sim, control, runtime, hub
+
+
 def session_values(url: str, name: str, dialect: str = "binance") -> dict[str, Any]:
     return {"name": name, "url": url, "dialect": dialect, "transport": "kernel"}
 
@@ -85,10 +97,7 @@ async def start_streaming(
 
 def test_deleting_a_running_session_stops_it_and_leaves_nothing_behind(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with (
-            Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (control, runtime, hub),
-        ):
+        async with simulated_gateway(tmp_path) as (sim, control, runtime, hub):
             url = sim.url("binance", "/stream")
             old = await start_streaming(control, runtime, url, "old")
             hub.publish_gap(old.id, 3, "reconnect: test")  # the hub now holds a last gap
@@ -175,10 +184,7 @@ def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
     events reach the store and its streams are served, as for any session."""
 
     async def scenario() -> None:
-        async with (
-            Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (control, runtime, hub),
-        ):
+        async with simulated_gateway(tmp_path) as (sim, control, runtime, hub):
             url = sim.url("binance", "/stream")
             row = await start_streaming(control, runtime, url, "survivor")
             with control.db.session() as s:
