@@ -69,6 +69,11 @@ def seg(
     )
 
 
+def synack(options: TcpOptions = PEER_SYN_OPTIONS, window: int = 65535) -> TcpRepr:
+    """The peer's SYN,ACK to our SYN (ISNs LOCAL_SEQ and REMOTE_SEQ)."""
+    return seg(REMOTE_SEQ, DATA, SYN | ACK, window=window, options=options)
+
+
 def send(conn: TcpConnection, segment: TcpRepr, now: float = 0.0) -> None:
     """The peer's segment arrives."""
     conn.on_segment(segment, now)

@@ -21,6 +21,7 @@ from tcp_helpers import (
     recv_one,
     seg,
     send,
+    synack,
 )
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
@@ -153,16 +154,7 @@ def test_peer_window_is_scaled_except_in_its_syn() -> None:
     conn = conn_closed(config(window_scaling=True))
     conn.connect(0.0)
     recv(conn)
-    send(
-        conn,
-        seg(
-            REMOTE_SEQ,
-            LOCAL_SEQ + 1,
-            SYN | ACK,
-            window=1000,
-            options=TcpOptions(mss=1460, window_scale=2),
-        ),
-    )
+    send(conn, synack(TcpOptions(mss=1460, window_scale=2), window=1000))
     assert conn.stats.snd_wnd == 1000  # the SYN's window is never scaled
     recv(conn)
     send(conn, seg(PEER, DATA, window=1000))
