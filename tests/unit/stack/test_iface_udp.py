@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import iface_helpers
 import pytest
 from iface_helpers import OUR_IP, OUR_MAC, PEER_IP, PEER_MAC
-from iface_helpers import make_iface as make_our_iface
 
 from dataplane.stack.iface import Interface, UdpDatagram
 from dataplane.wire.ethernet import ETHERTYPE_IPV4, EthernetRepr
@@ -13,7 +13,8 @@ from dataplane.wire.udp import UdpRepr
 
 
 def make_iface() -> Interface:
-    return make_our_iface(udp_queue_limit=2)
+    """A queue of two datagrams per bound port, so that a test can fill it."""
+    return iface_helpers.make_iface(udp_queue_limit=2)
 
 
 def udp_frame(dst_port: int, payload: bytes) -> bytes:
