@@ -257,6 +257,18 @@ class Dashboard:
         self.page.screenshot(path=str(path), full_page=True)
         return path
 
+    def check_page(self, name: str, route: str, marker: str, settle_ms: int = 0) -> None:
+        """Go to `route`, wait for `marker`, (let it settle), check it fits the viewport's
+        width and take its screenshot as `name`."""
+        from playwright.sync_api import expect
+
+        self.go(route)
+        expect(self.page.locator(marker).first).to_be_visible()
+        if settle_ms:
+            self.page.wait_for_timeout(settle_ms)
+        assert self.horizontal_overflow() == 0, f"{name} scrolls sideways at {self.viewport} size"
+        self.screenshot(name)
+
     def horizontal_overflow(self) -> int:
         """How many pixels the page is wider than the viewport (0: no horizontal scroll)."""
         return int(

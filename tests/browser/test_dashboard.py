@@ -128,10 +128,7 @@ def test_every_page_loads_without_console_errors(
     d = open_dashboard(server, viewport)
     d.login()
     for name, route, marker in page_markers(seeded):
-        d.go(route)
-        expect(d.page.locator(marker).first).to_be_visible()
-        assert d.horizontal_overflow() == 0, f"{name} scrolls sideways at {viewport} size"
-        d.screenshot(name)
+        d.check_page(name, route, marker)
     assert d.errors == [], d.errors
 
 
@@ -212,21 +209,24 @@ def test_host_cards_load_again_as_soon_as_the_api_answers(server: Server, dash: 
     expect(host.locator(".error-text")).to_have_count(0)
 
 
-def _open_form(page: Any) -> None:
+def _open_session_form(dash: Dashboard) -> Any:
+    """The sessions page, loaded (its table has rows), with the new-session form open."""
+    page = dash.page
+    dash.go("#/sessions")
+    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
     form_card = page.locator("#new-session")
     if form_card.get_attribute("open") is None:
         form_card.locator(":scope > summary").click()
-    expect(page.locator("#session-form")).to_be_visible()
+    form = page.locator("#session-form")
+    expect(form).to_be_visible()
+    return form
 
 
 def test_create_a_session_from_the_form(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
     page = dash.page
-    dash.go("#/sessions")
-    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
-    _open_form(page)
-    form = page.locator("#session-form")
+    form = _open_session_form(dash)
     dialects = form.locator("select[name=dialect] option").evaluate_all(
         "options => options.map(o => o.value)"
     )
@@ -313,11 +313,7 @@ def test_start_and_stop_buttons_change_the_wanted_state(server: Server, dash: Da
 def test_validation_errors_are_shown_next_to_their_field(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
-    page = dash.page
-    dash.go("#/sessions")
-    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
-    _open_form(page)
-    form = page.locator("#session-form")
+    form = _open_session_form(dash)
     form.locator("select[name=dialect]").select_option("generic")
     form.locator("input[name=name]").fill("bad name!")
     form.locator("input[name=url]").fill("http://feed.example.com/ws")
