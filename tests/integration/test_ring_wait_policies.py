@@ -226,16 +226,21 @@ def test_every_policy_delivers_every_message_in_order(
             assert stats["wakeups"] == 0  # never slept: the writer was alive all along
 
 
+def spawn_ready(procs: list[SpawnProcess], target: Any, *args: Any) -> Queue[Any]:
+    """Spawn `target(*args, ready, out)` and wait until it sets `ready`; its `out` queue."""
+    ready, out = CTX.Event(), CTX.Queue()
+    spawn(procs, target, *args, ready, out)
+    assert ready.wait(60)
+    return out
+
+
 @pytest.mark.parametrize("policy", ["spin:200", "busy"])
 def test_spinning_readers_still_report_laps_exactly(
     name: str, procs: list[SpawnProcess], policy: str
 ) -> None:
     total = 60_000
-    out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 16) as writer:
-        ready = CTX.Event()
-        spawn(procs, slow_reader_proc, name, policy, total, ready, out)
-        assert ready.wait(60)
+        out = spawn_ready(procs, slow_reader_proc, name, policy, total)
         for lo in range(1, total + 1, 64):
             seqs = range(lo, min(lo + 64, total + 1))
             writer.write_columns([1] * len(seqs), [0] * len(seqs), [payload_for(s) for s in seqs])
@@ -252,11 +257,8 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
     """The benchmark's own path: a C writer at 20k msg/s, a C reader in another process;
     every message arrives in order with a latency sample (never how fast: shared machines)."""
     count = 4000
-    out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 22) as writer:
-        ready = CTX.Event()
-        spawn(procs, latency_proc, name, policy, count, ready, out)
-        assert ready.wait(60)
+        out = spawn_ready(procs, latency_proc, name, policy, count)
         paced = bench_c_pace(writer, 100, count, 20_000)
         r = out.get(timeout=60)
     assert paced.messages == count and 0 < paced.publishes <= count
