@@ -269,6 +269,17 @@ class Dashboard:
         assert self.horizontal_overflow() == 0, f"{name} scrolls sideways at {self.viewport} size"
         self.screenshot(name)
 
+    def open_card(self, card: str, form: str) -> Any:
+        """Open the collapsible `card` (a <details>) unless it is open: its `form`, visible."""
+        from playwright.sync_api import expect
+
+        details = self.page.locator(card)
+        if details.get_attribute("open") is None:
+            details.locator(":scope > summary").click()
+        located = self.page.locator(form)
+        expect(located).to_be_visible()
+        return located
+
     def horizontal_overflow(self) -> int:
         """How many pixels the page is wider than the viewport (0: no horizontal scroll)."""
         return int(

@@ -209,17 +209,15 @@ def test_host_cards_load_again_as_soon_as_the_api_answers(server: Server, dash: 
     expect(host.locator(".error-text")).to_have_count(0)
 
 
+def _open_form(dash: Dashboard, route: str, table: str, card: str, form: str) -> Any:
+    """The page at `route`, loaded (its `table` has rows), with the `card` form open."""
+    dash.go(route)
+    expect(dash.page.locator(f"{table} tbody tr").first).to_be_visible()
+    return dash.open_card(card, form)
+
+
 def _open_session_form(dash: Dashboard) -> Any:
-    """The sessions page, loaded (its table has rows), with the new-session form open."""
-    page = dash.page
-    dash.go("#/sessions")
-    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
-    form_card = page.locator("#new-session")
-    if form_card.get_attribute("open") is None:
-        form_card.locator(":scope > summary").click()
-    form = page.locator("#session-form")
-    expect(form).to_be_visible()
-    return form
+    return _open_form(dash, "#/sessions", "#sessions-table", "#new-session", "#session-form")
 
 
 def test_create_a_session_from_the_form(
@@ -363,12 +361,9 @@ def test_subscribe_and_unsubscribe_from_the_page(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
     page = dash.page
-    dash.go("#/subscriptions")
-    expect(page.locator("#subs-table tbody tr").first).to_be_visible()
-    card = page.locator("#new-subscription")
-    if card.get_attribute("open") is None:
-        card.locator(":scope > summary").click()
-    form = page.locator("#subscription-form")
+    form = _open_form(
+        dash, "#/subscriptions", "#subs-table", "#new-subscription", "#subscription-form"
+    )
     form.locator("select[name=session_id]").select_option(str(seeded["session"]["id"]))
     expect(form.locator("textarea[name=topics]")).to_have_attribute(
         "placeholder", "btcusdt@trade ethusdt@trade"
