@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from api.app import create_app
 from gateway.runtime import DetachedRuntime
@@ -147,10 +149,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
-@pytest.fixture
-def fake_host(tmp_path: Path) -> FakeHost:
-    host = FakeHost(tmp_path / "host")
-    host.add_nic("0000:03:00.0", ifname="ens3")  # spare NIC, down, no address
+def host_with_nics(root: Path) -> FakeHost:
+    """A fake host with a spare NIC (ens3: down, no address, DPDK may take it) and the
+    management NIC (eth0: virtio, up, the default route, which DPDK must never take)."""
+    host = FakeHost(root)
+    host.add_nic("0000:03:00.0", ifname="ens3")
     host.add_nic(
         "0000:00:03.0",
         0x1AF4,
@@ -164,6 +167,11 @@ def fake_host(tmp_path: Path) -> FakeHost:
         virtio_child=True,
     )
     return host
+
+
+@pytest.fixture
+def fake_host(tmp_path: Path) -> FakeHost:
+    return host_with_nics(tmp_path / "host")
 
 
 def make_settings(tmp_path: Path, url: str, **overrides: object) -> Settings:
@@ -225,6 +233,29 @@ def api(app: FastAPI, runtime: DetachedRuntime) -> Iterator[Api]:
         )
 
 
+def messages(response: Any) -> str:
+    """A 422 answer's validation messages, joined: what a client is shown."""
+    return " | ".join(e["msg"] for e in response.json()["detail"])
+
+
+def stream_close(client: TestClient, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    """Open /v1/stream at `path` and read: the server closes it. Its close code and reason."""
+    with (
+        client.websocket_connect(WS_BASE + path, headers=headers) as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_text()
+    return closed.value.code, closed.value.reason
+
+
+def created(api: Api, path: str, body: dict[str, object]) -> dict[str, object]:
+    """POST `body` to `path` as admin; it must be created (201). The new resource."""
+    r = api.client.post(path, json=body, headers=api.admin)
+    assert r.status_code == 201, r.text
+    result: dict[str, object] = r.json()
+    return result
+
+
 @pytest.fixture
 def make_port(api: Api) -> Callable[..., dict[str, object]]:
     counter = iter(range(1, 1000))
@@ -238,11 +269,7 @@ def make_port(api: Api) -> Callable[..., dict[str, object]]:
             "netmask": "255.255.255.0",
             "gateway": f"198.18.{n}.1",
         }
-        body.update(fields)
-        r = api.client.post("/v1/ports", json=body, headers=api.admin)
-        assert r.status_code == 201, r.text
-        result: dict[str, object] = r.json()
-        return result
+        return created(api, "/v1/ports", {**body, **fields})
 
     return make
 
@@ -258,10 +285,6 @@ def make_session(api: Api) -> Callable[..., dict[str, object]]:
             "dialect": "generic",
             "transport": "kernel",
         }
-        body.update(fields)
-        r = api.client.post("/v1/sessions", json=body, headers=api.admin)
-        assert r.status_code == 201, r.text
-        result: dict[str, object] = r.json()
-        return result
+        return created(api, "/v1/sessions", {**body, **fields})
 
     return make

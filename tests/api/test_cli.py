@@ -82,6 +82,46 @@ def _free_port() -> int:
 SERVE = "from gateway.cli import main; main()"
 
 
+def serve_env(tmp_path: Path, db_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a `wsgw` subprocess: its own state, database, no config file, no
+    host to look at (an empty sys root), plus `extra`."""
+    return {
+        **os.environ,
+        "WSGW_STATE_DIR": str(tmp_path / "state"),
+        "WSGW_DB__URL": db_url,
+        "WSGW_CONFIG": str(tmp_path / "none.toml"),
+        "WSGW_HOST__SYS_ROOT": str(tmp_path / "nosys"),
+        **extra,
+    }
+
+
+def first_answer(proc: subprocess.Popen[str], url: str) -> httpx.Response:
+    """GET `url` until the `wsgw serve` in `proc` answers (it must not exit meanwhile)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(url, timeout=1)
+        except httpx.TransportError:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.1)
+
+
+def stop_gracefully(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM, as a service manager stops it; what it wrote to stderr."""
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=30)[1]
+
+
+def kill_if_running(proc: subprocess.Popen[str]) -> bool:
+    """The cleanup of a test that failed before the stop: whether it had to be killed."""
+    if proc.poll() is not None:
+        return False
+    proc.kill()
+    proc.communicate()
+    return True
+
+
 @pytest.fixture
 def db_url(sqlite_url: str) -> str:
     return sqlite_url
@@ -89,14 +129,7 @@ def db_url(sqlite_url: str) -> str:
 
 def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: str) -> None:
     port = _free_port()
-    env = {
-        **os.environ,
-        "WSGW_STATE_DIR": str(tmp_path / "state"),
-        "WSGW_DB__URL": sqlite_url,
-        "WSGW_CONFIG": str(tmp_path / "none.toml"),
-        "WSGW_HOST__SYS_ROOT": str(tmp_path / "nosys"),
-        "WSGW_HUB__GATEWAY": f"test{os.getpid()}",
-    }
+    env = serve_env(tmp_path, sqlite_url, WSGW_HUB__GATEWAY=f"test{os.getpid()}")
     ring = Path(f"/dev/shm/wsgw-test{os.getpid()}-messages")
     made = subprocess.run(
         [sys.executable, "-c", SERVE, "token", "create", "-n", "ops", "-s", "admin"],
@@ -111,15 +144,7 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "serve did not come up"
-                time.sleep(0.1)
+        r = first_answer(proc, f"http://127.0.0.1:{port}/readyz")
         assert (r.status_code, r.json()) == (200, {"status": "ready"})  # nothing more
         r = httpx.get(f"http://127.0.0.1:{port}/readyz", headers=admin, timeout=5)
         engine = r.json()["engine"]
@@ -127,12 +152,9 @@ def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: 
         assert "kernel transport only" in engine["reason"]
         assert ring.exists()  # the hub's shared-memory ring for local consumers
         assert httpx.get(f"http://127.0.0.1:{port}/v1/ports").status_code == 401
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = stop_gracefully(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        if kill_if_running(proc):
             ring.unlink(missing_ok=True)  # a killed serve cannot unlink its ring
     assert proc.returncode == 0, err
     assert not ring.exists()  # the hub unlinks it on a graceful stop

@@ -9,7 +9,7 @@ import pytest
 from starlette.websockets import WebSocketDisconnect
 
 from gateway.runtime import Metric, MetricsSnapshot
-from tests.api.conftest import BASE_URL, WS_BASE, Api
+from tests.api.conftest import BASE_URL, WS_BASE, Api, stream_close
 
 
 def test_healthz(api: Api) -> None:
@@ -93,12 +93,7 @@ def test_stream_checks_token_and_subscription_then_says_no_hub(
         (api.consume, 1013),
     ]
     for headers, code in cases:
-        with (
-            api.client.websocket_connect(WS_BASE + url, headers=headers) as ws,
-            pytest.raises(WebSocketDisconnect) as closed,
-        ):
-            ws.receive_text()
-        assert closed.value.code == code
+        assert stream_close(api.client, url, headers)[0] == code
     with api.client.websocket_connect(
         f"{WS_BASE}/v1/stream?subscription=999", headers=api.consume
     ) as ws:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, messages
 
 VALID = {
     "name": "lab",
@@ -16,10 +16,6 @@ VALID = {
     "netmask": "255.255.255.0",
     "gateway": "198.18.0.1",
 }
-
-
-def messages(response: Any) -> str:
-    return " | ".join(e["msg"] for e in response.json()["detail"])
 
 
 def test_create_get_list_update_delete(api: Api) -> None:

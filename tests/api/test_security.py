@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -37,7 +35,7 @@ from gateway.hub import Hub
 from gateway.runtime import DetachedRuntime
 from gateway.settings import Settings
 from tests.api.conftest import BASE_URL, WS_BASE, make_settings
-from tests.api.test_cli import SERVE
+from tests.api.test_cli import SERVE, first_answer, kill_if_running, serve_env, stop_gracefully
 from tests.host.fakesys import FakeHost
 from wsgw_bench.servers import ServerThread, free_port, gateway_app
 
@@ -520,14 +518,7 @@ def test_serve_never_logs_a_token(tmp_path: Path, sqlite_url: str) -> None:
     from websockets.sync.client import connect
 
     port = free_port()
-    env = {
-        **os.environ,
-        "WSGW_STATE_DIR": str(tmp_path / "state"),
-        "WSGW_DB__URL": sqlite_url,
-        "WSGW_CONFIG": str(tmp_path / "none.toml"),
-        "WSGW_HOST__SYS_ROOT": str(tmp_path / "nosys"),
-        "WSGW_HUB__RING": "false",
-    }
+    env = serve_env(tmp_path, sqlite_url, WSGW_HUB__RING="false")
     made = subprocess.run(
         [sys.executable, "-c", SERVE, "token", "create", "-n", "c", "-s", "consume"],
         env=env, capture_output=True, text=True, timeout=60, check=True,
@@ -538,27 +529,16 @@ def test_serve_never_logs_a_token(tmp_path: Path, sqlite_url: str) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz?token={secret}", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "serve did not come up"
-                time.sleep(0.1)
+        first_answer(proc, f"http://127.0.0.1:{port}/healthz?token={secret}")
         httpx.get(f"http://127.0.0.1:{port}/v1/ports?token={secret}", timeout=5)
         with (
             connect(f"ws://127.0.0.1:{port}/v1/stream?session=9&token={secret}") as ws,
             contextlib.suppress(ConnectionClosed),  # 4404: no session 9
         ):
             ws.recv(timeout=5)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = stop_gracefully(proc)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        kill_if_running(proc)
     assert "/healthz?token=[redacted]" in err, err
     assert "/v1/stream?session=9&token=[redacted]" in err, err
     assert secret not in err

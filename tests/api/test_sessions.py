@@ -10,7 +10,7 @@ import pytest
 import trustme
 
 from gateway.runtime import RuntimeRefusedError, SessionSpec
-from tests.api.conftest import Api
+from tests.api.conftest import Api, messages
 
 VALID = {
     "name": "binance-spot",
@@ -18,10 +18,6 @@ VALID = {
     "dialect": "binance",
     "transport": "kernel",
 }
-
-
-def messages(response: Any) -> str:
-    return " | ".join(e["msg"] for e in response.json()["detail"])
 
 
 def test_crud(api: Api, make_port: Callable[..., dict[str, Any]]) -> None:

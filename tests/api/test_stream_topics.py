@@ -17,7 +17,7 @@ from starlette.websockets import WebSocketDisconnect
 from api.app import create_app
 from gateway.hub import Hub
 from gateway.runtime import DetachedRuntime
-from tests.api.conftest import BASE_URL, WS_BASE, make_settings
+from tests.api.conftest import BASE_URL, WS_BASE, make_settings, stream_close
 from tests.host.fakesys import FakeHost
 
 
@@ -33,14 +33,7 @@ class Client:
         return sid
 
     def close_of(self, query: str) -> tuple[int, str]:
-        with (
-            self.client.websocket_connect(
-                f"{WS_BASE}/v1/stream?{query}", headers=self.consume
-            ) as ws,
-            pytest.raises(WebSocketDisconnect) as closed,
-        ):
-            ws.receive_text()
-        return closed.value.code, closed.value.reason
+        return stream_close(self.client, f"/v1/stream?{query}", self.consume)
 
 
 @pytest.fixture

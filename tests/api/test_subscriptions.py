@@ -6,9 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from starlette.websockets import WebSocketDisconnect
 
-from tests.api.conftest import WS_BASE, Api
+from tests.api.conftest import Api, stream_close
 
 
 def subscribe(api: Api, session_id: int, topics: list[str], **extra: Any) -> dict[str, Any]:
@@ -168,14 +167,8 @@ def test_a_consume_token_cannot_touch_another_tokens_subscription(
             r = api.client.request(method, path, headers=api.consume, **kwargs)
             assert r.status_code == 403, (method, path, r.text)
             assert "belongs to another token" in r.json()["detail"]
-        with (
-            api.client.websocket_connect(
-                f"{WS_BASE}/v1/stream?subscription={target['id']}", headers=api.consume
-            ) as ws,
-            pytest.raises(WebSocketDisconnect) as closed,
-        ):
-            ws.receive_text()
-        assert closed.value.code == 4403
+        stream_path = f"/v1/stream?subscription={target['id']}"
+        assert stream_close(api.client, stream_path, api.consume)[0] == 4403
     listed = api.client.get("/v1/subscriptions", headers=api.consume).json()
     assert [s["id"] for s in listed["data"]] == [mine["id"], unowned.id]
     assert listed["count"] == 2

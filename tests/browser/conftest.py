@@ -33,6 +33,7 @@ from api.app import create_app
 from api.routes import dashboard
 from gateway.runtime import DetachedRuntime, Runtime
 from gateway.settings import Settings
+from tests.api.conftest import host_with_nics
 from tests.host.fakesys import FakeHost
 
 if TYPE_CHECKING:
@@ -69,20 +70,7 @@ def build_app(settings: Settings, runtime: Runtime, host: FakeHost) -> FastAPI:
 def make_fake_host(root: Path) -> FakeHost:
     """A host with something to show: 2 MB hugepages reserved and mounted, CPU 1 isolated,
     a spare NIC that DPDK can take and the management NIC that it must not."""
-    host = FakeHost(root)
-    host.add_nic("0000:03:00.0", ifname="ens3")
-    host.add_nic(
-        "0000:00:03.0",
-        0x1AF4,
-        0x1041,
-        "virtio-pci",
-        "eth0",
-        up=True,
-        addresses=["192.0.2.2/24"],
-        routes=["default", "192.0.2.0/24"],
-        iommu_group=3,
-        virtio_child=True,
-    )
+    host = host_with_nics(root)
     pool = host.sys / "kernel/mm/hugepages/hugepages-2048kB"
     (pool / "nr_hugepages").write_text("512\n")
     (pool / "free_hugepages").write_text("500\n")
@@ -91,6 +79,17 @@ def make_fake_host(root: Path) -> FakeHost:
         "sysfs /sys sysfs rw 0 0\nhugetlbfs /dev/hugepages hugetlbfs rw,pagesize=2M 0 0\n"
     )
     return host
+
+
+def dashboard_settings(root: Path, host: FakeHost, auth: str, **more: object) -> Settings:
+    """Settings of a control plane in `root` (SQLite) on the fake `host`, auth mode `auth`."""
+    return Settings(
+        state_dir=root / "state",
+        db={"url": f"sqlite:///{root / 'state' / 'wsgw.db'}"},  # type: ignore[arg-type]
+        host={"sys_root": host.sys, "proc_root": host.proc},  # type: ignore[arg-type]
+        auth={"mode": auth},  # type: ignore[arg-type]
+        **more,  # type: ignore[arg-type]
+    )
 
 
 class UvicornThread:
@@ -172,13 +171,7 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServ
         """collectors: more samples for /metrics (e.g. a hub's), registered on the app."""
         root = tmp_path_factory.mktemp("wsgw-browser")
         host = make_fake_host(root / "host")
-        settings = Settings(
-            state_dir=root / "state",
-            db={"url": f"sqlite:///{root / 'state' / 'wsgw.db'}"},  # type: ignore[arg-type]
-            host={"sys_root": host.sys, "proc_root": host.proc},  # type: ignore[arg-type]
-            auth={"mode": auth},  # type: ignore[arg-type]
-            api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-        )
+        settings = dashboard_settings(root, host, auth, api={"host": "127.0.0.1"})
         runtime = runtime if runtime is not None else DetachedRuntime()
         app = build_app(settings, runtime, host)
         for collector in collectors:
@@ -263,6 +256,29 @@ class Dashboard:
         path = ARTIFACTS / f"{name}-{self.viewport}.png"
         self.page.screenshot(path=str(path), full_page=True)
         return path
+
+    def check_page(self, name: str, route: str, marker: str, settle_ms: int = 0) -> None:
+        """Go to `route`, wait for `marker`, (let it settle), check it fits the viewport's
+        width and take its screenshot as `name`."""
+        from playwright.sync_api import expect
+
+        self.go(route)
+        expect(self.page.locator(marker).first).to_be_visible()
+        if settle_ms:
+            self.page.wait_for_timeout(settle_ms)
+        assert self.horizontal_overflow() == 0, f"{name} scrolls sideways at {self.viewport} size"
+        self.screenshot(name)
+
+    def open_card(self, card: str, form: str) -> Any:
+        """Open the collapsible `card` (a <details>) unless it is open: its `form`, visible."""
+        from playwright.sync_api import expect
+
+        details = self.page.locator(card)
+        if details.get_attribute("open") is None:
+            details.locator(":scope > summary").click()
+        located = self.page.locator(form)
+        expect(located).to_be_visible()
+        return located
 
     def horizontal_overflow(self) -> int:
         """How many pixels the page is wider than the viewport (0: no horizontal scroll)."""

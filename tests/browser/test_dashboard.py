@@ -128,10 +128,7 @@ def test_every_page_loads_without_console_errors(
     d = open_dashboard(server, viewport)
     d.login()
     for name, route, marker in page_markers(seeded):
-        d.go(route)
-        expect(d.page.locator(marker).first).to_be_visible()
-        assert d.horizontal_overflow() == 0, f"{name} scrolls sideways at {viewport} size"
-        d.screenshot(name)
+        d.check_page(name, route, marker)
     assert d.errors == [], d.errors
 
 
@@ -212,21 +209,22 @@ def test_host_cards_load_again_as_soon_as_the_api_answers(server: Server, dash: 
     expect(host.locator(".error-text")).to_have_count(0)
 
 
-def _open_form(page: Any) -> None:
-    form_card = page.locator("#new-session")
-    if form_card.get_attribute("open") is None:
-        form_card.locator(":scope > summary").click()
-    expect(page.locator("#session-form")).to_be_visible()
+def _open_form(dash: Dashboard, route: str, table: str, card: str, form: str) -> Any:
+    """The page at `route`, loaded (its `table` has rows), with the `card` form open."""
+    dash.go(route)
+    expect(dash.page.locator(f"{table} tbody tr").first).to_be_visible()
+    return dash.open_card(card, form)
+
+
+def _open_session_form(dash: Dashboard) -> Any:
+    return _open_form(dash, "#/sessions", "#sessions-table", "#new-session", "#session-form")
 
 
 def test_create_a_session_from_the_form(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
     page = dash.page
-    dash.go("#/sessions")
-    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
-    _open_form(page)
-    form = page.locator("#session-form")
+    form = _open_session_form(dash)
     dialects = form.locator("select[name=dialect] option").evaluate_all(
         "options => options.map(o => o.value)"
     )
@@ -313,11 +311,7 @@ def test_start_and_stop_buttons_change_the_wanted_state(server: Server, dash: Da
 def test_validation_errors_are_shown_next_to_their_field(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
-    page = dash.page
-    dash.go("#/sessions")
-    expect(page.locator("#sessions-table tbody tr").first).to_be_visible()
-    _open_form(page)
-    form = page.locator("#session-form")
+    form = _open_session_form(dash)
     form.locator("select[name=dialect]").select_option("generic")
     form.locator("input[name=name]").fill("bad name!")
     form.locator("input[name=url]").fill("http://feed.example.com/ws")
@@ -367,12 +361,9 @@ def test_subscribe_and_unsubscribe_from_the_page(
     server: Server, seeded: dict[str, Any], dash: Dashboard
 ) -> None:
     page = dash.page
-    dash.go("#/subscriptions")
-    expect(page.locator("#subs-table tbody tr").first).to_be_visible()
-    card = page.locator("#new-subscription")
-    if card.get_attribute("open") is None:
-        card.locator(":scope > summary").click()
-    form = page.locator("#subscription-form")
+    form = _open_form(
+        dash, "#/subscriptions", "#subs-table", "#new-subscription", "#subscription-form"
+    )
     form.locator("select[name=session_id]").select_option(str(seeded["session"]["id"]))
     expect(form.locator("textarea[name=topics]")).to_have_attribute(
         "placeholder", "btcusdt@trade ethusdt@trade"

@@ -253,10 +253,6 @@ def test_live_pages_at_both_sizes(
         ("sessions", "#/sessions", "#sessions-table .fig-rate"),
         ("charts", "#/charts", 'figure[data-chart="Message latency"] path.line'),
     ):
-        d.go(route)
-        expect(d.page.locator(marker).first).to_be_visible()
-        if name == "charts":
-            d.page.wait_for_timeout(1500)  # a few points more on the lines
-        assert d.horizontal_overflow() == 0, f"{name} scrolls sideways at {viewport} size"
-        d.screenshot(f"{name}-live")
+        # the charts: a few points more on the lines
+        d.check_page(f"{name}-live", route, marker, settle_ms=1500 if name == "charts" else 0)
     assert d.errors == []

@@ -17,21 +17,15 @@ from fastapi.testclient import TestClient
 
 from api.routes import dashboard
 from gateway.runtime import DetachedRuntime
-from gateway.settings import Settings
 from tests.api.conftest import BASE_URL
-from tests.browser.conftest import build_app, make_fake_host
+from tests.browser.conftest import build_app, dashboard_settings, make_fake_host
 
 STATIC = Path(dashboard.__file__).resolve().parent.parent / "static"
 
 
 def _client(tmp_path: Path, auth: str = "token") -> Iterator[TestClient]:
     host = make_fake_host(tmp_path / "host")
-    settings = Settings(
-        state_dir=tmp_path / "state",
-        db={"url": f"sqlite:///{tmp_path / 'state' / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": host.sys, "proc_root": host.proc},  # type: ignore[arg-type]
-        auth={"mode": auth},  # type: ignore[arg-type]
-    )
+    settings = dashboard_settings(tmp_path, host, auth)
     app = build_app(settings, DetachedRuntime(), host)
     with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
         yield client

@@ -64,6 +64,13 @@ class Installed:
         env.update(extra)
         return env
 
+    def python_prints(self, code: str) -> str:
+        """Run `code` in the installed Python, as a user would, from outside the checkout:
+        it must succeed. What it printed."""
+        proc = run([str(self.python), "-c", code], cwd=self.cwd, env=self.env())
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
 
 def _checkout_files() -> list[str]:
     """The checkout's files as git sees them (tracked and new, ignored ones left out)."""
@@ -141,9 +148,8 @@ def test_the_installed_package_is_the_one_imported(installed: Installed) -> None
         "import sys, gateway, dataplane, api;"
         "print(gateway.__file__); print(dataplane.__file__); print(api.__file__)"
     )
-    proc = run([str(installed.python), "-c", code], cwd=installed.cwd, env=installed.env())
-    assert proc.returncode == 0, proc.stderr
-    for path in proc.stdout.split():
+    printed = installed.python_prints(code)
+    for path in printed.split():
         assert Path(path).is_relative_to(installed.venv), path
 
 
@@ -152,9 +158,8 @@ def test_import_gateway_imports_nothing_from_api(installed: Installed) -> None:
         "import sys, gateway;"
         "print(sorted(m for m in sys.modules if m == 'api' or m.startswith('api.')))"
     )
-    proc = run([str(installed.python), "-c", code], cwd=installed.cwd, env=installed.env())
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]", proc.stdout
+    printed = installed.python_prints(code)
+    assert printed.strip() == "[]", printed
 
 
 def test_shim_info_loads_the_installed_library(installed: Installed) -> None:

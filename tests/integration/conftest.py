@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
+from typing import Any
 
 import pytest
+
+from tests.utils.shm import leftovers, module_prefix, removed_after, test_ring_name
+
+
+@pytest.fixture
+def ring_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A ring name unique to the test, under its module's prefix; its files removed afterwards."""
+    with removed_after(test_ring_name(module_prefix(request), request)) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def no_shm_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the module, nothing under its /dev/shm prefix may remain."""
+    yield
+    assert leftovers(module_prefix(request)) == []
+
+
+def spawn(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
+    """Start `target(*args)` in a spawned daemon process, kept in `procs` for the cleanup."""
+    p = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
+    p.start()
+    procs.append(p)
+    return p
 
 
 @pytest.fixture

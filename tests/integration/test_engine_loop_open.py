@@ -106,25 +106,23 @@ def test_connect_timeout_bounds_tcp_and_open_timeout_the_upgrade(
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        with pytest.raises((TimeoutError, OSError)):  # nobody answers ARP for unused_ip
+
+        async def attempt(host: str, connect_timeout: float, open_timeout: float) -> None:
             await connect_dpdk(
-                f"ws://{lab.unused_ip}:9304/",
+                f"ws://{host}:9304/",
                 engine=engine,
                 deflate=False,
-                connect_timeout=0.3,
-                open_timeout=30,
+                connect_timeout=connect_timeout,
+                open_timeout=open_timeout,
             )
+
+        started = loop.time()
+        with pytest.raises((TimeoutError, OSError)):  # nobody answers ARP for unused_ip
+            await attempt(lab.unused_ip, connect_timeout=0.3, open_timeout=30)
         assert loop.time() - started < 5
         started = loop.time()
         with pytest.raises(TimeoutError, match="timed out"):
-            await connect_dpdk(
-                f"ws://{lab.peer_ip}:9304/",
-                engine=engine,
-                deflate=False,
-                connect_timeout=30,
-                open_timeout=0.3,
-            )
+            await attempt(lab.peer_ip, connect_timeout=30, open_timeout=0.3)
         assert loop.time() - started < 5
         for _ in range(100):
             if engine.interface.connection_count == 0:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from dataplane.ring import SHM_DIR, RingWriter
 from gateway.hub import Hub, ring_topic
 from gateway.hub.names import nats_gap_subject, nats_subject
 from gateway.hub.nats import NatsConfig, NatsSink
+from tests.integration.nats_helpers import Subscriber
 from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
 
 RING = f"wsgw-test-{os.getpid()}-ringwriters"
@@ -42,37 +42,6 @@ def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {check}")
         time.sleep(0.005)
-
-
-class Subscriber:
-    """A nats-py subscriber on a loop in a thread, collecting (subject, data, headers)."""
-
-    def __init__(self, url: str, subject: str) -> None:
-        self.got: list[tuple[str, bytes, dict[str, str] | None]] = []
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run(url, subject)))
-        self.thread.start()
-        assert self.ready.wait(10), "subscriber did not connect"
-
-    async def _run(self, url: str, subject: str) -> None:
-        import nats
-
-        nc = await nats.connect(url)
-
-        async def on_msg(m: Any) -> None:
-            self.got.append((m.subject, m.data, m.headers))
-
-        await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        await nc.flush()
-        self.ready.set()
-        while not self.stop.is_set():
-            await asyncio.sleep(0.01)
-        await nc.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -111,7 +80,7 @@ def test_records_written_to_the_ring_directly_reach_streams_and_nats(
     base = f"{server.ws_url}/v1/stream?token={token}&session={sid}&envelope=1"
     ring = hub.ring
     assert ring is not None
-    bus = Subscriber(nats.url, f"wsgw.{sid}.>")
+    bus = Subscriber(nats.url, [f"wsgw.{sid}.>"])
     written: list[tuple[int, str, int]] = []  # (seq, topic, i) in ring order; i -1: a gap
 
     def write() -> None:

@@ -26,6 +26,7 @@ from dataplane.ring import SHM_DIR, RingWriter
 from gateway.hub import Hub, ring_topics
 from gateway.hub.consumer import ConsumerStats
 from gateway.hub.nats import NatsConfig, NatsSink
+from tests.integration.conftest import spawn
 from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
 
 CTX = mp.get_context("spawn")
@@ -263,13 +264,6 @@ async def _nats_subscribers(
     return out
 
 
-def start(procs: list[Any], target: Any, *args: Any) -> Any:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    procs.append(p)
-    return p
-
-
 # ---- tests ------------------------------------------------------------------------------------
 def test_every_consumer_gets_every_message_of_its_topics_in_order(
     gw: Gateway, procs: list[Any]
@@ -306,13 +300,13 @@ def test_every_consumer_gets_every_message_of_its_topics_in_order(
             }
         )
     go, ws_results = CTX.Event(), CTX.Queue()
-    start(procs, ws_clients_main, ws_specs, go, ws_results)
+    spawn(procs, ws_clients_main, ws_specs, go, ws_results)
     ring_results, ring_specs = CTX.Queue(), []
     for k in range(10):
         topics = TOPICS if k < 4 else [TOPICS[k % 4]]
         ring_specs.append(topics)
         ready = CTX.Event()
-        start(
+        spawn(
             procs,
             ring_consumer_main,
             RING,
@@ -328,7 +322,7 @@ def test_every_consumer_gets_every_message_of_its_topics_in_order(
     if gw.nats is not None:
         ready, nats_results = CTX.Event(), CTX.Queue()
         counts = [len(expected(t, 0, n)) for t in nats_topics]
-        start(procs, nats_subscribers_main, gw.nats.url, nats_subjects, counts, ready, nats_results)
+        spawn(procs, nats_subscribers_main, gw.nats.url, nats_subjects, counts, ready, nats_results)
         assert ready.wait(60), "NATS subscribers did not connect"
     gw.wait_consumers(10)
 
@@ -395,7 +389,7 @@ def test_a_consumer_that_stops_reading_is_cut_off_and_the_others_lose_nothing(
         stats = gw.stats("slow-1")
         return stats is not None and stats.disconnects.get("slow", 0) == 1
 
-    start(procs, ws_clients_main, specs, go, results)
+    spawn(procs, ws_clients_main, specs, go, results)
     gw.wait_consumers(3)
     total = 0
     while not slow_cut() and total < 50_000:  # its buffers fill, then its queue of 64
@@ -426,7 +420,7 @@ def test_drop_oldest_tells_the_consumer_exactly_what_it_lost(gw: Gateway, procs:
     )
     spec = {"name": "lossy", "url": url, "mode": "stall", "rcvbuf": 4096}
     go, results = CTX.Event(), CTX.Queue()
-    start(procs, ws_clients_main, [spec], go, results)
+    spawn(procs, ws_clients_main, [spec], go, results)
     gw.wait_consumers(1)
     stats = gw.stats("lossy")
     assert stats is not None

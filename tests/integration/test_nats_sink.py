@@ -8,13 +8,13 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from gateway.hub import Hub
 from gateway.hub.names import nats_subject
 from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
+from tests.integration.nats_helpers import Subscriber
 from wsgw_bench.servers import NatsServer, free_port, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -35,42 +35,6 @@ def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s")
         time.sleep(0.01)
-
-
-class Subscriber:
-    """A nats-py subscriber on a loop in a thread, collecting (subject, data, headers)."""
-
-    def __init__(self, url: str, subjects: list[str]) -> None:
-        import threading
-
-        self.url = url
-        self.subjects = subjects
-        self.got: list[tuple[str, bytes, dict[str, str] | None]] = []
-        self.ready = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()))
-        self.thread.start()
-        assert self.ready.wait(10), "subscriber did not connect"
-
-    async def _run(self) -> None:
-        import nats
-
-        nc = await nats.connect(self.url)
-
-        async def on_msg(m: Any) -> None:
-            self.got.append((m.subject, m.data, m.headers))
-
-        for subject in self.subjects:
-            await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        await nc.flush()
-        self.ready.set()
-        while not self.stop.is_set():
-            await asyncio.sleep(0.01)
-        await nc.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
 
 
 def test_messages_and_gaps_reach_their_subjects_in_order(nats_server: NatsServer) -> None:

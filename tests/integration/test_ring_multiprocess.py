@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
@@ -21,9 +20,9 @@ import pytest
 
 from dataplane.ring import SHM_DIR, Gap, RingMessage, RingReader, RingWriter, record_size
 from gateway.client import Client
+from tests.integration.conftest import spawn
 
 CTX = mp.get_context("spawn")
-PREFIX = f"wsgw-test-{os.getpid()}-mp-"
 
 
 def payload_for(seq: int, length: int) -> bytes:
@@ -34,20 +33,12 @@ def length_for(seq: int, limit: int) -> int:
     return (seq * 2654435761) % limit
 
 
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> Iterator[str]:
-    ring = f"{PREFIX}{request.node.name[:40]}"
-    try:
-        yield ring
-    finally:
-        for path in SHM_DIR.glob(ring + "*"):
-            path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
+def name(ring_name: str) -> str:
+    return ring_name
 
 
 # ---- processes (module level: spawn imports them by name) -----------------------------------
@@ -131,13 +122,6 @@ def writer_proc(name: str, count: int, ready: Event) -> None:
     time.sleep(3600)
 
 
-def start(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    procs.append(p)
-    return p
-
-
 def pid(p: SpawnProcess) -> int:
     assert p.pid is not None
     return p.pid
@@ -170,7 +154,7 @@ def test_three_readers_get_every_message_in_order_at_full_rate(
     with RingWriter.create(name, capacity) as writer:
         readies = [CTX.Event() for _ in range(3)]
         for ready in readies:
-            start(procs, reader_proc, name, total, limit, ready, results)
+            spawn(procs, reader_proc, name, total, limit, ready, results)
         for ready in readies:
             assert ready.wait(60)
         t0 = time.monotonic()
@@ -192,7 +176,7 @@ def test_lapped_readers_never_deliver_a_torn_message(name: str, procs: list[Spaw
     with RingWriter.create(name, 1 << 16) as writer:
         readies = [CTX.Event() for _ in range(3)]
         for i, ready in enumerate(readies):
-            start(procs, reader_proc, name, total, limit, ready, results, None, i == 2)
+            spawn(procs, reader_proc, name, total, limit, ready, results, None, i == 2)
         for ready in readies:
             assert ready.wait(60)
         write_all(writer, 1, total, limit, batch=16)
@@ -213,7 +197,7 @@ def test_a_stopped_reader_reports_exactly_what_it_lost(
     progress: Synchronized[int] = CTX.Value("q", 0)
     writer = RingWriter.create(name, 1 << 16)
     ready = CTX.Event()
-    proc = start(procs, reader_proc, name, 50_000, limit, ready, results, progress)
+    proc = spawn(procs, reader_proc, name, 50_000, limit, ready, results, progress)
     assert ready.wait(60)
     first = 300  # fits the ring: the reader reads them all before it is stopped
     assert first * record_size(limit) < 1 << 16
@@ -246,9 +230,9 @@ def test_killing_readers_does_not_disturb_the_writer_or_the_others(
     results: Queue[dict[str, Any]] = CTX.Queue()
     with RingWriter.create(name, 1 << 26) as writer:
         readies = [CTX.Event() for _ in range(4)]
-        survivors = [start(procs, reader_proc, name, total, limit, r, results) for r in readies[:2]]
-        sleeper = start(procs, reader_proc, name, total, limit, readies[2], results)
-        busy = start(procs, reader_proc, name, total, limit, readies[3], results, None, True)
+        survivors = [spawn(procs, reader_proc, name, total, limit, r, results) for r in readies[:2]]
+        sleeper = spawn(procs, reader_proc, name, total, limit, readies[2], results)
+        busy = spawn(procs, reader_proc, name, total, limit, readies[3], results, None, True)
         for ready in readies:
             assert ready.wait(60)
         deadline = time.monotonic() + 30
@@ -277,7 +261,7 @@ def test_futex_wait_across_processes_times_out_and_wakes_promptly(
     results: Queue[dict[str, Any]] = CTX.Queue()
     with RingWriter.create(name, 1 << 16) as writer:
         ready = CTX.Event()
-        start(procs, waiter_proc, name, ready, results)
+        spawn(procs, waiter_proc, name, ready, results)
         assert ready.wait(60)
         deadline = time.monotonic() + 10
         while writer.info().waiters < 1 and time.monotonic() < deadline:
@@ -313,7 +297,7 @@ def test_a_killed_writer_is_noticed_and_its_ring_can_be_replaced(
     name: str, procs: list[SpawnProcess]
 ) -> None:
     ready = CTX.Event()
-    gateway = start(procs, writer_proc, name, 5, ready)
+    gateway = spawn(procs, writer_proc, name, 5, ready)
     assert ready.wait(60)
     client = Client.attach(name, start="oldest", copy=True)
     client.LIVENESS_INTERVAL = 0.1

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.ring import SHM_DIR, RingMessage, RingReader
+from dataplane.ring import RingMessage, RingReader
 from gateway.client import Client, ClientEvent, Restart
 
-PREFIX = f"wsgw-test-{os.getpid()}-restart-"
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A stand-in for the gateway's hub: creates the ring (taking over one whose writer is
@@ -34,14 +33,12 @@ time.sleep(600)
 """
 
 
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> Iterator[str]:
-    ring = f"{PREFIX}{request.node.name[:40]}"
-    try:
-        yield ring
-    finally:
-        for path in SHM_DIR.glob(ring + "*"):
-            path.unlink(missing_ok=True)
+def name(ring_name: str) -> str:
+    return ring_name
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -24,7 +23,6 @@ from typing import Any
 import pytest
 
 from dataplane.ring import (
-    SHM_DIR,
     Gap,
     RingMessage,
     RingReader,
@@ -35,9 +33,10 @@ from dataplane.ring import (
     ring_name,
 )
 from gateway.client import Client
+from tests.integration.conftest import spawn
+from tests.utils.aio import loop_ticks
 
 CTX = mp.get_context("spawn")
-PREFIX = f"wsgw-test-{os.getpid()}-wp-"
 POLICIES = ["futex", "spin:200", "busy"]
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -46,27 +45,12 @@ def payload_for(seq: int) -> bytes:
     return seq.to_bytes(8, "little") * (1 + seq % 12)
 
 
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+
 @pytest.fixture
-def name(request: pytest.FixtureRequest) -> Iterator[str]:
-    ring = f"{PREFIX}{request.node.name[:40]}".replace("[", "-").replace("]", "").replace(":", "")
-    try:
-        yield ring
-    finally:
-        for path in SHM_DIR.glob(ring + "*"):
-            path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
-
-
-def start(procs: list[SpawnProcess], target: Any, *args: Any) -> SpawnProcess:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    procs.append(p)
-    return p
+def name(ring_name: str) -> str:
+    return ring_name
 
 
 def cpu_seconds(p: SpawnProcess) -> float:
@@ -221,7 +205,7 @@ def test_every_policy_delivers_every_message_in_order(
     with RingWriter.create(name, 1 << 24) as writer:
         readies = [CTX.Event() for _ in range(2)]
         for ready in readies:
-            start(procs, client_proc, name, policy, total, asynchronous, ready, out)
+            spawn(procs, client_proc, name, policy, total, asynchronous, ready, out)
         for ready in readies:
             assert ready.wait(60)
         for lo in range(1, total + 1, 100):
@@ -242,16 +226,21 @@ def test_every_policy_delivers_every_message_in_order(
             assert stats["wakeups"] == 0  # never slept: the writer was alive all along
 
 
+def spawn_ready(procs: list[SpawnProcess], target: Any, *args: Any) -> Queue[Any]:
+    """Spawn `target(*args, ready, out)` and wait until it sets `ready`; its `out` queue."""
+    ready, out = CTX.Event(), CTX.Queue()
+    spawn(procs, target, *args, ready, out)
+    assert ready.wait(60)
+    return out
+
+
 @pytest.mark.parametrize("policy", ["spin:200", "busy"])
 def test_spinning_readers_still_report_laps_exactly(
     name: str, procs: list[SpawnProcess], policy: str
 ) -> None:
     total = 60_000
-    out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 16) as writer:
-        ready = CTX.Event()
-        start(procs, slow_reader_proc, name, policy, total, ready, out)
-        assert ready.wait(60)
+        out = spawn_ready(procs, slow_reader_proc, name, policy, total)
         for lo in range(1, total + 1, 64):
             seqs = range(lo, min(lo + 64, total + 1))
             writer.write_columns([1] * len(seqs), [0] * len(seqs), [payload_for(s) for s in seqs])
@@ -268,11 +257,8 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
     """The benchmark's own path: a C writer at 20k msg/s, a C reader in another process;
     every message arrives in order with a latency sample (never how fast: shared machines)."""
     count = 4000
-    out: Queue[Any] = CTX.Queue()
     with RingWriter.create(name, 1 << 22) as writer:
-        ready = CTX.Event()
-        start(procs, latency_proc, name, policy, count, ready, out)
-        assert ready.wait(60)
+        out = spawn_ready(procs, latency_proc, name, policy, count)
         paced = bench_c_pace(writer, 100, count, 20_000)
         r = out.get(timeout=60)
     assert paced.messages == count and 0 < paced.publishes <= count
@@ -286,20 +272,27 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
         assert r["wakeups"] == 0 and r["spin_hits"] > 0
 
 
+def stopped_writer(procs: list[SpawnProcess], name: str) -> SpawnProcess:
+    """A ticking writer on `name` that has created the ring, then SIGSTOPped (alive, silent)."""
+    ready = CTX.Event()
+    writer = spawn(procs, ticking_writer_proc, name, ready)
+    assert ready.wait(60)
+    assert writer.pid is not None
+    os.kill(writer.pid, signal.SIGSTOP)
+    return writer
+
+
 def test_a_stopped_writer_sends_a_spin_reader_to_the_futex(
     name: str, procs: list[SpawnProcess]
 ) -> None:
     """The writer is SIGSTOPped (alive, silent): a spin-then-block reader spins 200 us, then
     sleeps on the futex (it shows up as a waiter and uses no CPU), and wakes when the writer
     resumes."""
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
+    writer = stopped_writer(procs, name)
     try:
-        reader = start(procs, waiting_proc, name, "spin:200", None, waiting, out)
+        reader = spawn(procs, waiting_proc, name, "spin:200", None, waiting, out)
         assert waiting.wait(60)
         assert until(lambda: waiters(name) == 1), "the spin reader never went to sleep"
         cpu = cpu_seconds(reader)
@@ -315,14 +308,11 @@ def test_a_stopped_writer_sends_a_spin_reader_to_the_futex(
 def test_a_busy_reader_honours_its_timeout_when_the_writer_stops(
     name: str, procs: list[SpawnProcess]
 ) -> None:
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
+    writer = stopped_writer(procs, name)
     try:
-        start(procs, waiting_proc, name, "busy", 0.3, waiting, out)
+        spawn(procs, waiting_proc, name, "busy", 0.3, waiting, out)
         assert waiting.wait(60)
         r = out.get(timeout=30)
     finally:
@@ -335,13 +325,10 @@ def test_a_busy_reader_honours_its_timeout_when_the_writer_stops(
 def test_a_dead_writer_stops_a_busy_reader_spinning(name: str, procs: list[SpawnProcess]) -> None:
     """The writer is SIGKILLed while a busy reader waits for ever: within the writer probe
     interval (50 ms) the reader notices, stops spinning and sleeps on the futex."""
-    ready, waiting = CTX.Event(), CTX.Event()
+    waiting = CTX.Event()
     out: Queue[Any] = CTX.Queue()
-    writer = start(procs, ticking_writer_proc, name, ready)
-    assert ready.wait(60)
-    assert writer.pid is not None
-    os.kill(writer.pid, signal.SIGSTOP)
-    reader = start(procs, waiting_proc, name, "busy", None, waiting, out)
+    writer = stopped_writer(procs, name)
+    reader = spawn(procs, waiting_proc, name, "busy", None, waiting, out)
     assert waiting.wait(60)
     time.sleep(0.3)
     assert waiters(name) == 0  # spinning: busy readers never register as sleepers
@@ -380,21 +367,12 @@ def test_async_busy_client_leaves_the_loop_to_other_tasks(name: str) -> None:
     while it waits, and the message still arrives."""
 
     async def run(writer: RingWriter) -> tuple[int, list[RingMessage | Gap]]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
-        client = Client.attach(name, copy=True, wait="busy")
-        asyncio.get_running_loop().call_later(0.3, writer.write, 1, 0, b"late")
-        events = await client.aread(timeout=5.0)
-        task.cancel()
+        async with loop_ticks(0.005) as ticks:
+            client = Client.attach(name, copy=True, wait="busy")
+            asyncio.get_running_loop().call_later(0.3, writer.write, 1, 0, b"late")
+            events = await client.aread(timeout=5.0)
         await client.aclose()
-        return ticks, events
+        return ticks.count, events
 
     with RingWriter.create(name, 1 << 16) as writer:
         ticks, events = asyncio.run(run(writer))

@@ -5,8 +5,6 @@ the next session neither reuses its id nor inherits its status, events or gaps."
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,8 +20,10 @@ from gateway.runtime import RuntimeRefusedError, SessionSpec, SessionState
 from gateway.runtime.live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
 from gateway.simulator import SimConfig, Simulator
+from gateway.store.models import SessionRow
 from tests.api.conftest import make_settings
 from tests.integration.test_sessions_helpers import run, until
+from tests.integration.ws_upgrade import upgrade_response
 
 TOPIC = "btcusdt@trade"
 
@@ -58,6 +58,18 @@ async def gateway(
         await asyncio.to_thread(control.shutdown)
 
 
+@asynccontextmanager
+async def simulated_gateway(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[Simulator, ControlPlane, LiveRuntime, Hub]]:
+    """The exchange simulator (100 messages/s) and a gateway to run sessions against it."""
+    async with (
+        Simulator(SimConfig(rate=100.0)) as sim,
+        gateway(tmp_path) as (control, runtime, hub),
+    ):
+        yield sim, control, runtime, hub
+
+
 def session_values(url: str, name: str, dialect: str = "binance") -> dict[str, Any]:
     return {"name": name, "url": url, "dialect": dialect, "transport": "kernel"}
 
@@ -72,17 +84,22 @@ def streaming(runtime: LiveRuntime, sid: int) -> Callable[[], bool]:
     return check
 
 
+async def start_streaming(
+    control: ControlPlane, runtime: LiveRuntime, url: str, name: str
+) -> SessionRow:
+    """A session on `url` subscribed to TOPIC, started, and streaming."""
+    row = control.sessions.create(session_values(url, name))
+    control.subscriptions.create({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
+    await asyncio.to_thread(control.sessions.start, row.id)
+    await until(streaming(runtime, row.id))
+    return row
+
+
 def test_deleting_a_running_session_stops_it_and_leaves_nothing_behind(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with (
-            Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (control, runtime, hub),
-        ):
+        async with simulated_gateway(tmp_path) as (sim, control, runtime, hub):
             url = sim.url("binance", "/stream")
-            old = control.sessions.create(session_values(url, "old"))
-            control.subscriptions.create({"session_id": old.id, "topics": [TOPIC], "consumer": "c"})
-            await asyncio.to_thread(control.sessions.start, old.id)
-            await until(streaming(runtime, old.id))
+            old = await start_streaming(control, runtime, url, "old")
             hub.publish_gap(old.id, 3, "reconnect: test")  # the hub now holds a last gap
             consumer = hub.subscribe(old.id, [TOPIC])
             await until(lambda: sim.sent("binance", TOPIC) > 0)
@@ -119,19 +136,7 @@ async def _silent_ws_server() -> tuple[asyncio.Server, int]:
     frame: it never answers a close, so a client's closing handshake has to time out."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await reader.readuntil(b"\r\n\r\n")
-        key = next(
-            line.split(b":", 1)[1].strip()
-            for line in request.split(b"\r\n")
-            if line.lower().startswith(b"sec-websocket-key:")
-        )
-        accept = base64.b64encode(
-            hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
-        )
-        writer.write(
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
-        )
+        writer.write(await upgrade_response(reader))
         try:
             while await reader.read(65536):
                 pass
@@ -179,15 +184,9 @@ def test_a_session_whose_delete_failed_in_the_database_works_when_started_again(
     events reach the store and its streams are served, as for any session."""
 
     async def scenario() -> None:
-        async with (
-            Simulator(SimConfig(rate=100.0)) as sim,
-            gateway(tmp_path) as (control, runtime, hub),
-        ):
+        async with simulated_gateway(tmp_path) as (sim, control, runtime, hub):
             url = sim.url("binance", "/stream")
-            row = control.sessions.create(session_values(url, "survivor"))
-            control.subscriptions.create({"session_id": row.id, "topics": [TOPIC], "consumer": "c"})
-            await asyncio.to_thread(control.sessions.start, row.id)
-            await until(streaming(runtime, row.id))
+            row = await start_streaming(control, runtime, url, "survivor")
             with control.db.session() as s:
                 s.execute(
                     text(

@@ -138,30 +138,15 @@ def test_a_stalled_feed_is_detected_over_dpdk(engine: tuple[Engine, Lab], simula
 
 @pytest.mark.parametrize(
     ("fault", "code"),
-    [("malformed variant=rsv", 1002), ("malformed variant=utf8", 1007), ("opcode", 1002)],
+    [
+        ("malformed after=2 variant=rsv", 1002),
+        ("malformed after=2 variant=utf8", 1007),
+        ("opcode after=2", 1002),
+        ("oversized after=1", 1009),  # over the session's max_message_size (64 KiB)
+    ],
 )
 def test_protocol_violations_close_with_the_right_code_over_dpdk(
     engine: tuple[Engine, Lab], simulator: Any, fault: str, code: int
-) -> None:
-    eng, lab = engine
-    topics = TOPICS["binance"]
-
-    async def scenario() -> None:
-        session, sink, events = start(eng, dpdk_config(lab, "binance"), topics)
-        try:
-            await until(lambda: counts(sink, topics)(5), timeout=20)
-            kind, _, extra = fault.partition(" ")
-            command(simulator, f"fault {kind} after=2 target=all {extra}".strip())
-            await until(lambda: session.counters.reconnects >= 1, timeout=20)
-        finally:
-            await session.stop()
-        assert events.entered("backoff")[0].details["close_code"] == code
-
-    run(scenario(), timeout=60)
-
-
-def test_oversized_message_closes_with_1009_over_dpdk(
-    engine: tuple[Engine, Lab], simulator: Any
 ) -> None:
     eng, lab = engine
     topics = TOPICS["binance"]
@@ -171,12 +156,11 @@ def test_oversized_message_closes_with_1009_over_dpdk(
         session, sink, events = start(eng, config, topics)
         try:
             await until(lambda: counts(sink, topics)(5), timeout=20)
-            command(simulator, "fault oversized after=1 target=all")
+            kind, _, extra = fault.partition(" ")
+            command(simulator, f"fault {kind} target=all {extra}")
             await until(lambda: session.counters.reconnects >= 1, timeout=20)
         finally:
             await session.stop()
-        backoff = events.entered("backoff")
-        assert backoff
-        assert backoff[0].details["close_code"] == 1009
+        assert events.entered("backoff")[0].details["close_code"] == code
 
     run(scenario(), timeout=60)

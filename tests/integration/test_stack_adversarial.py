@@ -139,13 +139,6 @@ def test_bogus_options_are_counted_and_dropped(stack: Stack, connection) -> None
 def test_zero_window_held_for_seconds_then_transfer_completes(stack: Stack) -> None:
     """The kernel peer sits on a 4 KiB buffer for 3 s: the stack probes, then resumes."""
     data = payload(2 * MB, 3)
-    server = stack.server("stall-sink", 6002, 3000)
-    try:
-        sock = stack.runner.connect(ip_to_int(stack.lab.peer_ip), 6002, timeout=5)
-        stack.runner.send_all(sock, data, timeout=60)
-        stack.runner.close(sock, timeout=30)
-        out = server.communicate(timeout=30)[0]
-    finally:
-        server.kill()
+    sock, out = stack.send_to("stall-sink", 6002, data, timeout=60, size=3000)
     assert sock.stats.zero_window_probes >= 1
     assert out.split()[:3] == ["sha256", hashlib.sha256(data).hexdigest(), str(len(data))]

@@ -20,6 +20,7 @@ from dataplane.dpdk import DpdkPort, Eal
 from dataplane.stack.arp_cache import ArpConfig
 from dataplane.stack.iface import Interface
 from dataplane.stack.runner import StackRunner
+from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpConfig, TcpState
 from dataplane.stack.tcp_errors import TcpError, TcpRefusedError
 from dataplane.wire.addr import ip_to_int
@@ -57,6 +58,19 @@ class Stack:
         assert proc.stdout.readline().strip() == "ready"
         return proc
 
+    def send_to(
+        self, mode: str, port: int, data: bytes, timeout: float, size: int = 0
+    ) -> tuple[TcpSocket, str]:
+        """Send `data` to a kernel peer server and close; the socket and what the server printed."""
+        server = self.server(mode, port, size)
+        try:
+            sock = self.runner.connect(ip_to_int(self.lab.peer_ip), port, timeout=5)
+            self.runner.send_all(sock, data, timeout=timeout)
+            self.runner.close(sock, timeout=30)
+            return sock, server.communicate(timeout=30)[0]
+        finally:
+            server.kill()
+
 
 @pytest.fixture
 def stack(eal: Eal, lab: Lab) -> Iterator[Stack]:
@@ -79,14 +93,7 @@ def test_ping_from_the_kernel_is_answered(stack: Stack) -> None:
 
 def test_50mb_to_the_kernel_intact(stack: Stack) -> None:
     data = payload(50 * MB, 7)
-    server = stack.server("sink", 5001)
-    try:
-        sock = stack.runner.connect(ip_to_int(stack.lab.peer_ip), 5001, timeout=5)
-        stack.runner.send_all(sock, data, timeout=120)
-        stack.runner.close(sock, timeout=30)
-        out = server.communicate(timeout=30)[0]
-    finally:
-        server.kill()
+    _, out = stack.send_to("sink", 5001, data, timeout=120)
     assert out.split()[:3] == ["sha256", hashlib.sha256(data).hexdigest(), str(len(data))]
 
 

@@ -20,7 +20,7 @@ from dataplane.transports.connection import WsClientConnection
 from dataplane.transports.kernel import connect_kernel
 from dataplane.ws.errors import ConnectionClosedOK
 from dataplane.ws.events import Message, MessageBatch
-from dataplane.ws.handshake import accept_token
+from tests.integration.ws_upgrade import upgrade_response
 
 COUNT = 20_000
 TIMEOUT = 30.0
@@ -60,16 +60,7 @@ def script() -> tuple[bytes, list[Message]]:
 async def flood_server(context: ssl.SSLContext | None, wire: bytes) -> AsyncIterator[int]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await reader.readuntil(b"\r\n\r\n")
-            key = next(
-                line.split(b":", 1)[1].strip()
-                for line in request.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key:")
-            )
-            writer.write(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept_token(key) + b"\r\n\r\n"
-            )
+            writer.write(await upgrade_response(reader))
             for at in range(0, len(wire), 1 << 18):
                 writer.write(wire[at : at + (1 << 18)])
                 await writer.drain()

@@ -33,7 +33,7 @@ from dataplane.ws.errors import (
     TlsCertificateError,
 )
 from dataplane.ws.events import Message
-from dataplane.ws.handshake import accept_token
+from tests.integration.ws_upgrade import upgrade_response
 
 SIZES = [1, 125, 126, 64 * 1024, 1 << 20]
 TIMEOUT = 20.0
@@ -361,16 +361,8 @@ def test_frames_in_the_same_segment_as_the_101_reach_the_application() -> None:
 
     async def main() -> None:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            request = await reader.readuntil(b"\r\n\r\n")
-            key = next(
-                line.split(b":", 1)[1].strip()
-                for line in request.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key")
-            )
             writer.write(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept_token(key) + b"\r\n\r\n"
-                b'\x81\x0a{"snap":1}\x82\x01\x07\x88\x02\x03\xe8'
+                await upgrade_response(reader) + b'\x81\x0a{"snap":1}\x82\x01\x07\x88\x02\x03\xe8'
             )
             await writer.drain()
             await reader.read(1024)  # the client's close reply

@@ -117,32 +117,13 @@ def test_scaled_keys_reject_more_places_than_the_scale() -> None:
 texts = st.text(max_size=12)
 ints = st.integers(0, 2**63 - 1)
 level_lists = st.lists(st.builds(Level, texts, texts), max_size=5)
+checksums = st.none() | st.integers(-(2**31), 2**32)
+#: What a snapshot and a delta both start with: venue, symbol, bids, asks, seq, two times.
+book_fields = (texts, texts, level_lists, level_lists, ints, ints, ints)
 events = st.one_of(
     st.builds(Trade, texts, texts, texts, texts, texts, texts, ints, ints),
-    st.builds(
-        BookSnapshot,
-        texts,
-        texts,
-        level_lists,
-        level_lists,
-        ints,
-        ints,
-        ints,
-        st.none() | st.integers(-(2**31), 2**32),
-    ),
-    st.builds(
-        BookDelta,
-        texts,
-        texts,
-        level_lists,
-        level_lists,
-        ints,
-        ints,
-        ints,
-        ints,
-        ints,
-        st.none() | st.integers(-(2**31), 2**32),
-    ),
+    st.builds(BookSnapshot, *book_fields, checksums),
+    st.builds(BookDelta, *book_fields, ints, ints, checksums),
     st.builds(TopOfBook, texts, texts, texts, texts, texts, texts, ints, ints, ints),
     st.builds(Ticker, texts, texts, texts, texts, texts, texts, ints, ints),
     st.builds(Funding, texts, texts, texts, ints, ints, ints),

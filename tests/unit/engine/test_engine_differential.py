@@ -18,12 +18,10 @@ from dataplane.fastpath import FastPathConfig
 from dataplane.links.clock import VirtualClock
 from dataplane.links.faults import FaultConfig, FaultInjector
 from dataplane.links.memory import memory_link_pair
-from dataplane.stack.iface import Interface
 from dataplane.stack.runner import StackRunner
 from dataplane.stack.tcp import TcpConfig
+from tests.unit.engine.engine_peer import ENGINE_MAC, PEER_IP, PEER_MAC, iface_pair
 
-ENGINE_IP, PEER_IP, NETMASK = 0xC0000201, 0xC0000202, 0xFFFFFF00
-ENGINE_MAC, PEER_MAC = bytes.fromhex("020000000a01"), bytes.fromhex("020000000a02")
 PORT = 7000
 TCP = TcpConfig(time_wait=0.05, rto_min=0.05, recv_buffer=256 << 10, send_buffer=256 << 10)
 
@@ -50,26 +48,7 @@ def transfer(
     clock = VirtualClock()
     a, b = memory_link_pair(clock=clock, latency=0.0005, mac_a=ENGINE_MAC, mac_b=PEER_MAC)
     peer_link = FaultInjector(b, faults, seed, clock=clock) if faults else b
-    engine_iface = Interface(
-        ENGINE_MAC,
-        ENGINE_IP,
-        NETMASK,
-        tcp_config=TCP,
-        seed=seed,
-        strict=True,
-        static_arp={PEER_IP: PEER_MAC},
-        announce=False,
-    )
-    peer_iface = Interface(
-        PEER_MAC,
-        PEER_IP,
-        NETMASK,
-        tcp_config=TCP,
-        seed=seed + 1,
-        strict=True,
-        static_arp={ENGINE_IP: ENGINE_MAC},
-        announce=False,
-    )
+    engine_iface, peer_iface = iface_pair(TCP, seed=seed)
     engine = Engine(
         engine_iface,
         link=a,

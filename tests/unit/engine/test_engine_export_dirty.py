@@ -13,13 +13,11 @@ from dataplane.engine import Engine
 from dataplane.fastpath import FastPath
 from dataplane.links.clock import VirtualClock
 from dataplane.links.memory import memory_link_pair
-from dataplane.stack.iface import Interface
 from dataplane.stack.runner import StackRunner
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpConfig, TcpConnection, TcpState
+from tests.unit.engine.engine_peer import ENGINE_MAC, PEER_IP, PEER_MAC, iface_pair
 
-ENGINE_IP, PEER_IP, NETMASK = 0xC0000201, 0xC0000202, 0xFFFFFF00
-ENGINE_MAC, PEER_MAC = bytes.fromhex("020000000a01"), bytes.fromhex("020000000a02")
 PORT = 7000
 TIME_WAIT = 2.0
 
@@ -28,27 +26,7 @@ class Setup:
     def __init__(self) -> None:
         self.clock = VirtualClock()
         a, b = memory_link_pair(clock=self.clock, latency=0.0005, mac_a=ENGINE_MAC, mac_b=PEER_MAC)
-        config = TcpConfig(time_wait=TIME_WAIT)
-        self.iface = Interface(
-            ENGINE_MAC,
-            ENGINE_IP,
-            NETMASK,
-            tcp_config=config,
-            seed=3,
-            strict=True,
-            static_arp={PEER_IP: PEER_MAC},
-            announce=False,
-        )
-        peer_iface = Interface(
-            PEER_MAC,
-            PEER_IP,
-            NETMASK,
-            tcp_config=config,
-            seed=4,
-            strict=True,
-            static_arp={ENGINE_IP: ENGINE_MAC},
-            announce=False,
-        )
+        self.iface, peer_iface = iface_pair(TcpConfig(time_wait=TIME_WAIT), seed=3)
         self.engine = Engine(self.iface, link=a, clock=self.clock)
         self.peer = StackRunner(peer_iface, b, self.clock)
         self.listener = peer_iface.listen(PORT, backlog=256)

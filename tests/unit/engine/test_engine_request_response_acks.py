@@ -13,14 +13,12 @@ from dataplane.engine import Engine, EngineConfig
 from dataplane.fastpath import FastPathConfig
 from dataplane.links.clock import VirtualClock
 from dataplane.links.memory import memory_link_pair
-from dataplane.stack.iface import Interface
 from dataplane.stack.runner import StackRunner
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import Ipv4Repr
+from tests.unit.engine.engine_peer import ENGINE_MAC, PEER_IP, PEER_MAC, iface_pair
 
-ENGINE_IP, PEER_IP, NETMASK = 0xC0000201, 0xC0000202, 0xFFFFFF00
-ENGINE_MAC, PEER_MAC = bytes.fromhex("020000000a01"), bytes.fromhex("020000000a02")
 PORT = 7001
 TCP = TcpConfig(time_wait=0.05, rto_min=0.05)
 
@@ -45,14 +43,7 @@ def pure_acks(frames: list[bytes]) -> int:
 def test_no_pure_ack_per_exchange(exchanges: int) -> None:
     clock = VirtualClock()
     a, b = memory_link_pair(clock=clock, latency=0.00005, mac_a=ENGINE_MAC, mac_b=PEER_MAC)
-    engine_iface = Interface(
-        ENGINE_MAC, ENGINE_IP, NETMASK, tcp_config=TCP, seed=3, strict=True,
-        static_arp={PEER_IP: PEER_MAC}, announce=False,
-    )  # fmt: skip
-    peer_iface = Interface(
-        PEER_MAC, PEER_IP, NETMASK, tcp_config=TCP, seed=4, strict=True,
-        static_arp={ENGINE_IP: ENGINE_MAC}, announce=False,
-    )  # fmt: skip
+    engine_iface, peer_iface = iface_pair(TCP, seed=3)
     engine = Engine(
         engine_iface, link=a, clock=clock, config=EngineConfig(fastpath=FastPathConfig())
     )

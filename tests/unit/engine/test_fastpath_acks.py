@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -548,42 +549,41 @@ class Spec:
     r_flags: TcpFlags
 
 
+#: The Spec fields drawn from a list, with their lists: the strategy and the plain PRNG
+#: below draw from the same ones.
+SPEC_CHOICES: dict[str, list[Any]] = {
+    "shape": list(SHAPES),
+    "plen": [1, 7, 30],
+    "bad_flags": list(BAD_FLAGS),
+    "r_seq": [0, 0, -1, 1],
+    "r_ack": list(RANDOM_ACKS),
+    "r_window": ["same", "zero", "other"],
+    "r_plen": [0, 0, 5],
+    "r_flags": [ACK, ACK | PSH, PSH, *BAD_FLAGS],
+}
+
 specs_strategy = st.builds(
     Spec,
-    shape=st.sampled_from(SHAPES),
     fault=st.integers(0, 9).flatmap(
         lambda roll: st.none() if roll < 7 else st.sampled_from(FAULTS)
     ),
-    plen=st.sampled_from([1, 7, 30]),
     ack_frac=st.floats(0, 1),
     window=st.integers(1, 65535),
-    bad_flags=st.sampled_from(BAD_FLAGS),
     tsecr=u32,
     tsval_step=st.integers(0, 1000),
-    r_seq=st.sampled_from([0, 0, -1, 1]),
-    r_ack=st.sampled_from(RANDOM_ACKS),
-    r_window=st.sampled_from(["same", "zero", "other"]),
-    r_plen=st.sampled_from([0, 0, 5]),
-    r_flags=st.sampled_from([ACK, ACK | PSH, PSH, *BAD_FLAGS]),
+    **{name: st.sampled_from(values) for name, values in SPEC_CHOICES.items()},
 )
 
 
 def random_spec(rng: random.Random) -> Spec:
     """What `specs_strategy` draws, from a plain PRNG (uniform: every fault often)."""
     return Spec(
-        shape=rng.choice(SHAPES),
         fault=None if rng.random() < 0.6 else rng.choice(FAULTS),
-        plen=rng.choice([1, 7, 30]),
         ack_frac=rng.random(),
         window=rng.randint(1, 65535),
-        bad_flags=rng.choice(BAD_FLAGS),
         tsecr=rng.getrandbits(32),
         tsval_step=rng.randint(0, 1000),
-        r_seq=rng.choice([0, 0, -1, 1]),
-        r_ack=rng.choice(RANDOM_ACKS),
-        r_window=rng.choice(["same", "zero", "other"]),
-        r_plen=rng.choice([0, 0, 5]),
-        r_flags=rng.choice([ACK, ACK | PSH, PSH, *BAD_FLAGS]),
+        **{name: rng.choice(values) for name, values in SPEC_CHOICES.items()},
     )
 
 

@@ -19,15 +19,9 @@ from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.arp import OP_REQUEST, ArpRepr
 from dataplane.wire.ethernet import EthernetRepr
+from tests.unit.engine.engine_peer import ENGINE_IP, PEER_IP
 from tests.unit.engine.loop_harness import LoopPair, is_pure_ack
-from tests.unit.engine.test_send_in_c import (
-    ENGINE_IP,
-    PAYLOAD_LIMIT,
-    PEER_IP,
-    PORT,
-    Pair,
-    reader,
-)
+from tests.unit.engine.test_send_in_c import PAYLOAD_LIMIT, PORT, Pair, reader
 
 THIRD_MAC, THIRD_IP = bytes.fromhex("020000000a03"), ENGINE_IP + 2
 
@@ -318,9 +312,7 @@ def test_a_pong_from_data_received_with_flush_on_write_in_loop_mode(
     sa, server_a = pair.open()
     sb, server_b = pair.open()
     pair.to_loop()
-    for _ in range(3):
-        pair.step()
-        pair.advance()
+    pair.steps(3)
     engine = pair.engine
     # a third host's ARP entry, whose refresh margin is reached 0.5 s from now
     arp = pair.iface.arp
@@ -329,9 +321,7 @@ def test_a_pong_from_data_received_with_flush_on_write_in_loop_mode(
         THIRD_IP, THIRD_MAC, refresh_at - arp.config.reachable_time + arp.config.refresh_margin
     )
     engine.mark_dirty()
-    for _ in range(3):  # the export of every flow the learning brings
-        pair.step()
-        pair.advance()
+    pair.steps(3)  # the export of every flow the learning brings
     server_b.send(b"earlier")
     pair.run(lambda: sb.recv(100) == b"earlier")  # B: a quiet fast-path batch
     end = pair.clock() + 0.1
@@ -472,9 +462,7 @@ def test_a_send_waits_behind_the_ports_backlog(loop_pair: LoopPair) -> None:
     pair = loop_pair
     sock, server = pair.open()
     pair.to_loop()
-    for _ in range(3):
-        pair.step()
-        pair.advance()
+    pair.steps(3)
     engine = pair.engine
     port = pair.port
     assert port is not None

@@ -23,7 +23,6 @@ from dataplane.fastpath import FastPathConfig
 from dataplane.links.clock import VirtualClock
 from dataplane.links.faults import FaultConfig, FaultInjector
 from dataplane.links.memory import memory_link_pair
-from dataplane.stack.iface import Interface
 from dataplane.stack.runner import StackRunner
 from dataplane.stack.socket import TcpSocket
 from dataplane.stack.tcp import TcpConfig, TcpConnection, TcpState
@@ -31,10 +30,9 @@ from dataplane.stack.tcp_errors import TcpStateError
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import Ipv4Repr
 from dataplane.wire.tcp import TcpRepr
+from tests.unit.engine.engine_peer import ENGINE_MAC, PEER_IP, PEER_MAC, iface_pair
 from tests.unit.stack.tcp_helpers import LOCAL_SEQ, REMOTE_SEQ, conn_established, seg
 
-ENGINE_IP, PEER_IP, NETMASK = 0xC0000201, 0xC0000202, 0xFFFFFF00
-ENGINE_MAC, PEER_MAC = bytes.fromhex("020000000a01"), bytes.fromhex("020000000a02")
 PORT = 7000
 TCP = TcpConfig(time_wait=0.05, rto_min=0.05, rto_initial=0.2)
 PAYLOAD_LIMIT = 1460 - 12  # the MSS less the timestamp option
@@ -56,26 +54,7 @@ class Pair:
         a, b = memory_link_pair(clock=self.clock, latency=0.0005, mac_a=ENGINE_MAC, mac_b=PEER_MAC)
         self.engine_link = a
         self.peer_link = FaultInjector(b, faults, seed, clock=self.clock) if faults else b
-        self.iface = Interface(
-            ENGINE_MAC,
-            ENGINE_IP,
-            NETMASK,
-            tcp_config=engine_tcp,
-            seed=seed,
-            strict=True,
-            static_arp={PEER_IP: PEER_MAC},
-            announce=False,
-        )
-        self.peer_iface = Interface(
-            PEER_MAC,
-            PEER_IP,
-            NETMASK,
-            tcp_config=peer_tcp,
-            seed=seed + 1,
-            strict=True,
-            static_arp={ENGINE_IP: ENGINE_MAC},
-            announce=False,
-        )
+        self.iface, self.peer_iface = iface_pair(engine_tcp, peer_tcp, seed=seed)
         config = EngineConfig(fastpath=FastPathConfig(enabled=fast_path))
         self.engine = Engine(self.iface, link=a, clock=self.clock, config=config)
         self.peer = StackRunner(self.peer_iface, self.peer_link, self.clock)
@@ -90,6 +69,12 @@ class Pair:
     def step(self) -> None:
         self.peer.step()
         self.engine.run_once(0.0)
+
+    def steps(self, count: int) -> None:
+        """`count` steps, the clock advanced after each."""
+        for _ in range(count):
+            self.step()
+            self.advance()
 
     def advance(self) -> None:
         """To the next timer or frame, at most a millisecond on (C's delayed ACK timer is

@@ -8,21 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from dataplane.ring import SHM_DIR, RingWriter
+from dataplane.ring import RingWriter
 from gateway.hub import Hub
 from gateway.hub.events import Message
+from tests.utils.shm import leftovers, removed_after, test_ring_name
 
 PREFIX = f"wsgw-test-{os.getpid()}-hub-"
 
 
 @pytest.fixture
 def ring_name(request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"{PREFIX}{request.node.name[:40]}".replace("[", "-").replace("]", "")
-    try:
+    with removed_after(test_ring_name(PREFIX, request)) as name:
         yield name
-    finally:
-        for path in SHM_DIR.glob(name + "*"):
-            path.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -34,7 +31,7 @@ def ring(ring_name: str) -> Iterator[RingWriter]:
 @pytest.fixture(scope="module", autouse=True)
 def _no_leftovers() -> Iterator[None]:
     yield
-    assert sorted(SHM_DIR.glob(PREFIX + "*")) == []
+    assert leftovers(PREFIX) == []
 
 
 def msg(session: int, topic: str, i: int, ts: int = 0) -> Message:

@@ -9,25 +9,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dataplane.ring import SHM_DIR
+from tests.utils import shm
 
 PREFIX = f"wsgw-test-{os.getpid()}-"
 _counter = itertools.count()
 
 
 def leftovers(prefix: str = PREFIX) -> list[Path]:
-    return sorted(SHM_DIR.glob(prefix + "*"))
+    return shm.leftovers(prefix)
 
 
 @contextmanager
 def shm_name(tag: str = "r") -> Iterator[str]:
     """A fresh ring name; its file (and any temporary sibling) is removed afterwards."""
-    name = f"{PREFIX}{tag}-{next(_counter)}"
-    try:
+    with shm.removed_after(f"{PREFIX}{tag}-{next(_counter)}") as name:
         yield name
-    finally:
-        for path in SHM_DIR.glob(name + "*"):
-            path.unlink(missing_ok=True)
 
 
 def payload_for(seq: int, length: int) -> bytes:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ring_helpers import leftovers, payload_for, shm_name
+from ring_helpers import leftovers, payload_for
 
 from dataplane.ring import (
     LAYOUT_VERSION,
@@ -29,18 +28,6 @@ from dataplane.ring import (
     ring_name,
     ring_path,
 )
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    with shm_name("basic") as n:
-        yield n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert leftovers() == []
 
 
 def messages(events: list[RingMessage | Gap]) -> list[RingMessage]:

@@ -9,11 +9,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ring_helpers import leftovers, shm_name
 
 from dataplane.ring import RingNotFoundError, RingReader, RingWriter, ring_name
 from gateway.client import (
@@ -24,18 +23,7 @@ from gateway.client import (
     RingMessage,
     SourceUnavailableError,
 )
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    with shm_name("client") as n:
-        yield n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert leftovers() == []
+from tests.utils.aio import loop_ticks
 
 
 def test_attach_by_gateway_name_and_url() -> None:
@@ -163,18 +151,9 @@ def test_async_read_timeout_and_cancellation(name: str) -> None:
                 ]
                 assert time.monotonic() - t0 < 1.0
                 # the event loop was never blocked: other tasks ran meanwhile
-                ticks = 0
-
-                async def tick() -> None:
-                    nonlocal ticks
-                    while True:
-                        ticks += 1
-                        await asyncio.sleep(0.01)
-
-                ticker = asyncio.create_task(tick())
-                assert await client.aread(timeout=0.2) == []
-                ticker.cancel()
-                assert ticks >= 5
+                async with loop_ticks(0.01) as ticks:
+                    assert await client.aread(timeout=0.2) == []
+                assert ticks.count >= 5
 
     asyncio.run(main())
 

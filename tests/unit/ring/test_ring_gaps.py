@@ -3,26 +3,11 @@ order; never a torn message. Deterministic (one process), with a model of the wr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ring_helpers import RingModel, leftovers, payload_for, shm_name
+from ring_helpers import RingModel, payload_for, shm_name
 
 from dataplane.ring import Gap, RingEvent, RingMessage, RingReader, RingWriter
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    with shm_name("gaps") as n:
-        yield n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert leftovers() == []
 
 
 def write(w: RingWriter, model: RingModel, lengths: list[int]) -> None:

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from ring_helpers import leftovers, shm_name
 
 from dataplane.ring import Gap, RingMessage, RingReader, RingWriter, TopicError
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    with shm_name("topics") as n:
-        yield n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert leftovers() == []
 
 
 def seqs_topics(events: list[RingMessage | Gap]) -> list[tuple[int, str]]:

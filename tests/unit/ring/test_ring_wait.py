@@ -5,27 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
-from ring_helpers import leftovers, shm_name
 
 from dataplane.ring import RingMessage, RingReader, RingWriter
 
 #: Generous: these machines are shared; a futex wake-up itself takes microseconds.
 PROMPT = 0.1
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    with shm_name("wait") as n:
-        yield n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    assert leftovers() == []
 
 
 def later(delay: float, func: object) -> threading.Thread:

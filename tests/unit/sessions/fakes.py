@@ -108,9 +108,12 @@ class FakeConnection:
         return None
 
     async def recv(self) -> Message:
-        while True:
-            if self.inbox:
-                return self.inbox.popleft()
+        await self.inbox_ready()
+        return self.inbox.popleft()
+
+    async def inbox_ready(self) -> None:
+        """Wait until a message is queued; once closed with nothing queued, raise the close."""
+        while not self.inbox:
             if self._closed is not None:
                 raise self._closed
             self._waiter = asyncio.get_running_loop().create_future()

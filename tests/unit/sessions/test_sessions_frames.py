@@ -26,19 +26,11 @@ class FrameConnection(FakeConnection):
         raise AssertionError("the session read per message from a connection with recv_frames")
 
     async def recv_frames(self) -> MessageBatch:
-        while True:
-            if self.inbox:
-                run = list(self.inbox)
-                self.inbox.clear()
-                self.batches_taken.append(len(run))
-                return MessageBatch.of(run)
-            if self._closed is not None:
-                raise self._closed
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+        await self.inbox_ready()
+        run = list(self.inbox)
+        self.inbox.clear()
+        self.batches_taken.append(len(run))
+        return MessageBatch.of(run)
 
 
 class FrameNetwork(FakeNetwork):

@@ -20,6 +20,8 @@ LOCAL_PORT = 49152
 REMOTE_PORT = 443
 LOCAL_SEQ = 10_000  # our ISN
 REMOTE_SEQ = 20_000  # the peer's ISN
+DATA = LOCAL_SEQ + 1  # our first data byte
+PEER = REMOTE_SEQ + 1  # the peer's first data byte
 
 SYN = TcpFlags.SYN
 ACK = TcpFlags.ACK
@@ -65,6 +67,11 @@ def seg(
         options=options,
         payload=payload,
     )
+
+
+def synack(options: TcpOptions = PEER_SYN_OPTIONS, window: int = 65535) -> TcpRepr:
+    """The peer's SYN,ACK to our SYN (ISNs LOCAL_SEQ and REMOTE_SEQ)."""
+    return seg(REMOTE_SEQ, DATA, SYN | ACK, window=window, options=options)
 
 
 def send(conn: TcpConnection, segment: TcpRepr, now: float = 0.0) -> None:
@@ -174,19 +181,31 @@ def conn_established(
     return conn
 
 
+def _close(conn: TcpConnection, ack: int, state: TcpState) -> TcpConnection:
+    """close() with no data outstanding: our FIN goes out at DATA and the state is `state`."""
+    conn.close()
+    check(recv_one(conn), seq=DATA, ack=ack, flags=FIN | ACK)
+    assert conn.state is state
+    return conn
+
+
+def _peer_fin(conn: TcpConnection, ack: int, state: TcpState, our_seq: int) -> TcpConnection:
+    """The peer's FIN (at PEER, acknowledging `ack`) arrives; we move to `state` and ACK it."""
+    send(conn, seg(PEER, ack, FIN | ACK))
+    assert conn.state is state
+    check(recv_one(conn), seq=our_seq, ack=PEER + 1, flags=ACK)
+    return conn
+
+
 def conn_fin_wait_1(cfg: TcpConfig | None = None) -> TcpConnection:
     """close() called, our FIN (at LOCAL_SEQ + 1) sent, not yet acknowledged."""
-    conn = conn_established(cfg)
-    conn.close()
-    check(recv_one(conn), seq=LOCAL_SEQ + 1, ack=REMOTE_SEQ + 1, flags=FIN | ACK)
-    assert conn.state is TcpState.FIN_WAIT_1
-    return conn
+    return _close(conn_established(cfg), PEER, TcpState.FIN_WAIT_1)
 
 
 def conn_fin_wait_2(cfg: TcpConfig | None = None) -> TcpConnection:
     """Our FIN acknowledged (ACK = LOCAL_SEQ + 2), the peer's FIN not yet received."""
     conn = conn_fin_wait_1(cfg)
-    send(conn, seg(REMOTE_SEQ + 1, LOCAL_SEQ + 2))
+    send(conn, seg(PEER, DATA + 1))
     assert conn.state is TcpState.FIN_WAIT_2
     recv_nothing(conn)
     return conn
@@ -194,35 +213,19 @@ def conn_fin_wait_2(cfg: TcpConfig | None = None) -> TcpConnection:
 
 def conn_closing(cfg: TcpConfig | None = None) -> TcpConnection:
     """Simultaneous close: the peer's FIN crossed ours (it does not acknowledge ours)."""
-    conn = conn_fin_wait_1(cfg)
-    send(conn, seg(REMOTE_SEQ + 1, LOCAL_SEQ + 1, FIN | ACK))
-    assert conn.state is TcpState.CLOSING
-    check(recv_one(conn), seq=LOCAL_SEQ + 2, ack=REMOTE_SEQ + 2, flags=ACK)
-    return conn
+    return _peer_fin(conn_fin_wait_1(cfg), DATA, TcpState.CLOSING, DATA + 1)
 
 
 def conn_time_wait(cfg: TcpConfig | None = None) -> TcpConnection:
     """Active close finished at time 0: the peer's FIN acknowledged, timer running."""
-    conn = conn_fin_wait_2(cfg)
-    send(conn, seg(REMOTE_SEQ + 1, LOCAL_SEQ + 2, FIN | ACK))
-    assert conn.state is TcpState.TIME_WAIT
-    check(recv_one(conn), seq=LOCAL_SEQ + 2, ack=REMOTE_SEQ + 2, flags=ACK)
-    return conn
+    return _peer_fin(conn_fin_wait_2(cfg), DATA + 1, TcpState.TIME_WAIT, DATA + 1)
 
 
 def conn_close_wait(cfg: TcpConfig | None = None) -> TcpConnection:
     """The peer closed first (its FIN at REMOTE_SEQ + 1), we acknowledged it."""
-    conn = conn_established(cfg)
-    send(conn, seg(REMOTE_SEQ + 1, LOCAL_SEQ + 1, FIN | ACK))
-    assert conn.state is TcpState.CLOSE_WAIT
-    check(recv_one(conn), seq=LOCAL_SEQ + 1, ack=REMOTE_SEQ + 2, flags=ACK)
-    return conn
+    return _peer_fin(conn_established(cfg), DATA, TcpState.CLOSE_WAIT, DATA)
 
 
 def conn_last_ack(cfg: TcpConfig | None = None) -> TcpConnection:
     """Passive close: we closed after the peer, our FIN (at LOCAL_SEQ + 1) is out."""
-    conn = conn_close_wait(cfg)
-    conn.close()
-    check(recv_one(conn), seq=LOCAL_SEQ + 1, ack=REMOTE_SEQ + 2, flags=FIN | ACK)
-    assert conn.state is TcpState.LAST_ACK
-    return conn
+    return _close(conn_close_wait(cfg), PEER + 1, TcpState.LAST_ACK)

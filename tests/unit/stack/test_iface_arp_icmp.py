@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import iface_helpers
 import pytest
+from iface_helpers import NETMASK, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC
 
 from dataplane.links import VirtualClock, memory_link_pair
 from dataplane.stack.arp_cache import ArpConfig, HostUnreachableError
@@ -17,20 +19,14 @@ from dataplane.wire.icmp import TYPE_ECHO_REPLY, TYPE_ECHO_REQUEST, IcmpRepr
 from dataplane.wire.ipv4 import PROTO_ICMP, PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpRepr
 
-OUR_MAC = bytes.fromhex("020000000001")
-PEER_MAC = bytes.fromhex("020000000002")
-OUR_IP = ip_to_int("198.18.0.1")
-PEER_IP = ip_to_int("198.18.0.2")
 OTHER_IP = ip_to_int("198.18.0.3")
 GATEWAY_IP = ip_to_int("198.18.0.254")
-NETMASK = ip_to_int("255.255.255.0")
 FAR_IP = ip_to_int("203.0.113.7")
 
 
-def make_iface(**kwargs: object) -> Interface:
-    options: dict[str, Any] = {"seed": 1, "strict": True, "announce": False}
-    options.update(kwargs)
-    return Interface(OUR_MAC, OUR_IP, NETMASK, GATEWAY_IP, **options)
+def make_iface(**kwargs: Any) -> Interface:
+    """Ours behind a default gateway, the ARP cache empty: these tests watch ARP resolve."""
+    return iface_helpers.make_iface(GATEWAY_IP, learn_peer=False, **kwargs)
 
 
 def arp_frame(

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from iface_helpers import NETMASK, OUR_IP, OUR_MAC, PEER_IP, PEER_MAC, make_iface
 
 from dataplane.stack.iface import FlowKey, Interface
 from dataplane.stack.tcp import TcpState
-from dataplane.wire.addr import ip_to_int
 from dataplane.wire.ethernet import ETHERTYPE_IPV4, EthernetRepr
 from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr
-
-OUR_MAC = bytes.fromhex("020000000001")
-PEER_MAC = bytes.fromhex("020000000002")
-OUR_IP = ip_to_int("198.18.0.1")
-PEER_IP = ip_to_int("198.18.0.2")
-NETMASK = ip_to_int("255.255.255.0")
-
-
-def make_iface(**kwargs: object) -> Interface:
-    options: dict[str, Any] = {"seed": 1, "strict": True, "announce": False}
-    options.update(kwargs)
-    iface = Interface(OUR_MAC, OUR_IP, NETMASK, None, **options)
-    iface.arp.learn(PEER_IP, PEER_MAC, 0.0)
-    return iface
 
 
 def segment_frame(seg: TcpRepr, src_ip: int = PEER_IP, dst_ip: int = OUR_IP) -> bytes:

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
+import iface_helpers
 import pytest
+from iface_helpers import OUR_IP, OUR_MAC, PEER_IP, PEER_MAC
 
 from dataplane.stack.iface import Interface, UdpDatagram
-from dataplane.wire.addr import ip_to_int
 from dataplane.wire.ethernet import ETHERTYPE_IPV4, EthernetRepr
 from dataplane.wire.ipv4 import PROTO_UDP, Ipv4Repr
 from dataplane.wire.udp import UdpRepr
 
-OUR_MAC = bytes.fromhex("020000000001")
-PEER_MAC = bytes.fromhex("020000000002")
-OUR_IP = ip_to_int("198.18.0.1")
-PEER_IP = ip_to_int("198.18.0.2")
-NETMASK = ip_to_int("255.255.255.0")
-
 
 def make_iface() -> Interface:
-    iface = Interface(
-        OUR_MAC, OUR_IP, NETMASK, None, seed=1, strict=True, announce=False, udp_queue_limit=2
-    )
-    iface.arp.learn(PEER_IP, PEER_MAC, 0.0)
-    return iface
+    """A queue of two datagrams per bound port, so that a test can fill it."""
+    return iface_helpers.make_iface(udp_queue_limit=2)
 
 
 def udp_frame(dst_port: int, payload: bytes) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from iface_helpers import dropped
 
 from dataplane.links import (
     FaultConfig,
@@ -39,14 +40,6 @@ NETMASK = ip_to_int("255.255.255.0")
 PORT = 8443
 MB = 1 << 20
 ONE_WAY_LATENCY = 0.0005  # 1 ms round trip
-DROP_COUNTERS = (
-    "rx_dropped_malformed",
-    "rx_dropped_checksum",
-    "rx_dropped_not_for_us",
-    "rx_dropped_unsupported",
-    "rx_dropped_martian",
-    "fragments_dropped",
-)
 
 
 class Tap:
@@ -390,9 +383,9 @@ def check_corruption_was_caught(pair: Pair) -> int:
         originals = {entry[:12] for entry in sender.before_faults.sent}
         corrupted = [entry for entry in sender.after_faults.sent if entry[:12] not in originals]
         detectable = sum(1 for entry in corrupted if entry[12:] == sender.iface.mac)
-        dropped = sum(getattr(receiver.iface.counters, name) for name in DROP_COUNTERS)
-        assert dropped == detectable
-        caught += dropped
+        dropped_frames = dropped(receiver.iface.counters)
+        assert dropped_frames == detectable
+        caught += dropped_frames
     return caught
 
 

@@ -5,6 +5,7 @@ A FIN takes one sequence number, so its acknowledgement is always fin_seq + 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ from tcp_helpers import (
     send,
 )
 
-from dataplane.stack.tcp import TcpResetError, TcpState, TcpStateError
+from dataplane.stack.tcp import TcpConnection, TcpResetError, TcpState, TcpStateError
 
 OUR_FIN = LOCAL_SEQ + 1  # with no data sent, our FIN sits right after the SYN
 THEIR_FIN = REMOTE_SEQ + 1
@@ -141,17 +142,6 @@ def test_closing_ack_of_fin_goes_to_time_wait() -> None:
     recv_nothing(conn)
 
 
-def test_closing_other_ack_keeps_waiting() -> None:
-    conn = conn_closing()
-    send(conn, seg(THEIR_FIN + 1, OUR_FIN))
-    assert conn.state is TcpState.CLOSING
-
-
-def test_closing_retransmits_the_fin() -> None:
-    conn = conn_closing()
-    check(recv_one(conn, conn.stats.rto), seq=OUR_FIN, ack=THEIR_FIN + 1, flags=FIN | ACK)
-
-
 # ---------------------------------------------------------------------- TIME-WAIT
 
 
@@ -235,22 +225,35 @@ def test_last_ack_ack_of_fin_closes() -> None:
     assert conn.poll_at() is None
 
 
-def test_last_ack_other_ack_keeps_waiting() -> None:
-    conn = conn_last_ack()
-    send(conn, seg(THEIR_FIN + 1, OUR_FIN))
-    assert conn.state is TcpState.LAST_ACK
-
-
-def test_last_ack_retransmits_the_fin() -> None:
-    conn = conn_last_ack()
-    check(recv_one(conn, conn.stats.rto), seq=OUR_FIN, ack=THEIR_FIN + 1, flags=FIN | ACK)
-
-
 def test_last_ack_rst_closes_quietly() -> None:
     conn = conn_last_ack()
     send(conn, seg(THEIR_FIN + 1, 0, RST))
     assert conn.state is TcpState.CLOSED
     assert conn.error is None
+
+
+# ---------------------------------------------------------------------- CLOSING and LAST-ACK
+
+# Both states wait only for the ACK of our FIN (RFC 9293 3.10.7.4), so the same rules hold.
+WAITING_FOR_OUR_FIN_ACK = pytest.mark.parametrize(
+    ("factory", "state"),
+    [(conn_closing, TcpState.CLOSING), (conn_last_ack, TcpState.LAST_ACK)],
+    ids=["closing", "last_ack"],
+)
+
+
+@WAITING_FOR_OUR_FIN_ACK
+def test_other_ack_keeps_waiting(factory: Callable[[], TcpConnection], state: TcpState) -> None:
+    conn = factory()
+    send(conn, seg(THEIR_FIN + 1, OUR_FIN))
+    assert conn.state is state
+
+
+@WAITING_FOR_OUR_FIN_ACK
+def test_our_fin_is_retransmitted(factory: Callable[[], TcpConnection], state: TcpState) -> None:
+    conn = factory()
+    check(recv_one(conn, conn.stats.rto), seq=OUR_FIN, ack=THEIR_FIN + 1, flags=FIN | ACK)
+    assert conn.state is state
 
 
 # ---------------------------------------------------------------------- whole sequences

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     FIN,
     LOCAL_SEQ,
+    PEER,
     PSH,
     REMOTE_SEQ,
     RST,
@@ -22,9 +24,6 @@ from tcp_helpers import (
 
 from dataplane.stack.tcp import TcpState, TcpStateError
 from dataplane.wire.tcp import TcpOptions
-
-DATA = LOCAL_SEQ + 1  # our first data byte
-PEER = REMOTE_SEQ + 1  # the peer's first data byte
 
 # ISNs right below 2**32, so that the transfer crosses the wrap.
 WRAPPING = [(LOCAL_SEQ, REMOTE_SEQ), (0xFFFFFF00, 0xFFFFFFF0)]

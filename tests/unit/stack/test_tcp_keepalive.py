@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
-    LOCAL_SEQ,
-    REMOTE_SEQ,
+    DATA,
+    PEER,
     RST,
     check,
     config,
@@ -19,9 +19,6 @@ from tcp_helpers import (
 )
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
-
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 
 
 def keepalive_conn() -> TcpConnection:

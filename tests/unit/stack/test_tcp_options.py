@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
-    LOCAL_SEQ,
+    DATA,
+    PEER,
     REMOTE_SEQ,
     RST,
     SYN,
@@ -18,29 +19,19 @@ from tcp_helpers import (
     recv_one,
     seg,
     send,
+    synack,
 )
 
 from dataplane.stack.tcp import TcpConnection, TcpState
 from dataplane.wire.tcp import TcpOptions
 
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 PEER_TS0 = 50_000  # the peer's TSval in its SYN,ACK
 
 
 def ts_conn(**overrides: object) -> TcpConnection:
     """Timestamps negotiated; our TSval is the time in ms (ts_offset=0)."""
     conn = conn_syn_sent(config(timestamps=True, **overrides))
-    send(
-        conn,
-        seg(
-            REMOTE_SEQ,
-            LOCAL_SEQ + 1,
-            SYN | ACK,
-            options=TcpOptions(mss=1460, timestamp=(PEER_TS0, 0)),
-        ),
-        now=0.0,
-    )
+    send(conn, synack(TcpOptions(mss=1460, timestamp=(PEER_TS0, 0))), now=0.0)
     check(recv_one(conn), ack=PEER, options=TcpOptions(timestamp=(0, PEER_TS0)))
     return conn
 
@@ -178,15 +169,7 @@ def test_at_most_four_sack_blocks_without_timestamps_three_with() -> None:
     assert len(recv(conn)[-1].options.sack_blocks) == 4
 
     both = conn_syn_sent(config(sack=True, timestamps=True))
-    send(
-        both,
-        seg(
-            REMOTE_SEQ,
-            DATA,
-            SYN | ACK,
-            options=TcpOptions(mss=1460, sack_permitted=True, timestamp=(1, 0)),
-        ),
-    )
+    send(both, synack(TcpOptions(mss=1460, sack_permitted=True, timestamp=(1, 0))))
     recv(both)
     for i in range(6):
         send(both, seg(PEER + 100 * (i + 1), DATA, payload=bytes(10), options=ts(2)))

@@ -239,6 +239,15 @@ def test_any_seed_any_fault_rate(seed: int, fault_rate: float) -> None:
     _assert_intact(run_pair(fault_rate, seed=seed, size=64 * 1024))
 
 
+def cross(a: TcpConnection, b: TcpConnection, sent: float, arrives: float) -> None:
+    """Both sides emit at `sent` before either hears the other: the segments cross in flight."""
+    out_a, out_b = a.poll_output(sent), b.poll_output(sent)
+    for segment in out_a:
+        b.on_segment(segment, arrives)
+    for segment in out_b:
+        a.on_segment(segment, arrives)
+
+
 def exchange(a: TcpConnection, b: TcpConnection, now: float) -> int:
     """Deliver everything both sides emit at `now`, until they are quiet."""
     delivered = 0
@@ -262,11 +271,7 @@ def test_simultaneous_open_and_simultaneous_close(extensions: bool) -> None:
     b = TcpConnection(SERVER_IP, 6000, CLIENT_IP, 5000, config, isn=0xFFFFFFFE, ts_offset=0)
     a.connect(0.0)
     b.connect(0.0)
-    syn_a, syn_b = a.poll_output(0.0), b.poll_output(0.0)
-    for segment in syn_a:  # the SYNs cross
-        b.on_segment(segment, 0.001)
-    for segment in syn_b:
-        a.on_segment(segment, 0.001)
+    cross(a, b, 0.0, 0.001)  # the SYNs cross
     assert a.state is b.state is TcpState.SYN_RECEIVED
     exchange(a, b, 0.002)
     assert a.state is b.state is TcpState.ESTABLISHED
@@ -276,11 +281,7 @@ def test_simultaneous_open_and_simultaneous_close(extensions: bool) -> None:
     assert (a.recv(), b.recv()) == (b"from b", b"from a")
     a.close()
     b.close()
-    fin_a, fin_b = a.poll_output(0.004), b.poll_output(0.004)
-    for segment in fin_a:  # the FINs cross
-        b.on_segment(segment, 0.005)
-    for segment in fin_b:
-        a.on_segment(segment, 0.005)
+    cross(a, b, 0.004, 0.005)  # the FINs cross
     assert a.state is b.state is TcpState.CLOSING
     exchange(a, b, 0.006)
     assert a.state is b.state is TcpState.TIME_WAIT

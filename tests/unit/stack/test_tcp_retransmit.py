@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     LOCAL_SEQ,
+    PEER,
     PSH,
     REMOTE_SEQ,
     SYN,
@@ -24,8 +26,6 @@ from tcp_helpers import (
 from dataplane.stack.tcp import TcpConfig, TcpConnection, TcpState, TcpTimeoutError
 from dataplane.wire.tcp import TcpOptions
 
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 MSS = 1000
 
 

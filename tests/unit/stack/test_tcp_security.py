@@ -7,14 +7,14 @@ import errno
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     FIN,
     LOCAL_IP,
     LOCAL_PORT,
-    LOCAL_SEQ,
+    PEER,
     PSH,
     REMOTE_IP,
     REMOTE_PORT,
-    REMOTE_SEQ,
     RST,
     SYN,
     check,
@@ -34,10 +34,6 @@ from dataplane.stack.tcp import (
     reset_for_unmatched,
 )
 from dataplane.wire.tcp import TcpFlags
-
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
-
 
 # ---------------------------------------------------------------------- RST (RFC 5961 section 3)
 

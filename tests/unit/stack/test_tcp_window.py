@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from tcp_helpers import (
     ACK,
+    DATA,
     FIN,
     LOCAL_SEQ,
+    PEER,
     REMOTE_SEQ,
     SYN,
     check,
@@ -19,13 +21,12 @@ from tcp_helpers import (
     recv_one,
     seg,
     send,
+    synack,
 )
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
 from dataplane.wire.tcp import TcpOptions
 
-DATA = LOCAL_SEQ + 1
-PEER = REMOTE_SEQ + 1
 SCALED_PEER = TcpOptions(mss=1460, window_scale=0)
 
 
@@ -153,16 +154,7 @@ def test_peer_window_is_scaled_except_in_its_syn() -> None:
     conn = conn_closed(config(window_scaling=True))
     conn.connect(0.0)
     recv(conn)
-    send(
-        conn,
-        seg(
-            REMOTE_SEQ,
-            LOCAL_SEQ + 1,
-            SYN | ACK,
-            window=1000,
-            options=TcpOptions(mss=1460, window_scale=2),
-        ),
-    )
+    send(conn, synack(TcpOptions(mss=1460, window_scale=2), window=1000))
     assert conn.stats.snd_wnd == 1000  # the SYN's window is never scaled
     recv(conn)
     send(conn, seg(PEER, DATA, window=1000))
