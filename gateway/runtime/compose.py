@@ -4,17 +4,29 @@ what an operator runs."""
 
 from __future__ import annotations
 
+import logging
+
 from gateway.hub.config import HubConfig, create_hub
 from gateway.hub.nats import NatsConfig
 from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 
+log = logging.getLogger("wsgw.runtime")
+
 
 def build_runtime(settings: Settings) -> LiveRuntime:
     """The live runtime: upstream sessions on their own loop thread, messages into the
     fan-out hub (shared-memory ring, /v1/stream, NATS), DPDK ports and their engines opened
-    on demand. The hub is reachable as `runtime.hub` (what /v1/stream reads)."""
+    on demand. The hub is reachable as `runtime.hub` (what /v1/stream reads).
+
+    With fleet.enabled, a FleetRuntime (gateway.fleet.node): it runs only the sessions
+    this node leases and publishes through the fence. The C feed path writes the ring from
+    the engine's poll, past the fence, so a fleet node's dpdk sessions use the Python one."""
+    if settings.fleet.enabled and settings.engine.feed_path == "c":
+        log.info("fleet: engine.feed_path c bypasses the fence; the python feed path is used")
+        engine = settings.engine.model_copy(update={"feed_path": "python"})
+        settings = settings.model_copy(update={"engine": engine})
     h = settings.hub
     nats = (
         NatsConfig(servers=tuple(h.nats.servers), subject_prefix=h.nats.subject_prefix)
@@ -31,4 +43,16 @@ def build_runtime(settings: Settings) -> LiveRuntime:
             reader_wait=h.reader_wait,
         )
     )
+    if settings.fleet.enabled:
+        from gateway.fleet.node import FleetRuntime  # imports this package's live runtime
+
+        api = settings.api
+        api_url = settings.fleet.api_url or f"http://{api.host}:{api.port}"
+        return FleetRuntime(
+            hub,
+            settings.fleet,
+            api_url=api_url,
+            engine_factory=lambda: DpdkEngines(settings),
+            hub=hub,
+        )
     return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
