@@ -155,6 +155,11 @@ class EngineSettings(BaseModel):
 class NatsSettings(BaseModel):
     servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     subject_prefix: str = "wsgw"
+    headers: bool = Field(
+        default=False,
+        description="Wsgw-Seq and Wsgw-Recv-Ts headers on every message (and Wsgw-Gen, the "
+        "session's lease generation, on a fleet node)",
+    )
 
 
 class HubSettings(BaseModel):

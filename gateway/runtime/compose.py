@@ -5,12 +5,16 @@ what an operator runs."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from gateway.hub.config import HubConfig, create_hub
 from gateway.hub.nats import NatsConfig
 from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
+
+if TYPE_CHECKING:
+    from gateway.fleet.node import FleetRuntime
 
 log = logging.getLogger("wsgw.runtime")
 
@@ -28,8 +32,19 @@ def build_runtime(settings: Settings) -> LiveRuntime:
         engine = settings.engine.model_copy(update={"feed_path": "python"})
         settings = settings.model_copy(update={"engine": engine})
     h = settings.hub
+    # The fleet runtime is made after the hub: the NATS sink asks it for generations late.
+    fleet_runtime: list[FleetRuntime] = []
+
+    def generation(session_id: int) -> int | None:
+        return fleet_runtime[0].may_publish(session_id) if fleet_runtime else None
+
     nats = (
-        NatsConfig(servers=tuple(h.nats.servers), subject_prefix=h.nats.subject_prefix)
+        NatsConfig(
+            servers=tuple(h.nats.servers),
+            subject_prefix=h.nats.subject_prefix,
+            headers=h.nats.headers,
+            generation=generation if settings.fleet.enabled else None,
+        )
         if h.nats is not None
         else None
     )
@@ -48,11 +63,13 @@ def build_runtime(settings: Settings) -> LiveRuntime:
 
         api = settings.api
         api_url = settings.fleet.api_url or f"http://{api.host}:{api.port}"
-        return FleetRuntime(
+        runtime = FleetRuntime(
             hub,
             settings.fleet,
             api_url=api_url,
             engine_factory=lambda: DpdkEngines(settings),
             hub=hub,
         )
+        fleet_runtime.append(runtime)
+        return runtime
     return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
