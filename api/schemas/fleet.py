@@ -19,6 +19,8 @@ Placement = Annotated[
         description="labels a fleet node must carry to run the session ({}: any node); "
         "ignored by a gateway that is not in a fleet",
         examples=[{"venue": "binance", "dpdk": "true"}],
+        # Keys outside the label pattern are refused: the document says so too.
+        json_schema_extra={"additionalProperties": False},
     ),
 ]
 

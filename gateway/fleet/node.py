@@ -58,13 +58,20 @@ class FencedSink:
         self.inner = inner
         self.gate = gate
         self.fenced = 0  # messages dropped (read by tests and metrics)
+        self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
 
     def publish_batch(self, messages: Sequence[Published]) -> object:
         gate = self.gate
         sessions = {m[0] for m in messages}
         refused = {sid for sid in sessions if gate(sid) is None}
+        if self._fenced_sessions:
+            self._fenced_sessions &= refused | (self._fenced_sessions - sessions)
         if not refused:
             return self.inner.publish_batch(messages)
+        for sid in refused - self._fenced_sessions:
+            log.warning("fleet: session %d is fenced (no lease renewed in time): its "
+                        "messages are dropped here", sid)  # fmt: skip
+        self._fenced_sessions |= refused
         kept = [m for m in messages if m[0] not in refused]
         self.fenced += len(messages) - len(kept)
         return self.inner.publish_batch(kept) if kept else None

@@ -9,7 +9,6 @@ to the feed simulator on loopback.
   down, and its ring gets no message of those sessions after it was stopped (the fence).
 - POST /v1/fleet/drain: the node gives its sessions up, the others run them.
 - Every node answers GET /v1/fleet/nodes and /v1/fleet/leases for the whole fleet.
-- fleet.enabled on SQLite is refused when the settings load, with a message that says why.
 """
 
 from __future__ import annotations
@@ -28,10 +27,8 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import ValidationError
 
 from dataplane.ring import RingMessage, RingReader
-from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,11 +159,6 @@ def owners(nodes: list[Node], sessions: list[int]) -> dict[int, list[str]]:
 
 def each_on_one(nodes: list[Node], sessions: list[int]) -> Callable[[], bool]:
     return lambda: all(len(v) == 1 for v in owners(nodes, sessions).values())
-
-
-def test_fleet_on_sqlite_is_refused_at_start(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match=r"fleet\.enabled needs PostgreSQL"):
-        Settings(state_dir=tmp_path, fleet={"enabled": True})  # type: ignore[arg-type]
 
 
 def test_three_nodes_fail_over_fence_and_drain(pg_url: str, simulator: int, tmp_path: Path) -> None:
