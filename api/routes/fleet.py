@@ -1,4 +1,5 @@
-"""/v1/fleet: the fleet's nodes and session leases (admin), and draining this node.
+"""/v1/fleet: the fleet's nodes and session leases (admin), and draining this node (and
+ending the drain).
 
 Every node answers for the whole fleet: it reads the shared database. A gateway that is not
 in a fleet (fleet.enabled false) answers 409.
@@ -76,3 +77,12 @@ def drain(control: ControlDep, _: AdminDep) -> DrainPublic:
     node = fleet_node(control)
     held = node.drain()
     return DrainPublic(node=node.name, draining=True, held=sorted(held))
+
+
+@router.post("/undrain", response_model=DrainPublic)
+def undrain(control: ControlDep, _: AdminDep) -> DrainPublic:
+    """This node takes sessions again (those placed on it from now on: nothing moves back
+    by itself)."""
+    node = fleet_node(control)
+    held = node.drain(False)
+    return DrainPublic(node=node.name, draining=False, held=sorted(held))

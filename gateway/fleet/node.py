@@ -223,12 +223,12 @@ class FleetNode:
             except Exception:  # the database is gone: the leases expire by themselves
                 log.exception("fleet: node %s could not leave cleanly", self.name)
 
-    def drain(self) -> set[int]:
-        """Take no new sessions and give up the held ones, one per tick; returns what it
-        still holds."""
+    def drain(self, draining: bool = True) -> set[int]:
+        """Take no new sessions and give up the held ones, one per tick (draining False:
+        take sessions again); returns what it still holds."""
         with self._lock:
-            self.leases.set_draining(True)
-            self.draining = True
+            self.leases.set_draining(draining)
+            self.draining = draining
             held = set(self.leases.held)
         self.wake()
         return held

@@ -51,7 +51,12 @@ def test_placement_rules_are_validated(api: Api, placement: object) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/fleet/nodes"), ("GET", "/v1/fleet/leases"), ("POST", "/v1/fleet/drain")],
+    [
+        ("GET", "/v1/fleet/nodes"),
+        ("GET", "/v1/fleet/leases"),
+        ("POST", "/v1/fleet/drain"),
+        ("POST", "/v1/fleet/undrain"),
+    ],
 )
 def test_fleet_routes_say_this_gateway_is_not_in_a_fleet(api: Api, method: str, path: str) -> None:
     r = api.client.request(method, path, headers=api.admin)

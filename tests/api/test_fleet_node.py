@@ -118,3 +118,10 @@ def test_placement_restore_start_and_drain(
     b.sessions.stop(only_y)
     wait_for("only-y's lease released", lambda: fleet_runtime(b).may_publish(only_y) is None)
     wait_for("b running only the other", lambda: here(b) == {anywhere})
+
+    # A node that shuts down leaves the fleet: its row and leases go; the other, drained
+    # no more, takes over.
+    b.shutdown()
+    assert [n.name for n in fleet_node(a).leases.nodes()] == ["a"]
+    assert fleet_node(a).drain(False) == set()
+    wait_for("a running the session b left", lambda: here(a) == {anywhere})
