@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 
 from dataplane.ring import RingMessage, RingReader
 from gateway.simulator.process import start_simulator
+from wsgw_bench.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_S = 3.0
@@ -39,18 +39,14 @@ NODES = 3
 TOPIC = "btcusdt@trade"
 
 
-def wait_for(what: str, predicate: Callable[[], bool], timeout: float, every: float = 0.1) -> None:
+def wait_for(
+    what: str, predicate: Callable[[], bool], timeout: float = 15, every: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Node:

@@ -6,7 +6,6 @@ checked is who runs them, not their feed."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,16 +15,9 @@ from gateway.control import ControlPlane
 from gateway.fleet.node import FleetNode, FleetRuntime
 from gateway.runtime import SessionState, build_runtime
 from tests.api.conftest import make_settings
+from tests.api.test_fleet_failover import wait_for
 
 LEASE_S = 1.5
-
-
-def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

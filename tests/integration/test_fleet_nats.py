@@ -10,7 +10,8 @@ import pytest
 
 from gateway.hub import Hub
 from gateway.hub.nats import NatsConfig, NatsSink
-from tests.integration.test_nats_sink import Subscriber, wait_until
+from tests.integration.nats_helpers import Subscriber
+from tests.integration.test_nats_sink import wait_until
 from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
