@@ -27,6 +27,7 @@ from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
 from api.routes.engine_ports import router as engine_ports_router
+from api.routes.fleet import router as fleet_router
 from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.control import ControlPlane
 from gateway.host import HostManager
@@ -99,6 +100,7 @@ def create_app(
         sessions.router,
         subscriptions.router,
         tokens.router,
+        fleet_router,
         stream.router,
         dashboard.router,
     ):

@@ -9,6 +9,7 @@ import contextlib
 import ipaddress
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -154,6 +155,11 @@ class EngineSettings(BaseModel):
 class NatsSettings(BaseModel):
     servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     subject_prefix: str = "wsgw"
+    headers: bool = Field(
+        default=False,
+        description="Wsgw-Seq and Wsgw-Recv-Ts headers on every message (and Wsgw-Gen, the "
+        "session's lease generation, on a fleet node)",
+    )
 
 
 class HubSettings(BaseModel):
@@ -198,6 +204,38 @@ class LabSettings(BaseModel):
     subnet_index: int | None = Field(default=None, ge=1, le=254)
 
 
+class FleetSettings(BaseModel):
+    """This gateway as a node of a fleet on one PostgreSQL database (gateway.fleet)."""
+
+    enabled: bool = Field(
+        default=False, description="join the fleet: run only the sessions this node leases"
+    )
+    node: str = Field(
+        default_factory=lambda: socket.gethostname()[:63] or "wsgw",
+        pattern=r"^[A-Za-z0-9_.-]{1,63}$",
+        description="this node's name in the fleet (unique); default: the host name",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="what this node offers (dpdk=true, venue=...): sessions whose placement "
+        "rule these labels match may run here",
+    )
+    lease_s: float = Field(
+        default=3.0,
+        ge=0.3,
+        le=3600,
+        description="lease time: a dead node's sessions move within it (plus a tick)",
+    )
+    api_url: str | None = Field(
+        default=None, description="how other nodes and operators reach this node's API"
+    )
+
+    @property
+    def tick_s(self) -> float:
+        """How often the node heartbeats, renews and places: a third of the lease."""
+        return self.lease_s / 3
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="WSGW_",
@@ -225,6 +263,7 @@ class Settings(BaseSettings):
     db: DbSettings = Field(default_factory=lambda: DbSettings())  # noqa: PLW0108
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())  # noqa: PLW0108
     host: HostSettings = Field(default_factory=lambda: HostSettings())  # noqa: PLW0108
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
 
     @classmethod
     def settings_customise_sources(
@@ -256,6 +295,18 @@ class Settings(BaseSettings):
             self.engine = self.engine.model_copy(update=engine)
         if self.hub.reader_wait is None:
             self.hub = self.hub.model_copy(update={"reader_wait": profile.reader_wait})
+        return self
+
+    @model_validator(mode="after")
+    def _check_fleet_database(self) -> Settings:
+        """A fleet shares one PostgreSQL database; SQLite (the default) serves one gateway."""
+        url = self.db.url or ""
+        if self.fleet.enabled and not url.startswith("postgresql"):
+            raise ValueError(
+                "fleet.enabled needs PostgreSQL: set db.url to a postgresql+psycopg:// URL "
+                f"every node of the fleet shares (now: {url.split(':', 1)[0] or 'SQLite'}); "
+                "SQLite serves one gateway"
+            )
         return self
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, StrictBool
 
 from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
+from api.schemas.fleet import Placement
 from gateway.runtime import known_dialects
 from gateway.sessions.config import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -107,6 +108,7 @@ class SessionBase(Schema):
     reconnect_max_attempts: MaxAttempts | None = Field(
         default=RECONNECT.max_attempts, description="null: forever"
     )
+    placement: Placement = Field(default_factory=dict)
 
 
 class SessionCreate(SessionBase):
@@ -134,6 +136,7 @@ class SessionUpdate(UpdateSchema):
     reconnect_multiplier: Multiplier | None = None
     reconnect_jitter: Jitter | None = None
     reconnect_max_attempts: MaxAttempts | None = None
+    placement: Placement | None = None
 
 
 class SessionStatusPublic(PublicSchema):
@@ -170,6 +173,7 @@ class SessionPublic(PublicSchema):
     reconnect_jitter: float
     reconnect_max_attempts: int | None
     desired_state: Literal["running", "stopped"]
+    placement: dict[str, str]
     created_at: datetime
     updated_at: datetime
     status: SessionStatusPublic

@@ -31,6 +31,8 @@ class RestoreReport:
     sessions: list[int] = field(default_factory=list)
     topics: dict[int, list[str]] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    #: Sessions wanted running that another node of the fleet leases (not started here).
+    elsewhere: list[int] = field(default_factory=list)
 
 
 def restore(tx: Transactions, runtime: Runtime) -> RestoreReport:
@@ -38,8 +40,12 @@ def restore(tx: Transactions, runtime: Runtime) -> RestoreReport:
 
     Topics go first so a session subscribes all of them as soon as it connects. A
     refusal is logged and written to the session's events; the rest still restores.
+    A node of a fleet (gateway.fleet.node.FleetRuntime) first joins the fleet and starts
+    only the sessions it then holds; its tick runs from the end of the restore on.
     """
     report = RestoreReport()
+    join_fleet = getattr(runtime, "join_fleet", None)
+    held: set[int] | None = join_fleet(tx.db) if callable(join_fleet) else None
     with tx.lock, tx.db.session() as s:
         for port in PortRepository(s).enabled():
             try:
@@ -60,6 +66,9 @@ def restore(tx: Transactions, runtime: Runtime) -> RestoreReport:
         # consumers so (LiveRuntime) publishes a gap when the session reconnects.
         mark_resumed = getattr(runtime, "mark_resumed", None)
         for row in sessions.wanted_running():
+            if held is not None and row.id not in held:
+                report.elsewhere.append(row.id)
+                continue
             try:
                 if callable(mark_resumed):
                     mark_resumed(row.id, RESTART_GAP_REASON)
@@ -70,11 +79,15 @@ def restore(tx: Transactions, runtime: Runtime) -> RestoreReport:
                 report.failures.append(f"session {row.id}: {exc}")
                 events.record(row.id, "restore_failed", str(exc))
                 log.error("restore: session %s (%s) refused: %s", row.id, row.name, exc)
+    run_fleet = getattr(runtime, "run_fleet", None)
+    if callable(run_fleet):
+        run_fleet()
     log.info(
-        "restored %d port(s), %d session(s), topics of %d session(s)%s",
+        "restored %d port(s), %d session(s), topics of %d session(s)%s%s",
         len(report.ports),
         len(report.sessions),
         len(report.topics),
         f"; {len(report.failures)} refused" if report.failures else "",
+        f"; {len(report.elsewhere)} run by other nodes" if report.elsewhere else "",
     )
     return report

@@ -60,6 +60,9 @@ class NatsConfig:
     name: str = "wsgw"
     #: Add Wsgw-Seq and Wsgw-Recv-Ts headers to every message (costs bytes and CPU).
     headers: bool = False
+    #: With headers: a session's fleet lease generation (gateway.fleet), sent as Wsgw-Gen
+    #: so consumers can drop a stale owner's messages; None: not in a fleet.
+    generation: Callable[[int], int | None] | None = None
     jetstream: JetStreamConfig | None = None
     user: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -362,6 +365,7 @@ class NatsSink:
         publish = nc.publish
         subjects = self._subjects
         headers = self.config.headers
+        generation = self.config.generation
         gap_tid = self._gap_tid
         for event in events:
             if type(event) is Gap:  # counted by the follower (buffer_full)
@@ -374,11 +378,10 @@ class NatsSink:
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             try:
                 if headers:
-                    await publish(
-                        subject,
-                        payload,
-                        headers={"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)},
-                    )
+                    fields = {"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)}
+                    if generation is not None and (gen := generation(sid)) is not None:
+                        fields["Wsgw-Gen"] = str(gen)
+                    await publish(subject, payload, headers=fields)
                 else:
                     await publish(subject, payload)
                 stats.published += 1

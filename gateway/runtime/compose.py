@@ -4,20 +4,47 @@ what an operator runs."""
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 from gateway.hub.config import HubConfig, create_hub
 from gateway.hub.nats import NatsConfig
 from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 
+if TYPE_CHECKING:
+    from gateway.fleet.node import FleetRuntime
+
+log = logging.getLogger("wsgw.runtime")
+
 
 def build_runtime(settings: Settings) -> LiveRuntime:
     """The live runtime: upstream sessions on their own loop thread, messages into the
     fan-out hub (shared-memory ring, /v1/stream, NATS), DPDK ports and their engines opened
-    on demand. The hub is reachable as `runtime.hub` (what /v1/stream reads)."""
+    on demand. The hub is reachable as `runtime.hub` (what /v1/stream reads).
+
+    With fleet.enabled, a FleetRuntime (gateway.fleet.node): it runs only the sessions
+    this node leases and publishes through the fence. The C feed path writes the ring from
+    the engine's poll, past the fence, so a fleet node's dpdk sessions use the Python one."""
+    if settings.fleet.enabled and settings.engine.feed_path == "c":
+        log.info("fleet: engine.feed_path c bypasses the fence; the python feed path is used")
+        engine = settings.engine.model_copy(update={"feed_path": "python"})
+        settings = settings.model_copy(update={"engine": engine})
     h = settings.hub
+    # The fleet runtime is made after the hub: the NATS sink asks it for generations late.
+    fleet_runtime: list[FleetRuntime] = []
+
+    def generation(session_id: int) -> int | None:
+        return fleet_runtime[0].may_publish(session_id) if fleet_runtime else None
+
     nats = (
-        NatsConfig(servers=tuple(h.nats.servers), subject_prefix=h.nats.subject_prefix)
+        NatsConfig(
+            servers=tuple(h.nats.servers),
+            subject_prefix=h.nats.subject_prefix,
+            headers=h.nats.headers,
+            generation=generation if settings.fleet.enabled else None,
+        )
         if h.nats is not None
         else None
     )
@@ -31,4 +58,18 @@ def build_runtime(settings: Settings) -> LiveRuntime:
             reader_wait=h.reader_wait,
         )
     )
+    if settings.fleet.enabled:
+        from gateway.fleet.node import FleetRuntime  # imports this package's live runtime
+
+        api = settings.api
+        api_url = settings.fleet.api_url or f"http://{api.host}:{api.port}"
+        runtime = FleetRuntime(
+            hub,
+            settings.fleet,
+            api_url=api_url,
+            engine_factory=lambda: DpdkEngines(settings),
+            hub=hub,
+        )
+        fleet_runtime.append(runtime)
+        return runtime
     return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)

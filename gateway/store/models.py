@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -154,6 +155,10 @@ class SessionRow(Timestamped, Base):
     reconnect_jitter: Mapped[float] = mapped_column(Float, default=0.2)
     reconnect_max_attempts: Mapped[int | None] = mapped_column(Integer)
     desired_state: Mapped[str] = mapped_column(String(16), default="stopped")
+    #: The labels a fleet node must carry to run it (gateway.fleet.placement); {}: any node.
+    placement: Mapped[dict[str, str]] = mapped_column(
+        JsonType, default=dict, server_default=text("'{}'")
+    )
 
     port: Mapped[PortRow | None] = relationship(lazy="raise")
 

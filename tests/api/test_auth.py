@@ -23,6 +23,7 @@ from tests.host.fakesys import FakeHost
 PUBLIC = {"/healthz", "/readyz", "/metrics"}
 SCOPE_BY_PREFIX = [
     ("/v1/engine", "admin"),
+    ("/v1/fleet", "admin"),
     ("/v1/host", "admin"),
     ("/v1/ports", "admin"),
     ("/v1/sessions", "admin"),

@@ -1,0 +1,88 @@
+"""/v1/fleet: the fleet's nodes and session leases (admin), and draining this node (and
+ending the drain).
+
+Every node answers for the whole fleet: it reads the shared database. A gateway that is not
+in a fleet (fleet.enabled false) answers 409.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fastapi import APIRouter
+
+from api.deps import AdminDep, ControlDep, KnownQuery
+from api.schemas.common import responses
+from api.schemas.fleet import (
+    DrainPublic,
+    LeaseListPublic,
+    LeasePublic,
+    NodeListPublic,
+    NodePublic,
+)
+from gateway.control import ControlPlane
+from gateway.fleet.node import FleetNode
+from gateway.store.errors import ConflictError
+
+router = APIRouter(
+    prefix="/v1/fleet",
+    tags=["fleet"],
+    responses=responses(400, 401, 403, 409),
+    dependencies=[KnownQuery],
+)
+
+
+def fleet_node(control: ControlPlane) -> FleetNode:
+    node = getattr(control.runtime, "fleet", None)
+    if not isinstance(node, FleetNode):
+        raise ConflictError(
+            "this gateway is not in a fleet: set fleet.enabled (and a PostgreSQL db.url "
+            "shared by the nodes)"
+        )
+    return node
+
+
+@router.get("/nodes", response_model=NodeListPublic)
+def list_nodes(control: ControlDep, _: AdminDep) -> NodeListPublic:
+    """Every node that registered, alive or not, with how many live leases it holds."""
+    node = fleet_node(control)
+    held = Counter(lease.node for lease in node.leases.leases())
+    return NodeListPublic(
+        this_node=node.name,
+        lease_s=node.settings.lease_s,
+        data=[
+            NodePublic.model_validate({**vars(n), "sessions": held.get(n.name, 0)})
+            for n in node.leases.nodes()
+        ],
+    )
+
+
+@router.get("/leases", response_model=LeaseListPublic)
+def list_leases(control: ControlDep, _: AdminDep) -> LeaseListPublic:
+    """Who runs each session: every lease row, expired ones marked not live."""
+    node = fleet_node(control)
+    live = {lease.session_id for lease in node.leases.leases()}
+    return LeaseListPublic(
+        data=[
+            LeasePublic.model_validate({**vars(lease), "live": lease.session_id in live})
+            for lease in node.leases.leases(live_only=False)
+        ]
+    )
+
+
+@router.post("/drain", response_model=DrainPublic)
+def drain(control: ControlDep, _: AdminDep) -> DrainPublic:
+    """This node takes no new sessions and releases its leases one per tick, so the other
+    nodes take them one by one. A restart of the node ends the drain."""
+    node = fleet_node(control)
+    held = node.drain()
+    return DrainPublic(node=node.name, draining=True, held=sorted(held))
+
+
+@router.post("/undrain", response_model=DrainPublic)
+def undrain(control: ControlDep, _: AdminDep) -> DrainPublic:
+    """This node takes sessions again (those placed on it from now on: nothing moves back
+    by itself)."""
+    node = fleet_node(control)
+    held = node.drain(False)
+    return DrainPublic(node=node.name, draining=False, held=sorted(held))

@@ -1,0 +1,331 @@
+"""This gateway as a node of a fleet: the tick that keeps its leases, and the runtime that
+runs only what it leases.
+
+The seam is the runtime (`FleetRuntime`, a LiveRuntime built by gateway.runtime.compose when
+fleet.enabled): the control plane keeps calling `start_session` as on one gateway (an
+operator's start, the restore at start), and the runtime starts a session only while this
+node holds its lease; otherwise the session stays configured here and the node the
+placement gives it to starts it on its next tick. The stored wanted state (desired_state)
+stays the one truth every node reads.
+
+Every tick (a third of the lease time) `FleetNode.tick`:
+1. heartbeats, which renews every lease this node holds and says which it still holds;
+2. reads the sessions wanted running and their placement rules, the live nodes and the
+   live leases, and computes the placement (gateway.fleet.placement) as every node does;
+3. acquires what is placed here, releases what is no longer wanted or placed elsewhere
+   (draining: one per tick, so the others take them one by one);
+4. starts what it holds and does not run, stops what it runs and no longer holds.
+
+Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
+session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
+old: a paused or cut-off node stops before its lease can expire). That check runs on the
+sessions' own thread at every burst, so a node woken from SIGSTOP publishes nothing for a
+lease it lost even before its tick has run and stopped the session.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from gateway.fleet.leases import LeaseStore, NodeInfo
+from gateway.fleet.placement import place
+from gateway.runtime.live import LiveRuntime
+from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
+from gateway.sessions.sink import MessageSink, Published
+from gateway.settings import FleetSettings
+from gateway.store.db import Database
+from gateway.store.models import SessionRow
+from gateway.store.repository import SubscriptionRepository
+
+log = logging.getLogger("wsgw.fleet")
+
+#: The gap a session publishes when this node takes it over from another.
+TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {generation}); " \
+    "messages published meanwhile may be missing"  # fmt: skip
+
+
+class FencedSink:
+    """The hub behind the fence: a burst's messages of a session this node may not publish
+    for (gate returns None) are dropped and counted, never written."""
+
+    def __init__(self, inner: MessageSink, gate: Callable[[int], int | None]) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.fenced = 0  # messages dropped (read by tests and metrics)
+        self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
+
+    def publish_batch(self, messages: Sequence[Published]) -> object:
+        gate = self.gate
+        sessions = {m[0] for m in messages}
+        refused = {sid for sid in sessions if gate(sid) is None}
+        if self._fenced_sessions:
+            self._fenced_sessions &= refused | (self._fenced_sessions - sessions)
+        if not refused:
+            return self.inner.publish_batch(messages)
+        for sid in refused - self._fenced_sessions:
+            log.warning("fleet: session %d is fenced (no lease renewed in time): its "
+                        "messages are dropped here", sid)  # fmt: skip
+        self._fenced_sessions |= refused
+        kept = [m for m in messages if m[0] not in refused]
+        self.fenced += len(messages) - len(kept)
+        return self.inner.publish_batch(kept) if kept else None
+
+    def publish_gap(self, session_id: int, lost: int | None, reason: str) -> object:
+        if self.gate(session_id) is None:
+            return None
+        return self.inner.publish_gap(session_id, lost, reason)
+
+
+class FleetRuntime(LiveRuntime):
+    """A LiveRuntime that runs a session only while this node holds its lease (module doc)."""
+
+    def __init__(
+        self,
+        sink: MessageSink,
+        fleet: FleetSettings,
+        *,
+        api_url: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.fleet_settings = fleet
+        self.api_url = api_url
+        self.fleet: FleetNode | None = None
+        self.fenced_sink = FencedSink(sink, self.may_publish)
+        self._here: set[int] = set()  # sessions started here (as holder of their lease)
+        self._here_lock = threading.Lock()
+        super().__init__(self.fenced_sink, **kwargs)
+
+    def may_publish(self, session_id: int) -> int | None:
+        node = self.fleet
+        return None if node is None else node.may_publish(session_id)
+
+    # ---- joining, called by gateway.control.restore ----------------------------------
+    def join_fleet(self, db: Database) -> set[int]:
+        """Register this node and acquire what the placement gives it; returns the sessions
+        it holds (restore starts only those)."""
+        if self.fleet is None:
+            self.fleet = FleetNode(self, db, self.fleet_settings, api_url=self.api_url)
+        return self.fleet.join()
+
+    def run_fleet(self) -> None:
+        """Start the node's tick (after restore started what this node holds)."""
+        if self.fleet is not None:
+            self.fleet.run()
+
+    # ---- the gate ---------------------------------------------------------------------
+    def start_session(self, session: SessionSpec) -> SessionStatus:
+        node = self.fleet
+        if node is None or node.may_publish(session.id) is None:
+            if node is not None:
+                node.wake()  # place it now rather than at the next tick
+            return SessionStatus(
+                session.id,
+                SessionState.CONFIGURED,
+                "fleet: the node holding its lease runs it (GET /v1/fleet/leases)",
+                time.time(),
+            )
+        return self.run_here(session)
+
+    def run_here(self, session: SessionSpec) -> SessionStatus:
+        """Start the session on this node (it holds the lease)."""
+        status = super().start_session(session)
+        with self._here_lock:
+            self._here.add(session.id)
+        return status
+
+    def stop_session(self, session_id: int) -> SessionStatus:
+        with self._here_lock:
+            self._here.discard(session_id)
+        return super().stop_session(session_id)
+
+    def remove_session(self, session_id: int) -> None:
+        with self._here_lock:
+            self._here.discard(session_id)
+        super().remove_session(session_id)
+
+    def running_here(self) -> set[int]:
+        with self._here_lock:
+            return set(self._here)
+
+    def close(self) -> None:
+        """Leave the fleet first (the fence shuts at once, the leases are free for the other
+        nodes), then stop the sessions."""
+        node = self.fleet
+        if node is not None:
+            node.stop()
+        super().close()
+
+
+class FleetNode:
+    """The tick of one node (module doc); the lease store is used under one lock."""
+
+    def __init__(
+        self,
+        runtime: FleetRuntime,
+        db: Database,
+        settings: FleetSettings,
+        *,
+        api_url: str | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.db = db
+        self.settings = settings
+        self.name = settings.node
+        self.labels = dict(settings.labels)
+        self.api_url = api_url
+        self.leases = LeaseStore(db.engine, settings.node, lease_s=settings.lease_s)
+        self.draining = False
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._closed = False  # the fence is shut for good (leaving)
+        self._thread: threading.Thread | None = None
+
+    def may_publish(self, session_id: int) -> int | None:
+        if self._closed:
+            return None
+        return self.leases.may_publish(session_id)
+
+    # ---- life ----------------------------------------------------------------------
+    def join(self) -> set[int]:
+        with self._lock:
+            self.leases.register(self.labels, self.api_url)
+            log.info("fleet: node %s joined (labels %s, lease %.1f s)",
+                     self.name, self.labels, self.settings.lease_s)  # fmt: skip
+            self._tick_locked(start=False)
+            return set(self.leases.held)
+
+    def run(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="wsgw-fleet", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop ticking and leave the fleet: every lease released, the node's row gone."""
+        self._closed = True
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.lease_s)
+        with self._lock:
+            try:
+                self.leases.leave()
+                log.info("fleet: node %s left the fleet", self.name)
+            except Exception:  # the database is gone: the leases expire by themselves
+                log.exception("fleet: node %s could not leave cleanly", self.name)
+
+    def drain(self, draining: bool = True) -> set[int]:
+        """Take no new sessions and give up the held ones, one per tick (draining False:
+        take sessions again); returns what it still holds."""
+        with self._lock:
+            self.leases.set_draining(draining)
+            self.draining = draining
+            held = set(self.leases.held)
+        self.wake()
+        return held
+
+    def _loop(self) -> None:
+        tick = self.settings.tick_s
+        while not self._stopped.is_set():
+            started = time.monotonic()
+            try:
+                with self._lock:
+                    if self._stopped.is_set():
+                        return
+                    self._tick_locked(start=True)
+            except Exception:  # the database is away: the fence stops publishing on time
+                log.exception("fleet: tick of node %s failed", self.name)
+            self._wake.wait(max(0.0, tick - (time.monotonic() - started)))
+            self._wake.clear()
+
+    # ---- the tick ------------------------------------------------------------------
+    def tick(self) -> None:
+        with self._lock:
+            self._tick_locked(start=True)
+
+    def _tick_locked(self, *, start: bool) -> None:
+        store = self.leases
+        held = store.heartbeat()
+        wanted = self._wanted()
+        live = self._live_nodes(store.nodes())
+        owners = {lease.session_id: lease.node for lease in store.leases()}
+        rules = {sid: rule for sid, (_, rule) in wanted.items()}
+        placement = place(rules, live, owners)
+        for sid, node in placement.items():
+            if node == self.name and sid not in held:
+                lease = store.acquire(sid)
+                if lease is not None:
+                    held[sid] = lease.generation
+                    log.info("fleet: node %s took session %d (generation %d)",
+                             self.name, sid, lease.generation)  # fmt: skip
+        released = 0
+        for sid in sorted(held):
+            if sid not in wanted:
+                store.release(sid)
+                del held[sid]
+            elif placement.get(sid) != self.name and not (self.draining and released):
+                store.release(sid)
+                del held[sid]
+                released += 1
+                log.info("fleet: node %s released session %d", self.name, sid)
+        if start:
+            self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
+
+    def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
+        live: dict[str, Mapping[str, str]] = {
+            n.name: n.labels for n in nodes if n.alive and not n.draining
+        }
+        if self.draining:
+            live.pop(self.name, None)
+        else:  # it has just heartbeated: alive, whatever the snapshot's timing says
+            live[self.name] = self.labels
+        return live
+
+    def _wanted(self) -> dict[int, tuple[SessionSpec, dict[str, str]]]:
+        """Sessions wanted running: their spec and placement rule, from the shared store."""
+        from gateway.control.sessions import session_spec  # control imports the runtime
+
+        with self.db.session() as s:
+            rows = s.scalars(select(SessionRow).where(SessionRow.desired_state == "running"))
+            return {row.id: (session_spec(row), dict(row.placement or {})) for row in rows}
+
+    def _topics(self, session_id: int) -> list[str]:
+        """The session's subscribed topics, from the shared store: a subscription made
+        through another node's API reached only that node's runtime."""
+        with self.db.session() as s:
+            return list(SubscriptionRepository(s).topic_counts(session_id))
+
+    def _sync(self, held: Mapping[int, int], specs: Mapping[int, SessionSpec]) -> None:
+        """The runtime runs exactly what this node holds and is wanted; a session it takes
+        gets its topics from the store first, so it subscribes them as it connects."""
+        runtime = self.runtime
+        here = runtime.running_here()
+        for sid in sorted(here - held.keys()):
+            log.warning("fleet: node %s no longer holds session %d: standing down",
+                        self.name, sid)  # fmt: skip
+            runtime.stop_session(sid)
+        for sid in sorted(held.keys() - here):
+            spec = specs.get(sid)
+            if spec is None:
+                continue
+            generation = held[sid]
+            if generation > 1:
+                reason = TAKEOVER_GAP_REASON.format(node=self.name, generation=generation)
+                runtime.mark_resumed(sid, reason)
+            try:
+                if topics := self._topics(sid):
+                    runtime.subscribe(sid, topics)
+                runtime.run_here(spec)
+                log.info("fleet: node %s runs session %d (generation %d)",
+                         self.name, sid, generation)  # fmt: skip
+            except Exception:
+                log.exception("fleet: node %s could not start session %d", self.name, sid)

@@ -1,0 +1,119 @@
+"""Two fleet nodes in one process on a throwaway PostgreSQL database (gateway.fleet.node):
+placement rules decide who may run a session, the restore at start runs only what the node
+then holds, an operator's start on a node that may not run it leaves it to the one that may,
+and a drained node hands its sessions over. Sessions point at a closed port: what is
+checked is who runs them, not their feed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.control import ControlPlane
+from gateway.fleet.node import FleetNode, FleetRuntime
+from gateway.runtime import SessionState, build_runtime
+from tests.api.conftest import make_settings
+from tests.api.test_fleet_failover import wait_for
+
+LEASE_S = 1.5
+
+
+@pytest.fixture
+def make_node(
+    pg_url: str, tmp_path: Path
+) -> Iterator[Callable[[str, dict[str, str]], ControlPlane]]:
+    planes: list[ControlPlane] = []
+
+    def make(name: str, labels: dict[str, str]) -> ControlPlane:
+        settings = make_settings(
+            tmp_path / name,
+            pg_url,
+            hub={"gateway": f"t{name}", "ring": False},
+            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": LEASE_S},
+        )
+        runtime = build_runtime(settings)
+        assert isinstance(runtime, FleetRuntime)
+        plane = ControlPlane(settings, runtime)
+        planes.append(plane)
+        return plane
+
+    try:
+        yield make
+    finally:
+        for plane in reversed(planes):
+            plane.shutdown()
+
+
+def fleet_runtime(plane: ControlPlane) -> FleetRuntime:
+    runtime = plane.runtime
+    assert isinstance(runtime, FleetRuntime)
+    return runtime
+
+
+def fleet_node(plane: ControlPlane) -> FleetNode:
+    node = fleet_runtime(plane).fleet
+    assert node is not None
+    return node
+
+
+def here(plane: ControlPlane) -> set[int]:
+    return fleet_runtime(plane).running_here()
+
+
+def session(plane: ControlPlane, name: str, placement: dict[str, str]) -> int:
+    row = plane.sessions.create(
+        {
+            "name": name,
+            "url": "ws://127.0.0.1:9/feed",
+            "dialect": "generic",
+            "transport": "kernel",
+            "placement": placement,
+        }
+    )
+    return row.id
+
+
+def test_placement_restore_start_and_drain(
+    make_node: Callable[[str, dict[str, str]], ControlPlane],
+) -> None:
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    only_y = session(a, "only-y", {"zone": "y"})
+    anywhere = session(a, "anywhere", {})
+    # Node a may not run only-y: its start leaves it configured here, for a node that may.
+    _, status = a.sessions.start(only_y)
+    assert status.state is SessionState.CONFIGURED
+    assert status.reason is not None and "fleet" in status.reason
+    a.sessions.start(anywhere)
+    wait_for("node a running the session it may run", lambda: here(a) == {anywhere})
+
+    # Node b starts: its restore runs what it then holds (only-y), not a's session.
+    b = make_node("b", {"zone": "y"})
+    report = b.start()
+    assert report.sessions == [only_y]
+    assert report.elsewhere == [anywhere]
+    assert here(b) == {only_y}
+    assert here(a) == {anywhere}
+    leases = {lease.session_id: lease.node for lease in fleet_node(a).leases.leases()}
+    assert leases == {only_y: "b", anywhere: "a"}
+
+    # Drain a: b takes the session a gave up; a stops it.
+    assert fleet_node(a).drain() == {anywhere}
+    wait_for("b running both sessions", lambda: here(b) == {only_y, anywhere})
+    wait_for("a running none", lambda: here(a) == set())
+    assert fleet_runtime(b).may_publish(anywhere) == 2  # a new owner: one generation more
+    assert fleet_runtime(a).may_publish(anywhere) is None
+
+    # A stopped session's lease is given up by its holder.
+    b.sessions.stop(only_y)
+    wait_for("only-y's lease released", lambda: fleet_runtime(b).may_publish(only_y) is None)
+    wait_for("b running only the other", lambda: here(b) == {anywhere})
+
+    # A node that shuts down leaves the fleet: its row and leases go; the other, drained
+    # no more, takes over.
+    b.shutdown()
+    assert [n.name for n in fleet_node(a).leases.nodes()] == ["a"]
+    assert fleet_node(a).drain(False) == set()
+    wait_for("a running the session b left", lambda: here(a) == {anywhere})
