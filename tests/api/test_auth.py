@@ -24,6 +24,7 @@ PUBLIC = {"/healthz", "/readyz", "/metrics"}
 SCOPE_BY_PREFIX = [
     ("/v1/engine", "admin"),
     ("/v1/host", "admin"),
+    ("/v1/groups", "admin"),
     ("/v1/ports", "admin"),
     ("/v1/sessions", "admin"),
     ("/v1/tokens", "admin"),
