@@ -52,6 +52,8 @@ class LegPublic(PublicSchema):
     lag_p99_ns: int | None
     live: bool = Field(description="the arbiter waits for this leg to fill holes")
     downs: int = Field(description="times the leg left streaming or lost messages")
+    messages: int = Field(description="arrivals with an exchange id (won, late or held)")
+    newest_id: int | None = Field(description="the exchange id of its newest arrival")
     state: str | None = Field(description="the leg session's state")
 
 

@@ -67,6 +67,8 @@ class GroupCounters:
     passed_through: int = 0  # no identity: from leg 0
     dropped_unidentified: int = 0  # no identity: from another leg
     leg_gaps: list[int] = field(default_factory=list)
+    leg_messages: list[int] = field(default_factory=list)  # arrivals with an identity
+    leg_newest: list[int | None] = field(default_factory=list)  # id of the newest arrival
 
 
 class FeedGroup:
@@ -95,7 +97,10 @@ class FeedGroup:
         self._timer_at: int | None = None
         self._asked_at: int | None = None
         self._closed = False
-        self.counters = GroupCounters(leg_gaps=[0] * len(spec.legs))
+        legs = len(spec.legs)
+        self.counters = GroupCounters(
+            leg_gaps=[0] * legs, leg_messages=[0] * legs, leg_newest=[None] * legs
+        )
 
     # ---- legs' calls (any thread) ------------------------------------------------------
     def offer(self, messages: Sequence[Published]) -> None:
@@ -123,6 +128,8 @@ class FeedGroup:
                 self._down.discard(leg)
                 outputs += self._arbiter.set_live(leg, True, messages[0][3])
             if arrivals:
+                self.counters.leg_messages[leg] += len(arrivals)
+                self.counters.leg_newest[leg] = arrivals[-1][2]
                 outputs += self._arbiter.offer_many(arrivals)
             self._emit(outputs)
             if loose:
@@ -240,6 +247,8 @@ class FeedGroup:
                         "lag_p99_ns": arbiter.lag_percentile(leg, 99),
                         "live": live[leg],
                         "downs": self.counters.leg_gaps[leg],
+                        "messages": self.counters.leg_messages[leg],
+                        "newest_id": self.counters.leg_newest[leg],
                         "state": leg_states(sid) if leg_states else None,
                     }
                 )
