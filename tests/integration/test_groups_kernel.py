@@ -17,7 +17,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+from websockets.asyncio.client import connect
 
+from api.app import create_app
 from dataplane.ring import RingMessage, RingReader, RingWriter
 from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
@@ -28,7 +30,8 @@ from gateway.runtime.live import LiveRuntime
 from gateway.sessions import SessionConfig
 from gateway.settings import Settings
 from gateway.simulator import Fault, SimConfig, Simulator
-from tests.integration.test_sessions_helpers import fast_config, run, until
+from tests.integration.test_sessions_helpers import fast_config, run, sim_seq, until
+from wsgw_bench.servers import ServerThread
 
 TOPIC = "btcusdt@trade"
 GROUP = "g"
@@ -221,3 +224,49 @@ def test_a_message_both_legs_drop_is_one_gap_with_its_count(gateway: Gateway) ->
             assert figures["gaps"] == 1 and figures["lost"] == 1
 
     run(scenario(), timeout=60)
+
+
+def test_a_stream_consumer_of_the_group_sees_one_stream_through_a_reset(tmp_path: Path) -> None:
+    """/v1/stream?group=ID on the real server: every message once, in order, while one leg
+    is reset."""
+    ring = RingWriter.create(None, 1 << 22)
+    hub = Hub(ring=ring)
+    runtime = LiveRuntime(hub, hub=hub, session_config=leg_config)
+    settings = Settings(
+        state_dir=tmp_path,
+        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
+        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
+        auth={"mode": "none"},  # type: ignore[arg-type]
+        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
+    )
+    server = ServerThread(create_app(settings, runtime, hub=hub)).start()
+    gw = Gateway(hub, runtime, server.config.app.state.control)
+
+    async def scenario() -> None:
+        async with Simulator(SimConfig(rate=0.0, heartbeat_interval=0.0)) as sim:
+            await open_group(gw, sim)
+            url = f"{server.ws_url}/v1/stream?group={gw.group_id}&topics={TOPIC}&envelope=1"
+            async with connect(url) as ws:
+                hello = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert hello["type"] == "subscribed" and hello["session"] == gw.hub_id
+                first = await stream(sim, 20)
+                await current(gw, sim)
+                sim.inject(Fault("reset"), f"leg:{GROUP}/A")
+                await stream(sim, 100)
+                await current(gw, sim)
+                last = await stream(sim, 20)
+                got: list[int] = []
+                while not got or got[-1] < last:
+                    frame = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+                    assert frame["type"] != "gap", frame
+                    got.append(sim_seq(frame["payload"].encode()))
+            assert got == list(range(got[0], last + 1))
+            assert got[0] <= first
+
+    try:
+        run(scenario(), timeout=60)
+    finally:
+        if gw.reader is not None:
+            gw.reader.close()
+        server.stop()
+        ring.close()
