@@ -65,6 +65,7 @@ class GroupCounters:
     gaps: int = 0
     lost: int = 0
     passed_through: int = 0  # no identity: from leg 0
+    below_floor: int = 0  # copies of what the group's previous form delivered
     dropped_unidentified: int = 0  # no identity: from another leg
     leg_gaps: list[int] = field(default_factory=list)
     leg_messages: list[int] = field(default_factory=list)  # arrivals with an identity
@@ -79,7 +80,10 @@ class FeedGroup:
         spec: GroupSpec,
         sink: MessageSink,
         loop: asyncio.AbstractEventLoop | None = None,
+        floors: dict[str, int] | None = None,
     ) -> None:
+        """floors: per identity topic, the last id a previous form of this group delivered
+        (a change runs a fresh arbiter): copies up to it are duplicates, not news."""
         self.spec = spec
         self.hub_id = group_hub_id(spec.id)
         self._sink = sink
@@ -91,6 +95,9 @@ class FeedGroup:
         self._leg_of = {sid: leg for leg, sid in enumerate(spec.legs)}
         self._keys: dict[str, int] = {}
         self._key_topics: list[str] = []
+        self._key_names: list[str] = []  # the identity topic of each key
+        self._last: list[int | None] = []  # the last id delivered, per key
+        self._floors = dict(floors or {})
         self._down: set[int] = set()
         self._lock = threading.Lock()
         self._timer: asyncio.TimerHandle | None = None
@@ -107,12 +114,16 @@ class FeedGroup:
         """A leg's batch (all of one session): the winners out, in order."""
         leg = self._leg_of[messages[0][0]]
         identity = self._identity
-        keys = self._keys
+        keys, floors = self._keys, self._floors
         arrivals: list[tuple[int, int, int, int | None, bytes, int]] = []
         loose: list[Published] = []
+        below_floor = 0
         for _, topic, raw, ts, _ in messages:
             found = identity(raw)
             if type(found) is Identity and found.kind != HASH:
+                if floors and found.id <= floors.get(found.topic, -1):
+                    below_floor += 1
+                    continue
                 key = keys.get(found.topic)
                 if key is None:
                     key = self._new_key(found.topic, topic)
@@ -124,6 +135,7 @@ class FeedGroup:
             if self._closed:
                 return
             outputs: list[Output] = []
+            self.counters.below_floor += below_floor
             if leg in self._down:
                 self._down.discard(leg)
                 outputs += self._arbiter.set_live(leg, True, messages[0][3])
@@ -195,6 +207,8 @@ class FeedGroup:
             if key is None and len(self._key_topics) < MAX_GROUP_TOPICS:
                 key = len(self._key_topics)
                 self._key_topics.append(topic)
+                self._key_names.append(identity_topic)
+                self._last.append(None)
                 self._keys[identity_topic] = key
             return key
 
@@ -202,10 +216,11 @@ class FeedGroup:
         """Under the lock: runs of winners in one publish_batch each, a gap between."""
         if not outputs:
             return
-        hub_id, topics, sink = self.hub_id, self._key_topics, self._sink
+        hub_id, topics, sink, last = self.hub_id, self._key_topics, self._sink, self._last
         run: list[Published] = []
         for out in outputs:
             if type(out) is Delivered:
+                last[out.key] = out.this
                 run.append((hub_id, topics[out.key], out.payload, out.arrived_ns, out.this))
                 continue
             assert isinstance(out, Lost)
@@ -225,6 +240,15 @@ class FeedGroup:
             self._sink.publish_batch(run)
         except Exception:  # the hub's bug must not take the legs down with it
             log.exception("group %d: the sink refused a batch of %d", self.spec.id, len(run))
+
+    def last_delivered(self) -> dict[str, int]:
+        """Per identity topic, the last id delivered (the floors of the group's next form)."""
+        with self._lock:
+            floors = dict(self._floors)
+            for name, last in zip(self._key_names, self._last, strict=True):
+                if last is not None:
+                    floors[name] = last
+            return floors
 
     # ---- figures -----------------------------------------------------------------------
     def figures(self, leg_states: Callable[[int], str] | None = None) -> dict[str, Any]:
@@ -288,9 +312,12 @@ class GroupRouter:
         return session_id in self._by_leg
 
     def set_group(self, spec: GroupSpec) -> FeedGroup:
-        """Run the group (replacing its previous form: a fresh arbiter)."""
+        """Run the group; a change replaces its previous form with a fresh arbiter that
+        starts where the old one left off (nothing delivered twice)."""
+        old = self.groups.get(spec.id)
+        floors = old.last_delivered() if old is not None else None
         self.remove_group(spec.id)
-        group = FeedGroup(spec, self._sink, self._loop)
+        group = FeedGroup(spec, self._sink, self._loop, floors)
         self.groups[spec.id] = group
         for sid in spec.legs:
             self._by_leg[sid] = group

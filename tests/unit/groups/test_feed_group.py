@@ -125,3 +125,14 @@ def test_a_hole_expires_on_the_loop_s_timer() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_a_change_of_the_group_delivers_nothing_twice() -> None:
+    """PATCH runs a fresh arbiter: it starts where the old one left off."""
+    groups, sink = router()
+    groups.publish_batch(batch(A, [1, 2, 3, 4]))
+    groups.publish_batch(batch(B, [1, 2]))  # B is behind
+    groups.set_group(GroupSpec(1, "g", (A, B), "binance", 5))
+    groups.publish_batch(batch(B, [3, 4, 5]))
+    groups.publish_batch(batch(A, [5, 6]))
+    assert ids(sink) == [1, 2, 3, 4, 5, 6]
