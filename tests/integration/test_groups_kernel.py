@@ -11,6 +11,7 @@ get. (DPDK legs: not in this slice.)
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +227,12 @@ def test_a_message_both_legs_drop_is_one_gap_with_its_count(gateway: Gateway) ->
     run(scenario(), timeout=60)
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text: str = response.read().decode()
+    return text
+
+
 def test_a_stream_consumer_of_the_group_sees_one_stream_through_a_reset(tmp_path: Path) -> None:
     """/v1/stream?group=ID on the real server: every message once, in order, while one leg
     is reset."""
@@ -262,6 +269,12 @@ def test_a_stream_consumer_of_the_group_sees_one_stream_through_a_reset(tmp_path
                     got.append(sim_seq(frame["payload"].encode()))
             assert got == list(range(got[0], last + 1))
             assert got[0] <= first
+            metrics = await asyncio.to_thread(scrape, f"{server.url}/metrics")
+            for leg in gw.legs:
+                labels = f'group="{gw.group_id}",session="{leg}"'
+                for name in ("won", "late", "live"):
+                    assert f"wsgw_dataplane_group_leg_{name}" in metrics
+                assert f"wsgw_dataplane_group_leg_state{{{labels}" in metrics
 
     try:
         run(scenario(), timeout=60)
