@@ -14,9 +14,10 @@ Legs = Annotated[
     Field(
         min_length=2,
         max_length=8,
-        description="session ids, leg 0 first: existing sessions of one dialect, each a leg "
-        "of one group at most",
+        description="session ids, leg 0 first, each once: existing sessions of one dialect, each "
+        "a leg of one group at most",
         examples=[[1, 2]],
+        json_schema_extra={"uniqueItems": True},
     ),
 ]
 HoldMs = Annotated[
@@ -30,13 +31,17 @@ HoldMs = Annotated[
 
 
 class GroupCreate(Schema):
+    """A group; its legs are checked against the stored sessions (422 naming `legs`): each
+    exists, all have one dialect, none is a leg of another group."""
+
     name: Name
     legs: Legs
     hold_ms: HoldMs = 20
 
 
 class GroupUpdate(UpdateSchema):
-    """Fields to change; the group runs anew (a fresh arbiter) with them."""
+    """Fields to change, checked as on POST; the group runs anew (a fresh arbiter that
+    starts where the old one left off) with them."""
 
     name: Name | None = None
     legs: Legs | None = None
