@@ -253,6 +253,9 @@ class FeedGroup:
     # ---- figures -----------------------------------------------------------------------
     def figures(self, leg_states: Callable[[int], str] | None = None) -> dict[str, Any]:
         """The group's and each leg's figures (won, late, lag p50/p99 in ns, state)."""
+        # The states first: leg_states takes the runtime's lock, which is held while it
+        # calls into a group (set_group), so never under this group's lock.
+        states = [leg_states(sid) if leg_states else None for sid in self.spec.legs]
         with self._lock:
             if self._closed:
                 return {"legs": [], "held": 0, "duplicates": 0, **vars(self.counters)}
@@ -273,7 +276,7 @@ class FeedGroup:
                         "downs": self.counters.leg_gaps[leg],
                         "messages": self.counters.leg_messages[leg],
                         "newest_id": self.counters.leg_newest[leg],
-                        "state": leg_states(sid) if leg_states else None,
+                        "state": states[leg],
                     }
                 )
             return {
@@ -315,9 +318,17 @@ class GroupRouter:
         """Run the group; a change replaces its previous form with a fresh arbiter that
         starts where the old one left off (nothing delivered twice)."""
         old = self.groups.get(spec.id)
-        floors = old.last_delivered() if old is not None else None
-        self.remove_group(spec.id)
+        floors = None
+        if old is not None:
+            # Closed first, so what it delivered is final; a leg's batch that reaches it
+            # in the instant before the swap below is dropped (a change is rare).
+            old.close()
+            floors = old.last_delivered()
         group = FeedGroup(spec, self._sink, self._loop, floors)
+        if old is not None:
+            for sid in old.spec.legs:
+                if self._by_leg.get(sid) is old:
+                    del self._by_leg[sid]
         self.groups[spec.id] = group
         for sid in spec.legs:
             self._by_leg[sid] = group
