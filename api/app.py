@@ -25,6 +25,7 @@ from api.auth import AuthFailureLimiter, check_auth_settings, require_scope
 from api.metrics import GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
+from api.routes import groups as group_routes
 from api.routes import host as host_routes
 from api.routes.engine_ports import router as engine_ports_router
 from api.routes.fleet import router as fleet_router
@@ -98,6 +99,7 @@ def create_app(
         host_routes.router,
         ports.router,
         sessions.router,
+        group_routes.router,
         subscriptions.router,
         tokens.router,
         fleet_router,

@@ -34,6 +34,7 @@ from api.schemas.common import ID_MAX
 from api.schemas.subscriptions import check_consumer
 from gateway.control import ControlPlane
 from gateway.control.subscriptions import dialect_topics
+from gateway.groups.feed import group_hub_id
 from gateway.hub.consumer import (
     DEFAULT_QUEUE_SIZE,
     Consumer,
@@ -55,6 +56,7 @@ from gateway.hub.protocol import (
     close_reason,
 )
 from gateway.store.errors import InvalidError, NotFoundError
+from gateway.store.models import SessionRow
 from gateway.store.validate import check_topic
 
 router = APIRouter(tags=["stream"])
@@ -69,6 +71,7 @@ KNOWN_PARAMS = frozenset(
         "token",
         "subscription",
         "session",
+        "group",
         "topics",
         "envelope",
         "queue_size",
@@ -92,6 +95,7 @@ class StreamRequest:
     envelope: bool
     options: DeliveryOptions
     consumer: str | None
+    group: int | None = None  # a feed group's one stream (gateway.groups.feed)
 
 
 def _int(params: Any, name: str, low: int, high: int) -> int | None:
@@ -116,7 +120,10 @@ def parse_request(params: Any) -> StreamRequest:
         )
     subscription = _int(params, "subscription", 1, ID_MAX)
     session = _int(params, "session", 1, ID_MAX)
-    if (subscription is None) == (session is None):
+    group = _int(params, "group", 1, ID_MAX)
+    if group is not None and (subscription, session) != (None, None):
+        raise BadStreamRequest("group=ID streams the group: leave subscription and session out")
+    if group is None and (subscription is None) == (session is None):
         raise BadStreamRequest("give either subscription=ID or session=ID (with topics=a,b)")
     topics = _topics(params, subscription)
     envelope_raw = params.get("envelope", "0")
@@ -136,7 +143,8 @@ def parse_request(params: Any) -> StreamRequest:
         except ValueError as exc:
             raise BadStreamRequest(str(exc)) from None
     envelope = envelope_raw in ("1", "true")
-    return StreamRequest(subscription, session, topics, envelope, _options(params), consumer)
+    options = _options(params)
+    return StreamRequest(subscription, session, topics, envelope, options, consumer, group)
 
 
 def _topics(params: Any, subscription: int | None) -> tuple[str, ...] | None:
@@ -243,8 +251,7 @@ async def _target(
                 )
             options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
             return StreamTarget(sub.session_id, tuple(sub.topics), options, sub.consumer)
-        assert request.session is not None
-        row = await run_in_threadpool(control.sessions.get, request.session)
+        session_id, row = await _session_of(control, request)
         topics = request.topics
         if topics is not None:
             # As the session subscribes and publishes them (binance: btcusdt@trade): a
@@ -255,7 +262,18 @@ async def _target(
     except InvalidError as exc:
         raise StreamRefused(CLOSE_BAD_REQUEST, str(exc)) from None
     caller = "local" if principal.token_id is None else principal.name
-    return StreamTarget(request.session, topics, request.options, request.consumer or caller)
+    return StreamTarget(session_id, topics, request.options, request.consumer or caller)
+
+
+async def _session_of(control: ControlPlane, request: StreamRequest) -> tuple[int, SessionRow]:
+    """The hub session id a session-mode stream reads, and the session whose dialect names
+    its topics: a group reads its own stream, named as its first leg's."""
+    if request.group is None:
+        assert request.session is not None
+        return request.session, await run_in_threadpool(control.sessions.get, request.session)
+    group = await run_in_threadpool(control.groups.get, request.group)
+    leg = await run_in_threadpool(control.sessions.get, group.legs[0].session_id)
+    return group_hub_id(group.id), leg
 
 
 def _subscribe(hub: Hub | None, target: StreamTarget) -> Consumer:

@@ -5,6 +5,7 @@ store and the runtime, one module per entity.
     sessions.py       SessionService: configuration rules, start/stop, the event log
     subscriptions.py  SubscriptionService: topics ref-counted upstream
     tokens.py         TokenService: secrets shown once, authentication
+    groups.py         GroupService: feed groups (legs of one dialect, one group per session)
     restore.py        the restart guarantee: what was open is handed back at start
     events.py         runtime events written to the store off the caller's thread
     health.py         readiness

@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 
 from gateway.control.events import EventWriter
+from gateway.control.groups import GroupService
 from gateway.control.health import Readiness, readiness
 from gateway.control.ports import PortService
 from gateway.control.restore import RestoreReport, restore
@@ -45,6 +46,7 @@ class ControlPlane:
         self.ports = PortService(self.tx, self.runtime)
         self.sessions = SessionService(self.tx, self.runtime, self.events)
         self.subscriptions = SubscriptionService(self.tx, self.runtime, settings.hub.gateway)
+        self.groups = GroupService(self.tx, self.runtime)
         self.tokens = TokenService(self.tx, timedelta(seconds=settings.auth.last_used_resolution_s))
         self.started = False
         self.restored: RestoreReport | None = None
@@ -56,6 +58,7 @@ class ControlPlane:
             migrate.upgrade(self.db)
         self.events.start()
         self.runtime.set_event_sink(self.events.put)
+        self.groups.restore()  # before the sessions: legs publish through their group
         self.restored = restore(self.tx, self.runtime)
         self.started = True
         return self.restored

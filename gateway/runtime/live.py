@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from gateway.groups.feed import GroupRouter, GroupSpec
 from gateway.runtime.protocol import (
     EngineState,
     EngineStatus,
@@ -174,6 +175,8 @@ class LiveRuntime:
         self._thread = threading.Thread(target=self._run_loop, name="wsgw-sessions", daemon=True)
         self._thread.start()
         self._loop_ready.wait()
+        # Feed groups: their legs publish through the group's arbiter (gateway.groups.feed).
+        self._groups = GroupRouter(self._sink, self._loop)
 
     # ---- Runtime: engine and ports ------------------------------------------------------
     def engine_status(self) -> EngineStatus:
@@ -426,7 +429,75 @@ class LiveRuntime:
                 out.append(
                     Metric("message_latency_seconds", "gauge", value, text, {"quantile": str(q)})
                 )
+        out += self._group_metrics()
         return MetricsSnapshot(time.time(), tuple(out))
+
+    # ---- feed groups (gateway.groups.feed) ---------------------------------------------
+    def set_group(self, spec: GroupSpec) -> None:
+        """Run a feed group (or run it anew, with a fresh arbiter, after a change). Legs
+        started before take the group's path at their next batch; a running DPDK leg on
+        the C feed path keeps it until its next start (the control plane restarts it)."""
+        self._check_open()
+        with self._lock:
+            self._groups.set_group(spec)
+
+    def remove_group(self, group_id: int) -> None:
+        with self._lock:
+            self._groups.remove_group(group_id)
+
+    def group_figures(self, group_id: int) -> dict[str, Any] | None:
+        """Per-leg figures of a running group (won, late, lag, live, state), None if none."""
+        group = self._groups.groups.get(group_id)
+        if group is None:
+            return None
+        return group.figures(self._leg_state)
+
+    def _leg_state(self, sid: int) -> str:
+        with self._lock:
+            status = self._status.get(sid)
+        return str(status.state) if status is not None else "stopped"
+
+    def _group_metrics(self) -> list[Metric]:
+        out: list[Metric] = []
+        for group_id in list(self._groups.groups):
+            figures = self.group_figures(group_id)
+            if figures is None:
+                continue
+            labels = {"group": str(group_id)}
+            for name, text in (
+                ("delivered", "Messages the group published (first copies)"),
+                ("gaps", "Gaps of the group: messages every leg missed"),
+                ("lost", "Messages every leg missed (where the exchange's ids tell)"),
+                ("duplicates", "Copies dropped: a leg brought a message another leg won"),
+            ):
+                out.append(Metric(f"group_{name}", "counter", float(figures[name]), text, labels))
+            for leg in figures["legs"]:
+                leg_labels = {"group": str(group_id), "session": str(leg["session_id"])}
+                text = "Messages this leg brought first"
+                out.append(Metric("group_leg_won", "counter", float(leg["won"]), text, leg_labels))
+                text = "Copies this leg brought after another leg"
+                out.append(
+                    Metric("group_leg_late", "counter", float(leg["late"]), text, leg_labels)
+                )
+                text = "Lag of the leg's late copies behind the winner"
+                for q, key in (("0.5", "lag_p50_ns"), ("0.99", "lag_p99_ns")):
+                    if leg[key] is not None:
+                        out.append(
+                            Metric(
+                                "group_leg_lag_seconds",
+                                "gauge",
+                                leg[key] / 1e9,
+                                text,
+                                {**leg_labels, "quantile": q},
+                            )
+                        )
+                text = "1 while the arbiter waits for this leg (it is live), else 0"
+                value = 1.0 if leg["live"] else 0.0
+                out.append(Metric("group_leg_live", "gauge", value, text, leg_labels))
+                text = "The leg session's state (label), always 1"
+                state_labels = {**leg_labels, "state": str(leg["state"])}
+                out.append(Metric("group_leg_state", "gauge", 1.0, text, state_labels))
+        return out
 
     def sessions_snapshot(self) -> dict[int, dict[str, Any]]:
         """Each live session's full snapshot (state, connections, counters), taken on the
@@ -608,7 +679,16 @@ class LiveRuntime:
     ) -> None:
         """On the loop the session will run on: make it, register it, start it."""
         try:
-            session = UpstreamSession(sid, config, self._sink, engine=engine, resume_gap=resume_gap)
+            # A group's leg publishes through its arbiter, so never on the C feed path.
+            leg = self._groups.is_leg(sid)
+            session = UpstreamSession(
+                sid,
+                config,
+                self._groups,
+                engine=engine,
+                resume_gap=resume_gap,
+                feed_path="python" if leg else None,
+            )
         except (SessionConfigError, ValueError) as exc:
             self._settle(sid, SessionState.FAILED, f"failed: {exc}")
             self._forward(RuntimeEvent(sid, STATE, str(exc), {"state": str(State.FAILED)}))
@@ -736,6 +816,8 @@ class LiveRuntime:
         """A session's event: the status table (state events of the current session) and
         the control plane's sink, with the fine state and connection in the details."""
         sid = event.session_id
+        if event.kind == STATE and event.state is not State.STREAMING:
+            self._groups.leg_down(sid, f"{event.state}: {event.reason}")
         if event.kind == STATE:
             with self._lock:
                 current = self._sessions.get(sid) is session

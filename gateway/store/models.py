@@ -251,3 +251,38 @@ class LeaseRow(Base):
     node: Mapped[str] = mapped_column(String(63), index=True)
     generation: Mapped[int] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class FeedGroupRow(Timestamped, Base):
+    """A feed group (issue #19): sessions carrying the same stream, arbitrated into one; its
+    legs are rows of `feed_group_legs`, in order (leg 0 first)."""
+
+    __tablename__ = "feed_groups"
+    __table_args__ = (
+        CheckConstraint("hold_ms >= 0", name="hold_ms_nonnegative"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    hold_ms: Mapped[int] = mapped_column(Integer, default=20)
+
+    legs: Mapped[list[FeedGroupLegRow]] = relationship(
+        order_by="FeedGroupLegRow.position",
+        cascade="all, delete-orphan",
+        lazy="selectin",
+    )
+
+
+class FeedGroupLegRow(Base):
+    """A session as a leg of one group: a session is a leg of one group at most (unique)."""
+
+    __tablename__ = "feed_group_legs"
+
+    group_id: Mapped[int] = mapped_column(
+        ForeignKey("feed_groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True, unique=True
+    )
+    position: Mapped[int] = mapped_column(Integer)

@@ -25,6 +25,7 @@ SCOPE_BY_PREFIX = [
     ("/v1/engine", "admin"),
     ("/v1/fleet", "admin"),
     ("/v1/host", "admin"),
+    ("/v1/groups", "admin"),
     ("/v1/ports", "admin"),
     ("/v1/sessions", "admin"),
     ("/v1/tokens", "admin"),

@@ -62,6 +62,8 @@ CROSS_FIELD_RULES = {
         "reconnect_max_delay_s",
         "dialect",
     },
+    "POST /v1/groups": {"legs"},  # existing sessions, one dialect, one group each
+    "PATCH /v1/groups/{group_id}": {"legs"},
     "POST /v1/subscriptions": {"topics"},
     "PATCH /v1/subscriptions/{subscription_id}": {"topics"},
 }

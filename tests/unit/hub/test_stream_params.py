@@ -50,3 +50,12 @@ def test_session_mode_with_topics_and_options() -> None:
 def test_bad_requests(query: str, reason: str) -> None:
     with pytest.raises(BadStreamRequest, match=reason):
         parse(query)
+
+
+def test_a_group_is_a_stream_of_its_own() -> None:
+    """?group=ID (a feed group's one stream) alone, with topics if wanted."""
+    request = parse("group=3&topics=a")
+    assert request.group == 3 and request.session is None and request.topics == ("a",)
+    for query in ("group=3&session=1", "group=3&subscription=1"):
+        with pytest.raises(BadStreamRequest, match="group=ID streams the group"):
+            parse(query)

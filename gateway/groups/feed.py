@@ -1,0 +1,365 @@
+"""A running feed group (issue #19): its legs' batches through one C arbiter, the winners
+published to the hub as the group's own stream.
+
+Naming: a group publishes under the hub session id `GROUP_HUB_BASE + group_id` (group 3 is
+hub session 1073741827), so its ring topics are `1073741827:btcusdt@trade`, its NATS
+subjects `<prefix>.1073741827.<token>` and its gaps `$gap` records of that session: every
+reader the hub already has (ring client topic patterns, /v1/stream, NATS) reads a group
+as it reads a session, and no session id (below 2**30 in practice: ids are 32-bit and
+never reused) can take one of these.
+
+Per batch of a leg: one identity parse per frame (gateway.dialects.identity), one
+`CArbiter.offer_many` for the batch, one `publish_batch` per run of winners. The arbiter's
+key is a per-group index of the identity's topic. Frames without an exchange id (NoIdentity,
+or the HASH kind: a content hash has no order to arbitrate by) pass through from leg 0
+only, after the batch's winners: a group of generic-dialect legs is leg 0's stream.
+
+A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
+its next batch marks it live again. A `Lost` is published as a gap of the group with the
+missing count. Holes that no leg fills expire on a timer on the runtime's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataplane.arbiter import CArbiter, Delivered, Lost, Output
+from gateway.dialects.identity import HASH, Identity, identity_for
+from gateway.sessions.sink import MessageSink, Published
+
+log = logging.getLogger("wsgw.groups")
+
+#: Hub session ids of groups start here (module docstring).
+GROUP_HUB_BASE = 1 << 30
+#: Topic keys (identity topics) a group arbitrates at most; more pass through from leg 0.
+MAX_GROUP_TOPICS = 4096
+DEFAULT_HOLD_MS = 20
+
+
+def group_hub_id(group_id: int) -> int:
+    """The hub session id a group publishes under."""
+    return GROUP_HUB_BASE + group_id
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What the runtime needs to run a group: legs are session ids, leg i at index i."""
+
+    id: int
+    name: str
+    legs: tuple[int, ...]
+    dialect: str
+    hold_ms: int = DEFAULT_HOLD_MS
+
+
+@dataclass
+class GroupCounters:
+    delivered: int = 0
+    gaps: int = 0
+    lost: int = 0
+    passed_through: int = 0  # no identity: from leg 0
+    below_floor: int = 0  # copies of what the group's previous form delivered
+    dropped_unidentified: int = 0  # no identity: from another leg
+    leg_gaps: list[int] = field(default_factory=list)
+    leg_messages: list[int] = field(default_factory=list)  # arrivals with an identity
+    leg_newest: list[int | None] = field(default_factory=list)  # id of the newest arrival
+
+
+class FeedGroup:
+    """One group's arbiter and what it publishes; legs may call from several threads."""
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        sink: MessageSink,
+        loop: asyncio.AbstractEventLoop | None = None,
+        floors: dict[str, int] | None = None,
+    ) -> None:
+        """floors: per identity topic, the last id a previous form of this group delivered
+        (a change runs a fresh arbiter): copies up to it are duplicates, not news."""
+        self.spec = spec
+        self.hub_id = group_hub_id(spec.id)
+        self._sink = sink
+        self._loop = loop
+        self._identity = identity_for(spec.dialect)
+        self._arbiter = CArbiter(
+            len(spec.legs), hold_ns=spec.hold_ms * 1_000_000, max_topics=MAX_GROUP_TOPICS
+        )
+        self._leg_of = {sid: leg for leg, sid in enumerate(spec.legs)}
+        self._keys: dict[str, int] = {}
+        self._key_topics: list[str] = []
+        self._key_names: list[str] = []  # the identity topic of each key
+        self._last: list[int | None] = []  # the last id delivered, per key
+        self._floors = dict(floors or {})
+        self._down: set[int] = set()
+        self._lock = threading.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: int | None = None
+        self._asked_at: int | None = None
+        self._closed = False
+        legs = len(spec.legs)
+        self.counters = GroupCounters(
+            leg_gaps=[0] * legs, leg_messages=[0] * legs, leg_newest=[None] * legs
+        )
+
+    # ---- legs' calls (any thread) ------------------------------------------------------
+    def offer(self, messages: Sequence[Published]) -> None:
+        """A leg's batch (all of one session): the winners out, in order."""
+        leg = self._leg_of[messages[0][0]]
+        identity = self._identity
+        keys, floors = self._keys, self._floors
+        arrivals: list[tuple[int, int, int, int | None, bytes, int]] = []
+        loose: list[Published] = []
+        below_floor = 0
+        for _, topic, raw, ts, _ in messages:
+            found = identity(raw)
+            if type(found) is Identity and found.kind != HASH:
+                if floors and found.id <= floors.get(found.topic, -1):
+                    below_floor += 1
+                    continue
+                key = keys.get(found.topic)
+                if key is None:
+                    key = self._new_key(found.topic, topic)
+                if key is not None:
+                    arrivals.append((leg, key, found.id, found.prev, bytes(raw), ts))
+                    continue
+            loose.append((self.hub_id, topic, raw, ts, None))
+        with self._lock:
+            if self._closed:
+                return
+            outputs: list[Output] = []
+            self.counters.below_floor += below_floor
+            if leg in self._down:
+                self._down.discard(leg)
+                outputs += self._arbiter.set_live(leg, True, messages[0][3])
+            if arrivals:
+                self.counters.leg_messages[leg] += len(arrivals)
+                self.counters.leg_newest[leg] = arrivals[-1][2]
+                outputs += self._arbiter.offer_many(arrivals)
+            self._emit(outputs)
+            if loose:
+                if leg == 0:
+                    self.counters.passed_through += len(loose)
+                    self._sink.publish_batch(loose)
+                else:
+                    self.counters.dropped_unidentified += len(loose)
+            self._ask_timer()
+
+    def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
+        """A leg lost messages (reconnect, sequence break): holes no longer wait for it."""
+        leg = self._leg_of[session_id]
+        with self._lock:
+            if self._closed:
+                return
+            self.counters.leg_gaps[leg] += 1
+            if leg in self._down:
+                return
+            self._down.add(leg)
+            self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
+            self._ask_timer()
+
+    # ---- the timer (the runtime's loop) ------------------------------------------------
+    def expire(self, now_ns: int | None = None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._emit(self._arbiter.expire(now_ns if now_ns is not None else time.time_ns()))
+            self._asked_at = None
+            self._ask_timer()
+
+    def _ask_timer(self) -> None:
+        """Under the lock: have `expire` run when the arbiter's deadline comes."""
+        deadline = self._arbiter.deadline
+        if deadline is None or deadline == self._asked_at or self._loop is None:
+            return
+        self._asked_at = deadline
+        with contextlib.suppress(RuntimeError):  # a closed loop: the runtime is going away
+            self._loop.call_soon_threadsafe(self._arm, deadline)
+
+    def _arm(self, deadline: int) -> None:
+        if self._closed:
+            return
+        if self._timer is not None:
+            if self._timer_at is not None and self._timer_at <= deadline:
+                return  # an earlier timer runs expire, which asks again
+            self._timer.cancel()
+        assert self._loop is not None
+        delay = max(0.0, (deadline - time.time_ns()) / 1e9)
+        self._timer_at = deadline
+        self._timer = self._loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.expire()
+
+    # ---- internals ---------------------------------------------------------------------
+    def _new_key(self, identity_topic: str, topic: str) -> int | None:
+        with self._lock:
+            key = self._keys.get(identity_topic)
+            if key is None and len(self._key_topics) < MAX_GROUP_TOPICS:
+                key = len(self._key_topics)
+                self._key_topics.append(topic)
+                self._key_names.append(identity_topic)
+                self._last.append(None)
+                self._keys[identity_topic] = key
+            return key
+
+    def _emit(self, outputs: list[Output]) -> None:
+        """Under the lock: runs of winners in one publish_batch each, a gap between."""
+        if not outputs:
+            return
+        hub_id, topics, sink, last = self.hub_id, self._key_topics, self._sink, self._last
+        run: list[Published] = []
+        for out in outputs:
+            if type(out) is Delivered:
+                last[out.key] = out.this
+                run.append((hub_id, topics[out.key], out.payload, out.arrived_ns, out.this))
+                continue
+            assert isinstance(out, Lost)
+            if run:
+                self._publish(run)
+                run = []
+            self.counters.gaps += 1
+            self.counters.lost += out.missing or 0
+            reason = f"lost on every leg: {topics[out.key]} after {out.after}, before {out.before}"
+            sink.publish_gap(hub_id, out.missing, reason)
+        if run:
+            self._publish(run)
+
+    def _publish(self, run: list[Published]) -> None:
+        self.counters.delivered += len(run)
+        try:
+            self._sink.publish_batch(run)
+        except Exception:  # the hub's bug must not take the legs down with it
+            log.exception("group %d: the sink refused a batch of %d", self.spec.id, len(run))
+
+    def last_delivered(self) -> dict[str, int]:
+        """Per identity topic, the last id delivered (the floors of the group's next form)."""
+        with self._lock:
+            floors = dict(self._floors)
+            for name, last in zip(self._key_names, self._last, strict=True):
+                if last is not None:
+                    floors[name] = last
+            return floors
+
+    # ---- figures -----------------------------------------------------------------------
+    def figures(self, leg_states: Callable[[int], str] | None = None) -> dict[str, Any]:
+        """The group's and each leg's figures (won, late, lag p50/p99 in ns, state)."""
+        # The states first: leg_states takes the runtime's lock, which is held while it
+        # calls into a group (set_group), so never under this group's lock.
+        states = [leg_states(sid) if leg_states else None for sid in self.spec.legs]
+        with self._lock:
+            if self._closed:
+                return {"legs": [], "held": 0, "duplicates": 0, **vars(self.counters)}
+            arbiter = self._arbiter
+            live = arbiter.live
+            legs = []
+            for leg, sid in enumerate(self.spec.legs):
+                stats = arbiter.leg_stats(leg)
+                legs.append(
+                    {
+                        "session_id": sid,
+                        "leg": leg,
+                        "won": stats.won,
+                        "late": stats.late,
+                        "lag_p50_ns": arbiter.lag_percentile(leg, 50),
+                        "lag_p99_ns": arbiter.lag_percentile(leg, 99),
+                        "live": live[leg],
+                        "downs": self.counters.leg_gaps[leg],
+                        "messages": self.counters.leg_messages[leg],
+                        "newest_id": self.counters.leg_newest[leg],
+                        "state": states[leg],
+                    }
+                )
+            return {
+                "hub_id": self.hub_id,
+                "delivered": self.counters.delivered,
+                "gaps": self.counters.gaps,
+                "lost": self.counters.lost,
+                "passed_through": self.counters.passed_through,
+                "dropped_unidentified": self.counters.dropped_unidentified,
+                "duplicates": arbiter.duplicates,
+                "held": arbiter.held,
+                "legs": legs,
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+            self._arbiter.close()
+        if timer is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(timer.cancel)
+
+
+class GroupRouter:
+    """The sink sessions publish to: a leg's batches go to its group, the rest to the hub.
+    One dict look-up per batch (every message of a batch is of one session)."""
+
+    def __init__(self, sink: MessageSink, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._sink = sink
+        self._loop = loop
+        self._by_leg: dict[int, FeedGroup] = {}
+        self.groups: dict[int, FeedGroup] = {}
+
+    def is_leg(self, session_id: int) -> bool:
+        return session_id in self._by_leg
+
+    def set_group(self, spec: GroupSpec) -> FeedGroup:
+        """Run the group; a change replaces its previous form with a fresh arbiter that
+        starts where the old one left off (nothing delivered twice)."""
+        old = self.groups.get(spec.id)
+        floors = None
+        if old is not None:
+            # Closed first, so what it delivered is final; a leg's batch that reaches it
+            # in the instant before the swap below is dropped (a change is rare).
+            old.close()
+            floors = old.last_delivered()
+        group = FeedGroup(spec, self._sink, self._loop, floors)
+        if old is not None:
+            for sid in old.spec.legs:
+                if self._by_leg.get(sid) is old:
+                    del self._by_leg[sid]
+        self.groups[spec.id] = group
+        for sid in spec.legs:
+            self._by_leg[sid] = group
+        return group
+
+    def remove_group(self, group_id: int) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        for sid in group.spec.legs:
+            if self._by_leg.get(sid) is group:
+                del self._by_leg[sid]
+        group.close()
+
+    def leg_down(self, session_id: int, reason: str) -> None:
+        """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""
+        group = self._by_leg.get(session_id)
+        if group is not None:
+            group.leg_gap(session_id, None, reason)
+
+    def publish_batch(self, messages: Sequence[Published]) -> object:
+        if messages:
+            group = self._by_leg.get(messages[0][0])
+            if group is not None:
+                group.offer(messages)
+                return None
+        return self._sink.publish_batch(messages)
+
+    def publish_gap(self, session_id: int, lost: int | None, reason: str) -> object:
+        group = self._by_leg.get(session_id)
+        if group is not None:
+            group.leg_gap(session_id, lost, reason)
+            return None
+        return self._sink.publish_gap(session_id, lost, reason)
