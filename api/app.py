@@ -26,6 +26,7 @@ from api.metrics import GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import host as host_routes
+from api.routes.consumers import router as consumers_router
 from api.routes.engine_ports import router as engine_ports_router
 from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.control import ControlPlane
@@ -100,6 +101,7 @@ def create_app(
         subscriptions.router,
         tokens.router,
         stream.router,
+        consumers_router,
         dashboard.router,
     ):
         app.include_router(router)
