@@ -3,8 +3,8 @@ sink and the shared-memory ring's readers, and the force-close of a stream.
 
 The figures come from gateway.hub.inventory (what the ring can and cannot say of its readers
 is written there). A force-closed stream ends with 1008 (policy violation, RFC 6455 section
-7.4.1) and the reason "closed by operator '<token name>'"; the client may reconnect (revoke
-its token to keep it out).
+7.4.1) and the reason "closed by operator '<token name>'": gateway.client takes 1008 as
+final and does not reconnect; another client may (revoke its token to keep it out).
 """
 
 from __future__ import annotations
