@@ -264,15 +264,31 @@ class History:
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self.run())
+        """Sample on the running loop (the app's lifespan; a test client may run the app's
+        lifespan on a loop of its own each time)."""
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None and not task.done():
+            if task.get_loop() is loop:
+                return
+            _cancel_elsewhere(task)
+        self._task = loop.create_task(self.run())
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is None:
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            _cancel_elsewhere(task)
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _cancel_elsewhere(task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(RuntimeError):  # that loop is closed: the task is gone with it
+        task.get_loop().call_soon_threadsafe(task.cancel)
 
 
 class EngineLoadCollector:
