@@ -22,13 +22,16 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from api import errors
 from api.auth import AuthFailureLimiter, check_auth_settings, require_scope
+from api.history import History
 from api.metrics import GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import groups as group_routes
 from api.routes import host as host_routes
+from api.routes.consumers import router as consumers_router
 from api.routes.engine_ports import router as engine_ports_router
 from api.routes.fleet import router as fleet_router
+from api.routes.history import router as history_router
 from api.security import BodyGuard, OriginGuard, install_log_redaction
 from gateway.control import ControlPlane
 from gateway.host import HostManager
@@ -63,9 +66,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(control.start)
+        app.state.history.start()
         try:
             yield
         finally:
+            await app.state.history.stop()
             await app.state.open_streams.close()
             await run_in_threadpool(control.shutdown)
 
@@ -90,6 +95,8 @@ def create_app(
     app.state.hub = hub
     registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry
+    app.state.history = History(control, registry)
+    registry.register(app.state.history.collector)
 
     errors.install(app)
     for router in (
@@ -104,6 +111,8 @@ def create_app(
         tokens.router,
         fleet_router,
         stream.router,
+        consumers_router,
+        history_router,
         dashboard.router,
     ):
         app.include_router(router)

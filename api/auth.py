@@ -259,3 +259,26 @@ def is_admin_or_anonymous(
         if exc.status_code == status.HTTP_403_FORBIDDEN:
             return False
         raise
+
+
+def require_any_scope(*scopes: str) -> Callable[..., Principal]:
+    """A dependency that admits a caller holding any of `scopes` (a route that answers each
+    scope with what it may see, e.g. the sessions a consume token may subscribe to)."""
+    assert scopes
+    assert set(scopes) <= set(SCOPES)
+
+    def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+    ) -> Principal:
+        principal = _caller(request, credentials)
+        if not principal.scopes & set(scopes):
+            raise AuthFailed(
+                status.HTTP_403_FORBIDDEN,
+                f"this route needs the '{scopes[0]}' scope (or {', '.join(scopes[1:])}); "
+                f"token '{principal.name}' has {', '.join(sorted(principal.scopes)) or 'none'}",
+            )
+        return principal
+
+    dependency.__name__ = f"require_any_of_{'_'.join(scopes)}"
+    return dependency

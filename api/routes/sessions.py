@@ -1,11 +1,15 @@
-"""/v1/sessions: upstream WebSocket sessions, their start/stop and event log (admin)."""
+"""/v1/sessions: upstream WebSocket sessions, their start/stop and event log (admin; the
+list also to a consume token, as the sessions it may subscribe to)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Depends, status
+from pydantic import BaseModel, Field
 
+from api.auth import Principal, require_any_scope
 from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
 from api.schemas.common import responses
 from api.schemas.sessions import (
@@ -48,11 +52,54 @@ def session_public(
     return SessionPublic.model_validate({**fields, "status": status_public(status_)})
 
 
-@router.get("", response_model=SessionListPublic)
-def list_sessions(control: ControlDep, page: PageDep, _: AdminDep) -> SessionListPublic:
+class SessionSummaryPublic(BaseModel):
+    """What a consume token sees of a session: enough to subscribe to it (/v1/stream
+    ?session=ID&topics=...), none of its configuration (URL, TLS files, port)."""
+
+    id: int
+    name: str
+    dialect: str
+    state: str
+    topics: list[str] = Field(description="the topics the session is subscribed to upstream")
+
+
+class SessionSummaryListPublic(BaseModel):
+    data: list[SessionSummaryPublic]
+    count: int
+    offset: int
+    limit: int
+
+
+def session_summary(control: ControlPlane, row: SessionRow) -> SessionSummaryPublic:
+    status_ = control.sessions.status(row.id)
+    return SessionSummaryPublic(
+        id=row.id,
+        name=row.name,
+        dialect=row.dialect,
+        state=str(status_.state),
+        topics=list(status_.topics),
+    )
+
+
+AdminOrConsumeDep = Annotated[Principal, Depends(require_any_scope("admin", "consume"))]
+
+
+@router.get("", response_model=SessionListPublic | SessionSummaryListPublic)
+def list_sessions(
+    control: ControlDep, page: PageDep, caller: AdminOrConsumeDep
+) -> SessionListPublic | SessionSummaryListPublic:
+    """Every session: in full to an admin; to a consume token the sessions it may subscribe
+    to (all of them), as id, name, dialect, state and topics only."""
     result = control.sessions.page(page.offset, page.limit)
-    return SessionListPublic(
-        data=[session_public(control, r) for r in result.items],
+    if "admin" in caller.scopes:
+        return SessionListPublic(
+            data=[session_public(control, r) for r in result.items],
+            count=result.total,
+            offset=page.offset,
+            limit=page.limit,
+        )
+    return SessionSummaryListPublic(
+        data=[session_summary(control, r) for r in result.items],
         count=result.total,
         offset=page.offset,
         limit=page.limit,

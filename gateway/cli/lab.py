@@ -43,6 +43,10 @@ def lab_down(name: LabName = "wsgw") -> None:
 
 @app.command("status")
 def lab_status(name: Annotated[str | None, typer.Option("--name", "-n")] = None) -> None:
-    """Show one lab, or every lab present on this host."""
+    """Show one lab, or every lab present on this host; exits 1 when the named lab does
+    not exist (a script can test for it)."""
     names = [name] if name else list_labs()
-    print(json.dumps([_lab(n).status() for n in names], indent=2))
+    labs = [_lab(n) for n in names]
+    if name and not labs[0].exists():
+        fail(f"no lab named {name!r} on this host (present: {', '.join(list_labs()) or 'none'})")
+    print(json.dumps([lab.status() for lab in labs], indent=2))

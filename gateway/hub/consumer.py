@@ -12,6 +12,8 @@ queue stops growing at queue_size and then it is cut off or loses its own oldest
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from gateway.hub.events import OVERLOAD, QUEUE_FULL, Delivery, GapNotice, Stream
 from gateway.hub.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
     CLOSE_SLOW_CONSUMER,
     CLOSE_TRY_AGAIN_LATER,
     overload_reason,
@@ -29,10 +32,13 @@ from gateway.hub.protocol import (
 
 OverflowPolicy = Literal["disconnect", "drop_oldest"]
 #: Why a consumer ended: the label of the disconnects metric.
-DisconnectKind = Literal["slow", "overload", "client", "shutdown", "error", "revoked", "deleted"]
+DisconnectKind = Literal[
+    "slow", "overload", "client", "shutdown", "error", "revoked", "deleted", "operator"
+]
 DEFAULT_QUEUE_SIZE = 4096
 MAX_QUEUE_SIZE = 1_000_000
 MAX_CONFLATION_MS = 60_000
+_consumer_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,10 @@ class Consumer:
         self.topics = topics
         self.options = options
         self.stats = stats
+        #: This process's number for the consumer (the operator's force-close names it).
+        self.id = next(_consumer_ids)
+        self.opened_at = time.time()
+        self.dropped = 0  # this consumer's share of stats.dropped
         self._on_close = on_close
         self.limit = options.queue_size
         self.drop_oldest = options.overflow == "drop_oldest"
@@ -144,6 +154,7 @@ class Consumer:
             head = queue.popleft()
             if type(head) is Delivery:
                 self._lost_at_head += 1
+                self.dropped += 1
                 self.stats.dropped += 1
                 break
             self._notices_at_head.append(head)  # type: ignore[arg-type]
@@ -256,6 +267,11 @@ class Consumer:
     def close(self) -> None:
         """The reader went away (the client closed or disconnected)."""
         self.cut(CLOSE_NORMAL, "closed by the consumer", "client")
+
+    def force_close(self, operator: str) -> None:
+        """An operator closed the stream (any thread): 1008 with a reason naming them."""
+        reason = f"closed by operator {operator!r}"
+        self.loop.call_soon_threadsafe(self.cut, CLOSE_POLICY_VIOLATION, reason, "operator")
 
     def shutdown(self) -> None:
         self.cut(CLOSE_GOING_AWAY, "gateway shutting down", "shutdown")

@@ -51,8 +51,9 @@ token lacks `consume` (or auth is off and the client is not on loopback), or the
 subscription is another token's · 4404 no such
 subscription or session · 4410 the session was deleted (reason "session N was deleted":
 nothing more will come from it) · 4429 too many failed authentications from this address
-(try again later) · 1008 the token was revoked while the stream was open (RFC 6455 section
-7.4.1, policy violation) · 4008 the consumer was too slow (overflow `disconnect`; reason
+(try again later) · 1008 the token was revoked while the stream was open, or an operator
+closed the stream (DELETE /v1/consumers/ID; reason "closed by operator 'NAME'") (RFC 6455
+section 7.4.1, policy violation) · 4008 the consumer was too slow (overflow `disconnect`; reason
 "consumer too slow: queue of N messages full") · 1013 no hub attached, or the gateway was
 overloaded and dropped messages of a `disconnect` stream · 1001 the gateway is shutting
 down · 1011 an internal error. The client sends nothing (what it sends is ignored).

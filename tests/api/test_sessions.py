@@ -198,3 +198,26 @@ def test_names_are_unique(api: Api, make_session: Callable[..., dict[str, Any]])
 def test_dialects(api: Api) -> None:
     r = api.client.get("/v1/sessions/dialects", headers=api.admin)
     assert "generic" in r.json()["data"]
+
+
+def test_a_consume_token_lists_the_sessions_it_may_subscribe_to(
+    api: Api, make_session: Callable[..., dict[str, object]]
+) -> None:
+    made = make_session()
+    r = api.client.get("/v1/sessions", headers=api.consume)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["count"] == 1
+    assert body["data"] == [
+        {
+            "id": made["id"],
+            "name": made["name"],
+            "dialect": "generic",
+            "state": "configured",
+            "topics": [],
+        }
+    ]
+    # an admin still gets the whole session; one session's detail stays admin-only
+    full = api.client.get("/v1/sessions", headers=api.admin).json()["data"][0]
+    assert full["url"] == made["url"] and "transport" in full
+    assert api.client.get(f"/v1/sessions/{made['id']}", headers=api.consume).status_code == 403

@@ -65,8 +65,25 @@ def test_a_consume_only_token_sees_the_consumer_pages(
     )
     d.go("#/subscriptions")
     expect(d.page.get_by_role("heading", name="Subscriptions")).to_be_visible()
-    # Without the admin scope the session is given by id.
-    expect(d.page.locator("#subscription-form input[name=session_id]")).to_be_attached()
+    # The sessions it may subscribe to are listed for it too (GET /v1/sessions: no config).
+    with server.client() as api:
+        made = api.post(
+            "/v1/sessions",
+            json={
+                "name": "for-readers",
+                "url": "wss://feed.example.com/ws",
+                "dialect": "generic",
+                "transport": "kernel",
+            },
+        ).json()
+    d.page.reload()
+    option = d.page.locator(
+        f'#subscription-form select[name=session_id] option[value="{made["id"]}"]'
+    )
+    expect(option).to_have_text("for-readers (generic)")
+    with server.client(secret) as api:
+        listed = api.get("/v1/sessions").json()["data"]
+        assert {"id", "name", "dialect", "state", "topics"} == set(listed[0])
     d.go("#/sessions")
     expect(d.page.locator("#view")).to_contain_text("needs the 'admin' scope")
     assert d.errors == []

@@ -82,7 +82,7 @@ export class LineChart {
       const x = xOf(now - ago * 1000);
       const anchor = ago === 0 ? "end" : ago === this.windowS ? "start" : "middle";
       nodes.push(
-        h("svg:text", { class: "axis", x, y: HEIGHT - 6, "text-anchor": anchor }, ago ? `-${ago}s` : "now"),
+        h("svg:text", { class: "axis", x, y: HEIGHT - 6, "text-anchor": anchor }, agoLabel(ago)),
       );
     }
     // One path per series; "M" starts a new segment after a gap.
@@ -135,6 +135,12 @@ export class LineChart {
       ),
     );
   }
+}
+
+/** An x label: "now", "-60s", "-7.5 min". */
+function agoLabel(ago) {
+  if (!ago) return "now";
+  return ago >= 300 ? `-${Number((ago / 60).toFixed(1))} min` : `-${ago}s`;
 }
 
 /** A round upper bound for the y axis whose half is round too: 1, 2, 4, 5 × 10^n. */

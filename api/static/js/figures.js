@@ -3,6 +3,7 @@
 // Every counter a port reports is shown; one this file does not know is shown as a count.
 
 import { api } from "./api.js";
+import { sum } from "./prom.js";
 import { fmtBytes, fmtCount, fmtPercent, fmtSeconds, h, kv, measuring, notReported } from "./dom.js";
 
 // [counter, label, unit]; unit: packets | bytes | polls | segments | frames | count
@@ -160,8 +161,9 @@ function counterValue(pc, portId, source, key, unit) {
  * One port's engine figures: {headline, counters} (two key/value lists), or null when the
  * port has no engine. headline: the derived ones (load, ratios, latencies, gauges);
  * counters: every counter with its total and rate, those this file does not know included.
+ * metrics: the last parsed /metrics (for the gateway's wsgw_engine_busy_ratio), or null.
  */
-export function engineFigures(pc, portId) {
+export function engineFigures(pc, portId, metrics = null) {
   const row = pc.row(portId);
   const e = row?.engine;
   if (!e) return null;
@@ -196,6 +198,9 @@ export function engineFigures(pc, portId) {
       fig("rx-to-ring-max", e.c_rx_to_ring_ns_max == null ? notReported() : fmtSeconds(e.c_rx_to_ring_ns_max / 1e9)),
     ],
   ];
+  // Shown once the gateway exports it (two of its 5 s samples after the port came up).
+  const busy = metrics ? sum(metrics, "wsgw_engine_busy_ratio", { port: String(portId) }) : null;
+  if (busy !== null) headline.splice(1, 0, ["lcore busy (5 s)", fig("lcore-busy", fmtPercent(busy))]);
   for (const [key, label] of ENGINE_GAUGES) {
     if (e[key] != null) headline.push([label, fig(key, fmtCount(e[key]))]);
   }

@@ -5,6 +5,7 @@ import { api, ApiError, auth, onApi } from "./api.js";
 import { h, replace, stateBadge } from "./dom.js";
 import { MetricsPoller } from "./metrics.js";
 import * as charts from "./pages/charts.js";
+import * as consumers from "./pages/consumers.js";
 import * as login from "./pages/login.js";
 import * as overview from "./pages/overview.js";
 import * as sessionDetail from "./pages/session_detail.js";
@@ -27,6 +28,7 @@ const PAGES = {
   session: { module: sessionDetail, scope: "admin", title: "Session" },
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
+  consumers: { module: consumers, scope: "admin", title: "Consumers" },
   charts: { module: charts, scope: null, title: "Charts" },
   tokens: { module: tokens, scope: "admin", title: "Tokens" },
 };

@@ -2,9 +2,20 @@
 // (received by the sessions, published by the hub, delivered to consumers), message latency
 // (percentiles from the dataplane, the hub's mean hand-off time), and the control plane's
 // own request rate and latency (its HTTP histogram), so a detached one still shows life.
+// Beyond the live 2 minutes: the gateway's own history (GET /v1/history, admin: a point
+// every 5 s for the last hour, in its memory; api/history.py), redrawn every 5 s.
 
+import { api, auth } from "../api.js";
 import { LineChart } from "../chart.js";
 import { fmtCount, fmtSeconds, h, replace } from "../dom.js";
+
+const LIVE_S = 120;
+const RANGES = [
+  [LIVE_S, "2 min (live)"],
+  [900, "15 min"],
+  [3600, "1 h"],
+];
+const HISTORY_POLL_MS = 5000;
 
 export function mount(root, ctx) {
   const m = ctx.metrics;
@@ -54,8 +65,29 @@ export function mount(root, ctx) {
     }),
   ];
   const info = h("p", { class: "muted", id: "charts-info" });
+  let range = LIVE_S;
+  let history = null; // the last /v1/history answer, or an ApiError
+  let historyTimer = null;
+  const canHistory = auth.has("admin");
+  const buttons = RANGES.map(([seconds, label]) =>
+    h(
+      "button",
+      {
+        type: "button",
+        class: "btn btn-small btn-quiet",
+        dataset: { range: String(seconds) },
+        disabled: seconds !== LIVE_S && !canHistory,
+        title: seconds !== LIVE_S && !canHistory ? "the gateway's history needs the 'admin' scope" : null,
+        "aria-pressed": String(seconds === LIVE_S),
+        onclick: () => choose(seconds),
+      },
+      label,
+    ),
+  );
+  const ranges = h("div", { class: "ranges", role: "group", "aria-label": "Time range", id: "chart-ranges" }, buttons);
   root.replaceChildren(
     h("h1", { class: "page-title" }, "Charts"),
+    ranges,
     info,
     h(
       "div",
@@ -64,7 +96,55 @@ export function mount(root, ctx) {
     ),
   );
 
+  const loadHistory = async () => {
+    clearTimeout(historyTimer);
+    if (range === LIVE_S) return;
+    const since = Date.now() / 1000 - range;
+    try {
+      history = await api(`/v1/history?since=${since.toFixed(0)}`);
+    } catch (err) {
+      history = err;
+    }
+    drawHistory();
+    historyTimer = setTimeout(loadHistory, HISTORY_POLL_MS);
+  };
+
+  const drawHistory = () => {
+    for (const c of charts) c.windowS = range;
+    if (!history || history instanceof Error) {
+      for (const c of charts) c.update([]);
+      replace(
+        info,
+        history
+          ? h("span", { class: "error-text" }, `/v1/history: ${history.message}`)
+          : "Loading the gateway's history…",
+      );
+      return;
+    }
+    for (const c of charts) c.update(history.points);
+    replace(
+      info,
+      `The gateway's history (its memory, from its start): a point every ${history.interval_s} s, ` +
+        `kept ${Math.round(history.retention_s / 60)} min · ${history.points.length} points in the last ${Math.round(range / 60)} min.`,
+    );
+  };
+
+  const choose = (seconds) => {
+    range = seconds;
+    for (const b of buttons) b.setAttribute("aria-pressed", String(Number(b.dataset.range) === seconds));
+    history = null;
+    if (seconds === LIVE_S) {
+      clearTimeout(historyTimer);
+      for (const c of charts) c.windowS = LIVE_S;
+      draw();
+    } else {
+      drawHistory();
+      loadHistory();
+    }
+  };
+
   const draw = () => {
+    if (range !== LIVE_S) return; // the history has its own cadence
     // Flatten the nested latency object for the chart's series keys.
     const points = m.points.map((p) => ({
       ...p,
@@ -82,10 +162,11 @@ export function mount(root, ctx) {
   };
   m.addEventListener("tick", draw);
   // The width follows the window; redraw when it changes.
-  const onResize = () => draw();
+  const onResize = () => (range === LIVE_S ? draw() : drawHistory());
   window.addEventListener("resize", onResize);
   draw();
   return () => {
+    clearTimeout(historyTimer);
     m.removeEventListener("tick", draw);
     window.removeEventListener("resize", onResize);
   };

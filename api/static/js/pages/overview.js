@@ -97,7 +97,7 @@ export function mount(root, ctx) {
   const portEngines = () => {
     const blocks = [];
     for (const p of counterPorts()) {
-      const figures = engineFigures(counters, p.port_id);
+      const figures = engineFigures(counters, p.port_id, ctx.metrics.latest);
       if (figures) {
         blocks.push(
           h(
@@ -321,7 +321,7 @@ export function mount(root, ctx) {
     replace(
       portDetails,
       ports.map((p) => {
-        const engine = engineFigures(counters, p.id);
+        const engine = engineFigures(counters, p.id, ctx.metrics.latest);
         const nic = nicFigures(counters, p.id);
         if (!engine && !nic) return null;
         return h(

@@ -1,7 +1,7 @@
 // Subscriptions (consumers): who reads which topics of which session, their open streams,
 // lag (messages queued), delivery rate, drops and disconnect reasons, a link to tail each
-// one, and a form to add one. Sources: /v1/subscriptions, /v1/sessions (names, with the
-// admin scope), and the hub's wsgw_consumer_* metrics, which count per consumer name.
+// one, and a form to add one. Sources: /v1/subscriptions, /v1/sessions (in full to an admin;
+// to a consume token the sessions it may subscribe to: id, name, dialect, state, topics), and the hub's wsgw_consumer_* metrics, which count per consumer name.
 
 import { api, apiAll, auth } from "../api.js";
 import {
@@ -30,7 +30,7 @@ function reasonsText(counts) {
 
 export function mount(root, ctx) {
   let subs = [];
-  let sessions = null; // null: this token may not list sessions (no admin scope)
+  let sessions = null; // null: not listed (yet)
   const pageError = h("p", { class: "page-error", role: "alert", hidden: true });
   const list = table(
     ["Consumer", "Session", "Topics", "Queue", "Streams", "Lag", "Delivered/s", "Dropped", "Disconnects", ""],
@@ -63,7 +63,8 @@ export function mount(root, ctx) {
   };
   const sessionLabel = (id) => {
     const s = sessions?.find((x) => x.id === id);
-    return s ? h("a", { href: `#/sessions/${s.id}` }, s.name) : `#${id}`;
+    if (!s) return `#${id}`;
+    return auth.has("admin") ? h("a", { href: `#/sessions/${s.id}` }, s.name) : s.name;
   };
 
   const buildRow = (sub) =>
@@ -200,7 +201,7 @@ export function mount(root, ctx) {
     try {
       const [s, ss] = await Promise.all([
         apiAll("/v1/subscriptions"),
-        auth.has("admin") ? apiAll("/v1/sessions") : Promise.resolve(null),
+        apiAll("/v1/sessions"),
       ]);
       subs = s;
       const hadSessions = sessions;
@@ -226,7 +227,7 @@ export function mount(root, ctx) {
 
   // ---- the form ------------------------------------------------------------------------
   const form = (() => {
-    // With the admin scope the session is picked by name; without it, typed as an id.
+    // The session is picked by name once /v1/sessions answered; typed as an id until then.
     const sessionSelect = h("select", { name: "session_id" });
     const sessionNumber = h("input", {
       name: "session_id",

@@ -1,0 +1,128 @@
+"""/v1/consumers: every consumer of the hub (admin): the open /v1/stream consumers, the NATS
+sink and the shared-memory ring's readers, and the force-close of a stream.
+
+The figures come from gateway.hub.inventory (what the ring can and cannot say of its readers
+is written there). A force-closed stream ends with 1008 (policy violation, RFC 6455 section
+7.4.1) and the reason "closed by operator '<token name>'": gateway.client takes 1008 as
+final and does not reconnect; another client may (revoke its token to keep it out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, status
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import AdminDep, KnownQuery
+from api.routes.stream import app_hub
+from api.schemas.common import ID_MAX, responses
+from gateway.hub.inventory import (
+    find_consumer,
+    nats_inventory,
+    ring_inventory,
+    stream_consumers,
+)
+from gateway.store.errors import NotFoundError
+
+router = APIRouter(
+    prefix="/v1/consumers",
+    tags=["consumers"],
+    responses=responses(400, 401, 403),
+    dependencies=[KnownQuery],
+)
+
+
+class StreamConsumerPublic(BaseModel):
+    id: int = Field(description="this gateway run's number for the stream (DELETE takes it)")
+    name: str = Field(description="the consumer name (the metrics' label)")
+    session_id: int
+    topics: list[str] | None = Field(description="null: every topic of the session")
+    queue_size: int
+    overflow: str
+    conflation_ms: int
+    lag: int = Field(description="messages queued for the stream now")
+    dropped: int = Field(description="messages dropped by drop_oldest since it opened")
+    since: datetime
+
+
+class FollowerPublic(BaseModel):
+    kind: str = Field(description="stream (a consumer loop of this process) or nats")
+    next_seq: int | None
+    lag: int = Field(description="ring records not read yet")
+    dropped: int
+
+
+class RingProcessPublic(BaseModel):
+    pid: int
+    command: str
+
+
+class RingPublic(BaseModel):
+    path: str | None = Field(description="null: a private ring (memfd) only this process reads")
+    capacity_bytes: int
+    last_seq: int
+    oldest_seq: int
+    waiters: int = Field(description="readers of any process asleep on the ring's futex now")
+    writer_pid: int
+    followers: list[FollowerPublic] = Field(description="the ring's readers in this process")
+    processes: list[RingProcessPublic] = Field(
+        description="other processes that map the ring (readers attach by name; their "
+        "positions stay in their own memory, so no lag is known for them)"
+    )
+
+
+class NatsPublic(BaseModel):
+    servers: list[str]
+    connected: bool
+    published: int
+    pending: int = Field(description="ring records the sink has not read yet")
+    dropped: dict[str, int]
+    jetstream_ready: bool
+    last_error: str | None
+
+
+class ConsumersPublic(BaseModel):
+    hub: bool = Field(description="false: no hub (no dataplane), so no consumers")
+    streams: list[StreamConsumerPublic]
+    nats: NatsPublic | None
+    ring: RingPublic | None
+
+
+ConsumerIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the stream's id")]
+
+
+@router.get("", response_model=ConsumersPublic)
+async def list_consumers(request: Request, _: AdminDep) -> ConsumersPublic:
+    """The open streams (read on the API loop, where they live), the NATS sink and the ring."""
+    hub = app_hub(request.app)
+    if hub is None:
+        return ConsumersPublic(hub=False, streams=[], nats=None, ring=None)
+    streams = [
+        StreamConsumerPublic(
+            **{k: v for k, v in asdict(s).items() if k != "opened_at"},
+            since=datetime.fromtimestamp(s.opened_at, UTC),
+        )
+        for s in stream_consumers(hub)
+    ]
+    nats = nats_inventory(hub)
+    ring = await run_in_threadpool(ring_inventory, hub)
+    return ConsumersPublic(
+        hub=True,
+        streams=streams,
+        nats=None if nats is None else NatsPublic(**asdict(nats)),
+        ring=None if ring is None else RingPublic(**asdict(ring)),
+    )
+
+
+@router.delete("/{consumer_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404))
+async def close_consumer(consumer_id: ConsumerIdPath, request: Request, caller: AdminDep) -> None:
+    """Close an open stream now: 1008, reason "closed by operator '<this token's name>'"."""
+    hub = app_hub(request.app)
+    consumer = None if hub is None else find_consumer(hub, consumer_id)
+    if consumer is None:
+        raise NotFoundError("stream consumer", consumer_id)
+    consumer.force_close(caller.name)
