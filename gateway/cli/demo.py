@@ -16,6 +16,7 @@ falls back to the kernel transport (simulator on loopback) and says so.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -151,6 +152,7 @@ def run_demo(*, name: str, duration: float, hugepages: str, api_port: int = 0) -
         if lab is not None:
             lab.down()
             print(f"lab {name} removed")
+        shutil.rmtree(state, ignore_errors=True)  # the demo's database and settings
 
 
 def _start_api(state: Path, port: int, hugepages: str) -> uvicorn.Server:

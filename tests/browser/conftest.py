@@ -219,13 +219,15 @@ def browser() -> Iterator[Browser]:
         "XDG_CONFIG_HOME": home,
         "XDG_CACHE_HOME": home,
     }
-    with sync_playwright() as pw:
-        instance = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, env=env
-        )
-        yield instance
-        instance.close()
-    shutil.rmtree(home, ignore_errors=True)
+    try:
+        with sync_playwright() as pw:
+            instance = pw.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, env=env
+            )
+            yield instance
+            instance.close()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @dataclass

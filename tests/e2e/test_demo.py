@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ def test_demo_streams_through_the_whole_gateway_and_cleans_up() -> None:
     with socket.socket() as probe:  # a free port for the API, chosen by the test
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    state_before = set(Path(tempfile.gettempdir()).glob("wsgw-demo-*"))
     demo = ["demo", "-n", name, "--duration", "4", "--api-port", str(port)]
     proc = subprocess.run(
         [sys.executable, "-m", "gateway.cli", *demo],
@@ -41,3 +43,4 @@ def test_demo_streams_through_the_whole_gateway_and_cleans_up() -> None:
     assert all("gaps 0" in line and "session connected" in line for line in lines[1:])
     assert not Lab(name).exists()
     assert not list(Path("/dev/shm").glob("wsgw-demo*-messages"))
+    assert set(Path(tempfile.gettempdir()).glob("wsgw-demo-*")) <= state_before  # its state

@@ -153,7 +153,7 @@ def gateway(lab: Lab, tmp_path: Path) -> Iterator[tuple[httpx.Client, str, Lab, 
         sim.kill()
         sim.wait()
         if nats is not None:
-            nats.stop()
+            nats.cleanup()  # the process and its folder
 
 
 def post(api: httpx.Client, path: str, body: dict[str, Any] | None = None) -> Any:
