@@ -314,6 +314,18 @@ class GroupRouter:
     def is_leg(self, session_id: int) -> bool:
         return session_id in self._by_leg
 
+    # What a session asks its sink for the C feed path (UpstreamSession._attach_feed): the
+    # hub's ring and topic ids. A session that is no leg writes its messages there in C,
+    # past this router, as it would with the hub as its sink; legs never take that path.
+    @property
+    def ring(self) -> object:
+        return getattr(self._sink, "ring", None)
+
+    @property
+    def ring_topic_id(self) -> Callable[[int, str], int] | None:
+        register = getattr(self._sink, "ring_topic_id", None)
+        return register if callable(register) else None
+
     def set_group(self, spec: GroupSpec) -> FeedGroup:
         """Run the group; a change replaces its previous form with a fresh arbiter that
         starts where the old one left off (nothing delivered twice)."""

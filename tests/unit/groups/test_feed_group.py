@@ -4,10 +4,13 @@ real Binance trade frames (identity `t`, prev `t - 1`)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
+from dataplane.ring import RingWriter
 from gateway.groups.feed import GroupRouter, GroupSpec, group_hub_id
+from gateway.hub import Hub
 from gateway.sessions.sink import GapMark, RecordingSink
 
 TOPIC = "btcusdt@trade"
@@ -136,3 +139,19 @@ def test_a_change_of_the_group_delivers_nothing_twice() -> None:
     groups.publish_batch(batch(B, [3, 4, 5]))
     groups.publish_batch(batch(A, [5, 6]))
     assert ids(sink) == [1, 2, 3, 4, 5, 6]
+
+
+def test_sessions_outside_groups_still_find_the_hub_s_ring_for_the_c_feed_path() -> None:
+    """The router stands where the hub stood as the sessions' sink: a session that is no
+    leg asks it for the ring and its topic ids (UpstreamSession._attach_feed), and must get
+    the hub's, or it silently falls back to the Python read loop."""
+    hub = Hub(ring=RingWriter.create(f"wsgw-test-{os.getpid()}-router", 1 << 20))
+    try:
+        router = GroupRouter(hub)
+        assert router.ring is hub.ring
+        assert router.ring_topic_id is not None
+        assert router.ring_topic_id(5, "btcusdt@trade") == hub.ring_topic_id(5, "btcusdt@trade")
+        plain = GroupRouter(RecordingSink())  # a sink with no ring: no C feed path offered
+        assert plain.ring is None and plain.ring_topic_id is None
+    finally:
+        hub.close()
