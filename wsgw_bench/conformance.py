@@ -39,6 +39,19 @@ from wsgw_bench.core import BenchOptions, Measurement, lab_engine, scenario, uni
 CASES = ["1.*", "2.*", "3.*", "4.*", "5.*", "6.*", "7.*", "9.*", "10.*", "12.*", "13.*"]
 ALL_CASES = 517
 QUICK = ["1.*", "2.*"]
+# Exact ids for the sizes: kosoku's "*" also matches dots ("12.*.1" takes 12.1.10-18 too).
+# kosoku runs a case once however many patterns match it.
+_DEFLATE_GROUPS = [f"12.{g}" for g in range(1, 6)] + [f"13.{g}" for g in range(1, 8)]
+#: The permessage-deflate part of the sample `make test` runs: the five smaller message sizes
+#: of every 12.x/13.x group (each data set, each deflate offer), and all 18 sizes and
+#: fragmentations of 12.1 and 13.1 (the JSON data set, what a feed carries). The larger sizes
+#: of the other groups (1000 messages of 8-128 KiB, compressed both ways) are most of the
+#: suite's time and run in `wsgw bench conformance` (make bench) or with WSGW_AUTOBAHN_FULL=1.
+SAMPLE_12 = [f"{g}.{size}" for g in _DEFLATE_GROUPS[:5] for size in range(1, 6)] + ["12.1.*"]
+SAMPLE_13 = [f"{g}.{size}" for g in _DEFLATE_GROUPS[5:] for size in range(1, 6)] + ["13.1.*"]
+#: Every case of 1-10 (301) and the deflate sample: 387 cases.
+SAMPLE = [*CASES[:9], *SAMPLE_12, *SAMPLE_13]
+SAMPLE_CASES = 301 + len(_DEFLATE_GROUPS) * 5 + 13 + 13
 LIMIT = 32 * 1024 * 1024  # 9.x sends 16 MiB messages
 #: How long the server waits for the client to finish every case.
 SUITE_TIMEOUT = 3600.0
@@ -196,6 +209,8 @@ def run_suite(
 #: own: 12.* and 13.* (1000 compressed echoes a case) are most of the time, and the client
 #: and the server take turns, so apart they fill both CPUs (8 min -> about 4 here).
 KERNEL_SHARDS = [CASES[:9], ["12.*"], ["13.*"]]
+#: The sample in the same three parts.
+KERNEL_SAMPLE_SHARDS = [CASES[:9], SAMPLE_12, SAMPLE_13]
 
 
 def _kernel_shard(cases: list[str]) -> Grade:

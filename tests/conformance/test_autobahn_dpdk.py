@@ -3,12 +3,12 @@ the lab's peer namespace (on a free port), our client reaches it through a real 
 and wsgw's own TCP/IP stack, graded as on the kernel transport (no FAILED, NON-STRICT or
 UNIMPLEMENTED case).
 
-The WebSocket code above the transport is the kernel transport's, and that one runs every
-client case (test_autobahn_kernel.py). Here, so that `make test` stays short, a wide sample:
+The WebSocket code above the transport is the kernel transport's (test_autobahn_kernel.py).
+So that `make test` stays short, both run a wide sample (`wsgw_bench.conformance.SAMPLE`):
 every case of 1-7, 9, 10; the five smaller message sizes of every 12.x/13.x group (each
 data set, each deflate offer); and all 18 sizes and fragmentations of 12.1 and 13.1 (the
 JSON data set, what a feed carries). WSGW_AUTOBAHN_FULL=1 runs all 517; `wsgw bench
-conformance` (make bench) always does.
+conformance` (make bench) always does, on both transports.
 
 Run time (2 CPUs shared with other work, load average 3-7): the sample, 387 cases, 2.0 min;
 all 517, 15.8 min (10.3 min of user CPU: fuzzingserver, client and the engine's thread).
@@ -25,20 +25,10 @@ from dataplane.engine import Engine
 from dataplane.transports.dpdk import connect_dpdk
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
-from wsgw_bench.conformance import ALL_CASES, CASES, run_suite
+from wsgw_bench.conformance import ALL_CASES, CASES, SAMPLE, SAMPLE_CASES, run_suite
 
 pytest.importorskip("kosoku")
 pytestmark = [requires_dpdk, pytest.mark.dpdk, pytest.mark.slow]
-
-# Exact ids for the sizes: kosoku's "*" also matches dots ("12.*.1" takes 12.1.10-18 too).
-GROUPS = [f"12.{g}" for g in range(1, 6)] + [f"13.{g}" for g in range(1, 8)]
-SAMPLE = [
-    *CASES[:9],  # 1.* .. 10.*
-    *(f"{group}.{size}" for group in GROUPS for size in range(1, 6)),
-    "12.1.*",
-    "13.1.*",
-]
-SAMPLE_CASES = 361 + 13 + 13  # 12.1.6-18 and 13.1.6-18 besides the smaller sizes
 
 
 @pytest.fixture
