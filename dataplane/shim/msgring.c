@@ -858,10 +858,15 @@ static void claim_slot(struct wsgw_ring_reader *r)
     for (int i = 0; i < WSGW_RING_MAX_READERS; i++) {
         struct wsgw_ring_reader_slot *s = &table[i];
         uint32_t pid = slot_pid(s);
-        if (pid != 0 && (pid == me || pid_alive(pid)))
-            continue;
-        if (!__atomic_compare_exchange_n(&s->pid, &pid, me, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_RELAXED))
+        int claimed = 0;
+        /* A failed CAS reloads pid: freed meanwhile by a reclaimer, the slot is tried again. */
+        for (int tries = 0; tries < 4 && !claimed; tries++) {
+            if (pid != 0 && (pid == me || pid_alive(pid)))
+                break;
+            claimed = __atomic_compare_exchange_n(&s->pid, &pid, me, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_RELAXED);
+        }
+        if (!claimed)
             continue;
         __atomic_store_n(&s->flags, 0, __ATOMIC_RELAXED);
         s->reserved = 0;
@@ -882,7 +887,9 @@ static void release_slot(struct wsgw_ring_reader *r)
     if (r->slot == NULL)
         return;
     slot_publish(r);
-    __atomic_store_n(&r->slot->pid, 0, __ATOMIC_RELEASE);
+    /* Only the claimant frees it: a forked child that inherited the handle leaves it be. */
+    uint32_t me = (uint32_t)getpid();
+    __atomic_compare_exchange_n(&r->slot->pid, &me, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     r->slot = NULL;
     r->slot_index = -1;
 }

@@ -174,3 +174,14 @@ def test_a_reader_of_an_older_layout_is_told_which_side_to_upgrade(name: str) ->
     path.write_bytes(bytes(data))
     with pytest.raises(Exception, match="older than this consumer: upgrade the gateway"):
         RingReader.attach(name)
+
+
+def test_a_forked_child_closing_the_inherited_reader_leaves_its_slot(name: str) -> None:
+    with RingWriter.create(name, 1 << 12) as writer, RingReader.attach(name) as reader:
+        child = os.fork()
+        if child == 0:  # the child: close what it inherited, and go
+            reader.close()
+            os._exit(0)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _mine(writer) == [reader.slot]  # still the parent's
