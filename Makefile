@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := dpdk dpdk-dev libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core nats-server
+APT_PACKAGES := dpdk dpdk-dev libdpdk-dev pkg-config iproute2 ethtool iputils-ping procps kmod postgresql gcc chromium fonts-dejavu-core nats-server prometheus
 STAMPS := .make
 PYTEST_ARGS ?=
 

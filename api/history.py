@@ -10,10 +10,11 @@ per port the engine's load: `cpu` (engine thread CPU seconds per second, its lco
 and `busy` (RX bursts that brought frames over all RX bursts: the share of polls that found
 work; an engine that busy-polls shows 100 % CPU whatever its traffic, this ratio does not).
 
-Prometheus (when one scrapes the gateway) keeps longer history of the same counters; the
-dashboard does not query it: a `metrics.prometheus_url` setting would be the place to add
-that. `EngineLoadCollector` exports the engines' counters and the last interval's ratios
-(wsgw_engine_busy_ratio, wsgw_engine_cpu_ratio) for it.
+Prometheus (when one scrapes the gateway) keeps longer history of the same counters: with
+`api.prometheus_url` set, /v1/history asks its query_range for the same keys over any time
+range (`PrometheusHistory`: one query, each figure's expression tagged with its key), and
+falls back to the ring when it cannot answer. `EngineLoadCollector` exports the engines'
+counters and the last interval's ratios (wsgw_engine_busy_ratio, wsgw_engine_cpu_ratio).
 """
 
 from __future__ import annotations
@@ -21,10 +22,14 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import json
 import logging
 import math
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -339,3 +344,136 @@ class EngineLoadCollector:
             if load["busy"] is not None:
                 busy_ratio.add_metric(values, load["busy"])
         yield from (cpu, bursts, empty, cpu_ratio, busy_ratio)
+
+
+# ---- Prometheus ---------------------------------------------------------------------------
+#: Points a Prometheus answer aims at when no step is asked (the charts are ~1000 px wide).
+TARGET_POINTS = 360
+#: rate() windows are at least this long: a Prometheus scraping every 15 s needs several
+#: samples in a window, whatever the step (Grafana's $__rate_interval reasoning).
+MIN_RATE_WINDOW_S = 60.0
+#: Prometheus refuses more than 11,000 points per series.
+MAX_POINTS = 11_000
+
+
+class PrometheusError(Exception):
+    """Prometheus did not answer, or answered with an error."""
+
+
+def prometheus_queries(selector: str, window_s: float) -> dict[str, str]:
+    """PromQL per chart key, as History.derive computes them from two readings. Counters
+    match with or without their _total suffix; `selector` narrows to this gateway."""
+    w = f"{max(1, round(window_s))}s"
+    extra = f",{selector}" if selector else ""
+
+    def series(name: str, labels: str = "") -> str:
+        return f'{{__name__=~"{name}(_total)?"{labels}{extra}}}'
+
+    def rate(name: str) -> str:
+        return f"sum(rate({series(name)}[{w}]))"
+
+    def bucket_quantile(q: float) -> str:
+        return (
+            f"histogram_quantile({q}, sum by (le) "
+            f'(rate({{__name__="wsgw_http_request_duration_seconds_bucket"{extra}}}[{w}])))'
+        )
+
+    queries = {
+        "msgRate": rate("wsgw_dataplane_session_messages"),
+        "hubRate": rate("wsgw_hub_published"),
+        "deliveredRate": rate("wsgw_consumer_delivered"),
+        "httpRate": rate("wsgw_http_requests"),
+        "hubPublishMean": f"{rate('wsgw_hub_publish_seconds')} / {rate('wsgw_hub_batches')}",
+        "httpP50": bucket_quantile(0.5),
+        "httpP99": bucket_quantile(0.99),
+    }
+    latency = "wsgw_dataplane_message_latency_seconds"
+    for key, q in QUANTILES:  # the gateway-wide figure, else the worst session's
+        overall_labels = f',quantile="{q}",session=""'
+        any_labels = f',quantile="{q}"'
+        overall = "max(" + series(latency, overall_labels) + ")"
+        worst = "max(" + series(latency, any_labels) + ")"
+        queries[key] = f"{overall} or {worst}"
+    cpu = f"sum by (port, name) (rate({series('wsgw_engine_cpu_seconds')}[{w}]))"
+    busy = f"sum by (port, name) (rate({series('wsgw_engine_rx_bursts')}[{w}]))"
+    empty = f"sum by (port, name) (rate({series('wsgw_engine_empty_polls')}[{w}]))"
+    queries["engine:cpu"] = cpu
+    queries["engine:busy"] = f"{busy} / ({busy} + {empty})"
+    return queries
+
+
+def combined_query(queries: dict[str, str]) -> str:
+    """One PromQL expression for every key: each tagged with a `wsgw_key` label, joined by
+    `or` (their label sets differ, so `or` keeps them all): one round trip, not a dozen."""
+    return " or ".join(
+        f'label_replace({expr}, "wsgw_key", "{key}", "", "")' for key, expr in queries.items()
+    )
+
+
+def points_from_matrix(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The query_range matrix back into the ring's points: {t (ms), key: value...,
+    engines: {port: {name, cpu, busy}}}, oldest first; NaN and Inf are left out."""
+    points: dict[int, dict[str, Any]] = {}
+    for stream in result:
+        labels = stream.get("metric", {})
+        key = labels.get("wsgw_key", "")
+        for at, raw in stream.get("values", []):
+            value = float(raw)
+            if not math.isfinite(value):
+                continue
+            t = round(float(at) * 1000)
+            point = points.setdefault(t, {"t": t, "engines": {}})
+            if key.startswith("engine:"):
+                port = labels.get("port", "?")
+                engine = point["engines"].setdefault(
+                    port, {"name": labels.get("name", ""), "cpu": None, "busy": None}
+                )
+                engine[key.removeprefix("engine:")] = value
+            elif key:
+                point[key] = value
+    return [points[t] for t in sorted(points)]
+
+
+def default_step(since_s: float, until_s: float, interval_s: float) -> float:
+    """A step giving about TARGET_POINTS points, at least the ring's interval."""
+    return max(interval_s, math.ceil((until_s - since_s) / TARGET_POINTS))
+
+
+class PrometheusHistory:
+    """The same points as History, asked of a Prometheus that scrapes this gateway."""
+
+    def __init__(self, base_url: str, selector: str = "", timeout_s: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.selector = selector
+        self.timeout_s = timeout_s
+
+    def query_range(self, since_s: float, until_s: float, step_s: float) -> list[dict[str, Any]]:
+        """Blocking (run it in a thread). PrometheusError when it cannot answer."""
+        window = max(MIN_RATE_WINDOW_S, 2 * step_s)
+        query = combined_query(prometheus_queries(self.selector, window))
+        body = urllib.parse.urlencode(
+            {"query": query, "start": f"{since_s:.3f}", "end": f"{until_s:.3f}", "step": step_s}
+        ).encode()
+        request = urllib.request.Request(  # noqa: S310 - an http(s) URL the settings checked
+            f"{self.base_url}/api/v1/query_range",
+            data=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise PrometheusError(f"{self.base_url}: {_prometheus_error(exc)}") from exc
+        except (OSError, ValueError) as exc:
+            raise PrometheusError(f"{self.base_url}: {exc}") from exc
+        if answer.get("status") != "success":
+            raise PrometheusError(f"{self.base_url}: {answer.get('error', 'no success')}")
+        return points_from_matrix(answer.get("data", {}).get("result", []))
+
+
+def _prometheus_error(exc: urllib.error.HTTPError) -> str:
+    """Prometheus says what is wrong in a JSON body ({"error": ...}); else the status."""
+    try:
+        return str(json.loads(exc.read()).get("error") or exc)
+    except (OSError, ValueError):
+        return str(exc)

@@ -22,6 +22,12 @@ whole core, the lowest latency). Spinning runs in C with the GIL released. The w
 recommend one in the ring's header (`RingWriter.set_wait_hint`: the gateway's latency
 profile); a reader opened with wait="auto" (the default) follows it, and waits on the futex
 when the writer recommends nothing. `RingReader.wait_origin` says where its policy came from.
+
+Readers are visible: each one that can write the ring's wait page takes a slot in the ring's
+reader table (pid, name, position, heartbeat, gaps and lost), so the gateway lists them with
+their lag (`RingWriter.readers`) and may close one (`RingWriter.close_reader`: the reader's
+next read or wait raises `RingEvictedError`). The table has `MAX_READERS` slots; a reader
+that finds none free reads as before, unlisted.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from dataplane.shim import (
     RING_INFO_TOPIC_COUNT,
     RING_LAYOUT,
     RING_MAGIC,
+    RING_MAX_READERS,
     RING_REC_HDR,
     RING_SPIN_BUSY,
     RING_TOPIC_NAME_MAX,
@@ -70,13 +77,17 @@ from dataplane.shim import (
     ring_bench_read,
     ring_bench_rw,
     ring_bench_write,
+    ring_close_reader,
     ring_create,
     ring_detach,
     ring_interrupt,
     ring_last_error,
     ring_next_seq,
     ring_reader_info,
+    ring_reader_set_name,
+    ring_reader_slot,
     ring_reader_stats,
+    ring_readers,
     ring_seek,
     ring_set_filter,
     ring_set_wait_hint,
@@ -104,6 +115,8 @@ RECORD_HEADER = RING_REC_HDR
 #: Layout constants a tool or test may need to read a ring file by hand.
 MAGIC = RING_MAGIC
 LAYOUT_VERSION = RING_LAYOUT
+#: Slots in a ring's reader table: readers beyond that many read unlisted.
+MAX_READERS = RING_MAX_READERS
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
 _VIEW = struct.Struct(RING_VIEW_FORMAT)
@@ -143,6 +156,10 @@ class RingClosedError(RingError):
     """The ring handle was closed."""
 
 
+class RingEvictedError(RingError):
+    """The gateway's operator closed this reader (RingWriter.close_reader): it reads no more."""
+
+
 class MessageTooLargeError(RingError):
     """A message longer than the ring's max_payload (capacity / 2 - 32, at most 64 MiB)."""
 
@@ -162,6 +179,7 @@ _ERRNO_CLASSES: dict[int, type[RingError]] = {
     errno.EMSGSIZE: MessageTooLargeError,
     errno.ENAMETOOLONG: TopicError,
     errno.ENOSPC: RingError,
+    errno.ECONNABORTED: RingEvictedError,
 }
 
 
@@ -370,6 +388,26 @@ class RingInfo:
         )
 
 
+@dataclass(frozen=True)
+class RingReaderSlot:
+    """One reader in the ring's reader table, as the writer sees it."""
+
+    slot: int
+    pid: int
+    name: str
+    next_seq: int  # the sequence it expects next: it has read up to next_seq - 1
+    messages: int  # delivered to it
+    gaps: int  # times it was lapped
+    lost: int  # messages lost in those gaps (dropped)
+    attached_ns: int  # CLOCK_REALTIME
+    heartbeat_ns: int  # its last read or wait, CLOCK_REALTIME
+    close_requested: bool  # close_reader was called; it stops at its next read or wait
+
+    def lag(self, last_seq: int) -> int:
+        """Messages written (up to last_seq) that it has not read yet."""
+        return max(0, last_seq + 1 - self.next_seq)
+
+
 # ---- writer -----------------------------------------------------------------------------------
 class RingWriter(Closing):
     """The producer side of a ring. Every C writer call takes the ring's writer lock (an
@@ -533,6 +571,33 @@ class RingWriter(Closing):
         """messages, bytes, batches, pads, overwritten (left the ring), wakeups."""
         return ring_writer_stats(self._live())
 
+    def readers(self) -> list[RingReaderSlot]:
+        """The readers in the ring's reader table, lowest slot first (any process). The slots
+        of readers whose process is gone are freed on the way."""
+        return [
+            RingReaderSlot(
+                slot=int(row["slot"]),
+                pid=int(row["pid"]),
+                name=str(row["name"]),
+                next_seq=int(row["next_seq"]),
+                messages=int(row["messages"]),
+                gaps=int(row["gaps"]),
+                lost=int(row["lost"]),
+                attached_ns=int(row["attached_ns"]),
+                heartbeat_ns=int(row["heartbeat_ns"]),
+                close_requested=bool(int(row["flags"]) & 1),
+            )
+            for row in ring_readers(self._live())
+        ]
+
+    def close_reader(self, slot: int, pid: int) -> bool:
+        """Ask the reader in `slot` to stop, if its pid is still `pid` (a slot is reused once
+        its reader left): its next read or wait raises RingEvictedError. False: no such
+        reader any more."""
+        if not (0 <= slot < MAX_READERS and 0 < pid < 1 << 32):
+            return False
+        return ring_close_reader(self._live(), slot, pid) == 0
+
     def set_wait_hint(self, policy: WaitPolicy | str | None) -> None:
         """Recommend a wait policy to the readers that follow the writer's advice (wait
         "auto"; they look when they attach). None withdraws the advice."""
@@ -581,6 +646,7 @@ class RingReader(Closing):
         copy: bool,
         max_batch: int,
         wait: WaitPolicy | str | None = WAIT_AUTO,
+        name: str | None = None,
     ) -> None:
         try:
             #: How this reader waits, and where that came from (WaitOrigin).
@@ -618,6 +684,8 @@ class RingReader(Closing):
         self._finalizer = weakref.finalize(self, ring_detach, handle)
         self._refresh_topics(info["topic_count"])
         self.set_topics(topics)
+        if name is not None:
+            self.set_name(name)
 
     @classmethod
     def attach(
@@ -629,18 +697,22 @@ class RingReader(Closing):
         start: Start = "latest",
         max_batch: int = 1024,
         wait: WaitPolicy | str | None = WAIT_AUTO,
+        reader_name: str | None = None,
     ) -> RingReader:
         """Attach to the ring `name` (see ring_path). topics: names or shell patterns
         ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
         start: "latest" (only what comes next) or "oldest" (what is still in the ring).
         wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy"), or
-        "auto" (or None): as the ring's writer recommends, futex when it says nothing."""
+        "auto" (or None): as the ring's writer recommends, futex when it says nothing.
+        reader_name: how the gateway lists this reader (default: the process's name)."""
         _check_library()
         path = ring_path(name)
         rc, handle = ring_attach(os.fsencode(path), -1, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring {path}")
-        return cls(handle, path, topics, copy=copy, max_batch=max_batch, wait=wait)
+        return cls(
+            handle, path, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name
+        )
 
     @classmethod
     def attach_fd(
@@ -652,13 +724,16 @@ class RingReader(Closing):
         start: Start = "latest",
         max_batch: int = 1024,
         wait: WaitPolicy | str | None = WAIT_AUTO,
+        reader_name: str | None = None,
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
         _check_library()
         rc, handle = ring_attach(None, fd, cls._flags(start))
         if rc < 0:
             raise _error(rc, f"attach ring fd {fd}")
-        return cls(handle, None, topics, copy=copy, max_batch=max_batch, wait=wait)
+        return cls(
+            handle, None, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name
+        )
 
     @staticmethod
     def _flags(start: Start) -> int:
@@ -670,6 +745,20 @@ class RingReader(Closing):
         if not self._finalizer.alive:
             raise RingClosedError("ring reader is closed", errno.EBADF)
         return self._handle
+
+    # ---- the reader table -------------------------------------------------------------------
+    @property
+    def slot(self) -> int | None:
+        """This reader's slot in the ring's reader table; None: unlisted (the file was
+        read-only to it, or the table was full)."""
+        index = ring_reader_slot(self._live())
+        return None if index < 0 else index
+
+    def set_name(self, name: str) -> None:
+        """How the gateway lists this reader (up to 64 bytes of UTF-8; longer is cut).
+        Nothing happens for an unlisted reader."""
+        if ring_reader_slot(self._live()) >= 0:
+            ring_reader_set_name(self._handle, name.encode()[:64])
 
     # ---- topics ---------------------------------------------------------------------------
     def set_topics(self, topics: Iterable[str] | None) -> None:

@@ -340,6 +340,18 @@ class ApiSettings(BaseModel):
         le=1 << 30,
         description="largest request body; a longer one is refused (413) before it is read",
     )
+    prometheus_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+        description="a Prometheus that scrapes this gateway (http://host:9090): /v1/history "
+        "asks it for any time range; unset or unreachable: the gateway's in-memory hour",
+    )
+    prometheus_selector: str = Field(
+        default="",
+        pattern=r"^[^{}]*$",
+        description="label matchers of this gateway's series in that Prometheus "
+        '(job="wsgw",instance="gw1:8080"); empty: every wsgw series it has',
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

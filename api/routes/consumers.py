@@ -1,10 +1,13 @@
 """/v1/consumers: every consumer of the hub (admin): the open /v1/stream consumers, the NATS
-sink and the shared-memory ring's readers, and the force-close of a stream.
+sink and the shared-memory ring's readers (its reader table: any process, with lag and
+drops), and the force-close of a stream or of a ring reader.
 
 The figures come from gateway.hub.inventory (what the ring can and cannot say of its readers
 is written there). A force-closed stream ends with 1008 (policy violation, RFC 6455 section
 7.4.1) and the reason "closed by operator '<token name>'": gateway.client takes 1008 as
-final and does not reconnect; another client may (revoke its token to keep it out).
+final and does not reconnect; another client may (revoke its token to keep it out). A
+force-closed ring reader fails at its next read or wait (the SDK raises RingEvictedError);
+it is named by slot and pid, so a slot reused by another reader meanwhile is left alone.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -21,6 +24,8 @@ from api.deps import AdminDep, KnownQuery
 from api.routes.stream import app_hub
 from api.schemas.common import ID_MAX, responses
 from gateway.hub.inventory import (
+    RingInventory,
+    close_ring_reader,
     find_consumer,
     nats_inventory,
     ring_inventory,
@@ -61,6 +66,22 @@ class RingProcessPublic(BaseModel):
     command: str
 
 
+class RingReaderPublic(BaseModel):
+    slot: int = Field(description="its slot in the ring's reader table (DELETE takes it)")
+    pid: int
+    name: str = Field(description="what the reader calls itself, else its process's name")
+    command: str = Field(description="its command line (empty when /proc does not show it)")
+    in_gateway: bool = Field(description="one of the gateway's own (a stream loop, the NATS sink)")
+    next_seq: int = Field(description="the sequence it reads next")
+    lag: int = Field(description="messages written that it has not read yet")
+    messages: int = Field(description="messages delivered to it")
+    gaps: int = Field(description="times the writer lapped it")
+    dropped: int = Field(description="messages lost in those gaps")
+    since: datetime
+    heartbeat: datetime = Field(description="its last read or wait")
+    closing: bool = Field(description="closed by an operator; it stops at its next read or wait")
+
+
 class RingPublic(BaseModel):
     path: str | None = Field(description="null: a private ring (memfd) only this process reads")
     capacity_bytes: int
@@ -69,9 +90,11 @@ class RingPublic(BaseModel):
     waiters: int = Field(description="readers of any process asleep on the ring's futex now")
     writer_pid: int
     followers: list[FollowerPublic] = Field(description="the ring's readers in this process")
+    readers: list[RingReaderPublic] = Field(description="the ring's reader table (any process)")
+    max_readers: int = Field(description="slots in the reader table")
     processes: list[RingProcessPublic] = Field(
-        description="other processes that map the ring (readers attach by name; their "
-        "positions stay in their own memory, so no lag is known for them)"
+        description="other processes that map the ring without a slot in the reader table "
+        "(read-only readers, readers beyond max_readers, tools): no lag is known for them"
     )
 
 
@@ -93,6 +116,23 @@ class ConsumersPublic(BaseModel):
 
 
 ConsumerIdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the stream's id")]
+SlotPath = Annotated[int, Path(ge=0, le=1023, description="the reader's slot")]
+PidQuery = Annotated[
+    int, Query(ge=1, le=2**32 - 1, description="the reader's pid, as listed (guards reuse)")
+]
+
+
+def _ring_public(ring: RingInventory) -> RingPublic:
+    fields = asdict(ring)
+    fields["readers"] = [
+        RingReaderPublic(
+            **{k: v for k, v in asdict(r).items() if k not in ("attached_at", "heartbeat_at")},
+            since=datetime.fromtimestamp(r.attached_at, UTC),
+            heartbeat=datetime.fromtimestamp(r.heartbeat_at, UTC),
+        )
+        for r in ring.readers
+    ]
+    return RingPublic(**fields)
 
 
 @router.get("", response_model=ConsumersPublic)
@@ -114,7 +154,7 @@ async def list_consumers(request: Request, _: AdminDep) -> ConsumersPublic:
         hub=True,
         streams=streams,
         nats=None if nats is None else NatsPublic(**asdict(nats)),
-        ring=None if ring is None else RingPublic(**asdict(ring)),
+        ring=None if ring is None else _ring_public(ring),
     )
 
 
@@ -126,3 +166,15 @@ async def close_consumer(consumer_id: ConsumerIdPath, request: Request, caller: 
     if consumer is None:
         raise NotFoundError("stream consumer", consumer_id)
     consumer.force_close(caller.name)
+
+
+@router.delete("/ring/{slot}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404))
+async def close_ring_reader_route(
+    slot: SlotPath, pid: PidQuery, request: Request, _: AdminDep
+) -> None:
+    """Close a ring reader of another process: its next read or wait fails (the SDK raises
+    RingEvictedError). 404: no reader with that pid in that slot, or one of the gateway's
+    own (close its stream instead)."""
+    hub = app_hub(request.app)
+    if hub is None or not close_ring_reader(hub, slot, pid):
+        raise NotFoundError("ring reader", slot)

@@ -32,6 +32,7 @@ from dataplane.shim._bind_ring import INFO_LOST as RING_INFO_LOST
 from dataplane.shim._bind_ring import INFO_RESUME_SEQ as RING_INFO_RESUME_SEQ
 from dataplane.shim._bind_ring import INFO_TOPIC_COUNT as RING_INFO_TOPIC_COUNT
 from dataplane.shim._bind_ring import MAGIC as RING_MAGIC
+from dataplane.shim._bind_ring import MAX_READERS as RING_MAX_READERS
 from dataplane.shim._bind_ring import REC_HDR as RING_REC_HDR
 from dataplane.shim._bind_ring import RING_API, RING_LAYOUT
 from dataplane.shim._bind_ring import SPIN_BUSY as RING_SPIN_BUSY
@@ -51,13 +52,17 @@ from dataplane.shim._bind_ring import bench_pace as ring_bench_pace
 from dataplane.shim._bind_ring import bench_read as ring_bench_read
 from dataplane.shim._bind_ring import bench_rw as ring_bench_rw
 from dataplane.shim._bind_ring import bench_write as ring_bench_write
+from dataplane.shim._bind_ring import close_reader as ring_close_reader
 from dataplane.shim._bind_ring import create as ring_create
 from dataplane.shim._bind_ring import detach as ring_detach
 from dataplane.shim._bind_ring import interrupt as ring_interrupt
 from dataplane.shim._bind_ring import last_error as ring_last_error
 from dataplane.shim._bind_ring import next_seq as ring_next_seq
 from dataplane.shim._bind_ring import reader_info as ring_reader_info
+from dataplane.shim._bind_ring import reader_set_name as ring_reader_set_name
+from dataplane.shim._bind_ring import reader_slot as ring_reader_slot
 from dataplane.shim._bind_ring import reader_stats as ring_reader_stats
+from dataplane.shim._bind_ring import readers as ring_readers
 from dataplane.shim._bind_ring import seek as ring_seek
 from dataplane.shim._bind_ring import set_filter as ring_set_filter
 from dataplane.shim._bind_ring import set_wait_hint as ring_set_wait_hint
@@ -138,6 +143,7 @@ __all__ = [
     "RING_INFO_TOPIC_COUNT",
     "RING_LAYOUT",
     "RING_MAGIC",
+    "RING_MAX_READERS",
     "RING_REC_HDR",
     "RING_SPIN_BUSY",
     "RING_TOPIC_NAME_MAX",
@@ -189,6 +195,7 @@ __all__ = [
     "ring_bench_read",
     "ring_bench_rw",
     "ring_bench_write",
+    "ring_close_reader",
     "ring_create",
     "ring_detach",
     "ring_interrupt",
@@ -199,7 +206,10 @@ __all__ = [
     "ring_notifier_start",
     "ring_notifier_stop",
     "ring_reader_info",
+    "ring_reader_set_name",
+    "ring_reader_slot",
     "ring_reader_stats",
+    "ring_readers",
     "ring_seek",
     "ring_set_filter",
     "ring_set_wait_hint",

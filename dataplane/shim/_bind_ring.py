@@ -24,8 +24,8 @@ _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
 
 #: Must equal WSGW_RING_API / WSGW_RING_LAYOUT in wsgw_ring.h.
-RING_API = 3
-RING_LAYOUT = 1
+RING_API = 4
+RING_LAYOUT = 2
 
 F_REPLACE = 1
 F_START_OLDEST = 2
@@ -82,6 +82,23 @@ READER_STAT_FIELDS = (
 )
 #: wsgw_ring_wait's spin_ns for the busy policy (WSGW_RING_SPIN_BUSY).
 SPIN_BUSY = -1
+#: The reader table (WSGW_RING_MAX_READERS slots, names of WSGW_RING_READER_NAME_MAX bytes).
+MAX_READERS = 31
+READER_NAME_MAX = 64
+#: slot flags: WSGW_RING_SLOT_CLOSE (the operator closed the reader)
+SLOT_CLOSE = 1
+READER_ENTRY_FIELDS = (
+    "slot",
+    "pid",
+    "flags",
+    "attached_ns",
+    "heartbeat_ns",
+    "next_seq",
+    "messages",
+    "gaps",
+    "lost",
+    "alive",
+)
 
 
 class _RingInfo(ctypes.Structure):
@@ -94,6 +111,13 @@ class _WriterStats(ctypes.Structure):
 
 class _ReaderStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in READER_STAT_FIELDS]
+
+
+class _ReaderEntry(ctypes.Structure):
+    _fields_ = [
+        *((name, ctypes.c_uint64) for name in READER_ENTRY_FIELDS),
+        ("name", ctypes.c_char * READER_NAME_MAX),
+    ]
 
 
 class _View(ctypes.Structure):
@@ -157,6 +181,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_reader_stats": (ctypes.c_int, [_vp, ctypes.POINTER(_ReaderStats)]),
     "wsgw_ring_reader_next_seq": (ctypes.c_uint64, [_vp]),
     "wsgw_ring_writer_alive": (ctypes.c_int, [_vp]),
+    "wsgw_ring_reader_slot": (ctypes.c_int, [_vp]),
+    "wsgw_ring_reader_set_name": (ctypes.c_int, [_vp, ctypes.c_char_p, ctypes.c_uint32]),
+    "wsgw_ring_readers": (ctypes.c_int, [_vp, ctypes.POINTER(_ReaderEntry), ctypes.c_uint32]),
+    "wsgw_ring_close_reader": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint32]),
     "wsgw_ring_detach": (None, [_vp]),
 }
 
@@ -274,6 +302,25 @@ def wait_hint(handle: int) -> tuple[int, int]:
     return int(library(KEEP_GIL).wsgw_ring_wait_hint(handle, ctypes.byref(spin))), int(spin.value)
 
 
+def readers(handle: int) -> list[dict[str, int | str]]:
+    """The reader table's occupied slots (READER_ENTRY_FIELDS and "name"); reclaims the
+    slots of dead readers on the way. Reads /proc-free: one kill(pid, 0) per slot."""
+    entries = (_ReaderEntry * MAX_READERS)()
+    n = int(library().wsgw_ring_readers(handle, entries, MAX_READERS))
+    found: list[dict[str, int | str]] = []
+    for entry in entries[: max(n, 0)]:
+        row: dict[str, int | str] = {
+            name: int(getattr(entry, name)) for name in READER_ENTRY_FIELDS
+        }
+        row["name"] = bytes(entry.name).rstrip(b"\0").decode(errors="replace")
+        found.append(row)
+    return found
+
+
+def close_reader(handle: int, slot: int, pid: int) -> int:
+    return int(library(KEEP_GIL).wsgw_ring_close_reader(handle, slot, pid))
+
+
 def writer_close(handle: int, unlink: bool) -> None:
     library().wsgw_ring_writer_close(handle, int(unlink))
 
@@ -370,6 +417,15 @@ def next_seq(handle: int) -> int:
 
 def writer_alive(handle: int) -> int:
     return int(library(KEEP_GIL).wsgw_ring_writer_alive(handle))
+
+
+def reader_slot(handle: int) -> int:
+    """The reader's slot in the reader table, -1: none."""
+    return int(library(KEEP_GIL).wsgw_ring_reader_slot(handle))
+
+
+def reader_set_name(handle: int, name: bytes) -> int:
+    return int(library(KEEP_GIL).wsgw_ring_reader_set_name(handle, name, len(name)))
 
 
 def detach(handle: int) -> None:

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,10 @@ _Static_assert(sizeof(struct wsgw_ring_rec) == WSGW_RING_REC_HDR, "record header
 _Static_assert(sizeof(struct wsgw_ring_topic) == 64, "topic entry is one cache line");
 _Static_assert(sizeof(struct wsgw_ring_view) == 32, "bindings unpack views as <QQIIII");
 _Static_assert(sizeof(struct wsgw_ring_read_info) == 7 * 8, "bindings read info as u64[7]");
+_Static_assert(sizeof(struct wsgw_ring_reader_slot) == 128, "a reader slot is two lines");
+_Static_assert(WSGW_RING_READERS_OFFSET + WSGW_RING_MAX_READERS *
+                   sizeof(struct wsgw_ring_reader_slot) == 2 * WSGW_RING_PAGE,
+               "the reader table fills page 1 after the wait queue's line");
 
 #define CACHE_ALIGNED _Alignas(WSGW_RING_CACHELINE)
 /* A message may take at most half the buffer, so a record plus the padding before it
@@ -67,6 +72,8 @@ struct wsgw_ring_ctl {
     _Atomic uint32_t topic_count;           /* highest registered topic id */
 
     CACHE_ALIGNED _Atomic uint64_t wait_hint; /* mode << 48 | spin_ns; 0: no advice */
+    uint32_t readers_offset;                  /* layout 2: the reader table, in page 1 */
+    uint32_t max_readers;
 };
 /* The offsets documented in wsgw_ring.h are the layout: pin them. */
 _Static_assert(offsetof(struct wsgw_ring_ctl, layout) == 8, "layout");
@@ -79,6 +86,8 @@ _Static_assert(offsetof(struct wsgw_ring_ctl, write_pos) == 80, "write_pos");
 _Static_assert(offsetof(struct wsgw_ring_ctl, tail_seq) == 104, "tail_seq");
 _Static_assert(offsetof(struct wsgw_ring_ctl, topic_count) == 112, "topic_count");
 _Static_assert(offsetof(struct wsgw_ring_ctl, wait_hint) == 128, "wait_hint at 128");
+_Static_assert(offsetof(struct wsgw_ring_ctl, readers_offset) == 136, "readers_offset at 136");
+_Static_assert(offsetof(struct wsgw_ring_ctl, max_readers) == 140, "max_readers at 140");
 _Static_assert(offsetof(struct wsgw_ring_rec, seq) == 16, "record seq");
 _Static_assert(sizeof(struct wsgw_ring_ctl) <= WSGW_RING_PAGE, "ctl fits page 0");
 
@@ -109,6 +118,7 @@ struct wsgw_ring_writer {
     _Atomic uint32_t refs;
     /* cold */
     struct wsgw_ring_topic *topics;
+    struct wsgw_ring_reader_slot *slots; /* the reader table (page 1) */
     uint32_t topic_count;
     int fd;
     void *map;
@@ -128,6 +138,8 @@ struct wsgw_ring_reader {
     uint32_t filter_upto;  /* ids above it pass (not yet known to the caller) */
     struct wsgw_ring_waitq *wq; /* NULL when the file could only be opened read-only */
     struct wsgw_ring_reader_stats st;
+    struct wsgw_ring_reader_slot *slot; /* its slot in the reader table; NULL: none */
+    int slot_index;
     CACHE_ALIGNED _Atomic int interrupted;
     const struct wsgw_ring_topic *topics;
     int fd;
@@ -242,7 +254,8 @@ static void close_stale(int fd)
     if (m == MAP_FAILED)
         return;
     struct wsgw_ring_ctl *ctl = (struct wsgw_ring_ctl *)m;
-    if (ctl->magic == WSGW_RING_MAGIC && ctl->layout == WSGW_RING_LAYOUT) {
+    /* state and the wait page are where they were in layout 1 too */
+    if (ctl->magic == WSGW_RING_MAGIC && (ctl->layout == 1 || ctl->layout == WSGW_RING_LAYOUT)) {
         struct wsgw_ring_waitq *wq = (struct wsgw_ring_waitq *)(m + WSGW_RING_PAGE);
         atomic_fetch_or(&ctl->state, WSGW_RING_STATE_CLOSED);
         atomic_fetch_add(&wq->notify, 1);
@@ -376,6 +389,7 @@ WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_
     w->ctl = (struct wsgw_ring_ctl *)map;
     w->wq = (struct wsgw_ring_waitq *)(map + WSGW_RING_PAGE);
     w->topics = (struct wsgw_ring_topic *)(map + 2 * WSGW_RING_PAGE);
+    w->slots = (struct wsgw_ring_reader_slot *)(map + WSGW_RING_READERS_OFFSET);
     w->data = map + hdr;
     w->cap = capacity;
     w->mask = capacity - 1;
@@ -395,6 +409,8 @@ WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_
     ctl->max_topics = max_topics;
     ctl->topics_offset = 2 * WSGW_RING_PAGE;
     ctl->waitq_offset = WSGW_RING_PAGE;
+    ctl->readers_offset = WSGW_RING_READERS_OFFSET;
+    ctl->max_readers = WSGW_RING_MAX_READERS;
     ctl->created_ns = now_ns(CLOCK_REALTIME);
     if (getrandom(&ctl->instance, sizeof(ctl->instance), GRND_NONBLOCK) != sizeof(ctl->instance))
         ctl->instance = ctl->created_ns ^ ((uint64_t)getpid() << 32);
@@ -773,6 +789,164 @@ WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
     wsgw_ring_writer_release(w);
 }
 
+/* ---- reader table ------------------------------------------------------------------------- */
+
+/* Whether a process with this pid exists (EPERM: it does, it is someone else's). */
+static int pid_alive(uint32_t pid)
+{
+    return pid != 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+static inline uint32_t slot_pid(struct wsgw_ring_reader_slot *s)
+{
+    return __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+}
+
+/* Free a slot whose reader died (SIGKILL, a crash: it never detached). The CAS makes sure
+ * only one reclaimer acts, and never on a slot someone claimed meanwhile. */
+static void reclaim_if_dead(struct wsgw_ring_reader_slot *s, uint32_t pid)
+{
+    if (pid != 0 && !pid_alive(pid))
+        __atomic_compare_exchange_n(&s->pid, &pid, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+/* The reader publishes where it is: after every read, and its heartbeat at every wait. The
+ * coarse clock (the tick's, no TSC read: a few ns) is plenty for a heartbeat, and a reader
+ * that polls empty reads in a loop pays next to nothing for it. */
+static inline void slot_heartbeat(struct wsgw_ring_reader_slot *s)
+{
+    __atomic_store_n(&s->heartbeat_ns, now_ns(CLOCK_REALTIME_COARSE), __ATOMIC_RELAXED);
+}
+
+static inline void slot_publish(struct wsgw_ring_reader *r)
+{
+    struct wsgw_ring_reader_slot *s = r->slot;
+    __atomic_store_n(&s->next_seq, r->next_seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->messages, r->st.messages, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->gaps, r->st.gaps, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->lost, r->st.lost, __ATOMIC_RELAXED);
+    slot_heartbeat(s);
+}
+
+/* The operator closed this reader (wsgw_ring_close_reader). */
+static inline int evicted(const struct wsgw_ring_reader *r)
+{
+    return r->slot != NULL &&
+           unlikely(__atomic_load_n(&r->slot->flags, __ATOMIC_ACQUIRE) & WSGW_RING_SLOT_CLOSE);
+}
+
+static int evicted_error(void)
+{
+    wsgw_set_error("this ring reader was closed by the gateway's operator");
+    return -ECONNABORTED;
+}
+
+static void slot_set_name(struct wsgw_ring_reader_slot *s, const char *name, size_t len)
+{
+    char buf[WSGW_RING_READER_NAME_MAX] = {0};
+    memcpy(buf, name, len < sizeof(buf) ? len : sizeof(buf));
+    memcpy(s->name, buf, sizeof(buf));
+}
+
+/* Take the first free slot (or one whose pid is gone); no slot is not an error. */
+static void claim_slot(struct wsgw_ring_reader *r)
+{
+    struct wsgw_ring_reader_slot *table =
+        (struct wsgw_ring_reader_slot *)((uint8_t *)r->wq_map +
+                                         (WSGW_RING_READERS_OFFSET - WSGW_RING_PAGE));
+    uint32_t me = (uint32_t)getpid();
+    for (int i = 0; i < WSGW_RING_MAX_READERS; i++) {
+        struct wsgw_ring_reader_slot *s = &table[i];
+        uint32_t pid = slot_pid(s);
+        int claimed = 0;
+        /* A failed CAS reloads pid: freed meanwhile by a reclaimer, the slot is tried again. */
+        for (int tries = 0; tries < 4 && !claimed; tries++) {
+            if (pid != 0 && (pid == me || pid_alive(pid)))
+                break;
+            claimed = __atomic_compare_exchange_n(&s->pid, &pid, me, 0, __ATOMIC_ACQ_REL,
+                                                  __ATOMIC_RELAXED);
+        }
+        if (!claimed)
+            continue;
+        __atomic_store_n(&s->flags, 0, __ATOMIC_RELAXED);
+        s->reserved = 0;
+        __atomic_store_n(&s->attached_ns, now_ns(CLOCK_REALTIME_COARSE), __ATOMIC_RELAXED);
+        char comm[17] = {0};
+        if (prctl(PR_GET_NAME, comm) != 0)
+            snprintf(comm, sizeof(comm), "pid %u", me);
+        slot_set_name(s, comm, strlen(comm));
+        r->slot = s;
+        r->slot_index = i;
+        slot_publish(r);
+        return;
+    }
+}
+
+static void release_slot(struct wsgw_ring_reader *r)
+{
+    if (r->slot == NULL)
+        return;
+    slot_publish(r);
+    /* Only the claimant frees it: a forked child that inherited the handle leaves it be. */
+    uint32_t me = (uint32_t)getpid();
+    __atomic_compare_exchange_n(&r->slot->pid, &me, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    r->slot = NULL;
+    r->slot_index = -1;
+}
+
+WSGW_API int wsgw_ring_reader_slot(const wsgw_ring_reader *r) { return r->slot_index; }
+
+WSGW_API int wsgw_ring_reader_set_name(wsgw_ring_reader *r, const char *name, uint32_t len)
+{
+    if (r->slot == NULL) {
+        wsgw_set_error("this reader has no slot in the reader table");
+        return -ENOENT;
+    }
+    slot_set_name(r->slot, name, len);
+    return 0;
+}
+
+WSGW_API int wsgw_ring_readers(const wsgw_ring_writer *w, struct wsgw_ring_reader_entry *out,
+                               uint32_t max)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < WSGW_RING_MAX_READERS && n < max; i++) {
+        struct wsgw_ring_reader_slot *s = &w->slots[i];
+        uint32_t pid = slot_pid(s);
+        if (pid == 0)
+            continue;
+        if (!pid_alive(pid)) {
+            reclaim_if_dead(s, pid);
+            continue;
+        }
+        struct wsgw_ring_reader_entry *e = &out[n++];
+        e->slot = i;
+        e->pid = pid;
+        e->flags = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
+        e->attached_ns = __atomic_load_n(&s->attached_ns, __ATOMIC_RELAXED);
+        e->heartbeat_ns = __atomic_load_n(&s->heartbeat_ns, __ATOMIC_RELAXED);
+        e->next_seq = __atomic_load_n(&s->next_seq, __ATOMIC_RELAXED);
+        e->messages = __atomic_load_n(&s->messages, __ATOMIC_RELAXED);
+        e->gaps = __atomic_load_n(&s->gaps, __ATOMIC_RELAXED);
+        e->lost = __atomic_load_n(&s->lost, __ATOMIC_RELAXED);
+        e->alive = 1;
+        memcpy(e->name, s->name, sizeof(e->name));
+    }
+    return (int)n;
+}
+
+WSGW_API int wsgw_ring_close_reader(wsgw_ring_writer *w, uint32_t slot, uint32_t pid)
+{
+    if (slot >= WSGW_RING_MAX_READERS || pid == 0 || slot_pid(&w->slots[slot]) != pid) {
+        wsgw_set_error("no ring reader %u with pid %u", slot, pid);
+        return -ENOENT;
+    }
+    __atomic_fetch_or(&w->slots[slot].flags, WSGW_RING_SLOT_CLOSE, __ATOMIC_RELEASE);
+    atomic_fetch_add(&w->wq->notify, 1);
+    futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
+    return 0;
+}
+
 /* ---- reader --------------------------------------------------------------------------------- */
 
 static int open_ring(const char *path, int fd, int *rw)
@@ -817,8 +991,13 @@ static int check_ctl(const struct wsgw_ring_ctl *ctl, uint64_t size, const char 
         return -EBADMSG;
     }
     if (ctl->layout != WSGW_RING_LAYOUT) {
-        wsgw_set_error("%s has ring layout %u; this library reads layout %d", what, ctl->layout,
-                       WSGW_RING_LAYOUT);
+        /* Say which side to upgrade: the ring's writer is the gateway. */
+        wsgw_set_error("%s has ring layout %u; this library reads layout %d (%s)", what,
+                       ctl->layout, WSGW_RING_LAYOUT,
+                       ctl->layout < WSGW_RING_LAYOUT
+                           ? "the gateway that wrote it is older than this consumer: upgrade "
+                             "the gateway, or use a consumer of the gateway's version"
+                           : "the gateway is newer than this consumer: upgrade the consumer");
         return -EPROTONOSUPPORT;
     }
     uint64_t cap = ctl->capacity;
@@ -826,6 +1005,8 @@ static int check_ctl(const struct wsgw_ring_ctl *ctl, uint64_t size, const char 
         ctl->max_topics < 2 || ctl->max_topics > WSGW_RING_MAX_TOPICS ||
         ctl->data_offset != header_bytes(ctl->max_topics) ||
         ctl->topics_offset != 2 * WSGW_RING_PAGE || ctl->waitq_offset != WSGW_RING_PAGE ||
+        ctl->readers_offset != WSGW_RING_READERS_OFFSET ||
+        ctl->max_readers != WSGW_RING_MAX_READERS ||
         ctl->max_payload != max_payload_for(cap) || size < ctl->data_offset + cap) {
         wsgw_set_error("%s: inconsistent ring header (capacity %llu, file %llu bytes)", what,
                        (unsigned long long)cap, (unsigned long long)size);
@@ -918,9 +1099,12 @@ WSGW_API int wsgw_ring_attach(const char *path, int fd, uint32_t flags,
             r->wq = wq;
         }
     }
+    r->slot_index = -1;
     rc = seek(r, (flags & WSGW_RING_F_START_OLDEST) != 0);
     if (rc != 0)
         goto fail_reader;
+    if (r->wq_map != NULL)
+        claim_slot(r);
     *out = r;
     return 0;
 
@@ -939,6 +1123,7 @@ WSGW_API void wsgw_ring_detach(wsgw_ring_reader *r)
 {
     if (r == NULL)
         return;
+    release_slot(r);
     if (r->wq_map)
         munmap(r->wq_map, WSGW_RING_PAGE);
     munmap(r->map, r->map_len);
@@ -1000,6 +1185,8 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
     uint64_t lost = 0, filtered = 0, resume = 0;
     uint32_t n = 0;
     int rc = 0;
+    if (evicted(r))
+        return evicted_error();
 
     /* Closed is read before write_pos: nothing published after the close flag was seen. */
     uint32_t state = atomic_load_explicit((_Atomic uint32_t *)&ctl->state, memory_order_acquire);
@@ -1116,6 +1303,8 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
     }
     for (uint32_t k = 0; k < n; k++)
         r->st.bytes += views[k].len;
+    if (r->slot != NULL)
+        slot_publish(r);
     return (int)n;
 }
 
@@ -1130,9 +1319,12 @@ static inline int is_closed(const struct wsgw_ring_reader *r)
     return (atomic_load((_Atomic uint32_t *)&r->ctl->state) & WSGW_RING_STATE_CLOSED) != 0;
 }
 
-/* Nothing to read and the ring closed: -EPIPE. Closed is loaded before the position. */
+/* Nothing to read and the ring closed: -EPIPE. Closed is loaded before the position.
+ * The operator closed this reader: -ECONNABORTED, before anything else. */
 static inline int ready_or_closed(const struct wsgw_ring_reader *r)
 {
+    if (evicted(r))
+        return evicted_error();
     int closed = is_closed(r);
     if (has_data(r))
         return 1;
@@ -1155,7 +1347,7 @@ static int spin_phase(struct wsgw_ring_reader *r, uint64_t start, uint64_t spin_
             break;
         }
         if ((i & 63) == 0) {
-            if (unlikely(is_closed(r))) {
+            if (unlikely(is_closed(r) || evicted(r))) {
                 rc = ready_or_closed(r);
                 break;
             }
@@ -1182,6 +1374,8 @@ WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spi
 {
     if (atomic_exchange(&r->interrupted, 0))
         return -ECANCELED;
+    if (r->slot != NULL)
+        slot_heartbeat(r->slot);
     int rc = ready_or_closed(r);
     if (rc != 0 || timeout_ns == 0)
         return rc;

@@ -21,7 +21,8 @@
  *
  *   page 0   control      identity (line 0), producer positions (line 1); readers map all
  *                         but page 1 read-only, so a consumer cannot damage the ring
- *   page 1   wait queue   futex word + waiter count: the only words readers write
+ *   page 1   wait queue   futex word + waiter count (line 0), then the reader table from
+ *                         readers_offset: the only words readers write
  *   page 2.. topic table  max_topics x struct wsgw_ring_topic (id = index, 0 unused)
  *   data     capacity     records, from offset data_offset (page aligned)
  *
@@ -36,7 +37,24 @@
  *     128 wait_hint u64: 0 none, else mode << 48 | spin_ns (mode: WSGW_RING_WAIT_*; spin_ns
  *         below 2^48, SPIN only). A ring made before this field existed reads 0 (the page
  *         is zero), so older files and older readers stay compatible: no layout change.
+ *     136 readers_offset u32 (file offset of the reader table) · 140 max_readers u32
+ *         (layout 2; written once, before the file gets its name)
  *   wait page: 0 notify u32 (the futex word) · 4 waiters u32
+ *   reader table (layout 2): max_readers x struct wsgw_ring_reader_slot, 128 bytes each,
+ *     from readers_offset (page 1 + 128: 31 slots fill the page)
+ *
+ * Reader table: the writer still never waits for readers; the table only lets the gateway
+ * (and tools) see who reads and how far behind they are. A reader with write access claims
+ * a free slot at attach (CAS of pid 0 -> its pid), stores its position and counters after
+ * every read and a heartbeat (CLOCK_REALTIME) at every read and wait, and frees the slot at
+ * detach (pid back to 0, last). A slot whose pid no longer exists (kill(pid, 0): ESRCH; a
+ * SIGKILLed reader) is reclaimed by the next attach or listing (CAS dead pid -> new pid or 0,
+ * so two reclaimers never share it). A reader that could only open the file read-only, or
+ * that finds the table full, reads as before without a slot (invisible). The writer's side
+ * may set WSGW_RING_SLOT_CLOSE in a slot (an operator's force-close): the reader's next read
+ * or wait fails with -ECONNABORTED. pids are those of the writer's pid namespace only when
+ * both share it (a reader in another container shows its own pid, and is never reclaimed
+ * as dead unless that pid is unused here too).
  *
  * Sizes: capacity is a power of two (4 KiB .. 1 TiB); a message takes at most half of it
  * (max_payload = capacity/2 - 32, capped at 64 MiB), so a record and the padding before it
@@ -106,8 +124,8 @@
 #include "wsgw_shim.h"
 
 #define WSGW_RING_MAGIC 0x474e495257475357ull /* "WSGWRING" as little-endian bytes */
-#define WSGW_RING_LAYOUT 1                    /* bumped on any change of the file layout */
-#define WSGW_RING_API 3                       /* bumped on any change of the C API below */
+#define WSGW_RING_LAYOUT 2                    /* bumped on any change of the file layout */
+#define WSGW_RING_API 4                       /* bumped on any change of the C API below */
 #define WSGW_RING_CACHELINE 64
 #define WSGW_RING_PAGE 4096
 #define WSGW_RING_ALIGN 8
@@ -117,6 +135,9 @@
 #define WSGW_RING_TOPIC_NAME_MAX 56
 #define WSGW_RING_MAX_TOPICS 65536u
 #define WSGW_RING_DEFAULT_TOPICS 4096u
+#define WSGW_RING_READER_NAME_MAX 64
+#define WSGW_RING_READERS_OFFSET (WSGW_RING_PAGE + 128)
+#define WSGW_RING_MAX_READERS 31 /* (WSGW_RING_PAGE - 128) / sizeof(struct wsgw_ring_reader_slot) */
 
 enum wsgw_ring_rec_type { WSGW_RING_REC_MSG = 1, WSGW_RING_REC_PAD = 2 };
 
@@ -138,6 +159,39 @@ struct wsgw_ring_topic {
     uint32_t len;  /* name length; stored last (release): 0 = slot not yet published */
     uint32_t reserved;
     char name[WSGW_RING_TOPIC_NAME_MAX];
+};
+
+/* One reader's slot in the reader table (page 1). pid 0: free. Written by its reader,
+ * except flags' WSGW_RING_SLOT_CLOSE (the writer's side); read by anyone. */
+struct wsgw_ring_reader_slot {
+    uint32_t pid;
+    uint32_t flags;         /* WSGW_RING_SLOT_* */
+    uint64_t attached_ns;   /* CLOCK_REALTIME */
+    uint64_t heartbeat_ns;  /* last read or wait, CLOCK_REALTIME */
+    uint64_t next_seq;      /* sequence the reader expects next (last read + 1) */
+    uint64_t messages;      /* delivered */
+    uint64_t gaps;          /* times it was lapped */
+    uint64_t lost;          /* messages lost in them (dropped) */
+    uint64_t reserved;
+    char name[WSGW_RING_READER_NAME_MAX]; /* NUL padded; not NUL terminated when full */
+};
+
+/* slot flags */
+#define WSGW_RING_SLOT_CLOSE 1u /* the operator closed this reader: its reads fail */
+
+/* One entry of wsgw_ring_readers (a copy of a slot, for bindings: all u64 then the name). */
+struct wsgw_ring_reader_entry {
+    uint64_t slot;
+    uint64_t pid;
+    uint64_t flags;
+    uint64_t attached_ns;
+    uint64_t heartbeat_ns;
+    uint64_t next_seq;
+    uint64_t messages;
+    uint64_t gaps;
+    uint64_t lost;
+    uint64_t alive; /* 1: the pid exists (kill(pid, 0)), 0: gone (the slot was reclaimed) */
+    char name[WSGW_RING_READER_NAME_MAX];
 };
 
 /* create/attach flags */
@@ -262,6 +316,13 @@ WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
  * only (0 otherwise). May be called at any time; readers look when they attach.
  * -EINVAL: unknown mode or a spin_ns that does not fit. */
 WSGW_API int wsgw_ring_set_wait_hint(wsgw_ring_writer *w, uint32_t mode, uint64_t spin_ns);
+/* The reader table: copies of the occupied slots into out[0..max) (lowest slot first);
+ * returns how many. Slots of dead pids are reclaimed on the way (and not listed). */
+WSGW_API int wsgw_ring_readers(const wsgw_ring_writer *w, struct wsgw_ring_reader_entry *out,
+                               uint32_t max);
+/* Ask the reader in slot (if its pid is still pid) to stop: its next read or wait returns
+ * -ECONNABORTED; sleeping readers are woken. -ENOENT: no such reader (gone, or another). */
+WSGW_API int wsgw_ring_close_reader(wsgw_ring_writer *w, uint32_t slot, uint32_t pid);
 /* Mark the ring closed, wake every sleeping reader, unmap; unlink the file when asked
  * (only if the path still names this ring). Readers keep their mapping and drain it. */
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file);
@@ -273,7 +334,8 @@ void wsgw_ring_writer_release(wsgw_ring_writer *w);
 
 /* ---- reader ---------------------------------------------------------------------------- */
 /* Attach to the ring at path, or to fd when path is NULL (reopened, so the caller keeps its
- * fd). Starts at the newest position unless WSGW_RING_F_START_OLDEST.
+ * fd). Starts at the newest position unless WSGW_RING_F_START_OLDEST. Claims a slot of the
+ * reader table when it can (named after the process: PR_GET_NAME).
  * -ENOENT: no such ring; -EBADMSG: not a wsgw ring (magic, sizes);
  * -EPROTONOSUPPORT: a layout version this library does not read. */
 WSGW_API int wsgw_ring_attach(const char *path, int fd, uint32_t flags,
@@ -282,12 +344,14 @@ WSGW_API int wsgw_ring_attach(const char *path, int fd, uint32_t flags,
  * and describe them in views. Never blocks. The arena belongs to the caller, so views into
  * it outlive the reader; it must hold max_payload bytes for every message to fit.
  * Returns how many (>= 0; info->lost > 0 reports a gap before them) or -errno
- * (-EBADMSG: the ring is corrupt, not merely lapped; -EMSGSIZE: arena too small). */
+ * (-EBADMSG: the ring is corrupt, not merely lapped; -EMSGSIZE: arena too small;
+ * -ECONNABORTED: the operator closed this reader). */
 WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, uint32_t max,
                             uint8_t *arena, uint32_t arena_size,
                             struct wsgw_ring_read_info *info);
 /* Wait until there is something to read: 1 ready, 0 timeout, -EPIPE closed and drained,
- * -EINTR a signal arrived (retry after handling it), -ECANCELED wsgw_ring_reader_interrupt.
+ * -EINTR a signal arrived (retry after handling it), -ECANCELED wsgw_ring_reader_interrupt,
+ * -ECONNABORTED the operator closed this reader (wsgw_ring_close_reader).
  * timeout_ns < 0 waits forever. spin_ns is the wait policy (see "Wait policies" above):
  * 0 sleeps on the futex at once, > 0 spins that long first, < 0 spins until the timeout
  * (falling back to the futex only when the writer is gone). Without write access to the
@@ -314,6 +378,11 @@ WSGW_API uint64_t wsgw_ring_reader_next_seq(const wsgw_ring_reader *r);
 WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns);
 /* 1: a writer holds the ring (flock), 0: none (crashed or closed), -errno. */
 WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r);
+/* The reader's slot in the reader table, or -1: none (read-only file, or the table full). */
+WSGW_API int wsgw_ring_reader_slot(const wsgw_ring_reader *r);
+/* Name the reader in its slot (1..64 bytes; longer is cut). -ENOENT: it has no slot. */
+WSGW_API int wsgw_ring_reader_set_name(wsgw_ring_reader *r, const char *name, uint32_t len);
+/* Frees the reader's slot. */
 WSGW_API void wsgw_ring_detach(wsgw_ring_reader *r);
 
 /* Benchmark entry points: in the library only when built for benchmarks (setup.py's

@@ -1,14 +1,14 @@
 """Every consumer of a hub, for the operator: the /v1/stream consumers, the NATS sink and
 the shared-memory ring's readers (GET /v1/consumers).
 
-What the ring can tell of its readers: a reader keeps its position in its own memory and
-registers nowhere (the writer never waits for readers: wsgw_ring.h), so a reader in another
-process has no lag to report. What is known: the header's `waiters` (readers asleep on the
-ring's futex right now), the readers in this process (each consumer loop's follower and the
-NATS sink's, with their position and lag), and the other processes that map the ring's file
-(/proc/PID/maps: a reader, or a tool that looks at it). Reporting a remote reader's lag would
-take a reader table in the ring (a slot per reader with its pid and next sequence, written
-at each batch): a layout change of the ring file.
+What the ring tells of its readers: every reader that can write the ring's wait page takes a
+slot in the ring's reader table (wsgw_ring.h) and keeps its position, heartbeat, gaps and
+losses there, so each one, in any process, is listed with its lag (the writer's last sequence
+minus the last one it read) and can be closed (`close_ring_reader`). Also known: the header's
+`waiters` (readers asleep on the futex now), the readers in this process with what they are
+for (each consumer loop's follower, the NATS sink's), and the processes that map the ring's
+file without a slot (/proc/PID/maps: a read-only reader, a reader beyond the table's
+MAX_READERS, or a tool that looks at it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataplane.ring import MAX_READERS, RingWriter
 from gateway.hub.consumer import Consumer
 from gateway.hub.core import Hub
 
@@ -56,6 +57,25 @@ class RingProcess:
 
 
 @dataclass(frozen=True)
+class RingReaderInfo:
+    """A reader in the ring's reader table (any process)."""
+
+    slot: int
+    pid: int
+    name: str  # what the reader calls itself (reader_name), else its process's name
+    command: str  # its command line, when /proc shows it ("" otherwise)
+    in_gateway: bool  # the gateway's own (a stream loop's follower, the NATS sink's)
+    next_seq: int
+    lag: int  # messages written that it has not read yet
+    messages: int
+    gaps: int  # times it was lapped
+    dropped: int  # messages lost in those gaps
+    attached_at: float  # Unix time
+    heartbeat_at: float  # its last read or wait, Unix time
+    closing: bool  # the operator closed it; it stops at its next read or wait
+
+
+@dataclass(frozen=True)
 class RingInventory:
     path: str | None  # None: a private memfd ring (no other process can attach)
     capacity_bytes: int
@@ -64,7 +84,9 @@ class RingInventory:
     waiters: int  # readers asleep on the ring's futex now (any process)
     writer_pid: int
     followers: list[FollowerInfo]
-    processes: list[RingProcess]
+    readers: list[RingReaderInfo]
+    max_readers: int
+    processes: list[RingProcess]  # mapping the file without a slot in the reader table
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,9 @@ def ring_inventory(hub: Hub, proc: Path = Path("/proc")) -> RingInventory | None
         pending = int(getattr(sink, "pending", 0))
         followers.append(FollowerInfo("nats", None, pending, int(dropped.get("buffer_full", 0))))
     path = None if ring.path is None else str(ring.path)
+    readers = ring_readers(ring, info.last_seq, proc)
+    listed = {r.pid for r in readers}
+    mapping = [] if path is None else processes_mapping(path, proc)
     return RingInventory(
         path=path,
         capacity_bytes=info.capacity,
@@ -142,8 +167,53 @@ def ring_inventory(hub: Hub, proc: Path = Path("/proc")) -> RingInventory | None
         waiters=info.waiters,
         writer_pid=info.writer_pid,
         followers=followers,
-        processes=[] if path is None else processes_mapping(path, proc),
+        readers=readers,
+        max_readers=MAX_READERS,
+        processes=[p for p in mapping if p.pid not in listed],
     )
+
+
+def ring_readers(
+    ring: RingWriter, last_seq: int, proc: Path = Path("/proc")
+) -> list[RingReaderInfo]:
+    """The ring's reader table, lowest slot first, with each reader's lag against last_seq."""
+    own = os.getpid()
+    return [
+        RingReaderInfo(
+            slot=r.slot,
+            pid=r.pid,
+            name=r.name,
+            command=_command(proc, r.pid),
+            in_gateway=r.pid == own,
+            next_seq=r.next_seq,
+            lag=r.lag(last_seq),
+            messages=r.messages,
+            gaps=r.gaps,
+            dropped=r.lost,
+            attached_at=r.attached_ns / 1e9,
+            heartbeat_at=r.heartbeat_ns / 1e9,
+            closing=r.close_requested,
+        )
+        for r in ring.readers()
+    ]
+
+
+def close_ring_reader(hub: Hub, slot: int, pid: int) -> bool:
+    """Close the ring reader in `slot` if its pid is still `pid` (its next read or wait fails:
+    the SDK raises RingEvictedError). False: no such reader, or one of the gateway's own
+    (close its stream instead: a follower's loop would only see an error)."""
+    ring = hub.ring
+    if ring is None or ring.closed or pid == os.getpid():
+        return False
+    return ring.close_reader(slot, pid)
+
+
+def _command(proc: Path, pid: int) -> str:
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:  # gone, or another pid namespace's
+        return ""
+    return raw.replace(b"\0", b" ").strip().decode(errors="replace")[:200]
 
 
 def processes_mapping(path: str, proc: Path = Path("/proc")) -> list[RingProcess]:

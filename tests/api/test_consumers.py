@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from api.app import create_app
-from dataplane.ring import RingWriter, ring_path
+from dataplane.ring import RingReader, RingWriter, ring_path
 from gateway.hub import Hub
 from gateway.runtime import DetachedRuntime
 from tests.api.conftest import BASE_URL, WS_BASE, make_settings
@@ -85,26 +85,95 @@ def test_a_stream_is_listed_and_an_operator_closes_it_with_1008(gw: Gw) -> None:
     assert r.json()["detail"] == f"stream consumer {stream['id']} not found"
 
 
-def test_a_reader_in_another_process_is_listed_by_its_pid(gw: Gw) -> None:
+def test_a_reader_in_another_process_is_listed_with_its_lag_and_closed(gw: Gw) -> None:
     code = (
-        "import sys; from dataplane.ring import RingReader; "
-        f"r = RingReader.attach({gw.ring!r}); print('attached', flush=True); sys.stdin.read()"
+        "from dataplane.ring import RingReader, RingEvictedError\n"
+        f"r = RingReader.attach({gw.ring!r}, reader_name='pricer')\n"
+        "print('attached', flush=True)\n"
+        "input()\n"  # read nothing until told: the lag grows
+        "try:\n"
+        "    while True: r.read_batch(timeout=None)\n"
+        "except RingEvictedError as exc:\n"
+        "    print('evicted:', exc, flush=True)\n"
     )
     reader = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
-        assert reader.stdout is not None
+        assert reader.stdout is not None and reader.stdin is not None
         assert reader.stdout.readline().strip() == "attached"
-        processes = gw.consumers()["ring"]["processes"]
-        assert reader.pid in [p["pid"] for p in processes]
-        assert (
-            "RingReader.attach" in next(p for p in processes if p["pid"] == reader.pid)["command"]
+        ring = gw.hub.ring
+        assert ring is not None
+        for i in range(5):
+            ring.write(1, 0, b"m%d" % i)
+        body = gw.consumers()["ring"]
+        (row,) = [r for r in body["readers"] if r["pid"] == reader.pid]
+        assert (row["name"], row["lag"], row["dropped"], row["in_gateway"]) == (
+            "pricer",
+            5,
+            0,
+            False,
         )
+        assert "RingReader.attach" in row["command"]
+        assert body["max_readers"] == 31
+        assert reader.pid not in [p["pid"] for p in body["processes"]]  # listed above instead
+
+        path = f"/v1/consumers/ring/{row['slot']}"
+        assert (
+            gw.client.delete(path, params={"pid": reader.pid + 1}, headers=gw.admin).status_code
+            == 404
+        )
+        assert (
+            gw.client.delete(path, params={"pid": reader.pid}, headers=gw.consume).status_code
+            == 403
+        )
+        assert (
+            gw.client.delete(path, params={"pid": reader.pid}, headers=gw.admin).status_code == 204
+        )
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline().startswith(
+            "evicted: ring read: this ring reader was closed"
+        )
+        assert reader.wait(10) == 0
     finally:
         reader.kill()
         reader.wait()
-    assert reader.pid not in [p["pid"] for p in gw.consumers()["ring"]["processes"]]
+    assert reader.pid not in [r["pid"] for r in gw.consumers()["ring"]["readers"]]
+
+
+def test_the_gateways_own_readers_are_listed_but_not_closed_here(gw: Gw) -> None:
+    ring = gw.hub.ring
+    assert ring is not None
+    with RingReader.attach(gw.ring, reader_name="in-process") as own:
+        (row,) = [r for r in gw.consumers()["ring"]["readers"] if r["name"] == "in-process"]
+        assert row["in_gateway"] and row["pid"] == os.getpid() and row["slot"] == own.slot
+        r = gw.client.delete(
+            f"/v1/consumers/ring/{row['slot']}", params={"pid": os.getpid()}, headers=gw.admin
+        )
+        assert r.status_code == 404
+
+
+def test_a_process_mapping_the_ring_without_a_slot_is_listed_by_its_pid(gw: Gw) -> None:
+    code = (
+        "import mmap, sys\n"
+        f"f = open('/dev/shm/{gw.ring}', 'rb')\n"
+        "m = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)\n"
+        "print('mapped', flush=True); sys.stdin.read()\n"
+    )
+    tool = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert tool.stdout is not None
+        assert tool.stdout.readline().strip() == "mapped"
+        body = gw.consumers()["ring"]
+        assert tool.pid in [p["pid"] for p in body["processes"]]
+        assert tool.pid not in [r["pid"] for r in body["readers"]]
+    finally:
+        tool.kill()
+        tool.wait()
+    assert tool.pid not in [p["pid"] for p in gw.consumers()["ring"]["processes"]]
 
 
 def test_without_a_hub_there_are_no_consumers(tmp_path: Path, fake_host: FakeHost) -> None:
@@ -116,3 +185,4 @@ def test_without_a_hub_there_are_no_consumers(tmp_path: Path, fake_host: FakeHos
         r = client.get("/v1/consumers", headers=admin)
         assert r.json() == {"hub": False, "streams": [], "nats": None, "ring": None}
         assert client.delete("/v1/consumers/1", headers=admin).status_code == 404
+        assert client.delete("/v1/consumers/ring/0?pid=1", headers=admin).status_code == 404

@@ -1,7 +1,8 @@
 """The Consumers page against a real hub on a named ring: an open /v1/stream consumer is
 listed with its session and topics, the operator closes it from the page (the client sees
-1008 naming the operator), a ring reader in another process shows by its pid, and a
-consume token gets neither the page nor the route."""
+1008 naming the operator); a ring reader in another process shows in the reader table with
+its name and lag, and the operator closes it from the page (its next read raises
+RingEvictedError); a consume token gets neither the page nor the route."""
 
 from __future__ import annotations
 
@@ -55,8 +56,14 @@ def test_a_stream_is_listed_and_closed_from_the_page(
     ws_url = server.url.replace("http", "ws", 1)
     query = f"session={session['id']}&topics=t1,t2&consumer=pricer-9&envelope=1"
     code = (
-        "import sys; from dataplane.ring import RingReader; "
-        f"r = RingReader.attach({ring!r}); print('attached', flush=True); sys.stdin.read()"
+        "from dataplane.ring import RingReader, RingEvictedError\n"
+        f"r = RingReader.attach({ring!r}, reader_name='risk-7')\n"
+        "print('attached', flush=True)\n"
+        "input()\n"  # reads nothing until told: its lag is what the hub wrote meanwhile
+        "try:\n"
+        "    while True: r.read_batch(timeout=None)\n"
+        "except RingEvictedError:\n"
+        "    print('evicted', flush=True)\n"
     )
     reader = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -78,7 +85,18 @@ def test_a_stream_is_listed_and_closed_from_the_page(
             expect(row.locator('[data-label="Lag"]')).to_contain_text("0 / 4,096 msg")
             expect(d.page.locator("#consumers-ring")).to_contain_text(str(ring_path(ring)))
             expect(d.page.locator('#ring-followers tr[data-kind="stream"]')).to_have_count(1)
-            expect(d.page.locator(f'#ring-processes tr[data-pid="{reader.pid}"]')).to_be_visible()
+            hub_ring = server.app.state.hub.ring
+            for i in range(7):
+                hub_ring.write(1, 0, b"tick %d" % i)
+            ring_row = d.page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
+            expect(ring_row.locator('[data-label="Reader"]')).to_have_text("risk-7")
+            expect(ring_row.locator('[data-label="Lag"]')).to_have_text("7 msg")
+            expect(ring_row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
+            expect(d.page.locator(f'#ring-processes tr[data-pid="{reader.pid}"]')).to_have_count(0)
+            # the stream's follower: listed as the gateway's own, with no Close
+            own = d.page.locator(f'#ring-readers tr[data-pid="{os.getpid()}"]')
+            expect(own.first).to_contain_text("(gateway)")
+            expect(own.locator('button[data-action="close-reader"]')).to_have_count(0)
             expect(d.page.locator("#consumers-nats")).to_contain_text("Not configured")
             d.screenshot("consumers")
 
@@ -95,10 +113,21 @@ def test_a_stream_is_listed_and_closed_from_the_page(
             )
             expect(d.page.locator("#consumers-table tbody tr")).to_have_count(0)
             expect(d.page.locator("#consumers-empty")).to_have_text("No open stream.")
+
+            close_reader = ring_row.locator('button[data-action="close-reader"]')
+            close_reader.click()
+            expect(close_reader).to_have_text("Confirm close")
+            close_reader.click()
+            expect(ring_row.locator("[data-closing]")).to_be_visible()
+            assert reader.stdin is not None
+            reader.stdin.write("read\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline().strip() == "evicted"
+            assert reader.wait(10) == 0
+            expect(ring_row).to_have_count(0)
     finally:
         reader.kill()
         reader.wait()
-    expect(d.page.locator(f'#ring-processes tr[data-pid="{reader.pid}"]')).to_have_count(0)
     assert d.errors == [], d.errors
 
     phone = open_dashboard(server, "phone")

@@ -4,7 +4,9 @@ port on the lab's veth, uvicorn on loopback with auth off. From the browser: cre
 Binance session pointing at the simulator, start it, subscribe to two topics, see it
 connected with a message rate, tail its stream, watch the messages/s chart move, stop it.
 Screenshots of the sessions page, the tail and the charts, at laptop and phone size, go to
-tests/browser/artifacts/*-real-*.png.
+tests/browser/artifacts/*-real-*.png. And the consumers and history of that gateway: a ring
+reader of another process with its lag from the DPDK feed, closed from the Consumers page;
+the Charts page's history from a real Prometheus scraping it.
 
 Needs root, a shim built with DPDK, Chromium and playwright; skipped otherwise."""
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,12 +26,14 @@ import httpx
 import pytest
 
 from api.app import create_app
+from api.routes.stream import app_hub
 from gateway.lab import Lab
 from gateway.runtime import build_runtime
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.browser.conftest import Dashboard, Server, UvicornThread
 from tests.conftest import requires_dpdk
+from tests.utils.prometheus import running_prometheus, wait_for_samples
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
@@ -325,3 +331,105 @@ def test_drive_the_real_gateway_from_the_dashboard(
     assert d.errors == [], d.errors
     assert phone.errors == [], phone.errors
     print(f"dashboard on the real gateway: {time.monotonic() - t0:.1f} s")
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = STREAMING_MS / 1000) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def test_ring_readers_and_prometheus_history_of_the_real_gateway(
+    real_gateway: RealGateway, open_dashboard: Callable[..., Dashboard]
+) -> None:
+    """The DPDK engine feeds the ring: a reader in another process that reads nothing shows
+    on the Consumers page with a growing lag, and is closed from there (its next read
+    raises RingEvictedError); a real Prometheus scraping the gateway answers the Charts
+    page's 15 min range with the messages the DPDK session received."""
+    gw = real_gateway
+    with gw.api() as api:
+        session = api.post(
+            "/v1/sessions",
+            json={
+                "name": SESSION,
+                "url": gw.sim_url,
+                "dialect": "binance",
+                "transport": "dpdk",
+                "port_id": gw.port["id"],
+            },
+        ).json()
+        assert api.post(f"/v1/sessions/{session['id']}/start").status_code == 200
+        r = api.post(
+            "/v1/subscriptions",
+            json={"session_id": session["id"], "topics": TOPICS, "consumer": CONSUMER},
+        )
+        assert r.status_code < 400, r.text
+
+        def connected() -> bool:
+            status = api.get(f"/v1/sessions/{session['id']}").json()["status"]
+            return bool(status["state"] == "connected")
+
+        _wait_for(connected, "the DPDK session to connect")
+    hub = app_hub(gw.server.app)
+    assert hub is not None and hub.ring is not None
+    ring = str(hub.ring.path)
+    code = (
+        "from dataplane.ring import RingReader, RingEvictedError\n"
+        f"r = RingReader.attach({ring!r}, reader_name='lab-reader')\n"
+        "print('attached', flush=True)\n"
+        "input()\n"
+        "try:\n"
+        "    while True: r.read_batch(timeout=None)\n"
+        "except RingEvictedError:\n"
+        "    print('evicted', flush=True)\n"
+    )
+    reader = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        with running_prometheus([gw.server.url.removeprefix("http://")]) as prometheus:
+            settings = gw.server.app.state.settings
+            gw.server.app.state.settings = settings.model_copy(
+                update={"api": settings.api.model_copy(update={"prometheus_url": prometheus})}
+            )
+            assert reader.stdout is not None and reader.stdin is not None
+            assert reader.stdout.readline().strip() == "attached"
+            d = open_dashboard(gw.server)
+            page = d.page
+            d.open("#/consumers")
+            row = page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
+            expect(row.locator('[data-label="Reader"]')).to_have_text("lab-reader")
+            lag = row.locator('[data-label="Lag"]')
+            expect(lag).to_have_text(re.compile(r"^[1-9][\d,]* msg$"), timeout=STREAMING_MS)
+            first = lag.text_content()
+            expect(lag).not_to_have_text(first or "", timeout=STREAMING_MS)  # the feed goes on
+            expect(row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
+            d.screenshot("consumers-real")
+            close = row.locator('button[data-action="close-reader"]')
+            close.click()
+            close.click()
+            expect(row.locator("[data-closing]")).to_be_visible()
+            reader.stdin.write("read\n")
+            reader.stdin.flush()
+            assert reader.stdout.readline().strip() == "evicted"
+            assert reader.wait(10) == 0
+            expect(row).to_have_count(0)
+
+            # rate() needs two scrapes in its window: points 5 s apart, a few of them
+            wait_for_samples(prometheus, "wsgw_dataplane_session_messages_total", 15)
+            d.go("#/charts")
+            page.locator("#chart-ranges").get_by_role("button", name="15 min").click()
+            info = page.locator("#charts-info")
+            expect(info).to_contain_text("The gateway's history from Prometheus")
+            chart = page.locator('figure[data-chart="Messages/s"] svg')
+            line = chart.locator('path.line[data-series="msgRate"]')
+            expect(line).to_have_attribute("d", re.compile(r"^M[\d.,]+L"))  # a line, not a dot
+            legend = page.locator('figure[data-chart="Messages/s"] .legend strong').first
+            expect(legend).to_have_text(re.compile(r"^(?!0$)[\d.,]+[kMG]?$"), timeout=20_000)
+            d.screenshot("charts-prometheus-real")
+            assert d.errors == [], d.errors
+    finally:
+        reader.kill()
+        reader.wait()

@@ -77,13 +77,12 @@ export class LineChart {
         );
       }
     }
-    // x labels: seconds before now.
+    // x labels: time before now, or clock times when the range ends in the past (`fixedEnd`).
     for (const ago of [this.windowS, this.windowS / 2, 0]) {
       const x = xOf(now - ago * 1000);
       const anchor = ago === 0 ? "end" : ago === this.windowS ? "start" : "middle";
-      nodes.push(
-        h("svg:text", { class: "axis", x, y: HEIGHT - 6, "text-anchor": anchor }, agoLabel(ago)),
-      );
+      const label = this.fixedEnd ? clockLabel(now - ago * 1000, this.windowS) : agoLabel(ago);
+      nodes.push(h("svg:text", { class: "axis", x, y: HEIGHT - 6, "text-anchor": anchor }, label));
     }
     // One path per series; "M" starts a new segment after a gap.
     let drawn = 0;
@@ -140,7 +139,16 @@ export class LineChart {
 /** An x label: "now", "-60s", "-7.5 min". */
 function agoLabel(ago) {
   if (!ago) return "now";
+  if (ago >= 2 * 86400) return `-${Number((ago / 86400).toFixed(1))} d`;
+  if (ago >= 2 * 3600) return `-${Number((ago / 3600).toFixed(1))} h`;
   return ago >= 300 ? `-${Number((ago / 60).toFixed(1))} min` : `-${ago}s`;
+}
+
+/** A point in time on a range that ends in the past: its clock time (and day if long). */
+function clockLabel(t, windowS) {
+  const d = new Date(t);
+  const time = d.toLocaleTimeString("en-GB", { hour12: false, hour: "2-digit", minute: "2-digit" });
+  return windowS > 86400 ? `${d.toISOString().slice(5, 10)} ${time}` : time;
 }
 
 /** A round upper bound for the y axis whose half is round too: 1, 2, 4, 5 × 10^n. */

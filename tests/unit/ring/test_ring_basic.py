@@ -249,7 +249,7 @@ def _header(name: str) -> bytes:
         (
             lambda b: b[:8] + struct.pack("<I", LAYOUT_VERSION + 1) + b[12:],
             RingVersionError,
-            "layout 2",
+            f"layout {LAYOUT_VERSION + 1}",
         ),
         (lambda b: b[:16] + struct.pack("<Q", 3000) + b[24:], RingFormatError, "inconsistent"),
         (lambda b: b[:16] + struct.pack("<Q", 1 << 30) + b[24:], RingFormatError, "inconsistent"),

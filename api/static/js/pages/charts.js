@@ -2,8 +2,11 @@
 // (received by the sessions, published by the hub, delivered to consumers), message latency
 // (percentiles from the dataplane, the hub's mean hand-off time), and the control plane's
 // own request rate and latency (its HTTP histogram), so a detached one still shows life.
-// Beyond the live 2 minutes: the gateway's own history (GET /v1/history, admin: a point
-// every 5 s for the last hour, in its memory; api/history.py), redrawn every 5 s.
+// Beyond the live 2 minutes: the gateway's history (GET /v1/history, admin), redrawn every
+// 5 s: from Prometheus when the gateway names one (api.prometheus_url: any range, such as
+// the last 7 days or a custom from/to), else from its memory (a point every 5 s for the last
+// hour; api/history.py). The info line says which source answered, and why the memory did
+// when a Prometheus is configured but did not answer.
 
 import { api, auth } from "../api.js";
 import { LineChart } from "../chart.js";
@@ -14,6 +17,9 @@ const RANGES = [
   [LIVE_S, "2 min (live)"],
   [900, "15 min"],
   [3600, "1 h"],
+  [6 * 3600, "6 h"],
+  [86400, "24 h"],
+  [7 * 86400, "7 d"],
 ];
 const HISTORY_POLL_MS = 5000;
 
@@ -66,6 +72,7 @@ export function mount(root, ctx) {
   ];
   const info = h("p", { class: "muted", id: "charts-info" });
   let range = LIVE_S;
+  let until = null; // null: the range ends now; else its end (ms), a custom range
   let history = null; // the last /v1/history answer, or an ApiError
   let historyTimer = null;
   const canHistory = auth.has("admin");
@@ -84,10 +91,22 @@ export function mount(root, ctx) {
       label,
     ),
   );
+  const fromInput = h("input", { type: "datetime-local", id: "range-from", "aria-label": "From", disabled: !canHistory });
+  const toInput = h("input", { type: "datetime-local", id: "range-to", "aria-label": "To", disabled: !canHistory });
+  const custom = h(
+    "form",
+    { class: "ranges range-custom", id: "chart-custom-range", onsubmit: (e) => (e.preventDefault(), chooseCustom()) },
+    h("label", { for: "range-from" }, "From"),
+    fromInput,
+    h("label", { for: "range-to" }, "to"),
+    toInput,
+    h("button", { type: "submit", class: "btn btn-small btn-quiet", disabled: !canHistory, dataset: { range: "custom" } }, "Show"),
+  );
   const ranges = h("div", { class: "ranges", role: "group", "aria-label": "Time range", id: "chart-ranges" }, buttons);
   root.replaceChildren(
     h("h1", { class: "page-title" }, "Charts"),
     ranges,
+    custom,
     info,
     h(
       "div",
@@ -99,14 +118,15 @@ export function mount(root, ctx) {
   const loadHistory = async () => {
     clearTimeout(historyTimer);
     if (range === LIVE_S) return;
-    const since = Date.now() / 1000 - range;
+    const end = (until ?? Date.now()) / 1000;
+    const since = end - range;
     try {
-      history = await api(`/v1/history?since=${since.toFixed(0)}`);
+      history = await api(`/v1/history?since=${since.toFixed(0)}&until=${end.toFixed(0)}`);
     } catch (err) {
       history = err;
     }
     drawHistory();
-    historyTimer = setTimeout(loadHistory, HISTORY_POLL_MS);
+    if (until === null) historyTimer = setTimeout(loadHistory, HISTORY_POLL_MS); // a past range stays
   };
 
   const drawHistory = () => {
@@ -121,17 +141,43 @@ export function mount(root, ctx) {
       );
       return;
     }
-    for (const c of charts) c.update(history.points);
+    for (const c of charts) c.update(history.points, until ?? Date.now());
+    const span = until === null ? `in the last ${fmtSpan(range)}` : `from ${fmtWhen(until - range * 1000)} to ${fmtWhen(until)}`;
+    if (history.source === "prometheus") {
+      replace(info, `The gateway's history from Prometheus: a point every ${fmtSpan(history.interval_s)} · ${history.points.length} points ${span}.`);
+      return;
+    }
+    const memory =
+      `The gateway's history (its memory, from its start): a point every ${history.interval_s} s, ` +
+      `kept ${Math.round(history.retention_s / 60)} min · ${history.points.length} points ${span}.`;
+    const beyond = range > history.retention_s ? " Older points need a Prometheus (api.prometheus_url)." : "";
     replace(
       info,
-      `The gateway's history (its memory, from its start): a point every ${history.interval_s} s, ` +
-        `kept ${Math.round(history.retention_s / 60)} min · ${history.points.length} points in the last ${Math.round(range / 60)} min.`,
+      history.fallback
+        ? h("span", { class: "error-text" }, `${history.fallback}; `)
+        : "",
+      memory + beyond,
     );
   };
 
-  const choose = (seconds) => {
+  const fmtSpan = (s) => (s >= 86400 ? `${Number((s / 86400).toFixed(1))} d` : s >= 3600 ? `${Number((s / 3600).toFixed(1))} h` : s >= 60 ? `${Number((s / 60).toFixed(1))} min` : `${s} s`);
+  const fmtWhen = (ms) => new Date(ms).toLocaleString("en-GB", { hour12: false });
+
+  const chooseCustom = () => {
+    const from = Date.parse(fromInput.value);
+    const to = toInput.value ? Date.parse(toInput.value) : Date.now();
+    if (!Number.isFinite(from) || !(to > from)) {
+      replace(info, h("span", { class: "error-text" }, "Pick a start before the end (the end may stay empty: now)."));
+      return;
+    }
+    choose(Math.round((to - from) / 1000), to);
+  };
+
+  const choose = (seconds, end = null) => {
     range = seconds;
-    for (const b of buttons) b.setAttribute("aria-pressed", String(Number(b.dataset.range) === seconds));
+    until = end;
+    for (const b of buttons) b.setAttribute("aria-pressed", String(end === null && Number(b.dataset.range) === seconds));
+    for (const c of charts) c.fixedEnd = end !== null;
     history = null;
     if (seconds === LIVE_S) {
       clearTimeout(historyTimer);

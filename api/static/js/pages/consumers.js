@@ -1,13 +1,15 @@
 // Consumers (admin): every reader of the hub. The open /v1/stream consumers with their lag,
-// drops and a force-close; the NATS sink; the shared-memory ring with its readers (those in
-// the gateway's process with their lag, the other processes that map it by pid: a ring
-// reader keeps its position to itself, so their lag is not known). Source: /v1/consumers
-// (api/routes/consumers.py), every 2 s.
+// drops and a force-close; the NATS sink; the shared-memory ring with its reader table (a
+// reader of any process with its lag, drops, heartbeat and a force-close; the gateway's own
+// are closed through their stream), what the gateway's own readers are for, and the other
+// processes that map the ring without a slot (by pid: no lag is known for them). Source:
+// /v1/consumers (api/routes/consumers.py), every 2 s.
 
 import { api } from "../api.js";
 import {
   card,
   confirmButton,
+  fmtAgo,
   fmtBytes,
   fmtCount,
   h,
@@ -29,6 +31,9 @@ export function mount(root) {
   const streamsNote = h("p", { class: "muted", id: "consumers-empty" });
   const natsBody = h("div", { id: "consumers-nats" });
   const ringBody = h("div", { id: "consumers-ring" });
+  const readers = table(["Slot", "PID", "Reader", "Command", "Next seq", "Lag", "Dropped", "Heartbeat", ""]);
+  readers.el.querySelector("table").id = "ring-readers";
+  const readersNote = h("p", { class: "muted", id: "ring-readers-note" });
   const followers = table(["Reader", "Next seq", "Lag", "Dropped"]);
   followers.el.querySelector("table").id = "ring-followers";
   const processes = table(["PID", "Command"]);
@@ -38,8 +43,9 @@ export function mount(root) {
     h("h1", { class: "page-title" }, "Consumers"),
     pageError,
     card("/v1/stream consumers", streamsNote, streams.el),
-    card("Shared-memory ring", ringBody, h("h3", {}, "Readers in the gateway"), followers.el,
-      h("h3", {}, "Other processes mapping the ring"), processes.el),
+    card("Shared-memory ring", ringBody, h("h3", {}, "Readers"), readersNote, readers.el,
+      h("h3", {}, "What the gateway's own readers are for"), followers.el,
+      h("h3", {}, "Other processes mapping the ring (no slot: lag unknown)"), processes.el),
     card("NATS sink", natsBody),
   );
 
@@ -58,6 +64,46 @@ export function mount(root) {
       showError(err);
     }
   };
+
+  const closeReader = async (r, button) => {
+    button.disabled = true;
+    try {
+      await api(`/v1/consumers/ring/${r.slot}?pid=${r.pid}`, { method: "DELETE" });
+      await load();
+    } catch (err) {
+      button.disabled = false;
+      showError(err);
+    }
+  };
+
+  const buildReader = (r) =>
+    h(
+      "tr",
+      { dataset: { slot: String(r.slot), pid: String(r.pid), name: r.name } },
+      td("Slot", String(r.slot), "num"),
+      td("PID", String(r.pid), "num"),
+      td("Reader", [
+        h("strong", {}, r.name || "?"),
+        r.in_gateway ? h("span", { class: "muted" }, " (gateway)") : "",
+        r.closing ? h("span", { class: "muted", dataset: { closing: "1" } }, " closing…") : "",
+      ]),
+      td("Command", r.command ? h("code", {}, r.command) : h("span", { class: "muted" }, "not shown")),
+      td("Next seq", fmtCount(r.next_seq), "num"),
+      td("Lag", `${fmtCount(r.lag)} msg`, "num"),
+      td("Dropped", h("span", { title: `lapped ${r.gaps} time(s)` }, `${fmtCount(r.dropped)} msg`), "num"),
+      td("Heartbeat", h("span", { title: r.heartbeat }, fmtAgo(r.heartbeat))),
+      td(
+        "",
+        r.in_gateway || r.closing
+          ? ""
+          : confirmButton("Close", (button) => closeReader(r, button), {
+              class: "btn btn-small btn-quiet",
+              dataset: { action: "close-reader" },
+              title: "make its next read fail (the SDK raises RingEvictedError)",
+            }),
+        "row-actions",
+      ),
+    );
 
   const buildStream = (s) =>
     h(
@@ -86,6 +132,8 @@ export function mount(root) {
     if (!ring) {
       replace(ringBody, h("p", { class: "muted" }, "No ring: the gateway runs without a hub."));
       syncRows(followers.tbody, [], String, () => h("tr"), String);
+      syncRows(readers.tbody, [], String, () => h("tr"), String);
+      readersNote.textContent = "";
       syncRows(processes.tbody, [], String, () => h("tr"), String);
       return;
     }
@@ -101,6 +149,18 @@ export function mount(root) {
         ["Writer", `pid ${ring.writer_pid}`],
       ]),
     );
+    readersNote.textContent = ring.readers.length
+      ? `${ring.readers.length} of ${ring.max_readers} slots in use.`
+      : `No reader (the table has ${ring.max_readers} slots).`;
+    // A row whose Close is armed keeps its node until the second click.
+    const armed = new Map(
+      [...readers.tbody.querySelectorAll("button[data-armed]")].map((b) => {
+        const tr = b.closest("tr");
+        return [tr.dataset.key, tr.dataset.sig];
+      }),
+    );
+    const key = (r) => `${r.slot}:${r.pid}`;
+    syncRows(readers.tbody, ring.readers, key, buildReader, (r) => armed.get(key(r)) ?? JSON.stringify(r) + fmtAgo(r.heartbeat));
     syncRows(
       followers.tbody,
       ring.followers.map((f, i) => ({ ...f, i })),
