@@ -381,8 +381,12 @@ class CGroup(Closing):
     def handle(self) -> int:
         return self._binding.handle
 
+    def refuse(self) -> None:
+        """Refuse further frames (a joined feed's go to Python, which has a new group)."""
+        self._binding.close()
+
     def close(self) -> None:
-        """Refuse further frames (a joined feed's go to Python) and drop this reference."""
+        """Refuse further frames and drop this reference (joined feeds hold theirs)."""
         self._binding.release()
 
     def __del__(self) -> None:

@@ -228,6 +228,11 @@ class GroupBinding:
         self._stats = GroupStats()
         self._i64 = ctypes.c_int64()
 
+    def close(self) -> None:
+        """Closed: every frame is refused from now on (the handle stays readable)."""
+        if self.handle:
+            self._lib.wsgw_group_close(self.handle)
+
     def release(self) -> None:
         if self.handle:
             self._lib.wsgw_group_close(self.handle)

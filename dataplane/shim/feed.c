@@ -684,11 +684,12 @@ static int group_take(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char
     }
     g->st.leg_messages[leg]++;
     g->st.leg_newest[leg] = id->this_id;
+    /* Holes past their deadline first, as the Python path's timer would have had them. */
+    group_expire_due(g, ts_ns);
     int rc = wsgw_arb_offer(g->arb, leg, k, id->this_id, id->prev, payload, len, ts_ns);
     if (rc < 0)
         return rc;
     group_emit(g, rc);
-    group_expire_due(g, ts_ns);
     return 1;
 }
 
