@@ -41,6 +41,7 @@ struct wsgw_feed {
 
 static int group_frame(struct wsgw_group *g, uint32_t leg, const struct topic_slot *slot,
                        const uint8_t *payload, uint32_t len, uint64_t rx_rt);
+static void group_burst_done(struct wsgw_group *g);
 
 static inline uint32_t hash_bytes(const uint8_t *p, uint32_t n)
 {
@@ -408,6 +409,8 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
         break;
     }
     flush(f, &p);
+    if (f->group)
+        group_burst_done(f->group);
     f->st.wire_bytes += taken;
     return taken;
 }
@@ -453,8 +456,16 @@ struct wsgw_group {
     uint32_t n_keys;
     uint32_t down; /* legs told down, a bit each: live again at their next frame */
     struct wsgw_group_stats st;
+    /* Winners wait here until the burst (or the call) ends: one ring write for all, as the
+     * plain feed does (a write may wake sleeping readers: a system call). Their payloads
+     * are copied to stage, since the arbiter's own copies last only until its next call. */
     struct wsgw_ring_msg pending[WRITE_BATCH];
+    uint32_t n_pending;
+    uint32_t stage_used;
+    uint8_t *stage;
 };
+
+#define GROUP_STAGE_BYTES (256u << 10)
 
 static void group_retain(wsgw_group *g) { atomic_fetch_add(&g->refs, 1); }
 
@@ -465,6 +476,7 @@ static void group_free(wsgw_group *g)
     pthread_mutex_destroy(&g->lock);
     free(g->slot_key);
     free(g->keys);
+    free(g->stage);
     free(g);
 }
 
@@ -494,12 +506,14 @@ WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **
         g->slots *= 2;
     g->slot_key = calloc(g->slots, sizeof(*g->slot_key));
     g->keys = calloc(conf->max_keys, sizeof(*g->keys));
+    g->stage = malloc(GROUP_STAGE_BYTES);
     int rc = wsgw_arb_create(conf->legs, conf->hold_ns, conf->max_held, conf->max_keys, 8192,
                              conf->arena_bytes, &g->arb);
-    if (rc < 0 || !g->slot_key || !g->keys) {
+    if (rc < 0 || !g->slot_key || !g->keys || !g->stage) {
         wsgw_arb_destroy(g->arb);
         free(g->slot_key);
         free(g->keys);
+        free(g->stage);
         free(g);
         wsgw_set_error("group: cannot create its arbiter (%d)", rc);
         return rc < 0 ? rc : -ENOMEM;
@@ -560,13 +574,34 @@ WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, in
     return k == UINT32_MAX ? -ENOSPC : 0;
 }
 
-static void group_flush(wsgw_group *g, uint32_t *n)
+/* The winners staged so far into the ring, in one write. Under the lock. */
+static void group_flush(wsgw_group *g)
 {
-    if (!*n)
+    if (!g->n_pending)
         return;
-    if (wsgw_ring_write_batch(g->conf.ring, g->pending, *n) < 0)
-        g->st.ring_errors += *n;
-    *n = 0;
+    if (wsgw_ring_write_batch(g->conf.ring, g->pending, g->n_pending) < 0)
+        g->st.ring_errors += g->n_pending;
+    g->n_pending = 0;
+    g->stage_used = 0;
+}
+
+static void group_stage(wsgw_group *g, const struct group_key *key, const struct wsgw_arb_out *o)
+{
+    if (g->n_pending == WRITE_BATCH || g->stage_used + o->len > GROUP_STAGE_BYTES)
+        group_flush(g);
+    if (o->len > GROUP_STAGE_BYTES) { /* too large to stage: on its own */
+        if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, key->topic_id, (uint64_t)o->arrived_ns,
+                            o->payload, o->len) < 0)
+            g->st.ring_errors++;
+        return;
+    }
+    uint8_t *copy = g->stage + g->stage_used;
+    memcpy(copy, o->payload, o->len);
+    g->stage_used += o->len;
+    g->pending[g->n_pending++] = (struct wsgw_ring_msg){.data = copy, .len = o->len,
+                                                        .session_id = g->conf.hub_id,
+                                                        .topic_id = key->topic_id,
+                                                        .ts_ns = (uint64_t)o->arrived_ns};
 }
 
 /* JSON string body of text (quotes and backslashes escaped, control bytes dropped). */
@@ -626,26 +661,19 @@ static void group_emit(wsgw_group *g, int n_out)
     if (n_out <= 0)
         return;
     const struct wsgw_arb_out *out = wsgw_arb_outputs(g->arb);
-    uint32_t n = 0;
     for (int i = 0; i < n_out; i++) {
         const struct wsgw_arb_out *o = &out[i];
         struct group_key *key = &g->keys[o->topic];
         if (o->kind == WSGW_ARB_LOST) {
-            group_flush(g, &n);
+            group_flush(g); /* the gap after what came before it */
             group_gap(g, o);
             continue;
         }
         key->has_last = 1;
         key->last = o->this_id;
-        g->pending[n++] = (struct wsgw_ring_msg){.data = o->payload, .len = o->len,
-                                                 .session_id = g->conf.hub_id,
-                                                 .topic_id = key->topic_id,
-                                                 .ts_ns = (uint64_t)o->arrived_ns};
+        group_stage(g, key, o);
         g->st.delivered++;
-        if (n == WRITE_BATCH)
-            group_flush(g, &n);
     }
-    group_flush(g, &n);
 }
 
 static void group_expire_due(wsgw_group *g, int64_t now_ns)
@@ -700,9 +728,10 @@ static inline uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
-                              uint32_t name_len, const uint8_t *payload, uint32_t len,
-                              int64_t ts_ns)
+/* One frame: C identity, arbiter, staged winners (flush: written now). */
+static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                       uint32_t name_len, const uint8_t *payload, uint32_t len, int64_t ts_ns,
+                       int flush)
 {
     uint64_t start = mono_ns();
     struct wsgw_identity id;
@@ -713,10 +742,27 @@ WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, co
         rc = group_take(g, leg, topic_id, name, name_len, &id, payload, len, ts_ns);
     if (rc <= 0)
         g->st.not_told++;
+    if (flush || rc <= 0)
+        group_flush(g);
     g->st.offers++;
     g->st.offer_ns += mono_ns() - start;
     pthread_mutex_unlock(&g->lock);
     return rc;
+}
+
+WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                              uint32_t name_len, const uint8_t *payload, uint32_t len,
+                              int64_t ts_ns)
+{
+    return group_offer(g, leg, topic_id, name, name_len, payload, len, ts_ns, 1);
+}
+
+/* The feed's burst ended: what it staged goes to the ring. */
+static void group_burst_done(wsgw_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    group_flush(g);
+    pthread_mutex_unlock(&g->lock);
 }
 
 WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t topic_id,
@@ -726,6 +772,7 @@ WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t top
 {
     pthread_mutex_lock(&g->lock);
     int rc = group_take(g, leg, topic_id, name, name_len, id, payload, len, ts_ns);
+    group_flush(g);
     pthread_mutex_unlock(&g->lock);
     return rc;
 }
@@ -742,6 +789,7 @@ WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t 
         g->st.leg_live[leg] = live != 0;
         rc = wsgw_arb_set_live(g->arb, leg, live, now_ns);
         group_emit(g, rc);
+        group_flush(g);
     }
     pthread_mutex_unlock(&g->lock);
     return rc < 0 ? rc : 0;
@@ -754,6 +802,7 @@ WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns)
     if (!g->closed) {
         rc = wsgw_arb_expire(g->arb, now_ns);
         group_emit(g, rc);
+        group_flush(g);
     }
     pthread_mutex_unlock(&g->lock);
     return rc < 0 ? rc : 0;
@@ -830,6 +879,6 @@ WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg)
 static int group_frame(struct wsgw_group *g, uint32_t leg, const struct topic_slot *slot,
                        const uint8_t *payload, uint32_t len, uint64_t rx_rt)
 {
-    return wsgw_group_offer(g, leg, slot->topic_id, (const char *)slot->name, slot->len, payload,
-                            len, (int64_t)rx_rt);
+    return group_offer(g, leg, slot->topic_id, (const char *)slot->name, slot->len, payload, len,
+                       (int64_t)rx_rt, 0);
 }

@@ -62,6 +62,7 @@ class GroupSpec:
     legs: tuple[int, ...]
     dialect: str
     hold_ms: int = DEFAULT_HOLD_MS
+    path: str = "auto"  # "auto": in C where it can be (GroupRouter), "python": the reference
 
 
 @dataclass
@@ -389,7 +390,12 @@ class GroupRouter:
         return group
 
     def _new_group(self, spec: GroupSpec, floors: dict[str, int] | None) -> AnyGroup:
-        if self._c_path and has_c_identity(spec.dialect) and c_group_sink(self._sink):
+        if (
+            self._c_path
+            and spec.path != "python"
+            and has_c_identity(spec.dialect)
+            and c_group_sink(self._sink)
+        ):
             return CFeedGroup(
                 spec,
                 self._sink,
