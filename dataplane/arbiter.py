@@ -440,6 +440,7 @@ class CGroup(Closing):
             "ring_errors": int(raw.ring_errors),
             "offers": int(raw.offers),
             "offer_ns": int(raw.offer_ns),
+            "python_offers": int(raw.python_offers),
             "leg_messages": [int(raw.leg_messages[i]) for i in legs],
             "leg_newest": [int(raw.leg_newest[i]) if raw.leg_messages[i] else None for i in legs],
             "leg_live": [bool(raw.leg_live[i]) for i in legs],

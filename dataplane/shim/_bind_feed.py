@@ -62,7 +62,7 @@ class GroupConf(ctypes.Structure):
 
 GROUP_STAT_FIELDS = (
     "delivered", "gaps", "lost", "below_floor", "not_told", "ring_errors", "expired",
-    "offer_ns", "offers",
+    "offer_ns", "offers", "python_offers",
 )  # fmt: skip
 
 

@@ -744,8 +744,12 @@ static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const cha
         g->st.not_told++;
     if (flush || rc <= 0)
         group_flush(g);
-    g->st.offers++;
-    g->st.offer_ns += mono_ns() - start;
+    if (flush) {
+        g->st.python_offers++;
+    } else {
+        g->st.offers++;
+        g->st.offer_ns += mono_ns() - start;
+    }
     pthread_mutex_unlock(&g->lock);
     return rc;
 }

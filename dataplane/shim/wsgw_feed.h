@@ -132,8 +132,9 @@ struct wsgw_group_stats {
     uint64_t not_told;      /* frames C could not identify (Python's) */
     uint64_t ring_errors;   /* records the ring refused (lost, counted) */
     uint64_t expired;       /* holes expired by the deadline check */
-    uint64_t offer_ns;      /* time spent in offers (identity + arbiter + ring), summed */
-    uint64_t offers;        /* frames offered */
+    uint64_t offer_ns;      /* time in the engine's offers (identity + arbiter + staging) */
+    uint64_t offers;        /* frames the engine's C feeds offered */
+    uint64_t python_offers; /* frames Python offered (read loops: kernel legs, ...) */
     uint64_t leg_messages[WSGW_ARB_MAX_LEGS]; /* arrivals with an identity, per leg */
     int64_t leg_newest[WSGW_ARB_MAX_LEGS];    /* the id of each leg's newest arrival */
     uint64_t leg_live[WSGW_ARB_MAX_LEGS];

@@ -199,7 +199,10 @@ class CFeedGroup:
             "below_floor": stats["below_floor"],
             "duplicates": int(totals.duplicates),
             "held": int(totals.held),
+            # on the engine's path: C identity + arbiter + staging, per frame (mean)
             "arbitration_ns_per_message": stats["offer_ns"] / offers if offers else None,
+            "engine_offers": offers,
+            "python_offers": stats["python_offers"],
             "legs": legs,
         }
 
