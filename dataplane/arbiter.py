@@ -396,6 +396,19 @@ class CGroup(Closing):
         """A frame of `leg` the read loop carries: True when C identified and took it."""
         return self._binding.offer(leg, topic_id, topic.encode(), raw, ts_ns) > 0
 
+    def offer_staged(self, leg: int, topic_id: int, topic: str, raw: bytes, ts_ns: int) -> bool:
+        """As the engine's feed offers (timed in C): winners wait for `flush`."""
+        return self._binding.offer_staged(leg, topic_id, topic.encode(), raw, ts_ns) > 0
+
+    def flush(self) -> None:
+        self._binding.flush()
+
+    def cost_p50(self) -> int | None:
+        """Median ns of an engine offer (C identity, lock, arbiter, staging), of the latest
+        timed ones; None before any. The median: a preempted sample says nothing of C."""
+        samples = sorted(self._binding.cost_samples())
+        return samples[len(samples) // 2] if samples else None
+
     def offer_identity(
         self,
         leg: int,

@@ -62,7 +62,7 @@ class GroupConf(ctypes.Structure):
 
 GROUP_STAT_FIELDS = (
     "delivered", "gaps", "lost", "below_floor", "not_told", "ring_errors", "expired",
-    "offer_ns", "offers", "python_offers",
+    "offer_ns", "offers", "cost_samples", "python_offers",
 )  # fmt: skip
 
 
@@ -101,6 +101,13 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
          ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64],
     ),
+    "wsgw_group_offer_staged": (
+        ctypes.c_int,
+        [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
+         ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64],
+    ),
+    "wsgw_group_flush": (None, [_vp]),
+    "wsgw_group_cost_samples": (ctypes.c_uint32, [_vp, _u64p, ctypes.c_uint32]),
     "wsgw_group_offer_identity": (
         ctypes.c_int,
         [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
@@ -225,6 +232,7 @@ class GroupBinding:
         self.handle = int(handle.value or 0)
         self._offer = lib.wsgw_group_offer
         self._offer_identity = lib.wsgw_group_offer_identity
+        self._offer_staged = lib.wsgw_group_offer_staged
         self._stats = GroupStats()
         self._i64 = ctypes.c_int64()
 
@@ -244,6 +252,26 @@ class GroupBinding:
         if not self.handle:
             return 0
         return int(self._offer(self.handle, leg, topic_id, name, len(name), raw, len(raw), ts_ns))
+
+    def offer_staged(self, leg: int, topic_id: int, name: bytes, raw: bytes, ts_ns: int) -> int:
+        """As offer, as the engine offers: winners wait for `flush`."""
+        if not self.handle:
+            return 0
+        return int(
+            self._offer_staged(self.handle, leg, topic_id, name, len(name), raw, len(raw), ts_ns)
+        )
+
+    def flush(self) -> None:
+        if self.handle:
+            self._lib.wsgw_group_flush(self.handle)
+
+    def cost_samples(self) -> list[int]:
+        """ns of the latest timed engine offers (one in 16 is timed)."""
+        if not self.handle:
+            return []
+        out = (ctypes.c_uint64 * 1024)()
+        n = int(self._lib.wsgw_group_cost_samples(self.handle, out, 1024))
+        return list(out[:n])
 
     def offer_identity(
         self, leg: int, topic_id: int, name: bytes, ident: IdentityStruct, raw: bytes, ts_ns: int

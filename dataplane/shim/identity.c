@@ -7,8 +7,8 @@
 #include "wsgw_topic.h"
 
 enum {
-    SPEC_BINANCE,       /* stream, data.e, data.t, data.U */
-    SPEC_BINANCE_U,     /* data.u */
+    SPEC_BINANCE,       /* stream, data.e, data.t */
+    SPEC_BINANCE_U,     /* data.U, data.u */
     SPEC_BINANCE_A,     /* data.a */
     SPEC_BYBIT,         /* topic, type, data.u */
     SPEC_OKX,           /* arg.channel, arg.instId, data[0].seqId, data[0].prevSeqId */
@@ -43,14 +43,12 @@ static void add_path(struct wsgw_topic_spec *s, const char *text)
 
 static void build_specs(void)
 {
-    /* Strict: each frame is scanned to its end, so a frame that is broken after the fields
-     * is not taken for data (Python's decoder refuses it too). */
-    for (int i = 0; i < N_SPECS; i++)
-        specs[i].flags = WSGW_TOPIC_STRICT;
+    /* Not strict: a scan stops once it found every path (a trade's `t` comes early), as
+     * the feed's topic scan does; what follows is not checked (module doc). */
     add_path(&specs[SPEC_BINANCE], "stream");
     add_path(&specs[SPEC_BINANCE], "data.e");
     add_path(&specs[SPEC_BINANCE], "data.t");
-    add_path(&specs[SPEC_BINANCE], "data.U");
+    add_path(&specs[SPEC_BINANCE_U], "data.U");
     add_path(&specs[SPEC_BINANCE_U], "data.u");
     add_path(&specs[SPEC_BINANCE_A], "data.a");
     add_path(&specs[SPEC_BYBIT], "topic");
@@ -153,8 +151,8 @@ static int binance(const uint8_t *msg, uint32_t len, struct wsgw_identity *out)
         return 0;
     }
     if (string_is(msg, &sp[1], "depthUpdate")) {
-        if (int_of(msg, &sp[3], &w) && w != -INT64_MAX && scan(SPEC_BINANCE_U, msg, len, more) &&
-            int_of(msg, &more[0], &v))
+        if (scan(SPEC_BINANCE_U, msg, len, more) && int_of(msg, &more[0], &w) &&
+            w != -INT64_MAX && int_of(msg, &more[1], &v))
             return found(out, WSGW_ID_SEQUENCE, v, w - 1);
         return 0;
     }

@@ -132,8 +132,9 @@ struct wsgw_group_stats {
     uint64_t not_told;      /* frames C could not identify (Python's) */
     uint64_t ring_errors;   /* records the ring refused (lost, counted) */
     uint64_t expired;       /* holes expired by the deadline check */
-    uint64_t offer_ns;      /* time in the engine's offers (identity + arbiter + staging) */
+    uint64_t offer_ns;      /* time in the timed engine offers (identity, arbiter, staging) */
     uint64_t offers;        /* frames the engine's C feeds offered */
+    uint64_t cost_samples;  /* engine offers timed (one in 16; wsgw_group_cost_samples) */
     uint64_t python_offers; /* frames Python offered (read loops: kernel legs, ...) */
     uint64_t leg_messages[WSGW_ARB_MAX_LEGS]; /* arrivals with an identity, per leg */
     int64_t leg_newest[WSGW_ARB_MAX_LEGS];    /* the id of each leg's newest arrival */
@@ -153,6 +154,12 @@ WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, in
 WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
                               uint32_t name_len, const uint8_t *payload, uint32_t len,
                               int64_t ts_ns);
+/* As wsgw_group_offer, as the engine offers (timed in offer_ns): the winners are staged until
+ * wsgw_group_flush (a C caller's burst; benchmarks). */
+WSGW_API int wsgw_group_offer_staged(wsgw_group *g, uint32_t leg, uint32_t topic_id,
+                                     const char *name, uint32_t name_len, const uint8_t *payload,
+                                     uint32_t len, int64_t ts_ns);
+WSGW_API void wsgw_group_flush(wsgw_group *g);
 /* The same with an identity Python found: 1 taken, 0 refused (closed, keys full), -errno. */
 WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t topic_id,
                                        const char *name, uint32_t name_len,
@@ -162,6 +169,8 @@ WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t 
 WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns);
 WSGW_API int wsgw_group_deadline(wsgw_group *g, int64_t *at);
 WSGW_API void wsgw_group_stats(wsgw_group *g, struct wsgw_group_stats *out);
+/* The latest timed engine offers' costs (ns), up to cap (at most 1024). Returns how many. */
+WSGW_API uint32_t wsgw_group_cost_samples(wsgw_group *g, uint64_t *out, uint32_t cap);
 WSGW_API int wsgw_group_leg_stats(wsgw_group *g, uint32_t leg, struct wsgw_arb_leg_stats *out);
 WSGW_API int wsgw_group_lag_percentile(wsgw_group *g, uint32_t leg, double q, int64_t *ns);
 WSGW_API void wsgw_group_totals(wsgw_group *g, struct wsgw_arb_totals *out);

@@ -14,8 +14,10 @@
  * endpoint, Kraken, Bitstamp, the generic dialect's hash, a string with an escape, a number
  * that is not a plain int64) gives 0: C does not tell, and the caller hands the frame to
  * Python, whose identity decides. So a 1 from C is always Python's answer; a 0 never is a
- * different one. One known divergence, on frames no exchange sends: an OKX frame with both
- * an `event` and a data array (C does not look for `event`). */
+ * different one. Known divergences, on frames no exchange sends: an OKX frame with both an
+ * `event` and a data array (C does not look for `event`); a frame that is broken or
+ * mistyped after the fields C reads (the scan stops once it has them, as the feed's topic
+ * scan does; Python's decoder reads, and refuses, the whole frame). */
 #ifndef WSGW_IDENTITY_H
 #define WSGW_IDENTITY_H
 

@@ -199,8 +199,9 @@ class CFeedGroup:
             "below_floor": stats["below_floor"],
             "duplicates": int(totals.duplicates),
             "held": int(totals.held),
-            # on the engine's path: C identity + arbiter + staging, per frame (mean)
-            "arbitration_ns_per_message": stats["offer_ns"] / offers if offers else None,
+            # on the engine's path: C identity + lock + arbiter + staging of one frame (the
+            # median of the timed ones; a message costs two frames: its copies on two legs)
+            "arbitration_ns_per_frame": group.cost_p50(),
             "engine_offers": offers,
             "python_offers": stats["python_offers"],
             "legs": legs,

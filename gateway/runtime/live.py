@@ -474,9 +474,9 @@ class LiveRuntime:
                 ("duplicates", "Copies dropped: a leg brought a message another leg won"),
             ):
                 out.append(Metric(f"group_{name}", "counter", float(figures[name]), text, labels))
-            cost = figures.get("arbitration_ns_per_message")
+            cost = figures.get("arbitration_ns_per_frame")
             if cost is not None:  # a group arbitrated in C on the engine's path
-                text = "Mean cost of a frame on the engine's path (C identity, arbiter, staging)"
+                text = "Median cost of a frame on the engine's path (C identity, arbiter, staging)"
                 out.append(Metric("group_arbitration_seconds", "gauge", cost / 1e9, text, labels))
             for leg in figures["legs"]:
                 leg_labels = {"group": str(group_id), "session": str(leg["session_id"])}
