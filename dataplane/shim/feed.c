@@ -37,11 +37,13 @@ struct wsgw_feed {
     uint8_t *scratch; /* a frame that wraps around the flow's ring, made contiguous */
     struct wsgw_group *group; /* a feed group's leg: frames go through its arbiter */
     uint32_t leg;
+    int group_gone; /* its group closed (replaced): Python carries this connection now */
 };
 
 static int group_frame(struct wsgw_group *g, uint32_t leg, const struct topic_slot *slot,
                        const uint8_t *payload, uint32_t len, uint64_t rx_rt);
 static void group_burst_done(struct wsgw_group *g);
+static int group_closed(struct wsgw_group *g);
 
 static inline uint32_t hash_bytes(const uint8_t *p, uint32_t n)
 {
@@ -241,6 +243,10 @@ void wsgw_feed_requests(wsgw_feed *f, const struct wsgw_flow *flow)
     uint32_t seq = atomic_load_explicit(&f->arm_seq, memory_order_relaxed);
     if (f->armed)
         return;
+    if (f->group_gone) { /* no arbiter to write through: every frame is Python's */
+        f->st.arms_refused++;
+        return;
+    }
     if (seq == unread_seq(flow)) {
         set_armed(f, 1);
         f->st.arms++;
@@ -376,8 +382,13 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
             p.rx_rt = realtime_ns() - age;
         }
         if (f->group) { /* a group's leg: through the arbiter, written (or dropped) there */
-            if (group_frame(f->group, f->leg, slot, payload, len, p.rx_rt) <= 0)
-                goto stop; /* C cannot tell this one: Python offers it to the group */
+            if (group_frame(f->group, f->leg, slot, payload, len, p.rx_rt) <= 0) {
+                /* C cannot tell this one: Python offers it to the group. A closed group
+                 * (replaced by a new form) takes nothing more: Python's until a reconnect
+                 * joins the feed of the new connection to the new group. */
+                f->group_gone = group_closed(f->group);
+                goto stop;
+            }
             f->counts[slot->index]++;
             f->st.messages++;
             f->st.bytes += len;
@@ -787,6 +798,14 @@ WSGW_API void wsgw_group_flush(wsgw_group *g)
     pthread_mutex_lock(&g->lock);
     group_flush(g);
     pthread_mutex_unlock(&g->lock);
+}
+
+static int group_closed(struct wsgw_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int closed = g->closed;
+    pthread_mutex_unlock(&g->lock);
+    return closed;
 }
 
 /* The feed's burst ended: what it staged goes to the ring. */
