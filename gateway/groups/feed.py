@@ -349,7 +349,9 @@ class GroupRouter:
 
     # What a session asks its sink for the C feed path (UpstreamSession._attach_feed): the
     # hub's ring and topic ids. A session that is no leg writes its messages there in C,
-    # past this router, as it would with the hub as its sink; legs never take that path.
+    # past this router, as it would with the hub as its sink. A leg of a group arbitrated
+    # in C takes that path too, through its group (feed_group; its topics are the group's);
+    # legs of groups on the Python path never do.
     @property
     def ring(self) -> object:
         return getattr(self._sink, "ring", None)
