@@ -23,7 +23,7 @@ from tests.unit.groups.test_feed_group import TOPIC, batch, trade
 A, B = 11, 12
 GROUP_ID = 3
 HUB_ID = group_hub_id(GROUP_ID)
-FAR = 10**19  # an expire time past every hole's deadline
+FAR = 2**62  # an expire time past every hole's deadline (an int64)
 
 
 class Side:
