@@ -5,7 +5,8 @@ One process: the lab (veth + namespace), the simulator in the namespace (Binance
 topic, its feed group `g` serving identical bytes to every leg), a LiveRuntime with a DPDK
 engine writing the ring, and a consumer thread reading the ring. Contenders, alternated by
 round: `single` (one session), `group-c` (2 DPDK legs, C arbitration on the engine's path),
-`group-py` (the same on the Python path, GroupSpec.path="python"). Per contender and round,
+`group-py` (the same on the Python path, GroupSpec.path="python"); or with `--together` a
+single session and a C group at once, the same messages in the same window. Per contender and round,
 after a warm-up, a window: messages/s the consumer read, lost and duplicated (by the
 simulator's sim_seq), latency p50/p99 from the simulator's send stamp (sim_ts) to the
 consumer's receipt, and for the groups the per-leg won/late/lag and the engine's mean
@@ -91,55 +92,84 @@ def wait(predicate: Any, timeout: float = 30.0) -> None:
 
 
 def measure(
-    runtime: LiveRuntime, ring: RingWriter, lab: Lab, kind: str, sid: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    legs = [sid] if kind == "single" else [sid, sid + 1]
-    group_id = sid
-    hub_id = sid if kind == "single" else group_hub_id(group_id)
-    if kind != "single":
-        path = "python" if kind == "group-py" else "auto"
-        runtime.set_group(GroupSpec(group_id, kind, tuple(legs), "binance", path=path))
-    consumer = Consumer(ring, hub_id)
-    consumer.start()
-    for i, leg in enumerate(legs):
-        url = with_group(f"ws://{lab.peer_ip}:{SIM_PORT}/binance/stream", "g", f"L{i}")
-        runtime.subscribe(leg, [TOPIC])
-        runtime.start_session(SessionSpec(leg, f"{kind}-{i}", url, "binance", "dpdk", 1))
+    runtime: LiveRuntime,
+    ring: RingWriter,
+    lab: Lab,
+    kinds: list[str],
+    sid: int,
+    args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """The contenders `kinds` at once (each its own connections to the simulator's group:
+    the same stream), measured over the same window."""
+    plan: list[tuple[str, list[int], int]] = []  # kind, its sessions, its hub id
+    legs_used = 0
+    for k, kind in enumerate(kinds):
+        base = sid + 10 * k
+        legs = [base] if kind == "single" else [base, base + 1]
+        hub_id = base if kind == "single" else group_hub_id(base)
+        if kind != "single":
+            path = "python" if kind == "group-py" else "auto"
+            runtime.set_group(GroupSpec(base, kind, tuple(legs), "binance", path=path))
+        plan.append((kind, legs, hub_id))
+    consumers = [Consumer(ring, hub_id) for _, _, hub_id in plan]
+    for consumer in consumers:
+        consumer.start()
+    for kind, legs, _ in plan:
+        for i, leg in enumerate(legs):
+            name = f"L{legs_used}"
+            legs_used += 1
+            url = with_group(f"ws://{lab.peer_ip}:{SIM_PORT}/binance/stream", "g", name)
+            runtime.subscribe(leg, [TOPIC])
+            runtime.start_session(SessionSpec(leg, f"{kind}-{i}", url, "binance", "dpdk", 1))
     try:
-        for leg in legs:
-            wait(lambda leg=leg: runtime.session_status(leg).state is SessionState.CONNECTED)
+        for _, legs, _ in plan:
+            for leg in legs:
+                wait(lambda leg=leg: runtime.session_status(leg).state is SessionState.CONNECTED)
         time.sleep(args.warmup)
-        consumer.measuring = True
+        for consumer in consumers:
+            consumer.measuring = True
         start = time.monotonic()
         time.sleep(args.window)
-        consumer.measuring = False
+        for consumer in consumers:
+            consumer.measuring = False
         elapsed = time.monotonic() - start
-        result: dict[str, Any] = {
-            "contender": kind,
-            "msg_s": round(consumer.count / elapsed),
-            "lost": consumer.lost,
-            "dups": consumer.dups,
-        }
-        if consumer.latency:
-            ordered = sorted(consumer.latency)
-            result["p50_us"] = round(ordered[len(ordered) // 2] / 1e3, 1)
-            result["p99_us"] = round(ordered[int(len(ordered) * 0.99)] / 1e3, 1)
-            result["mean_us"] = round(statistics.fmean(ordered) / 1e3, 1)
-        if kind != "single":
-            figures = runtime.group_figures(group_id) or {}
-            cost = figures.get("arbitration_ns_per_frame")
-            result["arb_ns"] = round(cost) if cost else None
-            result["legs"] = [
-                (leg["won"], leg["late"], leg["lag_p50_ns"], leg["lag_p99_ns"])
-                for leg in figures.get("legs", [])
-            ]
-        return result
+        return [
+            result(runtime, kind, legs, consumer, elapsed)
+            for (kind, legs, _), consumer in zip(plan, consumers, strict=True)
+        ]
     finally:
-        consumer.stop()
-        for leg in legs:
-            runtime.remove_session(leg)
-        if kind != "single":
-            runtime.remove_group(group_id)
+        for consumer in consumers:
+            consumer.stop()
+        for kind, legs, _ in plan:
+            for leg in legs:
+                runtime.remove_session(leg)
+            if kind != "single":
+                runtime.remove_group(legs[0])
+
+
+def result(
+    runtime: LiveRuntime, kind: str, legs: list[int], consumer: Consumer, elapsed: float
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "contender": kind,
+        "msg_s": round(consumer.count / elapsed),
+        "lost": consumer.lost,
+        "dups": consumer.dups,
+    }
+    if consumer.latency:
+        ordered = sorted(consumer.latency)
+        out["p50_us"] = round(ordered[len(ordered) // 2] / 1e3, 1)
+        out["p99_us"] = round(ordered[int(len(ordered) * 0.99)] / 1e3, 1)
+        out["mean_us"] = round(statistics.fmean(ordered) / 1e3, 1)
+    if kind != "single":
+        figures = runtime.group_figures(legs[0]) or {}
+        cost = figures.get("arbitration_ns_per_frame")
+        out["arb_ns_frame"] = round(cost) if cost else None
+        out["legs_won_late_lag50_lag99"] = [
+            (leg["won"], leg["late"], leg["lag_p50_ns"], leg["lag_p99_ns"])
+            for leg in figures.get("legs", [])
+        ]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -148,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--window", type=float, default=6.0)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="a single session and a C group at once, on the same stream and window "
+        "(latency side by side under the same load), instead of alternated",
+    )
     args = parser.parse_args(argv)
     lab = Lab(f"gcb{os.getpid() % 10000}")
     lab.down()
@@ -166,9 +202,14 @@ def main(argv: list[str] | None = None) -> None:
         sid = 100
         print(f"rate {args.rate:.0f} msg/s, load {os.getloadavg()[0]:.1f}")
         for _ in range(args.rounds):
+            if args.together:
+                for line in measure(runtime, ring, lab, ["single", "group-c"], sid, args):
+                    print(line, flush=True)
+                sid += 100
+                continue
             for kind in ("single", "group-c", "group-py"):
-                print(measure(runtime, ring, lab, kind, sid, args), flush=True)
-                sid += 10
+                print(measure(runtime, ring, lab, [kind], sid, args)[0], flush=True)
+                sid += 100
     finally:
         if runtime is not None:
             runtime.close()
