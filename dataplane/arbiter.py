@@ -24,8 +24,20 @@ from dataplane.shim import ARB_LAG_SAMPLES as LAG_SAMPLES
 from dataplane.shim import ARB_MAX_LEGS as MAX_LEGS
 from dataplane.shim import ARB_NO_MISSING as NO_MISSING
 from dataplane.shim import ARB_NO_PREV as NO_PREV
-from dataplane.shim import ARB_OUT_FORMAT, ArbLegStats, ArbOut, ArbTotals
+from dataplane.shim import (
+    ARB_OUT_FORMAT,
+    ArbLegStats,
+    ArbOut,
+    ArbTotals,
+    GroupBinding,
+    GroupConf,
+    IdentityStruct,
+    identity_dialect_code,
+)
+from dataplane.shim import IDENTITY_NO_PREV as _ID_NO_PREV
+from dataplane.shim import IDENTITY_SEQUENCE as _ID_SEQUENCE
 from dataplane.shim import arbiter_library as lib
+from dataplane.shim import identity_scan as _identity_scan
 
 #: As the reference's defaults (gateway.groups.arbiter).
 DEFAULT_HOLD_NS = 20_000_000
@@ -43,6 +55,9 @@ __all__ = [
     "MAX_LEGS",
     "Arrival",
     "CArbiter",
+    "CGroup",
+    "CIdentity",
+    "CIdentityResult",
     "Delivered",
     "LegStats",
     "Lost",
@@ -286,3 +301,173 @@ class CArbiter(Closing):
     def held(self) -> int:
         """Messages held now, every topic."""
         return int(self.totals().held)
+
+
+# ---- message identity and feed groups in C (wsgw_identity.h, wsgw_feed.h) ---------------
+class CIdentityResult(NamedTuple):
+    """What C tells of a frame: gateway.dialects.identity.Identity's fields (kind "seq" or
+    "id"; prev None where the exchange links nothing)."""
+
+    topic: str
+    id: int
+    kind: str
+    prev: int | None
+
+
+class CIdentity:
+    """The C identity of one dialect: `ident(raw)` is a CIdentityResult, or None where C
+    does not tell (the Python identity decides). For tests and measurements: the engine's
+    path calls it from C."""
+
+    def __init__(self, dialect: str) -> None:
+        self.code = identity_dialect_code(dialect)
+        if not self.code:
+            raise ValueError(f"no C identity for the {dialect!r} dialect")
+        self._out = IdentityStruct()
+
+    def __call__(self, raw: bytes) -> CIdentityResult | None:
+        out = self._out
+        if not _identity_scan(self.code, raw, out):
+            return None
+        prev = None if out.prev == _ID_NO_PREV else int(out.prev)
+        kind = "seq" if out.kind == _ID_SEQUENCE else "id"
+        return CIdentityResult(out.topic[: out.topic_len].decode(), int(out.this_id), kind, prev)
+
+
+def has_c_identity(dialect: str) -> bool:
+    """Whether C tells the identity of some of this dialect's frames."""
+    return identity_dialect_code(dialect) != 0
+
+
+class CGroup(Closing):
+    """A feed group's arbiter in C, shared by its legs' C feeds (CFeed.join_group) and by
+    Python's offers of the frames the read loops carry: winners and gaps are written to the
+    ring by C under the group's hub session id (dataplane/shim/wsgw_feed.h)."""
+
+    def __init__(
+        self,
+        ring_handle: int,
+        *,
+        hub_id: int,
+        gap_topic_id: int,
+        dialect: str,
+        legs: int,
+        hold_ns: int = DEFAULT_HOLD_NS,
+        max_held: int = DEFAULT_MAX_HELD,
+        max_keys: int = DEFAULT_MAX_TOPICS,
+        arena_bytes: int = DEFAULT_ARENA_BYTES,
+        epoch: str = "",
+    ) -> None:
+        if not 1 <= legs <= MAX_LEGS:
+            raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
+        conf = GroupConf(
+            ring=ring_handle,
+            hub_id=hub_id,
+            gap_topic_id=gap_topic_id,
+            dialect=identity_dialect_code(dialect),
+            legs=legs,
+            hold_ns=hold_ns,
+            max_held=max_held,
+            max_keys=max_keys,
+            arena_bytes=arena_bytes,
+            epoch=epoch.encode()[:23],
+        )
+        self.legs = legs
+        self.max_keys = max_keys
+        self._binding = GroupBinding(conf)
+        self._ident = IdentityStruct()
+
+    @property
+    def handle(self) -> int:
+        return self._binding.handle
+
+    def refuse(self) -> None:
+        """Refuse further frames (a joined feed's go to Python, which has a new group)."""
+        self._binding.close()
+
+    def close(self) -> None:
+        """Refuse further frames and drop this reference (joined feeds hold theirs)."""
+        self._binding.release()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def offer(self, leg: int, topic_id: int, topic: str, raw: bytes, ts_ns: int) -> bool:
+        """A frame of `leg` the read loop carries: True when C identified and took it."""
+        return self._binding.offer(leg, topic_id, topic.encode(), raw, ts_ns) > 0
+
+    def offer_staged(self, leg: int, topic_id: int, topic: str, raw: bytes, ts_ns: int) -> bool:
+        """As the engine's feed offers (timed in C): winners wait for `flush`."""
+        return self._binding.offer_staged(leg, topic_id, topic.encode(), raw, ts_ns) > 0
+
+    def flush(self) -> None:
+        self._binding.flush()
+
+    def cost_p50(self) -> int | None:
+        """Median ns of an engine offer (C identity, lock, arbiter, staging), of the latest
+        timed ones; None before any. The median: a preempted sample says nothing of C."""
+        samples = sorted(self._binding.cost_samples())
+        return samples[len(samples) // 2] if samples else None
+
+    def offer_identity(
+        self,
+        leg: int,
+        topic_id: int,
+        topic: str,
+        identity: tuple[str, int, int | None],
+        raw: bytes,
+        ts_ns: int,
+    ) -> bool:
+        """A frame whose identity (topic, id, prev) Python found: True when taken."""
+        ident = self._ident
+        name = identity[0].encode()[:128]
+        ident.topic = name
+        ident.topic_len = len(name)
+        ident.this_id = identity[1]
+        ident.prev = _ID_NO_PREV if identity[2] is None else identity[2]
+        ident.kind = _ID_SEQUENCE
+        return self._binding.offer_identity(leg, topic_id, topic.encode(), ident, raw, ts_ns) > 0
+
+    def floor(self, identity_topic: str, last: int) -> None:
+        self._binding.floor(identity_topic.encode(), last)
+
+    def set_live(self, leg: int, live: bool, now_ns: int) -> None:
+        self._binding.set_live(leg, live, now_ns)
+
+    def expire(self, now_ns: int) -> None:
+        self._binding.expire(now_ns)
+
+    @property
+    def deadline(self) -> int | None:
+        return self._binding.deadline()
+
+    def stats(self) -> dict[str, Any]:
+        raw = self._binding.stats()
+        legs = range(self.legs)
+        return {
+            "delivered": int(raw.delivered),
+            "gaps": int(raw.gaps),
+            "lost": int(raw.lost),
+            "below_floor": int(raw.below_floor),
+            "not_told": int(raw.not_told),
+            "ring_errors": int(raw.ring_errors),
+            "offers": int(raw.offers),
+            "offer_ns": int(raw.offer_ns),
+            "python_offers": int(raw.python_offers),
+            "leg_messages": [int(raw.leg_messages[i]) for i in legs],
+            "leg_newest": [int(raw.leg_newest[i]) if raw.leg_messages[i] else None for i in legs],
+            "leg_live": [bool(raw.leg_live[i]) for i in legs],
+        }
+
+    def leg_stats(self, leg: int) -> LegStats:
+        raw = self._binding.leg_stats(leg)
+        return LegStats(won=int(raw.won), late=int(raw.late))
+
+    def lag_percentile(self, leg: int, q: float) -> int | None:
+        return self._binding.lag_percentile(leg, q)
+
+    def totals(self) -> ArbTotals:
+        return self._binding.totals()
+
+    def last_delivered(self) -> dict[str, int]:
+        return self._binding.last(self.max_keys)

@@ -88,6 +88,11 @@ class CFeed:
     def disarm(self) -> None:
         self._binding.disarm()
 
+    def join_group(self, group_handle: int, leg: int) -> None:
+        """Before the feed is attached: its data frames go through the feed group's arbiter
+        as `leg` (dataplane.arbiter.CGroup), which writes the winners to the ring."""
+        self._binding.join_group(group_handle, leg)
+
     # ---- any thread ---------------------------------------------------------------------
     def arm(self, seq: int) -> None:
         """Python has processed every byte before TCP sequence number seq (see the header)."""

@@ -24,7 +24,21 @@ from dataplane.shim._bind_engine import (
 )
 from dataplane.shim._bind_feed import MAX_TOPICS as FEED_MAX_TOPICS
 from dataplane.shim._bind_feed import TOPIC_MAX as FEED_TOPIC_MAX
-from dataplane.shim._bind_feed import FeedBinding, FeedError, flow_set_feed
+from dataplane.shim._bind_feed import (
+    FeedBinding,
+    FeedError,
+    GroupBinding,
+    GroupConf,
+    GroupStats,
+    flow_set_feed,
+)
+from dataplane.shim._bind_identity import DIALECTS as IDENTITY_DIALECTS
+from dataplane.shim._bind_identity import ID as IDENTITY_ID
+from dataplane.shim._bind_identity import NO_PREV as IDENTITY_NO_PREV
+from dataplane.shim._bind_identity import SEQUENCE as IDENTITY_SEQUENCE
+from dataplane.shim._bind_identity import IdentityStruct
+from dataplane.shim._bind_identity import dialect_code as identity_dialect_code
+from dataplane.shim._bind_identity import scan as identity_scan
 from dataplane.shim._bind_ring import F_REPLACE as RING_F_REPLACE
 from dataplane.shim._bind_ring import F_START_OLDEST as RING_F_START_OLDEST
 from dataplane.shim._bind_ring import INFO_CLOSED as RING_INFO_CLOSED
@@ -124,6 +138,10 @@ __all__ = [
     "ARB_OUT_FORMAT",
     "FEED_MAX_TOPICS",
     "FEED_TOPIC_MAX",
+    "IDENTITY_DIALECTS",
+    "IDENTITY_ID",
+    "IDENTITY_NO_PREV",
+    "IDENTITY_SEQUENCE",
     "JSON_ABSENT",
     "JSON_ARRAY",
     "JSON_FALSE",
@@ -170,6 +188,10 @@ __all__ = [
     "FeedBinding",
     "FeedError",
     "FlowStruct",
+    "GroupBinding",
+    "GroupConf",
+    "GroupStats",
+    "IdentityStruct",
     "RingReadBuffers",
     "RingWriteFn",
     "Shim",
@@ -187,6 +209,8 @@ __all__ = [
     "build_topic_spec",
     "flow_set_feed",
     "flow_template",
+    "identity_dialect_code",
+    "identity_scan",
     "library",
     "load",
     "ring_attach",

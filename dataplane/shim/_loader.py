@@ -48,6 +48,7 @@ BINDINGS = (
     "_bind_core",
     "_bind_engine",
     "_bind_feed",
+    "_bind_identity",
     "_bind_ring",
     "_bind_ringnotify",
     "_bind_topic",

@@ -1,6 +1,8 @@
 /* The C feed path: flow bytes -> message ring records in the engine's poll (wsgw_feed.h). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,7 +35,15 @@ struct wsgw_feed {
     uint64_t samples[WSGW_FEED_SAMPLES];
     struct topic_slot table[TABLE_SLOTS];
     uint8_t *scratch; /* a frame that wraps around the flow's ring, made contiguous */
+    struct wsgw_group *group; /* a feed group's leg: frames go through its arbiter */
+    uint32_t leg;
+    int group_gone; /* its group closed (replaced): Python carries this connection now */
 };
+
+static int group_frame(struct wsgw_group *g, uint32_t leg, const struct topic_slot *slot,
+                       const uint8_t *payload, uint32_t len, uint64_t rx_rt);
+static void group_burst_done(struct wsgw_group *g);
+static int group_closed(struct wsgw_group *g);
 
 static inline uint32_t hash_bytes(const uint8_t *p, uint32_t n)
 {
@@ -89,6 +99,8 @@ WSGW_API void wsgw_feed_destroy(wsgw_feed *f)
     if (!f)
         return;
     wsgw_ring_writer_release(f->conf.ring);
+    if (f->group)
+        wsgw_group_release(f->group);
     free(f->scratch);
     free(f);
 }
@@ -231,6 +243,10 @@ void wsgw_feed_requests(wsgw_feed *f, const struct wsgw_flow *flow)
     uint32_t seq = atomic_load_explicit(&f->arm_seq, memory_order_relaxed);
     if (f->armed)
         return;
+    if (f->group_gone) { /* no arbiter to write through: every frame is Python's */
+        f->st.arms_refused++;
+        return;
+    }
     if (seq == unread_seq(flow)) {
         set_armed(f, 1);
         f->st.arms++;
@@ -365,6 +381,22 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
             uint64_t age = now_mono_ns > rx_mono_ns ? now_mono_ns - rx_mono_ns : 0;
             p.rx_rt = realtime_ns() - age;
         }
+        if (f->group) { /* a group's leg: through the arbiter, written (or dropped) there */
+            if (group_frame(f->group, f->leg, slot, payload, len, p.rx_rt) <= 0) {
+                /* C cannot tell this one: Python offers it to the group. A closed group
+                 * (replaced by a new form) takes nothing more: Python's until a reconnect
+                 * joins the feed of the new connection to the new group. */
+                f->group_gone = group_closed(f->group);
+                goto stop;
+            }
+            f->counts[slot->index]++;
+            f->st.messages++;
+            f->st.bytes += len;
+            f->st.last_message_ns = p.rx_rt;
+            flow->ring_tail += hlen + len;
+            taken += hlen + len;
+            continue;
+        }
         if (payload == f->scratch)
             scratch_busy = 1;
         p.msgs[p.n++] = (struct wsgw_ring_msg){.data = payload, .len = len,
@@ -388,6 +420,8 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
         break;
     }
     flush(f, &p);
+    if (f->group)
+        group_burst_done(f->group);
     f->st.wire_bytes += taken;
     return taken;
 }
@@ -406,4 +440,502 @@ uint32_t wsgw_feed_finish(wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mono
     if (flow->ring_head != flow->ring_tail)
         wsgw_feed_stop(f);
     return taken;
+}
+
+/* ---- feed groups (wsgw_feed.h) ---------------------------------------------------------- */
+
+#define GROUP_COST_EVERY 16
+#define GROUP_COST_SAMPLES 1024
+
+struct group_key {
+    uint32_t used;
+    uint32_t id_len;            /* the identity topic */
+    char id_topic[WSGW_ID_TOPIC_MAX];
+    uint32_t topic_id;          /* the ring topic of the group's records (the first frame's) */
+    uint32_t name_len;          /* its topic name, for gap reasons */
+    char name[WSGW_FEED_TOPIC_MAX];
+    int has_floor, has_last;
+    int64_t floor, last;
+};
+
+struct wsgw_group {
+    struct wsgw_group_conf conf;
+    pthread_mutex_t lock;
+    _Atomic int refs;
+    int closed;
+    wsgw_arbiter *arb;
+    uint32_t slots; /* power of two, >= 2 * max_keys */
+    uint32_t *slot_key; /* slot -> key + 1 (0: empty) */
+    struct group_key *keys;
+    uint32_t n_keys;
+    uint32_t down; /* legs told down, a bit each: live again at their next frame */
+    struct wsgw_group_stats st;
+    /* Winners wait here until the burst (or the call) ends: one ring write for all, as the
+     * plain feed does (a write may wake sleeping readers: a system call). Their payloads
+     * are copied to stage, since the arbiter's own copies last only until its next call. */
+    struct wsgw_ring_msg pending[WRITE_BATCH];
+    uint32_t n_pending;
+    uint32_t stage_used;
+    uint8_t *stage;
+    _Atomic uint64_t offer_count;
+    uint64_t cost[GROUP_COST_SAMPLES]; /* ns of timed engine offers, a ring */
+};
+
+#define GROUP_STAGE_BYTES (256u << 10)
+
+static void group_retain(wsgw_group *g) { atomic_fetch_add(&g->refs, 1); }
+
+static void group_free(wsgw_group *g)
+{
+    wsgw_arb_destroy(g->arb);
+    wsgw_ring_writer_release(g->conf.ring);
+    pthread_mutex_destroy(&g->lock);
+    free(g->slot_key);
+    free(g->keys);
+    free(g->stage);
+    free(g);
+}
+
+WSGW_API void wsgw_group_release(wsgw_group *g)
+{
+    if (g && atomic_fetch_sub(&g->refs, 1) == 1)
+        group_free(g);
+}
+
+WSGW_API uint32_t wsgw_group_conf_size(void) { return (uint32_t)sizeof(struct wsgw_group_conf); }
+
+WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **out)
+{
+    *out = NULL;
+    if (!conf->ring || conf->legs < 1 || conf->legs > WSGW_ARB_MAX_LEGS || conf->max_keys < 1 ||
+        conf->max_keys > (1u << 20)) {
+        wsgw_set_error("group: a ring, 1..%d legs and 1..2^20 keys are needed", WSGW_ARB_MAX_LEGS);
+        return -EINVAL;
+    }
+    struct wsgw_group *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->conf = *conf;
+    g->conf.epoch[sizeof(g->conf.epoch) - 1] = 0;
+    g->slots = 16;
+    while (g->slots < 2 * conf->max_keys)
+        g->slots *= 2;
+    g->slot_key = calloc(g->slots, sizeof(*g->slot_key));
+    g->keys = calloc(conf->max_keys, sizeof(*g->keys));
+    g->stage = malloc(GROUP_STAGE_BYTES);
+    int rc = wsgw_arb_create(conf->legs, conf->hold_ns, conf->max_held, conf->max_keys, 8192,
+                             conf->arena_bytes, &g->arb);
+    if (rc < 0 || !g->slot_key || !g->keys || !g->stage) {
+        wsgw_arb_destroy(g->arb);
+        free(g->slot_key);
+        free(g->keys);
+        free(g->stage);
+        free(g);
+        wsgw_set_error("group: cannot create its arbiter (%d)", rc);
+        return rc < 0 ? rc : -ENOMEM;
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    atomic_init(&g->refs, 1);
+    for (uint32_t leg = 0; leg < conf->legs; leg++)
+        g->st.leg_live[leg] = 1;
+    wsgw_ring_writer_retain(conf->ring);
+    *out = g;
+    return 0;
+}
+
+WSGW_API void wsgw_group_close(wsgw_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->closed = 1;
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The key of an identity topic (created when create), or UINT32_MAX. Under the lock. */
+static uint32_t group_key(wsgw_group *g, const char *topic, uint32_t len, int create)
+{
+    if (len == 0 || len > WSGW_ID_TOPIC_MAX)
+        return UINT32_MAX;
+    uint32_t i = hash_bytes((const uint8_t *)topic, len) & (g->slots - 1);
+    for (;;) {
+        uint32_t k = g->slot_key[i];
+        if (!k)
+            break;
+        struct group_key *key = &g->keys[k - 1];
+        if (key->id_len == len && memcmp(key->id_topic, topic, len) == 0)
+            return k - 1;
+        i = (i + 1) & (g->slots - 1);
+    }
+    if (!create || g->n_keys >= g->conf.max_keys)
+        return UINT32_MAX;
+    uint32_t k = g->n_keys++;
+    struct group_key *key = &g->keys[k];
+    key->used = 1;
+    key->id_len = len;
+    memcpy(key->id_topic, topic, len);
+    g->slot_key[i] = k + 1;
+    return k;
+}
+
+WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, int64_t last)
+{
+    pthread_mutex_lock(&g->lock);
+    uint32_t k = group_key(g, topic, len, 1);
+    if (k != UINT32_MAX) {
+        g->keys[k].has_floor = 1;
+        g->keys[k].floor = last;
+        g->keys[k].has_last = 1;
+        g->keys[k].last = last;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return k == UINT32_MAX ? -ENOSPC : 0;
+}
+
+/* The winners staged so far into the ring, in one write. Under the lock. */
+static void group_flush(wsgw_group *g)
+{
+    if (!g->n_pending)
+        return;
+    if (wsgw_ring_write_batch(g->conf.ring, g->pending, g->n_pending) < 0)
+        g->st.ring_errors += g->n_pending;
+    g->n_pending = 0;
+    g->stage_used = 0;
+}
+
+static void group_stage(wsgw_group *g, const struct group_key *key, const struct wsgw_arb_out *o)
+{
+    if (g->n_pending == WRITE_BATCH || g->stage_used + o->len > GROUP_STAGE_BYTES)
+        group_flush(g);
+    if (o->len > GROUP_STAGE_BYTES) { /* too large to stage: on its own */
+        if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, key->topic_id, (uint64_t)o->arrived_ns,
+                            o->payload, o->len) < 0)
+            g->st.ring_errors++;
+        return;
+    }
+    uint8_t *copy = g->stage + g->stage_used;
+    memcpy(copy, o->payload, o->len);
+    g->stage_used += o->len;
+    g->pending[g->n_pending++] = (struct wsgw_ring_msg){.data = copy, .len = o->len,
+                                                        .session_id = g->conf.hub_id,
+                                                        .topic_id = key->topic_id,
+                                                        .ts_ns = (uint64_t)o->arrived_ns};
+}
+
+/* JSON string body of text (quotes and backslashes escaped, control bytes dropped). */
+static size_t json_text(char *dst, size_t cap, const char *text, size_t n)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < n && at + 2 < cap; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20)
+            continue;
+        if (c == '"' || c == '\\')
+            dst[at++] = '\\';
+        dst[at++] = (char)c;
+    }
+    return at;
+}
+
+/* A hole every leg missed: a `$gap` record of the group, as gateway.hub.events.gap_json
+ * spells it (its ring seq is the record's own: the JSON's is null). */
+static void group_gap(wsgw_group *g, const struct wsgw_arb_out *o)
+{
+    const struct group_key *key = &g->keys[o->topic];
+    char name[2 * WSGW_FEED_TOPIC_MAX + 2];
+    size_t name_len = json_text(name, sizeof(name), key->name, key->name_len);
+    char body[512];
+    uint64_t now = realtime_ns();
+    int n;
+    if (o->missing == WSGW_ARB_NO_MISSING)
+        n = snprintf(body, sizeof(body),
+                     "{\"type\":\"gap\",\"seq\":null,\"session\":%u,\"lost\":null,\"reason\":"
+                     "\"lost on every leg: %.*s after %lld, before %lld\",\"ts_ns\":%llu",
+                     g->conf.hub_id, (int)name_len, name, (long long)o->after,
+                     (long long)o->this_id, (unsigned long long)now);
+    else
+        n = snprintf(body, sizeof(body),
+                     "{\"type\":\"gap\",\"seq\":null,\"session\":%u,\"lost\":%lld,\"reason\":"
+                     "\"lost on every leg: %.*s after %lld, before %lld\",\"ts_ns\":%llu",
+                     g->conf.hub_id, (long long)o->missing, (int)name_len, name,
+                     (long long)o->after, (long long)o->this_id, (unsigned long long)now);
+    if (n < 0 || (size_t)n >= sizeof(body) - 40)
+        return;
+    if (g->conf.epoch[0])
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"epoch\":\"%s\"}", g->conf.epoch);
+    else
+        n += snprintf(body + n, sizeof(body) - (size_t)n, "}");
+    if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, g->conf.gap_topic_id, now, body,
+                        (uint32_t)n) < 0)
+        g->st.ring_errors++;
+    g->st.gaps++;
+    if (o->missing != WSGW_ARB_NO_MISSING)
+        g->st.lost += o->missing;
+}
+
+/* The arbiter's last outputs into the ring, in order. Under the lock. */
+static void group_emit(wsgw_group *g, int n_out)
+{
+    if (n_out <= 0)
+        return;
+    const struct wsgw_arb_out *out = wsgw_arb_outputs(g->arb);
+    for (int i = 0; i < n_out; i++) {
+        const struct wsgw_arb_out *o = &out[i];
+        struct group_key *key = &g->keys[o->topic];
+        if (o->kind == WSGW_ARB_LOST) {
+            group_flush(g); /* the gap after what came before it */
+            group_gap(g, o);
+            continue;
+        }
+        key->has_last = 1;
+        key->last = o->this_id;
+        group_stage(g, key, o);
+        g->st.delivered++;
+    }
+}
+
+static void group_expire_due(wsgw_group *g, int64_t now_ns)
+{
+    int64_t at;
+    if (wsgw_arb_deadline(g->arb, &at) && at <= now_ns) {
+        g->st.expired++;
+        group_emit(g, wsgw_arb_expire(g->arb, now_ns));
+    }
+}
+
+/* Under the lock: one identified frame through the arbiter. 1 taken, 0 refused, -errno. */
+static int group_take(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                      uint32_t name_len, const struct wsgw_identity *id,
+                      const uint8_t *payload, uint32_t len, int64_t ts_ns)
+{
+    if (g->closed || leg >= g->conf.legs || id->this_id == INT64_MIN)
+        return 0;
+    uint32_t k = group_key(g, id->topic, id->topic_len, 1);
+    if (k == UINT32_MAX)
+        return 0;
+    struct group_key *key = &g->keys[k];
+    if (!key->topic_id) {
+        key->topic_id = topic_id;
+        key->name_len = name_len < WSGW_FEED_TOPIC_MAX ? name_len : WSGW_FEED_TOPIC_MAX;
+        memcpy(key->name, name, key->name_len);
+    }
+    if (key->has_floor && id->this_id <= key->floor) {
+        g->st.below_floor++;
+        return 1;
+    }
+    if (g->down & (1u << leg)) {
+        g->down &= ~(1u << leg);
+        g->st.leg_live[leg] = 1;
+        group_emit(g, wsgw_arb_set_live(g->arb, leg, 1, ts_ns));
+    }
+    g->st.leg_messages[leg]++;
+    g->st.leg_newest[leg] = id->this_id;
+    /* Holes past their deadline first, as the Python path's timer would have had them. */
+    group_expire_due(g, ts_ns);
+    int rc = wsgw_arb_offer(g->arb, leg, k, id->this_id, id->prev, payload, len, ts_ns);
+    if (rc < 0)
+        return rc;
+    group_emit(g, rc);
+    return 1;
+}
+
+static inline uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One frame: C identity, arbiter, staged winners (flush: written now). */
+static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                       uint32_t name_len, const uint8_t *payload, uint32_t len, int64_t ts_ns,
+                       int flush)
+{
+    /* One engine offer in GROUP_COST_EVERY is timed (the clock costs about as much as the
+     * arbiter): its cost goes to the samples, whose median the figures show. */
+    int timed = !flush && (atomic_fetch_add_explicit(&g->offer_count, 1, memory_order_relaxed) %
+                           GROUP_COST_EVERY) == 0;
+    uint64_t start = timed ? mono_ns() : 0;
+    struct wsgw_identity id;
+    int told = wsgw_identity_scan(g->conf.dialect, payload, len, &id);
+    pthread_mutex_lock(&g->lock);
+    int rc = 0;
+    if (told)
+        rc = group_take(g, leg, topic_id, name, name_len, &id, payload, len, ts_ns);
+    if (rc <= 0)
+        g->st.not_told++;
+    if (flush || rc <= 0)
+        group_flush(g);
+    if (flush) {
+        g->st.python_offers++;
+    } else {
+        g->st.offers++;
+        if (timed) {
+            uint64_t spent = mono_ns() - start;
+            g->st.offer_ns += spent;
+            g->cost[g->st.cost_samples % GROUP_COST_SAMPLES] = spent;
+            g->st.cost_samples++;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                              uint32_t name_len, const uint8_t *payload, uint32_t len,
+                              int64_t ts_ns)
+{
+    return group_offer(g, leg, topic_id, name, name_len, payload, len, ts_ns, 1);
+}
+
+WSGW_API int wsgw_group_offer_staged(wsgw_group *g, uint32_t leg, uint32_t topic_id,
+                                     const char *name, uint32_t name_len, const uint8_t *payload,
+                                     uint32_t len, int64_t ts_ns)
+{
+    return group_offer(g, leg, topic_id, name, name_len, payload, len, ts_ns, 0);
+}
+
+WSGW_API void wsgw_group_flush(wsgw_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    group_flush(g);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static int group_closed(struct wsgw_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int closed = g->closed;
+    pthread_mutex_unlock(&g->lock);
+    return closed;
+}
+
+/* The feed's burst ended: what it staged goes to the ring. */
+static void group_burst_done(wsgw_group *g) { wsgw_group_flush(g); }
+
+WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t topic_id,
+                                       const char *name, uint32_t name_len,
+                                       const struct wsgw_identity *id, const uint8_t *payload,
+                                       uint32_t len, int64_t ts_ns)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = group_take(g, leg, topic_id, name, name_len, id, payload, len, ts_ns);
+    group_flush(g);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t now_ns)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = -EINVAL;
+    if (leg < g->conf.legs && !g->closed) {
+        if (live)
+            g->down &= ~(1u << leg);
+        else
+            g->down |= 1u << leg;
+        g->st.leg_live[leg] = live != 0;
+        rc = wsgw_arb_set_live(g->arb, leg, live, now_ns);
+        group_emit(g, rc);
+        group_flush(g);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc < 0 ? rc : 0;
+}
+
+WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = 0;
+    if (!g->closed) {
+        rc = wsgw_arb_expire(g->arb, now_ns);
+        group_emit(g, rc);
+        group_flush(g);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc < 0 ? rc : 0;
+}
+
+WSGW_API int wsgw_group_deadline(wsgw_group *g, int64_t *at)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = wsgw_arb_deadline(g->arb, at);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API uint32_t wsgw_group_cost_samples(wsgw_group *g, uint64_t *out, uint32_t cap)
+{
+    pthread_mutex_lock(&g->lock);
+    uint64_t n = g->st.cost_samples < GROUP_COST_SAMPLES ? g->st.cost_samples : GROUP_COST_SAMPLES;
+    if (n > cap)
+        n = cap;
+    memcpy(out, g->cost, n * sizeof(uint64_t));
+    pthread_mutex_unlock(&g->lock);
+    return (uint32_t)n;
+}
+
+WSGW_API void wsgw_group_stats(wsgw_group *g, struct wsgw_group_stats *out)
+{
+    pthread_mutex_lock(&g->lock);
+    *out = g->st;
+    pthread_mutex_unlock(&g->lock);
+}
+
+WSGW_API int wsgw_group_leg_stats(wsgw_group *g, uint32_t leg, struct wsgw_arb_leg_stats *out)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = wsgw_arb_leg_stats(g->arb, leg, out);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API int wsgw_group_lag_percentile(wsgw_group *g, uint32_t leg, double q, int64_t *ns)
+{
+    pthread_mutex_lock(&g->lock);
+    int rc = wsgw_arb_lag_percentile(g->arb, leg, q, ns);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API void wsgw_group_totals(wsgw_group *g, struct wsgw_arb_totals *out)
+{
+    pthread_mutex_lock(&g->lock);
+    wsgw_arb_totals(g->arb, out);
+    pthread_mutex_unlock(&g->lock);
+}
+
+WSGW_API uint32_t wsgw_group_last(wsgw_group *g, int64_t *last, char *names, uint32_t cap,
+                                  uint32_t max)
+{
+    pthread_mutex_lock(&g->lock);
+    uint32_t n = 0, at = 0;
+    for (uint32_t k = 0; k < g->n_keys && n < max; k++) {
+        const struct group_key *key = &g->keys[k];
+        if (!key->has_last || at + key->id_len + 1 > cap)
+            continue;
+        memcpy(names + at, key->id_topic, key->id_len);
+        at += key->id_len;
+        names[at++] = 0;
+        last[n++] = key->last;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg)
+{
+    if (leg >= g->conf.legs)
+        return -EINVAL;
+    group_retain(g);
+    if (f->group)
+        wsgw_group_release(f->group);
+    f->group = g;
+    f->leg = leg;
+    return 0;
+}
+
+static int group_frame(struct wsgw_group *g, uint32_t leg, const struct topic_slot *slot,
+                       const uint8_t *payload, uint32_t len, uint64_t rx_rt)
+{
+    return group_offer(g, leg, slot->topic_id, (const char *)slot->name, slot->len, payload, len,
+                       (int64_t)rx_rt, 0);
 }

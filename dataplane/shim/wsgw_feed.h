@@ -34,6 +34,8 @@
 
 #include <stdint.h>
 
+#include "wsgw_arbiter.h"
+#include "wsgw_identity.h"
 #include "wsgw_ring.h"
 #include "wsgw_shim.h"
 #include "wsgw_topic.h"
@@ -88,6 +90,96 @@ WSGW_API uint32_t wsgw_feed_topic_counts(const wsgw_feed *f, uint64_t *counts, u
  * many; *next receives the number to pass next time. */
 WSGW_API uint32_t wsgw_feed_samples(const wsgw_feed *f, uint64_t from, uint64_t *out,
                                     uint32_t max, uint64_t *next);
+
+/* ---- feed groups: A/B arbitration on the engine's path (issue #19) ----------------------
+ *
+ * A group's legs carry the same stream. Each leg's feed joins the group (before it is
+ * attached); its data frames then go, one by one as C takes them, through the group: the
+ * C identity (wsgw_identity.h) of the frame, then the group's one arbiter (wsgw_arbiter.h),
+ * then the ring: the first copy of each message is written once, under the group's hub
+ * session id and the ring topic id the leg's topic table gives (the group's topic); a copy
+ * is dropped (counted per leg), a message ahead of a hole is held, and a hole no leg fills
+ * becomes a `$gap` record of the group with the missing count, as the Python path writes
+ * (gateway/groups/feed.py). A frame the C identity cannot tell stops the feed: Python reads
+ * it and offers it to the same group (wsgw_group_offer_identity), so one arbiter sees every
+ * frame of every leg, in each leg's order.
+ *
+ * Holes expire on the group's clock (CLOCK_REALTIME, the frames' receive stamps): at every
+ * offer C checks the group's deadline, and Python's timer calls wsgw_group_expire when the
+ * legs are silent. A leg that Python reports down (wsgw_group_set_live) is live again at its
+ * next frame. Every call takes the group's lock: legs on several engines, Python's offers,
+ * the timer and the figures may call at once. */
+typedef struct wsgw_group wsgw_group;
+
+struct wsgw_group_conf {
+    wsgw_ring_writer *ring;
+    uint32_t hub_id;       /* the session id of the group's records */
+    uint32_t gap_topic_id; /* the ring's `$gap` topic */
+    uint32_t dialect;      /* enum wsgw_id_dialect */
+    uint32_t legs;         /* 1..WSGW_ARB_MAX_LEGS */
+    int64_t hold_ns;
+    uint32_t max_held;     /* per identity topic */
+    uint32_t max_keys;     /* identity topics arbitrated at most (then frames go to Python) */
+    uint64_t arena_bytes;  /* held payloads at most */
+    char epoch[24];        /* the hub's epoch, hex, in gap records ("" : none) */
+};
+
+struct wsgw_group_stats {
+    uint64_t delivered;     /* records written (first copies) */
+    uint64_t gaps;          /* gap records (holes every leg missed) */
+    int64_t lost;           /* ids lost in them */
+    uint64_t below_floor;   /* copies of what a previous form of the group delivered */
+    uint64_t not_told;      /* frames C could not identify (Python's) */
+    uint64_t ring_errors;   /* records the ring refused (lost, counted) */
+    uint64_t expired;       /* holes expired by the deadline check */
+    uint64_t offer_ns;      /* time in the timed engine offers (identity, arbiter, staging) */
+    uint64_t offers;        /* frames the engine's C feeds offered */
+    uint64_t cost_samples;  /* engine offers timed (one in 16; wsgw_group_cost_samples) */
+    uint64_t python_offers; /* frames Python offered (read loops: kernel legs, ...) */
+    uint64_t leg_messages[WSGW_ARB_MAX_LEGS]; /* arrivals with an identity, per leg */
+    int64_t leg_newest[WSGW_ARB_MAX_LEGS];    /* the id of each leg's newest arrival */
+    uint64_t leg_live[WSGW_ARB_MAX_LEGS];
+};
+
+WSGW_API uint32_t wsgw_group_conf_size(void);
+WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **out);
+/* Drops the caller's reference; feeds that joined hold theirs until they are destroyed. */
+WSGW_API void wsgw_group_release(wsgw_group *g);
+/* Closed: every frame offered is refused (returns 0: Python's), nothing more is written. */
+WSGW_API void wsgw_group_close(wsgw_group *g);
+/* Copies up to `last` of this identity topic are not news (a previous form delivered them). */
+WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, int64_t last);
+/* One frame of `leg` (its ring topic id and topic name, for the record and a gap's reason):
+ * 1 taken (arbitrated and written, or dropped as a copy), 0 C cannot tell (Python's), -errno. */
+WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
+                              uint32_t name_len, const uint8_t *payload, uint32_t len,
+                              int64_t ts_ns);
+/* As wsgw_group_offer, as the engine offers (timed in offer_ns): the winners are staged until
+ * wsgw_group_flush (a C caller's burst; benchmarks). */
+WSGW_API int wsgw_group_offer_staged(wsgw_group *g, uint32_t leg, uint32_t topic_id,
+                                     const char *name, uint32_t name_len, const uint8_t *payload,
+                                     uint32_t len, int64_t ts_ns);
+WSGW_API void wsgw_group_flush(wsgw_group *g);
+/* The same with an identity Python found: 1 taken, 0 refused (closed, keys full), -errno. */
+WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t topic_id,
+                                       const char *name, uint32_t name_len,
+                                       const struct wsgw_identity *id, const uint8_t *payload,
+                                       uint32_t len, int64_t ts_ns);
+WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t now_ns);
+WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns);
+WSGW_API int wsgw_group_deadline(wsgw_group *g, int64_t *at);
+WSGW_API void wsgw_group_stats(wsgw_group *g, struct wsgw_group_stats *out);
+/* The latest timed engine offers' costs (ns), up to cap (at most 1024). Returns how many. */
+WSGW_API uint32_t wsgw_group_cost_samples(wsgw_group *g, uint64_t *out, uint32_t cap);
+WSGW_API int wsgw_group_leg_stats(wsgw_group *g, uint32_t leg, struct wsgw_arb_leg_stats *out);
+WSGW_API int wsgw_group_lag_percentile(wsgw_group *g, uint32_t leg, double q, int64_t *ns);
+WSGW_API void wsgw_group_totals(wsgw_group *g, struct wsgw_arb_totals *out);
+/* Per identity topic the last id delivered (the floors of the group's next form): up to max
+ * keys, names NUL-separated into names (cap bytes). Returns how many. */
+WSGW_API uint32_t wsgw_group_last(wsgw_group *g, int64_t *last, char *names, uint32_t cap,
+                                  uint32_t max);
+/* Engine thread, before the feed is attached: its frames go through the group as `leg`. */
+WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg);
 
 /* ---- engine side (engine.c) ------------------------------------------------------------ */
 struct wsgw_flow;

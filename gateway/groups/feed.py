@@ -14,6 +14,10 @@ key is a per-group index of the identity's topic. Frames without an exchange id 
 or the HASH kind: a content hash has no order to arbitrate by) pass through from leg 0
 only, after the batch's winners: a group of generic-dialect legs is leg 0's stream.
 
+This is the Python path, the reference: groups whose dialect has a C identity and whose sink
+is a hub with a ring run on gateway.groups.cgroup.CFeedGroup instead (arbitration in C, on the
+engine's path for DPDK legs), unless the router is told `c_path=False`.
+
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
 its next batch marks it live again. A `Lost` is published as a gap of the group with the
 missing count. Holes that no leg fills expire on a timer on the runtime's loop.
@@ -30,8 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataplane.arbiter import CArbiter, Delivered, Lost, Output
+from dataplane.arbiter import CArbiter, Delivered, Lost, Output, has_c_identity
 from gateway.dialects.identity import HASH, Identity, identity_for
+from gateway.groups.cgroup import CFeedGroup, c_group_sink
 from gateway.sessions.sink import MessageSink, Published
 
 log = logging.getLogger("wsgw.groups")
@@ -57,6 +62,7 @@ class GroupSpec:
     legs: tuple[int, ...]
     dialect: str
     hold_ms: int = DEFAULT_HOLD_MS
+    path: str = "auto"  # "auto": in C where it can be (GroupRouter), "python": the reference
 
 
 @dataclass
@@ -86,6 +92,7 @@ class FeedGroup:
         (a change runs a fresh arbiter): copies up to it are duplicates, not news."""
         self.spec = spec
         self.hub_id = group_hub_id(spec.id)
+        self.path = "python"
         self._sink = sink
         self._loop = loop
         self._identity = identity_for(spec.dialect)
@@ -281,6 +288,7 @@ class FeedGroup:
                 )
             return {
                 "hub_id": self.hub_id,
+                "path": "python",
                 "delivered": self.counters.delivered,
                 "gaps": self.counters.gaps,
                 "lost": self.counters.lost,
@@ -301,22 +309,49 @@ class FeedGroup:
                 self._loop.call_soon_threadsafe(timer.cancel)
 
 
+AnyGroup = FeedGroup | CFeedGroup
+
+
 class GroupRouter:
     """The sink sessions publish to: a leg's batches go to its group, the rest to the hub.
     One dict look-up per batch (every message of a batch is of one session)."""
 
-    def __init__(self, sink: MessageSink, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        sink: MessageSink,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        c_path: bool = True,
+    ) -> None:
+        """c_path: run groups in C where they can (gateway.groups.cgroup); False: every group
+        on the Python path (the reference)."""
         self._sink = sink
         self._loop = loop
-        self._by_leg: dict[int, FeedGroup] = {}
-        self.groups: dict[int, FeedGroup] = {}
+        self._c_path = c_path
+        self._by_leg: dict[int, AnyGroup] = {}
+        self.groups: dict[int, AnyGroup] = {}
 
     def is_leg(self, session_id: int) -> bool:
         return session_id in self._by_leg
 
+    def is_c_leg(self, session_id: int) -> bool:
+        """A leg of a group arbitrated in C: its C feed may carry it (feed_group)."""
+        group = self._by_leg.get(session_id)
+        return isinstance(group, CFeedGroup)
+
+    def feed_group(self, session_id: int) -> tuple[int, int] | None:
+        """For a C-arbitrated group's leg: (the C group's handle, the leg's index), which its
+        C feed joins (UpstreamSession._attach_feed); None for any other session."""
+        group = self._by_leg.get(session_id)
+        if not isinstance(group, CFeedGroup) or not group.group.handle:
+            return None
+        return group.group.handle, group.spec.legs.index(session_id)
+
     # What a session asks its sink for the C feed path (UpstreamSession._attach_feed): the
     # hub's ring and topic ids. A session that is no leg writes its messages there in C,
-    # past this router, as it would with the hub as its sink; legs never take that path.
+    # past this router, as it would with the hub as its sink. A leg of a group arbitrated
+    # in C takes that path too, through its group (feed_group; its topics are the group's);
+    # legs of groups on the Python path never do.
     @property
     def ring(self) -> object:
         return getattr(self._sink, "ring", None)
@@ -324,9 +359,19 @@ class GroupRouter:
     @property
     def ring_topic_id(self) -> Callable[[int, str], int] | None:
         register = getattr(self._sink, "ring_topic_id", None)
-        return register if callable(register) else None
+        if not callable(register):
+            return None
 
-    def set_group(self, spec: GroupSpec) -> FeedGroup:
+        def topic_id(session_id: int, topic: str) -> int:
+            """A C group's leg's topics are the group's (its C feed writes winners there)."""
+            group = self._by_leg.get(session_id)
+            if isinstance(group, CFeedGroup):
+                return int(register(group.hub_id, topic))
+            return int(register(session_id, topic))
+
+        return topic_id
+
+    def set_group(self, spec: GroupSpec) -> AnyGroup:
         """Run the group; a change replaces its previous form with a fresh arbiter that
         starts where the old one left off (nothing delivered twice)."""
         old = self.groups.get(spec.id)
@@ -336,7 +381,7 @@ class GroupRouter:
             # in the instant before the swap below is dropped (a change is rare).
             old.close()
             floors = old.last_delivered()
-        group = FeedGroup(spec, self._sink, self._loop, floors)
+        group = self._new_group(spec, floors)
         if old is not None:
             for sid in old.spec.legs:
                 if self._by_leg.get(sid) is old:
@@ -345,6 +390,23 @@ class GroupRouter:
         for sid in spec.legs:
             self._by_leg[sid] = group
         return group
+
+    def _new_group(self, spec: GroupSpec, floors: dict[str, int] | None) -> AnyGroup:
+        if (
+            self._c_path
+            and spec.path != "python"
+            and has_c_identity(spec.dialect)
+            and c_group_sink(self._sink)
+        ):
+            return CFeedGroup(
+                spec,
+                self._sink,
+                self._loop,
+                floors,
+                hub_id=group_hub_id(spec.id),
+                max_keys=MAX_GROUP_TOPICS,
+            )
+        return FeedGroup(spec, self._sink, self._loop, floors)
 
     def remove_group(self, group_id: int) -> None:
         group = self.groups.pop(group_id, None)

@@ -143,10 +143,13 @@ class LiveRuntime:
         stop_timeout_s: float = 5.0,
         per_topic_metrics: bool = True,
         hub: Any = None,
+        groups_in_c: bool = True,
     ) -> None:
         """sink: the hub. session_config: SessionSpec -> SessionConfig (default
         `SessionConfig.from_spec`; tests shorten timeouts here). per_topic_metrics: one
-        series per (session, topic); turn off for sessions with thousands of topics."""
+        series per (session, topic); turn off for sessions with thousands of topics.
+        groups_in_c: feed groups arbitrated in C where they can be (gateway.groups.cgroup);
+        False keeps every group on the Python path (the reference)."""
         self._sink: MessageSink = sink if sink is not None else NullSink()
         #: The fan-out hub /v1/stream reads (closed with the runtime: streams end with 1001).
         self.hub = hub
@@ -176,7 +179,7 @@ class LiveRuntime:
         self._thread.start()
         self._loop_ready.wait()
         # Feed groups: their legs publish through the group's arbiter (gateway.groups.feed).
-        self._groups = GroupRouter(self._sink, self._loop)
+        self._groups = GroupRouter(self._sink, self._loop, c_path=groups_in_c)
 
     # ---- Runtime: engine and ports ------------------------------------------------------
     def engine_status(self) -> EngineStatus:
@@ -471,6 +474,10 @@ class LiveRuntime:
                 ("duplicates", "Copies dropped: a leg brought a message another leg won"),
             ):
                 out.append(Metric(f"group_{name}", "counter", float(figures[name]), text, labels))
+            cost = figures.get("arbitration_ns_per_frame")
+            if cost is not None:  # a group arbitrated in C on the engine's path
+                text = "Median cost of a frame on the engine's path (C identity, arbiter, staging)"
+                out.append(Metric("group_arbitration_seconds", "gauge", cost / 1e9, text, labels))
             for leg in figures["legs"]:
                 leg_labels = {"group": str(group_id), "session": str(leg["session_id"])}
                 text = "Messages this leg brought first"
@@ -679,8 +686,9 @@ class LiveRuntime:
     ) -> None:
         """On the loop the session will run on: make it, register it, start it."""
         try:
-            # A group's leg publishes through its arbiter, so never on the C feed path.
-            leg = self._groups.is_leg(sid)
+            # A group's leg publishes through its arbiter: on the C feed path only where the
+            # group is arbitrated in C (its feed joins the group: GroupRouter.feed_group).
+            leg = self._groups.is_leg(sid) and not self._groups.is_c_leg(sid)
             session = UpstreamSession(
                 sid,
                 config,

@@ -840,9 +840,13 @@ class UpstreamSession:
         ):
             return
         paths = dialect.topic_paths
+        join = getattr(self._sink, "feed_group", None)  # a feed group's leg (GroupRouter)
+        group = join(self.id) if callable(join) else None
         try:
             spec = build_topic_spec(paths.paths, presence=paths.presence, strict=paths.strict)
             feed = CFeed(ring, self.id, spec, min(cfg.max_message_size, cfg.max_frame_size))
+            if group is not None:
+                feed.join_group(*group)  # its frames go through the group's C arbiter
         except (DataplaneError, OSError) as exc:
             log.warning("session %d: no C feed path (%s): the read loop carries it", self.id, exc)
             return

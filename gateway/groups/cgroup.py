@@ -1,0 +1,221 @@
+"""A running feed group arbitrated in C (issue #19): the same contract as
+gateway.groups.feed.FeedGroup (the Python path, which stays the reference), with the
+arbiter, the message identity and the ring writes in C (dataplane.arbiter.CGroup).
+
+Where it runs: a group whose dialect has a C identity (dataplane.arbiter.has_c_identity:
+Binance, Bybit, OKX, Coinbase) and whose sink is a hub with a ring. Its legs' C feeds join
+the group (GroupRouter.feed_group, UpstreamSession._attach_feed), so on a DPDK engine a
+leg's frame goes from the flow's bytes through the C identity and the group's arbiter to the
+ring inside the engine's poll, with no Python per message. Frames the read loops carry (a
+kernel leg, a frame C could not tell, bytes before the feed armed) come here in batches and
+go to the same C group, one call per frame: C identity first, Python's identity where C
+cannot tell (a kind C does not cover), the leg-0 pass-through for frames with no exchange
+id, as on the Python path. One arbiter thus sees every frame of every leg, each leg in its
+order.
+
+Holes expire in C at every offer once their deadline passed, and on a timer here (every
+half hold time) when the legs are silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dataplane.arbiter import CGroup
+from dataplane.ring import RingWriter
+from gateway.dialects.identity import HASH, Identity, identity_for
+from gateway.hub.names import RING_GAP_TOPIC
+from gateway.sessions.sink import MessageSink, Published
+
+log = logging.getLogger("wsgw.groups")
+
+
+def c_group_sink(sink: MessageSink) -> tuple[RingWriter, Callable[[int, str], int]] | None:
+    """The ring and topic registration a C group writes through, None where the sink
+    offers none (then the group runs on the Python path)."""
+    ring = getattr(sink, "ring", None)
+    register = getattr(sink, "ring_topic_id", None)
+    if not isinstance(ring, RingWriter) or ring.closed or not callable(register):
+        return None
+    return ring, register
+
+
+class CFeedGroup:
+    """One group's C arbiter; legs may call from several threads (C locks the group)."""
+
+    def __init__(
+        self,
+        spec: Any,
+        sink: MessageSink,
+        loop: asyncio.AbstractEventLoop | None,
+        floors: dict[str, int] | None,
+        *,
+        hub_id: int,
+        max_keys: int,
+    ) -> None:
+        found = c_group_sink(sink)
+        if found is None:
+            raise ValueError("a C feed group needs a hub with a ring")
+        ring, self._register = found
+        self.spec = spec
+        self.hub_id = hub_id
+        self.path = "c"
+        self._sink = sink
+        self._loop = loop
+        self._identity = identity_for(spec.dialect)
+        self._leg_of = {sid: leg for leg, sid in enumerate(spec.legs)}
+        self._topic_ids: dict[str, int] = {}
+        self._lock = threading.Lock()  # the Python-side counters and the timer
+        self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._floors = dict(floors or {})
+        self._final_last: dict[str, int] | None = None
+        self.group = CGroup(
+            ring.handle,
+            hub_id=hub_id,
+            gap_topic_id=ring.register_topic(RING_GAP_TOPIC),
+            dialect=spec.dialect,
+            legs=len(spec.legs),
+            hold_ns=spec.hold_ms * 1_000_000,
+            max_keys=max_keys,
+            epoch=str(getattr(sink, "epoch_hex", "") or ""),
+        )
+        for topic, last in self._floors.items():
+            self.group.floor(topic, last)
+        self.passed_through = 0
+        self.dropped_unidentified = 0
+        self.leg_gaps = [0] * len(spec.legs)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._tick)
+
+    # ---- legs' calls (any thread) ------------------------------------------------------
+    def offer(self, messages: Sequence[Published]) -> None:
+        """A leg's batch the read loop carried: every frame to the C group, in order."""
+        leg = self._leg_of[messages[0][0]]
+        group, identity, hub_id = self.group, self._identity, self.hub_id
+        loose: list[Published] = []
+        for _, topic, raw, ts, _ in messages:
+            data = bytes(raw)
+            topic_id = self._topic_id(topic)
+            if topic_id and group.offer(leg, topic_id, topic, data, ts):
+                continue
+            found = identity(data)
+            if (
+                topic_id
+                and type(found) is Identity
+                and found.kind != HASH
+                and group.offer_identity(
+                    leg, topic_id, topic, (found.topic, found.id, found.prev), data, ts
+                )
+            ):
+                continue
+            if type(found) is Identity and found.kind != HASH:
+                log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
+            loose.append((hub_id, topic, raw, ts, None))
+        if loose:
+            if leg == 0:
+                self.passed_through += len(loose)
+                self._sink.publish_batch(loose)
+            else:
+                self.dropped_unidentified += len(loose)
+
+    def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
+        """A leg lost messages (reconnect, went down): holes no longer wait for it; C marks
+        it live again at its next frame."""
+        leg = self._leg_of[session_id]
+        with self._lock:
+            if self._closed:
+                return
+            self.leg_gaps[leg] += 1
+        self.group.set_live(leg, False, time.time_ns())
+
+    def _topic_id(self, topic: str) -> int:
+        """The ring topic id of the group's topic (0: the ring's table is full)."""
+        topic_id = self._topic_ids.get(topic)
+        if topic_id is None:
+            topic_id = self._topic_ids[topic] = int(self._register(self.hub_id, topic))
+        return topic_id
+
+    # ---- the timer (the runtime's loop) ------------------------------------------------
+    def expire(self, now_ns: int | None = None) -> None:
+        self.group.expire(now_ns if now_ns is not None else time.time_ns())
+
+    def _tick(self) -> None:
+        """Holes of silent legs expire here (busy legs expire them in C)."""
+        if self._closed or self._loop is None:
+            return
+        deadline = self.group.deadline
+        if deadline is not None and deadline <= time.time_ns():
+            self.expire()
+        self._timer = self._loop.call_later(max(self.spec.hold_ms, 2) / 2000, self._tick)
+
+    # ---- figures -----------------------------------------------------------------------
+    def last_delivered(self) -> dict[str, int]:
+        """Per identity topic, the last id delivered (the floors of the group's next form)."""
+        if self._final_last is not None:
+            return dict(self._final_last)
+        return {**self._floors, **self.group.last_delivered()}
+
+    def figures(self, leg_states: Callable[[int], str] | None = None) -> dict[str, Any]:
+        """As FeedGroup.figures, from the C group's counters."""
+        states = [leg_states(sid) if leg_states else None for sid in self.spec.legs]
+        group = self.group
+        stats = group.stats()
+        totals = group.totals()
+        legs = []
+        for leg, sid in enumerate(self.spec.legs):
+            leg_stats = group.leg_stats(leg)
+            legs.append(
+                {
+                    "session_id": sid,
+                    "leg": leg,
+                    "won": leg_stats.won,
+                    "late": leg_stats.late,
+                    "lag_p50_ns": group.lag_percentile(leg, 50),
+                    "lag_p99_ns": group.lag_percentile(leg, 99),
+                    "live": stats["leg_live"][leg],
+                    "downs": self.leg_gaps[leg],
+                    "messages": stats["leg_messages"][leg],
+                    "newest_id": stats["leg_newest"][leg],
+                    "state": states[leg],
+                }
+            )
+        offers = stats["offers"]
+        return {
+            "hub_id": self.hub_id,
+            "path": "c",
+            "delivered": stats["delivered"],
+            "gaps": stats["gaps"],
+            "lost": stats["lost"],
+            "passed_through": self.passed_through,
+            "dropped_unidentified": self.dropped_unidentified,
+            "below_floor": stats["below_floor"],
+            "duplicates": int(totals.duplicates),
+            "held": int(totals.held),
+            # on the engine's path: C identity + lock + arbiter + staging of one frame (the
+            # median of the timed ones; a message costs two frames: its copies on two legs)
+            "arbitration_ns_per_frame": group.cost_p50(),
+            "engine_offers": offers,
+            "python_offers": stats["python_offers"],
+            "legs": legs,
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            timer, self._timer = self._timer, None
+        self.group.refuse()  # final: what it delivered stays what it is
+        self._final_last = {**self._floors, **self.group.last_delivered()}
+        self.group.close()
+        if timer is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(timer.cancel)

@@ -1,0 +1,173 @@
+"""The C feed group (gateway.groups.cgroup, dataplane/shim/feed.c's wsgw_group) against the
+Python path (gateway.groups.feed.FeedGroup, the reference): the same legs' batches, with
+faults (a leg skips messages, resets and comes back, stalls while the other runs on; both
+legs skip), give the same ring records: payloads, order, and gaps with their counts."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataplane.ring import RingMessage, RingReader, RingWriter
+from gateway.groups.cgroup import CFeedGroup
+from gateway.groups.feed import FeedGroup, GroupRouter, GroupSpec, group_hub_id
+from gateway.hub import Hub
+from gateway.hub.names import RING_GAP_TOPIC, ring_topics
+from tests.unit.groups.test_feed_group import TOPIC, batch, trade
+
+A, B = 11, 12
+GROUP_ID = 3
+HUB_ID = group_hub_id(GROUP_ID)
+FAR = 2**62  # an expire time past every hole's deadline (an int64)
+
+
+class Side:
+    """One path: a hub on its own ring, a router with the group, a reader of the group."""
+
+    def __init__(self, c_path: bool, hold_ms: int = 10_000) -> None:
+        self.ring = RingWriter.create(None, 1 << 22)
+        self.hub = Hub(ring=self.ring)
+        self.router = GroupRouter(self.hub, c_path=c_path)
+        self.group = self.router.set_group(GroupSpec(GROUP_ID, "g", (A, B), "binance", hold_ms))
+        assert isinstance(self.group, CFeedGroup if c_path else FeedGroup)
+        self.reader = RingReader.attach_fd(
+            self.ring.fd, topics=ring_topics(HUB_ID, None), copy=True, start="oldest"
+        )
+
+    def records(self) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = []
+        for event in self.reader.poll():
+            assert type(event) is RingMessage
+            if event.topic == RING_GAP_TOPIC:
+                gap = orjson.loads(bytes(event.payload))
+                out.append(("gap", event.session_id, gap["session"], gap["lost"], gap["reason"]))
+            else:
+                out.append((event.session_id, event.topic, bytes(event.payload)))
+        return out
+
+    def close(self) -> None:
+        self.router.remove_group(GROUP_ID)
+        self.reader.close()
+        self.hub.close()
+        self.ring.close()
+
+
+def scenario(rng: random.Random, n: int) -> list[tuple[str, Any]]:
+    """Each leg's stream of 1..n with its faults, merged in a random order (each leg's own
+    order kept): ("batch", sid, ids), ("down", sid), ("expire",)."""
+    both_skip = set(rng.sample(range(2, n), k=rng.randint(0, 3)))
+    legs: dict[int, list[tuple[str, Any]]] = {}
+    for sid in (A, B):
+        skips = set(rng.sample(range(2, n), k=rng.randint(0, 6))) | both_skip
+        ids = [i for i in range(1, n + 1) if i not in skips]
+        events: list[tuple[str, Any]] = []
+        reset_at = rng.randint(0, len(ids)) if rng.random() < 0.6 else None
+        at = 0
+        while at < len(ids):
+            if reset_at is not None and at >= reset_at:
+                events.append(("down", sid))
+                at += rng.randint(1, 8)  # what the reset lost on this leg
+                reset_at = None
+                continue
+            size = rng.randint(1, 6)
+            events.append(("batch", sid, ids[at : at + size]))
+            at += size
+        legs[sid] = events
+    merged: list[tuple[str, Any]] = []
+    queues = [list(legs[A]), list(legs[B])]
+    stall = rng.choice([None, 0, 1])  # one leg runs far behind the other
+    while any(queues):
+        weights = [len(q) * (0.15 if i == stall else 1.0) for i, q in enumerate(queues)]
+        pick = rng.choices([0, 1], weights=weights)[0]
+        merged.append(queues[pick].pop(0))
+        if rng.random() < 0.05:
+            merged.append(("expire",))
+    return merged
+
+
+def run(side: Side, events: list[tuple[str, Any]], t0: int) -> list[tuple[Any, ...]]:
+    for k, event in enumerate(events):
+        if event[0] == "batch":
+            side.router.publish_batch(batch(event[1], event[2], t0 + k))
+        elif event[0] == "down":
+            side.router.publish_gap(event[1], None, "reset")
+        else:
+            side.group.expire(FAR)
+    side.group.expire(FAR)
+    return side.records()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32))
+def test_c_group_writes_what_the_python_path_publishes(seed: int) -> None:
+    events = scenario(random.Random(seed), 60)
+    c_side, py_side = Side(c_path=True), Side(c_path=False)
+    try:
+        t0 = time.time_ns()
+        c_records = run(c_side, events, t0)
+        py_records = run(py_side, events, t0)
+        assert c_records == py_records
+        data = [r for r in c_records if r[0] != "gap"]
+        ids = [orjson.loads(r[2])["data"]["t"] for r in data]
+        assert ids == sorted(set(ids))  # once each, in order
+        c_fig, py_fig = c_side.group.figures(), py_side.group.figures()
+        for key in ("delivered", "gaps", "lost", "duplicates", "held"):
+            assert c_fig[key] == py_fig[key], key
+        for c_leg, py_leg in zip(c_fig["legs"], py_fig["legs"], strict=True):
+            for key in ("won", "late", "live", "downs", "messages", "newest_id"):
+                assert c_leg[key] == py_leg[key], key
+    finally:
+        c_side.close()
+        py_side.close()
+
+
+def test_a_hole_expires_at_the_next_offer_past_its_deadline() -> None:
+    """A busy leg expires holes in C (no timer needed): hold 1 ms, the next frame 5 ms on."""
+    side = Side(c_path=True, hold_ms=1)
+    try:
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing: 4 held
+        side.router.publish_batch(batch(A, [5], t0 + 5_000_000))
+        records = side.records()
+        assert [r[0] for r in records] == [HUB_ID, HUB_ID, "gap", HUB_ID, HUB_ID]
+        assert records[2][3] == 1
+        assert records[2][4] == f"lost on every leg: {TOPIC} after 2, before 4"
+    finally:
+        side.close()
+
+
+def test_frames_c_cannot_tell_take_the_python_identity_or_pass_through() -> None:
+    side = Side(c_path=True)
+    try:
+        ticker = b'{"stream":"btcusdt@bookTicker","data":{"u":7,"s":"BTCUSDT","b":"1"}}'
+        odd = b'{"stream":"btcusdt@trade","data":{"e":"trade","s":"X"}}'  # no id: a hash
+        now = time.time_ns()
+        side.router.publish_batch([(A, "btcusdt@bookTicker", ticker, now, None)])
+        side.router.publish_batch([(B, "btcusdt@bookTicker", ticker, now, None)])
+        side.router.publish_batch([(A, TOPIC, odd, now, None), (A, TOPIC, trade(1), now, None)])
+        side.router.publish_batch([(B, TOPIC, odd, now, None)])
+        records = side.records()
+        assert [r[2] for r in records] == [ticker, trade(1), odd]  # as the Python path: the
+        # frames without an exchange id pass through after the batch's winners
+        figures = side.group.figures()
+        assert figures["path"] == "c" and figures["passed_through"] == 1
+        assert figures["dropped_unidentified"] == 1 and figures["duplicates"] == 1
+    finally:
+        side.close()
+
+
+def test_a_changed_group_starts_where_the_old_one_left_off() -> None:
+    side = Side(c_path=True)
+    try:
+        side.router.publish_batch(batch(A, [1, 2, 3]))
+        side.router.set_group(GroupSpec(GROUP_ID, "g", (A, B), "binance", 50))
+        side.router.publish_batch(batch(B, [2, 3, 4]))
+        ids = [orjson.loads(r[2])["data"]["t"] for r in side.records()]
+        assert ids == [1, 2, 3, 4]
+    finally:
+        side.close()
