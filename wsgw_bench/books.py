@@ -361,7 +361,7 @@ def wsgw_stream(name: str) -> Callable[[bytes, list[bytes]], BookSync]:
         normalize, on_event = normalizer.normalize, sync.on_event
         for raw in updates:
             for event in normalize(raw, 0):
-                if on_event(event).action is not Action.APPLIED:  # type: ignore[arg-type]
+                if on_event(event).action is not Action.APPLIED:
                     raise RuntimeError(f"{name}: the book went wrong")
         return sync
 
