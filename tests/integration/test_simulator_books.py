@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,7 @@ class Client:
         self.checked = 0  # steps at which the book was compared
         self.last_seq = 0
         self.dropped: set[int] = set()  # updates the simulator was told to skip
+        self.prev_seqs = 0  # deltas that named their predecessor (Binance futures pu, OKX)
 
     @property
     def publisher_subscribed(self) -> bool:
@@ -177,6 +179,8 @@ class Client:
             self.last_seq = seq = body["sim_seq"]
             for event in self.normalizer.normalize(raw, time.time_ns()):
                 assert isinstance(event, BookSnapshot | BookDelta)
+                if isinstance(event, BookDelta) and event.prev_seq:
+                    self.prev_seqs += 1
                 outcome = self.sync.on_event(event)
                 self.outcomes.append((seq, outcome))
                 if outcome.action is Action.RESYNC:
@@ -260,6 +264,8 @@ def test_client_book_is_the_simulators_at_every_step(venue: str) -> None:
     client = run(_session(venue, None))
     assert client.resyncs() == []
     assert client.checked >= 150
+    # Binance USD-M futures deltas carry pu, spot ones do not: each sync rule is exercised.
+    assert bool(client.prev_seqs) == (venue in ("binance-futures", "okx"))
 
 
 FAULTS = [
@@ -284,3 +290,52 @@ def test_fault_is_detected_and_the_book_is_right_again(
     assert client.sync.resyncs == {reason: 1}
     assert client.sync.synced  # and final_check compared it with the simulator's
     assert client.checked >= 150
+
+
+def _get(port: int, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, orjson.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, orjson.loads(exc.read())
+
+
+def test_rest_snapshots_limits_symbols_groups_and_the_stale_fault() -> None:
+    async def scenario() -> None:
+        config = SimConfig(rate=0, symbols=("BTCUSDT", "btcusd"))
+        async with Simulator(config) as sim:
+            sim.emit("binance", "btcusdt@depth", 30)
+            sim.emit("binance", "btcusdt@depth", 5, group="g")
+            port = sim.port
+            get = lambda path: asyncio.to_thread(_get, port, path)  # noqa: E731
+            # No dialect prefix needed: the path is Binance's own; limit cuts each side.
+            status, body = await get("/api/v3/depth?symbol=BTCUSDT&limit=5")
+            live = sim.book("binance", "btcusdt@depth")
+            assert live is not None
+            assert status == 200 and body["lastUpdateId"] == 30
+            bids, asks = live.top(5)
+            assert body["bids"] == [list(lv) for lv in bids]
+            assert body["asks"] == [list(lv) for lv in asks]
+            # Another group has its own publisher, so its own book and sequence.
+            status, body = await get("/binance/api/v3/depth?symbol=BTCUSDT&group=g")
+            assert status == 200 and body["lastUpdateId"] == 5
+            status, body = await get("/api/v3/depth?symbol=ETHUSDT")
+            assert status == 400 and body["code"] == -1121
+            # The stale fault, over the HTTP control: one snapshot 10 updates old, then fresh.
+            status, _ = await get("/_sim/command?cmd=fault&kind=stale&behind=10")
+            assert status == 200
+            assert (await get("/api/v3/depth?symbol=BTCUSDT"))[1]["lastUpdateId"] == 20
+            assert (await get("/api/v3/depth?symbol=BTCUSDT"))[1]["lastUpdateId"] == 30
+            assert sim.stats()["counters"]["faults_fired"] == {"stale": 1}
+            # Bitstamp: the microtimestamp of the last update is the snapshot's.
+            sim.emit("bitstamp", "diff_order_book_btcusd", 3)
+            status, body = await get("/api/v2/order_book/btcusd/")
+            stamp = sim.book("bitstamp", "diff_order_book_btcusd")
+            assert stamp is not None and status == 200
+            assert int(body["microtimestamp"]) == stamp.ts_us and len(body["bids"]) >= 20
+            # A WebSocket upgrade on the same port still works: REST paths are GETs only.
+            async with connect(sim.url("binance", "/stream?streams=btcusdt@depth")) as ws:
+                sim.emit("binance", "btcusdt@depth", 1)
+                assert orjson.loads(await asyncio.wait_for(ws.recv(), 5))["data"]["u"] == 31
+
+    run(scenario())
