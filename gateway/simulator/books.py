@@ -48,7 +48,7 @@ def _size_text(units: int, places: int) -> str:
     if places == 8:
         return f"{units // SIZE_UNITS}.{units % SIZE_UNITS:08d}"
     scale = 10 ** (8 - places)
-    units //= scale
+    units = max(units // scale, 1)  # never a zero size: that would delete the level
     div = 10**places
     return f"{units // div}.{units % div:0{places}d}" if places else str(units)
 
@@ -90,13 +90,16 @@ def okx_checksum(bids: list[Change], asks: list[Change]) -> int:
 
 
 class SimBook:
-    """One topic's book: bids and asks as {ticks: size units}, sorted tick lists, and the
-    last step's changes as the topic publishes them (its window, when it has one)."""
+    """One topic's book: bids and asks as {ticks: size text}, sorted tick lists, and the
+    last step's changes as the topic publishes them (its window, when it has one). Texts
+    are made once (a size when it is drawn, a price the first time it is seen): the
+    checksums read 20 to 50 levels a message."""
 
     def __init__(
         self, seed_text: str, base_ticks: int, style: BookStyle, window: int | None = None
     ) -> None:
         self.seed_text = seed_text
+        self._prices: dict[int, str] = {}
         self.base_ticks = base_ticks
         self.style = style
         self.window = window
@@ -109,11 +112,11 @@ class SimBook:
         rng = self._rng = random.Random(zlib.crc32(seed.encode()))
         self.seq = start
         self.ts_us = 0
-        self.bids: dict[int, int] = {}
-        self.asks: dict[int, int] = {}
+        self.bids: dict[int, str] = {}
+        self.asks: dict[int, str] = {}
         self._bid_keys: list[int] = []  # ascending: best bid last
         self._ask_keys: list[int] = []  # ascending: best ask first
-        self._history: deque[tuple[list[tuple[bool, int, int | None]], int]] = deque(maxlen=HISTORY)
+        self._history: deque[tuple[list[tuple[bool, int, str | None]], int]] = deque(maxlen=HISTORY)
         self.changes: tuple[list[Change], list[Change]] = ([], [])
         price = self.base_ticks - 1
         for _ in range(START_LEVELS):
@@ -127,22 +130,27 @@ class SimBook:
 
     # ---- text ------------------------------------------------------------------------------
     def price(self, ticks: int) -> str:
-        places = self.style.price_places
-        if not places:
-            return str(ticks)
-        div = 10**places
-        return f"{ticks // div}.{ticks % div:0{places}d}"
+        text = self._prices.get(ticks)
+        if text is None:
+            places = self.style.price_places
+            div = 10**places
+            text = f"{ticks // div}.{ticks % div:0{places}d}" if places else str(ticks)
+            if len(self._prices) > 100_000:
+                self._prices.clear()
+            self._prices[ticks] = text
+        return text
 
-    def size(self, units: int | None) -> str:
-        return self.style.zero if not units else _size_text(units, self.style.size_places)
+    def size(self, text: str | None) -> str:
+        return self.style.zero if text is None else text
 
     # ---- reading ---------------------------------------------------------------------------
     def top(self, depth: int | None = None) -> tuple[list[Change], list[Change]]:
         """Bids and asks, best first, as (price, size) texts."""
         bid_keys = self._bid_keys[::-1] if depth is None else self._bid_keys[: -depth - 1 : -1]
         ask_keys = self._ask_keys if depth is None else self._ask_keys[:depth]
-        bids = [(self.price(k), self.size(self.bids[k])) for k in bid_keys]
-        asks = [(self.price(k), self.size(self.asks[k])) for k in ask_keys]
+        price, bid_sizes, ask_sizes = self.price, self.bids, self.asks
+        bids = [(price(k), bid_sizes[k]) for k in bid_keys]
+        asks = [(price(k), ask_sizes[k]) for k in ask_keys]
         return bids, asks
 
     def kraken_checksum(self) -> int:
@@ -184,11 +192,11 @@ class SimBook:
     def step(self, ts_ns: int) -> None:
         """One update: one to three level changes near the inside of the book."""
         rng = self._rng
-        undo: list[tuple[bool, int, int | None]] = []
+        undo: list[tuple[bool, int, str | None]] = []
         before_ts = self.ts_us
         self.seq += 1
         self.ts_us = max(ts_ns // 1000, self.ts_us + 1)  # strictly increasing (Bitstamp)
-        raw: dict[tuple[bool, int], int | None] = {}
+        raw: dict[tuple[bool, int], str | None] = {}
         for _ in range(rng.randint(1, 3)):
             is_bid = rng.random() < 0.5
             ticks, units = self._pick(rng, is_bid)
@@ -209,7 +217,7 @@ class SimBook:
         else:
             self.changes = self._window_changes()
 
-    def _pick(self, rng: random.Random, is_bid: bool) -> tuple[int, int | None]:
+    def _pick(self, rng: random.Random, is_bid: bool) -> tuple[int, str | None]:
         """A price and its new size (None: delete)."""
         keys = self._bid_keys if is_bid else self._ask_keys
         other = self._ask_keys if is_bid else self._bid_keys
@@ -233,17 +241,16 @@ class SimBook:
         ticks = best - offset if is_bid else best + offset
         return ticks, self._size(rng)
 
-    @staticmethod
-    def _size(rng: random.Random) -> int:
-        return rng.randint(1, 500_000_000)
+    def _size(self, rng: random.Random) -> str:
+        return _size_text(rng.randint(1, 500_000_000), self.style.size_places)
 
-    def _put(self, is_bid: bool, ticks: int, units: int) -> None:
+    def _put(self, is_bid: bool, ticks: int, units: str) -> None:
         side, keys = (self.bids, self._bid_keys) if is_bid else (self.asks, self._ask_keys)
         if ticks not in side:
             insort(keys, ticks)
         side[ticks] = units
 
-    def _set(self, is_bid: bool, ticks: int, units: int | None) -> tuple[bool, int, int | None]:
+    def _set(self, is_bid: bool, ticks: int, units: str | None) -> tuple[bool, int, str | None]:
         side, keys = (self.bids, self._bid_keys) if is_bid else (self.asks, self._ask_keys)
         before = side.get(ticks)
         if units is None:
@@ -255,7 +262,7 @@ class SimBook:
         return is_bid, ticks, before
 
     # ---- windows -----------------------------------------------------------------------------
-    def _window_view(self) -> tuple[dict[int, int], dict[int, int]]:
+    def _window_view(self) -> tuple[dict[int, str], dict[int, str]]:
         if self.window is None:
             return {}, {}
         depth = self.window
