@@ -22,6 +22,13 @@ Control: `command({...})` (the library API), the same commands as JSON lines on 
 CLI), HTTP GET on the WebSocket port (`/_sim/stats`, `/_sim/command?cmd=fault&kind=drop`),
 and in-band: subscribing to a topic `_sim:<fault>[,k=v...]` arms that fault on the
 subscribing connection.
+
+Books (gateway/simulator/books.py): each book topic's publisher keeps one evolving book;
+its messages are that book's updates in the venue's format, a connection that subscribes
+gets a snapshot in place of its first one where the venue sends one over the WebSocket
+(Kraken, OKX `books`, Bybit, Coinbase), and the same port answers the venues' REST book
+snapshots (Binance GET /api/v3/depth and /fapi/v1/depth, Bitstamp /api/v2/order_book/
+{pair}/, optionally behind /<dialect>): see Simulator.rest_snapshot.
 """
 
 from __future__ import annotations
