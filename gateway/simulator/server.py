@@ -817,6 +817,7 @@ class Simulator:
             "faults": {
                 "next": [f.describe() for f in self._next_faults],
                 "every": [f.describe() for f in self._every_faults],
+                "stale_snapshots": [f"stale:behind={n}" for n in self.stale_snapshots],
             },
         }
 

@@ -9,6 +9,7 @@ import time
 import orjson
 import pytest
 
+from gateway.simulator import Fault, FaultError, SimConfig, Simulator
 from gateway.simulator.books import JUMP, MAX_LEVELS, MIN_LEVELS, SimBook
 from gateway.simulator.feeds import FEEDS, FUTURES
 
@@ -112,3 +113,24 @@ def test_futures_depth_updates_carry_pu_and_spot_ones_do_not() -> None:
     assert reply.subscribe == [FUTURES + "btcusdt@depth@100ms"]
     listing = feed.on_message('{"method":"LIST_SUBSCRIPTIONS","id":1}', reply.subscribe, 3)
     assert orjson.loads(listing.send[0])["result"] == ["btcusdt@depth@100ms"]
+
+
+def test_the_book_faults_parse_and_describe_themselves() -> None:
+    assert Fault.parse("checksum").describe() == "checksum:after=0,count=1"
+    assert Fault.parse("checksum:count=3").count == 3
+    assert Fault.parse("stale:behind=10").behind == 10
+    assert Fault.from_mapping({"kind": "stale", "behind": "7"}).describe() == (
+        "stale:after=0,behind=7"
+    )
+    with pytest.raises(FaultError):
+        Fault.parse("stale:behind=-1")
+
+
+def test_a_stale_fault_is_the_simulators_and_waits_for_the_next_rest_snapshot() -> None:
+    sim = Simulator(SimConfig(faults=(Fault("stale", behind=5), Fault("checksum"))))
+    assert sim.stale_snapshots == [5]
+    assert [f.kind for f in sim._every_faults] == ["checksum"]
+    assert sim.inject(Fault("stale", behind=9), "next") == 1
+    assert sim.stale_snapshots == [5, 9]
+    sim.clear_faults()
+    assert sim.stale_snapshots == []
