@@ -16,6 +16,7 @@ from wsgw_bench import core
 def _load_scenarios() -> None:
     # Importing registers them.
     from wsgw_bench import (  # noqa: F401
+        books,
         conformance,
         fanout,
         faultsoak,

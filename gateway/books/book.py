@@ -7,7 +7,7 @@ so both sides sort best first. The texts are kept because the venues' checksums 
 computed over them (OKX) or over their digits (Kraken), and because they are exact.
 
 Keys (see double_key): `double` (default), `scaled` (`"45283.5"` at scale 12 is
-45283500000000000) or `decimal`; all three are exact, gateway.books.measure times them.
+45283500000000000) or `decimal`; all three are exact, wsgw_bench.books times them.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class OrderBook:
 
     key chooses how prices are ordered: `double` (default: exact for the 15 significant
     digits venues use, Decimal past them), `scaled` (integers at `scale` places) or
-    `decimal`; gateway.books.measure compares them."""
+    `decimal`; wsgw_bench.books compares them."""
 
     __slots__ = ("asks", "bids", "seq")
 

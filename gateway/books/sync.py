@@ -21,8 +21,9 @@ The rules, from the venues' documentation:
   is the previous `u + 1`.
 - Coinbase level2: a snapshot, then l2updates; there is no sequence to check.
 - Bitstamp: buffer `diff_order_book`, take the REST snapshot, drop diffs not newer than
-  its microtimestamp and apply the rest; a diff older than the last applied one is out of
-  order. There is no sequence, so a lost diff cannot be seen.
+  its microtimestamp (also those read after the snapshot, until one is applied) and apply
+  the rest; a diff older than the last applied one is out of order. There is no sequence,
+  so neither a lost diff nor a stale snapshot can be seen.
 """
 
 from __future__ import annotations
@@ -295,10 +296,13 @@ class BitstampBookSync(BookSync):
 
     def _apply(self, delta: BookDelta) -> Outcome:
         last = self.book.seq
+        if not self._joined and delta.seq <= last:
+            return IGNORED  # sent before the snapshot was taken, read after it
         if delta.seq < last:
             return self._resync(
                 Reason.OUT_OF_ORDER, delta.recv_ns, f"microtimestamp {delta.seq} after {last}"
             )
+        self._joined = True
         self.book.apply(delta.bids, delta.asks)
         self.book.seq = delta.seq
         return APPLIED

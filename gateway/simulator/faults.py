@@ -17,6 +17,12 @@ more data messages (0: at once). Kinds:
                numbered `seq` on each of its topics
     delay      every message to the connection leaves `seconds` late from then on (a slower
                line; `seconds=0` ends it); order and content unchanged
+    checksum   the next `count` book messages with a checksum (Kraken, OKX) carry a wrong one
+    stale      the next REST book snapshot (any connection: REST has none) is the book as it
+               was `behind` updates ago, with that update's sequence (Binance lastUpdateId,
+               Bitstamp microtimestamp)
+
+A dropped book update is `skip` (the next one, `count=1`, or the one numbered `seq`).
 
 `seconds` can also be given as `ms=` or `us=`. Faults target one connection of a feed group
 (`leg:A`, a connection id) as well as all of them; see Simulator.inject.
@@ -43,7 +49,11 @@ KINDS = (
     "reset",
     "skip",
     "delay",
+    "checksum",
+    "stale",
 )
+#: Faults of the simulator rather than of a connection.
+SIMULATOR_KINDS = ("stale",)
 MALFORMED_VARIANTS = ("rsv", "utf8", "mask", "control")
 
 
@@ -64,13 +74,14 @@ class Fault:
     count: int = 1  # skip: how many messages
     fraction: float = 0.0  # skip: the probability of each message (0: use count or seq)
     seq: int = 0  # skip: the message numbered seq (its sim_seq) on each topic
+    behind: int = 50  # stale: how many updates the REST snapshot lags
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FaultError(f"unknown fault {self.kind!r}; known: {', '.join(KINDS)}")
         if self.after < 0 or self.seconds < 0 or self.size < 1:
             raise FaultError("after, seconds and size must not be negative")
-        if self.count < 0 or self.seq < 0 or not 0.0 <= self.fraction <= 1.0:
+        if self.count < 0 or self.seq < 0 or self.behind < 0 or not 0.0 <= self.fraction <= 1.0:
             raise FaultError("count and seq must not be negative, fraction is in [0, 1]")
         if self.variant not in MALFORMED_VARIANTS:
             raise FaultError(f"unknown variant {self.variant!r}; known: {MALFORMED_VARIANTS}")
@@ -126,6 +137,8 @@ class Fault:
             "opcode": f",opcode={self.opcode}",
             "close": f",code={self.code}",
             "delay": f",seconds={self.seconds}",
+            "checksum": f",count={self.count}",
+            "stale": f",behind={self.behind}",
             "skip": (
                 f",fraction={self.fraction}"
                 if self.fraction

@@ -14,12 +14,14 @@ import re
 import time
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from gateway.simulator.books import BookStyle, Change, SimBook
 
 SIM_PREFIX = "_sim"
 
@@ -35,6 +37,11 @@ def symbol_key(symbol: str) -> str:
 
 def iso(ts_ns: int) -> str:
     return datetime.fromtimestamp(ts_ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def pairs(levels: list[Change]) -> str:
+    """`[["price","size"],...]`, the way most venues send levels."""
+    return "[" + ",".join(f'["{p}","{s}"]' for p, s in levels) + "]"
 
 
 @dataclass
@@ -55,12 +62,15 @@ class Prices:
     def __init__(self) -> None:
         self._base: dict[str, int] = {}
 
-    def price(self, symbol: str, seq: int) -> str:
+    def base_cents(self, symbol: str) -> int:
         base = self._base.get(symbol)
         if base is None:
             base = 100 + zlib.crc32(symbol_key(symbol).encode()) % 50_000
             base = self._base[symbol] = base * 100 - 1000
-        cents = base + (seq * 7919) % 2001
+        return base
+
+    def price(self, symbol: str, seq: int) -> str:
+        cents = self.base_cents(symbol) + (seq * 7919) % 2001
         return f"{cents // 100}.{cents % 100:02d}"
 
     @staticmethod
@@ -78,11 +88,19 @@ class Feed(ABC):
     #: Documented limits the server may enforce (enforce_limits).
     max_topics_per_connection: int | None = None
     max_messages_per_second: float | None = None
+    #: Book channels modelled by a SimBook (the others render a single made-up level).
+    model_channels: frozenset[str] = frozenset()
+    #: Book channels whose subscribers get a snapshot first, in place of the next update.
+    snapshot_channels: frozenset[str] = frozenset()
+    #: How the venue spells prices and sizes.
+    style = BookStyle()
 
     def __init__(self, symbols: Collection[str] | None = None) -> None:
         self.allowed = None if symbols is None else {symbol_key(s) for s in symbols}
         self.prices = Prices()
         self._topics: dict[str, tuple[str, str, bool]] = {}  # topic -> channel, symbol, trade?
+        #: Books of stateless render() calls (a publisher passes its own).
+        self._books: dict[str, SimBook | None] = {}
 
     # ---- topics ----------------------------------------------------------------------
     @abstractmethod
@@ -109,26 +127,106 @@ class Feed(ABC):
         parts = self.split(topic)
         return parts is not None and parts[0] in self.trade_channels | self.book_channels
 
-    def render(self, topic: str, seq: int, ts_ns: int) -> bytes:
-        """The data message number seq of topic, as UTF-8 JSON."""
+    # ---- books -----------------------------------------------------------------------------
+    def book_window(self, channel: str) -> int | None:
+        """Levels a side the channel shows (its updates keep to them), None: all."""
+        return None
+
+    def book_state(self, topic: str) -> SimBook | None:
+        """A new book for a modelled book topic (None for the other topics)."""
+        parts = self.split(topic)
+        if parts is None or parts[0] not in self.model_channels:
+            return None
+        channel, symbol = parts
+        ticks = self.prices.base_cents(symbol) // 10 ** (2 - self.style.price_places)
+        window = self.book_window(channel)
+        return SimBook(f"{self.name}:{topic}", ticks, self.style, window)
+
+    def snapshot_first(self, topic: str) -> bool:
+        """A new subscriber's first message on topic is a snapshot (Kraken, OKX, ...)."""
+        parts = self.split(topic)
+        return parts is not None and parts[0] in self.snapshot_channels
+
+    def _own_book(self, topic: str) -> SimBook | None:
+        if topic not in self._books:
+            self._books[topic] = self.book_state(topic)
+        return self._books[topic]
+
+    # ---- rendering ---------------------------------------------------------------------------
+    def _info(self, topic: str) -> tuple[str, str, bool]:
         info = self._topics.get(topic)
         if info is None:
             channel, symbol = self.split(topic) or ("", topic)
             info = self._topics[topic] = (channel, symbol, channel in self.trade_channels)
-        channel, symbol, is_trade = info
+        return info
+
+    def render(self, topic: str, seq: int, ts_ns: int, book: SimBook | None = None) -> bytes:
+        """The data message number seq of topic, as UTF-8 JSON. A book topic's message is
+        update seq of its book: `book` (a publisher's), else one kept here per topic."""
+        channel, symbol, is_trade = self._info(topic)
         px = self.prices.price(symbol, seq)
         size = self.prices.size(seq)
-        make = self.trade if is_trade else self.book
-        body = make(topic, channel, symbol, seq, ts_ns, px, size)
+        if is_trade:
+            body = self.trade(topic, channel, symbol, seq, ts_ns, px, size)
+        else:
+            if book is None:
+                book = self._own_book(topic)
+            if book is not None:
+                book.advance_to(seq, ts_ns)
+            body = self.book(topic, channel, symbol, seq, ts_ns, px, size, book)
         return f'{body[:-1]},"sim_seq":{seq},"sim_ts":{ts_ns}}}'.encode()
+
+    def render_snapshot(
+        self, topic: str, seq: int, ts_ns: int, book: SimBook | None = None
+    ) -> bytes | None:
+        """The snapshot a new subscriber gets in place of update seq (the book after it)."""
+        channel, symbol, _ = self._info(topic)
+        if book is None:
+            book = self._own_book(topic)
+        if book is None:
+            return None
+        book.advance_to(seq, ts_ns)
+        body = self.snapshot(topic, channel, symbol, seq, ts_ns, book)
+        if body is None:
+            return None
+        return f'{body[:-1]},"sim_seq":{seq},"sim_ts":{ts_ns}}}'.encode()
+
+    def rest_book(self, path: str, query: Mapping[str, str]) -> tuple[list[str], int] | None:
+        """For the venue's REST book snapshot path: the topics whose book may answer (the
+        first one subscribed, else the first one published, else the first) and the levels
+        a side; None when path is not one."""
+        return None
+
+    def rest_body(self, seq: int, ts_us: int, bids: list[Change], asks: list[Change]) -> str:
+        """The REST snapshot's JSON body."""
+        raise NotImplementedError
 
     @abstractmethod
     def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
         """A trade message (JSON object text)."""
 
     @abstractmethod
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
-        """A book update message (JSON object text)."""
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """A book message (JSON object text): update seq of sim, or a made-up level."""
+
+    def snapshot(
+        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
+    ) -> str | None:
+        """The topic's snapshot message (snapshot_channels)."""
+        return None
+
+    def on_close(self, conn_id: int) -> None:  # noqa: B027 (a hook: most feeds keep nothing per connection)
+        """A connection went away."""
 
     # ---- connection events -------------------------------------------------------------
     def on_open(self, path: str, conn_id: int) -> Reply:
@@ -182,21 +280,39 @@ def _loads(text: str) -> Any:
 
 
 # ---- Binance --------------------------------------------------------------------------------
+#: Topics of USD-M futures connections (path `/fstream...`) are kept under this prefix: the
+#: same stream names as spot, their own books, and depth updates that carry `pu`.
+FUTURES = "fstream/"
+
+
 class BinanceFeed(Feed):
+    """Spot, and USD-M futures on connections whose path starts with `/fstream`; REST
+    book snapshots at GET /api/v3/depth (spot) and /fapi/v1/depth (futures)."""
+
     name = "binance"
     trade_channels = frozenset({"trade", "aggTrade"})
     book_channels = frozenset({"depth", "depth@100ms", "bookTicker", "depth5", "depth20"})
+    model_channels = book_channels
     max_topics_per_connection = 1024
     max_messages_per_second = 5.0
 
+    def __init__(self, symbols: Collection[str] | None = None) -> None:
+        super().__init__(symbols)
+        self._futures: set[int] = set()
+
     def split(self, topic: str) -> tuple[str, str] | None:
-        symbol, sep, stream = topic.partition("@")
+        symbol, sep, stream = topic.removeprefix(FUTURES).partition("@")
         if not sep or not symbol or not stream or symbol != symbol.lower():
             return None
         return stream, symbol
 
+    def _market(self, topics: list[str], conn_id: int) -> list[str]:
+        return [FUTURES + t for t in topics] if conn_id in self._futures else topics
+
     def on_open(self, path: str, conn_id: int) -> Reply:
-        _, _, query = path.partition("?")
+        base, _, query = path.partition("?")
+        if base.startswith("/fstream"):
+            self._futures.add(conn_id)
         for item in query.split("&"):
             key, _, value = item.partition("=")
             if key == "streams" and value:
@@ -204,8 +320,11 @@ class BinanceFeed(Feed):
                 bad = [t for t in topics if self.check(t)]
                 if bad:
                     return Reply(close=(1008, f"invalid stream {bad[0]}"))
-                return Reply(subscribe=topics, commands=commands)
+                return Reply(subscribe=self._market(topics, conn_id), commands=commands)
         return Reply()
+
+    def on_close(self, conn_id: int) -> None:
+        self._futures.discard(conn_id)
 
     def on_message(self, text: str, current: Collection[str], conn_id: int) -> Reply:
         req = _loads(text)
@@ -215,11 +334,12 @@ class BinanceFeed(Feed):
         method = req.get("method")
         params = req.get("params", [])
         if method == "LIST_SUBSCRIPTIONS":
-            return Reply(send=[dumps({"result": sorted(current), "id": rid})])
+            names = sorted(t.removeprefix(FUTURES) for t in current)
+            return Reply(send=[dumps({"result": names, "id": rid})])
         if method not in ("SUBSCRIBE", "UNSUBSCRIBE") or not isinstance(params, list):
             msg = f"Invalid request: unknown variant {method}"
             return Reply(send=[dumps({"error": {"code": 2, "msg": msg}, "id": rid})])
-        return self._whole_request(
+        reply = self._whole_request(
             method == "SUBSCRIBE",
             (str(p) for p in params),
             dumps({"result": None, "id": rid}),
@@ -227,6 +347,9 @@ class BinanceFeed(Feed):
                 {"error": {"code": 2, "msg": f"Invalid request: {reason}"}, "id": rid}
             ),
         )
+        reply.subscribe = self._market(reply.subscribe, conn_id)
+        reply.unsubscribe = self._market(reply.unsubscribe, conn_id)
+        return reply
 
     def reconnect_notice(self) -> str | None:
         return dumps({"e": "serverShutdown", "E": time.time_ns() // 1_000_000})
@@ -237,15 +360,54 @@ class BinanceFeed(Feed):
             f'{{"e":"{ch}","E":{ms},"s":"{sym.upper()}","t":{seq},"p":"{px}","q":"{sz}",'
             f'"T":{ms},"m":{"true" if seq % 2 else "false"},"M":true}}'
         )
-        return f'{{"stream":"{topic}","data":{data}}}'
+        return f'{{"stream":"{topic.removeprefix(FUTURES)}","data":{data}}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """Diff depth: update seq is `U` = `u` = seq (futures: `pu` = seq - 1); partial
+        depth: the top N with `lastUpdateId`; bookTicker: the best levels with `u`."""
+        assert sim is not None
         ms = ts // 1_000_000
-        data = (
-            f'{{"e":"depthUpdate","E":{ms},"s":"{sym.upper()}","U":{seq},"u":{seq},'
-            f'"b":[["{px}","{sz}"]],"a":[["{px}","0.00000000"]]}}'
-        )
-        return f'{{"stream":"{topic}","data":{data}}}'
+        stream = topic.removeprefix(FUTURES)
+        if ch in ("depth5", "depth20"):
+            bids, asks = sim.top(int(ch[5:]))
+            data = f'{{"lastUpdateId":{seq},"bids":{pairs(bids)},"asks":{pairs(asks)}}}'
+        elif ch == "bookTicker":
+            (bid,), (ask,) = sim.top(1)
+            data = (
+                f'{{"u":{seq},"s":"{sym.upper()}","b":"{bid[0]}","B":"{bid[1]}",'
+                f'"a":"{ask[0]}","A":"{ask[1]}"}}'
+            )
+        else:
+            bids, asks = sim.changes
+            futures = f'"T":{ms},' if topic.startswith(FUTURES) else ""
+            pu = f',"pu":{seq - 1}' if futures else ""
+            data = (
+                f'{{"e":"depthUpdate","E":{ms},{futures}"s":"{sym.upper()}","U":{seq},'
+                f'"u":{seq}{pu},"b":{pairs(bids)},"a":{pairs(asks)}}}'
+            )
+        return f'{{"stream":"{stream}","data":{data}}}'
+
+    def rest_book(self, path: str, query: Mapping[str, str]) -> tuple[list[str], int] | None:
+        base = path.partition("?")[0].rstrip("/")
+        if base not in ("/api/v3/depth", "/fapi/v1/depth") or not query.get("symbol"):
+            return None
+        prefix = FUTURES if base.startswith("/fapi") else ""
+        symbol = query["symbol"].lower()
+        limit = int(query.get("limit") or 100)
+        return [f"{prefix}{symbol}@depth@100ms", f"{prefix}{symbol}@depth"], limit
+
+    def rest_body(self, seq: int, ts_us: int, bids: list[Change], asks: list[Change]) -> str:
+        return f'{{"lastUpdateId":{seq},"bids":{pairs(bids)},"asks":{pairs(asks)}}}'
 
 
 # ---- Coinbase -------------------------------------------------------------------------------
@@ -253,6 +415,9 @@ class CoinbaseFeed(Feed):
     name = "coinbase"
     trade_channels = frozenset({"matches", "ticker"})
     book_channels = frozenset({"level2", "level2_batch"})
+    model_channels = book_channels
+    snapshot_channels = book_channels
+    style = BookStyle(zero="0")
 
     def split(self, topic: str) -> tuple[str, str] | None:
         channel, sep, product = topic.partition(":")
@@ -327,10 +492,34 @@ class CoinbaseFeed(Feed):
             f'"product_id":"{sym}","size":"{sz}","price":"{px}","side":"{side}"}}'
         )
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """level2: a snapshot to each new subscriber, then l2updates (no sequence)."""
+        assert sim is not None
+        bids, asks = sim.changes
+        changes = [f'["buy","{p}","{q}"]' for p, q in bids]
+        changes += [f'["sell","{p}","{q}"]' for p, q in asks]
         return (
-            f'{{"type":"l2update","product_id":"{sym}","changes":[["buy","{px}","{sz}"]],'
+            f'{{"type":"l2update","product_id":"{sym}","changes":[{",".join(changes)}],'
             f'"time":"{iso(ts)}"}}'
+        )
+
+    def snapshot(
+        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
+    ) -> str | None:
+        bids, asks = sim.top()
+        return (
+            f'{{"type":"snapshot","product_id":"{sym}","bids":{pairs(bids)},'
+            f'"asks":{pairs(asks)},"time":"{iso(ts)}"}}'
         )
 
 
@@ -339,6 +528,15 @@ class KrakenFeed(Feed):
     name = "kraken"
     trade_channels = frozenset({"trade", "ticker"})
     book_channels = frozenset({"book"})
+    model_channels = book_channels
+    snapshot_channels = book_channels
+    #: BTC/USD's precisions: price 1 decimal, qty 8 (v2 sends both as JSON numbers).
+    style = BookStyle(price_places=1)
+    #: The subscription's depth (Kraken's default).
+    depth = 10
+
+    def book_window(self, channel: str) -> int | None:
+        return self.depth
 
     def split(self, topic: str) -> tuple[str, str] | None:
         channel, sep, symbol = topic.partition(":")
@@ -396,7 +594,7 @@ class KrakenFeed(Feed):
                     )
                 )
                 continue
-            result = {"channel": channel, "snapshot": False, "symbol": symbol}
+            result = {"channel": channel, "snapshot": channel == "book", "symbol": symbol}
             reply.send.append(dumps({**base, "result": result, "success": True}))
             (reply.subscribe if method == "subscribe" else reply.unsubscribe).append(topic)
         return reply
@@ -415,12 +613,40 @@ class KrakenFeed(Feed):
         )
         return f'{{"channel":"trade","type":"update","data":[{item}]}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """v2 book: a snapshot of the top 10 to each new subscriber, then updates that keep
+        to the top 10, each with the CRC32 of the top 10 after it."""
+        assert sim is not None
+        return self._book_message("update", sym, ts, *sim.changes, sim.kraken_checksum())
+
+    def snapshot(
+        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
+    ) -> str | None:
+        bids, asks = sim.top(self.depth)
+        return self._book_message("snapshot", sym, ts, bids, asks, sim.kraken_checksum())
+
+    @staticmethod
+    def _book_message(
+        kind: str, sym: str, ts: int, bids: list[Change], asks: list[Change], checksum: int
+    ) -> str:
+        def levels(changes: list[Change]) -> str:
+            return ",".join(f'{{"price":{p},"qty":{q}}}' for p, q in changes)
+
         item = (
-            f'{{"symbol":"{sym}","bids":[{{"price":{px},"qty":{sz}}}],"asks":[],'
-            f'"checksum":{zlib.crc32(f"{seq}".encode())},"timestamp":"{iso(ts)}"}}'
+            f'{{"symbol":"{sym}","bids":[{levels(bids)}],"asks":[{levels(asks)}],'
+            f'"checksum":{checksum},"timestamp":"{iso(ts)}"}}'
         )
-        return f'{{"channel":"book","type":"update","data":[{item}]}}'
+        return f'{{"channel":"book","type":"{kind}","data":[{item}]}}'
 
 
 # ---- OKX ------------------------------------------------------------------------------------
@@ -428,6 +654,9 @@ class OkxFeed(Feed):
     name = "okx"
     trade_channels = frozenset({"trades", "tickers"})
     book_channels = frozenset({"books", "books5", "bbo-tbt"})
+    model_channels = book_channels
+    snapshot_channels = frozenset({"books"})
+    style = BookStyle(zero="0")
 
     def split(self, topic: str) -> tuple[str, str] | None:
         channel, sep, inst = topic.partition(":")
@@ -480,15 +709,54 @@ class OkxFeed(Feed):
             )
         return f'{{"arg":{arg},"data":[{item}]}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
-        ms = ts // 1_000_000
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """books: a snapshot to each new subscriber, then updates with seqId = seq,
+        prevSeqId = seq - 1 and the signed CRC32 of the top 25; books5 and bbo-tbt: the
+        top 5 or 1 in every message."""
+        assert sim is not None
+        if ch == "books":
+            return self._book_message(ch, sym, seq, seq - 1, ts, *sim.changes, sim, "update")
+        bids, asks = sim.top(5 if ch == "books5" else 1)
+        return self._book_message(ch, sym, seq, seq - 1, ts, bids, asks, sim, "")
+
+    def snapshot(
+        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
+    ) -> str | None:
+        return self._book_message(ch, sym, seq, -1, ts, *sim.top(), sim, "snapshot")
+
+    @staticmethod
+    def _book_message(
+        ch: str,
+        sym: str,
+        seq: int,
+        prev: int,
+        ts: int,
+        bids: list[Change],
+        asks: list[Change],
+        sim: SimBook,
+        action: str,
+    ) -> str:
+        def levels(changes: list[Change]) -> str:
+            return "[" + ",".join(f'["{p}","{q}","0","1"]' for p, q in changes) + "]"
+
         arg = f'{{"channel":"{ch}","instId":"{sym}"}}'
+        checksum = f'"checksum":{sim.okx_checksum()},' if ch == "books" else ""
         item = (
-            f'{{"asks":[["{px}","{sz}","0","1"]],"bids":[["{px}","{sz}","0","1"]],"ts":"{ms}",'
-            f'"checksum":{zlib.crc32(str(seq).encode()) - 2**31},"seqId":{seq},'
-            f'"prevSeqId":{seq - 1}}}'
+            f'{{"asks":{levels(asks)},"bids":{levels(bids)},"ts":"{ts // 1_000_000}",'
+            f'{checksum}"seqId":{seq},"prevSeqId":{prev}}}'
         )
-        return f'{{"arg":{arg},"action":"update","data":[{item}]}}'
+        head = f',"action":"{action}"' if action else ""
+        return f'{{"arg":{arg}{head},"data":[{item}]}}'
 
 
 # ---- Bybit ----------------------------------------------------------------------------------
@@ -496,6 +764,12 @@ class BybitFeed(Feed):
     name = "bybit"
     trade_channels = frozenset({"publicTrade", "tickers"})
     book_channels = frozenset({"orderbook.1", "orderbook.50", "orderbook.200"})
+    model_channels = book_channels
+    snapshot_channels = book_channels
+    style = BookStyle(zero="0")
+
+    def book_window(self, channel: str) -> int | None:
+        return int(channel.partition(".")[2])
 
     def split(self, topic: str) -> tuple[str, str] | None:
         channel, sep, symbol = topic.rpartition(".")
@@ -546,10 +820,35 @@ class BybitFeed(Feed):
         )
         return f'{{"topic":"{topic}","type":"snapshot","ts":{ms},"data":[{item}]}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """orderbook.N: a snapshot to each new subscriber, then deltas with u = seq that
+        keep to the top N."""
+        assert sim is not None
+        return self._book_message(topic, "delta", sym, seq, ts, *sim.changes)
+
+    def snapshot(
+        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
+    ) -> str | None:
+        bids, asks = sim.top(self.book_window(ch))
+        return self._book_message(topic, "snapshot", sym, seq, ts, bids, asks)
+
+    @staticmethod
+    def _book_message(
+        topic: str, kind: str, sym: str, seq: int, ts: int, bids: list[Change], asks: list[Change]
+    ) -> str:
         ms = ts // 1_000_000
-        data = f'{{"s":"{sym}","b":[["{px}","{sz}"]],"a":[["{px}","0"]],"u":{seq},"seq":{seq}}}'
-        return f'{{"topic":"{topic}","type":"delta","ts":{ms},"data":{data},"cts":{ms}}}'
+        data = f'{{"s":"{sym}","b":{pairs(bids)},"a":{pairs(asks)},"u":{seq},"seq":{seq}}}'
+        return f'{{"topic":"{topic}","type":"{kind}","ts":{ms},"data":{data},"cts":{ms}}}'
 
 
 # ---- Bitstamp -------------------------------------------------------------------------------
@@ -562,6 +861,7 @@ class BitstampFeed(Feed):
     name = "bitstamp"
     trade_channels = frozenset({"live_trades"})
     book_channels = frozenset({"diff_order_book", "order_book", "live_orders"})
+    model_channels = frozenset({"diff_order_book", "order_book"})
 
     def split(self, topic: str) -> tuple[str, str] | None:
         match = _BITSTAMP_CHANNEL.match(topic)
@@ -605,12 +905,42 @@ class BitstampFeed(Feed):
         )
         return f'{{"data":{data},"channel":"{topic}","event":"trade"}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
-        data = (
-            f'{{"timestamp":"{ts // 1_000_000_000}","microtimestamp":"{ts // 1000}",'
-            f'"bids":[["{px}","{sz}"]],"asks":[["{px}","{sz}"]]}}'
-        )
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
+        """diff_order_book: the changes, stamped by a strictly increasing microtimestamp
+        (the REST snapshot's is the last one it holds); order_book: the top 100."""
+        if sim is None:  # live_orders: one made-up order
+            data = (
+                f'{{"timestamp":"{ts // 1_000_000_000}","microtimestamp":"{ts // 1000}",'
+                f'"bids":[["{px}","{sz}"]],"asks":[["{px}","{sz}"]]}}'
+            )
+            return f'{{"data":{data},"channel":"{topic}","event":"data"}}'
+        bids, asks = sim.changes if ch == "diff_order_book" else sim.top(100)
+        data = self.rest_body(seq, sim.ts_us, bids, asks)
         return f'{{"data":{data},"channel":"{topic}","event":"data"}}'
+
+    def rest_book(self, path: str, query: Mapping[str, str]) -> tuple[list[str], int] | None:
+        base = path.partition("?")[0].rstrip("/")
+        prefix = "/api/v2/order_book/"
+        if not base.startswith(prefix) or len(base) == len(prefix):
+            return None
+        pair = base[len(prefix) :].lower()
+        return [f"diff_order_book_{pair}"], 100
+
+    def rest_body(self, seq: int, ts_us: int, bids: list[Change], asks: list[Change]) -> str:
+        return (
+            f'{{"timestamp":"{ts_us // 1_000_000}","microtimestamp":"{ts_us}",'
+            f'"bids":{pairs(bids)},"asks":{pairs(asks)}}}'
+        )
 
 
 # ---- generic --------------------------------------------------------------------------------
@@ -656,7 +986,17 @@ class GenericFeed(Feed):
         side = "buy" if seq % 2 else "sell"
         return f'{{"topic":"{topic}","price":"{px}","size":"{sz}","side":"{side}"}}'
 
-    def book(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def book(
+        self,
+        topic: str,
+        ch: str,
+        sym: str,
+        seq: int,
+        ts: int,
+        px: str,
+        sz: str,
+        sim: SimBook | None,
+    ) -> str:
         return self.trade(topic, ch, sym, seq, ts, px, sz)
 
 

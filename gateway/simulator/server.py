@@ -22,6 +22,13 @@ Control: `command({...})` (the library API), the same commands as JSON lines on 
 CLI), HTTP GET on the WebSocket port (`/_sim/stats`, `/_sim/command?cmd=fault&kind=drop`),
 and in-band: subscribing to a topic `_sim:<fault>[,k=v...]` arms that fault on the
 subscribing connection.
+
+Books (gateway/simulator/books.py): each book topic's publisher keeps one evolving book;
+its messages are that book's updates in the venue's format, a connection that subscribes
+gets a snapshot in place of its first one where the venue sends one over the WebSocket
+(Kraken, OKX `books`, Bybit, Coinbase), and the same port answers the venues' REST book
+snapshots (Binance GET /api/v3/depth and /fapi/v1/depth, Bitstamp /api/v2/order_book/
+{pair}/, optionally behind /<dialect>): see Simulator.rest_snapshot.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import socket
 import struct
 import time
@@ -49,7 +57,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
+from gateway.simulator.books import SimBook
 from gateway.simulator.faults import (
+    SIMULATOR_KINDS,
     Fault,
     FaultError,
     malformed_frame,
@@ -60,6 +70,7 @@ from gateway.simulator.feeds import FEEDS, SIM_PREFIX, Feed, Reply
 from gateway.simulator.tls import TlsFiles, ensure_certs
 
 log = logging.getLogger("wsgw.simulator")
+_CHECKSUM = re.compile(rb'"checksum":(-?\d+)')
 
 DIALECTS = tuple(FEEDS)
 DEFAULT_GROUP = "default"
@@ -166,6 +177,9 @@ class SimConnection:
         self.skip_next = 0
         self.skip_fraction = 0.0
         self.skip_seqs: set[int] = set()
+        self.bad_checksums = 0  # book messages left to send with a wrong checksum
+        #: Book topics whose next message is a snapshot (just subscribed).
+        self.snapshot_due: set[str] = set()
         self._random = random.Random(conn_id)  # skip:fraction, reproducible per connection
         self.closed = False
         self.incoming: deque[float] = deque()
@@ -180,6 +194,9 @@ class SimConnection:
             return
         if (self.skip_next or self.skip_fraction or self.skip_seqs) and self._skips(seq):
             return
+        if self.bad_checksums and b'"checksum":' in message:
+            self.bad_checksums -= 1
+            message = _CHECKSUM.sub(lambda m: b'"checksum":%d' % (int(m[1]) ^ 1), message, 1)
         if self.backlog or self.stalled_until or self.delay or self.ws.paused:
             self._hold(message, True)
         else:
@@ -316,6 +333,8 @@ class SimConnection:
         elif fault.kind == "delay":
             self.delay = fault.seconds
             self._wake.set()
+        elif fault.kind == "checksum":
+            self.bad_checksums += fault.count
 
     def clear_faults(self) -> None:
         """Disarm pending faults and end the lasting ones (skips, delay)."""
@@ -323,6 +342,7 @@ class SimConnection:
         self.skip_next = 0
         self.skip_fraction = 0.0
         self.skip_seqs.clear()
+        self.bad_checksums = 0
         self.delay = 0.0
 
     def abort(self) -> None:
@@ -369,6 +389,7 @@ class TopicPublisher:
     __slots__ = (
         "base_count",
         "base_time",
+        "book",
         "dialect",
         "feed",
         "group",
@@ -388,15 +409,26 @@ class TopicPublisher:
         self.publishes = feed.publishes(topic)
         self.base_time = 0.0
         self.base_count = 0
+        #: The topic's book (book topics the feed models), advanced one update a message.
+        self.book = feed.book_state(topic)
 
     def emit(self, count: int) -> None:
-        """Render each message once (one send stamp) and write it to every subscriber."""
-        render = self.feed.render
+        """Render each message once (one send stamp) and write it to every subscriber; a
+        subscriber that is due a snapshot gets the book after this update instead."""
+        render, topic, book = self.feed.render, self.topic, self.book
         for _ in range(count):
             self.seq += 1
-            message = render(self.topic, self.seq, time.time_ns())
+            ts = time.time_ns()
+            message = render(topic, self.seq, ts, book)
+            snapshot: bytes | None = None
             for conn in list(self.subscribers):
-                conn.send_data(message, self.seq)
+                if conn.snapshot_due and topic in conn.snapshot_due:
+                    conn.snapshot_due.discard(topic)
+                    if snapshot is None:
+                        snapshot = self.feed.render_snapshot(topic, self.seq, ts, book)
+                    conn.send_data(snapshot or message, self.seq)
+                else:
+                    conn.send_data(message, self.seq)
 
     @property
     def key(self) -> str:
@@ -421,7 +453,13 @@ class Simulator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake_pump = asyncio.Event()
         self._next_faults: list[Fault] = []  # armed on the next new connection
-        self._every_faults: list[Fault] = list(self.config.faults)
+        self._every_faults: list[Fault] = [
+            f for f in self.config.faults if f.kind not in SIMULATOR_KINDS
+        ]
+        #: Stale REST snapshots to serve next: how far behind each is.
+        self.stale_snapshots: list[int] = [
+            f.behind for f in self.config.faults if f.kind in SIMULATOR_KINDS
+        ]
         self._rebase = True
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -565,6 +603,7 @@ class Simulator:
             self.connections.pop(conn.id, None)
             for topic in list(conn.topics):
                 self._unsubscribe(conn, topic)
+            conn.feed.on_close(conn.id)
             conn.close_writer()
 
     def _over_rate(self, conn: SimConnection) -> bool:
@@ -607,6 +646,8 @@ class Simulator:
             return
         publisher = conn.group.publisher(conn.feed, topic)
         conn.topics.add(topic)
+        if conn.feed.snapshot_first(topic):
+            conn.snapshot_due.add(topic)
         if not publisher.subscribers and publisher.publishes:
             self._rebase = True
             self._wake_pump.set()
@@ -614,6 +655,7 @@ class Simulator:
 
     def _unsubscribe(self, conn: SimConnection, topic: str) -> None:
         conn.topics.discard(topic)
+        conn.snapshot_due.discard(topic)
         publisher = conn.group.publishers.get((conn.dialect, topic))
         if publisher is not None:
             publisher.subscribers.discard(conn)
@@ -698,6 +740,9 @@ class Simulator:
     def inject(self, fault: Fault, target: str | int = "all") -> int:
         """Arm fault on connections: all (open now), next (the next to connect), every
         (each future one), or what `targets` takes. Returns how many."""
+        if fault.kind in SIMULATOR_KINDS:
+            self.stale_snapshots.append(fault.behind)
+            return 1
         if target == "next":
             self._next_faults.append(fault)
             return 1
@@ -710,6 +755,7 @@ class Simulator:
         return len(chosen)
 
     def clear_faults(self) -> None:
+        self.stale_snapshots.clear()
         self._next_faults.clear()
         self._every_faults.clear()
         for conn in self.connections.values():
@@ -771,6 +817,7 @@ class Simulator:
             "faults": {
                 "next": [f.describe() for f in self._next_faults],
                 "every": [f.describe() for f in self._every_faults],
+                "stale_snapshots": [f"stale:behind={n}" for n in self.stale_snapshots],
             },
         }
 
@@ -819,11 +866,66 @@ class Simulator:
         known = "stats, fault, clear, rate, emit, close"
         return {"ok": False, "error": f"unknown command {name!r}; known: {known}"}
 
+    # ---- books ------------------------------------------------------------------------------
+    def book(self, dialect: str, topic: str, group: str = DEFAULT_GROUP) -> SimBook | None:
+        """The simulator's own book of a book topic (made on first use), for tests."""
+        return self.group(group).publisher(self.feeds[dialect], topic).book
+
+    def rest_snapshot(self, path: str) -> tuple[HTTPStatus, bytes] | None:
+        """A venue's REST book snapshot: GET [/<dialect>]/api/v3/depth?symbol=&limit=
+        (Binance; /fapi/v1/depth for USD-M futures) or /api/v2/order_book/{pair}/
+        (Bitstamp), of the topic's book in the group `group=` (default: the default one);
+        None when path is none of them. A pending `stale` fault answers with an old book."""
+        parts = urlsplit(path)
+        query = dict(parse_qsl(parts.query))
+        segments = parts.path.lstrip("/").split("/", 1)
+        if segments[0] in self.feeds:
+            feeds = [self.feeds[segments[0]]]
+            rest = "/" + (segments[1] if len(segments) > 1 else "")
+        else:
+            feeds, rest = list(self.feeds.values()), parts.path
+        for feed in feeds:
+            try:
+                found = feed.rest_book(rest, query)
+            except ValueError as exc:
+                return HTTPStatus.BAD_REQUEST, json.dumps({"code": -1100, "msg": str(exc)}).encode()
+            if found is None:
+                continue
+            topics, limit = found
+            if feed.check(topics[0]):
+                return HTTPStatus.BAD_REQUEST, b'{"code":-1121,"msg":"Invalid symbol."}'
+            group = self.group(query.get(GROUP_PARAM) or DEFAULT_GROUP)
+            known = [p for t in topics if (p := group.publishers.get((feed.name, t)))]
+            chosen = next((p for p in known if p.subscribers), None) or (
+                known[0] if known else group.publisher(feed, topics[0])
+            )
+            book = chosen.book
+            if book is None:
+                return HTTPStatus.NOT_FOUND, b'{"code":-1121,"msg":"No book."}'
+            if self.stale_snapshots:
+                self.counters.faults_fired["stale"] += 1
+                seq, ts_us, bids, asks = book.stale(self.stale_snapshots.pop(0))
+            else:
+                seq, ts_us = book.seq, book.ts_us
+                bids, asks = book.top(limit)
+            return HTTPStatus.OK, feed.rest_body(seq, ts_us, bids[:limit], asks[:limit]).encode()
+        return None
+
     def _process_request(self, ws: ServerConnection, request: Request) -> Response | None:
-        """HTTP control on the WebSocket port: GET /_sim/stats, GET /_sim/command?cmd=..."""
+        """HTTP on the WebSocket port: the venues' REST book snapshots (rest_snapshot), and
+        control: GET /_sim/stats, GET /_sim/command?cmd=..."""
         parts = urlsplit(request.path)
         if not parts.path.startswith("/_sim/"):
-            return None
+            if request.headers.get("Upgrade", "").lower() == "websocket":
+                return None
+            answer = self.rest_snapshot(request.path)
+            if answer is None:
+                return None
+            status, data = answer
+            headers = Headers(
+                [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+            )
+            return Response(status.value, status.phrase, headers, data)
         what = parts.path[len("/_sim/") :]
         if what == "stats":
             body = self.stats()

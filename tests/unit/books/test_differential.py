@@ -11,13 +11,16 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from order_book import OrderBook as CryptofeedBook
 
 from gateway.books import Action, BookSync, make_sync
 from gateway.normalize import BookSnapshot, make_normalizer
-from gateway.simulator.feeds import FEEDS
+from gateway.simulator.books import kraken_checksum as sim_kraken_checksum
+from gateway.simulator.books import okx_checksum as sim_okx_checksum
+from gateway.simulator.feeds import FEEDS, FUTURES, Feed
 from tests.unit.books.messages import (
     Change,
     RefBook,
@@ -30,6 +33,15 @@ from tests.unit.books.messages import (
     coinbase_update,
     kraken_book,
     okx_book,
+)
+from tests.unit.books.test_checksums import (
+    KRAKEN_DOC_ASKS,
+    KRAKEN_DOC_BIDS,
+    KRAKEN_DOC_CHECKSUM,
+    OKX_DOC_1,
+    OKX_DOC_1_CHECKSUM,
+    OKX_DOC_2,
+    OKX_DOC_2_CHECKSUM,
 )
 
 KRAKEN_DEPTH = 10
@@ -203,28 +215,88 @@ def test_same_books_as_cryptofeed_at_every_step(
             assert unsigned(sync.checksum() or 0) == reference.checksum()
 
 
-def test_simulator_streams_give_the_same_books_as_cryptofeed() -> None:
-    """The simulator's own book messages (gateway/simulator/feeds.py), applied as deltas."""
-    topics = {
-        "binance": "btcusdt@depth@100ms",
-        "coinbase": "level2:BTC-USD",
-        "kraken": "book:BTC/USD",
-        "okx": "books:BTC-USDT",
-        "bybit": "orderbook.50.BTCUSDT",
-        "bitstamp": "diff_order_book_btcusd",
-    }
-    for venue, topic in topics.items():
-        feed = FEEDS[venue]()
-        normalizer = make_normalizer(venue)
-        sync = make_sync(venue, "X")
-        sync.synced = True  # the simulator sends no snapshot: start from an empty book
-        reference = CryptofeedBook()
-        for seq in range(1, 300):
-            raw = feed.render(topic, seq, 1_700_000_000_000_000_000 + seq * 1000)
-            (event,) = normalizer.normalize(raw, 0)
-            sync.book.apply(event.bids, event.asks)  # type: ignore[union-attr]
-            if venue == "kraken":
-                sync.book.truncate(KRAKEN_DEPTH)
-            cf_apply(venue, reference, raw.decode())
-            assert ours_as_decimals(sync) == theirs(reference), (venue, seq)
-        assert len(sync.book.bids) >= 10, venue
+#: Simulator book topics: (dialect, topic, symbol, levels a side the channel keeps to).
+SIM_TOPICS = [
+    ("binance", "btcusdt@depth@100ms", "BTCUSDT", None),
+    ("binance", FUTURES + "btcusdt@depth@100ms", "BTCUSDT", None),
+    ("coinbase", "level2:BTC-USD", "BTC-USD", None),
+    ("kraken", "book:BTC/USD", "BTC/USD", KRAKEN_DEPTH),
+    ("okx", "books:BTC-USDT", "BTC-USDT", None),
+    ("bybit", "orderbook.50.BTCUSDT", "BTCUSDT", 50),
+    ("bitstamp", "diff_order_book_btcusd", "btcusd", None),
+]
+
+
+def sim_snapshot(feed: Feed, topic: str, symbol: str, seq: int) -> tuple[str, BookSnapshot]:
+    """The simulator's snapshot after update seq: its REST body (Binance, Bitstamp) or the
+    WebSocket snapshot a new subscriber gets; raw text and normalized."""
+    normalizer = make_normalizer(feed.name)
+    book = feed.book_state(topic)
+    assert book is not None
+    book.advance_to(seq, 1_700_000_000_000_000_000)
+    if feed.name in ("binance", "bitstamp"):
+        raw = feed.rest_body(book.seq, book.ts_us, *book.top())
+        return raw, normalizer.rest_snapshot(raw, symbol, 0)  # type: ignore[attr-defined,no-any-return]
+    raw_bytes = feed.render_snapshot(topic, seq, 1_700_000_000_000_000_000, book)
+    assert raw_bytes is not None
+    (snap,) = normalizer.normalize(raw_bytes, 0)
+    assert isinstance(snap, BookSnapshot)
+    return raw_bytes.decode(), snap
+
+
+@pytest.mark.parametrize(("dialect", "topic", "symbol", "window"), SIM_TOPICS)
+def test_simulator_streams_give_the_same_books_as_cryptofeed(
+    dialect: str, topic: str, symbol: str, window: int | None
+) -> None:
+    """The simulator's own messages (gateway/simulator/feeds.py): its snapshot at update 20,
+    then 600 updates, through gateway.normalize + BookSync and into cryptofeed's book;
+    the same levels after every message, and for Kraken and OKX the same checksums as
+    cryptofeed's and the simulator's."""
+    feed = FEEDS[dialect]()
+    normalizer = make_normalizer(dialect)
+    sync = make_sync(dialect, symbol, **({"depth": window} if window else {}))
+    checksum = {"kraken": "KRAKEN", "okx": "OKX"}.get(dialect)
+    reference = CryptofeedBook(checksum_format=checksum) if checksum else CryptofeedBook()
+    raw, snap = sim_snapshot(feed, topic, symbol, 20)
+    assert sync.on_snapshot(snap).action is Action.APPLIED
+    cf_apply(dialect, reference, raw)
+    book = feed.book_state(topic)
+    assert book is not None
+    book.advance_to(20, 0)
+    for seq in range(21, 621):
+        message = feed.render(topic, seq, 1_700_000_000_000_000_000 + seq * 1000, book)
+        (event,) = normalizer.normalize(message, 0)
+        outcome = sync.on_event(event)  # type: ignore[arg-type]
+        assert outcome.action is Action.APPLIED, (seq, outcome)
+        cf_apply(dialect, reference, message.decode())
+        if window is not None:  # a windowed channel: the client keeps to the window
+            for levels in (reference.bids, reference.asks):
+                while len(levels) > window:
+                    del levels[levels.index(window)[0]]
+        assert ours_as_decimals(sync) == theirs(reference), seq
+        assert sync.book.snapshot() == book.top(window), seq
+        if dialect == "kraken":
+            assert sync.checksum() == reference.checksum() == book.kraken_checksum()
+        elif dialect == "okx":
+            assert unsigned(sync.checksum()) == reference.checksum()
+            assert sync.checksum() == book.okx_checksum()
+    assert len(sync.book.bids) >= 10 and len(sync.book.asks) >= 10
+
+
+def test_the_simulator_and_cryptofeed_reproduce_the_published_checksums() -> None:
+    """Kraken's v2 example (docs.kraken.com/api/docs/guides/spot-ws-book-v2: BTC/USD,
+    3310070434) and OKX's two (www.okx.com/docs-v5/en/, WebSocket order book channel,
+    "Checksum"), by the simulator's checksum and by cryptofeed's book."""
+    assert sim_kraken_checksum(KRAKEN_DOC_BIDS, KRAKEN_DOC_ASKS) == KRAKEN_DOC_CHECKSUM
+    kraken = CryptofeedBook(checksum_format="KRAKEN")
+    for levels, pairs in ((kraken.bids, KRAKEN_DOC_BIDS), (kraken.asks, KRAKEN_DOC_ASKS)):
+        for price, size in pairs:
+            levels[Decimal(price)] = Decimal(size)
+    assert kraken.checksum() == KRAKEN_DOC_CHECKSUM
+    for (bids, asks), value in ((OKX_DOC_1, OKX_DOC_1_CHECKSUM), (OKX_DOC_2, OKX_DOC_2_CHECKSUM)):
+        assert sim_okx_checksum(bids, asks) == value
+        okx = CryptofeedBook(checksum_format="OKX")
+        for levels, pairs in ((okx.bids, bids), (okx.asks, asks)):
+            for price, size in pairs:
+                levels[Decimal(price)] = Decimal(size)
+        assert okx.checksum() == unsigned(value)

@@ -1,6 +1,16 @@
-"""How fast books are normalized and applied, against cryptofeed's book, on one core.
+"""`books`: how fast books are normalized and applied, against cryptofeed's book, on one core.
 
-`python -m gateway.books.measure [--messages N] [--rounds R]`: builds one stream of raw
+`wsgw bench books` (the scenario): for each venue, the simulator's own book stream (its
+snapshot, then updates in the venue's format, gateway/simulator/books.py) through
+gateway.normalize + gateway.books.BookSync (`wsgw`), and through what cryptofeed's feed
+handlers do with it (`cryptofeed`, the reference: JSON parsed, Decimal levels in the
+`order-book` C extension, the sequence rule, Kraken's and OKX's CRC32 checked on every
+message as wsgw checks it); messages/s, median of alternated rounds. Then the time to
+read a book of depth 100 as the REST answer would (the local book -> a normalized
+snapshot -> JSON), in process: GET /v1/books is not on this branch.
+
+`python -m wsgw_bench.books [--messages N] [--rounds R]` (moved from
+gateway/books/measure.py): builds one stream of raw
 Binance diff-depth messages and one of Kraken v2 book updates (with their CRC32) over a
 book of a few thousand levels, then runs each contender over the same bytes, alternated
 round by round, and prints messages/s per contender (median of the rounds) and ratios:
@@ -30,9 +40,11 @@ from typing import Any
 import orjson
 
 from gateway.books.book import double_key, scaled_key
-from gateway.books.sync import Action, make_sync
-from gateway.normalize.schema import BookSnapshot
+from gateway.books.sync import Action, BookSync, make_sync
+from gateway.normalize.schema import BookDelta, BookSnapshot, encode_json
 from gateway.normalize.venues import make_normalizer
+from gateway.simulator.feeds import FEEDS, FUTURES
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, time_per_op
 
 
 def _cryptofeed_book(**options: Any) -> Any:
@@ -304,6 +316,203 @@ def main(argv: list[str] | None = None) -> None:
 def _report(rates: dict[str, tuple[float, float]]) -> None:
     for name, (rate, ratio) in rates.items():
         print(f"  {name:<14} {rate:>10,.0f} msg/s   x{ratio:.2f} cryptofeed (median of rounds)")
+
+
+# ---- `wsgw bench books`: the simulator's streams, every venue -----------------------------
+#: name: (dialect, topic, symbol, the window the channel keeps to)
+SIM_STREAMS = {
+    "binance": ("binance", "btcusdt@depth@100ms", "BTCUSDT", None),
+    "binance-futures": ("binance", FUTURES + "btcusdt@depth@100ms", "BTCUSDT", None),
+    "okx": ("okx", "books:BTC-USDT", "BTC-USDT", None),
+    "bybit": ("bybit", "orderbook.50.BTCUSDT", "BTCUSDT", 50),
+    "kraken": ("kraken", "book:BTC/USD", "BTC/USD", 10),
+    "coinbase": ("coinbase", "level2:BTC-USD", "BTC-USD", None),
+    "bitstamp": ("bitstamp", "diff_order_book_btcusd", "btcusd", None),
+}
+REST_VENUES = ("binance", "bitstamp")
+
+
+def sim_stream(name: str, messages: int) -> tuple[bytes, list[bytes]]:
+    """The simulator's snapshot (REST body or WebSocket message) and `messages` updates."""
+    dialect, topic, _, _ = SIM_STREAMS[name]
+    feed = FEEDS[dialect]()
+    book = feed.book_state(topic)
+    assert book is not None
+    ts = 1_700_000_000_000_000_000
+    if dialect in REST_VENUES:
+        snap = feed.rest_body(0, 0, *book.top()).encode()
+    else:
+        snap = feed.render_snapshot(topic, 0, ts, book) or b""
+    updates = [feed.render(topic, n, ts + n * 1000, book) for n in range(1, messages + 1)]
+    return snap, updates
+
+
+def wsgw_stream(name: str) -> Callable[[bytes, list[bytes]], BookSync]:
+    dialect, _, symbol, window = SIM_STREAMS[name]
+
+    def run(snap: bytes, updates: list[bytes]) -> BookSync:
+        normalizer = make_normalizer(dialect)
+        sync = make_sync(dialect, symbol, **({"depth": window} if window else {}))
+        if dialect in REST_VENUES:
+            event: Any = normalizer.rest_snapshot(snap, symbol, 0)  # type: ignore[attr-defined]
+        else:
+            (event,) = normalizer.normalize(snap, 0)
+        sync.on_snapshot(event)
+        normalize, on_event = normalizer.normalize, sync.on_event
+        for raw in updates:
+            for event in normalize(raw, 0):
+                if on_event(event).action is not Action.APPLIED:
+                    raise RuntimeError(f"{name}: the book went wrong")
+        return sync
+
+    return run
+
+
+def _cf_set(side: Any, price: Decimal, size: Decimal) -> None:
+    if size == 0:
+        if price in side:
+            del side[price]
+    else:
+        side[price] = size
+
+
+def cryptofeed_stream(name: str) -> Callable[[bytes, list[bytes]], Any]:
+    """What cryptofeed's handler for the venue does per book message, its best case."""
+    dialect, _, _, window = SIM_STREAMS[name]
+    checksum = {"kraken": "KRAKEN", "okx": "OKX"}.get(dialect)
+
+    def run(snap: bytes, updates: list[bytes]) -> Any:
+        book = _cryptofeed_book(checksum_format=checksum) if checksum else _cryptofeed_book()
+        bids, asks = book.bids, book.asks
+        last = 0
+        if dialect == "kraken":
+            for raw in [snap, *updates]:
+                for item in json.loads(raw, parse_float=Decimal)["data"]:
+                    for level in item["bids"]:
+                        _cf_set(bids, level["price"], level["qty"])
+                    for level in item["asks"]:
+                        _cf_set(asks, level["price"], level["qty"])
+                    _truncate(book, window or 10)
+                    if book.checksum() != item["checksum"]:
+                        raise RuntimeError("kraken checksum")
+            return book
+        if dialect in REST_VENUES:
+            body = orjson.loads(snap)
+            for p, q in body["bids"]:
+                bids[Decimal(p)] = Decimal(q)
+            for p, q in body["asks"]:
+                asks[Decimal(p)] = Decimal(q)
+            last = int(body.get("lastUpdateId", body.get("microtimestamp", 0)))
+        for raw in updates if dialect in REST_VENUES else [snap, *updates]:
+            msg = orjson.loads(raw)
+            if dialect == "binance":
+                data = msg["data"]
+                if data["u"] <= last:
+                    continue
+                if "pu" in data and last and data["pu"] != last:
+                    raise RuntimeError("gap")
+                last = data["u"]
+                side_bids, side_asks = data["b"], data["a"]
+            elif dialect == "bitstamp":
+                data = msg["data"]
+                side_bids, side_asks = data["bids"], data["asks"]
+            elif dialect == "okx":
+                (data,) = msg["data"]
+                if msg["action"] == "update" and data["prevSeqId"] != last:
+                    raise RuntimeError("gap")
+                last = data["seqId"]
+                side_bids = [(p, q) for p, q, *_ in data["bids"]]
+                side_asks = [(p, q) for p, q, *_ in data["asks"]]
+            elif dialect == "bybit":
+                data = msg["data"]
+                if msg["type"] == "delta" and data["u"] != last + 1:
+                    raise RuntimeError("gap")
+                last = data["u"]
+                side_bids, side_asks = data["b"], data["a"]
+            elif msg["type"] == "snapshot":  # coinbase
+                side_bids, side_asks = msg["bids"], msg["asks"]
+            else:
+                changes = msg["changes"]
+                side_bids = [(p, q) for side, p, q in changes if side == "buy"]
+                side_asks = [(p, q) for side, p, q in changes if side != "buy"]
+            for p, q in side_bids:
+                _cf_set(bids, Decimal(p), Decimal(q))
+            for p, q in side_asks:
+                _cf_set(asks, Decimal(p), Decimal(q))
+            if window is not None:
+                _truncate(book, window)
+            if checksum and book.checksum() != (data["checksum"] & 0xFFFFFFFF):
+                raise RuntimeError("okx checksum")
+        return book
+
+    return run
+
+
+def snapshot_read(depth: int = 100) -> Callable[[], bytes]:
+    """One REST-style read of a book: the top `depth` levels a side of a synced Binance
+    book of 2000 levels a side, as a normalized snapshot encoded to JSON."""
+    rest, raws = binance_messages(2000)
+    sync = wsgw_binance_sync(rest, raws)
+
+    def read() -> bytes:
+        snap = sync.snapshot_event(0, depth)
+        assert snap is not None
+        return encode_json(snap)
+
+    return read
+
+
+def wsgw_binance_sync(rest: bytes, raws: list[bytes]) -> BookSync:
+    normalizer = make_normalizer("binance")
+    sync = make_sync("binance", "BTCUSDT")
+    sync.on_snapshot(normalizer.rest_snapshot(rest, "BTCUSDT", 0))  # type: ignore[attr-defined]
+    for raw in raws:
+        for event in normalizer.normalize(raw, 0):
+            assert isinstance(event, BookDelta)
+            sync.on_delta(event)
+    return sync
+
+
+@scenario("books", "normalize + apply book updates, msg/s per venue vs cryptofeed; book read")
+def bench_books(options: BenchOptions) -> list[Measurement]:
+    messages = 2_000 if options.quick else 20_000
+    out: list[Measurement] = []
+    for name in SIM_STREAMS:
+        snap, updates = sim_stream(name, messages)
+        ours, theirs = wsgw_stream(name), cryptofeed_stream(name)
+        # Same books at the end: a contender that went wrong would raise, this says both
+        # agree (the differential tests check every step).
+        book = theirs(snap, updates)
+        mine = ours(snap, updates).book.snapshot()
+        as_dict = book.to_dict()
+        if [Decimal(p) for p, _ in mine[0]] != list(as_dict["bid"]):
+            raise RuntimeError(f"{name}: wsgw and cryptofeed disagree")
+        contenders = {"wsgw": ours, "cryptofeed": theirs}
+        found = {
+            c: Measurement("books", f"{name} msg/s", c, "msg/s", True, reference=c == "cryptofeed")
+            for c in contenders
+        }
+        for _, contender in alternate(options.repetitions, list(contenders)):
+            gc.collect()
+            start = time.perf_counter()
+            contenders[contender](snap, updates)
+            found[contender].samples.append(len(updates) / (time.perf_counter() - start))
+        out += found.values()
+    read = snapshot_read(100)
+    seconds = time_per_op(read, 0.05 if options.quick else 0.3)
+    reads = Measurement(
+        "books",
+        "book read, depth 100 (us)",
+        "wsgw in-process",
+        "us",
+        False,
+        note="local book -> normalized snapshot -> JSON; GET /v1/books is not on this branch",
+    )
+    reads.samples.append(seconds * 1e6)
+    for _ in range(options.repetitions - 1):
+        reads.samples.append(time_per_op(read, 0.05 if options.quick else 0.3) * 1e6)
+    out.append(reads)
+    return out
 
 
 if __name__ == "__main__":
