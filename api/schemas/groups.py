@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -73,6 +73,24 @@ class GroupFiguresPublic(PublicSchema):
     duplicates: int
     held: int
     passed_through: int = Field(description="frames without an exchange id, from leg 0")
+    path: Literal["c", "python"] = Field(
+        default="python",
+        description="where the group arbitrates: 'c' on the engine's feed path (identity, "
+        "arbiter and ring write in C), 'python' in the runtime's loop",
+    )
+    dropped_unidentified: int = Field(default=0, description="frames no identity was found for")
+    below_floor: int = Field(
+        default=0, description="copies of what the group delivered before a change of its legs"
+    )
+    arbitration_ns_per_frame: float | None = Field(
+        default=None,
+        description="C path: identity, lock, arbiter and staging of one frame (median); "
+        "a message costs one such step per leg",
+    )
+    engine_offers: int | None = Field(default=None, description="C path: frames offered in C")
+    python_offers: int | None = Field(
+        default=None, description="C path: frames offered from Python (kernel legs, odd frames)"
+    )
     legs: list[LegPublic]
 
 
