@@ -113,6 +113,7 @@ class NatsSource(NetworkSource):
         self._highest = 0  # a durable's highest stream sequence taken (redeliveries: older)
         self._unacked: Any = None  # ack="next": the last message handed over, not acked yet
         self._fetcher: asyncio.Task[None] | None = None
+        self._durable_at: tuple[Any, str, str] | None = None  # js, stream, durable name
         self._closing = False
         self.acked: int | None = None  # a durable's last stream sequence the server confirmed
         self.ack_failures = 0
@@ -180,44 +181,64 @@ class NatsSource(NetworkSource):
         )
 
     async def _open_durable(self, js: Any, stream: str, name: str, start_seq: int | None) -> None:
-        """Bind to the durable (made here the first time), at its ack floor, and pull."""
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-        from nats.js.errors import NotFoundError
+        """Bind to the durable (made here the first time), at its ack floor, and pull.
 
-        def config(start: int | None) -> ConsumerConfig:
-            return ConsumerConfig(
-                durable_name=name,
-                deliver_policy=DeliverPolicy.NEW
-                if start is None
-                else DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=start,
-                ack_policy=AckPolicy.ALL,
-                ack_wait=self.ack_wait,
-                max_ack_pending=MAX_ACK_PENDING,
-                filter_subject=self.subject,
-            )
+        A durable is always made with an explicit start sequence (a new one: after the
+        stream's last message), so that where it started is known before its first ack."""
+        from nats.js.errors import NotFoundError
 
         try:
             info = await js.consumer_info(stream, name)
         except NotFoundError:
             info = None
+        state = (await js.stream_info(stream)).state
         if info is None:
-            await js.add_consumer(stream, config(start_seq))
+            start = start_seq if start_seq is not None else state.last_seq + 1
+            await js.add_consumer(stream, self._durable(name, start))
         else:
             given = info.config.filter_subject
             if given != self.subject:
                 raise ValueError(f"durable {name!r} reads {given}, not {self.subject}")
-            floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+            acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
+            floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
             delivered = info.delivered.stream_seq if info.delivered is not None else 0
-            first = (await js.stream_info(stream)).state.first_seq
+            first = state.first_seq
             if first > floor + 1:  # the stream's limits removed what it had not acked
                 self._events.append(Gap(first - floor - 1, floor + 1))
                 self._js_msgs.append((None, None))
             if delivered > floor:  # handed to a reader that did not ack: from the floor
                 await js.delete_consumer(stream, name)
-                await js.add_consumer(stream, config(max(floor + 1, first)))
+                await js.add_consumer(stream, self._durable(name, max(floor + 1, first)))
+        self._durable_at = (js, stream, name)
         sub = await js.pull_subscribe_bind(durable=name, stream=stream)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch(sub))
+
+    def _durable(self, name: str, start: int) -> Any:
+        """The durable's consumer config: from stream sequence `start`, ack all."""
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        return ConsumerConfig(
+            durable_name=name,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start, 1),
+            ack_policy=AckPolicy.ALL,
+            ack_wait=self.ack_wait,
+            max_ack_pending=MAX_ACK_PENDING,
+            filter_subject=self.subject,
+        )
+
+    async def _rewind(self) -> None:
+        """Closing with messages fetched but not handed over: the durable starts again
+        right after the last ack, so the server counts those as unread (a Gap if its
+        limits remove them before the next reader comes)."""
+        if self._durable_at is None or self._highest <= (self.acked or 0):
+            return
+        js, stream, name = self._durable_at
+        info = await js.consumer_info(stream, name)
+        acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
+        floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
+        await js.delete_consumer(stream, name)
+        await js.add_consumer(stream, self._durable(name, floor + 1))
 
     async def _fetch(self, sub: Any) -> None:
         """Pull while fewer than MAX_QUEUED wait to be read; nats-py reconnects meanwhile."""
@@ -348,6 +369,8 @@ class NatsSource(NetworkSource):
         if self._fetcher is not None:
             self._fetcher.cancel()
             await asyncio.gather(self._fetcher, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._rewind(), ACK_TIMEOUT_S)
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()
