@@ -86,6 +86,9 @@ def stored(url: str) -> list[bytes]:
         js = nc.jetstream()
         info = await js.stream_info(STREAM)
         got = []
+        if not info.state.messages:
+            await nc.close()
+            return got
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             got.append((await js.get_msg(STREAM, seq)).data or b"")
         await nc.close()
@@ -145,8 +148,8 @@ import os, sys
 from dataplane.ring import Gap, RingMessage
 from gateway.client import Client
 
-url, durable, ack = sys.argv[1:4]
-client = Client.connect(url, session=1, jetstream="MD", durable=durable, follow=True)
+url, durable, ack, stream = sys.argv[1:5]
+client = Client.connect(url, session=1, jetstream=stream, durable=durable, follow=True)
 client.source.ack = ack
 os.write(1, b"ready\\n")
 while True:
@@ -154,7 +157,7 @@ while True:
     for event in client.read(timeout=0.5):
         if isinstance(event, Gap):
             lines.append("gap")
-        elif isinstance(event, RingMessage):
+        elif isinstance(event, RingMessage) and not event.topic.endswith("$gap"):
             lines.append(bytes(event.payload).split(b'"t":')[1].split(b",")[0].decode())
     if lines:
         os.write(1, ("\\n".join(lines) + "\\n").encode())  # one write: all or nothing
@@ -164,8 +167,8 @@ while True:
 class Consumer:
     """A consumer process reading the durable; what it printed is kept across its lives."""
 
-    def __init__(self, url: str, durable: str, ack: str = "read") -> None:
-        self.args = [sys.executable, "-c", CONSUMER, url, durable, ack]
+    def __init__(self, url: str, durable: str, ack: str = "read", stream: str = STREAM) -> None:
+        self.args = [sys.executable, "-c", CONSUMER, url, durable, ack, stream]
         self.lives: list[list[str]] = []
         self.proc: subprocess.Popen[bytes] | None = None
 
