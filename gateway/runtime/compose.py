@@ -100,11 +100,18 @@ def jetstream_config(js: JetStreamSettings | None) -> JetStreamConfig | None:
 
 
 def session_identity(runtime: LiveRuntime | None, session_id: int) -> MessageIdentity | None:
-    """The message identity of a running session's dialect (the JetStream message ids'
-    exchange ids), None when the session is not running here."""
+    """The message identity of a running session's dialect, or of a feed group's (its hub
+    id: the same on every node, so legs on several nodes publish one id per message and
+    JetStream keeps one copy); None when neither runs here."""
     from gateway.dialects.identity import identity_for
+    from gateway.groups.feed import GROUP_HUB_BASE
 
-    session = None if runtime is None else runtime._sessions.get(session_id)
+    if runtime is None:
+        return None
+    if session_id >= GROUP_HUB_BASE:
+        group = runtime._groups.groups.get(session_id - GROUP_HUB_BASE)
+        return None if group is None else identity_for(group.spec.dialect)
+    session = runtime._sessions.get(session_id)
     if session is None:
         return None
     config = session.config

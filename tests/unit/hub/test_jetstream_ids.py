@@ -72,3 +72,25 @@ def test_the_limits_reach_the_sink_s_stream_config() -> None:
         msg_ids=False,
     )
     assert jetstream_config(None) is None
+
+
+def test_a_feed_group_s_hub_id_takes_the_group_s_dialect() -> None:
+    """Legs of one group on several nodes publish under the group's hub id, with the
+    exchange id of its dialect: one id per upstream message, whichever node sent it."""
+    from gateway.dialects.identity import binance_identity
+    from gateway.groups.feed import GroupSpec, group_hub_id
+    from gateway.hub import Hub
+    from gateway.runtime.compose import session_identity
+    from gateway.runtime.live import LiveRuntime
+
+    hub = Hub()
+    runtime = LiveRuntime(hub, hub=hub)
+    try:
+        runtime.set_group(GroupSpec(3, "g", (7, 8), "binance"))
+        assert session_identity(runtime, group_hub_id(3)) is binance_identity
+        assert session_identity(runtime, group_hub_id(4)) is None  # not running here
+        assert session_identity(runtime, 7) is None  # a session not started here
+        assert session_identity(None, 7) is None
+    finally:
+        runtime.close()
+        hub.close()
