@@ -21,6 +21,7 @@ def _load_scenarios() -> None:
         faultsoak,
         feed,
         floor,
+        jetstream,
         micro,
         soak,
         stream,
