@@ -12,8 +12,9 @@ not delivered. JetStream stores it: `start_seq` resumes at a stream sequence (ke
 
 A durable consumer (`durable="name"`) keeps its place on the server instead: the source acks
 what `read` hands over (ack="read": before read returns, confirmed by the server, so a
-message is handed to a durable at most once; ack="next": when the caller reads again or
-closes, so what it held when it died comes again: at least once), and a source opened again
+message is handed to a durable at most once, and a process killed between that ack and its
+handling of the batch loses the batch; ack="next": when the caller reads again or closes, so
+what it held when it died comes again: at least once), and a source opened again
 under the name, in this process or after a kill -9 of another, resumes right after the last
 acknowledged message, in stream order: the consumer is recreated at its ack floor when it had
 delivered more than was acknowledged (the server would otherwise redeliver those only after

@@ -148,8 +148,11 @@ import os, sys
 from dataplane.ring import Gap, RingMessage
 from gateway.client import Client
 
-url, durable, ack, stream = sys.argv[1:5]
-client = Client.connect(url, session=1, jetstream=stream, durable=durable, follow=True)
+url, durable, ack, stream, session = sys.argv[1:6]
+every = session == "all"  # then each line is <session>:<trade id>
+client = Client.connect(
+    url, session=None if every else int(session), jetstream=stream, durable=durable, follow=True
+)
 client.source.ack = ack
 os.write(1, b"ready\\n")
 while True:
@@ -158,7 +161,8 @@ while True:
         if isinstance(event, Gap):
             lines.append("gap")
         elif isinstance(event, RingMessage) and not event.topic.endswith("$gap"):
-            lines.append(bytes(event.payload).split(b'"t":')[1].split(b",")[0].decode())
+            t = bytes(event.payload).split(b'"t":')[1].split(b",")[0].decode()
+            lines.append(f"{event.session_id}:{t}" if every else t)
     if lines:
         os.write(1, ("\\n".join(lines) + "\\n").encode())  # one write: all or nothing
 """
@@ -167,8 +171,10 @@ while True:
 class Consumer:
     """A consumer process reading the durable; what it printed is kept across its lives."""
 
-    def __init__(self, url: str, durable: str, ack: str = "read", stream: str = STREAM) -> None:
-        self.args = [sys.executable, "-c", CONSUMER, url, durable, ack, stream]
+    def __init__(
+        self, url: str, durable: str, ack: str = "read", stream: str = STREAM, session: str = "1"
+    ) -> None:
+        self.args = [sys.executable, "-c", CONSUMER, url, durable, ack, stream, session]
         self.lives: list[list[str]] = []
         self.proc: subprocess.Popen[bytes] | None = None
 

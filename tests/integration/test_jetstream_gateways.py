@@ -41,7 +41,9 @@ SUBJECT = f"wsgw.1.{TOPIC}"
 class Gateway:
     """One `wsgw serve` with the NATS sink on JetStream; its log goes to a file."""
 
-    def __init__(self, name: str, nats_url: str, tmp: Path) -> None:
+    def __init__(
+        self, name: str, nats_url: str, tmp: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.gateway = f"js{os.getpid()}{name}"
@@ -53,6 +55,10 @@ class Gateway:
             "servers": [nats_url],
             "jetstream": {"stream": STREAM, "storage": "memory", "duplicate_window_s": 60},
         }
+        self.env = {
+            "WSGW_DB__URL": f"sqlite:///{self.state}/wsgw.db",
+            **(env or {}),
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
 
@@ -61,10 +67,10 @@ class Gateway:
             **os.environ,
             "WSGW_STATE_DIR": str(self.state),
             "WSGW_CONFIG": str(self.state / "absent.toml"),
-            "WSGW_DB__URL": f"sqlite:///{self.state}/wsgw.db",
             "WSGW_HUB__GATEWAY": self.gateway,
             "WSGW_HUB__RING_CAPACITY": str(1 << 22),
             "WSGW_HUB__NATS": json.dumps(self.nats),
+            **self.env,
         }
         command = [sys.executable, "-m", "gateway.cli", "serve", "--no-auth"]
         with self.log.open("a") as out:
@@ -94,10 +100,14 @@ class Gateway:
         return result
 
     def connected(self) -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            row = self.api.get("/v1/sessions/1").json()
-            return bool(row["status"]["state"] == "connected")
-        return False
+        return 1 in self.connected_sessions()
+
+    def connected_sessions(self) -> set[int]:
+        """The sessions this gateway has connected (none while it is down)."""
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            data = self.api.get("/v1/sessions", params={"limit": 100}).json()["data"]
+            return {s["id"] for s in data if s["status"]["state"] == "connected"}
+        return set()
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
