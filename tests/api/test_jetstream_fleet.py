@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from gateway.simulator.process import start_simulator
+from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_jetstream_gateways import Gateway
 from tests.integration.test_nats_sink import wait_until
@@ -94,12 +95,14 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
             node.nats["headers"] = True  # Wsgw-Gen, the fence's generation
             nodes.append(node)
         consumer = Consumer(nats.url, "fleet", stream=STREAM, session="all")
+        wire: Subscriber | None = None  # every copy any node publishes (core NATS)
         try:
             for node in nodes:  # the first migrates the database
                 node.start()
             first = nodes[0]
             wait_until(lambda: isinstance(stored(nats.url), list), 20)
             consumer.start()
+            wire = Subscriber(nats.url, [f"wsgw.*.{TOPIC}"])
             sessions = []
             for i in range(SESSIONS):
                 row = first.post(
@@ -146,10 +149,14 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
             consumer.wait_for(len(in_stream))
             time.sleep(0.5)  # nothing more comes
             got = list(consumer.got)
+            wire.close()
+            published = len(wire.got)
         except Exception as exc:
             logs = "\n".join(f"--- {n.name}\n{n.tail()}" for n in nodes)
             raise AssertionError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
         finally:
+            if wire is not None:
+                wire.close()
             consumer.kill()
             for node in nodes:
                 if node.proc is not None and node.proc.poll() is None:
@@ -160,7 +167,10 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
         sid, trade = item.split(":")
         per_session[sid].append(int(trade))
     holes = {sid: max(ids) - min(ids) + 1 - len(set(ids)) for sid, ids in per_session.items()}
-    print(f"stored {len(in_stream)} trades; lost upstream while unowned, per session: {holes}")
+    print(
+        f"published {published}, stored {len(in_stream)} trades (copies dropped by id: "
+        f"{published - len(in_stream)}); lost upstream while unowned, per session: {holes}"
+    )
     for sid, ids in per_session.items():
         assert len(ids) == len(set(ids)), f"session {sid}: a trade stored twice"
     assert got == in_stream  # the durable consumer: every stored trade once, in order
