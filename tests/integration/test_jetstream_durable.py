@@ -70,7 +70,7 @@ class Gateway:
             batch = payloads[at : at + 100]
             self.hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
         published = self.sink.stats.published + len(payloads)
-        wait_until(lambda: self.sink.stats.published >= published and self.sink.pending == 0)
+        wait_until(lambda: self.sink.stats.published >= published and self.sink.pending == 0, 60)
 
     def close(self) -> None:
         self.hub.close()
