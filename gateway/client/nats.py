@@ -115,6 +115,7 @@ class NatsSource(NetworkSource):
         self._unacked: Any = None  # ack="next": the last message handed over, not acked yet
         self._fetcher: asyncio.Task[None] | None = None
         self._durable_at: tuple[Any, str, str] | None = None  # js, stream, durable name
+        self._saved_epoch = 0  # the run the durable's description remembers
         self._closing = False
         self.acked: int | None = None  # a durable's last stream sequence the server confirmed
         self.ack_failures = 0
@@ -200,6 +201,10 @@ class NatsSource(NetworkSource):
             given = info.config.filter_subject
             if given != self.subject:
                 raise ValueError(f"durable {name!r} reads {given}, not {self.subject}")
+            remembered = _epoch_of(info.config.description)
+            self._saved_epoch = remembered
+            if not self._epoch:  # the run this durable's reader last acked a gap of
+                self._epoch = remembered
             acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
             floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
             delivered = info.delivered.stream_seq if info.delivered is not None else 0
@@ -209,17 +214,20 @@ class NatsSource(NetworkSource):
                 self._js_msgs.append((None, None))
             if delivered > floor:  # handed to a reader that did not ack: from the floor
                 await js.delete_consumer(stream, name)
-                await js.add_consumer(stream, self._durable(name, max(floor + 1, first)))
+                start = max(floor + 1, first)
+                await js.add_consumer(stream, self._durable(name, start, remembered))
         self._durable_at = (js, stream, name)
         sub = await js.pull_subscribe_bind(durable=name, stream=stream)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch(sub))
 
-    def _durable(self, name: str, start: int) -> Any:
-        """The durable's consumer config: from stream sequence `start`, ack all."""
+    def _durable(self, name: str, start: int, epoch: int = 0) -> Any:
+        """The durable's consumer config: from stream sequence `start`, ack all; its
+        description remembers the gateway run of the last gap record acked."""
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         return ConsumerConfig(
             durable_name=name,
+            description=_epoch_text(epoch),
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=max(start, 1),
             ack_policy=AckPolicy.ALL,
@@ -239,7 +247,17 @@ class NatsSource(NetworkSource):
         acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
         floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
         await js.delete_consumer(stream, name)
-        await js.add_consumer(stream, self._durable(name, floor + 1))
+        await js.add_consumer(stream, self._durable(name, floor + 1, self._saved_epoch))
+
+    async def _save_epoch(self, epoch: int) -> None:
+        """Write the run of the last gap record handed over into the durable's description,
+        so that its next reader, in another process, knows it (a Restart when it changed)."""
+        if self._durable_at is None:
+            return
+        js, stream, name = self._durable_at
+        config = (await js.consumer_info(stream, name)).config
+        config.description = _epoch_text(epoch)
+        await js.add_consumer(stream, config)  # an update: only the description differs
 
     async def _fetch(self, sub: Any) -> None:
         """Pull while fewer than MAX_QUEUED wait to be read; nats-py reconnects meanwhile."""
@@ -324,7 +342,24 @@ class NatsSource(NetworkSource):
                 self._ack(last)
             else:
                 self._unacked = last
+            self._remember_epoch(events)
         return events
+
+    def _remember_epoch(self, events: list[ClientEvent]) -> None:
+        """A durable: the run of the last gap record handed over, saved when it changed."""
+        epoch = 0
+        for event in events:
+            if type(event) is RingMessage and event.topic == RING_GAP_TOPIC:
+                with contextlib.suppress(ValueError, TypeError):
+                    epoch = int(orjson.loads(event.payload).get("epoch") or "0", 16) or epoch
+        if not epoch or epoch == self._saved_epoch or self._loop.is_closed():
+            return
+        saving = asyncio.run_coroutine_threadsafe(self._save_epoch(epoch), self._loop)
+        try:
+            saving.result(ACK_TIMEOUT_S + 1.0)
+            self._saved_epoch = epoch
+        except Exception as exc:
+            self.last_ack_error = f"saving the run: {type(exc).__name__}: {exc}"
 
     def _ack(self, msg: Any) -> None:
         """Ack msg and every message before it (ack policy all), confirmed by the server.
@@ -396,6 +431,23 @@ class NatsSource(NetworkSource):
         with self._cond:
             self._ended = True
             self._cond.notify_all()
+
+
+_EPOCH_PREFIX = "wsgw run "
+
+
+def _epoch_text(epoch: int) -> str | None:
+    return f"{_EPOCH_PREFIX}{epoch:016x}" if epoch else None
+
+
+def _epoch_of(description: str | None) -> int:
+    """The run a durable's description remembers (0: none)."""
+    if not description or not description.startswith(_EPOCH_PREFIX):
+        return 0
+    try:
+        return int(description[len(_EPOCH_PREFIX) :], 16)
+    except ValueError:
+        return 0
 
 
 def _is_js(msg: Any) -> bool:

@@ -65,11 +65,16 @@ class Gateway:
         wait_until(lambda: self.sink.stats.jetstream_ready)
         self.hub = Hub(nats=self.sink)
 
-    def publish(self, payloads: list[bytes]) -> None:
+    def publish(self, payloads: list[bytes], wait: bool = True) -> None:
+        """Publish; wait: until the sink has published them all."""
+        before = self.sink.stats.published
         for at in range(0, len(payloads), 100):
             batch = payloads[at : at + 100]
             self.hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
-        published = self.sink.stats.published + len(payloads)
+        if wait:
+            self.wait_published(before + len(payloads))
+
+    def wait_published(self, published: int) -> None:
         wait_until(lambda: self.sink.stats.published >= published and self.sink.pending == 0, 60)
 
     def close(self) -> None:
@@ -146,7 +151,7 @@ def test_msg_ids_off_stores_every_copy_and_the_window_is_the_stream_s(server: Na
 CONSUMER = """
 import os, sys
 from dataplane.ring import Gap, RingMessage
-from gateway.client import Client
+from gateway.client import Client, Restart
 
 url, durable, ack, stream, session = sys.argv[1:6]
 every = session == "all"  # then each line is <session>:<trade id>
@@ -160,6 +165,8 @@ while True:
     for event in client.read(timeout=0.5):
         if isinstance(event, Gap):
             lines.append("gap")
+        elif isinstance(event, Restart):
+            lines.append("restart")
         elif isinstance(event, RingMessage) and not event.topic.endswith("$gap"):
             t = bytes(event.payload).split(b'"t":')[1].split(b",")[0].decode()
             lines.append(f"{event.session_id}:{t}" if every else t)
@@ -251,13 +258,14 @@ def test_ack_next_a_kill_mid_flow_loses_nothing(
         consumer.start()
         ids = list(range(1, 5001))
         flow = threading.Thread(
-            target=lambda: gateway.publish([trade(i) for i in ids]), daemon=True
+            target=lambda: gateway.publish([trade(i) for i in ids], wait=False), daemon=True
         )
         flow.start()
         wait_until(lambda: len(consumer.got) >= 500)
         consumer.kill()  # mid-flow
         before = list(consumer.got)
         flow.join(60)
+        gateway.wait_published(len(ids))
         consumer.start()
         wait_until(lambda: set(consumer.got) >= {str(i) for i in ids}, timeout=30)
     finally:
@@ -293,3 +301,36 @@ def test_messages_the_limits_removed_before_the_durable_read_them_are_a_gap(
     rest = events[1:]
     assert all(isinstance(e, RingMessage) for e in rest)
     assert [trade_id(bytes(e.payload)) for e in rest] == list(range(201, 301))
+
+
+def test_a_durable_restarted_knows_the_run_it_last_read(
+    server: NatsServer, consumers: list[Consumer]
+) -> None:
+    """The durable remembers the gateway run of the last gap record its reader acked: a
+    reader killed and restarted while the gateway restarted gets a Restart first."""
+    consumer = Consumer(server.url, "runs")
+    consumers.append(consumer)
+    first = Gateway(server.url)
+    try:
+        consumer.start()
+        first.hub.publish_gap(SESSION, None, "start")
+        first.publish([trade(i) for i in range(1, 11)])
+        consumer.wait_for(10)
+        consumer.kill()
+    finally:
+        first.close()
+    second = Gateway(server.url)  # another run: another epoch
+    try:
+        second.hub.publish_gap(SESSION, None, "start")
+        second.publish([trade(i) for i in range(11, 21)])
+        consumer.start()
+        consumer.wait_for(21)
+        consumer.kill()
+        consumer.start()  # the same run again: no Restart
+        second.publish([trade(i) for i in range(21, 26)])
+        consumer.wait_for(26)
+    finally:
+        second.close()
+    assert consumer.lives[0] == [str(i) for i in range(1, 11)]
+    assert consumer.lives[1] == ["restart", *(str(i) for i in range(11, 21))]
+    assert consumer.lives[2] == [str(i) for i in range(21, 26)]
