@@ -164,13 +164,13 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
                 node.close()
     per_session: dict[str, list[int]] = defaultdict(list)
     for item in in_stream:
-        sid, trade = item.split(":")
-        per_session[sid].append(int(trade))
-    holes = {sid: max(ids) - min(ids) + 1 - len(set(ids)) for sid, ids in per_session.items()}
+        session, trade = item.split(":")
+        per_session[session].append(int(trade))
+    holes = {name: max(ids) - min(ids) + 1 - len(set(ids)) for name, ids in per_session.items()}
     print(
         f"published {published}, stored {len(in_stream)} trades (copies dropped by id: "
         f"{published - len(in_stream)}); lost upstream while unowned, per session: {holes}"
     )
-    for sid, ids in per_session.items():
-        assert len(ids) == len(set(ids)), f"session {sid}: a trade stored twice"
+    for name, ids in per_session.items():
+        assert len(ids) == len(set(ids)), f"session {name}: a trade stored twice"
     assert got == in_stream  # the durable consumer: every stored trade once, in order

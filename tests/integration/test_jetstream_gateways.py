@@ -51,7 +51,7 @@ class Gateway:
         self.state = tmp / name
         self.state.mkdir()
         self.log = tmp / f"{name}.log"
-        self.nats = {
+        self.nats: dict[str, Any] = {
             "servers": [nats_url],
             "jetstream": {"stream": STREAM, "storage": "memory", "duplicate_window_s": 60},
         }
@@ -141,7 +141,7 @@ def trades(url: str) -> list[int]:
         nc = await nats.connect(url)
         js = nc.jetstream()
         info = await js.stream_info(STREAM)
-        got = []
+        got: list[int] = []
         if not info.state.messages:
             await nc.close()
             return got
