@@ -152,6 +152,43 @@ class EngineSettings(BaseModel):
     )
 
 
+class JetStreamSettings(BaseModel):
+    """The JetStream stream the NATS sink keeps over its subjects (WSGW_HUB__NATS__JETSTREAM__*)."""
+
+    stream: str = Field(default="WSGW", description="the stream's name")
+    max_age_s: float = Field(default=0.0, description="seconds a message is kept; 0: no limit")
+    max_bytes: int = Field(default=-1, description="bytes the stream keeps; -1: no limit")
+    max_msgs: int = Field(default=-1, description="messages the stream keeps; -1: no limit")
+    storage: Literal["file", "memory"] = "file"
+    replicas: int = Field(default=1, description="copies in a JetStream cluster (1-5)")
+    duplicate_window_s: float = Field(
+        default=120.0,
+        description="seconds within which a message id (Nats-Msg-Id) seen before is dropped",
+    )
+    msg_ids: bool = Field(
+        default=True,
+        description="a Nats-Msg-Id per message (session + exchange id, else run + ring "
+        "sequence) so a message published again (failover, restart) is stored once",
+    )
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> JetStreamSettings:
+        from gateway.hub.nats import jetstream_problems  # the sink's own rules
+
+        problems = jetstream_problems(
+            stream=self.stream,
+            max_bytes=self.max_bytes,
+            max_age_s=self.max_age_s,
+            max_msgs=self.max_msgs,
+            storage=self.storage,
+            replicas=self.replicas,
+            duplicate_window_s=self.duplicate_window_s,
+        )
+        if problems:
+            raise ValueError("hub.nats.jetstream: " + "; ".join(problems))
+        return self
+
+
 class NatsSettings(BaseModel):
     servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     subject_prefix: str = "wsgw"
@@ -159,6 +196,9 @@ class NatsSettings(BaseModel):
         default=False,
         description="Wsgw-Seq and Wsgw-Recv-Ts headers on every message (and Wsgw-Gen, the "
         "session's lease generation, on a fleet node)",
+    )
+    jetstream: JetStreamSettings | None = Field(
+        default=None, description="absent: core NATS only, nothing stored"
     )
 
 

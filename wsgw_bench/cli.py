@@ -22,6 +22,7 @@ def _load_scenarios() -> None:
         faultsoak,
         feed,
         floor,
+        jetstream,
         micro,
         soak,
         stream,

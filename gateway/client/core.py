@@ -284,11 +284,13 @@ class Client:
         prefix: str = "wsgw",
         jetstream: str | None = None,
         start_seq: int | None = None,
+        durable: str | None = None,
     ) -> Client:
         """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
         and wait apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N] (token:
         a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
-        subject prefix; jetstream and start_seq: resume from the stream). session: the
+        subject prefix; jetstream and start_seq: resume from the stream; durable: a durable
+        consumer that acks and resumes by itself, gateway.client.nats). session: the
         session whose topics `topics` names (ws and nats). SourceUnavailableError when
         nothing is there to read from."""
         parts = urlsplit(url)
@@ -331,6 +333,7 @@ class Client:
                     start_seq=start_at,
                     epoch=known,
                     token=token,
+                    durable=durable,
                 )
 
             nats_source = subscribe(start_seq, epoch)
@@ -338,7 +341,7 @@ class Client:
             def resubscribe() -> MessageSource:
                 previous = client.source
                 assert isinstance(previous, NatsSource)
-                after = previous.position
+                after = None if durable is not None else previous.position  # it knows
                 return subscribe(None if after is None else after + 1, previous.epoch)
 
             client = cls(nats_source, on_gap=on_gap, reopen=resubscribe if follow else None)

@@ -10,6 +10,18 @@ after a `Restart`. Core NATS keeps nothing: what is published while the consumer
 not delivered. JetStream stores it: `start_seq` resumes at a stream sequence (keep
 `position`, the stream sequence of the last message delivered, and pass position + 1).
 
+A durable consumer (`durable="name"`) keeps its place on the server instead: the source acks
+what `read` hands over (ack="read": before read returns, confirmed by the server, so a
+message is handed to a durable at most once, and a process killed between that ack and its
+handling of the batch loses the batch; ack="next": when the caller reads again or closes, so
+what it held when it died comes again: at least once), and a source opened again
+under the name, in this process or after a kill -9 of another, resumes right after the last
+acknowledged message, in stream order: the consumer is recreated at its ack floor when it had
+delivered more than was acknowledged (the server would otherwise redeliver those only after
+ack_wait, behind newer ones). If the stream's limits removed messages the durable had not
+read yet, the first event is a `Gap` in stream sequences (`lost` counts every subject). One
+reader per durable name at a time.
+
 nats-py is asyncio only: it runs on a loop of its own in a thread of its own, and hands each
 message over through a condition variable, so the Client's sync and async reads work as with
 the other transports.
@@ -19,14 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from dataplane.ring import RingMessage
+from dataplane.ring import Gap, RingMessage
 from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnavailableError
 from gateway.hub.names import (
     NATS_GAP_TOKEN,
@@ -38,6 +51,18 @@ from gateway.hub.names import (
 
 #: How long connecting (and subscribing) may take before the bus counts as unavailable.
 CONNECT_TIMEOUT = 5.0
+#: A durable's pull: messages per fetch, how long one waits on the server, and how many the
+#: source holds unread before it stops fetching (the server's max_ack_pending is above it).
+FETCH_BATCH = 512
+FETCH_WAIT_S = 1.0
+MAX_QUEUED = 8192
+MAX_ACK_PENDING = 4 * MAX_QUEUED
+#: How long the server waits for a durable's ack before it delivers the message again.
+ACK_WAIT_S = 30.0
+#: How long an ack may wait for the server's confirmation.
+ACK_TIMEOUT_S = 5.0
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+AckMode = Literal["read", "next"]
 
 
 class NatsSource(NetworkSource):
@@ -55,15 +80,28 @@ class NatsSource(NetworkSource):
         epoch: int | None = None,
         token: str | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        durable: str | None = None,
+        ack: AckMode = "read",
+        ack_wait: float = ACK_WAIT_S,
     ) -> None:
         """url: nats://host:port (comma-separated for several servers). topics: upstream
         topics of `session` (None: all). jetstream: the stream's name, to read what it stored
         (from start_seq, else only what comes from now on). epoch: the run the consumer saw
-        last, so that a gap of another run comes after a Restart."""
+        last, so that a gap of another run comes after a Restart. durable: a durable
+        consumer's name (module doc); start_seq then applies only when it is created."""
         if topics is not None and session is None:
             raise ValueError("topics need a session (subjects are per session)")
         if start_seq is not None and jetstream is None:
             raise ValueError("start_seq needs jetstream: core NATS keeps no messages")
+        if durable is not None and jetstream is None:
+            raise ValueError("durable needs jetstream: core NATS keeps no consumers")
+        if durable is not None and not _NAME.fullmatch(durable):
+            raise ValueError(f"durable {durable!r}: letters, digits, '_' or '-'")
+        if ack not in ("read", "next"):
+            raise ValueError(f"ack {ack!r}: read or next")
+        self.durable = durable
+        self.ack = ack
+        self.ack_wait = ack_wait
         self.prefix = prefix
         self.session = session
         self.subject = f"{prefix}.{session if session is not None else '*'}.*"
@@ -71,6 +109,17 @@ class NatsSource(NetworkSource):
         self._epoch = epoch or 0
         self.position: int | None = None  # JetStream sequence of the last message delivered
         self._events: deque[ClientEvent] = deque()
+        # Per event: its JetStream message (None: none, or not to ack) and stream sequence.
+        self._js_msgs: deque[tuple[Any, int | None]] = deque()
+        self._highest = 0  # a durable's highest stream sequence taken (redeliveries: older)
+        self._unacked: Any = None  # ack="next": the last message handed over, not acked yet
+        self._fetcher: asyncio.Task[None] | None = None
+        self._durable_at: tuple[Any, str, str] | None = None  # js, stream, durable name
+        self._saved_epoch = 0  # the run the durable's description remembers
+        self._closing = False
+        self.acked: int | None = None  # a durable's last stream sequence the server confirmed
+        self.ack_failures = 0
+        self.last_ack_error: str | None = None
         self._cond = threading.Condition()
         self._interrupted = False
         self._ended = False
@@ -122,6 +171,9 @@ class NatsSource(NetworkSource):
         else:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
         js = self._nc.jetstream()
+        if self.durable is not None:
+            await self._open_durable(js, jetstream, self.durable, start_seq)
+            return
         await js.subscribe(
             self.subject,
             stream=jetstream,
@@ -130,10 +182,115 @@ class NatsSource(NetworkSource):
             config=config,
         )
 
+    async def _open_durable(self, js: Any, stream: str, name: str, start_seq: int | None) -> None:
+        """Bind to the durable (made here the first time), at its ack floor, and pull.
+
+        A durable is always made with an explicit start sequence (a new one: after the
+        stream's last message), so that where it started is known before its first ack."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            info = await js.consumer_info(stream, name)
+        except NotFoundError:
+            info = None
+        state = (await js.stream_info(stream)).state
+        if info is None:
+            start = start_seq if start_seq is not None else state.last_seq + 1
+            await js.add_consumer(stream, self._durable(name, start))
+        else:
+            given = info.config.filter_subject
+            if given != self.subject:
+                raise ValueError(f"durable {name!r} reads {given}, not {self.subject}")
+            remembered = _epoch_of(info.config.description)
+            self._saved_epoch = remembered
+            if not self._epoch:  # the run this durable's reader last acked a gap of
+                self._epoch = remembered
+            acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
+            floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
+            delivered = info.delivered.stream_seq if info.delivered is not None else 0
+            first = state.first_seq
+            if first > floor + 1:  # the stream's limits removed what it had not acked
+                self._events.append(Gap(first - floor - 1, floor + 1))
+                self._js_msgs.append((None, None))
+            if delivered > floor:  # handed to a reader that did not ack: from the floor
+                await js.delete_consumer(stream, name)
+                start = max(floor + 1, first)
+                await js.add_consumer(stream, self._durable(name, start, remembered))
+        self._durable_at = (js, stream, name)
+        sub = await js.pull_subscribe_bind(durable=name, stream=stream)
+        self._fetcher = asyncio.get_running_loop().create_task(self._fetch(sub))
+
+    def _durable(self, name: str, start: int, epoch: int = 0) -> Any:
+        """The durable's consumer config: from stream sequence `start`, ack all; its
+        description remembers the gateway run of the last gap record acked."""
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        return ConsumerConfig(
+            durable_name=name,
+            description=_epoch_text(epoch),
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start, 1),
+            ack_policy=AckPolicy.ALL,
+            ack_wait=self.ack_wait,
+            max_ack_pending=MAX_ACK_PENDING,
+            filter_subject=self.subject,
+        )
+
+    async def _rewind(self) -> None:
+        """Closing with messages fetched but not handed over: the durable starts again
+        right after the last ack, so the server counts those as unread (a Gap if its
+        limits remove them before the next reader comes)."""
+        if self._durable_at is None or self._highest <= (self.acked or 0):
+            return
+        js, stream, name = self._durable_at
+        info = await js.consumer_info(stream, name)
+        acked = info.ack_floor is not None and info.ack_floor.consumer_seq > 0
+        floor = info.ack_floor.stream_seq if acked else (info.config.opt_start_seq or 1) - 1
+        await js.delete_consumer(stream, name)
+        await js.add_consumer(stream, self._durable(name, floor + 1, self._saved_epoch))
+
+    async def _save_epoch(self, epoch: int) -> None:
+        """Write the run of the last gap record handed over into the durable's description,
+        so that its next reader, in another process, knows it (a Restart when it changed)."""
+        if self._durable_at is None:
+            return
+        js, stream, name = self._durable_at
+        config = (await js.consumer_info(stream, name)).config
+        config.description = _epoch_text(epoch)
+        await js.add_consumer(stream, config)  # an update: only the description differs
+
+    async def _fetch(self, sub: Any) -> None:
+        """Pull while fewer than MAX_QUEUED wait to be read; nats-py reconnects meanwhile."""
+        from nats.errors import TimeoutError as NatsTimeoutError
+
+        while not self._closing:
+            if len(self._events) >= MAX_QUEUED:
+                await asyncio.sleep(0.005)
+                continue
+            try:
+                msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
+            except (TimeoutError, NatsTimeoutError):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self._closing:
+                    return
+                await asyncio.sleep(0.2)  # disconnected: nats-py reconnects
+                continue
+            for msg in msgs:
+                await self._on_message(msg)
+
     async def _on_message(self, msg: Any) -> None:
+        is_js = _is_js(msg)
+        stream_seq = msg.metadata.sequence.stream if is_js else None
+        if self.durable is not None and stream_seq is not None:
+            if stream_seq <= self._highest:
+                return  # redelivered (ack_wait passed while it waited here): taken already
+            self._highest = stream_seq
         _, sid_text, token = msg.subject.rsplit(".", 2)
         if self._tokens is not None and token not in self._tokens and token != NATS_GAP_TOKEN:
-            return
+            return  # a durable acks it with the next one handed over (ack policy all)
         sid = int(sid_text)
         events: list[ClientEvent] = []
         headers = msg.headers or {}
@@ -152,19 +309,70 @@ class NatsSource(NetworkSource):
         else:
             topic = ring_topic(sid, topic_from_token(token))
             events.append(RingMessage(seq, sid, topic, ts, msg.data, -1))
+        ackable = msg if self.durable is not None else None
         with self._cond:
-            if _is_js(msg):
-                self.position = msg.metadata.sequence.stream
-            self._events.extend(events)
+            for event in events[:-1]:  # a Restart before the gap
+                self._events.append(event)
+                self._js_msgs.append((None, None))
+            self._events.append(events[-1])
+            self._js_msgs.append((ackable, stream_seq))
             self._cond.notify_all()
 
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
+        """Up to max events; a durable acks them (ack="read") or the previous ones
+        (ack="next") first."""
+        if self._unacked is not None:
+            self._ack(self._unacked)
+            self._unacked = None
+        last: Any = None
         with self._cond:
             if not self._events and timeout != 0:
                 self._wait_locked(timeout)
             limit = min(max or 1024, len(self._events))
-            return [self._events.popleft() for _ in range(limit)]
+            events = [self._events.popleft() for _ in range(limit)]
+            for _ in range(limit):
+                msg, stream_seq = self._js_msgs.popleft()
+                if stream_seq is not None:
+                    self.position = stream_seq
+                if msg is not None:
+                    last = msg
+        if last is not None:
+            if self.ack == "read":
+                self._ack(last)
+            else:
+                self._unacked = last
+            self._remember_epoch(events)
+        return events
+
+    def _remember_epoch(self, events: list[ClientEvent]) -> None:
+        """A durable: the run of the last gap record handed over, saved when it changed."""
+        epoch = 0
+        for event in events:
+            if type(event) is RingMessage and event.topic == RING_GAP_TOPIC:
+                with contextlib.suppress(ValueError, TypeError):
+                    epoch = int(orjson.loads(event.payload).get("epoch") or "0", 16) or epoch
+        if not epoch or epoch == self._saved_epoch or self._loop.is_closed():
+            return
+        saving = asyncio.run_coroutine_threadsafe(self._save_epoch(epoch), self._loop)
+        try:
+            saving.result(ACK_TIMEOUT_S + 1.0)
+            self._saved_epoch = epoch
+        except Exception as exc:
+            self.last_ack_error = f"saving the run: {type(exc).__name__}: {exc}"
+
+    def _ack(self, msg: Any) -> None:
+        """Ack msg and every message before it (ack policy all), confirmed by the server.
+        Not confirmed (the bus is away): they come again to the next reader of the durable."""
+        if self._loop.is_closed():
+            return
+        acking = asyncio.run_coroutine_threadsafe(msg.ack_sync(timeout=ACK_TIMEOUT_S), self._loop)
+        try:
+            acking.result(ACK_TIMEOUT_S + 1.0)
+            self.acked = msg.metadata.sequence.stream
+        except Exception as exc:
+            self.ack_failures += 1
+            self.last_ack_error = f"{type(exc).__name__}: {exc}"
 
     def _wait_locked(self, timeout: float | None) -> bool:
         self._interrupted = False
@@ -193,6 +401,12 @@ class NatsSource(NetworkSource):
 
     async def _shutdown(self) -> None:
         """Close the connection, then end what nats-py left running (JetStream's checks)."""
+        self._closing = True
+        if self._fetcher is not None:
+            self._fetcher.cancel()
+            await asyncio.gather(self._fetcher, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._rewind(), ACK_TIMEOUT_S)
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.close()
@@ -203,6 +417,10 @@ class NatsSource(NetworkSource):
         await asyncio.gather(*rest, return_exceptions=True)
 
     def close(self) -> None:
+        """Close; with ack="next", what was handed over is acked first (it was handled)."""
+        if self._unacked is not None:
+            self._ack(self._unacked)
+            self._unacked = None
         if not self._loop.is_closed():
             closing = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
             with contextlib.suppress(Exception):
@@ -213,6 +431,23 @@ class NatsSource(NetworkSource):
         with self._cond:
             self._ended = True
             self._cond.notify_all()
+
+
+_EPOCH_PREFIX = "wsgw run "
+
+
+def _epoch_text(epoch: int) -> str | None:
+    return f"{_EPOCH_PREFIX}{epoch:016x}" if epoch else None
+
+
+def _epoch_of(description: str | None) -> int:
+    """The run a durable's description remembers (0: none)."""
+    if not description or not description.startswith(_EPOCH_PREFIX):
+        return 0
+    try:
+        return int(description[len(_EPOCH_PREFIX) :], 16)
+    except ValueError:
+        return 0
 
 
 def _is_js(msg: Any) -> bool:

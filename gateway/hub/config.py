@@ -10,6 +10,11 @@ A settings section for this (the owner of gateway/settings.py adds it) maps one 
     [hub.nats]                   # absent: no NATS sink
     servers = ["nats://127.0.0.1:4222"]
     subject_prefix = "wsgw"
+    [hub.nats.jetstream]         # absent: core NATS only (gateway.hub.nats.JetStreamConfig)
+    stream = "WSGW"
+    max_age_s = 86400            # 0: no limit; max_bytes, max_msgs: -1 no limit
+    storage = "file"             # or "memory"; replicas = 1 (1-5)
+    duplicate_window_s = 120     # a message id seen within it is dropped (msg_ids = true)
 """
 
 from __future__ import annotations

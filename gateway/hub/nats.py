@@ -13,7 +13,13 @@ reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
 connection; messages are still published with core NATS (no per-message ack round trip),
-and the stream stores what reaches the server.
+and the stream stores what reaches the server. Each message then carries a `Nats-Msg-Id`
+(`message_id`) that names the upstream message, so the stream drops a second copy within
+its duplicate window: the one a new fleet owner publishes again after a failover, or a
+restarted gateway after its venue replayed. The id is the session and the exchange's own
+id where the dialect has one (gateway.dialects.identity: a sequence or an exchange id per
+topic), else the gateway's run (the ring's epoch) and the ring sequence, which tells only
+one run's copies apart (a content hash would also drop two equal updates).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,15 +37,24 @@ from typing import Literal
 import orjson
 
 from dataplane.ring import Gap, RingEvent, RingWriter
+from gateway.dialects.identity import HASH, Identity, MessageIdentity
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
 
 log = logging.getLogger("wsgw.hub.nats")
 
+#: How long the sink trusts a session's identity function before it asks again (a session
+#: may be recreated with another dialect).
+IDENTITY_TTL_S = 5.0
+#: JetStream's own bounds: a stream name has no dots, wildcards or spaces; at most 5 replicas.
+STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_REPLICAS = 5
+
 
 @dataclass(frozen=True)
 class JetStreamConfig:
-    """A JetStream stream the sink keeps over its subjects."""
+    """A JetStream stream the sink keeps over its subjects: retention, limits, and the
+    duplicate window within which a message id seen before is dropped."""
 
     stream: str = "WSGW"
     max_bytes: int = -1  # -1: unlimited
@@ -45,6 +62,65 @@ class JetStreamConfig:
     max_msgs: int = -1
     storage: Literal["file", "memory"] = "file"
     replicas: int = 1
+    #: Seconds the stream remembers message ids (JetStream's default: 120 s).
+    duplicate_window_s: float = 120.0
+    #: Nats-Msg-Id on every message (dedup); False: no ids, no dedup.
+    msg_ids: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse what nats-server would refuse later, at start, with the setting's name."""
+        problems = jetstream_problems(
+            stream=self.stream,
+            max_bytes=self.max_bytes,
+            max_age_s=self.max_age_s,
+            max_msgs=self.max_msgs,
+            storage=self.storage,
+            replicas=self.replicas,
+            duplicate_window_s=self.duplicate_window_s,
+        )
+        if problems:
+            raise ValueError("JetStream: " + "; ".join(problems))
+
+
+def jetstream_problems(
+    *,
+    stream: str,
+    max_bytes: int,
+    max_age_s: float,
+    max_msgs: int,
+    storage: str,
+    replicas: int,
+    duplicate_window_s: float,
+) -> list[str]:
+    """What is wrong with a stream's settings (empty: nothing), in the settings' words."""
+    problems = []
+    if not STREAM_NAME.fullmatch(stream):
+        problems.append(f"stream {stream!r}: 1-64 letters, digits, '_' or '-'")
+    for name, value in (("max_bytes", max_bytes), ("max_msgs", max_msgs)):
+        if value == 0 or value < -1:
+            problems.append(f"{name} {value}: -1 (unlimited) or a positive number")
+    if max_age_s < 0:
+        problems.append(f"max_age_s {max_age_s}: 0 (unlimited) or more")
+    if storage not in ("file", "memory"):
+        problems.append(f"storage {storage!r}: file or memory")
+    if not 1 <= replicas <= MAX_REPLICAS:
+        problems.append(f"replicas {replicas}: 1 to {MAX_REPLICAS}")
+    if duplicate_window_s <= 0:
+        problems.append(f"duplicate_window_s {duplicate_window_s}: more than 0")
+    elif max_age_s > 0 and duplicate_window_s > max_age_s:
+        problems.append(
+            f"duplicate_window_s {duplicate_window_s} exceeds max_age_s {max_age_s} "
+            "(the stream cannot remember ids longer than it keeps messages)"
+        )
+    return problems
+
+
+def message_id(sid: int, identity: object, run: str, seq: int) -> str:
+    """A message's Nats-Msg-Id: `<session>:<topic>:<exchange id>` when the dialect found an
+    exchange sequence or id, else `<session>@<run>:<ring seq>` (one run's copies only)."""
+    if type(identity) is Identity and identity.kind != HASH:
+        return f"{sid}:{identity.topic}:{identity.id}"
+    return f"{sid}@{run}:{seq}"
 
 
 @dataclass(frozen=True)
@@ -64,6 +140,9 @@ class NatsConfig:
     #: so consumers can drop a stale owner's messages; None: not in a fleet.
     generation: Callable[[int], int | None] | None = None
     jetstream: JetStreamConfig | None = None
+    #: A session id -> its dialect's message identity (gateway.dialects.identity), for the
+    #: JetStream message ids; None (or None for a session): ids from the run and ring seq.
+    identity: Callable[[int], MessageIdentity | None] | None = None
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
@@ -108,6 +187,7 @@ class NatsSink:
         self._gap_tid = -1
         self._epoch_hex: str | None = None
         self._subjects: dict[tuple[int, int], str] = {}
+        self._identities: dict[int, tuple[float, MessageIdentity | None]] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._ready = threading.Event()
@@ -319,6 +399,7 @@ class NatsSink:
             max_age=js_cfg.max_age_s,
             storage=StorageType.MEMORY if js_cfg.storage == "memory" else StorageType.FILE,
             num_replicas=js_cfg.replicas,
+            duplicate_window=js_cfg.duplicate_window_s,
         )
         js = nc.jetstream()
         try:
@@ -365,7 +446,9 @@ class NatsSink:
         publish = nc.publish
         subjects = self._subjects
         headers = self.config.headers
-        generation = self.config.generation
+        js = self.config.jetstream
+        msg_ids = js is not None and js.msg_ids
+        run = self._epoch_hex or "0"
         gap_tid = self._gap_tid
         for event in events:
             if type(event) is Gap:  # counted by the follower (buffer_full)
@@ -377,10 +460,12 @@ class NatsSink:
                 continue
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             try:
-                if headers:
-                    fields = {"Wsgw-Seq": str(seq), "Wsgw-Recv-Ts": str(ts)}
-                    if generation is not None and (gen := generation(sid)) is not None:
-                        fields["Wsgw-Gen"] = str(gen)
+                if headers or msg_ids:
+                    fields: dict[str, str] = {}
+                    if msg_ids:
+                        fields["Nats-Msg-Id"] = self._message_id(sid, payload, run, seq)
+                    if headers:
+                        self._wsgw_headers(fields, sid, seq, ts)
                     await publish(subject, payload, headers=fields)
                 else:
                     await publish(subject, payload)
@@ -393,6 +478,35 @@ class NatsSink:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
 
+    def _wsgw_headers(self, fields: dict[str, str], sid: int, seq: int, ts: int) -> None:
+        """Wsgw-Seq, Wsgw-Recv-Ts and, on a fleet node, the fenced Wsgw-Gen."""
+        fields["Wsgw-Seq"] = str(seq)
+        fields["Wsgw-Recv-Ts"] = str(ts)
+        generation = self.config.generation
+        if generation is not None and (gen := generation(sid)) is not None:
+            fields["Wsgw-Gen"] = str(gen)
+
+    def _message_id(self, sid: int, payload: bytes, run: str, seq: int) -> str:
+        identify = self._identity(sid)
+        return message_id(sid, None if identify is None else identify(payload), run, seq)
+
+    def _identity(self, sid: int) -> MessageIdentity | None:
+        """The session's identity function, asked again after IDENTITY_TTL_S."""
+        resolve = self.config.identity
+        if resolve is None:
+            return None
+        now = time.monotonic()
+        cached = self._identities.get(sid)
+        if cached is not None and now - cached[0] < IDENTITY_TTL_S:
+            return cached[1]
+        try:
+            found = resolve(sid)
+        except Exception as exc:  # a session going away: ids from the run meanwhile
+            log.debug("NATS: identity of session %d: %s", sid, exc)
+            found = None
+        self._identities[sid] = (now, found)
+        return found
+
     async def _publish_gap(self, nc: object, seq: int, sid: int, payload: bytes) -> None:
         """A `$gap` record, with the ring's sequence number and the hub's epoch."""
         from nats.aio.client import Client
@@ -403,7 +517,13 @@ class NatsSink:
             body["seq"] = seq
             if self._epoch_hex is not None:
                 body.setdefault("epoch", self._epoch_hex)
-            await nc.publish(nats_gap_subject(self.prefix, sid), orjson.dumps(body))
+            js = self.config.jetstream
+            fields = (
+                {"Nats-Msg-Id": message_id(sid, None, self._epoch_hex or "0", seq)}
+                if js is not None and js.msg_ids
+                else None
+            )
+            await nc.publish(nats_gap_subject(self.prefix, sid), orjson.dumps(body), headers=fields)
             self.stats.gaps += 1
         except Exception as exc:
             self.stats.dropped_error += 1

@@ -8,12 +8,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from gateway.hub.config import HubConfig, create_hub
-from gateway.hub.nats import NatsConfig
+from gateway.hub.nats import JetStreamConfig, NatsConfig
 from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
-from gateway.settings import Settings
+from gateway.settings import JetStreamSettings, Settings
 
 if TYPE_CHECKING:
+    from gateway.dialects.identity import MessageIdentity
     from gateway.fleet.node import FleetRuntime
 
 log = logging.getLogger("wsgw.runtime")
@@ -35,6 +36,8 @@ def build_runtime(settings: Settings) -> LiveRuntime:
     # The fleet runtime is made after the hub: the NATS sink asks it for generations late.
     fleet_runtime: list[FleetRuntime] = []
 
+    runtimes: list[LiveRuntime] = []  # the NATS sink asks it for sessions' dialects late
+
     def generation(session_id: int) -> int | None:
         return fleet_runtime[0].may_publish(session_id) if fleet_runtime else None
 
@@ -44,6 +47,8 @@ def build_runtime(settings: Settings) -> LiveRuntime:
             subject_prefix=h.nats.subject_prefix,
             headers=h.nats.headers,
             generation=generation if settings.fleet.enabled else None,
+            jetstream=jetstream_config(h.nats.jetstream),
+            identity=lambda sid: session_identity(runtimes[0] if runtimes else None, sid),
         )
         if h.nats is not None
         else None
@@ -71,5 +76,43 @@ def build_runtime(settings: Settings) -> LiveRuntime:
             hub=hub,
         )
         fleet_runtime.append(runtime)
+        runtimes.append(runtime)
         return runtime
-    return LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
+    live = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
+    runtimes.append(live)
+    return live
+
+
+def jetstream_config(js: JetStreamSettings | None) -> JetStreamConfig | None:
+    """The NATS sink's stream, from hub.nats.jetstream (validated there)."""
+    if js is None:
+        return None
+    return JetStreamConfig(
+        stream=js.stream,
+        max_bytes=js.max_bytes,
+        max_age_s=js.max_age_s,
+        max_msgs=js.max_msgs,
+        storage=js.storage,
+        replicas=js.replicas,
+        duplicate_window_s=js.duplicate_window_s,
+        msg_ids=js.msg_ids,
+    )
+
+
+def session_identity(runtime: LiveRuntime | None, session_id: int) -> MessageIdentity | None:
+    """The message identity of a running session's dialect, or of a feed group's (its hub
+    id: the same on every node, so legs on several nodes publish one id per message and
+    JetStream keeps one copy); None when neither runs here."""
+    from gateway.dialects.identity import identity_for
+    from gateway.groups.feed import GROUP_HUB_BASE
+
+    if runtime is None:
+        return None
+    if session_id >= GROUP_HUB_BASE:
+        group = runtime._groups.groups.get(session_id - GROUP_HUB_BASE)
+        return None if group is None else identity_for(group.spec.dialect)
+    session = runtime._sessions.get(session_id)
+    if session is None:
+        return None
+    config = session.config
+    return identity_for(config.dialect, config.dialect_options.get("config"))

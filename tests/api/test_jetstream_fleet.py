@@ -1,0 +1,176 @@
+"""JetStream across a fleet (issue #20): three `wsgw serve` nodes on a throwaway PostgreSQL
+database publish their sessions (Binance trades of the simulator) into one stream of a real
+`nats-server -js`; an owner is killed (kill -9), another paused past its lease and woken
+(SIGSTOP, SIGCONT: it held unpublished messages). The stream holds each trade of a session
+at most once (the message ids), and a durable consumer in its own process gets every stored
+message once, in stream order. What a session's venue sent while it had no owner is lost
+upstream (one leg per session here); the test prints those counts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.simulator.process import start_simulator
+from tests.integration.nats_helpers import Subscriber
+from tests.integration.test_jetstream_durable import Consumer
+from tests.integration.test_jetstream_gateways import Gateway
+from tests.integration.test_nats_sink import wait_until
+from wsgw_bench.servers import NatsServer, nats_server_binary
+
+pytestmark = pytest.mark.skipif(
+    nats_server_binary() is None,
+    reason="nats-server is not installed (apt-get install nats-server)",
+)
+STREAM = "E2E"
+LEASE_S = 3.0
+SESSIONS = 3
+TOPIC = "btcusdt@trade"
+
+
+@pytest.fixture
+def simulator() -> Iterator[int]:
+    proc = start_simulator(None, 0, 100, host="127.0.0.1", stdin=True)
+    try:
+        assert proc.stdout is not None
+        yield int(json.loads(proc.stdout.readline())["port"])
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def stored(url: str) -> list[str]:
+    """`<session>:<trade id>` of every trade in the stream, in stream order."""
+
+    async def read() -> list[str]:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        info = await js.stream_info(STREAM)
+        got: list[str] = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            if not info.state.messages:
+                break
+            msg = await js.get_msg(STREAM, seq)
+            if msg.subject and msg.subject.endswith(TOPIC):
+                sid = msg.subject.split(".")[1]
+                got.append(f"{sid}:{json.loads(msg.data or b'{}')['data']['t']}")
+        await nc.close()
+        return got
+
+    return asyncio.run(read())
+
+
+def owners(nodes: list[Gateway]) -> dict[int, list[str]]:
+    where: dict[int, list[str]] = defaultdict(list)
+    for node in nodes:
+        for sid in node.connected_sessions():
+            where[sid].append(node.name)
+    return where
+
+
+def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
+    pg_url: str, simulator: int, tmp_path: Path
+) -> None:
+    with NatsServer(jetstream=True) as nats:
+        nodes = []
+        for name in ("n1", "n2", "n3"):
+            env = {
+                "WSGW_DB__URL": pg_url,
+                "WSGW_FLEET__ENABLED": "true",
+                "WSGW_FLEET__NODE": name,
+                "WSGW_FLEET__LABELS": json.dumps({"zone": "lab"}),
+                "WSGW_FLEET__LEASE_S": str(LEASE_S),
+            }
+            node = Gateway(name, nats.url, tmp_path, env)
+            node.nats["headers"] = True  # Wsgw-Gen, the fence's generation
+            nodes.append(node)
+        consumer = Consumer(nats.url, "fleet", stream=STREAM, session="all")
+        wire: Subscriber | None = None  # every copy any node publishes (core NATS)
+        try:
+            for node in nodes:  # the first migrates the database
+                node.start()
+            first = nodes[0]
+            wait_until(lambda: isinstance(stored(nats.url), list), 20)
+            consumer.start()
+            wire = Subscriber(nats.url, [f"wsgw.*.{TOPIC}"])
+            sessions = []
+            for i in range(SESSIONS):
+                row = first.post(
+                    "/v1/sessions",
+                    {
+                        "name": f"js-{i}",
+                        "url": f"ws://127.0.0.1:{simulator}/binance/stream",
+                        "dialect": "binance",
+                        "transport": "kernel",
+                        "placement": {"zone": "lab"},
+                        "reconnect_initial_delay_s": 0.1,
+                    },
+                )
+                first.post(
+                    "/v1/subscriptions",
+                    {"session_id": row["id"], "topics": [TOPIC], "consumer": f"c{i}"},
+                )
+                sessions.append(int(row["id"]))
+            for sid in sessions:
+                first.post(f"/v1/sessions/{sid}/start")
+            wait_until(lambda: all(len(owners(nodes).get(s, [])) == 1 for s in sessions), 60)
+            wait_until(lambda: len(stored(nats.url)) >= 300, 30)
+
+            where = owners(nodes)
+            victim = next(n for n in nodes if any(where[s] == [n.name] for s in sessions))
+            others = [n for n in nodes if n is not victim]
+            victim.kill()  # kill -9 an owner
+            wait_until(lambda: set(sessions) <= set(owners(others)), 6 * LEASE_S)
+
+            where = owners(others)
+            paused = next(n for n in others if any(where[s] == [n.name] for s in sessions))
+            survivor = next(n for n in others if n is not paused)
+            held = {s for s in sessions if where[s] == [paused.name]}
+            assert paused.proc is not None
+            os.kill(paused.proc.pid, signal.SIGSTOP)  # past its lease, holding messages
+            wait_until(lambda: held <= survivor.connected_sessions(), 6 * LEASE_S)
+            time.sleep(LEASE_S)
+            os.kill(paused.proc.pid, signal.SIGCONT)
+            wait_until(lambda: not (paused.connected_sessions() & held), 6 * LEASE_S)
+            time.sleep(2.0)
+            for node in nodes:
+                node.kill()
+            in_stream = stored(nats.url)
+            consumer.wait_for(len(in_stream))
+            time.sleep(0.5)  # nothing more comes
+            got = [x for x in consumer.got if ":" in x]  # not "restart" (each node a run)
+            wire.close()
+            published = len(wire.got)
+        except Exception as exc:
+            logs = "\n".join(f"--- {n.name}\n{n.tail()}" for n in nodes)
+            raise AssertionError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+        finally:
+            if wire is not None:
+                wire.close()
+            consumer.kill()
+            for node in nodes:
+                if node.proc is not None and node.proc.poll() is None:
+                    os.kill(node.proc.pid, signal.SIGCONT)
+                node.close()
+    per_session: dict[str, list[int]] = defaultdict(list)
+    for item in in_stream:
+        session, trade = item.split(":")
+        per_session[session].append(int(trade))
+    holes = {name: max(ids) - min(ids) + 1 - len(set(ids)) for name, ids in per_session.items()}
+    print(
+        f"published {published}, stored {len(in_stream)} trades (copies dropped by id: "
+        f"{published - len(in_stream)}); lost upstream while unowned, per session: {holes}"
+    )
+    for name, ids in per_session.items():
+        assert len(ids) == len(set(ids)), f"session {name}: a trade stored twice"
+    assert got == in_stream  # the durable consumer: every stored trade once, in order

@@ -1,0 +1,143 @@
+"""`wsgw bench jetstream`: what JetStream message ids cost the NATS sink (issue #20).
+
+A hub and its NATS sink publish N Binance trade frames into a memory stream of a
+`nats-server -js` of our own; the time runs from the first publish until the stream holds
+all N. Contenders, alternated round by round (core.alternate): no ids, ids from the run and
+ring sequence (no identity parse), ids from the exchange's trade id (one msgspec parse per
+frame in the sink's thread, and the server's duplicate check either way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
+
+CONTENDERS = {  # (msg ids, exchange identity, Wsgw headers)
+    "no ids": (False, False, False),
+    "Wsgw headers, no ids": (False, False, True),
+    "ids: run+seq": (True, False, False),
+    "ids: trade id": (True, True, False),
+}
+BATCH = 100
+MAX_BEHIND = 20_000  # messages the sink may be behind the hub (the private ring holds more)
+
+
+def _frame(trade_id: int) -> bytes:
+    return (
+        b'{"stream":"btcusdt@trade","data":{"e":"trade","E":1700000000000,"s":"BTCUSDT",'
+        b'"t":%d,"p":"42000.10","q":"0.00100","T":1700000000000,"m":true,"M":true}}' % trade_id
+    )
+
+
+def _stored(url: str, stream: str) -> int:
+    async def count() -> int:
+        import nats
+
+        nc = await nats.connect(url)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            return int(info.state.messages)
+        finally:
+            await nc.close()
+
+    return asyncio.run(count())
+
+
+def _delete(url: str, stream: str) -> None:
+    async def delete() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().delete_stream(stream)
+        finally:
+            await nc.close()
+
+    asyncio.run(delete())
+
+
+def publish_rate(
+    url: str, stream: str, count: int, msg_ids: bool, identity: bool, headers: bool
+) -> float:
+    """Messages per second from the hub's first publish until the stream holds them all."""
+    from gateway.dialects.identity import binance_identity
+    from gateway.hub import Hub
+    from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
+
+    config = NatsConfig(
+        servers=[url],
+        headers=headers,
+        jetstream=JetStreamConfig(stream=stream, storage="memory", msg_ids=msg_ids),
+        identity=(lambda sid: binance_identity) if identity else None,
+    )
+    sink = NatsSink(config).start(10)
+    deadline = time.monotonic() + 10
+    while not sink.stats.jetstream_ready:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no JetStream stream: {sink.stats.last_error}")
+        time.sleep(0.01)
+    hub = Hub(nats=sink)
+    frames = [_frame(i) for i in range(1, count + 1)]
+    try:
+        started = time.perf_counter()
+        for at in range(0, count, BATCH):
+            hub.publish_batch([(1, "btcusdt@trade", f, 0, None) for f in frames[at : at + BATCH]])
+            while sink.pending > MAX_BEHIND:  # the ring would lap the sink: the sink's pace
+                time.sleep(0.0005)
+        while sink.stats.published + sum(sink.dropped.values()) < count:
+            time.sleep(0.002)
+        while (stored := _stored(url, stream)) < count:
+            if sum(sink.dropped.values()):
+                raise RuntimeError(f"the sink dropped messages: {sink.dropped}")
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - started
+    finally:
+        hub.close()
+    if stored != count:
+        raise RuntimeError(f"the stream holds {stored} of {count}")
+    _delete(url, stream)
+    return count / elapsed
+
+
+@scenario("jetstream", "NATS sink into JetStream: publish msg/s with and without message ids")
+def bench_jetstream(options: BenchOptions) -> list[Measurement]:
+    from wsgw_bench.servers import NatsServer, nats_server_binary
+
+    if nats_server_binary() is None:
+        return []
+    count = 20_000 if options.quick else 200_000
+    results: dict[str, Measurement] = {
+        name: Measurement(
+            "jetstream",
+            f"hub -> stream, {count} trades",
+            name,
+            "msg/s",
+            True,
+            reference=(name == "no ids"),
+            note="memory stream; sink on core NATS publishes (no per-message ack)",
+        )
+        for name in CONTENDERS
+    }
+    with NatsServer(jetstream=True) as server:
+        for round_, name in alternate(options.repetitions, list(CONTENDERS)):
+            msg_ids, identity, headers = CONTENDERS[name]
+            stream = f"BENCH{round_}{'ABCD'[list(CONTENDERS).index(name)]}"
+            results[name].samples.append(
+                publish_rate(server.url, stream, count, msg_ids, identity, headers)
+            )
+    return list(results.values())
+
+
+def main(argv: Any = None) -> None:  # pragma: no cover (a manual run)
+    import sys
+
+    quick = "--quick" in (argv or sys.argv[1:])
+    for m in bench_jetstream(BenchOptions(quick=quick, repetitions=5)):
+        print(f"{m.contender:22s} median {m.median:10.0f} {m.unit}  samples {m.samples}")
+
+
+if __name__ == "__main__":
+    main()
