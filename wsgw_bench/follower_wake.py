@@ -1,0 +1,115 @@
+"""A ring write -> the follower's loop code, in one process: the hop `wsgw bench feed`'s
+/v1/stream and NATS paths pay between the ring record and the asyncio loop, for each way of
+waking a `RingFollower` (gateway.hub.follower), alternated in one run.
+
+    python -m wsgw_bench.follower_wake [--rates 100,1000,10000] [--seconds 2] [--rounds 3]
+
+A writer thread (as the engine's poll is) writes one record at a time at the rate, stamped
+with CLOCK_REALTIME just before the write; the follower's on_wake on the loop thread takes
+time.time_ns() first thing and records the difference for each record it reads. Phases
+alternate: direct (the writer writes the loop's eventfd) and thread (the notifier thread
+sleeps in the ring's futex, then writes the eventfd). Prints p50/p99 per way and rate, and
+the process's CPU. Figures are for reading, not asserting; the machine's load moves them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import threading
+import time
+
+from dataplane.ring import RingMessage, RingWriter
+from gateway.hub.follower import RingFollower
+
+
+def percentile(ordered: list[int], p: float) -> float:
+    if not ordered:
+        return float("nan")
+    return float(ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))])
+
+
+async def phase(ring: RingWriter, tid: int, direct: bool, rate: float, seconds: float) -> list[int]:
+    """One phase: latencies in ns of the records written in `seconds` at `rate`."""
+    lat: list[int] = []
+    holder: dict[str, RingFollower] = {}
+
+    def on_wake() -> None:
+        now = time.time_ns()
+        follower = holder["f"]
+        for event in follower.read():
+            if isinstance(event, RingMessage):
+                lat.append(now - event.ts_ns)
+        follower.rearm()
+
+    loop = asyncio.get_running_loop()
+    follower = RingFollower(ring, loop, on_wake, "bench", limit=1 << 20, direct=direct)
+    holder["f"] = follower
+    stop = threading.Event()
+
+    def write() -> None:
+        every = 1.0 / rate
+        due = time.monotonic()
+        while not stop.is_set():
+            due += every
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            ring.write(1, tid, b'{"p":1}', time.time_ns())
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        await asyncio.sleep(0.2)
+        writer.start()
+        await asyncio.sleep(seconds)
+    finally:
+        stop.set()
+        writer.join()
+        await asyncio.sleep(0.05)
+        follower.stop()
+    return sorted(lat[int(len(lat) * 0.1) :])  # the first tenth: the phase's warm-up
+
+
+async def run(rates: list[float], seconds: float, rounds: int) -> None:
+    ring = RingWriter.create(None, 16 << 20)
+    tid = ring.register_topic("1:bench")
+    results: dict[tuple[float, bool], list[tuple[float, float]]] = {}
+    cpu: dict[bool, float] = {True: 0.0, False: 0.0}
+    try:
+        for r in range(rounds):
+            for rate in rates:
+                order = (True, False) if r % 2 == 0 else (False, True)
+                for direct in order:
+                    t0 = os.times()
+                    lat = await phase(ring, tid, direct, rate, seconds)
+                    t1 = os.times()
+                    cpu[direct] += (t1.user - t0.user) + (t1.system - t0.system)
+                    results.setdefault((rate, direct), []).append(
+                        (percentile(lat, 50) / 1000, percentile(lat, 99) / 1000)
+                    )
+    finally:
+        ring.close()
+    for rate in rates:
+        for direct in (True, False):
+            got = results[(rate, direct)]
+            p50 = statistics.median(p for p, _ in got)
+            p99 = statistics.median(p for _, p in got)
+            name = "direct (writer -> eventfd)" if direct else "notifier thread (futex)"
+            print(f"{rate:>8.0f} msg/s {name:28} write -> loop p50 {p50:7.1f} us p99 {p99:8.1f} us")
+    for direct in (True, False):
+        print(f"process CPU, all {'direct' if direct else 'thread'} phases: {cpu[direct]:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="100,1000,10000")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(run([float(r) for r in args.rates.split(",")], args.seconds, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
