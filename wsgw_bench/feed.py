@@ -89,6 +89,10 @@ CONTENDERS = (DIRECT, DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING, DPDK_STREAM, DPD
 # to alternate with it (`python -m wsgw_bench.feed --contenders ...`), not in `make bench`.
 DPDK_STREAM_THREAD = "wsgw dpdk -> /v1/stream, notifier thread"
 DPDK_NATS_THREAD = "wsgw dpdk -> nats, notifier thread"
+# The engine's nap (adaptive polling: it sleeps up to sleep_max_us, 1 ms by default, in a
+# ppoll on the af_packet socket that a frame ends): a shorter ceiling, and no nap at all.
+DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
+DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class Profile:
 
     latency_profile: str = "economical"
     direct_wake: bool = True  # in-process followers woken by the ring's writer
+    engine: tuple[tuple[str, Any], ...] = ()  # engine settings set explicitly
 
     @property
     def reader_wait(self) -> str:
@@ -126,6 +131,12 @@ CONTENDER_SPECS = {
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
+    DPDK_RING_NAP_100US: Contender(
+        DPDK_RING_NAP_100US, "dpdk", "ring", Profile(engine=(("sleep_max_us", 100),))
+    ),
+    DPDK_RING_ENGINE_BUSY: Contender(
+        DPDK_RING_ENGINE_BUSY, "dpdk", "ring", Profile(engine=(("poll_mode", "busy"),))
+    ),
 }
 
 
@@ -343,6 +354,7 @@ class GatewayConfig:
     ring: str
     nats_url: str | None = None
     direct_wake: bool = True
+    engine: tuple[tuple[str, Any], ...] = ()
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -387,6 +399,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         settings = Settings(
             dpdk={"hugepages": "off"},  # type: ignore[arg-type]
             latency_profile=cfg.latency_profile,  # type: ignore[arg-type]
+            engine=dict(cfg.engine),  # type: ignore[arg-type]
         )
         with lab.client_threads():  # the session loop thread: kernel sockets in the twin
             runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
@@ -577,6 +590,7 @@ def running(
                 ring,
                 nats_url,
                 contender.profile.direct_wake,
+                contender.profile.engine,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

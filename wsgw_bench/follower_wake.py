@@ -8,20 +8,29 @@ A writer thread (as the engine's poll is) writes one record at a time at the rat
 with CLOCK_REALTIME just before the write; the follower's on_wake on the loop thread takes
 time.time_ns() first thing and records the difference for each record it reads. Phases
 alternate: direct (the writer writes the loop's eventfd) and thread (the notifier thread
-sleeps in the ring's futex, then writes the eventfd). Prints p50/p99 per way and rate, and
-the process's CPU. Figures are for reading, not asserting; the machine's load moves them.
+sleeps in the ring's futex, then writes the eventfd). With --hub, the same through a `Hub`
+and one consumer: the time to the code after `await consumer.get()`, where /v1/stream's
+pump writes the socket (the follower's wake, the router, the consumer's queue and the
+task's wake-up). Prints p50/p99 per way and rate, and the process's CPU. Figures are for
+reading, not asserting; the machine's load moves them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 
 from dataplane.ring import RingMessage, RingWriter
+from gateway.hub import Hub
+from gateway.hub import follower as follower_module
+from gateway.hub.consumer import DeliveryOptions
+from gateway.hub.events import Delivery
 from gateway.hub.follower import RingFollower
 
 
@@ -48,21 +57,9 @@ async def phase(ring: RingWriter, tid: int, direct: bool, rate: float, seconds: 
     follower = RingFollower(ring, loop, on_wake, "bench", limit=1 << 20, direct=direct)
     holder["f"] = follower
     stop = threading.Event()
-
-    def write() -> None:
-        every = 1.0 / rate
-        due = time.monotonic()
-        while not stop.is_set():
-            due += every
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            ring.write(1, tid, b'{"p":1}', time.time_ns())
-
-    writer = threading.Thread(target=write, daemon=True)
+    await asyncio.sleep(0.2)
+    writer = pace(rate, stop, lambda: ring.write(1, tid, b'{"p":1}', time.time_ns()))
     try:
-        await asyncio.sleep(0.2)
-        writer.start()
         await asyncio.sleep(seconds)
     finally:
         stop.set()
@@ -72,7 +69,55 @@ async def phase(ring: RingWriter, tid: int, direct: bool, rate: float, seconds: 
     return sorted(lat[int(len(lat) * 0.1) :])  # the first tenth: the phase's warm-up
 
 
-async def run(rates: list[float], seconds: float, rounds: int) -> None:
+def pace(rate: float, stop: threading.Event, write: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        every = 1.0 / rate
+        due = time.monotonic()
+        while not stop.is_set():
+            due += every
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            write()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def hub_phase(direct: bool, rate: float, seconds: float) -> list[int]:
+    """One phase through a hub: publish_batch on a thread -> `await consumer.get()`."""
+    follower_module.DIRECT_WAKE = direct  # the hub's router makes its follower with the default
+    lat: list[int] = []
+    with Hub(ring=RingWriter.create(None, 16 << 20)) as hub:
+        consumer = hub.subscribe(1, ["t"], DeliveryOptions(queue_size=1_000_000))
+
+        async def pump() -> None:
+            while True:
+                events = await consumer.get()
+                now = time.time_ns()
+                lat.extend(now - e.recv_ts_ns for e in events if type(e) is Delivery)
+
+        task = asyncio.create_task(pump())
+        stop = threading.Event()
+        await asyncio.sleep(0.2)
+        writer = pace(
+            rate, stop, lambda: hub.publish_batch([(1, "t", b"{}", time.time_ns(), None)])
+        )
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            stop.set()
+            writer.join()
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    follower_module.DIRECT_WAKE = True
+    return sorted(lat[int(len(lat) * 0.1) :])
+
+
+async def run(rates: list[float], seconds: float, rounds: int, through_hub: bool) -> None:
     ring = RingWriter.create(None, 16 << 20)
     tid = ring.register_topic("1:bench")
     results: dict[tuple[float, bool], list[tuple[float, float]]] = {}
@@ -83,7 +128,10 @@ async def run(rates: list[float], seconds: float, rounds: int) -> None:
                 order = (True, False) if r % 2 == 0 else (False, True)
                 for direct in order:
                     t0 = os.times()
-                    lat = await phase(ring, tid, direct, rate, seconds)
+                    if through_hub:
+                        lat = await hub_phase(direct, rate, seconds)
+                    else:
+                        lat = await phase(ring, tid, direct, rate, seconds)
                     t1 = os.times()
                     cpu[direct] += (t1.user - t0.user) + (t1.system - t0.system)
                     results.setdefault((rate, direct), []).append(
@@ -97,7 +145,10 @@ async def run(rates: list[float], seconds: float, rounds: int) -> None:
             p50 = statistics.median(p for p, _ in got)
             p99 = statistics.median(p for _, p in got)
             name = "direct (writer -> eventfd)" if direct else "notifier thread (futex)"
-            print(f"{rate:>8.0f} msg/s {name:28} write -> loop p50 {p50:7.1f} us p99 {p99:8.1f} us")
+            where = "consumer.get" if through_hub else "loop"
+            print(
+                f"{rate:>8.0f} msg/s {name:28} write -> {where} p50 {p50:7.1f} us p99 {p99:8.1f} us"
+            )
     for direct in (True, False):
         print(f"process CPU, all {'direct' if direct else 'thread'} phases: {cpu[direct]:.2f} s")
 
@@ -107,8 +158,10 @@ def main() -> None:
     parser.add_argument("--rates", default="100,1000,10000")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hub", action="store_true", help="through a Hub and a consumer")
     args = parser.parse_args()
-    asyncio.run(run([float(r) for r in args.rates.split(",")], args.seconds, args.rounds))
+    rates = [float(r) for r in args.rates.split(",")]
+    asyncio.run(run(rates, args.seconds, args.rounds, args.hub))
 
 
 if __name__ == "__main__":
