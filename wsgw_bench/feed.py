@@ -91,6 +91,10 @@ DPDK_STREAM_THREAD = "wsgw dpdk -> /v1/stream, notifier thread"
 DPDK_NATS_THREAD = "wsgw dpdk -> nats, notifier thread"
 # The engine's nap (adaptive polling: it sleeps up to sleep_max_us, 1 ms by default, in a
 # ppoll on the af_packet socket that a frame ends): a shorter ceiling, and no nap at all.
+# /v1/stream with the envelope (its recv_ts_ns, the session's read, splits the path as the
+# ring record's stamp does), woken both ways.
+DPDK_STREAM_ENVELOPE = "wsgw dpdk -> /v1/stream, envelope"
+DPDK_STREAM_ENVELOPE_THREAD = "wsgw dpdk -> /v1/stream, envelope, notifier thread"
 DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
 DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 
@@ -120,6 +124,7 @@ class Contender:
     transport: str | None  # None: the direct client, no gateway
     sink: str  # "ring", "stream", "nats" or "direct"
     profile: Profile = DEFAULT
+    envelope: bool = False  # /v1/stream with envelope=1: its recv_ts_ns splits the path
 
 
 CONTENDER_SPECS = {
@@ -131,6 +136,10 @@ CONTENDER_SPECS = {
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
+    DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
+    DPDK_STREAM_ENVELOPE_THREAD: Contender(
+        DPDK_STREAM_ENVELOPE_THREAD, "dpdk", "stream", NOTIFIER_THREAD, envelope=True
+    ),
     DPDK_RING_NAP_100US: Contender(
         DPDK_RING_NAP_100US, "dpdk", "ring", Profile(engine=(("sleep_max_us", 100),))
     ),
@@ -295,7 +304,8 @@ async def _ticking(tally: Tally) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _picows_consumer(conn: Connection, url: str) -> None:
+async def _picows_consumer(conn: Connection, url: str, envelope: bool) -> None:
+    import orjson
     import picows
 
     tally = Tally(conn)
@@ -307,7 +317,13 @@ async def _picows_consumer(conn: Connection, url: str) -> None:
             now = clock()  # the consumer's first line of code
             if frame.msg_type in data_kinds:
                 raw = frame.get_payload_as_bytes()
-                see(now, raw, binance_topic(raw))
+                if not envelope:
+                    see(now, raw, binance_topic(raw))
+                    return
+                body = orjson.loads(raw)
+                if body.get("type") == "msg":
+                    raw = body["payload"].encode()
+                    see(now, raw, binance_topic(raw), body["recv_ts_ns"])
             elif frame.msg_type == picows.WSMsgType.CLOSE:
                 transport.disconnect()
 
@@ -317,9 +333,10 @@ async def _picows_consumer(conn: Connection, url: str) -> None:
     transport.disconnect()
 
 
-def picows_consumer_main(conn: Connection, url: str) -> None:
-    """A picows client of `url`: the simulator itself (the direct client) or /v1/stream."""
-    _run_async(_picows_consumer(conn, url))
+def picows_consumer_main(conn: Connection, url: str, envelope: bool = False) -> None:
+    """A picows client of `url`: the simulator itself (the direct client) or /v1/stream
+    (with envelope=1 when `envelope`: the payload and the session's read stamp from it)."""
+    _run_async(_picows_consumer(conn, url, envelope))
 
 
 async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
@@ -599,6 +616,8 @@ def running(
 
                 topics = ring_topics(sid, list(TOPICS), gaps=False)
                 consumer = Proc(ring_consumer_main, ring, topics, contender.profile.reader_wait)
+            elif contender.sink == "stream" and contender.envelope:
+                consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
                 consumer = Proc(picows_consumer_main, stream_url)
             else:

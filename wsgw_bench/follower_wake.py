@@ -4,8 +4,10 @@ waking a `RingFollower` (gateway.hub.follower), alternated in one run.
 
     python -m wsgw_bench.follower_wake [--rates 100,1000,10000] [--seconds 2] [--rounds 3]
 
-A writer thread (as the engine's poll is) writes one record at a time at the rate, stamped
-with CLOCK_REALTIME just before the write; the follower's on_wake on the loop thread takes
+A writer thread writes records at the rate, stamped with CLOCK_REALTIME just before the
+write: in C without the GIL (`bench_c_pace`, as the engines' C feeds write in their poll),
+or with --python-writer from Python (`RingWriter.write`, which keeps the GIL, as the hub's
+publish does); the follower's on_wake on the loop thread takes
 time.time_ns() first thing and records the difference for each record it reads. Phases
 alternate: direct (the writer writes the loop's eventfd) and thread (the notifier thread
 sleeps in the ring's futex, then writes the eventfd). With --hub, the same through a `Hub`
@@ -26,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from dataplane.ring import RingMessage, RingWriter
+from dataplane.ring import RingMessage, RingWriter, bench_c_pace
 from gateway.hub import Hub
 from gateway.hub import follower as follower_module
 from gateway.hub.consumer import DeliveryOptions
@@ -40,7 +42,9 @@ def percentile(ordered: list[int], p: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))])
 
 
-async def phase(ring: RingWriter, tid: int, direct: bool, rate: float, seconds: float) -> list[int]:
+async def phase(
+    ring: RingWriter, tid: int, direct: bool, rate: float, seconds: float, c_writer: bool
+) -> list[int]:
     """One phase: latencies in ns of the records written in `seconds` at `rate`."""
     lat: list[int] = []
     holder: dict[str, RingFollower] = {}
@@ -58,7 +62,12 @@ async def phase(ring: RingWriter, tid: int, direct: bool, rate: float, seconds: 
     holder["f"] = follower
     stop = threading.Event()
     await asyncio.sleep(0.2)
-    writer = pace(rate, stop, lambda: ring.write(1, tid, b'{"p":1}', time.time_ns()))
+    if c_writer:
+        count = int(rate * seconds)
+        writer = threading.Thread(target=bench_c_pace, args=(ring, 64, count, rate), daemon=True)
+        writer.start()
+    else:
+        writer = pace(rate, stop, lambda: ring.write(1, tid, b'{"p":1}', time.time_ns()))
     try:
         await asyncio.sleep(seconds)
     finally:
@@ -117,7 +126,9 @@ async def hub_phase(direct: bool, rate: float, seconds: float) -> list[int]:
     return sorted(lat[int(len(lat) * 0.1) :])
 
 
-async def run(rates: list[float], seconds: float, rounds: int, through_hub: bool) -> None:
+async def run(
+    rates: list[float], seconds: float, rounds: int, through_hub: bool, c_writer: bool
+) -> None:
     ring = RingWriter.create(None, 16 << 20)
     tid = ring.register_topic("1:bench")
     results: dict[tuple[float, bool], list[tuple[float, float]]] = {}
@@ -131,7 +142,7 @@ async def run(rates: list[float], seconds: float, rounds: int, through_hub: bool
                     if through_hub:
                         lat = await hub_phase(direct, rate, seconds)
                     else:
-                        lat = await phase(ring, tid, direct, rate, seconds)
+                        lat = await phase(ring, tid, direct, rate, seconds, c_writer)
                     t1 = os.times()
                     cpu[direct] += (t1.user - t0.user) + (t1.system - t0.system)
                     results.setdefault((rate, direct), []).append(
@@ -159,9 +170,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hub", action="store_true", help="through a Hub and a consumer")
+    parser.add_argument("--python-writer", action="store_true", help="write from Python")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    asyncio.run(run(rates, args.seconds, args.rounds, args.hub))
+    asyncio.run(run(rates, args.seconds, args.rounds, args.hub, not args.python_writer))
 
 
 if __name__ == "__main__":
