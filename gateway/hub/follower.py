@@ -11,9 +11,10 @@ Python, so waking the loop costs no GIL hand-over):
   after it publishes (the hub's `publish_batch`, the engines' C feeds in their poll). One
   wake-up in series, the loop's.
 - a waiting thread in C that sleeps in the ring's futex wait, then writes the eventfd: two
-  wake-ups in series (the thread's, then the loop's), about 60-120 us more per message at
-  low rates on a 2-vCPU host (docs/PERFORMANCE.md, feed). It works whoever writes the ring;
-  `direct=False` or WSGW_RING_DIRECT_WAKE=0 choose it.
+  wake-ups in series (the thread's, then the loop's) and a thread per loop (p50 10-20 us
+  more per wake-up, 11 % more CPU, in `wsgw_bench.follower_wake` on a loaded 2-vCPU host;
+  docs/PERFORMANCE.md, feed). It works whoever writes the ring; `direct=False` or
+  WSGW_RING_DIRECT_WAKE=0 choose it.
 
 Either way a loop has at most one wake-up pending, nothing spins while the loop is busy, and
 the records are read on the loop, at its own pace: a loop that stalls costs the writer
