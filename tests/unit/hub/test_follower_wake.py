@@ -5,6 +5,7 @@ way delivers every record once, in order, and wakes its loop."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -226,3 +227,39 @@ async def _test_a_stopped_direct_follower_is_not_written_to(ring: RingWriter) ->
         ring.write(1, tid, b"y")
     assert follower.wakeups == 0  # stopped: reports none
     assert sent >= 1
+
+
+def test_direct_followers_come_and_go_while_a_thread_writes(ring: RingWriter) -> None:
+    """Followers start and stop (registering and unregistering with the writer) while
+    another thread writes all the time: no write touches a stopped follower (its eventfd is
+    closed and its number soon reused), every live one gets what was written while it
+    lived, in order."""
+    asyncio.run(_come_and_go(ring))
+
+
+async def _come_and_go(ring: RingWriter) -> None:
+    tid = ring.register_topic("1:t")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            while not stop.is_set():
+                ring.write_columns([1, 1], [tid, tid], [b"x", b"y"], [0, 0])
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(100):
+            follower, got = follow(ring, True)
+            await got.until(4, 10)
+            follower.stop()
+            os.close(os.eventfd(0))  # the closed eventfd's number, taken and freed again
+            seqs = got.seqs
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    finally:
+        stop.set()
+        writer.join()
+    assert failures == []
