@@ -12,7 +12,7 @@ Python, so waking the loop costs no GIL hand-over):
   wake-up in series, the loop's.
 - a waiting thread in C that sleeps in the ring's futex wait, then writes the eventfd: two
   wake-ups in series (the thread's, then the loop's) and a thread per loop (p50 10-20 us
-  more per wake-up, 11 % more CPU, in `wsgw_bench.follower_wake` on a loaded 2-vCPU host;
+  more per wake-up, 11-25 % more CPU, in `wsgw_bench.follower_wake` on a loaded 2-vCPU host;
   docs/PERFORMANCE.md, feed). It works whoever writes the ring; `direct=False` or
   WSGW_RING_DIRECT_WAKE=0 choose it.
 
