@@ -84,6 +84,19 @@ KERNEL_RING = "wsgw kernel -> ring"
 DPDK_STREAM = "wsgw dpdk -> /v1/stream"
 DPDK_NATS = "wsgw dpdk -> nats"
 CONTENDERS = (DIRECT, DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING, DPDK_STREAM, DPDK_NATS)
+# The in-process followers (/v1/stream, NATS) woken by the ring notifier's waiting thread
+# instead of the writer directly (gateway.hub.follower): the path before the direct wake-up,
+# to alternate with it (`python -m wsgw_bench.feed --contenders ...`), not in `make bench`.
+DPDK_STREAM_THREAD = "wsgw dpdk -> /v1/stream, notifier thread"
+DPDK_NATS_THREAD = "wsgw dpdk -> nats, notifier thread"
+# The engine's nap (adaptive polling: it sleeps up to sleep_max_us, 1 ms by default, in a
+# ppoll on the af_packet socket that a frame ends): a shorter ceiling, and no nap at all.
+# /v1/stream with the envelope (its recv_ts_ns, the session's read, splits the path as the
+# ring record's stamp does), woken both ways.
+DPDK_STREAM_ENVELOPE = "wsgw dpdk -> /v1/stream, envelope"
+DPDK_STREAM_ENVELOPE_THREAD = "wsgw dpdk -> /v1/stream, envelope, notifier thread"
+DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
+DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,8 @@ class Profile:
     wait policy (gateway.settings.LATENCY_PROFILES) its ring consumer uses."""
 
     latency_profile: str = "economical"
+    direct_wake: bool = True  # in-process followers woken by the ring's writer
+    engine: tuple[tuple[str, Any], ...] = ()  # engine settings set explicitly
 
     @property
     def reader_wait(self) -> str:
@@ -100,6 +115,7 @@ class Profile:
 
 DEFAULT = Profile()
 LOW_LATENCY = Profile("low-latency")
+NOTIFIER_THREAD = Profile(direct_wake=False)
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,7 @@ class Contender:
     transport: str | None  # None: the direct client, no gateway
     sink: str  # "ring", "stream", "nats" or "direct"
     profile: Profile = DEFAULT
+    envelope: bool = False  # /v1/stream with envelope=1: its recv_ts_ns splits the path
 
 
 CONTENDER_SPECS = {
@@ -117,6 +134,18 @@ CONTENDER_SPECS = {
     KERNEL_RING: Contender(KERNEL_RING, "kernel", "ring"),
     DPDK_STREAM: Contender(DPDK_STREAM, "dpdk", "stream"),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
+    DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
+    DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
+    DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
+    DPDK_STREAM_ENVELOPE_THREAD: Contender(
+        DPDK_STREAM_ENVELOPE_THREAD, "dpdk", "stream", NOTIFIER_THREAD, envelope=True
+    ),
+    DPDK_RING_NAP_100US: Contender(
+        DPDK_RING_NAP_100US, "dpdk", "ring", Profile(engine=(("sleep_max_us", 100),))
+    ),
+    DPDK_RING_ENGINE_BUSY: Contender(
+        DPDK_RING_ENGINE_BUSY, "dpdk", "ring", Profile(engine=(("poll_mode", "busy"),))
+    ),
 }
 
 
@@ -275,7 +304,8 @@ async def _ticking(tally: Tally) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _picows_consumer(conn: Connection, url: str) -> None:
+async def _picows_consumer(conn: Connection, url: str, envelope: bool) -> None:
+    import orjson
     import picows
 
     tally = Tally(conn)
@@ -287,7 +317,13 @@ async def _picows_consumer(conn: Connection, url: str) -> None:
             now = clock()  # the consumer's first line of code
             if frame.msg_type in data_kinds:
                 raw = frame.get_payload_as_bytes()
-                see(now, raw, binance_topic(raw))
+                if not envelope:
+                    see(now, raw, binance_topic(raw))
+                    return
+                body = orjson.loads(raw)
+                if body.get("type") == "msg":
+                    raw = body["payload"].encode()
+                    see(now, raw, binance_topic(raw), body["recv_ts_ns"])
             elif frame.msg_type == picows.WSMsgType.CLOSE:
                 transport.disconnect()
 
@@ -297,9 +333,10 @@ async def _picows_consumer(conn: Connection, url: str) -> None:
     transport.disconnect()
 
 
-def picows_consumer_main(conn: Connection, url: str) -> None:
-    """A picows client of `url`: the simulator itself (the direct client) or /v1/stream."""
-    _run_async(_picows_consumer(conn, url))
+def picows_consumer_main(conn: Connection, url: str, envelope: bool = False) -> None:
+    """A picows client of `url`: the simulator itself (the direct client) or /v1/stream
+    (with envelope=1 when `envelope`: the payload and the session's read stamp from it)."""
+    _run_async(_picows_consumer(conn, url, envelope))
 
 
 async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
@@ -333,6 +370,8 @@ class GatewayConfig:
     latency_profile: str
     ring: str
     nats_url: str | None = None
+    direct_wake: bool = True
+    engine: tuple[tuple[str, Any], ...] = ()
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -340,12 +379,13 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
     session; says ("ready", session id, /v1/stream URL or "") once messages flow, stops on
     any message."""
     from dataplane.ring import RingWriter
-    from gateway.hub import Hub
+    from gateway.hub import Hub, follower
     from gateway.runtime import PortSpec, SessionSpec
     from gateway.runtime.engines import DpdkEngines
     from gateway.runtime.live import LiveRuntime
     from gateway.settings import Settings
 
+    follower.DIRECT_WAKE = cfg.direct_wake
     lab = Lab(cfg.lab_name, kernel_client=True)
     state = Path(tempfile.mkdtemp(prefix="wsgw-feed-"))
     with ExitStack() as undo:
@@ -376,6 +416,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         settings = Settings(
             dpdk={"hugepages": "off"},  # type: ignore[arg-type]
             latency_profile=cfg.latency_profile,  # type: ignore[arg-type]
+            engine=dict(cfg.engine),  # type: ignore[arg-type]
         )
         with lab.client_threads():  # the session loop thread: kernel sockets in the twin
             runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
@@ -565,6 +606,8 @@ def running(
                 contender.profile.latency_profile,
                 ring,
                 nats_url,
+                contender.profile.direct_wake,
+                contender.profile.engine,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]
@@ -573,6 +616,8 @@ def running(
 
                 topics = ring_topics(sid, list(TOPICS), gaps=False)
                 consumer = Proc(ring_consumer_main, ring, topics, contender.profile.reader_wait)
+            elif contender.sink == "stream" and contender.envelope:
+                consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
                 consumer = Proc(picows_consumer_main, stream_url)
             else:
@@ -658,11 +703,13 @@ def run_feed(
         sim = Simulator(lab, plan.rates[0])
         undo.callback(sim.close)
         nats_url = None
-        if DPDK_NATS in contenders:
+        if any(CONTENDER_SPECS[c].sink == "nats" for c in contenders):
             if nats_server_binary() is None:
-                log("no nats-server: the nats contender is left out")
-                contenders = tuple(c for c in contenders if c != DPDK_NATS)
-                del windows[DPDK_NATS]
+                log("no nats-server: the nats contenders are left out")
+                contenders = tuple(c for c in contenders if CONTENDER_SPECS[c].sink != "nats")
+                for name in list(windows):
+                    if name not in contenders:
+                        del windows[name]
             else:
                 nats = NatsServer().start()
                 undo.callback(nats.cleanup)
@@ -782,3 +829,68 @@ def bench_feed(options: BenchOptions) -> list[Measurement]:
     if options.out is not None:
         log(f"wrote {plot(plan, windows, options.out / 'feed_latency.png')}")
     return measurements(plan, windows)
+
+
+def summary(plan: Plan, windows: dict[str, list[Window]]) -> list[str]:
+    """One line per contender and rate: medians over the rounds of p50, p99, the split and
+    CPU, the ratio of the p50 to the direct client's when it ran, losses summed."""
+    lines = []
+    for rate in plan.rates:
+        ref = [w for w in windows.get(DIRECT, []) if w.rate == rate]
+        ref_p50 = statistics.median(percentile(w.latency, 50) for w in ref) if ref else None
+        for name, ws in windows.items():
+            at = [w for w in ws if w.rate == rate]
+            if not at:
+                continue
+
+            def med(values: list[float]) -> float:
+                return statistics.median(values)
+
+            p50 = med([percentile(w.latency, 50) for w in at])
+            ratio = f" {p50 / ref_p50:5.2f}x" if ref_p50 else ""
+            split = ""
+            if at[0].to_read:
+                split = (
+                    f" split {med([percentile(w.to_read, 50) for w in at]):.0f}"
+                    f" + {med([percentile(w.from_read, 50) for w in at]):.0f} us"
+                )
+            cpu = " ".join(f"{p} {med([w.cpu[p] for w in at]):.0f}%" for p in sorted(at[0].cpu))
+            lines.append(
+                f"{rate_label(rate):>10} {name:42} p50 {p50:6.0f}{ratio} p99 "
+                f"{med([percentile(w.latency, 99) for w in at]):6.0f} us{split} lost "
+                f"{sum(w.lost for w in at)} reordered {sum(w.reordered for w in at)} cpu {cpu}"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m wsgw_bench.feed --contenders "A;B" --rates 100,1000 --rounds 3`: a chosen set of
+    contenders alternated in one run (a before/after comparison), medians printed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m wsgw_bench.feed", description=main.__doc__)
+    parser.add_argument("--contenders", default=";".join(CONTENDERS), help="names, separated by ;")
+    parser.add_argument("--rates", default="100,1000,10000")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--lab", default=None)
+    args = parser.parse_args(argv)
+    chosen = tuple(c.strip() for c in args.contenders.split(";") if c.strip())
+    unknown = [c for c in chosen if c not in CONTENDER_SPECS]
+    if unknown:
+        parser.error(f"unknown contender {unknown[0]!r}; known: {', '.join(CONTENDER_SPECS)}")
+    rates = tuple(float(r) for r in args.rates.split(","))
+    plan = Plan(rates, args.warmup, args.seconds, args.rounds)
+    lab = args.lab or unique_lab_name(BenchOptions(), "feed")
+
+    def log(line: str) -> None:
+        print(f"[feed] {line}", flush=True)
+
+    windows = run_feed(plan, lab, chosen, log=log)
+    for line in summary(plan, windows):
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

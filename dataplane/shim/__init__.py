@@ -91,8 +91,10 @@ from dataplane.shim._bind_ring import writer_fd as ring_writer_fd
 from dataplane.shim._bind_ring import writer_info as ring_writer_info
 from dataplane.shim._bind_ring import writer_stats as ring_writer_stats
 from dataplane.shim._bind_ringnotify import count as ring_notifier_count
+from dataplane.shim._bind_ringnotify import is_direct as ring_notifier_is_direct
 from dataplane.shim._bind_ringnotify import rearm as ring_notifier_rearm
 from dataplane.shim._bind_ringnotify import start as ring_notifier_start
+from dataplane.shim._bind_ringnotify import start_direct as ring_notifier_start_direct
 from dataplane.shim._bind_ringnotify import stop as ring_notifier_stop
 from dataplane.shim._bind_topic import ABSENT as JSON_ABSENT
 from dataplane.shim._bind_topic import ARRAY as JSON_ARRAY
@@ -226,8 +228,10 @@ __all__ = [
     "ring_last_error",
     "ring_next_seq",
     "ring_notifier_count",
+    "ring_notifier_is_direct",
     "ring_notifier_rearm",
     "ring_notifier_start",
+    "ring_notifier_start_direct",
     "ring_notifier_stop",
     "ring_reader_info",
     "ring_reader_set_name",

@@ -29,6 +29,7 @@
 
 #include "shim_internal.h"
 #include "wsgw_ring.h"
+#include "wsgw_ringnotify.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ring needs lock-free 64-bit atomics");
 _Static_assert(sizeof(struct wsgw_ring_rec) == WSGW_RING_REC_HDR, "record header is 32 bytes");
@@ -601,6 +602,7 @@ static void append(struct wsgw_ring_writer *restrict w, const struct wsgw_ring_m
             futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
             w->st.wakeups++;
         }
+        wsgw_ring_notify_local(w); /* this process's followers: their eventfds (ringnotify.c) */
         i = j;
     }
 }
@@ -777,6 +779,7 @@ WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
     writer_unlock(w);
     atomic_fetch_add(&w->wq->notify, 1);
     futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
+    wsgw_ring_notify_local(w);
     if (unlink_file && w->path != NULL) {
         /* Only if the name is still ours: a successor may have replaced it. */
         struct stat st;

@@ -2,14 +2,23 @@
 
 Every record reaches the hub's consumers through the shared-memory ring, whoever wrote it
 (`Hub.publish_batch`, or C inside the engine's poll), so there is one path and one set of
-sequence numbers. A `RingFollower` owns a reader of the ring and a waiting thread in C (the
-shim's ring notifier): the thread sleeps in the ring's futex wait and, when records
-arrive, writes to an eventfd the loop watches (`add_reader`), then sleeps until the loop
-calls `rearm` (after reading). The thread never runs Python: waking the loop costs no GIL
-hand-over (a Python thread would first take the GIL from a busy publisher, up to a switch
-interval, 5 ms, each time). A loop has at most one wake-up pending, the thread never spins
-while the loop is busy, and the records are read on the loop, at its own pace: a loop that
-stalls costs the writer nothing, it falls behind in the ring.
+sequence numbers. A `RingFollower` owns a reader of the ring and an eventfd the loop watches
+(`add_reader`); when records arrive the eventfd is written once, and not again until the
+loop calls `rearm` (after reading). Who writes it (the shim's ring notifier, in C: never
+Python, so waking the loop costs no GIL hand-over):
+
+- direct (the default, `DIRECT_WAKE`): the ring's writer itself, in this process, right
+  after it publishes (the hub's `publish_batch`, the engines' C feeds in their poll). One
+  wake-up in series, the loop's.
+- a waiting thread in C that sleeps in the ring's futex wait, then writes the eventfd: two
+  wake-ups in series (the thread's, then the loop's) and a thread per loop (p50 10-20 us
+  more per wake-up, 11-25 % more CPU, in `wsgw_bench.follower_wake` on a loaded 2-vCPU host;
+  docs/PERFORMANCE.md, feed). It works whoever writes the ring; `direct=False` or
+  WSGW_RING_DIRECT_WAKE=0 choose it.
+
+Either way a loop has at most one wake-up pending, nothing spins while the loop is busy, and
+the records are read on the loop, at its own pace: a loop that stalls costs the writer
+nothing (one eventfd write per wake-up at most), it falls behind in the ring.
 
 A follower more than `limit` messages behind the writer skips to the newest record and
 reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
@@ -31,6 +40,7 @@ from dataplane.shim import (
     ring_notifier_count,
     ring_notifier_rearm,
     ring_notifier_start,
+    ring_notifier_start_direct,
     ring_notifier_stop,
 )
 
@@ -38,6 +48,9 @@ log = logging.getLogger("wsgw.hub")
 
 #: Records a follower reads per ring call.
 READ_BATCH = 1024
+#: Whether followers are woken by the ring's writer directly (no waiting thread); a
+#: follower's `direct` argument overrides it. WSGW_RING_DIRECT_WAKE=0 turns it off.
+DIRECT_WAKE = os.environ.get("WSGW_RING_DIRECT_WAKE", "1") != "0"
 
 
 class RingFollower:
@@ -52,6 +65,7 @@ class RingFollower:
         name: str,
         *,
         limit: int,
+        direct: bool | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError(f"follower limit must be at least 1 message, not {limit}")
@@ -73,7 +87,14 @@ class RingFollower:
         # its lag asked (a C call making a dict), not on every wake-up of a light feed.
         self._maybe_behind = True
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        rc, self._notifier = ring_notifier_start(self.reader._handle, self._fd, 0)
+        #: Woken by the writer's writes (True) or by a waiting thread (False).
+        self.direct = DIRECT_WAKE if direct is None else direct
+        if self.direct:
+            rc, self._notifier = ring_notifier_start_direct(
+                self.reader._handle, self._fd, ring._live()
+            )
+        else:
+            rc, self._notifier = ring_notifier_start(self.reader._handle, self._fd, 0)
         if rc < 0:
             os.close(self._fd)
             self.reader.close()
@@ -95,7 +116,7 @@ class RingFollower:
 
     @property
     def wakeups(self) -> int:
-        """Notifications the waiting thread sent (one per wake-up of the loop)."""
+        """Notifications sent (one per wake-up of the loop), by the writer or the thread."""
         with self._detach_lock:
             return 0 if self._halted else ring_notifier_count(self._notifier)
 

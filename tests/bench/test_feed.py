@@ -18,21 +18,25 @@ from gateway.simulator.feeds import FEEDS
 from tests.conftest import requires_dpdk
 from wsgw_bench.core import BenchOptions
 from wsgw_bench.feed import (
+    CONTENDER_SPECS,
     CONTENDERS,
     DIRECT,
     DPDK_NATS,
     DPDK_RING,
     DPDK_RING_LOWLAT,
+    DPDK_STREAM_THREAD,
     KERNEL_RING,
     Tally,
     Window,
     binance_topic,
+    main,
     measurements,
     percentile,
     plan_for,
     plot,
     run_feed,
     sim_tail,
+    summary,
 )
 from wsgw_bench.servers import nats_server_binary
 
@@ -108,6 +112,19 @@ def test_percentiles_and_the_report_of_made_up_windows(tmp_path: Path) -> None:
     assert ("100 msg/s: send -> session read p50", DIRECT) not in metrics
     assert metrics[("100 msg/s: send -> session read p50", DPDK_RING)].median == 0.4
     assert plot(QUICK, windows, tmp_path / "feed.png").stat().st_size > 0
+    lines = summary(QUICK, windows)
+    assert len(lines) == 2 * len(QUICK.rates)  # a contender and a rate each
+    ring_100 = next(line for line in lines if "100 msg/s" in line and DPDK_RING in line)
+    assert "1.00x" in ring_100 and "split 0 + 0 us" in ring_100  # 400 ns: 0 us
+
+
+def test_every_contender_is_known_by_its_name_and_a_wrong_one_is_refused() -> None:
+    assert all(spec.name == name for name, spec in CONTENDER_SPECS.items())
+    assert set(CONTENDERS) < set(CONTENDER_SPECS)  # the others: chosen by hand, not by CI
+    assert not CONTENDER_SPECS[DPDK_STREAM_THREAD].profile.direct_wake
+    assert all(CONTENDER_SPECS[name].profile.direct_wake for name in CONTENDERS)
+    with pytest.raises(SystemExit):
+        main(["--contenders", f"{DPDK_RING};no such contender"])
 
 
 # ---- the real thing --------------------------------------------------------------------------
