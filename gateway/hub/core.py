@@ -12,11 +12,11 @@ call) and never waits for anyone; C code may write records into it too (the engi
 without the hub. Each consumer loop, and the NATS sink, follows the ring with a reader of
 its own (`RingFollower`: the writer in this process, or for writers in other processes a C
 thread asleep in the ring's futex wait, wakes the loop through an eventfd, no Python, no
-GIL), and routes what it reads by (session, ring topic id) to the consumers that want it, their queues and their policies, on that loop. So the
-engine's cost does not depend on how many consumers there are, how slow they are, or
-whether their loop is stalled: a loop that falls behind the writer gets a gap with the
-count from the ring (or skips ahead past `handoff_limit` messages and reports as much),
-never silent loss.
+GIL), and routes what it reads by (session, ring topic id) to the consumers that want it,
+their queues and their policies, on that loop. So the engine's cost does not depend on how
+many consumers there are, how slow they are, or whether their loop is stalled: a loop that
+falls behind the writer gets a gap with the count from the ring (or skips ahead past
+`handoff_limit` messages and reports as much), never silent loss.
 
 Sequence numbers are the ring's, the same for a ring reader, a /v1/stream consumer and
 NATS; a gap record (`$gap` topic) takes a number too. A hub given no ring makes a private
