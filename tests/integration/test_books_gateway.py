@@ -16,7 +16,6 @@ here replays the messages of tests/unit/books/messages.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 import time
@@ -26,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
 from websockets.asyncio.server import ServerConnection, serve
 
 from api.app import create_app
@@ -43,6 +42,7 @@ from gateway.sessions import SessionConfig
 from gateway.settings import Settings
 from tests.integration.test_sessions_helpers import fast_config
 from tests.unit.books.messages import Change, RefBook, binance_depth, binance_rest, kraken_book
+from wsgw_bench.servers import ServerThread
 
 BINANCE_TOPIC = "btcusdt@depth@100ms"
 KRAKEN_TOPIC = "book:BTC/USD"
@@ -58,6 +58,7 @@ class VenueServer:
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.conns: set[ServerConnection] = set()
+        self.errors: list[Exception] = []
         self.loop = asyncio.new_event_loop()
         self.port = 0
         self._ready = threading.Event()
@@ -95,8 +96,8 @@ class VenueServer:
                 self.requests.append(request)
                 for answer in self.reply(request):
                     await ws.send(answer)
-        except Exception:  # noqa: S110 (a connection the client dropped)
-            pass
+        except Exception as exc:  # a connection the client dropped
+            self.errors.append(exc)
         finally:
             self.conns.discard(ws)
 
@@ -156,7 +157,8 @@ class SnapshotServer:
 class Gateway:
     hub: Hub
     control: ControlPlane
-    api: TestClient
+    server: ServerThread
+    api: httpx.Client
     readers: list[RingReader] = field(default_factory=list)
 
     def consumer(self, session_id: int, topics: list[str]) -> Client:
@@ -167,6 +169,11 @@ class Gateway:
         )
         self.readers.append(reader)
         return Client(RingSource(reader), normalized=True)
+
+    def streamer(self, subscription_id: int) -> Client:
+        """A /v1/stream consumer of a subscription, decoding (normalized=True)."""
+        url = f"{self.server.ws_url}/v1/stream?subscription={subscription_id}"
+        return Client.connect(url, normalized=True)
 
     def book(self, session_id: int, symbol: str) -> dict[str, Any]:
         r = self.api.get(f"/v1/books/{session_id}/{symbol}")
@@ -195,19 +202,21 @@ def gateway(tmp_path: Path, snapshots: SnapshotServer) -> Iterator[Gateway]:
         db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
         host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
         auth={"mode": "none"},  # type: ignore[arg-type]
+        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
         books={"snapshot_urls": {"binance": snapshots.url}},  # type: ignore[arg-type]
     )
     control = ControlPlane(settings, runtime)
-    control.start()
     app = create_app(settings, runtime, control=control, hub=hub)
-    api = TestClient(app, client=("127.0.0.1", 50000), base_url="http://localhost")
-    gw = Gateway(hub, control, api)
+    server = ServerThread(app).start()  # its lifespan starts the control plane
+    api = httpx.Client(base_url=server.url, timeout=10)
+    gw = Gateway(hub, control, server, api)
     try:
         yield gw
     finally:
         for reader in gw.readers:
             reader.close()
-        control.shutdown()  # the books, the runtime and the hub with it
+        api.close()
+        server.stop()  # shuts the control plane down: the books, the runtime, the hub
         ring.close()
 
 
@@ -252,12 +261,13 @@ def expected(ref: RefBook) -> tuple[list[list[str]], list[list[str]]]:
     return [list(lv) for lv in ref.sorted_bids()], [list(lv) for lv in ref.sorted_asks()]
 
 
-def metric(api: TestClient, line_start: str) -> float:
+def metric(api: httpx.Client, line_start: str) -> float:
     text = api.get("/metrics").text
     for line in text.splitlines():
         if line.startswith(line_start):
             return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {line_start} in /metrics: {[x for x in text.splitlines() if 'books' in x]}")
+    books = [line for line in text.splitlines() if "books" in line]
+    raise AssertionError(f"no {line_start} in /metrics: {books}")
 
 
 # ---- Binance --------------------------------------------------------------------------------
@@ -279,18 +289,17 @@ def test_binance_rest_snapshot_diffs_and_a_gap_resync(
              "transport": "kernel"}
         ).id  # fmt: skip
         base = {"session_id": sid, "topics": [BINANCE_TOPIC], "consumer": "c"}
-        control.subscriptions.create({**base, "format": "normalized"})
+        sub = control.subscriptions.create({**base, "format": "normalized"}).subscription
         control.subscriptions.create({**base, "format": "normalized", "encoding": "binary"})
         as_json = Rebuilt(gateway.consumer(sid, [f"norm:{BINANCE_TOPIC}"]))
         as_binary = Rebuilt(gateway.consumer(sid, [f"normbin:{BINANCE_TOPIC}"]))
+        streamed = Rebuilt(gateway.streamer(sub.id))
         ref = RefBook()
         ref.apply(BIDS, ASKS)
         snapshots.body = binance_rest(100, BIDS, ASKS).encode()
         control.sessions.start(sid)
         until(lambda: bool(venue.conns), "the session to connect")
-        until(
-            lambda: bool(venue.requests) or "depth" in "".join(venue.paths), "the subscription"
-        )
+        until(lambda: bool(venue.requests) or "depth" in "".join(venue.paths), "the subscription")
 
         # Older than the snapshot (dropped), straddling it, then the next one.
         steps: list[tuple[int, int, list[Change], list[Change]]] = [
@@ -311,12 +320,13 @@ def test_binance_rest_snapshot_diffs_and_a_gap_resync(
         ]
 
         def rebuilt() -> bool:
-            as_json.pull()
-            as_binary.pull()
-            return as_json.levels() == expected(ref) and as_binary.levels() == expected(ref)
+            for consumer in (as_json, as_binary, streamed):
+                consumer.pull()
+            return all(c.levels() == expected(ref) for c in (as_json, as_binary, streamed))
 
         until(rebuilt, "the consumers' books")
-        assert as_json.events == as_binary.events  # the same events, either encoding
+        # The same events, in either encoding, over the ring and /v1/stream.
+        assert as_json.events == as_binary.events == streamed.events
         assert isinstance(as_json.events[0], BookSnapshot)  # the REST snapshot comes first
         assert len(snapshots.requests) == 1
         assert "symbol=BTCUSDT" in snapshots.requests[0]
@@ -334,7 +344,8 @@ def test_binance_rest_snapshot_diffs_and_a_gap_resync(
         assert book["resyncs"] == {"gap": 1}
         assert book["last_reset_reason"] == "gap"
         until(rebuilt, "the consumers' books after the resync")
-        assert as_json.resets == ["gap"]
+        assert as_json.resets == streamed.resets == ["gap"]
+        streamed.client.close()
         assert len(snapshots.requests) == 2
         labels = f'reason="gap",session="{sid}",venue="binance"'
         assert metric(gateway.api, f"wsgw_books_resyncs_total{{{labels}}}") == 1
@@ -419,5 +430,3 @@ def test_kraken_checksum_mismatch_resubscribes_and_recovers(gateway: Gateway) ->
         assert consumer.resets == ["checksum"]
         labels = f'reason="checksum",session="{sid}",venue="kraken"'
         assert metric(gateway.api, f"wsgw_books_resyncs_total{{{labels}}}") == 1
-        with contextlib.suppress(Exception):
-            control.sessions.stop(sid)
