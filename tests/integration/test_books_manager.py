@@ -17,16 +17,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dataplane.ring import RingMessage, RingReader, RingWriter
 from gateway.books.manager import BookManager, BooksConfig
+from gateway.control import ControlPlane
 from gateway.hub import Hub
 from gateway.hub.names import ring_topics
-from gateway.normalize import BookDelta, BookReset, BookSnapshot, Trade, decode_json
+from gateway.normalize import (
+    BookDelta,
+    BookReset,
+    BookSnapshot,
+    Trade,
+    decode_binary,
+    decode_json,
+)
 from gateway.runtime import DetachedRuntime
+from gateway.runtime.live import LiveRuntime
+from gateway.settings import Settings
 from tests.unit.books.messages import (
     RefBook,
     binance_depth,
@@ -238,3 +249,48 @@ def test_trades_pass_and_an_unwanted_topic_loses_its_book(books: Books, rest: Re
     books.want("binance", "btcusdt@trade")
     assert books.manager.view(SID, "BTCUSDT") is None
     assert books.manager.symbols(SID) == []
+
+
+def test_normalized_subscriptions_come_back_after_a_restart(tmp_path: Path) -> None:
+    """The store keeps a subscription's format: a control plane started on it normalizes
+    its topics again, with nothing asked of the API."""
+    settings = Settings(
+        state_dir=tmp_path,
+        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
+        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
+    )
+    first = ControlPlane(settings, DetachedRuntime())
+    first.start()
+    sid = first.sessions.create(
+        {"name": "bn", "url": "wss://stream.binance.com/stream", "dialect": "binance",
+         "transport": "kernel"}
+    ).id  # fmt: skip
+    values = {"session_id": sid, "topics": ["btcusdt@trade"], "consumer": "c"}
+    first.subscriptions.create({**values, "format": "normalized", "encoding": "binary"})
+    first.shutdown()
+
+    ring = RingWriter.create(None, 1 << 22)
+    hub = Hub(ring=ring)
+    control = ControlPlane(settings, LiveRuntime(hub, hub=hub))
+    reader = RingReader.attach_fd(
+        ring.fd, topics=ring_topics(sid, ["normbin:btcusdt@trade"], gaps=False), copy=True
+    )
+    try:
+        control.start()
+        trade = (
+            '{"stream":"btcusdt@trade","data":{"e":"trade","E":1,"s":"BTCUSDT","t":9,'
+            '"p":"100.10","q":"0.5","T":1700000000000,"m":false}}'
+        )
+        got: list[Any] = []
+
+        def normalized() -> bool:
+            hub.publish(sid, "btcusdt@trade", trade.encode(), time.time_ns())
+            got.extend(decode_binary(bytes(r.payload)) for r in reader.read_batch(timeout=0.2))  # type: ignore[union-attr]
+            return bool(got)
+
+        until(normalized, "the normalized trade")
+        assert isinstance(got[0], Trade) and got[0].side == "buy"
+    finally:
+        reader.close()
+        control.shutdown()
+        ring.close()
