@@ -23,11 +23,12 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from api import errors
 from api.auth import AuthFailureLimiter, check_auth_settings, require_scope
 from api.history import History
-from api.metrics import GatewayCollector, HttpMetrics
+from api.metrics import BooksCollector, GatewayCollector, HttpMetrics
 from api.revocation import OpenStreams
 from api.routes import dashboard, engine, health, ports, sessions, stream, subscriptions, tokens
 from api.routes import groups as group_routes
 from api.routes import host as host_routes
+from api.routes.books import router as books_router
 from api.routes.consumers import router as consumers_router
 from api.routes.engine_ports import router as engine_ports_router
 from api.routes.fleet import router as fleet_router
@@ -92,6 +93,7 @@ def create_app(
     app.state.host = host or HostManager.from_settings(settings)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(GatewayCollector(control))
+    registry.register(BooksCollector(control))
     app.state.hub = hub
     registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry
@@ -110,6 +112,7 @@ def create_app(
         subscriptions.router,
         tokens.router,
         fleet_router,
+        books_router,
         stream.router,
         consumers_router,
         history_router,

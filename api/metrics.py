@@ -134,3 +134,42 @@ def _route_template(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path_format", None) or getattr(route, "path", None)
     return str(path) if path else "unmatched"
+
+
+class BooksCollector(Collector):
+    """The local books (gateway.books.manager): resyncs by reason, books by state."""
+
+    def __init__(self, control: ControlPlane) -> None:
+        self.control = control
+
+    def collect(self) -> Iterator[Metric]:
+        books = self.control.books
+        resyncs = CounterMetricFamily(
+            "wsgw_books_resyncs",
+            "Local books found wrong and resynchronized, by session, venue and reason",
+            labels=["session", "venue", "reason"],
+        )
+        for (sid, venue, reason), count in sorted(books.resync_counts().items()):
+            resyncs.add_metric([str(sid), venue, reason], count)
+        yield resyncs
+        states = GaugeMetricFamily(
+            "wsgw_books",
+            "Local books by session and state (synced, stale)",
+            labels=["session", "state"],
+        )
+        for (sid, state), count in sorted(books.book_states().items()):
+            states.add_metric([str(sid), state], count)
+        yield states
+        fetches = CounterMetricFamily(
+            "wsgw_books_snapshot_fetches",
+            "REST book snapshots fetched, by venue and result (ok, failed)",
+            labels=["venue", "result"],
+        )
+        for (venue, result), count in sorted(books.fetches.items()):
+            fetches.add_metric([venue, result], count)
+        yield fetches
+        published = CounterMetricFamily(
+            "wsgw_books_normalized_published", "Normalized events published to the hub"
+        )
+        published.add_metric([], books.published)
+        yield published

@@ -276,6 +276,21 @@ class FleetSettings(BaseModel):
         return self.lease_s / 3
 
 
+class BooksSettings(BaseModel):
+    """Local order books (gateway.books.manager): where REST book snapshots come from."""
+
+    snapshot_urls: dict[str, str] = Field(
+        default_factory=lambda: {
+            "binance": "https://api.binance.com",
+            "bitstamp": "https://www.bitstamp.net",
+        },
+        description="venue -> base URL of its REST book snapshot (binance: <base>/api/v3/"
+        "depth, bitstamp: <base>/api/v2/order_book/<pair>/); point it at a simulator",
+    )
+    snapshot_limit: int = Field(default=1000, ge=5, le=5000, description="binance's limit")
+    snapshot_timeout_s: float = Field(default=5.0, gt=0, le=60)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="WSGW_",
@@ -304,6 +319,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())  # noqa: PLW0108
     host: HostSettings = Field(default_factory=lambda: HostSettings())  # noqa: PLW0108
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    books: BooksSettings = Field(default_factory=BooksSettings)
 
     @classmethod
     def settings_customise_sources(

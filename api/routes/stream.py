@@ -33,7 +33,7 @@ from api.revocation import OpenStreams
 from api.schemas.common import ID_MAX
 from api.schemas.subscriptions import check_consumer
 from gateway.control import ControlPlane
-from gateway.control.subscriptions import dialect_topics
+from gateway.control.subscriptions import delivered_topics, dialect_topics
 from gateway.groups.feed import group_hub_id
 from gateway.hub.consumer import (
     DEFAULT_QUEUE_SIZE,
@@ -250,7 +250,7 @@ async def _target(
                     "stream your own, or use an admin token",
                 )
             options = DeliveryOptions(sub.queue_size, _overflow(sub.overflow), sub.conflation_ms)
-            return StreamTarget(sub.session_id, tuple(sub.topics), options, sub.consumer)
+            return StreamTarget(sub.session_id, tuple(delivered_topics(sub)), options, sub.consumer)
         session_id, row = await _session_of(control, request)
         topics = request.topics
         if topics is not None:

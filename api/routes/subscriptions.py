@@ -17,7 +17,7 @@ from api.schemas.subscriptions import (
     SubscriptionUpdate,
 )
 from gateway.control import ControlPlane
-from gateway.control.subscriptions import SubscriptionChange
+from gateway.control.subscriptions import SubscriptionChange, delivered_topics
 from gateway.hub.names import ring_topics
 from gateway.store.models import SubscriptionRow
 
@@ -44,7 +44,7 @@ def subscription_public(
             "consume": ConsumePublic(
                 stream_url=f"{STREAM_PATH}?subscription={sub.id}",
                 ring=control.subscriptions.ring_name(sub),
-                ring_topics=ring_topics(sub.session_id, list(sub.topics)),
+                ring_topics=ring_topics(sub.session_id, delivered_topics(sub)),
             ),
             "upstream_subscribed": change.subscribed if change else [],
             "upstream_unsubscribed": change.unsubscribed if change else [],

@@ -49,6 +49,20 @@ Consumer = Annotated[
 ]
 QueueSize = Annotated[int, Field(ge=1, le=1_000_000, description="messages held per consumer")]
 Overflow = Literal["disconnect", "drop_oldest"]
+Format = Annotated[
+    Literal["raw", "normalized"],
+    Field(
+        description="raw: the upstream's messages as received; normalized: the gateway's "
+        "normalized events (trades, book snapshots and deltas, book resets, tickers...: "
+        "gateway.normalize), one per message, published as topic `norm:<topic>` "
+        "(`normbin:<topic>` in binary); the session's dialect must be one of the six "
+        "venues'",
+    ),
+]
+Encoding = Annotated[
+    Literal["json", "binary"],
+    Field(description="the normalized events' encoding: JSON text or MessagePack arrays"),
+]
 ConflationMs = Annotated[
     int,
     Field(ge=0, le=60_000, description="keep the latest message per topic for this long; 0: off"),
@@ -65,6 +79,8 @@ class SubscriptionBase(Schema):
         "the oldest message and report a gap",
     )
     conflation_ms: ConflationMs = 0
+    format: Format = "raw"
+    encoding: Encoding = "json"
 
 
 class SubscriptionCreate(SubscriptionBase):
@@ -77,6 +93,8 @@ class SubscriptionUpdate(UpdateSchema):
     queue_size: QueueSize | None = None
     overflow: Overflow | None = None
     conflation_ms: ConflationMs | None = None
+    format: Format | None = None
+    encoding: Encoding | None = None
 
 
 class ConsumePublic(PublicSchema):
@@ -84,7 +102,9 @@ class ConsumePublic(PublicSchema):
 
     stream_url: str
     ring: str  # the gateway's shared-memory ring (/dev/shm/<ring>)
-    ring_topics: list[str]  # the filter for a ring reader: `<session>:<topic>` and `$gap`
+    # the filter for a ring reader: `<session>:<topic>` (a normalized subscription's:
+    # `<session>:norm:<topic>`) and `$gap`
+    ring_topics: list[str]
 
 
 class SubscriptionPublic(PublicSchema):
@@ -95,6 +115,8 @@ class SubscriptionPublic(PublicSchema):
     queue_size: int
     overflow: str
     conflation_ms: int
+    format: str
+    encoding: str
     owner_token_id: int | None = Field(
         description="the token that created it (another consume-only token may not use it); "
         "null: made without a token, usable by every consume token"

@@ -6,9 +6,11 @@ from gateway.client.core import (
     ClientEvent,
     MessagesLostError,
     MessageSource,
+    NormalizedMessage,
     Restart,
     SourceUnavailableError,
     StreamClosedError,
+    decode_normalized,
 )
 from gateway.client.ring import RingSource
 
@@ -18,6 +20,7 @@ __all__ = [
     "Gap",
     "MessageSource",
     "MessagesLostError",
+    "NormalizedMessage",
     "Restart",
     "RingMessage",
     "RingSource",
@@ -25,4 +28,5 @@ __all__ = [
     "StreamClosedError",
     "WaitOrigin",
     "WaitPolicy",
+    "decode_normalized",
 ]

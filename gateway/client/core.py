@@ -44,6 +44,12 @@ own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between
 because handing the wait to another thread and back would cost the very wake-up the policy
 avoids. The network transports wait on their sockets (futex-like).
 
+Normalized subscriptions (format "normalized") come as topics `<session>:norm:<topic>`
+(JSON) or `<session>:normbin:<topic>` (MessagePack), one gateway.normalize event each.
+`normalized=True` makes the client yield them as `NormalizedMessage`s, the payload decoded
+into its typed event (Trade, BookSnapshot, BookDelta, BookReset, ...); other messages come
+as they are. `decode_normalized(message)` does the same for one message.
+
 The package imports nothing of the server (no FastAPI, SQLAlchemy or the hub's runtime).
 """
 
@@ -68,6 +74,7 @@ from dataplane.ring import (
     ring_name,
 )
 from gateway.client.ring import RingSource
+from gateway.normalize.schema import Event, decode, encoding_of
 
 
 class Restart(NamedTuple):
@@ -79,8 +86,48 @@ class Restart(NamedTuple):
     epoch: int
 
 
-#: What a Client yields: a message, a gap (messages lost) or a restart (a new run).
-ClientEvent = RingMessage | Gap | Restart
+class NormalizedMessage(NamedTuple):
+    """A message of a normalized topic with its payload decoded (gateway.normalize.schema):
+    `event` is a Trade, BookSnapshot, BookDelta, TopOfBook, Ticker, Funding or BookReset.
+    The first six fields are RingMessage's (topic is the ring name, `3:norm:btcusdt@trade`);
+    upstream_topic is the topic the event was made from."""
+
+    seq: int
+    session_id: int
+    topic: str
+    ts_ns: int
+    payload: memoryview | bytes
+    topic_id: int
+    event: Event
+    upstream_topic: str
+    encoding: str
+
+
+def decode_normalized(message: RingMessage) -> NormalizedMessage | None:
+    """The typed event of a normalized message; None for a message of an upstream topic.
+    msgspec.DecodeError / ValidationError when the payload is not a normalized event."""
+    _, _, topic = message.topic.partition(":")
+    found = encoding_of(topic)
+    if found is None:
+        return None
+    encoding, upstream = found
+    event = decode(message.payload, encoding)
+    return NormalizedMessage(
+        message.seq,
+        message.session_id,
+        message.topic,
+        message.ts_ns,
+        message.payload,
+        message.topic_id,
+        event,
+        upstream,
+        encoding,
+    )
+
+
+#: What a Client yields: a message, a gap (messages lost) or a restart (a new run); with
+#: normalized=True, messages of normalized topics as NormalizedMessage.
+ClientEvent = RingMessage | NormalizedMessage | Gap | Restart
 
 OnGap = Literal["event", "raise"]
 Start = Literal["latest", "oldest"]
@@ -90,6 +137,12 @@ FOLLOW_POLL = 0.05
 BUSY_SLICE = 0.001
 #: The network sources' policy: they sleep on their socket until a frame comes.
 _SOCKET_WAIT = WaitPolicy()
+
+
+def _decoded(event: ClientEvent) -> ClientEvent:
+    if type(event) is RingMessage:
+        return decode_normalized(event) or event
+    return event
 
 
 class MessagesLostError(RingError):
@@ -190,9 +243,12 @@ class Client:
         on_gap: OnGap = "event",
         epoch: int | None = None,
         reopen: Callable[[], MessageSource] | None = None,
+        normalized: bool = False,
     ) -> None:
         """epoch: the one this consumer saw last (a Restart comes first when the source's
-        is another). reopen: how to open the source again once it ended (follow)."""
+        is another). reopen: how to open the source again once it ended (follow).
+        normalized: yield messages of normalized topics decoded (NormalizedMessage)."""
+        self.normalized = normalized
         if on_gap not in ("event", "raise"):
             raise ValueError(f"on_gap must be 'event' or 'raise', not {on_gap!r}")
         self.source = source
@@ -242,6 +298,7 @@ class Client:
         wait: WaitPolicy | str | None = WAIT_AUTO,
         epoch: int | None = None,
         follow: bool = False,
+        normalized: bool = False,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
@@ -250,7 +307,8 @@ class Client:
         WaitPolicy (module doc). epoch: the
         one the consumer saw last (a Restart first if the ring is another run). follow:
         when the gateway goes, wait for its next ring and read it from its oldest message,
-        after a Restart, instead of ending."""
+        after a Restart, instead of ending. normalized: decode normalized messages (module
+        doc)."""
         name = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
             name, topics, copy=copy, start=start, max_batch=max_batch, wait=wait
@@ -264,7 +322,11 @@ class Client:
             )
 
         return cls(
-            RingSource(reader), on_gap=on_gap, epoch=epoch, reopen=reopen if follow else None
+            RingSource(reader),
+            on_gap=on_gap,
+            epoch=epoch,
+            reopen=reopen if follow else None,
+            normalized=normalized,
         )
 
     @classmethod
@@ -285,14 +347,15 @@ class Client:
         jetstream: str | None = None,
         start_seq: int | None = None,
         durable: str | None = None,
+        normalized: bool = False,
     ) -> Client:
         """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
         and wait apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N] (token:
         a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
         subject prefix; jetstream and start_seq: resume from the stream; durable: a durable
         consumer that acks and resumes by itself, gateway.client.nats). session: the
-        session whose topics `topics` names (ws and nats). SourceUnavailableError when
-        nothing is there to read from."""
+        session whose topics `topics` names (ws and nats). normalized: decode normalized
+        messages (module doc). SourceUnavailableError when nothing is there to read from."""
         parts = urlsplit(url)
         if parts.scheme == "shm":
             ring = parts.path.strip("/") or "messages"
@@ -306,6 +369,7 @@ class Client:
                 wait=wait,
                 epoch=epoch,
                 follow=follow,
+                normalized=normalized,
             )
         if parts.scheme in ("ws", "wss"):
             from gateway.client.stream import StreamSource, stream_url
@@ -318,7 +382,13 @@ class Client:
                 assert isinstance(previous, StreamSource)
                 return StreamSource(target, token=token, previous=previous)
 
-            client = cls(source, on_gap=on_gap, epoch=epoch, reopen=reconnect if follow else None)
+            client = cls(
+                source,
+                on_gap=on_gap,
+                epoch=epoch,
+                reopen=reconnect if follow else None,
+                normalized=normalized,
+            )
             return client
         if parts.scheme == "nats":
             from gateway.client.nats import NatsSource
@@ -344,7 +414,12 @@ class Client:
                 after = None if durable is not None else previous.position  # it knows
                 return subscribe(None if after is None else after + 1, previous.epoch)
 
-            client = cls(nats_source, on_gap=on_gap, reopen=resubscribe if follow else None)
+            client = cls(
+                nats_source,
+                on_gap=on_gap,
+                reopen=resubscribe if follow else None,
+                normalized=normalized,
+            )
             return client
         raise ValueError(
             f"unsupported stream URL {url!r}: use shm://gateway/ring, ws(s)://host:port or "
@@ -396,6 +471,8 @@ class Client:
         return self._reopen is not None
 
     def _deliver(self, events: list[ClientEvent]) -> list[ClientEvent]:
+        if self.normalized:
+            events = [_decoded(e) for e in events]
         if self.on_gap == "raise" and events and type(events[0]) is Gap:
             gap = events[0]
             self._pending = events[1:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from gateway.books.manager import BookManager, BooksConfig
 from gateway.control.events import EventWriter
 from gateway.control.groups import GroupService
 from gateway.control.health import Readiness, readiness
@@ -45,7 +46,15 @@ class ControlPlane:
         self.events = EventWriter(self.db)
         self.ports = PortService(self.tx, self.runtime)
         self.sessions = SessionService(self.tx, self.runtime, self.events)
-        self.subscriptions = SubscriptionService(self.tx, self.runtime, settings.hub.gateway)
+        #: The normalizer and local books: they follow the runtime's hub ring, if it has one.
+        self.books = BookManager(
+            getattr(self.runtime, "hub", None),
+            self.runtime,
+            BooksConfig(**settings.books.model_dump()),
+        )
+        self.subscriptions = SubscriptionService(
+            self.tx, self.runtime, settings.hub.gateway, self.books
+        )
         self.groups = GroupService(self.tx, self.runtime)
         self.tokens = TokenService(self.tx, timedelta(seconds=settings.auth.last_used_resolution_s))
         self.started = False
@@ -59,6 +68,7 @@ class ControlPlane:
         self.events.start()
         self.runtime.set_event_sink(self.events.put)
         self.groups.restore()  # before the sessions: legs publish through their group
+        self.subscriptions.restore_books()  # before the topics: no first snapshot is missed
         self.restored = restore(self.tx, self.runtime)
         self.started = True
         return self.restored
@@ -66,6 +76,7 @@ class ControlPlane:
     def shutdown(self) -> None:
         """Ask the runtime to stop every session and port; the wanted state is kept."""
         log.info("shutting down: stopping sessions")
+        self.books.close()
         try:
             self.runtime.close()
         finally:

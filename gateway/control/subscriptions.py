@@ -2,6 +2,12 @@
 
 The first subscription of a topic makes the runtime subscribe it upstream, the last one
 to let go unsubscribes it; topics are stored as the session's dialect spells them.
+
+A subscription's `format` is "raw" (the upstream's messages) or "normalized": the gateway's
+normalizer (gateway.books.manager.BookManager, a ring reader beside the feed) publishes the
+events of its topics as `norm:<topic>` / `normbin:<topic>` (its `encoding`), and keeps the
+local books of its book topics. Every change tells the manager which topics of the session
+are wanted normalized, before the runtime subscribes them (the first snapshot is not missed).
 """
 
 from __future__ import annotations
@@ -10,7 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.books.manager import BookManager
 from gateway.control.transactions import RowService, Transactions
+from gateway.hub.names import is_reserved_topic, normalized_topic, upstream_of
+from gateway.normalize.venues import NORMALIZERS
 from gateway.runtime import Runtime
 from gateway.store.errors import InvalidError
 from gateway.store.models import SubscriptionRow, with_defaults
@@ -28,8 +37,12 @@ def dialect_topics(dialect: str, topics: list[str], field: str = "topics") -> li
     proto = make_dialect(dialect)
     spelled: list[str] = []
     for topic in topics:
+        normalized = upstream_of(topic)  # norm:<topic>: its upstream part is spelled
         try:
-            name = proto.normalize(topic)
+            if normalized is None:
+                name = proto.normalize(topic)
+            else:
+                name = normalized_topic(proto.normalize(normalized[1]), normalized[0])
         except DialectError as exc:
             raise InvalidError(
                 f"topic {topic!r} is refused by the session's dialect: {exc}", field
@@ -40,6 +53,37 @@ def dialect_topics(dialect: str, topics: list[str], field: str = "topics") -> li
             )
         spelled.append(name)
     return spelled
+
+
+def upstream_topics(dialect: str, topics: list[str]) -> list[str]:
+    """A subscription's topics: upstream ones (a normalized name is refused, it is no
+    upstream topic), as the dialect spells them."""
+    for topic in topics:
+        if is_reserved_topic(topic):
+            raise InvalidError(
+                f"topic {topic!r} is a normalized topic's name (norm:/normbin: prefix): "
+                "subscribe the upstream topic with format normalized instead",
+                "topics",
+            )
+    return dialect_topics(dialect, topics)
+
+
+def check_format(dialect: str, values: Mapping[str, Any]) -> None:
+    """A normalized subscription needs a venue the gateway normalizes."""
+    if values.get("format") == "normalized" and dialect not in NORMALIZERS:
+        venues = ", ".join(sorted(NORMALIZERS))
+        raise InvalidError(
+            f"format normalized needs a session of one of the venues {venues}; this session's "
+            f"dialect is {dialect}: use format raw",
+            "format",
+        )
+
+
+def delivered_topics(sub: SubscriptionRow) -> list[str]:
+    """The topics a subscription's messages come as: its own, or their normalized names."""
+    if sub.format == "normalized":
+        return [normalized_topic(t, sub.encoding) for t in sub.topics]
+    return list(sub.topics)
 
 
 @dataclass(frozen=True)
@@ -54,10 +98,38 @@ class SubscriptionChange:
 class SubscriptionService(RowService[SubscriptionRow]):
     """Create, change and delete subscriptions, keeping the runtime's topics in step."""
 
-    def __init__(self, tx: Transactions, runtime: Runtime, hub_gateway: str) -> None:
+    def __init__(
+        self,
+        tx: Transactions,
+        runtime: Runtime,
+        hub_gateway: str,
+        books: BookManager | None = None,
+    ) -> None:
         super().__init__(tx, SubscriptionRepository)
         self.runtime = runtime
         self.hub_gateway = hub_gateway
+        #: The normalizer and local books (None: normalized subscriptions get nothing).
+        self.books = books
+
+    def _tell_books(self, s: Any, session_id: int) -> None:
+        """The session's normalized topics as the store now has them, to the manager."""
+        if self.books is None:
+            return
+        wanted: dict[str, set[str]] = {}
+        for row in SubscriptionRepository(s).of_session(session_id):
+            if row.format == "normalized":
+                for topic in row.topics:
+                    wanted.setdefault(topic, set()).add(row.encoding)
+        dialect = SessionRepository(s).get(session_id).dialect
+        self.books.set_session(session_id, dialect, wanted)
+
+    def restore_books(self) -> None:
+        """At start: every session's normalized topics to the manager."""
+        if self.books is None:
+            return
+        with self.tx.write() as s:
+            for session in SessionRepository(s).all():
+                self._tell_books(s, session.id)
 
     def page(
         self,
@@ -76,11 +148,15 @@ class SubscriptionService(RowService[SubscriptionRow]):
         with self.tx.write() as s:
             session_id = values["session_id"]
             session = SessionRepository(s).get(session_id)
-            values = {**values, "topics": dialect_topics(session.dialect, values["topics"])}
+            values = {**values, "topics": upstream_topics(session.dialect, values["topics"])}
+            check_format(session.dialect, values)
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
             sub = subs.add(SubscriptionRow(**with_defaults(SubscriptionRow, values)))
             new = [t for t in sub.topics if t not in held]
+            if sub.format == "normalized":
+                s.flush()
+                self._tell_books(s, session_id)
             if new:
                 self.runtime.subscribe(session_id, new)
             return SubscriptionChange(sub, new, [])
@@ -90,12 +166,16 @@ class SubscriptionService(RowService[SubscriptionRow]):
             subs = SubscriptionRepository(s)
             sub = subs.get(subscription_id)
             before = list(sub.topics)
+            was_normalized = sub.format == "normalized"
+            dialect = SessionRepository(s).get(sub.session_id).dialect
             if "topics" in values:
-                dialect = SessionRepository(s).get(sub.session_id).dialect
-                values = {**values, "topics": dialect_topics(dialect, values["topics"])}
+                values = {**values, "topics": upstream_topics(dialect, values["topics"])}
+            check_format(dialect, values)
             for key, value in values.items():
                 setattr(sub, key, value)
             s.flush()
+            if was_normalized or sub.format == "normalized":
+                self._tell_books(s, sub.session_id)
             others = subs.topic_counts(sub.session_id, exclude=sub.id)
             added = [t for t in sub.topics if t not in before and t not in others]
             removed = [t for t in before if t not in sub.topics and t not in others]
@@ -112,6 +192,9 @@ class SubscriptionService(RowService[SubscriptionRow]):
             others = subs.topic_counts(sub.session_id, exclude=sub.id)
             removed = [t for t in sub.topics if t not in others]
             subs.delete(sub)
+            if sub.format == "normalized":
+                s.flush()
+                self._tell_books(s, sub.session_id)
             if removed:
                 self.runtime.unsubscribe(sub.session_id, removed)
             return SubscriptionChange(sub, [], removed)

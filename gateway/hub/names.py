@@ -14,12 +14,19 @@ upper-case hex digits per UTF-8 byte). So `btcusdt@trade` stays `btcusdt@trade`,
 `BTC-USD.trades` becomes `BTC-USD~2Etrades` and `~` itself is `~7E`: the mapping is
 reversible (`topic_from_token`) and two topics never share a subject. Gap events go to
 `<prefix>.<session_id>.$gap` ('$' is always escaped in a topic, so this cannot collide).
+
+Normalized events (gateway.normalize) made from a session's upstream topic T are published
+as the session's topic `norm:T` (JSON) or `normbin:T` (MessagePack), so their ring names are
+`<session_id>:norm:T` and their NATS subjects `<prefix>.<session_id>.norm:T`; upstream
+topics starting so are refused (gateway.control.subscriptions), so the names stay apart.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+
+from gateway.normalize.schema import TOPIC_PREFIXES, encoding_of
 
 #: The ring topic of gap records (see the module docstring).
 RING_GAP_TOPIC = "$gap"
@@ -97,3 +104,18 @@ def nats_subject(prefix: str, session_id: int, topic: str) -> str:
 
 def nats_gap_subject(prefix: str, session_id: int) -> str:
     return f"{prefix}.{session_id}.{NATS_GAP_TOKEN}"
+
+
+def normalized_topic(topic: str, encoding: str) -> str:
+    """The topic under which the normalized events of upstream `topic` are published."""
+    return TOPIC_PREFIXES[encoding] + topic
+
+
+def upstream_of(topic: str) -> tuple[str, str] | None:
+    """(encoding, upstream topic) of a normalized topic; None for an upstream topic."""
+    return encoding_of(topic)
+
+
+def is_reserved_topic(topic: str) -> bool:
+    """Whether an upstream topic would read as a normalized one (refused)."""
+    return encoding_of(topic) is not None

@@ -2,6 +2,8 @@
 normalizers that produce it from raw messages (venues)."""
 
 from gateway.normalize.schema import (
+    ENCODINGS,
+    TOPIC_PREFIXES,
     BookDelta,
     BookReset,
     BookSnapshot,
@@ -11,15 +13,20 @@ from gateway.normalize.schema import (
     Ticker,
     TopOfBook,
     Trade,
+    decode,
     decode_binary,
     decode_json,
+    encode,
     encode_binary,
     encode_json,
+    encoding_of,
 )
 from gateway.normalize.venues import NORMALIZERS, Normalizer, make_normalizer
 
 __all__ = [
+    "ENCODINGS",
     "NORMALIZERS",
+    "TOPIC_PREFIXES",
     "BookDelta",
     "BookReset",
     "BookSnapshot",
@@ -30,9 +37,12 @@ __all__ = [
     "Ticker",
     "TopOfBook",
     "Trade",
+    "decode",
     "decode_binary",
     "decode_json",
+    "encode",
     "encode_binary",
     "encode_json",
+    "encoding_of",
     "make_normalizer",
 ]

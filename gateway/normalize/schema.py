@@ -177,3 +177,28 @@ def decode_binary(data: bytes) -> Event:
     twin = _msgpack_decoder.decode(data)
     event: Event = _FROM_BINARY[type(twin)](*msgspec.structs.astuple(twin))
     return event
+
+
+#: The encodings a normalized subscription may choose.
+ENCODINGS = ("json", "binary")
+#: Topic prefix of normalized events per encoding: the gateway publishes the events made
+#: from upstream topic T as `norm:T` (JSON) or `normbin:T` (binary), one event per
+#: message (gateway.hub.names.normalized_topic). An upstream topic may not start so.
+TOPIC_PREFIXES = {"json": "norm:", "binary": "normbin:"}
+
+
+def encode(event: Event, encoding: str) -> bytes:
+    return encode_binary(event) if encoding == "binary" else encode_json(event)
+
+
+def decode(payload: bytes | memoryview, encoding: str) -> Event:
+    data = bytes(payload)
+    return decode_binary(data) if encoding == "binary" else decode_json(data)
+
+
+def encoding_of(topic: str) -> tuple[str, str] | None:
+    """(encoding, upstream topic) of a normalized topic, None for an upstream one."""
+    for encoding, prefix in TOPIC_PREFIXES.items():
+        if topic.startswith(prefix):
+            return encoding, topic[len(prefix) :]
+    return None

@@ -45,6 +45,10 @@ NAMING_CONVENTION = {
 TRANSPORTS = ("dpdk", "kernel")
 DESIRED_STATES = ("running", "stopped")
 OVERFLOW_POLICIES = ("disconnect", "drop_oldest")
+#: What a subscription delivers: the upstream's messages as received, or normalized events
+#: (gateway.normalize) in one of ENCODINGS.
+FORMATS = ("raw", "normalized")
+ENCODINGS = ("json", "binary")
 SCOPES = ("admin", "consume")
 
 
@@ -169,6 +173,8 @@ class SubscriptionRow(Timestamped, Base):
     __tablename__ = "subscriptions"
     __table_args__ = (
         CheckConstraint(_in("overflow", OVERFLOW_POLICIES), name="overflow"),
+        CheckConstraint(_in("format", FORMATS), name="format"),
+        CheckConstraint(_in("encoding", ENCODINGS), name="encoding"),
         CheckConstraint("queue_size >= 1", name="queue_size_positive"),
         CheckConstraint("conflation_ms >= 0", name="conflation_nonnegative"),
         NEVER_REUSE_IDS,
@@ -183,6 +189,10 @@ class SubscriptionRow(Timestamped, Base):
     queue_size: Mapped[int] = mapped_column(Integer, default=4096)
     overflow: Mapped[str] = mapped_column(String(16), default="disconnect")
     conflation_ms: Mapped[int] = mapped_column(Integer, default=0)
+    #: "raw" or "normalized" (migration 0007; rows from before are raw).
+    format: Mapped[str] = mapped_column(String(16), default="raw", server_default="raw")
+    #: The normalized events' encoding, "json" or "binary" (a raw subscription ignores it).
+    encoding: Mapped[str] = mapped_column(String(16), default="json", server_default="json")
     #: The token that created it: another consume-only token may not read or change it
     #: (api.auth.may_use_subscription). None: created without a token (auth off, the
     #: service's own callers, or before migration 0003): usable by every consume token.

@@ -1,0 +1,498 @@
+"""The gateway's normalizer and local books: a ring follower of its own, beside the feed.
+
+Sessions publish raw messages only, and on the C feed path (dpdk sessions, `feed_path c`)
+no Python sees a message between the wire and the ring. So normalization is not a step of
+the session: the BookManager is one more reader of the hub's ring, on a thread of its own,
+filtered to the upstream topics that a normalized subscription holds (and the `$gap`
+records). Raw consumers keep the feed path as it was, whatever the normalized ones cost.
+
+For each message it runs the session venue's normalizer (gateway.normalize.venues) and
+publishes every event back to the hub as the session's topic `norm:<topic>` (JSON) or
+`normbin:<topic>` (binary, gateway.hub.names.normalized_topic), one event per message, with
+the raw message's receive stamp. Book events go through a BookSync per (session, topic,
+symbol) first, and only what keeps a consumer's book right is published:
+
+- a snapshot or delta the book took (APPLIED); buffered and ignored deltas are not;
+- when the book is found wrong (RESYNC: gap, checksum, stale snapshot, no snapshot) a
+  `reset` event (BookReset, with the reason), then a new snapshot is asked for: REST for
+  Binance and Bitstamp (`<base>/api/v3/depth?symbol=S&limit=N`, `<base>/api/v2/order_book/
+  <pair>/`; the bases are settings, so a simulator can serve them), a resubscribe of the
+  topic for the others (their venues send a snapshot on subscribe). A REST snapshot that
+  the book took is published as a `snapshot` event of the book as it then is (the snapshot
+  plus the buffered deltas that follow it), with its sequence;
+- a session's `$gap` (a reconnect, a message the ring could not hold) makes its books stale
+  too (reason `upstream_gap`): a REST book fetches again, the others wait for the snapshot
+  the resubscribe after the reconnect brings.
+
+Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
+`GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
+session it follows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dataplane.ring import Gap, RingClosedError, RingError, RingReader
+from gateway.books.sync import Action, BookSync, make_sync
+from gateway.hub.names import RING_GAP_TOPIC, normalized_topic, ring_topic
+from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, Event, Level, encode
+from gateway.normalize.venues import NORMALIZERS, Normalizer, make_normalizer
+
+log = logging.getLogger("wsgw.books")
+
+#: Venues whose book snapshot comes from REST (the others send one on subscribe).
+REST_VENUES = ("binance", "bitstamp")
+#: The reason of a reset that a session's `$gap` (or this reader's overrun) caused.
+UPSTREAM_GAP = "upstream_gap"
+#: Seconds between two snapshot requests of one book (a venue that keeps failing the
+#: checks is not asked in a loop); doubled per failed fetch up to RESYNC_BACKOFF_MAX.
+RESYNC_INTERVAL = 0.2
+RESYNC_BACKOFF_MAX = 10.0
+#: How long the reader waits for records before it looks at its other work.
+READ_TIMEOUT = 0.1
+
+
+@dataclass(frozen=True)
+class BooksConfig:
+    """Where REST snapshots come from, and how deep (gateway.settings.BooksSettings)."""
+
+    snapshot_urls: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "binance": "https://api.binance.com",
+            "bitstamp": "https://www.bitstamp.net",
+        }
+    )
+    snapshot_limit: int = 1000
+    snapshot_timeout_s: float = 5.0
+
+
+class HubLike(Protocol):
+    ring: Any
+
+    def publish_batch(self, messages: Any) -> object: ...
+
+
+class Resubscriber(Protocol):
+    def subscribe(self, session_id: int, topics: Any) -> None: ...
+
+    def unsubscribe(self, session_id: int, topics: Any) -> None: ...
+
+
+@dataclass
+class _Book:
+    """One local book: its sync, where its events go, and its resync schedule."""
+
+    session_id: int
+    topic: str
+    symbol: str
+    sync: BookSync
+    updated_ns: int = 0
+    #: A REST fetch or a resubscribe is under way / due at this monotonic time (0: none).
+    resync_due: float = 0.0
+    fetching: bool = False
+    failures: int = 0
+    gap_resets: int = 0
+
+
+@dataclass(frozen=True)
+class BookView:
+    """A book as GET /v1/books answers it."""
+
+    session_id: int
+    venue: str
+    symbol: str
+    topic: str
+    seq: int
+    stale: bool
+    bids: list[Level]
+    asks: list[Level]
+    updated_ns: int
+    resyncs: dict[str, int]
+    last_reset: BookReset | None
+
+
+@dataclass
+class _Feed:
+    """One session's normalized topics: upstream topic -> encodings wanted."""
+
+    venue: str
+    normalizer: Normalizer
+    topics: dict[str, frozenset[str]]
+
+
+class BookManager:
+    """See the module docstring. set_session from any thread; the rest runs on its own."""
+
+    def __init__(
+        self,
+        hub: HubLike | None,
+        runtime: Resubscriber | None,
+        config: BooksConfig | None = None,
+        *,
+        fetch: Callable[[str, float], bytes] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.runtime = runtime
+        self.config = config or BooksConfig()
+        self._fetch = fetch or _http_get
+        self._lock = threading.RLock()
+        self._feeds: dict[int, _Feed] = {}
+        self._names: dict[str, tuple[int, str]] = {}  # ring name -> (session, topic)
+        self._books: dict[tuple[int, str, str], _Book] = {}
+        self._snapshots: queue.SimpleQueue[tuple[_Book, bytes | None, int, str]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._reader: RingReader | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        #: (venue, reason) -> resyncs of books that are gone (kept in the totals).
+        self._retired: Counter[tuple[int, str, str]] = Counter()
+        self.published = 0
+        self.fetches: Counter[tuple[str, str]] = Counter()  # (venue, "ok" | "failed")
+
+    @property
+    def available(self) -> bool:
+        """Whether there is a hub ring to follow (a detached runtime has none)."""
+        return self.hub is not None and getattr(self.hub, "ring", None) is not None
+
+    # ---- configuration (any thread) -----------------------------------------------------------
+    def set_session(self, session_id: int, venue: str, topics: Mapping[str, set[str]]) -> None:
+        """The normalized topics of a session now (empty: none): upstream topic -> the
+        encodings its normalized subscriptions want. Books of topics no longer wanted go."""
+        with self._lock:
+            if not topics or venue not in NORMALIZERS:
+                self._feeds.pop(session_id, None)
+            else:
+                feed = self._feeds.get(session_id)
+                if feed is None or feed.venue != venue:
+                    feed = _Feed(venue, make_normalizer(venue), {})
+                    self._feeds[session_id] = feed
+                feed.topics = {t: frozenset(e) for t, e in topics.items()}
+            for key in [k for k in self._books if k[0] == session_id]:
+                feed = self._feeds.get(session_id)
+                if feed is None or key[1] not in feed.topics:
+                    self._retire(self._books.pop(key))
+            self._names = {
+                ring_topic(sid, topic): (sid, topic)
+                for sid, feed in self._feeds.items()
+                for topic in feed.topics
+            }
+            names = [*self._names, RING_GAP_TOPIC] if self._names else []
+            if names and self._thread is None and self.available:
+                self._start()
+            if self._reader is not None:
+                self._reader.set_topics(names)
+
+    def _retire(self, book: _Book) -> None:
+        for reason, count in book.sync.resyncs.items():
+            self._retired[(book.session_id, book.sync.venue, str(reason))] += count
+        if book.gap_resets:
+            self._retired[(book.session_id, book.sync.venue, UPSTREAM_GAP)] += book.gap_resets
+
+    def _start(self) -> None:
+        assert self.hub is not None
+        ring = self.hub.ring
+        self._reader = RingReader.attach_fd(
+            ring.fd, topics=[*self._names, RING_GAP_TOPIC], copy=True, start="latest"
+        )
+        self._executor = ThreadPoolExecutor(2, thread_name_prefix="wsgw-books-rest")
+        self._thread = threading.Thread(target=self._run, name="wsgw-books", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        reader, thread = self._reader, self._thread
+        if reader is not None:
+            reader.interrupt()
+        if thread is not None:
+            thread.join(timeout)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if reader is not None:
+            reader.close()
+        self._reader = self._thread = self._executor = None
+
+    # ---- reading (any thread) -----------------------------------------------------------
+    def view(self, session_id: int, symbol: str, depth: int | None = None) -> BookView | None:
+        """The book of `symbol` in the session (its venue's spelling; case is ignored when
+        nothing matches exactly), None when the session keeps none."""
+        with self._lock:
+            book = self._find(session_id, symbol)
+            if book is None:
+                return None
+            sync = book.sync
+            n_bids = len(sync.book.bids) if depth is None else depth
+            n_asks = len(sync.book.asks) if depth is None else depth
+            bids = sync.book.bids.levels(n_bids) if sync.synced else []
+            asks = sync.book.asks.levels(n_asks) if sync.synced else []
+            resyncs = {str(r): c for r, c in sync.resyncs.items()}
+            if book.gap_resets:
+                resyncs[UPSTREAM_GAP] = book.gap_resets
+            return BookView(
+                session_id,
+                sync.venue,
+                book.symbol,
+                book.topic,
+                sync.book.seq,
+                sync.stale,
+                list(bids),
+                list(asks),
+                book.updated_ns,
+                resyncs,
+                sync.last_reset,
+            )
+
+    def _find(self, session_id: int, symbol: str) -> _Book | None:
+        books = [b for b in self._books.values() if b.session_id == session_id]
+        for exact in (True, False):
+            found = [
+                b
+                for b in books
+                if (b.symbol == symbol if exact else b.symbol.lower() == symbol.lower())
+            ]
+            if found:  # a full book (it took deltas) before a partial-depth one
+                return max(found, key=lambda b: (b.sync.book.seq != 0, b.updated_ns))
+        return None
+
+    def symbols(self, session_id: int) -> list[str]:
+        with self._lock:
+            return sorted({b.symbol for b in self._books.values() if b.session_id == session_id})
+
+    def resync_counts(self) -> dict[tuple[int, str, str], int]:
+        """(session, venue, reason) -> resyncs since the start, for /metrics."""
+        with self._lock:
+            totals = Counter(self._retired)
+            for book in self._books.values():
+                for reason, count in book.sync.resyncs.items():
+                    totals[(book.session_id, book.sync.venue, str(reason))] += count
+                if book.gap_resets:
+                    totals[(book.session_id, book.sync.venue, UPSTREAM_GAP)] += book.gap_resets
+            return dict(totals)
+
+    def book_states(self) -> dict[tuple[int, str], int]:
+        """(session, "synced" | "stale") -> books, for /metrics."""
+        with self._lock:
+            states: Counter[tuple[int, str]] = Counter()
+            for book in self._books.values():
+                states[(book.session_id, "stale" if book.sync.stale else "synced")] += 1
+            return dict(states)
+
+    # ---- the reader thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        while not self._stop.is_set():
+            try:
+                records = reader.read_batch(timeout=READ_TIMEOUT)
+            except RingClosedError:
+                break
+            except RingError as exc:
+                log.error("books: reading the ring failed: %s", exc)
+                break
+            try:
+                with self._lock:
+                    out: list[tuple[int, str, Event, int]] = []
+                    self._take_snapshots(out)
+                    for record in records:
+                        self._record(record, out)
+                    self._due_resyncs()
+                self._publish(out)
+            except Exception:  # a bug must not stop the books for good
+                log.exception("books: handling %d ring records failed", len(records))
+            if reader.closed:
+                break
+
+    def _record(self, record: Any, out: list[tuple[int, str, Event, int]]) -> None:
+        if type(record) is Gap:
+            for sid in list(self._feeds):
+                self._session_gap(sid, time.time_ns(), out)
+            return
+        _, sid, name, ts, payload, _ = record
+        if name == RING_GAP_TOPIC:
+            if sid in self._feeds:
+                self._session_gap(sid, ts, out)
+            return
+        target = self._names.get(name)
+        feed = self._feeds.get(sid)
+        if target is None or feed is None:
+            return
+        topic = target[1]
+        for event in feed.normalizer.normalize(payload, ts):
+            if isinstance(event, BookSnapshot | BookDelta):
+                self._book_event(sid, topic, feed, event, out)
+            else:
+                out.append((sid, topic, event, ts))
+
+    def _book_event(
+        self,
+        sid: int,
+        topic: str,
+        feed: _Feed,
+        event: BookSnapshot | BookDelta,
+        out: list[tuple[int, str, Event, int]],
+    ) -> None:
+        key = (sid, topic, event.symbol)
+        book = self._books.get(key)
+        if book is None:
+            book = _Book(sid, topic, event.symbol, make_sync(feed.venue, event.symbol))
+            self._books[key] = book
+        outcome = book.sync.on_event(event)
+        book.updated_ns = event.recv_ns
+        if outcome.action is Action.APPLIED:
+            out.append((sid, topic, event, event.recv_ns))
+        elif outcome.action is Action.RESYNC:
+            log.info(
+                "books: session %d %s %s is stale (%s: %s): resynchronizing",
+                sid,
+                feed.venue,
+                event.symbol,
+                outcome.reason,
+                outcome.detail,
+            )
+            if book.sync.last_reset is not None:
+                out.append((sid, topic, book.sync.last_reset, event.recv_ns))
+            self._schedule(book)
+        elif outcome.action is Action.BUFFERED and not book.fetching and not book.resync_due:
+            self._schedule(book, now=True)  # a REST book's first delta: get its snapshot
+
+    def _session_gap(self, sid: int, ts: int, out: list[tuple[int, str, Event, int]]) -> None:
+        """Messages of the session may be missing: its books cannot be trusted."""
+        for book in [b for b in self._books.values() if b.session_id == sid]:
+            sync = book.sync
+            if not sync.synced and not sync.buffers:
+                continue  # already waiting for a snapshot
+            reset = BookReset(sync.venue, book.symbol, UPSTREAM_GAP, ts)
+            sync.synced = False
+            sync.book.clear()
+            sync.last_reset = reset
+            book.gap_resets += 1
+            out.append((sid, book.topic, reset, ts))
+            if sync.buffers:
+                self._schedule(book, now=True)
+            # the others: the session resubscribes as it reconnects, and the venue's
+            # snapshot comes with it
+
+    def _schedule(self, book: _Book, *, now: bool = False) -> None:
+        delay = 0.0 if now else min(RESYNC_INTERVAL * (2**book.failures), RESYNC_BACKOFF_MAX)
+        book.resync_due = time.monotonic() + delay
+
+    def _due_resyncs(self) -> None:
+        now = time.monotonic()
+        for book in list(self._books.values()):
+            if book.resync_due and book.resync_due <= now and not book.fetching:
+                book.resync_due = 0.0
+                self._resync(book)
+
+    def _resync(self, book: _Book) -> None:
+        venue = book.sync.venue
+        if venue in REST_VENUES:
+            url = self._snapshot_url(venue, book.symbol)
+            if url is None or self._executor is None:
+                return
+            book.fetching = True
+            self._executor.submit(self._fetch_snapshot, book, url)
+        elif self.runtime is not None:
+            # The venue sends a snapshot on subscribe; until then the sync ignores deltas.
+            self.runtime.unsubscribe(book.session_id, [book.topic])
+            self.runtime.subscribe(book.session_id, [book.topic])
+
+    def _snapshot_url(self, venue: str, symbol: str) -> str | None:
+        base = self.config.snapshot_urls.get(venue)
+        if not base:
+            log.error("books: no snapshot URL for %s (books.snapshot_urls)", venue)
+            return None
+        base = base.rstrip("/")
+        if venue == "binance":
+            query = urllib.parse.urlencode(
+                {"symbol": symbol.upper(), "limit": self.config.snapshot_limit}
+            )
+            return f"{base}/api/v3/depth?{query}"
+        return f"{base}/api/v2/order_book/{urllib.parse.quote(symbol.lower())}/"
+
+    def _fetch_snapshot(self, book: _Book, url: str) -> None:
+        """On the REST pool: the snapshot's bytes (None when the request failed)."""
+        try:
+            body: bytes | None = self._fetch(url, self.config.snapshot_timeout_s)
+            error = ""
+        except (OSError, ValueError) as exc:
+            body, error = None, f"{url}: {exc}"
+        self._snapshots.put((book, body, time.time_ns(), error))
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(RingError):
+                reader.interrupt()
+
+    def _take_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
+        while True:
+            try:
+                book, body, recv_ns, error = self._snapshots.get_nowait()
+            except queue.Empty:
+                return
+            book.fetching = False
+            venue = book.sync.venue
+            if self._books.get((book.session_id, book.topic, book.symbol)) is not book:
+                continue  # the book went meanwhile
+            feed = self._feeds.get(book.session_id)
+            rest = getattr(feed.normalizer, "rest_snapshot", None) if feed else None
+            snap = None
+            if body is not None and rest is not None:
+                try:
+                    snap = rest(body, book.symbol, recv_ns)
+                except ValueError as exc:  # msgspec's errors are ValueErrors
+                    error = f"the snapshot of {book.symbol} is not {venue}'s: {exc}"
+            if snap is None:
+                self.fetches[(venue, "failed")] += 1
+                log.warning("books: snapshot of %s %s failed: %s", venue, book.symbol, error)
+                book.failures += 1
+                self._schedule(book)
+                continue
+            self.fetches[(venue, "ok")] += 1
+            book.failures = 0
+            outcome = book.sync.on_snapshot(snap)
+            book.updated_ns = recv_ns
+            if outcome.action is Action.APPLIED:
+                event = book.sync.snapshot_event(recv_ns)
+                if event is not None:
+                    out.append((book.session_id, book.topic, event, recv_ns))
+            elif outcome.action is Action.RESYNC:
+                if book.sync.last_reset is not None:
+                    out.append((book.session_id, book.topic, book.sync.last_reset, recv_ns))
+                self._schedule(book)
+
+    def _publish(self, out: list[tuple[int, str, Event, int]]) -> None:
+        hub = self.hub
+        if not out or hub is None:
+            return
+        batch = []
+        with self._lock:
+            feeds = {sid: self._feeds.get(sid) for sid in {o[0] for o in out}}
+        for sid, topic, event, ts in out:
+            feed = feeds.get(sid)
+            for encoding in feed.topics.get(topic, ()) if feed else ():
+                batch.append(
+                    (sid, normalized_topic(topic, encoding), encode(event, encoding), ts, None)
+                )
+        if batch:
+            hub.publish_batch(batch)
+            self.published += len(batch)
+
+
+def _http_get(url: str, timeout: float) -> bytes:
+    request = urllib.request.Request(url, headers={"User-Agent": "wsgw"})  # noqa: S310 (http(s) from settings)
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        body: bytes = response.read()
+        return body
