@@ -299,25 +299,32 @@ class Client:
         epoch: int | None = None,
         follow: bool = False,
         normalized: bool = False,
+        name: str | None = None,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
         all. copy: payloads as bytes rather than views valid until the next read. wait:
         "auto" (default: the gateway's recommendation), "futex", "spin[:us]" or "busy", or a
-        WaitPolicy (module doc). epoch: the
-        one the consumer saw last (a Restart first if the ring is another run). follow:
-        when the gateway goes, wait for its next ring and read it from its oldest message,
-        after a Restart, instead of ending. normalized: decode normalized messages (module
-        doc)."""
-        name = ring_name(gateway, ring) if gateway else ring
+        WaitPolicy (module doc). epoch: the one the consumer saw last (a Restart first if
+        the ring is another run). follow: when the gateway goes, wait for its next ring and
+        read it from its oldest message, after a Restart, instead of ending. normalized:
+        decode normalized messages (module doc). name: how the gateway lists this reader in
+        /v1/consumers and the dashboard (default: the process's name)."""
+        path = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
-            name, topics, copy=copy, start=start, max_batch=max_batch, wait=wait
+            path, topics, copy=copy, start=start, max_batch=max_batch, wait=wait, reader_name=name
         )
 
         def reopen() -> MessageSource:
             return RingSource(
                 RingReader.attach(
-                    name, topics, copy=copy, start="oldest", max_batch=max_batch, wait=wait
+                    path,
+                    topics,
+                    copy=copy,
+                    start="oldest",
+                    max_batch=max_batch,
+                    wait=wait,
+                    reader_name=name,
                 )
             )
 

@@ -185,3 +185,15 @@ def test_a_forked_child_closing_the_inherited_reader_leaves_its_slot(name: str) 
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert _mine(writer) == [reader.slot]  # still the parent's
+
+
+def test_the_sdk_client_names_its_reader(name: str) -> None:
+    from gateway.client import Client
+
+    with RingWriter.create(name, 1 << 16) as writer:
+        client = Client.attach(name, name="risk-engine")
+        try:
+            assert [row.name for row in writer.readers()] == ["risk-engine"]
+        finally:
+            client.close()
+        assert writer.readers() == []
