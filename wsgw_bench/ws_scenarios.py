@@ -204,6 +204,29 @@ class TlsSide:
     error: str = ""
 
 
+def receive_split_note(before: dict[str, int], after: dict[str, int]) -> str:
+    """How the engine's receive went between two `stats()`: what each poll handed to
+    Python (the per-poll Python cost is paid this often), how full the RX bursts were, how
+    many bytes each ACK of ours acknowledged, what left the fast path. Empty when less
+    than 1 MB came in (a round-trip test, not a bulk receive)."""
+    moved = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    data = moved.get("fast_bytes", 0)
+    if data < 1 << 20:
+        return ""
+    polls = max(1, moved.get("polls", 0))
+    bursts = max(1, moved.get("rx_bursts", 0))
+    acks = moved.get("acks_sent", 0)
+    per_ack = f"an ACK per {data / acks / 1024:.0f} kB" if acks else "no ACK sent by C"
+    return (
+        f"; receive split: {data / polls / 1024:.0f} kB per poll in "
+        f"{moved.get('rx_bursts', 0) / polls:.1f} RX bursts of "
+        f"{moved.get('rx_frames', 0) / bursts:.1f} frames, {per_ack}, "
+        f"{moved.get('empty_polls', 0) / polls:.1f} empty bursts and "
+        f"{moved.get('sleeps', 0) / polls:.2f} sleeps per poll, "
+        f"{moved.get('slow_frames', 0)} frames on the slow path"
+    )
+
+
 class DpdkSide:
     """This process's DPDK port on the lab, the engine on it, and wsgw's DPDK client."""
 
@@ -279,7 +302,7 @@ class DpdkSide:
             f"RX burst -> data_received p50 {protocol['p50'] / 1e3:.1f} us, p99 "
             f"{protocol['p99'] / 1e3:.1f} us (in C, RX burst -> poll returns: p50 "
             f"{in_c['p50'] / 1e3:.1f} us, p99 {in_c['p99'] / 1e3:.1f} us{ring}), "
-            "last repetition"
+            f"last repetition{receive_split_note(before, now)}"
         )
 
     def loop_tcp_connects(self, port: int, count: int, warmup: int) -> dict[str, Any]:
