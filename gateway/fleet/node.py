@@ -13,8 +13,10 @@ Every tick (a third of the lease time) `FleetNode.tick`:
 2. reads the sessions wanted running and their placement rules, the live nodes and the
    live leases, and computes the placement (gateway.fleet.placement) as every node does;
 3. acquires what is placed here, releases what is no longer wanted or placed elsewhere
-   (draining: one per tick, so the others take them one by one);
-4. starts what it holds and does not run, stops what it runs and no longer holds.
+   (draining or rebalancing: one per tick, so the others take them one by one);
+4. starts what it holds and does not run, stops what it runs and no longer holds;
+5. gives the sessions it runs exactly their stored topics: a subscription changed through
+   any node's API reaches the owner within a tick.
 
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
@@ -28,22 +30,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
 from gateway.fleet.leases import LeaseStore, NodeInfo
-from gateway.fleet.placement import place
+from gateway.fleet.placement import matches, place
 from gateway.runtime.live import LiveRuntime
 from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
 from gateway.sessions.sink import MessageSink, Published
 from gateway.settings import FleetSettings
 from gateway.store.db import Database
-from gateway.store.models import SessionRow
+from gateway.store.models import SessionRow, SubscriptionRow
 from gateway.store.repository import SubscriptionRepository
 
 log = logging.getLogger("wsgw.fleet")
+
+
+class Lock(Protocol):
+    """threading.Lock or RLock (the control plane's write lock is an RLock)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+
 
 #: The gap a session publishes when this node takes it over from another.
 TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {generation}); " \
@@ -106,11 +116,14 @@ class FleetRuntime(LiveRuntime):
         return None if node is None else node.may_publish(session_id)
 
     # ---- joining, called by gateway.control.restore ----------------------------------
-    def join_fleet(self, db: Database) -> set[int]:
+    def join_fleet(self, db: Database, write_lock: Lock | None = None) -> set[int]:
         """Register this node and acquire what the placement gives it; returns the sessions
-        it holds (restore starts only those)."""
+        it holds (restore starts only those). write_lock: the control plane's, under which
+        an API call changes a subscription and this runtime's topics together."""
         if self.fleet is None:
-            self.fleet = FleetNode(self, db, self.fleet_settings, api_url=self.api_url)
+            self.fleet = FleetNode(
+                self, db, self.fleet_settings, api_url=self.api_url, write_lock=write_lock
+            )
         return self.fleet.join()
 
     def run_fleet(self) -> None:
@@ -149,6 +162,23 @@ class FleetRuntime(LiveRuntime):
             self._here.discard(session_id)
         super().remove_session(session_id)
 
+    def set_topics(self, session_id: int, topics: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Hold exactly `topics` for the session (the store's, which another node's API may
+        have changed); a running session subscribes and unsubscribes the difference.
+        Returns (added, removed)."""
+        held = self._held(session_id)
+        added = [t for t in topics if t not in held]
+        wanted = set(topics)
+        removed = [t for t in held if t not in wanted]
+        if removed:
+            self.unsubscribe(session_id, removed)
+        if added:
+            self.subscribe(session_id, added)
+        if added or removed:
+            log.info("fleet: session %d topics from the store: +%s -%s",
+                     session_id, added, removed)  # fmt: skip
+        return added, removed
+
     def running_here(self) -> set[int]:
         with self._here_lock:
             return set(self._here)
@@ -172,8 +202,10 @@ class FleetNode:
         settings: FleetSettings,
         *,
         api_url: str | None = None,
+        write_lock: Lock | None = None,
     ) -> None:
         self.runtime = runtime
+        self.write_lock = write_lock
         self.db = db
         self.settings = settings
         self.name = settings.node
@@ -267,18 +299,27 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
-        released = 0
+        handed_over = False
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
                 del held[sid]
-            elif placement.get(sid) != self.name and not (self.draining and released):
-                store.release(sid)
-                del held[sid]
-                released += 1
-                log.info("fleet: node %s released session %d", self.name, sid)
+                continue
+            if placement.get(sid) == self.name:
+                continue
+            # Drained or rebalanced away while this node could still run it: one per tick,
+            # so the others take them one by one. A rule this node no longer matches (or
+            # that no node matches): at once.
+            gentle = self.draining or (sid in placement and matches(rules[sid], self.labels))
+            if gentle and handed_over:
+                continue
+            store.release(sid)
+            del held[sid]
+            handed_over = handed_over or gentle
+            log.info("fleet: node %s released session %d", self.name, sid)
         if start:
             self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
+            self._sync_topics()
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -304,6 +345,41 @@ class FleetNode:
         with self.db.session() as s:
             return list(SubscriptionRepository(s).topic_counts(session_id))
 
+    def _stored_topics(self, sessions: Collection[int]) -> dict[int, list[str]]:
+        """session -> its subscribed topics (first subscription first), in one query."""
+        topics: dict[int, dict[str, None]] = {sid: {} for sid in sessions}
+        if not sessions:
+            return {}
+        query = (
+            select(SubscriptionRow.session_id, SubscriptionRow.topics)
+            .where(SubscriptionRow.session_id.in_(sorted(sessions)))
+            .order_by(SubscriptionRow.id)
+        )
+        with self.db.session() as s:
+            for sid, row_topics in s.execute(query):
+                topics[sid].update(dict.fromkeys(row_topics))
+        return {sid: list(held) for sid, held in topics.items()}
+
+    def _sync_topics(self) -> None:
+        """The sessions running here subscribe exactly their stored topics: a subscription
+        created, changed or deleted through any node's API reaches the owner on its tick."""
+        lock = self.write_lock
+        # This node's own API changes the store and the runtime under this lock: the store
+        # is read and applied when no such change is half done (busy: the next tick).
+        if lock is not None and not lock.acquire(timeout=self.settings.tick_s / 2):
+            return
+        try:
+            runtime = self.runtime
+            for sid, stored in self._stored_topics(runtime.running_here()).items():
+                try:
+                    runtime.set_topics(sid, stored)
+                except Exception:
+                    log.exception("fleet: node %s could not update the topics of session %d",
+                                  self.name, sid)  # fmt: skip
+        finally:
+            if lock is not None:
+                lock.release()
+
     def _sync(self, held: Mapping[int, int], specs: Mapping[int, SessionSpec]) -> None:
         """The runtime runs exactly what this node holds and is wanted; a session it takes
         gets its topics from the store first, so it subscribes them as it connects."""
@@ -322,8 +398,7 @@ class FleetNode:
                 reason = TAKEOVER_GAP_REASON.format(node=self.name, generation=generation)
                 runtime.mark_resumed(sid, reason)
             try:
-                if topics := self._topics(sid):
-                    runtime.subscribe(sid, topics)
+                runtime.set_topics(sid, self._topics(sid))
                 runtime.run_here(spec)
                 log.info("fleet: node %s runs session %d (generation %d)",
                          self.name, sid, generation)  # fmt: skip

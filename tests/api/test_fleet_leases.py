@@ -161,3 +161,27 @@ def test_placement_follows_labels_and_load_and_keeps_live_owners() -> None:
     # Spread: 12 sessions over 3 equal nodes, 4 each.
     spread = place({i: {} for i in range(12)}, {"x": {}, "y": {}, "z": {}}, owners={})
     assert sorted(list(spread.values()).count(n) for n in "xyz") == [4, 4, 4]
+
+
+def test_placement_rebalances_only_beyond_one() -> None:
+    """A node joins: the fewest sessions move to it, only while the load differs by more
+    than one between nodes the rule allows."""
+    three = {"x": {}, "y": {}, "z": {}}
+    owners = {sid: ("x" if sid < 3 else "y") for sid in range(6)}  # 3 on x, 3 on y
+    placed = place({sid: {} for sid in range(6)}, three, owners)
+    moved = {sid for sid in range(6) if placed[sid] != owners[sid]}
+    assert len(moved) == 2 and {placed[sid] for sid in moved} == {"z"}
+    assert sorted(list(placed.values()).count(n) for n in three) == [2, 2, 2]
+    # Uneven by one only: nothing moves (7 sessions: 3/2/2 stays as it is).
+    owners = {sid: "xyz"[sid % 3] for sid in range(7)}
+    assert place({sid: {} for sid in range(7)}, three, owners) == owners
+    # A node the rules do not allow takes nothing, however idle.
+    rules = {sid: {"venue": "a"} for sid in range(4)}
+    labelled = {"x": {"venue": "a"}, "y": {"venue": "a"}, "z": {}}
+    owners = {sid: "x" for sid in range(4)}
+    placed = place(rules, labelled, owners)
+    assert sorted(placed.values()) == ["x", "x", "y", "y"]
+    # Placing new sessions first fills the idle node: no owned session moves for them.
+    owners = {0: "x", 1: "y"}
+    placed = place({sid: {} for sid in range(3)}, three, owners)
+    assert placed == {0: "x", 1: "y", 2: "z"}
