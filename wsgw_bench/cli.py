@@ -20,6 +20,7 @@ def _load_scenarios() -> None:
         fanout,
         faultsoak,
         feed,
+        fleet,
         floor,
         micro,
         soak,

@@ -61,6 +61,7 @@ class NodeInfo:
     heartbeat_at: datetime
     draining: bool
     alive: bool  # heartbeat within the lease time, by the database's clock
+    heartbeat_age_s: float  # since the last heartbeat, by the database's clock
 
 
 class LeaseStore:
@@ -203,13 +204,23 @@ class LeaseStore:
     # ---- the whole fleet ----------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         alive = NodeRow.heartbeat_at > func.clock_timestamp() - self._ttl
+        age = func.extract("epoch", func.clock_timestamp() - NodeRow.heartbeat_at)
         columns = (NodeRow.name, NodeRow.labels, NodeRow.api_url, NodeRow.started_at,
-                   NodeRow.heartbeat_at, NodeRow.draining, alive)  # fmt: skip
+                   NodeRow.heartbeat_at, NodeRow.draining, alive, age)  # fmt: skip
         with self.engine.connect() as conn:
             rows = conn.execute(select(*columns).order_by(NodeRow.name)).all()
         return [
-            NodeInfo(name, dict(labels), url, started, beat, bool(draining), bool(is_alive))
-            for name, labels, url, started, beat, draining, is_alive in rows
+            NodeInfo(
+                name,
+                dict(labels),
+                url,
+                started,
+                beat,
+                bool(draining),
+                bool(is_alive),
+                max(0.0, float(age_s)),
+            )
+            for name, labels, url, started, beat, draining, is_alive, age_s in rows
         ]
 
     def leases(self, *, live_only: bool = True) -> list[Lease]:

@@ -94,6 +94,8 @@ def test_nodes_are_alive_by_their_heartbeat_in_database_time(db: Database) -> No
     time.sleep(LEASE_S + 0.1)
     b.heartbeat()
     assert [(n.name, n.alive) for n in a.nodes()] == [("a", False), ("b", True)]
+    ages = {n.name: n.heartbeat_age_s for n in a.nodes()}  # by the database's clock
+    assert ages["a"] > LEASE_S > ages["b"] >= 0
     b.set_draining(True)
     assert [n.draining for n in a.nodes()] == [False, True]
     b.leave()
