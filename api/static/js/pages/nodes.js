@@ -63,8 +63,12 @@ export function mount(root) {
       { dataset: { node: n.name, alive: String(n.alive), draining: String(n.draining) } },
       td(
         "Node",
-        h("strong", {}, n.name),
-        n.name === thisNode ? h("span", { class: "muted" }, " (this node)") : "",
+        h(
+          "span",
+          {},
+          h("strong", {}, n.name),
+          n.name === thisNode ? h("span", { class: "muted" }, " (this node)") : "",
+        ),
       ),
       td("Labels", h("code", {}, fmtLabels(n.labels))),
       td(
