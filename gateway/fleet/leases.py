@@ -202,6 +202,18 @@ class LeaseStore:
         self._held = {}
 
     # ---- the whole fleet ----------------------------------------------------------------
+    def next_expiry_s(self) -> float | None:
+        """Seconds (by the database's clock) until the first live lease of another node
+        expires; None if there is none. A healthy owner renews every tick, so this is near
+        only for an owner that stopped: the tick aims at the instant its leases free up."""
+        remaining = func.extract("epoch", func.min(LeaseRow.expires_at) - func.clock_timestamp())
+        query = select(remaining).where(
+            LeaseRow.node != self.node, LeaseRow.expires_at > func.clock_timestamp()
+        )
+        with self.engine.connect() as conn:
+            value = conn.execute(query).scalar()
+        return None if value is None else max(0.0, float(value))
+
     def nodes(self) -> list[NodeInfo]:
         alive = NodeRow.heartbeat_at > func.clock_timestamp() - self._ttl
         age = func.extract("epoch", func.clock_timestamp() - NodeRow.heartbeat_at)

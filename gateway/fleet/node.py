@@ -60,6 +60,11 @@ TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {gene
     "messages published meanwhile may be missing"  # fmt: skip
 
 
+#: How long after another node's lease expires (by the database's clock) the tick aimed at
+#: it runs: the acquire's own `expires_at < clock_timestamp()` must already hold.
+EXPIRY_SLACK_S = 0.02
+
+
 class FencedSink:
     """The hub behind the fence: a burst's messages of a session this node may not publish
     for (gate returns None) are dropped and counted, never written."""
@@ -217,6 +222,10 @@ class FleetNode:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._closed = False  # the fence is shut for good (leaving)
+        #: Monotonic time just after another node's lease expires, when that comes before
+        #: the next tick (an owner that stopped renewing): the tick runs then, so a dead
+        #: owner's sessions move one lease time after its last renewal, not up to a tick later.
+        self._expiry_due: float | None = None
         self._thread: threading.Thread | None = None
 
     def may_publish(self, session_id: int) -> int | None:
@@ -276,7 +285,10 @@ class FleetNode:
                     self._tick_locked(start=True)
             except Exception:  # the database is away: the fence stops publishing on time
                 log.exception("fleet: tick of node %s failed", self.name)
-            self._wake.wait(max(0.0, tick - (time.monotonic() - started)))
+            due = started + tick
+            if self._expiry_due is not None:
+                due = min(due, self._expiry_due)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
 
     # ---- the tick ------------------------------------------------------------------
@@ -292,6 +304,10 @@ class FleetNode:
         owners = {lease.session_id: lease.node for lease in store.leases()}
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
         placement = place(rules, live, owners)
+        until = store.next_expiry_s()
+        self._expiry_due = None
+        if until is not None and until < self.settings.tick_s:
+            self._expiry_due = time.monotonic() + until + EXPIRY_SLACK_S
         for sid, node in placement.items():
             if node == self.name and sid not in held:
                 lease = store.acquire(sid)

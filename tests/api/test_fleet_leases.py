@@ -187,3 +187,15 @@ def test_placement_rebalances_only_beyond_one() -> None:
     owners = {0: "x", 1: "y"}
     placed = place({sid: {} for sid in range(3)}, three, owners)
     assert placed == {0: "x", 1: "y", 2: "z"}
+
+
+def test_next_expiry_is_another_nodes_first_live_lease(db: Database) -> None:
+    """What the tick aims at when an owner stops renewing (gateway.fleet.node)."""
+    a, b = node(db, "a"), node(db, "b")
+    assert a.next_expiry_s() is None
+    assert b.acquire(1) is not None and a.acquire(2) is not None
+    first = a.next_expiry_s()
+    assert first is not None and 0 < first <= LEASE_S  # b's, not a's own
+    assert b.next_expiry_s() is not None
+    time.sleep(LEASE_S + 0.05)
+    assert a.next_expiry_s() is None  # expired: nothing left to wait for
