@@ -105,7 +105,9 @@ def postgres_cluster() -> Iterator[str]:
             conn.execute("CREATE DATABASE fleet")
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/fleet"
     finally:
-        if (data / "postmaster.pid").exists():
+        # Whenever the data folder exists, not only with a postmaster.pid: an interrupt
+        # (Ctrl-C) during `pg_ctl start` may land before the server has written it.
+        if data.exists():
             subprocess.run(
                 [*pg_ctl, "-m", "immediate", "stop"],
                 capture_output=True, env=env, timeout=60, check=False,

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from gateway.fleet.leases import LeaseStore, NodeInfo
+from gateway.fleet.leases import NOTIFY_CHANNEL, LeaseStore, NodeInfo
 from gateway.fleet.placement import matches, place
 from gateway.runtime.live import LiveRuntime
 from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
@@ -60,6 +60,8 @@ TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {gene
     "messages published meanwhile may be missing"  # fmt: skip
 
 
+#: How often the NOTIFY listener looks whether the node stops.
+LISTEN_POLL_S = 0.5
 #: How long after another node's lease expires (by the database's clock) the tick aimed at
 #: it runs: the acquire's own `expires_at < clock_timestamp()` must already hold.
 EXPIRY_SLACK_S = 0.02
@@ -227,6 +229,8 @@ class FleetNode:
         #: owner's sessions move one lease time after its last renewal, not up to a tick later.
         self._expiry_due: float | None = None
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
+        self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -246,6 +250,31 @@ class FleetNode:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="wsgw-fleet", daemon=True)
             self._thread.start()
+        if self._listener is None:
+            self._listener = threading.Thread(
+                target=self._listen, name="wsgw-fleet-listen", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self) -> None:
+        """Tick at once when another node says the fleet changed (PostgreSQL NOTIFY): a
+        session it released (drain, rebalance) is taken in a moment, not at the next tick.
+        Only a shortcut: without it (the connection lost) the ticks do the same, later."""
+        import psycopg
+
+        while not self._stopped.is_set():
+            try:
+                with psycopg.connect(self.leases.listen_url(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    while not self._stopped.is_set():
+                        for note in conn.notifies(timeout=LISTEN_POLL_S):
+                            if note.payload != self.name:
+                                self.wake()
+            except Exception:
+                if not self._stopped.is_set():
+                    log.warning("fleet: node %s lost its LISTEN connection; retrying",
+                                self.name, exc_info=True)  # fmt: skip
+                self._stopped.wait(self.settings.tick_s)
 
     def wake(self) -> None:
         self._wake.set()
@@ -257,6 +286,8 @@ class FleetNode:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.settings.lease_s)
+        if self._listener is not None:
+            self._listener.join(timeout=LISTEN_POLL_S + 1)
         with self._lock:
             try:
                 self.leases.leave()
@@ -315,7 +346,9 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
-        handed_over = False
+        # One gentle hand-over per tick's time, also when other nodes' notifications wake
+        # this node more often: the node taking them connects them one by one.
+        handed_over = time.monotonic() - self._last_hand_over < self.settings.tick_s * 0.5
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
@@ -331,7 +364,9 @@ class FleetNode:
                 continue
             store.release(sid)
             del held[sid]
-            handed_over = handed_over or gentle
+            if gentle:
+                handed_over = True
+                self._last_hand_over = time.monotonic()
             log.info("fleet: node %s released session %d", self.name, sid)
         if start:
             self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})

@@ -22,17 +22,15 @@ LEASE_S = 1.5
 
 
 @pytest.fixture
-def make_node(
-    pg_url: str, tmp_path: Path
-) -> Iterator[Callable[[str, dict[str, str]], ControlPlane]]:
+def make_node(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
     planes: list[ControlPlane] = []
 
-    def make(name: str, labels: dict[str, str]) -> ControlPlane:
+    def make(name: str, labels: dict[str, str], lease_s: float = LEASE_S) -> ControlPlane:
         settings = make_settings(
             tmp_path / name,
             pg_url,
             hub={"gateway": f"t{name}", "ring": False},
-            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": LEASE_S},
+            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": lease_s},
         )
         runtime = build_runtime(settings)
         assert isinstance(runtime, FleetRuntime)
@@ -177,3 +175,21 @@ def test_subscriptions_changed_on_any_node_reach_the_owner(
     assert topics_on_b() == ("t3",)
     a.subscriptions.delete(other.subscription.id)
     wait_for("b holding nothing", lambda: topics_on_b() == ())
+
+
+def test_a_released_session_is_taken_at_once_not_at_the_next_tick(
+    make_node: Callable[..., ControlPlane],
+) -> None:
+    """A 30 s lease ticks every 10 s; the node a drain releases to ticks at once on the
+    releasing node's NOTIFY, so the session moves within a few seconds."""
+    a = make_node("a", {}, 30.0)
+    a.start()
+    sid = session(a, "moving", {})
+    a.sessions.start(sid)
+    wait_for("a running the session", lambda: here(a) == {sid})
+    b = make_node("b", {}, 30.0)
+    b.start()
+    time.sleep(0.5)  # b's first tick is behind it: its next is 10 s away
+    fleet_node(a).drain()
+    wait_for("b running the session", lambda: here(b) == {sid}, timeout=5)
+    assert here(a) == set()
