@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -65,6 +66,11 @@ LISTEN_POLL_S = 0.5
 #: How long after another node's lease expires (by the database's clock) the tick aimed at
 #: it runs: the acquire's own `expires_at < clock_timestamp()` must already hold.
 EXPIRY_SLACK_S = 0.02
+
+
+def same_connection(a: SessionSpec, b: SessionSpec) -> bool:
+    """Whether two specs of a session connect alike (a new name changes nothing)."""
+    return replace(a, name="") == replace(b, name="")
 
 
 class FencedSink:
@@ -115,6 +121,7 @@ class FleetRuntime(LiveRuntime):
         self.fleet: FleetNode | None = None
         self.fenced_sink = FencedSink(sink, self.may_publish)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
+        self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
         super().__init__(self.fenced_sink, **kwargs)
 
@@ -157,16 +164,24 @@ class FleetRuntime(LiveRuntime):
         status = super().start_session(session)
         with self._here_lock:
             self._here.add(session.id)
+            self._started_with[session.id] = session
         return status
+
+    def started_with(self, session_id: int) -> SessionSpec | None:
+        """The spec the session runs with here (None: not started here)."""
+        with self._here_lock:
+            return self._started_with.get(session_id)
 
     def stop_session(self, session_id: int) -> SessionStatus:
         with self._here_lock:
             self._here.discard(session_id)
+            self._started_with.pop(session_id, None)
         return super().stop_session(session_id)
 
     def remove_session(self, session_id: int) -> None:
         with self._here_lock:
             self._here.discard(session_id)
+            self._started_with.pop(session_id, None)
         super().remove_session(session_id)
 
     def set_topics(self, session_id: int, topics: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -440,6 +455,16 @@ class FleetNode:
             log.warning("fleet: node %s no longer holds session %d: standing down",
                         self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
+        for sid in sorted(held.keys() & here):
+            spec, before = specs.get(sid), runtime.started_with(sid)
+            if spec is None or before is None or same_connection(spec, before):
+                continue
+            # Stopped, changed and started again through another node's API between two
+            # ticks: the session still runs with the old configuration here.
+            log.info("fleet: node %s restarts session %d with its stored configuration",
+                     self.name, sid)  # fmt: skip
+            runtime.stop_session(sid)
+            here.discard(sid)
         for sid in sorted(held.keys() - here):
             spec = specs.get(sid)
             if spec is None:

@@ -193,3 +193,29 @@ def test_a_released_session_is_taken_at_once_not_at_the_next_tick(
     fleet_node(a).drain()
     wait_for("b running the session", lambda: here(b) == {sid}, timeout=5)
     assert here(a) == set()
+
+
+def test_a_session_changed_through_another_node_restarts_with_its_new_configuration(
+    make_node: Callable[..., ControlPlane],
+) -> None:
+    """Stopped, changed and started again through node a's API while its owner b does not
+    tick (b's tick lock held): b's next tick restarts it with the stored configuration."""
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    b = make_node("b", {"zone": "y"})
+    b.start()
+    sid = session(a, "on-b", {"zone": "y"})
+    a.sessions.start(sid)
+    wait_for("b running the session", lambda: here(b) == {sid})
+    with fleet_node(b)._lock:  # b between two ticks
+        a.sessions.stop(sid)
+        a.sessions.update(sid, {"url": "ws://127.0.0.1:10/other", "name": "renamed"})
+        a.sessions.start(sid)
+        assert fleet_runtime(b).started_with(sid).url == "ws://127.0.0.1:9/feed"  # type: ignore[union-attr]
+
+    def runs_the_new_url() -> bool:
+        spec = fleet_runtime(b).started_with(sid)
+        return spec is not None and spec.url == "ws://127.0.0.1:10/other"
+
+    wait_for("b running the session with its new url", runs_the_new_url)
+    assert here(b) == {sid} and here(a) == set()
