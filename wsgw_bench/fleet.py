@@ -157,7 +157,7 @@ class FleetGateway:
         text = self.log.read_text(errors="replace").splitlines()
         return "\n".join([line for line in text if "uvicorn.access" not in line][-lines:])
 
-    def wait_ready(self, timeout: float = 60) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
         def ready() -> bool:
             assert self.proc.poll() is None, f"{self.name} exited early:\n{self.tail()}"
             with contextlib.suppress(httpx.HTTPError):
@@ -413,7 +413,7 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
             names = sorted(nodes)
             failed_over: set[tuple[str, int]] = set()  # (killed ring, session)
             for k in range(plan.kills):
-                wait_for("the fleet settled (balanced, every session flowing)", settled, 60, 0.2)
+                wait_for("the fleet settled (balanced, every session flowing)", settled, 180, 0.2)
                 where = owners()
                 victim = nodes[names[k % len(names)]]
                 moved = [s for s, n in where.items() if n == victim.name]
@@ -435,7 +435,7 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
                     f"{', '.join(f'{v[1]:.2f}' for v in first_on.values())} s")  # fmt: skip
                 victim.close()
                 start(victim.name, k + 1)  # back, on a ring of its own: it rebalances
-            wait_for("the fleet settled after the last restart", settled, 60, 0.2)
+            wait_for("the fleet settled after the last restart", settled, 180, 0.2)
             time.sleep(0.2)
             for sid in sessions:
                 for ring_a, _, seq_a, seq_b in tap.hand_overs(sid):
