@@ -134,3 +134,19 @@ def test_a_gateway_not_in_a_fleet_says_so(
     expect(d.page.locator("#nodes-not-in-fleet")).to_contain_text("not in a fleet")
     expect(d.page.locator("#nodes-table tbody tr")).to_have_count(0)
     expect(d.page.locator(".page-error")).to_be_hidden()
+
+
+def test_the_nodes_page_formatters(dash: Dashboard) -> None:
+    got = dash.page.evaluate(
+        """async () => {
+          const n = await import("/ui/js/pages/nodes.js");
+          return {
+            ages: [0.04, 9.96, 12.4, 119, 600, 7300].map(n.fmtAge),
+            labels: [n.fmtLabels({venue: "okx", dpdk: "true"}), n.fmtLabels({}), n.fmtLabels(null)],
+          };
+        }"""
+    )
+    assert got == {
+        "ages": ["0.0 s", "10.0 s", "12 s", "119 s", "10 min", "2 h"],
+        "labels": ["dpdk=true venue=okx", "—", "—"],
+    }
