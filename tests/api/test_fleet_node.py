@@ -152,7 +152,8 @@ def test_subscriptions_changed_on_any_node_reach_the_owner(
     make_node: Callable[[str, dict[str, str]], ControlPlane],
 ) -> None:
     """A subscription created, changed and deleted through the API of a node that does not
-    run the session reaches the node that does within a tick; the owner subscribes it."""
+    run the session reaches the node that does within a tick; the owner subscribes it. A
+    stop and a start there reach it too."""
     a = make_node("a", {"zone": "x"})
     a.start()
     b = make_node("b", {"zone": "y"})
@@ -175,6 +176,12 @@ def test_subscriptions_changed_on_any_node_reach_the_owner(
     assert topics_on_b() == ("t3",)
     a.subscriptions.delete(other.subscription.id)
     wait_for("b holding nothing", lambda: topics_on_b() == ())
+    # Stop and start through a: the owner b follows the stored wanted state.
+    a.sessions.stop(sid)
+    wait_for("b no longer running the session", lambda: here(b) == set())
+    a.sessions.start(sid)
+    wait_for("b running the session again", lambda: here(b) == {sid})
+    assert here(a) == set()
 
 
 def test_a_released_session_is_taken_at_once_not_at_the_next_tick(
