@@ -319,6 +319,8 @@ class FleetResult:
     failover_s: list[float] = field(default_factory=list)  # per moved session, per kill
     lost_per_failover: list[int] = field(default_factory=list)  # per moved session
     lost_per_hand_over: list[int] = field(default_factory=list)  # rebalancing moves
+    #: Each rebalancing move: (session, ring it left, ring it went to, messages lost).
+    hand_overs: list[tuple[int, str, str, int]] = field(default_factory=list)
     duplicates: int = 0  # (session, seq) published on two rings
     moved_per_kill: list[int] = field(default_factory=list)
 
@@ -438,11 +440,13 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
             wait_for("the fleet settled after the last restart", settled, 180, 0.2)
             time.sleep(0.2)
             for sid in sessions:
-                for ring_a, _, seq_a, seq_b in tap.hand_overs(sid):
+                for ring_a, ring_b, seq_a, seq_b in tap.hand_overs(sid):
                     last_on_a = tap.last(ring_a, sid)
                     if (ring_a, sid) in failed_over and last_on_a and seq_a == last_on_a[1]:
                         continue  # the end of a killed node's ring: counted as a failover
-                    result.lost_per_hand_over.append(max(0, seq_b - seq_a - 1))
+                    lost = max(0, seq_b - seq_a - 1)
+                    result.lost_per_hand_over.append(lost)
+                    result.hand_overs.append((sid, ring_a, ring_b, lost))
                 result.duplicates += tap.duplicates(sid)
     except Exception as exc:
         logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
