@@ -21,6 +21,7 @@ def _load_scenarios() -> None:
         fanout,
         faultsoak,
         feed,
+        fleet,
         floor,
         jetstream,
         micro,

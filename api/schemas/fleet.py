@@ -33,6 +33,8 @@ class NodePublic(PublicSchema):
     heartbeat_at: datetime
     draining: bool
     alive: bool = Field(description="heartbeat within the lease time (the database's clock)")
+    heartbeat_age_s: float = Field(description="seconds since its last heartbeat (the "
+                                   "database's clock, not the caller's)")  # fmt: skip
     sessions: int = Field(description="live leases this node holds")
 
 

@@ -45,7 +45,7 @@ def restore(tx: Transactions, runtime: Runtime) -> RestoreReport:
     """
     report = RestoreReport()
     join_fleet = getattr(runtime, "join_fleet", None)
-    held: set[int] | None = join_fleet(tx.db) if callable(join_fleet) else None
+    held: set[int] | None = join_fleet(tx.db, tx.lock) if callable(join_fleet) else None
     with tx.lock, tx.db.session() as s:
         for port in PortRepository(s).enabled():
             try:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, case, delete, func, select, update
+from sqlalchemy import Connection, Engine, case, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from gateway.store.models import LeaseRow, NodeRow
@@ -38,6 +38,11 @@ DEFAULT_LEASE_S = 3.0
 #: The part of the lease time a node gives up before its lease could expire (clock rates,
 #: the renewal's own round trip).
 FENCE_MARGIN = 0.2
+
+
+#: The PostgreSQL channel on which a node says the fleet changed (a lease released, a node
+#: joined, drains or leaves), so the others tick at once rather than at their next tick.
+NOTIFY_CHANNEL = "wsgw_fleet"
 
 
 class FleetError(RuntimeError):
@@ -61,6 +66,7 @@ class NodeInfo:
     heartbeat_at: datetime
     draining: bool
     alive: bool  # heartbeat within the lease time, by the database's clock
+    heartbeat_age_s: float  # since the last heartbeat, by the database's clock
 
 
 class LeaseStore:
@@ -112,6 +118,7 @@ class LeaseStore:
         )  # fmt: skip
         with self.engine.begin() as conn:
             conn.execute(stmt)
+            self._notify(conn)
 
     def heartbeat(self) -> dict[int, int]:
         """Renew the node's heartbeat and every lease it holds; returns what it holds now
@@ -185,6 +192,8 @@ class LeaseStore:
                 .values(expires_at=func.clock_timestamp() - timedelta(microseconds=1))
                 .returning(LeaseRow.session_id)
             ).all()
+            if rows:
+                self._notify(conn)
         self._held.pop(session_id, None)
         return bool(rows)
 
@@ -192,24 +201,56 @@ class LeaseStore:
         """A draining node takes no new sessions (placement skips it)."""
         with self.engine.begin() as conn:
             conn.execute(update(NodeRow).where(NodeRow.name == self.node).values(draining=draining))
+            self._notify(conn)
 
     def leave(self) -> None:
         """Leave the fleet: every lease released, the node's row removed."""
         with self.engine.begin() as conn:
             conn.execute(delete(LeaseRow).where(LeaseRow.node == self.node))
             conn.execute(delete(NodeRow).where(NodeRow.name == self.node))
+            self._notify(conn)
         self._held = {}
 
+    def _notify(self, conn: Connection) -> None:
+        """Tell the other nodes, when this transaction commits (NOTIFY_CHANNEL)."""
+        conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, self.node)))
+
+    def listen_url(self) -> str:
+        """The database's URL for a plain psycopg connection (LISTEN NOTIFY_CHANNEL)."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     # ---- the whole fleet ----------------------------------------------------------------
+    def next_expiry_s(self) -> float | None:
+        """Seconds (by the database's clock) until the first live lease of another node
+        expires; None if there is none. A healthy owner renews every tick, so this is near
+        only for an owner that stopped: the tick aims at the instant its leases free up."""
+        remaining = func.extract("epoch", func.min(LeaseRow.expires_at) - func.clock_timestamp())
+        query = select(remaining).where(
+            LeaseRow.node != self.node, LeaseRow.expires_at > func.clock_timestamp()
+        )
+        with self.engine.connect() as conn:
+            value = conn.execute(query).scalar()
+        return None if value is None else max(0.0, float(value))
+
     def nodes(self) -> list[NodeInfo]:
         alive = NodeRow.heartbeat_at > func.clock_timestamp() - self._ttl
+        age = func.extract("epoch", func.clock_timestamp() - NodeRow.heartbeat_at)
         columns = (NodeRow.name, NodeRow.labels, NodeRow.api_url, NodeRow.started_at,
-                   NodeRow.heartbeat_at, NodeRow.draining, alive)  # fmt: skip
+                   NodeRow.heartbeat_at, NodeRow.draining, alive, age)  # fmt: skip
         with self.engine.connect() as conn:
             rows = conn.execute(select(*columns).order_by(NodeRow.name)).all()
         return [
-            NodeInfo(name, dict(labels), url, started, beat, bool(draining), bool(is_alive))
-            for name, labels, url, started, beat, draining, is_alive in rows
+            NodeInfo(
+                name,
+                dict(labels),
+                url,
+                started,
+                beat,
+                bool(draining),
+                bool(is_alive),
+                max(0.0, float(age_s)),
+            )
+            for name, labels, url, started, beat, draining, is_alive, age_s in rows
         ]
 
     def leases(self, *, live_only: bool = True) -> list[Lease]:

@@ -13,8 +13,10 @@ Every tick (a third of the lease time) `FleetNode.tick`:
 2. reads the sessions wanted running and their placement rules, the live nodes and the
    live leases, and computes the placement (gateway.fleet.placement) as every node does;
 3. acquires what is placed here, releases what is no longer wanted or placed elsewhere
-   (draining: one per tick, so the others take them one by one);
-4. starts what it holds and does not run, stops what it runs and no longer holds.
+   (draining or rebalancing: one per tick, so the others take them one by one);
+4. starts what it holds and does not run, stops what it runs and no longer holds;
+5. gives the sessions it runs exactly their stored topics: a subscription changed through
+   any node's API reaches the owner within a tick.
 
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
@@ -28,26 +30,47 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
-from gateway.fleet.leases import LeaseStore, NodeInfo
-from gateway.fleet.placement import place
+from gateway.fleet.leases import NOTIFY_CHANNEL, LeaseStore, NodeInfo
+from gateway.fleet.placement import matches, place
 from gateway.runtime.live import LiveRuntime
 from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
 from gateway.sessions.sink import MessageSink, Published
 from gateway.settings import FleetSettings
 from gateway.store.db import Database
-from gateway.store.models import SessionRow
+from gateway.store.models import SessionRow, SubscriptionRow
 from gateway.store.repository import SubscriptionRepository
 
 log = logging.getLogger("wsgw.fleet")
 
+
+class Lock(Protocol):
+    """threading.Lock or RLock (the control plane's write lock is an RLock)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+
+
 #: The gap a session publishes when this node takes it over from another.
 TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {generation}); " \
     "messages published meanwhile may be missing"  # fmt: skip
+
+
+#: How often the NOTIFY listener looks whether the node stops.
+LISTEN_POLL_S = 0.5
+#: How long after another node's lease expires (by the database's clock) the tick aimed at
+#: it runs: the acquire's own `expires_at < clock_timestamp()` must already hold.
+EXPIRY_SLACK_S = 0.02
+
+
+def same_connection(a: SessionSpec, b: SessionSpec) -> bool:
+    """Whether two specs of a session connect alike (a new name changes nothing)."""
+    return replace(a, name="") == replace(b, name="")
 
 
 class FencedSink:
@@ -98,6 +121,7 @@ class FleetRuntime(LiveRuntime):
         self.fleet: FleetNode | None = None
         self.fenced_sink = FencedSink(sink, self.may_publish)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
+        self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
         super().__init__(self.fenced_sink, **kwargs)
 
@@ -106,11 +130,14 @@ class FleetRuntime(LiveRuntime):
         return None if node is None else node.may_publish(session_id)
 
     # ---- joining, called by gateway.control.restore ----------------------------------
-    def join_fleet(self, db: Database) -> set[int]:
+    def join_fleet(self, db: Database, write_lock: Lock | None = None) -> set[int]:
         """Register this node and acquire what the placement gives it; returns the sessions
-        it holds (restore starts only those)."""
+        it holds (restore starts only those). write_lock: the control plane's, under which
+        an API call changes a subscription and this runtime's topics together."""
         if self.fleet is None:
-            self.fleet = FleetNode(self, db, self.fleet_settings, api_url=self.api_url)
+            self.fleet = FleetNode(
+                self, db, self.fleet_settings, api_url=self.api_url, write_lock=write_lock
+            )
         return self.fleet.join()
 
     def run_fleet(self) -> None:
@@ -137,17 +164,42 @@ class FleetRuntime(LiveRuntime):
         status = super().start_session(session)
         with self._here_lock:
             self._here.add(session.id)
+            self._started_with[session.id] = session
         return status
+
+    def started_with(self, session_id: int) -> SessionSpec | None:
+        """The spec the session runs with here (None: not started here)."""
+        with self._here_lock:
+            return self._started_with.get(session_id)
 
     def stop_session(self, session_id: int) -> SessionStatus:
         with self._here_lock:
             self._here.discard(session_id)
+            self._started_with.pop(session_id, None)
         return super().stop_session(session_id)
 
     def remove_session(self, session_id: int) -> None:
         with self._here_lock:
             self._here.discard(session_id)
+            self._started_with.pop(session_id, None)
         super().remove_session(session_id)
+
+    def set_topics(self, session_id: int, topics: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Hold exactly `topics` for the session (the store's, which another node's API may
+        have changed); a running session subscribes and unsubscribes the difference.
+        Returns (added, removed)."""
+        held = self._held(session_id)
+        added = [t for t in topics if t not in held]
+        wanted = set(topics)
+        removed = [t for t in held if t not in wanted]
+        if removed:
+            self.unsubscribe(session_id, removed)
+        if added:
+            self.subscribe(session_id, added)
+        if added or removed:
+            log.info("fleet: session %d topics from the store: +%s -%s",
+                     session_id, added, removed)  # fmt: skip
+        return added, removed
 
     def running_here(self) -> set[int]:
         with self._here_lock:
@@ -172,8 +224,10 @@ class FleetNode:
         settings: FleetSettings,
         *,
         api_url: str | None = None,
+        write_lock: Lock | None = None,
     ) -> None:
         self.runtime = runtime
+        self.write_lock = write_lock
         self.db = db
         self.settings = settings
         self.name = settings.node
@@ -185,7 +239,13 @@ class FleetNode:
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._closed = False  # the fence is shut for good (leaving)
+        #: Monotonic time just after another node's lease expires, when that comes before
+        #: the next tick (an owner that stopped renewing): the tick runs then, so a dead
+        #: owner's sessions move one lease time after its last renewal, not up to a tick later.
+        self._expiry_due: float | None = None
         self._thread: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
+        self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -205,6 +265,31 @@ class FleetNode:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="wsgw-fleet", daemon=True)
             self._thread.start()
+        if self._listener is None:
+            self._listener = threading.Thread(
+                target=self._listen, name="wsgw-fleet-listen", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self) -> None:
+        """Tick at once when another node says the fleet changed (PostgreSQL NOTIFY): a
+        session it released (drain, rebalance) is taken in a moment, not at the next tick.
+        Only a shortcut: without it (the connection lost) the ticks do the same, later."""
+        import psycopg
+
+        while not self._stopped.is_set():
+            try:
+                with psycopg.connect(self.leases.listen_url(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    while not self._stopped.is_set():
+                        for note in conn.notifies(timeout=LISTEN_POLL_S):
+                            if note.payload != self.name:
+                                self.wake()
+            except Exception:
+                if not self._stopped.is_set():
+                    log.warning("fleet: node %s lost its LISTEN connection; retrying",
+                                self.name, exc_info=True)  # fmt: skip
+                self._stopped.wait(self.settings.tick_s)
 
     def wake(self) -> None:
         self._wake.set()
@@ -216,6 +301,8 @@ class FleetNode:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.settings.lease_s)
+        if self._listener is not None:
+            self._listener.join(timeout=LISTEN_POLL_S + 1)
         with self._lock:
             try:
                 self.leases.leave()
@@ -244,7 +331,10 @@ class FleetNode:
                     self._tick_locked(start=True)
             except Exception:  # the database is away: the fence stops publishing on time
                 log.exception("fleet: tick of node %s failed", self.name)
-            self._wake.wait(max(0.0, tick - (time.monotonic() - started)))
+            due = started + tick
+            if self._expiry_due is not None:
+                due = min(due, self._expiry_due)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
 
     # ---- the tick ------------------------------------------------------------------
@@ -260,6 +350,10 @@ class FleetNode:
         owners = {lease.session_id: lease.node for lease in store.leases()}
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
         placement = place(rules, live, owners)
+        until = store.next_expiry_s()
+        self._expiry_due = None
+        if until is not None and until < self.settings.tick_s:
+            self._expiry_due = time.monotonic() + until + EXPIRY_SLACK_S
         for sid, node in placement.items():
             if node == self.name and sid not in held:
                 lease = store.acquire(sid)
@@ -267,18 +361,31 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
-        released = 0
+        # One gentle hand-over per tick's time, also when other nodes' notifications wake
+        # this node more often: the node taking them connects them one by one.
+        handed_over = time.monotonic() - self._last_hand_over < self.settings.tick_s * 0.5
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
                 del held[sid]
-            elif placement.get(sid) != self.name and not (self.draining and released):
-                store.release(sid)
-                del held[sid]
-                released += 1
-                log.info("fleet: node %s released session %d", self.name, sid)
+                continue
+            if placement.get(sid) == self.name:
+                continue
+            # Drained or rebalanced away while this node could still run it: one per tick,
+            # so the others take them one by one. A rule this node no longer matches (or
+            # that no node matches): at once.
+            gentle = self.draining or (sid in placement and matches(rules[sid], self.labels))
+            if gentle and handed_over:
+                continue
+            store.release(sid)
+            del held[sid]
+            if gentle:
+                handed_over = True
+                self._last_hand_over = time.monotonic()
+            log.info("fleet: node %s released session %d", self.name, sid)
         if start:
             self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
+            self._sync_topics()
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -304,6 +411,41 @@ class FleetNode:
         with self.db.session() as s:
             return list(SubscriptionRepository(s).topic_counts(session_id))
 
+    def _stored_topics(self, sessions: Collection[int]) -> dict[int, list[str]]:
+        """session -> its subscribed topics (first subscription first), in one query."""
+        topics: dict[int, dict[str, None]] = {sid: {} for sid in sessions}
+        if not sessions:
+            return {}
+        query = (
+            select(SubscriptionRow.session_id, SubscriptionRow.topics)
+            .where(SubscriptionRow.session_id.in_(sorted(sessions)))
+            .order_by(SubscriptionRow.id)
+        )
+        with self.db.session() as s:
+            for sid, row_topics in s.execute(query):
+                topics[sid].update(dict.fromkeys(row_topics))
+        return {sid: list(held) for sid, held in topics.items()}
+
+    def _sync_topics(self) -> None:
+        """The sessions running here subscribe exactly their stored topics: a subscription
+        created, changed or deleted through any node's API reaches the owner on its tick."""
+        lock = self.write_lock
+        # This node's own API changes the store and the runtime under this lock: the store
+        # is read and applied when no such change is half done (busy: the next tick).
+        if lock is not None and not lock.acquire(timeout=self.settings.tick_s / 2):
+            return
+        try:
+            runtime = self.runtime
+            for sid, stored in self._stored_topics(runtime.running_here()).items():
+                try:
+                    runtime.set_topics(sid, stored)
+                except Exception:
+                    log.exception("fleet: node %s could not update the topics of session %d",
+                                  self.name, sid)  # fmt: skip
+        finally:
+            if lock is not None:
+                lock.release()
+
     def _sync(self, held: Mapping[int, int], specs: Mapping[int, SessionSpec]) -> None:
         """The runtime runs exactly what this node holds and is wanted; a session it takes
         gets its topics from the store first, so it subscribes them as it connects."""
@@ -313,6 +455,16 @@ class FleetNode:
             log.warning("fleet: node %s no longer holds session %d: standing down",
                         self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
+        for sid in sorted(held.keys() & here):
+            spec, before = specs.get(sid), runtime.started_with(sid)
+            if spec is None or before is None or same_connection(spec, before):
+                continue
+            # Stopped, changed and started again through another node's API between two
+            # ticks: the session still runs with the old configuration here.
+            log.info("fleet: node %s restarts session %d with its stored configuration",
+                     self.name, sid)  # fmt: skip
+            runtime.stop_session(sid)
+            here.discard(sid)
         for sid in sorted(held.keys() - here):
             spec = specs.get(sid)
             if spec is None:
@@ -322,8 +474,7 @@ class FleetNode:
                 reason = TAKEOVER_GAP_REASON.format(node=self.name, generation=generation)
                 runtime.mark_resumed(sid, reason)
             try:
-                if topics := self._topics(sid):
-                    runtime.subscribe(sid, topics)
+                runtime.set_topics(sid, self._topics(sid))
                 runtime.run_here(spec)
                 log.info("fleet: node %s runs session %d (generation %d)",
                          self.name, sid, generation)  # fmt: skip

@@ -94,6 +94,8 @@ def test_nodes_are_alive_by_their_heartbeat_in_database_time(db: Database) -> No
     time.sleep(LEASE_S + 0.1)
     b.heartbeat()
     assert [(n.name, n.alive) for n in a.nodes()] == [("a", False), ("b", True)]
+    ages = {n.name: n.heartbeat_age_s for n in a.nodes()}  # by the database's clock
+    assert ages["a"] > LEASE_S > ages["b"] >= 0
     b.set_draining(True)
     assert [n.draining for n in a.nodes()] == [False, True]
     b.leave()
@@ -161,3 +163,39 @@ def test_placement_follows_labels_and_load_and_keeps_live_owners() -> None:
     # Spread: 12 sessions over 3 equal nodes, 4 each.
     spread = place({i: {} for i in range(12)}, {"x": {}, "y": {}, "z": {}}, owners={})
     assert sorted(list(spread.values()).count(n) for n in "xyz") == [4, 4, 4]
+
+
+def test_placement_rebalances_only_beyond_one() -> None:
+    """A node joins: the fewest sessions move to it, only while the load differs by more
+    than one between nodes the rule allows."""
+    three = {"x": {}, "y": {}, "z": {}}
+    owners = {sid: ("x" if sid < 3 else "y") for sid in range(6)}  # 3 on x, 3 on y
+    placed = place({sid: {} for sid in range(6)}, three, owners)
+    moved = {sid for sid in range(6) if placed[sid] != owners[sid]}
+    assert len(moved) == 2 and {placed[sid] for sid in moved} == {"z"}
+    assert sorted(list(placed.values()).count(n) for n in three) == [2, 2, 2]
+    # Uneven by one only: nothing moves (7 sessions: 3/2/2 stays as it is).
+    owners = {sid: "xyz"[sid % 3] for sid in range(7)}
+    assert place({sid: {} for sid in range(7)}, three, owners) == owners
+    # A node the rules do not allow takes nothing, however idle.
+    rules = {sid: {"venue": "a"} for sid in range(4)}
+    labelled = {"x": {"venue": "a"}, "y": {"venue": "a"}, "z": {}}
+    owners = {sid: "x" for sid in range(4)}
+    placed = place(rules, labelled, owners)
+    assert sorted(placed.values()) == ["x", "x", "y", "y"]
+    # Placing new sessions first fills the idle node: no owned session moves for them.
+    owners = {0: "x", 1: "y"}
+    placed = place({sid: {} for sid in range(3)}, three, owners)
+    assert placed == {0: "x", 1: "y", 2: "z"}
+
+
+def test_next_expiry_is_another_nodes_first_live_lease(db: Database) -> None:
+    """What the tick aims at when an owner stops renewing (gateway.fleet.node)."""
+    a, b = node(db, "a"), node(db, "b")
+    assert a.next_expiry_s() is None
+    assert b.acquire(1) is not None and a.acquire(2) is not None
+    first = a.next_expiry_s()
+    assert first is not None and 0 < first <= LEASE_S  # b's, not a's own
+    assert b.next_expiry_s() is not None
+    time.sleep(LEASE_S + 0.05)
+    assert a.next_expiry_s() is None  # expired: nothing left to wait for

@@ -6,6 +6,7 @@ checked is who runs them, not their feed."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,17 +22,15 @@ LEASE_S = 1.5
 
 
 @pytest.fixture
-def make_node(
-    pg_url: str, tmp_path: Path
-) -> Iterator[Callable[[str, dict[str, str]], ControlPlane]]:
+def make_node(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
     planes: list[ControlPlane] = []
 
-    def make(name: str, labels: dict[str, str]) -> ControlPlane:
+    def make(name: str, labels: dict[str, str], lease_s: float = LEASE_S) -> ControlPlane:
         settings = make_settings(
             tmp_path / name,
             pg_url,
             hub={"gateway": f"t{name}", "ring": False},
-            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": LEASE_S},
+            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": lease_s},
         )
         runtime = build_runtime(settings)
         assert isinstance(runtime, FleetRuntime)
@@ -117,3 +116,113 @@ def test_placement_restore_start_and_drain(
     assert [n.name for n in fleet_node(a).leases.nodes()] == ["a"]
     assert fleet_node(a).drain(False) == set()
     wait_for("a running the session b left", lambda: here(a) == {anywhere})
+
+
+def test_a_node_that_joins_gets_its_share_and_no_more(
+    make_node: Callable[[str, dict[str, str]], ControlPlane],
+) -> None:
+    """2 nodes run 6 sessions 3 and 3; a third joins: exactly two move to it, one per tick
+    of their owners, and each session keeps running on one node only."""
+    a = make_node("a", {})
+    a.start()
+    sessions = [session(a, f"s{i}", {}) for i in range(6)]
+    for sid in sessions:
+        a.sessions.start(sid)
+    b = make_node("b", {})
+    b.start()
+    wait_for("3 and 3", lambda: sorted((len(here(a)), len(here(b)))) == [3, 3], 20)
+    before = {sid: "a" for sid in here(a)} | {sid: "b" for sid in here(b)}
+    generations = {x.session_id: x.generation for x in fleet_node(a).leases.leases()}
+
+    c = make_node("c", {})
+    c.start()
+    planes = {"a": a, "b": b, "c": c}
+    wait_for("2, 2 and 2", lambda: sorted(len(here(p)) for p in planes.values()) == [2, 2, 2], 20)
+    after = {sid: name for name, p in planes.items() for sid in here(p)}
+    assert sorted(after) == sorted(sessions)  # each on one node
+    moved = {sid for sid in sessions if after[sid] != before[sid]}
+    assert len(moved) == 2 and {after[sid] for sid in moved} == {"c"}
+    leases = {x.session_id: x for x in fleet_node(a).leases.leases()}
+    assert {sid for sid in sessions if leases[sid].generation == generations[sid] + 1} == moved
+    time.sleep(3 * LEASE_S / 3)  # a few more ticks: balanced is stable
+    assert {sid: name for name, p in planes.items() for sid in here(p)} == after
+
+
+def test_subscriptions_changed_on_any_node_reach_the_owner(
+    make_node: Callable[[str, dict[str, str]], ControlPlane],
+) -> None:
+    """A subscription created, changed and deleted through the API of a node that does not
+    run the session reaches the node that does within a tick; the owner subscribes it. A
+    stop and a start there reach it too."""
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    b = make_node("b", {"zone": "y"})
+    b.start()
+    sid = session(a, "on-b", {"zone": "y"})
+    a.sessions.start(sid)
+    wait_for("b running the session", lambda: here(b) == {sid})
+
+    def topics_on_b() -> tuple[str, ...]:
+        return fleet_runtime(b).session_status(sid).topics
+
+    change = a.subscriptions.create({"session_id": sid, "topics": ["t1", "t2"], "consumer": "c"})
+    wait_for("b holding t1 and t2", lambda: topics_on_b() == ("t1", "t2"))
+    a.subscriptions.update(change.subscription.id, {"topics": ["t2", "t3"]})
+    wait_for("b holding t2 and t3", lambda: sorted(topics_on_b()) == ["t2", "t3"])
+    other = b.subscriptions.create({"session_id": sid, "topics": ["t3"], "consumer": "d"})
+    a.subscriptions.delete(change.subscription.id)
+    wait_for("b holding t3 only", lambda: topics_on_b() == ("t3",))
+    time.sleep(LEASE_S)  # b's own subscription stays through its ticks
+    assert topics_on_b() == ("t3",)
+    a.subscriptions.delete(other.subscription.id)
+    wait_for("b holding nothing", lambda: topics_on_b() == ())
+    # Stop and start through a: the owner b follows the stored wanted state.
+    a.sessions.stop(sid)
+    wait_for("b no longer running the session", lambda: here(b) == set())
+    a.sessions.start(sid)
+    wait_for("b running the session again", lambda: here(b) == {sid})
+    assert here(a) == set()
+
+
+def test_a_released_session_is_taken_at_once_not_at_the_next_tick(
+    make_node: Callable[..., ControlPlane],
+) -> None:
+    """A 30 s lease ticks every 10 s; the node a drain releases to ticks at once on the
+    releasing node's NOTIFY, so the session moves within a few seconds."""
+    a = make_node("a", {}, 30.0)
+    a.start()
+    sid = session(a, "moving", {})
+    a.sessions.start(sid)
+    wait_for("a running the session", lambda: here(a) == {sid})
+    b = make_node("b", {}, 30.0)
+    b.start()
+    time.sleep(0.5)  # b's first tick is behind it: its next is 10 s away
+    fleet_node(a).drain()
+    wait_for("b running the session", lambda: here(b) == {sid}, timeout=5)
+    assert here(a) == set()
+
+
+def test_a_session_changed_through_another_node_restarts_with_its_new_configuration(
+    make_node: Callable[..., ControlPlane],
+) -> None:
+    """Stopped, changed and started again through node a's API while its owner b does not
+    tick (b's tick lock held): b's next tick restarts it with the stored configuration."""
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    b = make_node("b", {"zone": "y"})
+    b.start()
+    sid = session(a, "on-b", {"zone": "y"})
+    a.sessions.start(sid)
+    wait_for("b running the session", lambda: here(b) == {sid})
+    with fleet_node(b)._lock:  # b between two ticks
+        a.sessions.stop(sid)
+        a.sessions.update(sid, {"url": "ws://127.0.0.1:10/other", "name": "renamed"})
+        a.sessions.start(sid)
+        assert fleet_runtime(b).started_with(sid).url == "ws://127.0.0.1:9/feed"  # type: ignore[union-attr]
+
+    def runs_the_new_url() -> bool:
+        spec = fleet_runtime(b).started_with(sid)
+        return spec is not None and spec.url == "ws://127.0.0.1:10/other"
+
+    wait_for("b running the session with its new url", runs_the_new_url)
+    assert here(b) == {sid} and here(a) == set()

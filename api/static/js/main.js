@@ -7,6 +7,7 @@ import { MetricsPoller } from "./metrics.js";
 import * as charts from "./pages/charts.js";
 import * as consumers from "./pages/consumers.js";
 import * as login from "./pages/login.js";
+import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
 import * as sessionDetail from "./pages/session_detail.js";
 import * as sessions from "./pages/sessions.js";
@@ -29,6 +30,7 @@ const PAGES = {
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
   consumers: { module: consumers, scope: "admin", title: "Consumers" },
+  nodes: { module: nodes, scope: "admin", title: "Nodes" },
   charts: { module: charts, scope: null, title: "Charts" },
   tokens: { module: tokens, scope: "admin", title: "Tokens" },
 };
