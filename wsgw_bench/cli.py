@@ -17,6 +17,7 @@ def _load_scenarios() -> None:
     # Importing registers them.
     from wsgw_bench import (  # noqa: F401
         conformance,
+        failover,
         fanout,
         faultsoak,
         feed,
@@ -74,6 +75,9 @@ def bench(
         float | None,
         typer.Option(help="faultsoak: restart the killed upstream S seconds later", min=0),
     ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="failover: messages/s over all topics", min=1)
+    ] = None,
 ) -> None:
     _load_scenarios()
     if list_only:
@@ -98,6 +102,7 @@ def bench(
         link_down_for=link_down_for,
         restart_after=restart_after,
         out=out,
+        rate=rate,
     )
     results: list[core.Measurement] = []
     cond = core.conditions()
