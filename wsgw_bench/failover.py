@@ -95,7 +95,7 @@ def plan_for(options: BenchOptions) -> Plan:
 
 @dataclass(frozen=True)
 class Kill:
-    at: float  # seconds after the start
+    at: float  # seconds after the start (planned, or when it was made)
     leg: str  # "A" or "B"
     kind: str  # RESET or LINK
 
@@ -244,7 +244,7 @@ class Upstream:
         )
         self.command("stats")  # its first answer follows its description line
 
-    def command(self, line: str, timeout: float = 10.0) -> dict[str, Any]:
+    def command(self, line: str, timeout: float = 60.0) -> dict[str, Any]:
         proc = self.proc
         assert proc.stdin is not None
         assert proc.stdout is not None
@@ -269,6 +269,10 @@ class Upstream:
     def reset(self, leg: str) -> None:
         self.command(f"fault reset target=leg:{GROUP}/{leg}")
 
+    def reset_group(self) -> None:
+        """Every connection of the group reset at once (every leg down)."""
+        self.command(f"fault reset target=group:{GROUP}")
+
     def close(self) -> None:
         proc = self.proc
         if proc.poll() is None:
@@ -288,12 +292,17 @@ def leg_link(lab: Lab, leg: str) -> str:
 def make_kills(plan: Plan, lab: Lab, upstream: Upstream, start: float, log: Log) -> list[Kill]:
     """Kill on schedule until the plan's end; the kills made."""
     done: list[Kill] = []
+
+    def now() -> float:
+        return time.monotonic() - start
+
     for kill in schedule(plan):
         time.sleep(max(0.0, start + kill.at - time.monotonic()))
+        at = now()
         if kill.kind == RESET:
             upstream.reset(kill.leg)
             upstream.reset(SINGLE[1])
-            log(f"t={kill.at:5.0f} s reset leg {kill.leg} and the single session")
+            log(f"t={now():5.1f} s reset leg {kill.leg} and the single session")
         else:
             link = leg_link(lab, kill.leg)
             shares = link == leg_link(lab, SINGLE[1])
@@ -305,10 +314,10 @@ def make_kills(plan: Plan, lab: Lab, upstream: Upstream, start: float, log: Log)
             finally:
                 lab.exec(["ip", "link", "set", link, "up"])
             log(
-                f"t={kill.at:5.0f} s leg {kill.leg}'s link cut for {plan.link_down_for:g} s, "
+                f"t={at:5.1f} s leg {kill.leg}'s link cut for {plan.link_down_for:g} s, "
                 + ("the single session's too" if shares else "the single session reset")
             )
-        done.append(kill)
+        done.append(Kill(round(at, 3), kill.leg, kill.kind))
     time.sleep(max(0.0, start + plan.duration - time.monotonic()))
     return done
 
@@ -345,12 +354,18 @@ class Result:
     def ok(self) -> bool:
         return not self.problems()
 
+    @property
+    def sent_rate(self) -> float:
+        """Messages/s the simulator published in the window (below the plan's: overloaded)."""
+        return float(self.contenders[GROUP_CONTENDER]["expected"]) / max(self.elapsed, 1e-9)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "problems": self.problems(),
             "plan": asdict(self.plan),
             "elapsed_s": self.elapsed,
+            "sent_rate": self.sent_rate,
             "kills": [asdict(k) for k in self.kills],
             "contenders": self.contenders,
             "group": self.group,
@@ -477,7 +492,8 @@ def summary(result: Result) -> str:
             if result.ok
             else "NOT OK: " + "; ".join(result.problems())
         ),
-        f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s",
+        f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s "
+        f"(the simulator made {result.sent_rate:.0f} msg/s)",
     ]
     for name, c in result.contenders.items():
         lines.append(
