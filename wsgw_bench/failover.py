@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from gateway.groups.feed import DEFAULT_HOLD_MS
 from gateway.lab import Lab
 from gateway.simulator.process import start_simulator
 from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
@@ -70,6 +71,7 @@ SINGLE = (13, "S", "dpdk")
 SESSIONS = (LEG_A, LEG_B, SINGLE)
 GROUP_CONTENDER = "group A+B"
 SINGLE_CONTENDER = "single session"
+GAP_REASONS_KEPT = 8
 
 Log = Callable[[str], None]
 
@@ -81,6 +83,10 @@ class Plan:
     rate: float = DEFAULT_RATE  # msg/s over all topics
     kill_every: float = 10.0
     link_down_for: float = 2.0
+    #: The group's hold (GroupSpec.hold_ms, the API's default): how long a message ahead of
+    #: a hole waits for the other leg. A live leg further behind than this when the other
+    #: comes back from a reset makes its messages a loss (the hole expires first).
+    hold_ms: int = DEFAULT_HOLD_MS
     settle: float = 3.0  # after the stream stops: stragglers reach the reader
 
 
@@ -125,6 +131,7 @@ class Tally:
     out_of_order: int = 0  # a message below the topic's newest one read
     gaps: int = 0  # `$gap` records in the window
     gap_lost: int = 0  # the `lost` those records announced (where known)
+    gap_reasons: list[str] = field(default_factory=list)  # the first few, with their time
     seen: dict[str, bytearray] = field(default_factory=dict)  # per topic, seq - start -> 1
     newest: dict[str, int] = field(default_factory=dict)
     latency_us: array[int] = field(default_factory=lambda: array("q"))
@@ -172,6 +179,7 @@ class Tally:
             "out_of_order": self.out_of_order,
             "gaps": self.gaps,
             "gap_lost": self.gap_lost,
+            "gap_reasons": self.gap_reasons,
             "latency_p50_us": quantile(0.5),
             "latency_p99_us": quantile(0.99),
             "latency_max_us": float(latencies[-1]) if latencies else None,
@@ -211,8 +219,11 @@ def tally_consumer_main(
                 if event.topic == RING_GAP_TOPIC:
                     if starts is None:
                         continue
+                    record = orjson.loads(bytes(event.payload))
                     tally.gaps += 1
-                    tally.gap_lost += orjson.loads(bytes(event.payload)).get("lost") or 0
+                    tally.gap_lost += record.get("lost") or 0
+                    if len(tally.gap_reasons) < GAP_REASONS_KEPT:
+                        tally.gap_reasons.append(f"{time.time():.3f} {record.get('reason')}")
                     continue
                 found = sim_tail(bytes(event.payload))
                 if found is None:
@@ -292,17 +303,13 @@ def leg_link(lab: Lab, leg: str) -> str:
 def make_kills(plan: Plan, lab: Lab, upstream: Upstream, start: float, log: Log) -> list[Kill]:
     """Kill on schedule until the plan's end; the kills made."""
     done: list[Kill] = []
-
-    def now() -> float:
-        return time.monotonic() - start
-
     for kill in schedule(plan):
         time.sleep(max(0.0, start + kill.at - time.monotonic()))
-        at = now()
+        at = time.monotonic() - start
         if kill.kind == RESET:
             upstream.reset(kill.leg)
             upstream.reset(SINGLE[1])
-            log(f"t={now():5.1f} s reset leg {kill.leg} and the single session")
+            log(f"t={at:5.1f} s reset leg {kill.leg} and the single session")
         else:
             link = leg_link(lab, kill.leg)
             shares = link == leg_link(lab, SINGLE[1])
@@ -428,7 +435,8 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
             )
         undo.callback(runtime.close)
         runtime.port_up(PortSpec(PORT_ID, "failover", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
-        runtime.set_group(GroupSpec(GROUP_ID, "failover", (LEG_A[0], LEG_B[0]), "binance"))
+        legs = (LEG_A[0], LEG_B[0])
+        runtime.set_group(GroupSpec(GROUP_ID, "failover", legs, "binance", plan.hold_ms))
         filters = ring_topics(hub_id, list(TOPICS)) + ring_topics(SINGLE[0], list(TOPICS))
         consumer = Child(tally_consumer_main, ring_name, contenders, sorted(set(filters)))
         undo.callback(consumer.close)
@@ -456,7 +464,8 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         log(
             f"{plan.duration:.0f} s at {plan.rate:.0f} msg/s ({len(TOPICS)} topics): a leg "
             f"killed every {plan.kill_every:g} s (reset, reset, link cut "
-            f"{plan.link_down_for:g} s, ...), lab {lab.name}, load {os.getloadavg()[0]:.1f}"
+            f"{plan.link_down_for:g} s, ...), hold {plan.hold_ms} ms, lab {lab.name}, "
+            f"load {os.getloadavg()[0]:.1f}"
         )
         kills = make_kills(plan, lab, upstream, start, log)
         upstream.command("rate rate=0")  # the stream ends: the window closes here

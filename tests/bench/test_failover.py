@@ -97,10 +97,13 @@ def test_verdict(group: dict[str, int], single: dict[str, int], problem: str | N
 # ---- the real thing ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def quick_run() -> Iterator[Result]:
-    """One short run at 2k msg/s (the shared test machine), kills at 5, 10, 15, 20 s."""
+    """One short run at 2k msg/s, kills at 5, 10, 15, 20 s. The group holds a hole 500 ms,
+    not 20: on the shared 2-core test machine one leg lags the other by more than 20 ms at
+    times, and a hole the lagging leg would fill expires before it does (a loss the bench
+    reports with the default hold, not what this test is about)."""
     name = f"fot{os.getpid() % 10000}"[:10]
     try:
-        yield run_failover(replace(QUICK, rate=2000.0), name, print)
+        yield run_failover(replace(QUICK, rate=2000.0, hold_ms=500), name, print)
     finally:
         assert not Lab(name, kernel_client=True).exists(), f"lab {name} left behind"
 
