@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -251,20 +252,35 @@ class Upstream:
             host="0.0.0.0",  # noqa: S104 (inside the lab's namespace: both veths reach it)
             stdin=True,
         )
-        self.command("stats")  # its first answer follows its description line
+        # Its answers, line by line, read on a thread of their own: a select() on the
+        # buffered pipe would miss a line already in the buffer.
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="simulator-answers", daemon=True)
+        self._reader.start()
+        try:
+            self.command("stats")  # its first answer follows its description line
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for text in self.proc.stdout:
+            self.lines.put(text)
+        self.lines.put(None)
 
     def command(self, line: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Send one stdin command and return its answer (other lines are skipped)."""
         proc = self.proc
         assert proc.stdin is not None
-        assert proc.stdout is not None
         proc.stdin.write(line + "\n")
         proc.stdin.flush()
         while True:
-            ready, _, _ = select.select([proc.stdout], [], [], timeout)
-            if not ready:
-                raise RuntimeError(f"the simulator did not answer {line!r}")
-            text = proc.stdout.readline()
-            if not text:
+            try:
+                text = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"the simulator did not answer {line!r}") from None
+            if text is None:
                 raise RuntimeError(f"the simulator exited (answering {line!r})")
             answer: dict[str, Any] = json.loads(text)
             if "ok" in answer or "counters" in answer:
@@ -287,6 +303,7 @@ class Upstream:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        self._reader.join(5)  # it reads to the end of the pipe, then the pipe can close
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
