@@ -18,6 +18,7 @@ def _load_scenarios() -> None:
     from wsgw_bench import (  # noqa: F401
         books,
         conformance,
+        failover,
         fanout,
         faultsoak,
         feed,
@@ -77,6 +78,9 @@ def bench(
         float | None,
         typer.Option(help="faultsoak: restart the killed upstream S seconds later", min=0),
     ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="failover: messages/s over all topics", min=1)
+    ] = None,
 ) -> None:
     _load_scenarios()
     if list_only:
@@ -101,6 +105,7 @@ def bench(
         link_down_for=link_down_for,
         restart_after=restart_after,
         out=out,
+        rate=rate,
     )
     results: list[core.Measurement] = []
     cond = core.conditions()

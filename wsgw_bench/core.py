@@ -64,6 +64,7 @@ class BenchOptions:
     link_down_for: float | None = None
     restart_after: float | None = None  # seconds from a kill to the upstream's restart
     out: Path | None = None  # `--out DIR`: where a scenario may write files of its own
+    rate: float | None = None  # msg/s, for scenarios that stream at a rate (`failover`)
 
 
 def unique_lab_name(options: BenchOptions, prefix: str) -> str:

@@ -6,6 +6,7 @@ import { h, replace, stateBadge } from "./dom.js";
 import { MetricsPoller } from "./metrics.js";
 import * as charts from "./pages/charts.js";
 import * as consumers from "./pages/consumers.js";
+import * as groups from "./pages/groups.js";
 import * as login from "./pages/login.js";
 import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
@@ -27,6 +28,7 @@ const PAGES = {
   overview: { module: overview, scope: null, title: "Overview" },
   sessions: { module: sessions, scope: "admin", title: "Sessions" },
   session: { module: sessionDetail, scope: "admin", title: "Session" },
+  groups: { module: groups, scope: "admin", title: "Feed groups" },
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
   consumers: { module: consumers, scope: "admin", title: "Consumers" },

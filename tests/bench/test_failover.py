@@ -1,0 +1,138 @@
+"""`failover`: its schedule and the reader's tally on made-up figures (no privileges), then a
+short run for real: the group loses nothing and repeats nothing while its legs are killed in
+turn, the single session beside it loses what its resets cost (announced by gaps), and
+nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gateway.lab import Lab
+from tests.conftest import requires_dpdk
+from wsgw_bench.core import BenchOptions
+from wsgw_bench.failover import (
+    GROUP_CONTENDER,
+    LINK,
+    RESET,
+    SINGLE_CONTENDER,
+    Kill,
+    Result,
+    Tally,
+    plan_for,
+    run_failover,
+    schedule,
+)
+
+QUICK = plan_for(BenchOptions(quick=True))
+NETNS_AT_START = os.readlink("/proc/self/ns/net")
+
+
+def test_plans_and_schedules() -> None:
+    full = plan_for(BenchOptions())
+    assert (full.duration, full.rate, full.kill_every) == (600.0, 10_000.0, 10.0)
+    kills = schedule(full)
+    assert len(kills) == 59  # 10 .. 590 s
+    assert kills[:4] == [
+        Kill(10.0, "A", RESET),
+        Kill(20.0, "B", RESET),
+        Kill(30.0, "A", LINK),
+        Kill(40.0, "B", LINK),
+    ]
+    assert [k.at for k in schedule(QUICK)] == [5.0, 10.0, 15.0, 20.0]
+    assert plan_for(BenchOptions(quick=True, rate=2000)).rate == 2000
+
+
+def test_the_tally_counts_the_window_only() -> None:
+    tally = Tally()
+    tally.message("t", 1, None, 0)  # read before the start marks came: marked only
+    tally.message("t", 2, None, 0)
+    for seq in (3, 4, 6, 4, 5):  # 4 twice, 5 after 6
+        tally.message("t", seq, 2, 1_000_000)
+    tally.message("u", 1, 0, 2_000_000)
+    report = tally.report({"t": 2, "u": 0}, {"t": 7, "u": 1})
+    assert report["expected"] == 6  # t: 3..7, u: 1
+    assert report["delivered"] == 5 and report["lost"] == 1  # t 7 never came
+    assert report["duplicated"] == 1 and report["out_of_order"] == 1
+    assert report["latency_p50_us"] == 1000.0 and report["latency_max_us"] == 2000.0
+
+
+def _result(group: dict[str, int], single: dict[str, int], lapped: int = 0) -> Result:
+    clean = {"expected": 100, "delivered": 100, "lost": 0, "duplicated": 0}
+    clean |= {"out_of_order": 0, "gaps": 0}
+    return Result(
+        QUICK,
+        25.0,
+        (),
+        {GROUP_CONTENDER: clean | group, SINGLE_CONTENDER: clean | single},
+        {},
+        {},
+        lapped,
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "single", "problem"),
+    [
+        ({}, {"lost": 5, "gaps": 1}, None),
+        ({"lost": 1}, {}, "the group: 1 lost"),
+        ({"duplicated": 2}, {}, "the group: 2 duplicated"),
+        ({"gaps": 1}, {}, "the group: 1 gaps"),
+        ({}, {"lost": 5}, "the single session lost 5 without a gap record"),
+    ],
+)
+def test_verdict(group: dict[str, int], single: dict[str, int], problem: str | None) -> None:
+    result = _result(group, single)
+    assert result.ok is (problem is None)
+    if problem is not None:
+        assert problem in result.problems()
+    assert not replace(result, lapped=1).ok
+
+
+# ---- the real thing ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_run() -> Iterator[Result]:
+    """One short run at 2k msg/s, kills at 5, 10, 15, 20 s. The group holds a hole 500 ms,
+    not 20: on the shared 2-core test machine one leg lags the other by more than 20 ms at
+    times, and a hole the lagging leg would fill expires before it does (a loss the bench
+    reports with the default hold, not what this test is about)."""
+    name = f"fot{os.getpid() % 10000}"[:10]
+    try:
+        yield run_failover(replace(QUICK, rate=2000.0, hold_ms=500), name, print)
+    finally:
+        assert not Lab(name, kernel_client=True).exists(), f"lab {name} left behind"
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+@pytest.mark.usefixtures("eal")
+def test_the_group_loses_nothing_and_the_single_session_what_it_must(quick_run: Result) -> None:
+    assert [k.kind for k in quick_run.kills] == [RESET, RESET, LINK, LINK]
+    group = quick_run.contenders[GROUP_CONTENDER]
+    single = quick_run.contenders[SINGLE_CONTENDER]
+    assert quick_run.problems() == [], quick_run.as_dict()
+    assert group["expected"] == single["expected"] > 20_000
+    assert group["delivered"] == group["expected"]
+    assert (group["lost"], group["duplicated"], group["gaps"]) == (0, 0, 0)
+    # Reset with A, with B, and beside B's link cut (A's cut only stalls it): three
+    # reconnects, each a gap, the messages sent meanwhile lost; nothing twice.
+    assert single["gaps"] >= 3 and single["lost"] > 0
+    assert single["duplicated"] == 0
+    legs = quick_run.group["legs"]
+    assert all(leg["won"] > 0 and leg["late"] > 0 for leg in legs)
+    assert sum(leg["won"] for leg in legs) >= group["delivered"]
+    assert all(quick_run.sessions[name]["reconnects"] >= 1 for name in ("A", "B", "S"))
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+@pytest.mark.usefixtures("eal")
+def test_the_run_leaves_nothing(quick_run: Result) -> None:
+    assert os.readlink("/proc/thread-self/ns/net") == NETNS_AT_START  # setns undone
+    assert not list(Path("/dev/shm").glob(f"wsgw-failover{os.getpid()}-*"))
+    json.dumps(quick_run.as_dict(), allow_nan=False)  # what `--out` writes

@@ -1,0 +1,602 @@
+"""`failover`: a feed group of two legs against a single session, side by side, while one
+leg is killed every few seconds (issue #19: "10 minutes at 10k msg/s with one leg killed
+every 10 s: 0 messages lost, 0 duplicated ... shown side by side with a single session").
+
+What runs, all real (no mocks):
+
+    lab namespace   the feed simulator (Binance dialect, a process of its own) on
+                    0.0.0.0:SIM_PORT, its feed group GROUP: every connection of the group
+                    gets the same stream (same trade ids, same sim_seq, same sim_ts stamp)
+    twin namespace  (`Lab(kernel_client=True)`) the kernel transport's OS sockets
+    this process    the gateway: LiveRuntime + DpdkEngines as `wsgw serve` builds them, the
+                    group (leg A over wsgw's DPDK stack, leg B over OS sockets, arbitrated)
+                    and the single session S (DPDK, the same stream), into the hub's ring
+    child process   a ring reader of both contenders' topics, tallying per contender what
+                    it got by the simulator's per-topic sim_seq, and its latency
+
+Kills (`schedule`): at every multiple of --kill-every s one leg, A and B in turn; the kind
+cycles reset, reset, link cut, link cut (A reset, B reset, A's link cut, B's link cut, ...).
+A reset is the simulator's RST on that leg's connection; a link cut takes the leg's
+peer-side veth down for --link-down-for s. The single session stands for a gateway with one
+line: every kill hits it too (its own reset beside a leg's reset; A's link is also S's, so
+a cut of A's link cuts S; beside a cut of B's link, S is reset).
+
+Counted in the window from the first kill's time (once both contenders deliver) to the end
+of the stream (the simulator stops publishing, the stragglers arrive): per contender
+messages delivered, lost (sent in the window, never read), duplicated (read again), gaps
+(`$gap` records) and the latency from the simulator's send stamp to the reader (p50/p99);
+for the group each leg's won/late/lag (the arbiter's figures) and reconnects.
+
+Duration: `--duration S`, else 10 minutes (--quick: 25 s); `--rate` msg/s over all topics
+(default 10k); `--kill-every` (default 10 s). Not part of `wsgw bench all`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from gateway.groups.feed import DEFAULT_HOLD_MS
+from gateway.lab import Lab
+from gateway.simulator.process import start_simulator
+from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.faultsoak import session_counters
+from wsgw_bench.feed import sim_tail
+from wsgw_bench.soak import Child, wait_until
+
+SCENARIO = "failover"
+SIM_PORT = 9480
+GROUP = "failover"  # the simulator's feed group
+GROUP_ID = 1
+TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "xrpusdt@trade")
+DEFAULT_RATE = 10_000.0  # msg/s over all topics
+RING_CAPACITY = 64 << 20
+PORT_ID = 1
+RESET = "reset"
+LINK = "link"
+#: The contenders' sessions: (session id, simulator leg name, transport).
+LEG_A = (11, "A", "dpdk")
+LEG_B = (12, "B", "kernel")
+SINGLE = (13, "S", "dpdk")
+SESSIONS = (LEG_A, LEG_B, SINGLE)
+GROUP_CONTENDER = "group A+B"
+SINGLE_CONTENDER = "single session"
+GAP_REASONS_KEPT = 8
+
+Log = Callable[[str], None]
+
+
+# ---- the plan -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    duration: float  # seconds of stream from the first messages on
+    rate: float = DEFAULT_RATE  # msg/s over all topics
+    kill_every: float = 10.0
+    link_down_for: float = 2.0
+    #: The group's hold (GroupSpec.hold_ms, the API's default): how long a message ahead of
+    #: a hole waits for the other leg. A live leg further behind than this when the other
+    #: comes back from a reset makes its messages a loss (the hole expires first).
+    hold_ms: int = DEFAULT_HOLD_MS
+    settle: float = 3.0  # after the stream stops: stragglers reach the reader
+
+
+def plan_for(options: BenchOptions) -> Plan:
+    return Plan(
+        duration=options.duration or (25.0 if options.quick else 600.0),
+        rate=options.rate or DEFAULT_RATE,
+        kill_every=options.kill_every or (5.0 if options.quick else 10.0),
+        link_down_for=options.link_down_for or 2.0,
+    )
+
+
+@dataclass(frozen=True)
+class Kill:
+    at: float  # seconds after the start (planned, or when it was made)
+    leg: str  # "A" or "B"
+    kind: str  # RESET or LINK
+
+
+def schedule(plan: Plan) -> list[Kill]:
+    """A kill at every multiple of kill_every before the end (a cut ends before it): legs
+    A, B in turn, kinds reset, reset, link, link."""
+    kills: list[Kill] = []
+    k = 1
+    while k * plan.kill_every < plan.duration:
+        kind = RESET if k % 4 in (1, 2) else LINK
+        at = k * plan.kill_every
+        if kind == RESET or at + plan.link_down_for < plan.duration:
+            kills.append(Kill(at, "A" if k % 2 else "B", kind))
+        k += 1
+    return kills
+
+
+# ---- what the reader saw (in the consumer process) ---------------------------------------------
+@dataclass
+class Tally:
+    """One contender's stream as the reader saw it, counted in the window: per topic, sim_seq
+    above its start mark and up to its end mark. Every message read is marked, also before
+    the start marks reach the reader (a message read in that instant is no loss)."""
+
+    duplicated: int = 0  # copies of a message already read
+    out_of_order: int = 0  # a message below the topic's newest one read
+    gaps: int = 0  # `$gap` records in the window
+    gap_lost: int = 0  # the `lost` those records announced (where known)
+    gap_reasons: list[str] = field(default_factory=list)  # the first few, with their time
+    seen: dict[str, bytearray] = field(default_factory=dict)  # per topic, seq - start -> 1
+    newest: dict[str, int] = field(default_factory=dict)
+    latency_us: array[int] = field(default_factory=lambda: array("q"))
+
+    def message(self, topic: str, seq: int, start: int | None, latency_ns: int) -> None:
+        """One message read; start: the topic's start mark (None: not known yet, the
+        window's edge: the message is only marked as seen)."""
+        index = seq - 1  # sim_seq counts from 1 on a fresh simulator
+        flags = self.seen.get(topic)
+        if flags is None:
+            flags = self.seen[topic] = bytearray()
+        if index >= len(flags):
+            flags.extend(bytes(index + 65536 - len(flags)))
+        if flags[index]:
+            if start is not None and seq > start:
+                self.duplicated += 1
+            return
+        flags[index] = 1
+        if start is None or seq <= start:
+            return
+        if seq < self.newest.get(topic, 0):
+            self.out_of_order += 1
+        else:
+            self.newest[topic] = seq
+        self.latency_us.append(latency_ns // 1000)
+
+    def report(self, starts: dict[str, int], ends: dict[str, int]) -> dict[str, Any]:
+        """Figures up to the end marks (sim_seq), the messages after them left out."""
+        delivered = 0
+        for topic, flags in self.seen.items():
+            delivered += sum(flags[starts.get(topic, 0) : ends.get(topic, 0)])
+        expected = sum(max(0, ends[t] - starts.get(t, 0)) for t in ends)
+        latencies = sorted(self.latency_us)
+
+        def quantile(q: float) -> float | None:
+            if not latencies:
+                return None
+            return float(latencies[min(len(latencies) - 1, int(q * len(latencies)))])
+
+        return {
+            "expected": expected,
+            "delivered": delivered,
+            "lost": expected - delivered,
+            "duplicated": self.duplicated,
+            "out_of_order": self.out_of_order,
+            "gaps": self.gaps,
+            "gap_lost": self.gap_lost,
+            "gap_reasons": self.gap_reasons,
+            "latency_p50_us": quantile(0.5),
+            "latency_p99_us": quantile(0.99),
+            "latency_max_us": float(latencies[-1]) if latencies else None,
+        }
+
+
+def tally_consumer_main(
+    conn: Connection, ring: str, contenders: dict[int, str], filters: list[str]
+) -> None:
+    """The reader: waits for the window's start marks, tallies, answers the end marks with
+    every contender's report."""
+    import orjson
+
+    from dataplane.ring import Gap, RingReader
+    from gateway.hub.names import RING_GAP_TOPIC
+
+    tallies = {name: Tally() for name in contenders.values()}
+    starts: dict[str, int] | None = None
+    lapped = 0
+    with RingReader.attach(ring, topics=filters, start="latest") as reader:
+        conn.send("ready")
+        while True:
+            if conn.poll():
+                command = conn.recv()
+                if command[0] == "start":
+                    starts = command[1]
+                    continue
+                break
+            for event in reader.read_batch(timeout=0.1):
+                if isinstance(event, Gap):
+                    lapped += event.lost
+                    continue
+                name = contenders.get(event.session_id)
+                if name is None:
+                    continue
+                tally = tallies[name]
+                if event.topic == RING_GAP_TOPIC:
+                    if starts is None:
+                        continue
+                    record = orjson.loads(bytes(event.payload))
+                    tally.gaps += 1
+                    tally.gap_lost += record.get("lost") or 0
+                    if len(tally.gap_reasons) < GAP_REASONS_KEPT:
+                        tally.gap_reasons.append(f"{time.time():.3f} {record.get('reason')}")
+                    continue
+                found = sim_tail(bytes(event.payload))
+                if found is None:
+                    continue
+                topic = event.topic.split(":", 1)[1]
+                now = time.time_ns()
+                start = None if starts is None else starts.get(topic, 0)
+                tally.message(topic, found[0], start, now - found[1])
+    ends: dict[str, int] = command[1]
+    conn.send(
+        {
+            "lapped": lapped,
+            "contenders": {n: t.report(starts or {}, ends) for n, t in tallies.items()},
+        }
+    )
+
+
+# ---- the simulator ------------------------------------------------------------------------------
+class Upstream:
+    """The feed simulator in the lab's namespace, driven through its stdin."""
+
+    def __init__(self, lab: Lab, rate_per_topic: float) -> None:
+        self.proc = start_simulator(
+            lab,
+            SIM_PORT,
+            rate_per_topic,
+            host="0.0.0.0",  # noqa: S104 (inside the lab's namespace: both veths reach it)
+            stdin=True,
+        )
+        # Its answers, line by line, read on a thread of their own: a select() on the
+        # buffered pipe would miss a line already in the buffer.
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="simulator-answers", daemon=True)
+        self._reader.start()
+        try:
+            self.command("stats")  # its first answer follows its description line
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for text in self.proc.stdout:
+            self.lines.put(text)
+        self.lines.put(None)
+
+    def command(self, line: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Send one stdin command and return its answer (other lines are skipped)."""
+        proc = self.proc
+        assert proc.stdin is not None
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        while True:
+            try:
+                text = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"the simulator did not answer {line!r}") from None
+            if text is None:
+                raise RuntimeError(f"the simulator exited (answering {line!r})")
+            answer: dict[str, Any] = json.loads(text)
+            if "ok" in answer or "counters" in answer:
+                return answer
+
+    def sent(self) -> dict[str, int]:
+        """Messages published so far on each of the group's topics (its last sim_seq)."""
+        sent = self.command("stats")["sent_per_topic"]
+        return {t: int(sent.get(f"{GROUP}/binance:{t}", 0)) for t in TOPICS}
+
+    def reset(self, leg: str) -> None:
+        self.command(f"fault reset target=leg:{GROUP}/{leg}")
+
+    def reset_group(self) -> None:
+        """Every connection of the group reset at once (every leg down)."""
+        self.command(f"fault reset target=group:{GROUP}")
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        self._reader.join(5)  # it reads to the end of the pipe, then the pipe can close
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def leg_link(lab: Lab, leg: str) -> str:
+    """The peer-side veth a leg (or the single session) reaches the simulator through."""
+    transport = {name: transport for _, name, transport in SESSIONS}[leg]
+    return lab.peer_if if transport == "dpdk" else lab.peer_client_if
+
+
+def make_kills(plan: Plan, lab: Lab, upstream: Upstream, start: float, log: Log) -> list[Kill]:
+    """Kill on schedule until the plan's end; the kills made."""
+    done: list[Kill] = []
+    for kill in schedule(plan):
+        time.sleep(max(0.0, start + kill.at - time.monotonic()))
+        at = time.monotonic() - start
+        if kill.kind == RESET:
+            upstream.reset(kill.leg)
+            upstream.reset(SINGLE[1])
+            log(f"t={at:5.1f} s reset leg {kill.leg} and the single session")
+        else:
+            link = leg_link(lab, kill.leg)
+            shares = link == leg_link(lab, SINGLE[1])
+            if not shares:
+                upstream.reset(SINGLE[1])
+            lab.exec(["ip", "link", "set", link, "down"])
+            try:
+                time.sleep(plan.link_down_for)
+            finally:
+                lab.exec(["ip", "link", "set", link, "up"])
+            log(
+                f"t={at:5.1f} s leg {kill.leg}'s link cut for {plan.link_down_for:g} s, "
+                + ("the single session's too" if shares else "the single session reset")
+            )
+        done.append(Kill(round(at, 3), kill.leg, kill.kind))
+    time.sleep(max(0.0, start + plan.duration - time.monotonic()))
+    return done
+
+
+# ---- results --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Result:
+    plan: Plan
+    elapsed: float
+    kills: tuple[Kill, ...]
+    contenders: dict[str, dict[str, Any]]  # Tally.report by contender
+    group: dict[str, Any]  # the group's figures (runtime.group_figures)
+    sessions: dict[str, dict[str, float]]  # session counters by leg name (A, B, S)
+    lapped: int
+
+    def problems(self) -> list[str]:
+        """The group's promise (nothing lost, nothing twice, in order) and the single
+        session's honesty (its losses announced by gaps)."""
+        out: list[str] = []
+        group = self.contenders[GROUP_CONTENDER]
+        for what in ("lost", "duplicated", "out_of_order", "gaps"):
+            if group[what]:
+                out.append(f"the group: {group[what]} {what.replace('_', ' ')}")
+        if not group["delivered"]:
+            out.append("the group delivered nothing")
+        single = self.contenders[SINGLE_CONTENDER]
+        if single["lost"] and not single["gaps"]:
+            out.append(f"the single session lost {single['lost']} without a gap record")
+        if self.lapped:
+            out.append(f"the reader was lapped ({self.lapped} records): figures incomplete")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+    @property
+    def sent_rate(self) -> float:
+        """Messages/s the simulator published in the window (below the plan's: overloaded)."""
+        return float(self.contenders[GROUP_CONTENDER]["expected"]) / max(self.elapsed, 1e-9)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problems": self.problems(),
+            "plan": asdict(self.plan),
+            "elapsed_s": self.elapsed,
+            "sent_rate": self.sent_rate,
+            "kills": [asdict(k) for k in self.kills],
+            "contenders": self.contenders,
+            "group": self.group,
+            "sessions": self.sessions,
+            "lapped": self.lapped,
+        }
+
+
+# ---- the run --------------------------------------------------------------------------------
+def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
+    """The whole run (module docstring); everything it made is gone when it returns or
+    raises, Ctrl-C included."""
+    from functools import partial
+
+    from dataplane.ring import RingWriter
+    from gateway.groups.feed import GroupSpec, group_hub_id
+    from gateway.hub import Hub, ring_topics
+    from gateway.runtime import PortSpec, SessionSpec, SessionState
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
+    from gateway.sessions import SessionConfig
+    from gateway.sessions.config import ReconnectPolicy
+    from gateway.settings import Settings
+    from gateway.simulator import with_group
+
+    lab = Lab(lab_name, kernel_client=True)
+    ring_name = f"wsgw-failover{os.getpid()}-messages"
+    hub_id = group_hub_id(GROUP_ID)
+    contenders = {hub_id: GROUP_CONTENDER, SINGLE[0]: SINGLE_CONTENDER}
+    # The operator's defaults but for reconnects: the first after 0.2 s (not 0.5), and a
+    # connection is stable after 1 s (not 10): the single session, killed every
+    # kill_every s, would otherwise back off further each time.
+    session_config = partial(
+        SessionConfig.from_spec, reconnect=ReconnectPolicy(initial_delay_s=0.2, stable_after_s=1.0)
+    )
+    with ExitStack() as undo:
+        lab.down()
+        undo.callback(lab.down)
+        lab.up()
+        upstream = Upstream(lab, plan.rate / len(TOPICS))
+        undo.callback(upstream.close)
+        hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
+        undo.callback(hub.close)
+        settings = Settings()
+        with lab.client_threads():  # the session loop thread: kernel sockets in the twin
+            runtime = LiveRuntime(
+                hub,
+                engine_factory=lambda: DpdkEngines(settings),
+                session_config=session_config,
+                hub=hub,
+            )
+        undo.callback(runtime.close)
+        runtime.port_up(PortSpec(PORT_ID, "failover", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
+        legs = (LEG_A[0], LEG_B[0])
+        runtime.set_group(GroupSpec(GROUP_ID, "failover", legs, "binance", plan.hold_ms))
+        filters = ring_topics(hub_id, list(TOPICS)) + ring_topics(SINGLE[0], list(TOPICS))
+        consumer = Child(tally_consumer_main, ring_name, contenders, sorted(set(filters)))
+        undo.callback(consumer.close)
+        hosts = {"dpdk": lab.peer_ip, "kernel": lab.peer_client_ip}
+        for sid, leg, transport in SESSIONS:
+            runtime.subscribe(sid, list(TOPICS))
+            url = with_group(f"ws://{hosts[transport]}:{SIM_PORT}/binance/stream", GROUP, leg)
+            port_id = PORT_ID if transport == "dpdk" else None
+            runtime.start_session(
+                SessionSpec(sid, f"failover-{leg}", url, "binance", transport, port_id)
+            )
+
+        def counters() -> dict[str, dict[str, float]]:
+            by_sid = session_counters(runtime)
+            return {leg: by_sid.get(sid, {}) for sid, leg, _ in SESSIONS}
+
+        wait_until(
+            lambda: all(c.get("messages", 0) > 0 for c in counters().values()),
+            "the first messages of every session",
+            30.0,
+        )
+        starts = upstream.sent()
+        consumer.conn.send(("start", starts))
+        start = time.monotonic()
+        log(
+            f"{plan.duration:.0f} s at {plan.rate:.0f} msg/s ({len(TOPICS)} topics): a leg "
+            f"killed every {plan.kill_every:g} s (reset, reset, link cut "
+            f"{plan.link_down_for:g} s, ...), hold {plan.hold_ms} ms, lab {lab.name}, "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
+        kills = make_kills(plan, lab, upstream, start, log)
+        upstream.command("rate rate=0")  # the stream ends: the window closes here
+        ends = upstream.sent()
+        elapsed = time.monotonic() - start
+        time.sleep(plan.settle)
+        group = runtime.group_figures(GROUP_ID) or {}
+        sessions = counters()
+        for sid, _, _ in SESSIONS:
+            runtime.stop_session(sid)
+        ended = (SessionState.STOPPED, SessionState.FAILED)
+        wait_until(
+            lambda: all(runtime.session_status(sid).state in ended for sid, _, _ in SESSIONS),
+            "the sessions to stop",
+        )
+        consumer.conn.send(("stop", ends))
+        if not consumer.conn.poll(60):
+            raise RuntimeError("the reader did not report")
+        seen: dict[str, Any] = consumer.conn.recv()
+    return Result(plan, elapsed, tuple(kills), seen["contenders"], group, sessions, seen["lapped"])
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} us"
+
+
+def summary(result: Result) -> str:
+    """The verdict and a line per contender and leg, for the terminal."""
+    lines = [
+        "verdict: "
+        + (
+            "OK: the group lost nothing and repeated nothing"
+            if result.ok
+            else "NOT OK: " + "; ".join(result.problems())
+        ),
+        f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s "
+        f"(the simulator made {result.sent_rate:.0f} msg/s)",
+    ]
+    for name, c in result.contenders.items():
+        lines.append(
+            f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
+            f"duplicated {c['duplicated']} gaps {c['gaps']} latency p50 "
+            f"{_us(c['latency_p50_us'])} p99 {_us(c['latency_p99_us'])} max "
+            f"{_us(c['latency_max_us'])}"
+        )
+    for leg in result.group.get("legs", []):
+        name = next(n for sid, n, _ in SESSIONS if sid == leg["session_id"])
+        lag50, lag99 = (
+            leg[k] / 1000 if leg[k] is not None else None for k in ("lag_p50_ns", "lag_p99_ns")
+        )
+        reconnects = result.sessions.get(name, {}).get("reconnects", 0)
+        lines.append(
+            f"    leg {name} won {leg['won']} late {leg['late']} lag p50 {_us(lag50)} p99 "
+            f"{_us(lag99)} reconnects {reconnects:.0f}"
+        )
+    return "\n".join(lines)
+
+
+def _measurements(result: Result) -> list[Measurement]:
+    out: list[Measurement] = [
+        Measurement(
+            SCENARIO,
+            "verdict (1 = ok)",
+            GROUP_CONTENDER,
+            "",
+            True,
+            [1.0 if result.ok else 0.0],
+            note="; ".join(result.problems())
+            or f"0 lost, 0 duplicated; {len(result.kills)} kills in {result.elapsed:.0f} s",
+        )
+    ]
+    figures: tuple[tuple[str, str, str, bool, float], ...] = (
+        ("messages delivered", "delivered", "count", True, 1.0),
+        ("messages lost", "lost", "count", False, 1.0),
+        ("messages duplicated", "duplicated", "count", False, 1.0),
+        ("gaps", "gaps", "count", False, 1.0),
+        ("latency send->consumer p50", "latency_p50_us", "us", False, 1.0),
+        ("latency send->consumer p99", "latency_p99_us", "us", False, 1.0),
+    )
+    for metric, key, unit, higher, scale in figures:
+        for name in (SINGLE_CONTENDER, GROUP_CONTENDER):
+            value = result.contenders[name][key]
+            out.append(
+                Measurement(
+                    SCENARIO,
+                    metric,
+                    name,
+                    unit,
+                    higher,
+                    [] if value is None else [float(value) * scale],
+                    reference=name == SINGLE_CONTENDER,
+                )
+            )
+    for leg in result.group.get("legs", []):
+        name = next(f"leg {n} ({t})" for sid, n, t in SESSIONS if sid == leg["session_id"])
+        for metric, key, unit, scale in (
+            ("leg won", "won", "count", 1.0),
+            ("leg late", "late", "count", 1.0),
+            ("leg lag p50", "lag_p50_ns", "us", 1e-3),
+            ("leg lag p99", "lag_p99_ns", "us", 1e-3),
+        ):
+            value = leg[key]
+            samples = [] if value is None else [float(value) * scale]
+            out.append(Measurement(SCENARIO, metric, name, unit, False, samples))
+    return out
+
+
+@scenario(
+    SCENARIO,
+    "a 2-leg feed group vs a single session, a leg killed every 10 s: lost, duplicated, latency",
+    needs_root=True,
+    in_all=False,
+)
+def failover(options: BenchOptions) -> list[Measurement]:
+    lab_name = unique_lab_name(options, "fo")
+
+    def log(line: str) -> None:
+        print(f"[failover] {line}", flush=True)
+
+    result = run_failover(plan_for(options), lab_name, log)
+    for line in summary(result).splitlines():
+        log(line)
+    if options.out is not None:
+        options.out.mkdir(parents=True, exist_ok=True)
+        path = options.out / "failover.json"
+        path.write_text(json.dumps(result.as_dict(), indent=2))
+        log(f"wrote {path}")
+    return _measurements(result)
