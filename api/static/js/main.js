@@ -4,6 +4,7 @@
 import { api, ApiError, auth, onApi } from "./api.js";
 import { h, replace, stateBadge } from "./dom.js";
 import { MetricsPoller } from "./metrics.js";
+import * as books from "./pages/books.js";
 import * as charts from "./pages/charts.js";
 import * as consumers from "./pages/consumers.js";
 import * as login from "./pages/login.js";
@@ -28,6 +29,7 @@ const PAGES = {
   session: { module: sessionDetail, scope: "admin", title: "Session" },
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
+  books: { module: books, scope: "consume", title: "Books" },
   consumers: { module: consumers, scope: "admin", title: "Consumers" },
   charts: { module: charts, scope: null, title: "Charts" },
   tokens: { module: tokens, scope: "admin", title: "Tokens" },
