@@ -15,7 +15,8 @@ simulator; the test asserts what the issue asks of it:
 
 Faults: Binance spot and USD-M futures, a dropped update and a stale REST snapshot (REST
 resync, /api/v3/depth and /fapi/v1/depth); Kraken and OKX, a wrong checksum; OKX and Bybit,
-a dropped update (resubscribe resync: the venue's snapshot on subscribe).
+a dropped update (resubscribe resync: the venue's snapshot on subscribe); Bybit also on a
+1-level topic, where levels leave the window without a delete (the book keeps to its depth).
 
 Sessions here use the kernel transport; test_books_sim_dpdk.py runs one venue over DPDK.
 """
@@ -74,6 +75,9 @@ VENUES = {
     "kraken": Venue("kraken", "book:BTC/USD", "/v2", "BTC/USD", window=10),
     "okx": Venue("okx", "books:BTC-USDT", "/ws/v5/public", "BTC-USDT"),
     "bybit": Venue("bybit", "orderbook.50.BTCUSDT", "/v5/public/spot", "BTCUSDT", window=50),
+    # Levels leave a 1-level window all the time, and Bybit sends no delete for them: the
+    # gateway's book must keep to the topic's depth itself.
+    "bybit-1": Venue("bybit", "orderbook.1.BTCUSDT", "/v5/public/spot", "BTCUSDT", window=1),
 }
 
 #: (venue, fault, the reason the gateway must give)
@@ -86,6 +90,7 @@ FAULTS = [
     ("okx", "checksum", "checksum"),
     ("okx", "drop", "gap"),
     ("bybit", "drop", "gap"),
+    ("bybit-1", "drop", "gap"),
 ]
 
 HEAD_START = 100  # updates before the session subscribes (a stale snapshot can go back 50)
