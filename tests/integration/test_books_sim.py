@@ -18,7 +18,7 @@ resync, /api/v3/depth and /fapi/v1/depth); Kraken and OKX, a wrong checksum; OKX
 a dropped update (resubscribe resync: the venue's snapshot on subscribe); Bybit also on a
 1-level topic, where levels leave the window without a delete (the book keeps to its depth).
 
-Sessions here use the kernel transport; test_books_sim_dpdk.py runs one venue over DPDK.
+Sessions here use the kernel transport; test_books_sim_dpdk.py runs Kraken and OKX over DPDK.
 """
 
 from __future__ import annotations
