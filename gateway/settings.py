@@ -282,10 +282,12 @@ class BooksSettings(BaseModel):
     snapshot_urls: dict[str, str] = Field(
         default_factory=lambda: {
             "binance": "https://api.binance.com",
+            "binance_futures": "https://fapi.binance.com",
             "bitstamp": "https://www.bitstamp.net",
         },
         description="venue -> base URL of its REST book snapshot (binance: <base>/api/v3/"
-        "depth, bitstamp: <base>/api/v2/order_book/<pair>/); point it at a simulator",
+        "depth, binance_futures: <base>/fapi/v1/depth (binance's base when left out), "
+        "bitstamp: <base>/api/v2/order_book/<pair>/); point it at a simulator",
     )
     snapshot_limit: int = Field(default=1000, ge=5, le=5000, description="binance's limit")
     snapshot_timeout_s: float = Field(default=5.0, gt=0, le=60)

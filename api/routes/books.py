@@ -35,6 +35,18 @@ Symbol = Annotated[
 ]
 
 
+@router.get("/{session_id}", responses=responses(404))
+def list_books(session_id: IdPath, control: ControlDep, _caller: ConsumerDep) -> dict[str, object]:
+    """The symbols the session keeps books of (the dashboard's book view picks from them)."""
+    control.sessions.get(session_id)  # 404 when there is no such session
+    books = control.books
+    return {
+        "session_id": session_id,
+        "available": books.available,
+        "symbols": books.symbols(session_id),
+    }
+
+
 @router.get(
     "/{session_id}/{symbol:path}",
     response_model=BookPublic,

@@ -17,7 +17,9 @@ symbol) first, and only what keeps a consumer's book right is published:
   `reset` event (BookReset, with the reason), then a new snapshot is asked for: REST for
   Binance and Bitstamp (`<base>/api/v3/depth?symbol=S&limit=N`, `<base>/api/v2/order_book/
   <pair>/`; the bases are settings, so a simulator can serve them), a resubscribe of the
-  topic for the others (their venues send a snapshot on subscribe). A REST snapshot that
+  topic for the others (their venues send a snapshot on subscribe). Binance USD-M futures
+  books (their deltas carry `pu`) fetch `<base>/fapi/v1/depth`, base `binance_futures` (or
+  `binance`'s when that is not set). A REST snapshot that
   the book took is published as a `snapshot` event of the book as it then is (the snapshot
   plus the buffered deltas that follow it), with its sequence;
 - a session's `$gap` (a reconnect, a message the ring could not hold) makes its books stale
@@ -26,7 +28,7 @@ symbol) first, and only what keeps a consumer's book right is published:
 
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
-session it follows.
+session it follows. A deleted session's books and counts are forgotten (`forget_session`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class BooksConfig:
     snapshot_urls: Mapping[str, str] = field(
         default_factory=lambda: {
             "binance": "https://api.binance.com",
+            "binance_futures": "https://fapi.binance.com",
             "bitstamp": "https://www.bitstamp.net",
         }
     )
@@ -105,6 +108,8 @@ class _Book:
     fetching: bool = False
     failures: int = 0
     gap_resets: int = 0
+    #: Binance USD-M futures (its deltas carry `pu`): the snapshot is /fapi/v1/depth's.
+    futures: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,14 @@ class BookManager:
                 self._start()
             if self._reader is not None:
                 self._reader.set_topics(names)
+
+    def forget_session(self, session_id: int) -> None:
+        """The session is deleted: its books go, and its resync counts with them (a deleted
+        session's labels would stay in /metrics for good otherwise)."""
+        self.set_session(session_id, "", {})
+        with self._lock:
+            for key in [k for k in self._retired if k[0] == session_id]:
+                del self._retired[key]
 
     def _retire(self, book: _Book) -> None:
         for reason, count in book.sync.resyncs.items():
@@ -348,8 +361,11 @@ class BookManager:
         key = (sid, topic, event.symbol)
         book = self._books.get(key)
         if book is None:
-            book = _Book(sid, topic, event.symbol, make_sync(feed.venue, event.symbol))
+            options = sync_options(feed.venue, topic)
+            book = _Book(sid, topic, event.symbol, make_sync(feed.venue, event.symbol, **options))
             self._books[key] = book
+        if isinstance(event, BookDelta) and event.prev_seq and feed.venue == "binance":
+            book.futures = True
         outcome = book.sync.on_event(event)
         book.updated_ns = event.recv_ns
         if outcome.action is Action.APPLIED:
@@ -400,7 +416,7 @@ class BookManager:
     def _resync(self, book: _Book) -> None:
         venue = book.sync.venue
         if venue in REST_VENUES:
-            url = self._snapshot_url(venue, book.symbol)
+            url = self._snapshot_url(venue, book.symbol, futures=book.futures)
             if url is None or self._executor is None:
                 return
             book.fetching = True
@@ -410,8 +426,9 @@ class BookManager:
             self.runtime.unsubscribe(book.session_id, [book.topic])
             self.runtime.subscribe(book.session_id, [book.topic])
 
-    def _snapshot_url(self, venue: str, symbol: str) -> str | None:
-        base = self.config.snapshot_urls.get(venue)
+    def _snapshot_url(self, venue: str, symbol: str, *, futures: bool = False) -> str | None:
+        urls = self.config.snapshot_urls
+        base = (urls.get("binance_futures") or urls.get(venue)) if futures else urls.get(venue)
         if not base:
             log.error("books: no snapshot URL for %s (books.snapshot_urls)", venue)
             return None
@@ -420,7 +437,7 @@ class BookManager:
             query = urllib.parse.urlencode(
                 {"symbol": symbol.upper(), "limit": self.config.snapshot_limit}
             )
-            return f"{base}/api/v3/depth?{query}"
+            return f"{base}/{'fapi/v1' if futures else 'api/v3'}/depth?{query}"
         return f"{base}/api/v2/order_book/{urllib.parse.quote(symbol.lower())}/"
 
     def _fetch_snapshot(self, book: _Book, url: str) -> None:
@@ -489,6 +506,16 @@ class BookManager:
         if batch:
             hub.publish_batch(batch)
             self.published += len(batch)
+
+
+def sync_options(venue: str, topic: str) -> dict[str, Any]:
+    """The BookSync options a topic implies: Bybit's `orderbook.N.SYMBOL` shows N levels a
+    side (a level pushed out of them gets no delete: the book truncates to N itself)."""
+    if venue == "bybit":
+        parts = topic.split(".")
+        if len(parts) == 3 and parts[0] == "orderbook" and parts[1].isdigit():
+            return {"depth": int(parts[1])}
+    return {}
 
 
 def _http_get(url: str, timeout: float) -> bytes:

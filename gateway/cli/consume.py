@@ -1,5 +1,9 @@
 """`wsgw consume`: tail a stream from the shell, from this host's shared-memory ring or a
-gateway's downstream WebSocket (/v1/stream)."""
+gateway's downstream WebSocket (/v1/stream).
+
+`--normalized` decodes the messages of normalized subscriptions (JSON or binary, issue #21)
+and prints each event as JSON; a plain `-t TOPIC` of a session then means its normalized
+topics (`norm:TOPIC` and `normbin:TOPIC`)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import typer
 
 if TYPE_CHECKING:
     from dataplane.ring import WaitPolicy
+    from gateway.client import Client
 
 
 def consume(
@@ -51,6 +56,14 @@ def consume(
             help="when the gateway restarts, go on with its new ring (prints RESTART first)"
         ),
     ] = False,
+    normalized: Annotated[
+        bool,
+        typer.Option(
+            "--normalized",
+            help="decode normalized events (either encoding) and print them as JSON; with "
+            "--session, -t TOPIC reads norm:TOPIC and normbin:TOPIC",
+        ),
+    ] = False,
 ) -> None:
     """Print one line per message (`seq topic payload`) and per gap (`GAP ...`); a first
     line on stderr says what is read and how the reader waits."""
@@ -65,8 +78,27 @@ def consume(
                 f"{exc} (or auto: as the gateway recommends)", param_hint="--wait"
             ) from None
     if url is not None:
+        if normalized:
+            sys.exit(_normalized_stream(url, token, count, timeout))
         sys.exit(asyncio.run(_websocket(url, token, count, timeout)))
-    sys.exit(_ring(gateway, session, topic, count, timeout, policy, follow))
+    if normalized and session is not None and topic:
+        topic = normalized_topics(topic)
+    sys.exit(_ring(gateway, session, topic, count, timeout, policy, follow, normalized))
+
+
+def normalized_topics(topics: list[str]) -> list[str]:
+    """A session's topics as their normalized ones: TOPIC -> norm:TOPIC, normbin:TOPIC (a
+    subscription picks one encoding; the consumer need not know which)."""
+    from gateway.hub.names import normalized_topic
+    from gateway.normalize.schema import encoding_of
+
+    out: list[str] = []
+    for topic in topics:
+        if encoding_of(topic) is not None:
+            out.append(topic)
+        else:
+            out += [normalized_topic(topic, "json"), normalized_topic(topic, "binary")]
+    return out
 
 
 def _ring(
@@ -77,9 +109,10 @@ def _ring(
     timeout: float,
     policy: WaitPolicy | None = None,
     follow: bool = False,
+    normalized: bool = False,
 ) -> int:
-    from dataplane.ring import Gap, RingError, ring_name
-    from gateway.client import Client, Restart
+    from dataplane.ring import RingError, ring_name
+    from gateway.client import Client
     from gateway.hub.names import ring_topics
 
     if session is not None:
@@ -94,6 +127,7 @@ def _ring(
             copy=True,
             wait=policy or "auto",
             follow=follow,
+            normalized=normalized,
         )
     except RingError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
@@ -104,6 +138,16 @@ def _ring(
         file=sys.stderr,
         flush=True,
     )
+    return _print_events(client, count, timeout)
+
+
+def _print_events(client: Client, count: int, timeout: float) -> int:
+    """Print what the client reads (module doc) until count messages or timeout idle
+    seconds; the exit status."""
+    from dataplane.ring import Gap
+    from gateway.client import NormalizedMessage, Restart
+    from gateway.normalize.schema import encode_json
+
     seen = 0
     idle = 0.0
     try:
@@ -122,7 +166,10 @@ def _ring(
                 if isinstance(event, Restart):
                     print(f"RESTART epoch={event.epoch:016x}", flush=True)
                     continue
-                payload = bytes(event.payload).decode(errors="replace")
+                if isinstance(event, NormalizedMessage):
+                    payload = encode_json(event.event).decode()
+                else:
+                    payload = bytes(event.payload).decode(errors="replace")
                 print(f"{event.seq} {event.topic} {payload}", flush=True)
                 seen += 1
                 if count and seen >= count:
@@ -132,6 +179,19 @@ def _ring(
     finally:
         client.close()
     return 0 if seen or not count else 1
+
+
+def _normalized_stream(url: str, token: str | None, count: int, timeout: float) -> int:
+    """A gateway's /v1/stream through the SDK, which decodes the normalized messages."""
+    from gateway.client import Client, SourceUnavailableError
+
+    try:
+        client = Client.connect(url, token=token, normalized=True)
+    except (SourceUnavailableError, OSError) as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        return 1
+    print(f"consuming {url} (normalized)", file=sys.stderr, flush=True)
+    return _print_events(client, count, timeout)
 
 
 async def _websocket(url: str, token: str | None, count: int, timeout: float) -> int:

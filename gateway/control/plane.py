@@ -55,6 +55,7 @@ class ControlPlane:
         self.subscriptions = SubscriptionService(
             self.tx, self.runtime, settings.hub.gateway, self.books
         )
+        self.sessions.on_delete.append(self.books.forget_session)
         self.groups = GroupService(self.tx, self.runtime)
         self.tokens = TokenService(self.tx, timedelta(seconds=settings.auth.last_used_resolution_s))
         self.started = False

@@ -8,7 +8,7 @@ A session's wanted state (`desired_state`) is stored, so a restart restores it
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,8 @@ class SessionService(RowService[SessionRow]):
         super().__init__(tx, SessionRepository)
         self.runtime = runtime
         self.writer = writer
+        #: Called with the id of each deleted session (the books forget theirs).
+        self.on_delete: list[Callable[[int], None]] = []
 
     def status(self, session_id: int) -> SessionStatus:
         return self.runtime.session_status(session_id)
@@ -188,6 +190,8 @@ class SessionService(RowService[SessionRow]):
                 # so starting it again subscribes them upstream.
                 self._reregister_topics(session_id)
                 raise
+            for hook in self.on_delete:
+                hook(session_id)
 
     def _reregister_topics(self, session_id: int) -> None:
         try:

@@ -4,6 +4,7 @@
 import { api, ApiError, auth, onApi } from "./api.js";
 import { h, replace, stateBadge } from "./dom.js";
 import { MetricsPoller } from "./metrics.js";
+import * as books from "./pages/books.js";
 import * as charts from "./pages/charts.js";
 import * as consumers from "./pages/consumers.js";
 import * as groups from "./pages/groups.js";
@@ -31,6 +32,7 @@ const PAGES = {
   groups: { module: groups, scope: "admin", title: "Feed groups" },
   subscriptions: { module: subscriptions, scope: "consume", title: "Subscriptions" },
   tail: { module: tail, scope: "consume", title: "Live tail" },
+  books: { module: books, scope: "consume", title: "Books" },
   consumers: { module: consumers, scope: "admin", title: "Consumers" },
   nodes: { module: nodes, scope: "admin", title: "Nodes" },
   charts: { module: charts, scope: null, title: "Charts" },

@@ -1,0 +1,73 @@
+"""The books' resubscribe resync over DPDK (issue #21): the feed simulator in the lab's peer
+namespace, the gateway's session on a real DPDK port (wsgw's own TCP/IP stack, the engine),
+the BookManager on the hub ring; a wrong checksum (Kraken) and a dropped update (OKX) are
+detected, reset, resynchronized, and GET /v1/books is the simulator's book again
+(tests/integration/test_books_sim.py has the scenario and the other venues, on the kernel).
+
+The REST resync paths (Binance) stay on the kernel tests: the manager fetches snapshots with
+the host's kernel, which has no address on the lab's link."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.lab import Lab
+from gateway.runtime import EngineState
+from gateway.runtime.engines import DpdkEngines
+from gateway.settings import Settings
+from tests.conftest import requires_dpdk
+from tests.integration.test_books_gateway import Gateway
+from tests.integration.test_books_sim import (
+    VENUES,
+    SimProcess,
+    run_session,
+    start_gateway,
+    start_sim,
+)
+
+pytestmark = [requires_dpdk, pytest.mark.dpdk]
+SIM_PORT = 9610
+
+
+@pytest.fixture
+def dpdk_sim(lab: Lab) -> Iterator[SimProcess]:
+    sim = start_sim(lab, SIM_PORT)
+    try:
+        yield sim
+    finally:
+        sim.close()
+
+
+@pytest.fixture
+def dpdk_gateway(eal, tmp_path: Path, lab: Lab, dpdk_sim: SimProcess) -> Iterator[Gateway]:  # type: ignore[no-untyped-def]
+    engines = Settings(engine={"mode": "loop"})  # type: ignore[arg-type]
+    gw, stop = start_gateway(tmp_path, dpdk_sim, engine_factory=lambda: DpdkEngines(engines))
+    try:
+        yield gw
+    finally:
+        stop()
+
+
+@pytest.mark.parametrize(("venue", "fault", "reason"), [("kraken", "checksum", "checksum"),
+                                                         ("okx", "drop", "gap")])  # fmt: skip
+def test_fault_over_dpdk_resets_resyncs_and_the_book_is_the_simulators(
+    dpdk_gateway: Gateway, dpdk_sim: SimProcess, lab: Lab, venue: str, fault: str, reason: str
+) -> None:
+    control = dpdk_gateway.control
+    port = control.ports.create(
+        {"name": "lab", "device": lab.vdev, "ipv4": lab.gw_ip, "netmask": lab.netmask,
+         "gateway": None, "mtu": 1500}
+    )  # fmt: skip
+    chosen = VENUES[venue]
+    dpdk_sim.emit(chosen, 100)
+    sid = control.sessions.create(
+        {"name": venue, "url": dpdk_sim.url(chosen), "dialect": chosen.dialect,
+         "transport": "dpdk", "port_id": port.id}
+    ).id  # fmt: skip
+    run_session(dpdk_gateway, dpdk_sim, chosen, sid, fault, reason)
+    engine = control.runtime.engine_status()  # the session's bytes came through the engine
+    assert engine.state is EngineState.RUNNING
+    assert engine.details[f"port{port.id}"]["c_rx_frames"] > 0, engine.details
