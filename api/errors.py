@@ -138,7 +138,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidError)
     async def invalid(_: Request, exc: InvalidError) -> JSONResponse:
-        return _invalid(str(exc), ["body", exc.field] if exc.field else ["body"])
+        return _invalid(str(exc), [exc.location, exc.field] if exc.field else [exc.location])
 
     @app.exception_handler(RuntimeRefusedError)
     async def refused(_: Request, exc: RuntimeRefusedError) -> JSONResponse:

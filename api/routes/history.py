@@ -76,7 +76,9 @@ async def read_history(
     until_s = time.time() if until is None else until
     since_s = until_s - history.retention_s if since is None else since
     if until is not None and since_s >= until_s:
-        raise InvalidError(f"since ({since_s:.0f}) must be before until ({until_s:.0f})")
+        raise InvalidError(
+            f"since ({since_s:.0f}) must be before until ({until_s:.0f})", "since", "query"
+        )
     api_settings = request.app.state.settings.api
     fallback = None
     if api_settings.prometheus_url and since_s < until_s:

@@ -23,6 +23,8 @@ class ConflictError(StoreError):
 class InvalidError(StoreError):
     """A value that passed the schema but does not fit the stored state (422)."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, location: str = "body") -> None:
         super().__init__(message)
         self.field = field
+        #: where the field is: "body", or "query" for a rule between query parameters
+        self.location = location

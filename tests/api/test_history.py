@@ -61,6 +61,9 @@ def test_history_keeps_chart_points_and_engine_load(
     assert later["points"] == []
     r = client.get("/v1/history?since=nope", headers=admin)
     assert r.status_code == 422
+    r = client.get("/v1/history?since=2000&until=1000", headers=admin)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["query", "since"]  # names the parameter to fix
 
     metrics = client.get("/metrics", headers=admin).text
     busy = next(line for line in metrics.splitlines() if line.startswith("wsgw_engine_busy_ratio{"))

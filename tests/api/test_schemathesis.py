@@ -64,6 +64,7 @@ CROSS_FIELD_RULES = {
     },
     "POST /v1/groups": {"legs"},  # existing sessions, one dialect, one group each
     "PATCH /v1/groups/{group_id}": {"legs"},
+    "GET /v1/history": {"since"},  # before until
     "POST /v1/subscriptions": {"topics"},
     "PATCH /v1/subscriptions/{subscription_id}": {"topics"},
 }
