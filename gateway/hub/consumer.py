@@ -7,6 +7,9 @@ want it; a queue that is full either disconnects its consumer (`disconnect`, the
 no silent loss) or drops its oldest message and owes the consumer a gap event with the
 exact count (`drop_oldest`). A stalled consumer therefore costs the others nothing: its
 queue stops growing at queue_size and then it is cut off or loses its own oldest messages.
+A reader with a `direct_writer` is written to by the router at the end of its dispatch
+while the reader waits in get() and the writer is ready: in order (only then is the queue
+empty of older events), at most DIRECT_WRITE_MAX events, else its task is woken as usual.
 """
 
 from __future__ import annotations

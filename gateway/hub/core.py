@@ -13,7 +13,10 @@ without the hub. Each consumer loop, and the NATS sink, follows the ring with a 
 its own (`RingFollower`: the writer in this process, or for writers in other processes a C
 thread asleep in the ring's futex wait, wakes the loop through an eventfd, no Python, no
 GIL), and routes what it reads by (session, ring topic id) to the consumers that want it,
-their queues and their policies, on that loop. So the engine's cost does not depend on how
+their queues and their policies, on that loop. A consumer whose reader waits and can take
+writes now (/v1/stream's connection: `Consumer.direct_writer`) is written to by the router
+at the end of that dispatch, so its frames leave on the follower's turn of the loop, not on
+the next one (its task's wake-up). So the engine's cost does not depend on how
 many consumers there are, how slow they are, or whether their loop is stalled: a loop that
 falls behind the writer gets a gap with the count from the ring (or skips ahead past
 `handoff_limit` messages and reports as much), never silent loss.
