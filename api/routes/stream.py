@@ -14,7 +14,7 @@ frame serialised once for every stream that sends it (`Delivery.raw_wire`), unde
 server's own flow control; about 4x the messages per second of one ASGI send per frame.
 While its task waits for messages and the connection is writable, the hub's router writes
 them itself at the end of its dispatch (`_WireWriter`): one turn of the loop less per batch
-(p50 10-50 us in `wsgw_bench.follower_wake --hub --router-writes`); a backlog, a paused
+(p50 2-50 us in `wsgw_bench.follower_wake --hub --router-writes`); a backlog, a paused
 connection and the end go through the task. `app.state.stream_direct = False` turns it off.
 With another server, or `app.state.stream_wire = False`, it sends through ASGI.
 """
