@@ -53,6 +53,7 @@ import multiprocessing as mp
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -97,6 +98,11 @@ DPDK_STREAM_ENVELOPE = "wsgw dpdk -> /v1/stream, envelope"
 DPDK_STREAM_ENVELOPE_THREAD = "wsgw dpdk -> /v1/stream, envelope, notifier thread"
 DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
 DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
+# /v1/stream as before the router wrote a waiting stream's frames itself (the stream's task
+# woken, one more turn of the loop), and with a 0.5 ms GIL switch interval in the gateway
+# (Python's is 5 ms): before/after and the GIL's share (`--contenders`, not in `make bench`).
+DPDK_STREAM_TASK_HOP = "wsgw dpdk -> /v1/stream, task hop"
+DPDK_STREAM_SWITCH_500US = "wsgw dpdk -> /v1/stream, switch interval 0.5 ms"
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,8 @@ class Profile:
     latency_profile: str = "economical"
     direct_wake: bool = True  # in-process followers woken by the ring's writer
     engine: tuple[tuple[str, Any], ...] = ()  # engine settings set explicitly
+    stream_direct: bool = True  # /v1/stream frames written by the hub's router (no task hop)
+    switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
 
     @property
     def reader_wait(self) -> str:
@@ -145,6 +153,12 @@ CONTENDER_SPECS = {
     ),
     DPDK_RING_ENGINE_BUSY: Contender(
         DPDK_RING_ENGINE_BUSY, "dpdk", "ring", Profile(engine=(("poll_mode", "busy"),))
+    ),
+    DPDK_STREAM_TASK_HOP: Contender(
+        DPDK_STREAM_TASK_HOP, "dpdk", "stream", Profile(stream_direct=False)
+    ),
+    DPDK_STREAM_SWITCH_500US: Contender(
+        DPDK_STREAM_SWITCH_500US, "dpdk", "stream", Profile(switch_interval_us=500)
     ),
 }
 
@@ -372,6 +386,8 @@ class GatewayConfig:
     nats_url: str | None = None
     direct_wake: bool = True
     engine: tuple[tuple[str, Any], ...] = ()
+    stream_direct: bool = True
+    switch_interval_us: int = 0
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -386,6 +402,8 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
     from gateway.settings import Settings
 
     follower.DIRECT_WAKE = cfg.direct_wake
+    if cfg.switch_interval_us:
+        sys.setswitchinterval(cfg.switch_interval_us / 1e6)
     lab = Lab(cfg.lab_name, kernel_client=True)
     state = Path(tempfile.mkdtemp(prefix="wsgw-feed-"))
     with ExitStack() as undo:
@@ -403,6 +421,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             from wsgw_bench.servers import ServerThread, gateway_app
 
             app = gateway_app(state, hub, auth="none")
+            app.state.stream_direct = cfg.stream_direct
             server = ServerThread(app, uvloop=True).start()
             undo.callback(server.stop)
             # The stream route looks the session up in the control plane's database (the
@@ -608,6 +627,8 @@ def running(
                 nats_url,
                 contender.profile.direct_wake,
                 contender.profile.engine,
+                contender.profile.stream_direct,
+                contender.profile.switch_interval_us,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

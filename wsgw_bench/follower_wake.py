@@ -13,8 +13,12 @@ alternate: direct (the writer writes the loop's eventfd) and thread (the notifie
 sleeps in the ring's futex, then writes the eventfd). With --hub, the same through a `Hub`
 and one consumer: the time to the code after `await consumer.get()`, where /v1/stream's
 pump writes the socket (the follower's wake, the router, the consumer's queue and the
-task's wake-up). Prints p50/p99 per way and rate, and the process's CPU. Figures are for
-reading, not asserting; the machine's load moves them.
+task's wake-up). With --hub --router-writes, the phases alternate /v1/stream's two ways of
+writing instead (the follower woken directly in both): the router writes a waiting stream's
+events at the end of its dispatch (`Consumer.direct_writer`, stamped in its write), or the
+stream's task is woken and stamps after `await consumer.get()`. Prints p50/p99 per way and
+rate, and the process's CPU. Figures are for reading, not asserting; the machine's load
+moves them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from dataplane.ring import RingMessage, RingWriter, bench_c_pace
 from gateway.hub import Hub
 from gateway.hub import follower as follower_module
 from gateway.hub.consumer import DeliveryOptions
-from gateway.hub.events import Delivery
+from gateway.hub.events import Delivery, StreamEvent
 from gateway.hub.follower import RingFollower
 
 
@@ -94,12 +98,32 @@ def pace(rate: float, stop: threading.Event, write: Callable[[], object]) -> thr
     return thread
 
 
-async def hub_phase(direct: bool, rate: float, seconds: float) -> list[int]:
-    """One phase through a hub: publish_batch on a thread -> `await consumer.get()`."""
+class StampingWriter:
+    """A stream's direct writer that stamps what the router hands it (api.routes.stream's
+    writes the socket there)."""
+
+    def __init__(self, lat: list[int]) -> None:
+        self.lat = lat
+
+    def ready(self) -> bool:
+        return True
+
+    def write(self, events: list[StreamEvent]) -> None:
+        now = time.time_ns()
+        self.lat.extend(now - e.recv_ts_ns for e in events if type(e) is Delivery)
+
+
+async def hub_phase(
+    direct: bool, rate: float, seconds: float, router_writes: bool = False
+) -> list[int]:
+    """One phase through a hub: publish_batch on a thread -> `await consumer.get()` (or the
+    router's direct write)."""
     follower_module.DIRECT_WAKE = direct  # the hub's router makes its follower with the default
     lat: list[int] = []
     with Hub(ring=RingWriter.create(None, 16 << 20)) as hub:
         consumer = hub.subscribe(1, ["t"], DeliveryOptions(queue_size=1_000_000))
+        if router_writes:
+            consumer.direct_writer = StampingWriter(lat)
 
         async def pump() -> None:
             while True:
@@ -127,7 +151,12 @@ async def hub_phase(direct: bool, rate: float, seconds: float) -> list[int]:
 
 
 async def run(
-    rates: list[float], seconds: float, rounds: int, through_hub: bool, c_writer: bool
+    rates: list[float],
+    seconds: float,
+    rounds: int,
+    through_hub: bool,
+    c_writer: bool,
+    router_writes: bool = False,
 ) -> None:
     ring = RingWriter.create(None, 16 << 20)
     tid = ring.register_topic("1:bench")
@@ -139,7 +168,9 @@ async def run(
                 order = (True, False) if r % 2 == 0 else (False, True)
                 for direct in order:
                     t0 = os.times()
-                    if through_hub:
+                    if router_writes:  # here `direct`: the router writes
+                        lat = await hub_phase(True, rate, seconds, direct)
+                    elif through_hub:
                         lat = await hub_phase(direct, rate, seconds)
                     else:
                         lat = await phase(ring, tid, direct, rate, seconds, c_writer)
@@ -155,8 +186,11 @@ async def run(
             got = results[(rate, direct)]
             p50 = statistics.median(p for p, _ in got)
             p99 = statistics.median(p for _, p in got)
-            name = "direct (writer -> eventfd)" if direct else "notifier thread (futex)"
-            where = "consumer.get" if through_hub else "loop"
+            if router_writes:
+                name = "router writes" if direct else "stream task woken"
+            else:
+                name = "direct (writer -> eventfd)" if direct else "notifier thread (futex)"
+            where = "stream write" if router_writes else "consumer.get" if through_hub else "loop"
             print(
                 f"{rate:>8.0f} msg/s {name:28} write -> {where} p50 {p50:7.1f} us p99 {p99:8.1f} us"
             )
@@ -171,9 +205,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hub", action="store_true", help="through a Hub and a consumer")
     parser.add_argument("--python-writer", action="store_true", help="write from Python")
+    parser.add_argument(
+        "--router-writes", action="store_true", help="with --hub: router writes against task"
+    )
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    asyncio.run(run(rates, args.seconds, args.rounds, args.hub, not args.python_writer))
+    asyncio.run(
+        run(rates, args.seconds, args.rounds, args.hub, not args.python_writer, args.router_writes)
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ Sending: under uvicorn (either of its WebSocket implementations) a stream writes
 frames to the connection's transport itself, all that its queue holds in one write, each
 frame serialised once for every stream that sends it (`Delivery.raw_wire`), under the
 server's own flow control; about 4x the messages per second of one ASGI send per frame.
+While its task waits for messages and the connection is writable, the hub's router writes
+them itself at the end of its dispatch (`_WireWriter`): one turn of the loop less per batch
+(p50 2-50 us in `wsgw_bench.follower_wake --hub --router-writes`); a backlog, a paused
+connection and the end go through the task. `app.state.stream_direct = False` turns it off.
 With another server, or `app.state.stream_wire = False`, it sends through ASGI.
 """
 
@@ -43,7 +47,7 @@ from gateway.hub.consumer import (
     OverflowPolicy,
 )
 from gateway.hub.core import Hub, HubClosedError, SessionDeletedError
-from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
+from gateway.hub.events import OP_TEXT, Delivery, GapNotice, StreamEvent, ws_frame
 from gateway.hub.protocol import (
     CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN,
@@ -349,7 +353,12 @@ async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> No
     if paths is None:
         paths = state.stream_paths = {"wire": 0, "asgi": 0}
     paths["wire" if wire else "asgi"] += 1  # which path streams took (tests check it)
-    sender = _pump_wire(wire, consumer, envelope) if wire else _pump(websocket, consumer, envelope)
+    direct = getattr(state, "stream_direct", True)
+    sender = (
+        _pump_wire(wire, consumer, envelope, direct)
+        if wire
+        else _pump(websocket, consumer, envelope)
+    )
     pump = asyncio.create_task(sender)
     listen = asyncio.create_task(_listen(websocket))
     waits: set[asyncio.Future[Any]] = {pump, listen, consumer.ended}
@@ -432,28 +441,62 @@ def _wire_of(websocket: WebSocket) -> _Wire | None:
     return None
 
 
-async def _pump_wire(wire: _Wire, consumer: Consumer, envelope: bool) -> None:
-    """The fast path: each message's frame is serialised once for every stream (server
-    frames are not masked), and a stream writes what its queue holds in one write, under
-    the server's own flow control (its `writable` event)."""
-    get = consumer.get
-    transport = wire.transport
-    writable = wire.writable
-    while True:
-        events = await get(SEND_BATCH)
-        chunks = [
+class _WireWriter:
+    """The router's way to write a stream's frames on its own turn of the loop while the
+    stream's task waits (gateway.hub.consumer.DirectWriter): one loop turn less per batch."""
+
+    def __init__(self, wire: _Wire, envelope: bool) -> None:
+        self.wire = wire
+        self.envelope = envelope
+
+    def ready(self) -> bool:
+        wire = self.wire
+        return (
+            wire.writable.is_set()
+            and not (wire.disconnected or wire.close_sent)
+            and not wire.transport.is_closing()
+        )
+
+    def write(self, events: list[StreamEvent]) -> None:
+        self.wire.transport.write(_frames(events, self.envelope))
+
+
+def _frames(events: list[StreamEvent], envelope: bool) -> bytes:
+    """The events' WebSocket frames, each message's serialised once for every stream."""
+    return b"".join(
+        [
             (e.envelope_wire() if envelope else e.raw_wire())
             if type(e) is Delivery
             else ws_frame(OP_TEXT, e.json().encode())  # type: ignore[union-attr]
             for e in events
         ]
-        if not writable.is_set():
-            await writable.wait()
-        if wire.disconnected or wire.close_sent or transport.is_closing():
-            raise WebSocketDisconnect(1006)
-        transport.write(b"".join(chunks))
-        if len(events) == SEND_BATCH:
-            await asyncio.sleep(0)  # a long backlog: let the other streams run too
+    )
+
+
+async def _pump_wire(wire: _Wire, consumer: Consumer, envelope: bool, direct: bool) -> None:
+    """The fast path: each message's frame is serialised once for every stream (server
+    frames are not masked), and a stream writes what its queue holds in one write, under
+    the server's own flow control (its `writable` event). With `direct` the hub's router
+    writes while this task waits and the connection is writable; the task takes over for
+    a backlog, a paused connection and the end."""
+    get = consumer.get
+    transport = wire.transport
+    writable = wire.writable
+    if direct:
+        consumer.direct_writer = _WireWriter(wire, envelope)
+    try:
+        while True:
+            events = await get(SEND_BATCH)
+            data = _frames(events, envelope)
+            if not writable.is_set():
+                await writable.wait()
+            if wire.disconnected or wire.close_sent or transport.is_closing():
+                raise WebSocketDisconnect(1006)
+            transport.write(data)
+            if len(events) == SEND_BATCH:
+                await asyncio.sleep(0)  # a long backlog: let the other streams run too
+    finally:
+        consumer.direct_writer = None
 
 
 async def _listen(websocket: WebSocket) -> None:

@@ -7,6 +7,9 @@ want it; a queue that is full either disconnects its consumer (`disconnect`, the
 no silent loss) or drops its oldest message and owes the consumer a gap event with the
 exact count (`drop_oldest`). A stalled consumer therefore costs the others nothing: its
 queue stops growing at queue_size and then it is cut off or loses its own oldest messages.
+A reader with a `direct_writer` is written to by the router at the end of its dispatch
+while the reader waits in get() and the writer is ready: in order (only then is the queue
+empty of older events), at most DIRECT_WRITE_MAX events, else its task is woken as usual.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from gateway.hub.events import OVERLOAD, QUEUE_FULL, Delivery, GapNotice, StreamEvent
 from gateway.hub.protocol import (
@@ -38,7 +41,20 @@ DisconnectKind = Literal[
 DEFAULT_QUEUE_SIZE = 4096
 MAX_QUEUE_SIZE = 1_000_000
 MAX_CONFLATION_MS = 60_000
+#: At most this many events are written straight from the router's dispatch; a longer
+#: backlog goes to the reader's task, which lets the loop's other streams run in between.
+DIRECT_WRITE_MAX = 256
 _consumer_ids = itertools.count(1)
+
+
+class DirectWriter(Protocol):
+    """A reader that can take events on the router's turn, without its task running: the
+    stream's connection while it is writable (api.routes.stream)."""
+
+    def ready(self) -> bool:
+        """Whether a write now would go out at once (else the reader's task takes over)."""
+
+    def write(self, events: list[StreamEvent]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,13 @@ class Consumer:
         self.drop_oldest = options.overflow == "drop_oldest"
         self.queue: deque[StreamEvent] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        #: Set by a reader that may be written to from the router's dispatch while its task
+        #: waits in get(): the events then skip one turn of the loop (the task's wake-up).
+        self.direct_writer: DirectWriter | None = None
+        # The router's hook that defers a direct write to the end of its dispatch (so a
+        # batch of records goes out in one write); it returns False outside a dispatch.
+        self.defer_flush: Callable[[Consumer], bool] | None = None
+        self._flush_deferred = False
         self._closed: ConsumerClosed | None = None
         self.ended: asyncio.Future[ConsumerClosed] = loop.create_future()
         # drop_oldest: messages dropped at the head since the reader last took, and the
@@ -141,7 +164,7 @@ class Consumer:
         if len(queue) < self.limit:
             queue.append(item)
             if self._waiter is not None:
-                self._wake()
+                self._signal()
         else:
             self._full(item)
 
@@ -160,7 +183,7 @@ class Consumer:
             self._notices_at_head.append(head)  # type: ignore[arg-type]
         queue.append(item)
         if self._waiter is not None:
-            self._wake()
+            self._signal()
 
     def _conflate(self, item: Delivery) -> None:
         if self._window is None:  # the first update after a quiet interval goes at once
@@ -187,7 +210,7 @@ class Consumer:
         """Gap notices are never dropped or conflated, and do not count against the bound."""
         self.queue.append(notice)
         if self._waiter is not None:
-            self._wake()
+            self._signal()
 
     def overflowed(self, lost: int) -> None:
         """This loop fell `lost` messages behind the ring (of any stream on the loop: the
@@ -197,6 +220,32 @@ class Consumer:
             self.push_gap(GapNotice(self.session_id, lost, OVERLOAD))
         else:
             self.cut(CLOSE_TRY_AGAIN_LATER, overload_reason(lost), "overload")
+
+    def _signal(self) -> None:
+        """Something arrived for a reader that waits: written by the router at the end of
+        its dispatch if the reader has a direct writer, else the reader's task is woken."""
+        if self._flush_deferred:
+            return
+        defer = self.defer_flush
+        if self.direct_writer is not None and defer is not None and defer(self):
+            self._flush_deferred = True
+            return
+        self._wake()
+
+    def flush(self) -> None:
+        """The router's end of dispatch: write what is queued straight to the reader if it
+        still waits and can take it now; else wake its task (which writes it in order)."""
+        self._flush_deferred = False
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._closed is not None:
+            return  # the task runs already (it takes the queue) or the consumer ended
+        writer = self.direct_writer
+        if writer is None or self.lag > DIRECT_WRITE_MAX or not writer.ready():
+            self._wake()
+            return
+        events = self.poll(DIRECT_WRITE_MAX)
+        if events:
+            writer.write(events)
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -13,7 +13,10 @@ without the hub. Each consumer loop, and the NATS sink, follows the ring with a 
 its own (`RingFollower`: the writer in this process, or for writers in other processes a C
 thread asleep in the ring's futex wait, wakes the loop through an eventfd, no Python, no
 GIL), and routes what it reads by (session, ring topic id) to the consumers that want it,
-their queues and their policies, on that loop. So the engine's cost does not depend on how
+their queues and their policies, on that loop. A consumer whose reader waits and can take
+writes now (/v1/stream's connection: `Consumer.direct_writer`) is written to by the router
+at the end of that dispatch, so its frames leave on the follower's turn of the loop, not on
+the next one (its task's wake-up). So the engine's cost does not depend on how
 many consumers there are, how slow they are, or whether their loop is stalled: a loop that
 falls behind the writer gets a gap with the count from the ring (or skips ahead past
 `handoff_limit` messages and reports as much), never silent loss.
@@ -56,7 +59,7 @@ from gateway.hub.events import (
 )
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
-from gateway.hub.protocol import CLOSE_SESSION_DELETED
+from gateway.hub.protocol import CLOSE_INTERNAL_ERROR, CLOSE_SESSION_DELETED
 
 log = logging.getLogger("wsgw.hub")
 
@@ -107,8 +110,11 @@ class _Router:
         # (session, ring topic id) -> (topic, consumers): made on first use, dropped when a
         # consumer comes or goes.
         self._routes: dict[tuple[int, int], tuple[str, tuple[Consumer, ...]]] = {}
+        # During a dispatch: the consumers to write to directly once it has routed all.
+        self._to_flush: list[Consumer] | None = None
 
     def add(self, consumer: Consumer) -> None:
+        consumer.defer_flush = self._defer_flush
         self.consumers = [*self.consumers, consumer]
         self._routes = {}
         sid = consumer.session_id
@@ -153,6 +159,7 @@ class _Router:
         """Woken by the follower: read what the ring holds (a bounded amount, so the loop's
         other tasks get their turn; the follower wakes it again for the rest) and route it."""
         follower = self.follower
+        to_flush = self._to_flush = []
         try:
             for _ in range(DISPATCH_ROUNDS):
                 events = follower.read()
@@ -165,7 +172,23 @@ class _Router:
                 if len(events) < READ_BATCH:
                     break
         finally:
+            self._to_flush = None
+            for consumer in to_flush:
+                try:
+                    consumer.flush()
+                except Exception:  # one broken connection must not stop the others
+                    log.exception("hub: writing to %r failed", consumer)
+                    consumer.cut(CLOSE_INTERNAL_ERROR, "internal error", "error")
             follower.rearm()
+
+    def _defer_flush(self, consumer: Consumer) -> bool:
+        """A consumer with a direct writer got something: written after this dispatch (in
+        one write per consumer), on this turn of the loop. False outside a dispatch."""
+        to_flush = self._to_flush
+        if to_flush is None:
+            return False
+        to_flush.append(consumer)
+        return True
 
     def _route(self, events: list[RingEvent]) -> None:
         hub = self.hub
