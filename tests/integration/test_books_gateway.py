@@ -39,8 +39,7 @@ from gateway.normalize import BookDelta, BookReset, BookSnapshot
 from gateway.runtime import SessionSpec
 from gateway.runtime.live import LiveRuntime
 from gateway.sessions import SessionConfig
-from gateway.settings import Settings
-from tests.integration.test_sessions_helpers import fast_config
+from tests.integration.test_sessions_helpers import fast_config, local_settings
 from tests.unit.books.messages import Change, RefBook, binance_depth, binance_rest, kraken_book
 from wsgw_bench.servers import ServerThread
 
@@ -197,14 +196,7 @@ def gateway(tmp_path: Path, snapshots: SnapshotServer) -> Iterator[Gateway]:
     ring = RingWriter.create(None, 1 << 24)
     hub = Hub(ring=ring)
     runtime = LiveRuntime(hub, hub=hub, session_config=session_config)
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-        auth={"mode": "none"},  # type: ignore[arg-type]
-        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-        books={"snapshot_urls": {"binance": snapshots.url}},  # type: ignore[arg-type]
-    )
+    settings = local_settings(tmp_path, books={"snapshot_urls": {"binance": snapshots.url}})
     control = ControlPlane(settings, runtime)
     app = create_app(settings, runtime, control=control, hub=hub)
     server = ServerThread(app).start()  # its lifespan starts the control plane

@@ -37,7 +37,7 @@ from gateway.normalize import (
 )
 from gateway.runtime import DetachedRuntime
 from gateway.runtime.live import LiveRuntime
-from gateway.settings import Settings
+from tests.integration.test_sessions_helpers import local_settings
 from tests.unit.books.messages import (
     RefBook,
     binance_depth,
@@ -254,11 +254,7 @@ def test_trades_pass_and_an_unwanted_topic_loses_its_book(books: Books, rest: Re
 def test_normalized_subscriptions_come_back_after_a_restart(tmp_path: Path) -> None:
     """The store keeps a subscription's format: a control plane started on it normalizes
     its topics again, with nothing asked of the API."""
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-    )
+    settings = local_settings(tmp_path)
     first = ControlPlane(settings, DetachedRuntime())
     first.start()
     sid = first.sessions.create(

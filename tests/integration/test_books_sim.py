@@ -45,11 +45,10 @@ from gateway.normalize import BookReset
 from gateway.runtime import SessionSpec
 from gateway.runtime.live import EngineFactory, LiveRuntime
 from gateway.sessions import SessionConfig
-from gateway.settings import Settings
 from gateway.simulator.feeds import FEEDS, FUTURES
 from gateway.simulator.process import start_simulator
 from tests.integration.test_books_gateway import Gateway, metric
-from tests.integration.test_sessions_helpers import fast_config
+from tests.integration.test_sessions_helpers import fast_config, local_settings
 from wsgw_bench.servers import ServerThread
 
 
@@ -166,13 +165,8 @@ def start_gateway(
     runtime = LiveRuntime(
         hub, hub=hub, session_config=session_config, engine_factory=engine_factory
     )
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-        auth={"mode": "none"},  # type: ignore[arg-type]
-        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-        books={"snapshot_urls": {"binance": sim.base, "binance_futures": sim.base}},  # type: ignore[arg-type]
+    settings = local_settings(
+        tmp_path, books={"snapshot_urls": {"binance": sim.base, "binance_futures": sim.base}}
     )
     control = ControlPlane(settings, runtime)
     app = create_app(settings, runtime, control=control, hub=hub)

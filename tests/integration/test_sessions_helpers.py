@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -20,8 +21,23 @@ from gateway.sessions import (
     State,
     UpstreamSession,
 )
+from gateway.settings import Settings
 
 T = TypeVar("T")
+
+
+def local_settings(tmp_path: Path, **overrides: object) -> Settings:
+    """A gateway under test on this host: its state and SQLite file in tmp_path, a fake
+    /sys and /proc there (the host manager reads nothing real), no auth, the API on loopback."""
+    data: dict[str, object] = {
+        "state_dir": tmp_path,
+        "db": {"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},
+        "host": {"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},
+        "auth": {"mode": "none"},
+        "api": {"host": "127.0.0.1"},
+    }
+    data.update(overrides)
+    return Settings(**data)  # type: ignore[arg-type]
 
 
 def run(coro: Awaitable[T], timeout: float = 30.0) -> T:

@@ -18,9 +18,8 @@ from gateway.hub import Hub
 from gateway.runtime import SessionSpec, SessionState
 from gateway.runtime.live import LiveRuntime
 from gateway.sessions import HeartbeatConfig, ReconnectPolicy, SessionConfig
-from gateway.settings import Settings
 from gateway.simulator import Fault, SimConfig, Simulator
-from tests.integration.test_sessions_helpers import run, until
+from tests.integration.test_sessions_helpers import local_settings, run, until
 from wsgw_bench.servers import ServerThread
 
 TOPIC = "ethusdt@depth"
@@ -40,13 +39,7 @@ def sequenced(spec: SessionSpec) -> SessionConfig:
 def test_a_sequence_gap_reaches_the_stream_with_the_count_skipped(tmp_path: Path) -> None:
     hub = Hub()
     runtime = LiveRuntime(hub, hub=hub, session_config=sequenced)
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-        auth={"mode": "none"},  # type: ignore[arg-type]
-        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-    )
+    settings = local_settings(tmp_path)
     server = ServerThread(create_app(settings, runtime, hub=hub)).start()
     service = server.config.app.state.control
 
