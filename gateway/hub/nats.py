@@ -12,8 +12,13 @@ reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 (`disconnected`). nats-py reconnects by itself.
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
-connection; messages are still published with core NATS (no per-message ack round trip),
-and the stream stores what reaches the server. Each message then carries a `Nats-Msg-Id`
+connection and publishes with JetStream's acknowledgement, without waiting for each one: up
+to `ack_window` messages are out unacknowledged (the sink stops reading the ring while the
+window is full, so the follower's bound applies), a message refused (JetStream unavailable,
+its store loading after a server restart) or unacknowledged after `ack_timeout_s` is sent
+again, with the same message id, so the stream's duplicate check stores it once; after
+`retry_for_s` it is counted as `unacked` (dropped). `ack_window=0`: core NATS publishes, the
+stream keeps what reaches it (nothing while it is away). Each message then carries a `Nats-Msg-Id`
 (`message_id`) that names the upstream message, so the stream drops a second copy within
 its duplicate window: the one a new fleet owner publishes again after a failover, or a
 restarted gateway after its venue replayed. The id is the session and the exchange's own
@@ -46,6 +51,10 @@ log = logging.getLogger("wsgw.hub.nats")
 #: How long the sink trusts a session's identity function before it asks again (a session
 #: may be recreated with another dialect).
 IDENTITY_TTL_S = 5.0
+#: How often the acked sink looks for messages to send again (at most).
+RESEND_TICK_S = 0.1
+#: How long stopping waits for JetStream's acks of what is out.
+STOP_SETTLE_S = 5.0
 #: JetStream's own bounds: a stream name has no dots, wildcards or spaces; at most 5 replicas.
 STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_REPLICAS = 5
@@ -64,8 +73,15 @@ class JetStreamConfig:
     replicas: int = 1
     #: Seconds the stream remembers message ids (JetStream's default: 120 s).
     duplicate_window_s: float = 120.0
-    #: Nats-Msg-Id on every message (dedup); False: no ids, no dedup.
+    #: Nats-Msg-Id on every message (dedup); False: no ids, no dedup (a message sent
+    #: again after a lost ack may then be stored twice).
     msg_ids: bool = True
+    #: Messages out without JetStream's ack at most (0: no acks, core NATS publishes).
+    ack_window: int = 4096
+    #: An unacknowledged message is sent again after this long ...
+    ack_timeout_s: float = 2.0
+    #: ... until this long after its first send; then it is dropped and counted (`unacked`).
+    retry_for_s: float = 60.0
 
     def __post_init__(self) -> None:
         """Refuse what nats-server would refuse later, at start, with the setting's name."""
@@ -78,6 +94,12 @@ class JetStreamConfig:
             replicas=self.replicas,
             duplicate_window_s=self.duplicate_window_s,
         )
+        if self.ack_window < 0:
+            problems.append(f"ack_window {self.ack_window}: 0 (no acks) or more")
+        if self.ack_timeout_s <= 0:
+            problems.append(f"ack_timeout_s {self.ack_timeout_s}: more than 0")
+        if self.retry_for_s < self.ack_timeout_s:
+            problems.append(f"retry_for_s {self.retry_for_s}: at least ack_timeout_s")
         if problems:
             raise ValueError("JetStream: " + "; ".join(problems))
 
@@ -169,6 +191,22 @@ class NatsStats:
     connected: bool = False
     last_error: str | None = None
     jetstream_ready: bool = False
+    stored: int = 0  # JetStream acknowledged (duplicates included)
+    duplicates: int = 0  # acknowledged as a copy of a message id stored before
+    resent: int = 0  # sent again: refused or not acknowledged in time
+    refused: int = 0  # JetStream answered with an error (or no one answered)
+    dropped_unacked: int = 0  # not acknowledged within retry_for_s
+
+
+@dataclass
+class _Unacked:
+    """A message out to JetStream, kept until it is acknowledged."""
+
+    subject: str
+    payload: bytes
+    headers: dict[str, str] | None
+    first_sent: float
+    sent: float = 0.0
 
 
 class NatsSink:
@@ -192,6 +230,14 @@ class NatsSink:
         self._stopping = False
         self._ready = threading.Event()
         self.nc: object | None = None
+        js = config.jetstream
+        self._ack_window = 0 if js is None else js.ack_window
+        # Acked publishing: by reply token, oldest send first (insertion order).
+        self._unacked: dict[int, _Unacked] = {}
+        self._refused: list[_Unacked] = []  # sent again at the next resend tick
+        self._next_token = 0
+        self._ack_prefix = ""
+        self._room = asyncio.Event()
 
     def follow(
         self,
@@ -229,7 +275,13 @@ class NatsSink:
             "not_connected": s.dropped_not_connected,
             "disconnected": s.dropped_disconnected,
             "error": s.dropped_error,
+            "unacked": s.dropped_unacked,
         }
+
+    @property
+    def unacked(self) -> int:
+        """Messages sent to JetStream and not acknowledged yet (to be sent again)."""
+        return len(self._unacked) + len(self._refused)
 
     def start(self, wait_connected: float | None = None) -> NatsSink:
         """Start the thread; with wait_connected, wait that long for a first connection
@@ -279,6 +331,7 @@ class NatsSink:
 
     async def _run(self) -> None:
         connector = asyncio.create_task(self._connect())
+        resender = asyncio.create_task(self._resend_loop()) if self._ack_window else None
         try:
             while True:
                 await self._wake.wait()
@@ -286,10 +339,111 @@ class NatsSink:
                 await self._drain()
                 if self._stopping:
                     break
+            await self._settle(STOP_SETTLE_S)
         finally:
             connector.cancel()
-            await asyncio.gather(connector, return_exceptions=True)
+            if resender is not None:
+                resender.cancel()
+            await asyncio.gather(
+                connector, *([resender] if resender else []), return_exceptions=True
+            )
+            self.stats.dropped_unacked += self.unacked
+            self._unacked.clear()
+            self._refused.clear()
             await self._close()
+
+    # ---- acknowledged publishing ----------------------------------------------------------
+    async def _settle(self, timeout: float) -> None:
+        """At stop: wait (resending) for JetStream's acks of what is out, up to timeout."""
+        deadline = time.monotonic() + timeout
+        while self.unacked and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _subscribe_acks(self, nc: object) -> None:
+        """The inbox JetStream acks into: `<inbox>.<token>`, one token per send."""
+        from nats.aio.client import Client
+
+        assert isinstance(nc, Client)
+        self._ack_prefix = nc.new_inbox() + "."
+        await nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
+
+    async def _on_ack(self, msg: object) -> None:
+        from nats.aio.msg import Msg
+
+        assert isinstance(msg, Msg)
+        token = int(msg.subject.rpartition(".")[2])
+        entry = self._unacked.pop(token, None)
+        if entry is None:
+            return  # the ack of a send given up on (sent again already)
+        data = msg.data
+        stats = self.stats
+        if b'"seq"' in data and b'"error"' not in data:
+            stats.stored += 1
+            if b'"duplicate"' in data:
+                stats.duplicates += 1
+        else:  # an API error, or a 503 status: no stream listens (yet)
+            stats.refused += 1
+            if len(data) < 300:
+                stats.last_error = f"JetStream refused: {data!r} {msg.headers or ''}"
+            self._refused.append(entry)
+        if self.unacked < self._ack_window:
+            self._room.set()
+
+    async def _send(self, entry: _Unacked) -> None:
+        """Send (again) with a fresh reply token; a failure here is resent on time-out."""
+        nc = self.nc
+        token = self._next_token = self._next_token + 1
+        entry.sent = time.monotonic()
+        self._unacked[token] = entry
+        publish = getattr(nc, "publish", None)
+        if publish is None or not self._ack_prefix:
+            return  # not connected yet: sent on time-out
+        with contextlib.suppress(Exception):  # disconnected, buffer full: sent on time-out
+            await publish(
+                entry.subject,
+                entry.payload,
+                reply=f"{self._ack_prefix}{token}",
+                headers=entry.headers,
+            )
+
+    async def _publish_acked(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None
+    ) -> None:
+        """Send once there is room in the ack window (the ring waits meanwhile)."""
+        while self.unacked >= self._ack_window:
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), 0.1)
+        await self._send(_Unacked(subject, payload, headers, time.monotonic()))
+        self.stats.published += 1
+
+    async def _resend_loop(self) -> None:
+        js = self.config.jetstream
+        assert js is not None
+        tick = min(js.ack_timeout_s / 4, RESEND_TICK_S)
+        while True:
+            await asyncio.sleep(tick)
+            await self._resend(js.ack_timeout_s, js.retry_for_s)
+
+    async def _resend(self, ack_timeout: float, retry_for: float) -> None:
+        """Send again what was refused and what is unacknowledged past ack_timeout, in the
+        order first sent; drop (counted) what is out past retry_for."""
+        now = time.monotonic()
+        due, self._refused = self._refused, []
+        for token, entry in list(self._unacked.items()):
+            if now - entry.sent < ack_timeout:
+                break  # oldest first: the rest is younger
+            del self._unacked[token]
+            due.append(entry)
+        due.sort(key=lambda e: e.first_sent)
+        for entry in due:
+            if now - entry.first_sent > retry_for:
+                self.stats.dropped_unacked += 1
+                continue
+            self.stats.resent += 1
+            await self._send(entry)
+        if self.unacked < self._ack_window:
+            self._room.set()
 
     async def _close(self) -> None:
         from nats.aio.client import Client
@@ -377,6 +531,8 @@ class NatsSink:
             stats.connects += 1
             stats.connected = True
             log.info("NATS connected to %s", _url(nc))
+            if self._ack_window:
+                await self._subscribe_acks(nc)
             await self._ensure_stream(nc)
             self.nc = nc
             self._ready.set()
@@ -448,6 +604,7 @@ class NatsSink:
         headers = self.config.headers
         js = self.config.jetstream
         msg_ids = js is not None and js.msg_ids
+        acked = self._ack_window > 0
         run = self._epoch_hex or "0"
         gap_tid = self._gap_tid
         for event in events:
@@ -459,16 +616,12 @@ class NatsSink:
                 await self._publish_gap(nc, seq, sid, payload)
                 continue
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
+            fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
+            if acked:
+                await self._publish_acked(subject, payload, fields)
+                continue
             try:
-                if headers or msg_ids:
-                    fields: dict[str, str] = {}
-                    if msg_ids:
-                        fields["Nats-Msg-Id"] = self._message_id(sid, payload, run, seq)
-                    if headers:
-                        self._wsgw_headers(fields, sid, seq, ts)
-                    await publish(subject, payload, headers=fields)
-                else:
-                    await publish(subject, payload)
+                await publish(subject, payload, headers=fields)
                 stats.published += 1
             except OutboundBufferLimitError:
                 stats.dropped_disconnected += 1
@@ -477,6 +630,16 @@ class NatsSink:
             except Exception as exc:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _fields(self, sid: int, payload: bytes, run: str, seq: int, ts: int) -> dict[str, str]:
+        """A message's headers: its Nats-Msg-Id (msg_ids) and the Wsgw ones (headers)."""
+        fields: dict[str, str] = {}
+        js = self.config.jetstream
+        if js is not None and js.msg_ids:
+            fields["Nats-Msg-Id"] = self._message_id(sid, payload, run, seq)
+        if self.config.headers:
+            self._wsgw_headers(fields, sid, seq, ts)
+        return fields
 
     def _wsgw_headers(self, fields: dict[str, str], sid: int, seq: int, ts: int) -> None:
         """Wsgw-Seq, Wsgw-Recv-Ts and, on a fleet node, the fenced Wsgw-Gen."""
@@ -523,7 +686,12 @@ class NatsSink:
                 if js is not None and js.msg_ids
                 else None
             )
-            await nc.publish(nats_gap_subject(self.prefix, sid), orjson.dumps(body), headers=fields)
+            subject, data = nats_gap_subject(self.prefix, sid), orjson.dumps(body)
+            if self._ack_window:
+                await self._publish_acked(subject, data, fields)
+                self.stats.published -= 1  # counted as a gap, not a message
+            else:
+                await nc.publish(subject, data, headers=fields)
             self.stats.gaps += 1
         except Exception as exc:
             self.stats.dropped_error += 1
