@@ -14,7 +14,11 @@ reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
 connection and publishes with JetStream's acknowledgement, without waiting for each one: up
 to `ack_window` messages are out unacknowledged (the sink stops reading the ring while the
-window is full, so the follower's bound applies), a message refused (JetStream unavailable,
+window is full, so the follower's bound applies). It asks for an ack of every ACK_EVERY-th
+message and of the last of each read only: the stream takes one connection's messages in
+order, so an ack covers those sent before it on the same connection (nats-py's reconnect
+count tells connections apart; one sent on an earlier connection waits for its own time-out).
+A message refused (JetStream unavailable,
 its store loading after a server restart) or unacknowledged after `ack_timeout_s` is sent
 again, with the same message id, so the stream's duplicate check stores it once; after
 `retry_for_s` it is counted as `unacked` (dropped). `ack_window=0`: core NATS publishes, the
@@ -35,6 +39,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,6 +56,9 @@ log = logging.getLogger("wsgw.hub.nats")
 #: How long the sink trusts a session's identity function before it asks again (a session
 #: may be recreated with another dialect).
 IDENTITY_TTL_S = 5.0
+#: The acked sink asks for JetStream's ack of every ACK_EVERY-th message (and of a read's
+#: last); an ack covers the messages sent before it on its connection.
+ACK_EVERY = 32
 #: How often the acked sink looks for messages to send again (at most).
 RESEND_TICK_S = 0.1
 #: How long stopping waits for JetStream's acks of what is out.
@@ -207,6 +215,7 @@ class _Unacked:
     headers: dict[str, str] | None
     first_sent: float
     sent: float = 0.0
+    connection: int = -1  # nats-py's reconnect count when sent
 
 
 class NatsSink:
@@ -233,7 +242,7 @@ class NatsSink:
         js = config.jetstream
         self._ack_window = 0 if js is None else js.ack_window
         # Acked publishing: by reply token, oldest send first (insertion order).
-        self._unacked: dict[int, _Unacked] = {}
+        self._unacked: OrderedDict[int, _Unacked] = OrderedDict()
         self._refused: list[_Unacked] = []  # sent again at the next resend tick
         self._next_token = 0
         self._ack_prefix = ""
@@ -368,32 +377,54 @@ class NatsSink:
         await nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
 
     async def _on_ack(self, msg: object) -> None:
+        """JetStream's answer to one message: it covers the messages sent before it on the
+        same connection without a reply of their own (the stream takes a connection's
+        messages in order), refused or stored alike."""
         from nats.aio.msg import Msg
 
         assert isinstance(msg, Msg)
         token = int(msg.subject.rpartition(".")[2])
-        entry = self._unacked.pop(token, None)
+        unacked = self._unacked
+        entry = unacked.get(token)
         if entry is None:
             return  # the ack of a send given up on (sent again already)
+        connection = self._connection()
+        covered = [token]
+        if entry.connection == connection:
+            for earlier, other in unacked.items():
+                if earlier >= token:
+                    break
+                if other.connection == connection:
+                    covered.append(earlier)
         data = msg.data
         stats = self.stats
         if b'"seq"' in data and b'"error"' not in data:
-            stats.stored += 1
+            for done in covered:
+                del unacked[done]
+            stats.stored += len(covered)
             if b'"duplicate"' in data:
                 stats.duplicates += 1
-        else:  # an API error, or a 503 status: no stream listens (yet)
-            stats.refused += 1
+        else:  # an API error, or a 503 status: no stream listens (yet): all again
+            stats.refused += len(covered)
             if len(data) < 300:
                 stats.last_error = f"JetStream refused: {data!r} {msg.headers or ''}"
-            self._refused.append(entry)
+            for done in sorted(covered):
+                self._refused.append(unacked.pop(done))
         if self.unacked < self._ack_window:
             self._room.set()
 
-    async def _send(self, entry: _Unacked) -> None:
-        """Send (again) with a fresh reply token; a failure here is resent on time-out."""
+    def _connection(self) -> int:
+        """Which of nats-py's connections this is (its reconnect count)."""
+        stats = getattr(self.nc, "stats", None)
+        return int(stats["reconnects"]) if isinstance(stats, dict) else -1
+
+    async def _send(self, entry: _Unacked, reply: bool = True) -> None:
+        """Send (again); reply: ask for JetStream's ack (else a later message's covers it).
+        A failure here is sent again on time-out."""
         nc = self.nc
         token = self._next_token = self._next_token + 1
         entry.sent = time.monotonic()
+        entry.connection = self._connection()
         self._unacked[token] = entry
         publish = getattr(nc, "publish", None)
         if publish is None or not self._ack_prefix:
@@ -402,19 +433,21 @@ class NatsSink:
             await publish(
                 entry.subject,
                 entry.payload,
-                reply=f"{self._ack_prefix}{token}",
+                reply=f"{self._ack_prefix}{token}" if reply else "",
                 headers=entry.headers,
             )
 
     async def _publish_acked(
-        self, subject: str, payload: bytes, headers: dict[str, str] | None
+        self, subject: str, payload: bytes, headers: dict[str, str] | None, last: bool = True
     ) -> None:
-        """Send once there is room in the ack window (the ring waits meanwhile)."""
+        """Send once there is room in the ack window (the ring waits meanwhile), asking for
+        an ack every ACK_EVERY messages and for the last one of a read."""
         while self.unacked >= self._ack_window:
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.1)
-        await self._send(_Unacked(subject, payload, headers, time.monotonic()))
+        reply = last or self._next_token % ACK_EVERY == 0 or self.unacked + 1 >= self._ack_window
+        await self._send(_Unacked(subject, payload, headers, time.monotonic()), reply)
         self.stats.published += 1
 
     async def _resend_loop(self) -> None:
@@ -430,11 +463,12 @@ class NatsSink:
         order first sent; drop (counted) what is out past retry_for."""
         now = time.monotonic()
         due, self._refused = self._refused, []
-        for token, entry in list(self._unacked.items()):
+        expired = []
+        for token, entry in self._unacked.items():
             if now - entry.sent < ack_timeout:
                 break  # oldest first: the rest is younger
-            del self._unacked[token]
-            due.append(entry)
+            expired.append(token)
+        due += [self._unacked.pop(token) for token in expired]
         due.sort(key=lambda e: e.first_sent)
         for entry in due:
             if now - entry.first_sent > retry_for:
@@ -607,7 +641,10 @@ class NatsSink:
         acked = self._ack_window > 0
         run = self._epoch_hex or "0"
         gap_tid = self._gap_tid
-        for event in events:
+        last = len(events) - 1
+        while last > 0 and type(events[last]) is Gap:
+            last -= 1
+        for at, event in enumerate(events):
             if type(event) is Gap:  # counted by the follower (buffer_full)
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
@@ -618,7 +655,7 @@ class NatsSink:
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
             if acked:
-                await self._publish_acked(subject, payload, fields)
+                await self._publish_acked(subject, payload, fields, at == last)
                 continue
             try:
                 await publish(subject, payload, headers=fields)
