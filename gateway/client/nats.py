@@ -23,7 +23,10 @@ read yet, a `Gap` in stream sequences comes where they were: first when they wen
 reader was open, and while one reads (it fell behind the limits: MAX_QUEUED unread, then the
 stream removed what it had not fetched) when the stream sequence of what it fetches jumps
 past the stream's first sequence (one stream info per fetch with a jump). `lost` counts the
-stream sequences removed, every subject's. One reader per durable name at a time.
+stream sequences removed, every subject's: JetStream does not say which subjects its limits
+removed, so a reader of one session whose next message comes after the limits removed only
+other sessions' messages (a quiet session in a busy stream) gets a Gap too. A Gap may so be
+a loss that was not; a loss is never silent. One reader per durable name at a time.
 
 Several copies of one upstream message (a stale fleet owner, a second leg, a resend) carry
 one `Nats-Msg-Id`, and the stream keeps the first one stored within its duplicate window,
