@@ -360,6 +360,7 @@ class NatsSink:
             self._unacked.clear()
             self._refused.clear()
             await self._close()
+            await _end_other_tasks()  # what nats-py left running (a closed reconnect)
 
     # ---- acknowledged publishing ----------------------------------------------------------
     async def _settle(self, timeout: float) -> None:
@@ -443,6 +444,9 @@ class NatsSink:
         """Send once there is room in the ack window (the ring waits meanwhile), asking for
         an ack every ACK_EVERY messages and for the last one of a read."""
         while self.unacked >= self._ack_window:
+            if self._stopping:  # the bus is away and the sink stops: no waiting for it
+                self.stats.dropped_unacked += 1
+                return
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.1)
@@ -736,6 +740,15 @@ class NatsSink:
 
     def __repr__(self) -> str:
         return f"<NatsSink {','.join(self.config.servers)} connected={self.stats.connected}>"
+
+
+async def _end_other_tasks() -> None:
+    """Cancel and await every other task of the running loop, before it closes."""
+    current = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not current]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 def _url(nc: object) -> str:

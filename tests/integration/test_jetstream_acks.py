@@ -96,3 +96,22 @@ def test_a_refused_message_is_dropped_and_counted_after_retry_for(server: NatsSe
     assert sink.stats.refused >= 10
     assert sink.dropped["unacked"] == 10
     assert sink.stats.stored == 0
+
+
+def test_a_sink_stopping_while_the_server_is_gone_stops_and_counts_what_it_dropped(
+    server: NatsServer,
+) -> None:
+    gateway = Gateway(server.url, ack_window=10)
+    sink = gateway.sink
+    thread = sink._thread
+    assert thread is not None
+    try:
+        gateway.publish([trade(i) for i in range(1, 11)])
+        kill_nats(server)
+        gateway.publish([trade(i) for i in range(11, 111)], wait=False)
+        wait_until(lambda: sink.unacked >= 10, 10)  # the window is full: the sink waits
+    finally:
+        gateway.close()
+    assert not thread.is_alive()
+    assert sink.stats.stored == 10
+    assert sink.stats.stored + sum(sink.dropped.values()) == 110
