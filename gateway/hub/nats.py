@@ -199,7 +199,7 @@ class NatsStats:
     connected: bool = False
     last_error: str | None = None
     jetstream_ready: bool = False
-    stored: int = 0  # JetStream acknowledged (duplicates included)
+    stored: int = 0  # JetStream acknowledged (duplicates and gap records included)
     duplicates: int = 0  # acknowledged as a copy of a message id stored before
     resent: int = 0  # sent again: refused or not acknowledged in time
     refused: int = 0  # JetStream answered with an error (or no one answered)
@@ -440,19 +440,19 @@ class NatsSink:
 
     async def _publish_acked(
         self, subject: str, payload: bytes, headers: dict[str, str] | None, last: bool = True
-    ) -> None:
+    ) -> bool:
         """Send once there is room in the ack window (the ring waits meanwhile), asking for
-        an ack every ACK_EVERY messages and for the last one of a read."""
+        an ack every ACK_EVERY messages and for the last one of a read. False: dropped."""
         while self.unacked >= self._ack_window:
             if self._stopping:  # the bus is away and the sink stops: no waiting for it
                 self.stats.dropped_unacked += 1
-                return
+                return False
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.1)
         reply = last or self._next_token % ACK_EVERY == 0 or self.unacked + 1 >= self._ack_window
         await self._send(_Unacked(subject, payload, headers, time.monotonic()), reply)
-        self.stats.published += 1
+        return True
 
     async def _resend_loop(self) -> None:
         js = self.config.jetstream
@@ -659,7 +659,8 @@ class NatsSink:
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
             if acked:
-                await self._publish_acked(subject, payload, fields, at == last)
+                if await self._publish_acked(subject, payload, fields, at == last):
+                    stats.published += 1
                 continue
             try:
                 await publish(subject, payload, headers=fields)
@@ -728,11 +729,10 @@ class NatsSink:
                 else None
             )
             subject, data = nats_gap_subject(self.prefix, sid), orjson.dumps(body)
-            if self._ack_window:
-                await self._publish_acked(subject, data, fields)
-                self.stats.published -= 1  # counted as a gap, not a message
-            else:
+            if not self._ack_window:
                 await nc.publish(subject, data, headers=fields)
+            elif not await self._publish_acked(subject, data, fields):
+                return
             self.stats.gaps += 1
         except Exception as exc:
             self.stats.dropped_error += 1
