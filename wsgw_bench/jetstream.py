@@ -4,7 +4,8 @@ A hub and its NATS sink publish N Binance trade frames into a memory stream of a
 `nats-server -js` of our own; the time runs from the first publish until the stream holds
 all N. Contenders, alternated round by round (core.alternate): no ids, ids from the run and
 ring sequence (no identity parse), ids from the exchange's trade id (one msgspec parse per
-frame in the sink's thread, and the server's duplicate check either way).
+frame in the sink's thread, and the server's duplicate check either way); the last one also
+without JetStream's acks (`ack_window=0`: core NATS publishes), what acked publishing costs.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Any
 
 from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
 
-CONTENDERS = {  # (msg ids, exchange identity, Wsgw headers)
-    "no ids": (False, False, False),
-    "Wsgw headers, no ids": (False, False, True),
-    "ids: run+seq": (True, False, False),
-    "ids: trade id": (True, True, False),
+CONTENDERS = {  # (msg ids, exchange identity, Wsgw headers, acked)
+    "no ids": (False, False, False, True),
+    "Wsgw headers, no ids": (False, False, True, True),
+    "ids: run+seq": (True, False, False, True),
+    "ids: trade id": (True, True, False, True),
+    "ids: trade id, no acks": (True, True, False, False),
 }
 BATCH = 100
 MAX_BEHIND = 20_000  # messages the sink may be behind the hub (the private ring holds more)
@@ -60,7 +62,13 @@ def _delete(url: str, stream: str) -> None:
 
 
 def publish_rate(
-    url: str, stream: str, count: int, msg_ids: bool, identity: bool, headers: bool
+    url: str,
+    stream: str,
+    count: int,
+    msg_ids: bool,
+    identity: bool,
+    headers: bool,
+    acked: bool = True,
 ) -> float:
     """Messages per second from the hub's first publish until the stream holds them all."""
     from gateway.dialects.identity import binance_identity
@@ -70,7 +78,9 @@ def publish_rate(
     config = NatsConfig(
         servers=[url],
         headers=headers,
-        jetstream=JetStreamConfig(stream=stream, storage="memory", msg_ids=msg_ids),
+        jetstream=JetStreamConfig(
+            stream=stream, storage="memory", msg_ids=msg_ids, ack_window=4096 if acked else 0
+        ),
         identity=(lambda sid: binance_identity) if identity else None,
     )
     sink = NatsSink(config).start(10)
@@ -117,16 +127,16 @@ def bench_jetstream(options: BenchOptions) -> list[Measurement]:
             "msg/s",
             True,
             reference=(name == "no ids"),
-            note="memory stream; sink on core NATS publishes (no per-message ack)",
+            note="memory stream; acked publishing (one ack per 32) unless 'no acks'",
         )
         for name in CONTENDERS
     }
     with NatsServer(jetstream=True) as server:
         for round_, name in alternate(options.repetitions, list(CONTENDERS)):
-            msg_ids, identity, headers = CONTENDERS[name]
-            stream = f"BENCH{round_}{'ABCD'[list(CONTENDERS).index(name)]}"
+            msg_ids, identity, headers, acked = CONTENDERS[name]
+            stream = f"BENCH{round_}{'ABCDE'[list(CONTENDERS).index(name)]}"
             results[name].samples.append(
-                publish_rate(server.url, stream, count, msg_ids, identity, headers)
+                publish_rate(server.url, stream, count, msg_ids, identity, headers, acked)
             )
     return list(results.values())
 

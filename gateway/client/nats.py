@@ -19,8 +19,20 @@ under the name, in this process or after a kill -9 of another, resumes right aft
 acknowledged message, in stream order: the consumer is recreated at its ack floor when it had
 delivered more than was acknowledged (the server would otherwise redeliver those only after
 ack_wait, behind newer ones). If the stream's limits removed messages the durable had not
-read yet, the first event is a `Gap` in stream sequences (`lost` counts every subject). One
-reader per durable name at a time.
+read yet, a `Gap` in stream sequences comes where they were: first when they went while no
+reader was open, and while one reads (it fell behind the limits: MAX_QUEUED unread, then the
+stream removed what it had not fetched) when the stream sequence of what it fetches jumps
+past the stream's first sequence (one stream info per fetch with a jump). `lost` counts the
+stream sequences removed, every subject's: JetStream does not say which subjects its limits
+removed, so a reader of one session whose next message comes after the limits removed only
+other sessions' messages (a quiet session in a busy stream) gets a Gap too. A Gap may so be
+a loss that was not; a loss is never silent. One reader per durable name at a time.
+
+Several copies of one upstream message (a stale fleet owner, a second leg, a resend) carry
+one `Nats-Msg-Id`, and the stream keeps the first one stored within its duplicate window,
+whichever generation published it. Consumers keep that copy: a consumer that drops messages
+by an older `Wsgw-Gen` header would drop the only copy stored. The source does not look at
+`Wsgw-Gen`.
 
 nats-py is asyncio only: it runs on a loop of its own in a thread of its own, and hands each
 message over through a condition variable, so the Client's sync and async reads work as with
@@ -197,6 +209,7 @@ class NatsSource(NetworkSource):
         if info is None:
             start = start_seq if start_seq is not None else state.last_seq + 1
             await js.add_consumer(stream, self._durable(name, start))
+            self._highest = max(start, 1) - 1
         else:
             given = info.config.filter_subject
             if given != self.subject:
@@ -216,6 +229,7 @@ class NatsSource(NetworkSource):
                 await js.delete_consumer(stream, name)
                 start = max(floor + 1, first)
                 await js.add_consumer(stream, self._durable(name, start, remembered))
+            self._highest = max(floor, first - 1)  # what went before: the Gap above
         self._durable_at = (js, stream, name)
         sub = await js.pull_subscribe_bind(durable=name, stream=stream)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch(sub))
@@ -278,8 +292,39 @@ class NatsSource(NetworkSource):
                     return
                 await asyncio.sleep(0.2)  # disconnected: nats-py reconnects
                 continue
-            for msg in msgs:
-                await self._on_message(msg)
+            await self._hand_over(msgs)
+
+    async def _hand_over(self, msgs: list[Any]) -> None:
+        """A fetched batch, with a Gap before a message the stream sequence of which jumps
+        past what the stream's limits removed while this reader was behind."""
+        first = 0
+        previous = self._highest
+        for msg in msgs:
+            stream_seq = msg.metadata.sequence.stream
+            if stream_seq > previous + 1:
+                first = await self._stream_first()
+                break
+            previous = max(previous, stream_seq)
+        for msg in msgs:
+            stream_seq = msg.metadata.sequence.stream
+            missed = self._highest + 1
+            if first > missed and stream_seq > missed:
+                with self._cond:
+                    self._events.append(Gap(min(first, stream_seq) - missed, missed))
+                    self._js_msgs.append((None, None))
+                    self._cond.notify_all()
+                self._highest = min(first, stream_seq) - 1
+            await self._on_message(msg)
+
+    async def _stream_first(self) -> int:
+        """The stream's first sequence now (0: unknown)."""
+        if self._durable_at is None:
+            return 0
+        js, stream, _ = self._durable_at
+        try:
+            return int((await js.stream_info(stream)).state.first_seq)
+        except Exception:
+            return 0
 
     async def _on_message(self, msg: Any) -> None:
         is_js = _is_js(msg)

@@ -12,8 +12,17 @@ reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 (`disconnected`). nats-py reconnects by itself.
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
-connection; messages are still published with core NATS (no per-message ack round trip),
-and the stream stores what reaches the server. Each message then carries a `Nats-Msg-Id`
+connection and publishes with JetStream's acknowledgement, without waiting for each one: up
+to `ack_window` messages are out unacknowledged (the sink stops reading the ring while the
+window is full, so the follower's bound applies). It asks for an ack of every ACK_EVERY-th
+message and of the last of each read only: the stream takes one connection's messages in
+order, so an ack covers those sent before it on the same connection (nats-py's reconnect
+count tells connections apart; one sent on an earlier connection waits for its own time-out).
+A message refused (JetStream unavailable,
+its store loading after a server restart) or unacknowledged after `ack_timeout_s` is sent
+again, with the same message id, so the stream's duplicate check stores it once; after
+`retry_for_s` it is counted as `unacked` (dropped). `ack_window=0`: core NATS publishes, the
+stream keeps what reaches it (nothing while it is away). Each message then carries a `Nats-Msg-Id`
 (`message_id`) that names the upstream message, so the stream drops a second copy within
 its duplicate window: the one a new fleet owner publishes again after a failover, or a
 restarted gateway after its venue replayed. The id is the session and the exchange's own
@@ -30,6 +39,7 @@ import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,6 +56,13 @@ log = logging.getLogger("wsgw.hub.nats")
 #: How long the sink trusts a session's identity function before it asks again (a session
 #: may be recreated with another dialect).
 IDENTITY_TTL_S = 5.0
+#: The acked sink asks for JetStream's ack of every ACK_EVERY-th message (and of a read's
+#: last); an ack covers the messages sent before it on its connection.
+ACK_EVERY = 32
+#: How often the acked sink looks for messages to send again (at most).
+RESEND_TICK_S = 0.1
+#: How long stopping waits for JetStream's acks of what is out.
+STOP_SETTLE_S = 5.0
 #: JetStream's own bounds: a stream name has no dots, wildcards or spaces; at most 5 replicas.
 STREAM_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_REPLICAS = 5
@@ -64,8 +81,15 @@ class JetStreamConfig:
     replicas: int = 1
     #: Seconds the stream remembers message ids (JetStream's default: 120 s).
     duplicate_window_s: float = 120.0
-    #: Nats-Msg-Id on every message (dedup); False: no ids, no dedup.
+    #: Nats-Msg-Id on every message (dedup); False: no ids, no dedup (a message sent
+    #: again after a lost ack may then be stored twice).
     msg_ids: bool = True
+    #: Messages out without JetStream's ack at most (0: no acks, core NATS publishes).
+    ack_window: int = 4096
+    #: An unacknowledged message is sent again after this long ...
+    ack_timeout_s: float = 2.0
+    #: ... until this long after its first send; then it is dropped and counted (`unacked`).
+    retry_for_s: float = 60.0
 
     def __post_init__(self) -> None:
         """Refuse what nats-server would refuse later, at start, with the setting's name."""
@@ -78,6 +102,12 @@ class JetStreamConfig:
             replicas=self.replicas,
             duplicate_window_s=self.duplicate_window_s,
         )
+        if self.ack_window < 0:
+            problems.append(f"ack_window {self.ack_window}: 0 (no acks) or more")
+        if self.ack_timeout_s <= 0:
+            problems.append(f"ack_timeout_s {self.ack_timeout_s}: more than 0")
+        if self.retry_for_s < self.ack_timeout_s:
+            problems.append(f"retry_for_s {self.retry_for_s}: at least ack_timeout_s")
         if problems:
             raise ValueError("JetStream: " + "; ".join(problems))
 
@@ -169,6 +199,23 @@ class NatsStats:
     connected: bool = False
     last_error: str | None = None
     jetstream_ready: bool = False
+    stored: int = 0  # JetStream acknowledged (duplicates and gap records included)
+    duplicates: int = 0  # acknowledged as a copy of a message id stored before
+    resent: int = 0  # sent again: refused or not acknowledged in time
+    refused: int = 0  # JetStream answered with an error (or no one answered)
+    dropped_unacked: int = 0  # not acknowledged within retry_for_s
+
+
+@dataclass
+class _Unacked:
+    """A message out to JetStream, kept until it is acknowledged."""
+
+    subject: str
+    payload: bytes
+    headers: dict[str, str] | None
+    first_sent: float
+    sent: float = 0.0
+    connection: int = -1  # nats-py's reconnect count when sent
 
 
 class NatsSink:
@@ -192,6 +239,14 @@ class NatsSink:
         self._stopping = False
         self._ready = threading.Event()
         self.nc: object | None = None
+        js = config.jetstream
+        self._ack_window = 0 if js is None else js.ack_window
+        # Acked publishing: by reply token, oldest send first (insertion order).
+        self._unacked: OrderedDict[int, _Unacked] = OrderedDict()
+        self._refused: list[_Unacked] = []  # sent again at the next resend tick
+        self._next_token = 0
+        self._ack_prefix = ""
+        self._room = asyncio.Event()
 
     def follow(
         self,
@@ -229,7 +284,13 @@ class NatsSink:
             "not_connected": s.dropped_not_connected,
             "disconnected": s.dropped_disconnected,
             "error": s.dropped_error,
+            "unacked": s.dropped_unacked,
         }
+
+    @property
+    def unacked(self) -> int:
+        """Messages sent to JetStream and not acknowledged yet (to be sent again)."""
+        return len(self._unacked) + len(self._refused)
 
     def start(self, wait_connected: float | None = None) -> NatsSink:
         """Start the thread; with wait_connected, wait that long for a first connection
@@ -279,6 +340,7 @@ class NatsSink:
 
     async def _run(self) -> None:
         connector = asyncio.create_task(self._connect())
+        resender = asyncio.create_task(self._resend_loop()) if self._ack_window else None
         try:
             while True:
                 await self._wake.wait()
@@ -286,10 +348,140 @@ class NatsSink:
                 await self._drain()
                 if self._stopping:
                     break
+            await self._settle(STOP_SETTLE_S)
         finally:
             connector.cancel()
-            await asyncio.gather(connector, return_exceptions=True)
+            if resender is not None:
+                resender.cancel()
+            await asyncio.gather(
+                connector, *([resender] if resender else []), return_exceptions=True
+            )
+            self.stats.dropped_unacked += self.unacked
+            self._unacked.clear()
+            self._refused.clear()
             await self._close()
+            await _end_other_tasks()  # what nats-py left running (a closed reconnect)
+
+    # ---- acknowledged publishing ----------------------------------------------------------
+    async def _settle(self, timeout: float) -> None:
+        """At stop: wait (resending) for JetStream's acks of what is out, up to timeout."""
+        deadline = time.monotonic() + timeout
+        while self.unacked and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def _subscribe_acks(self, nc: object) -> None:
+        """The inbox JetStream acks into: `<inbox>.<token>`, one token per send."""
+        from nats.aio.client import Client
+
+        assert isinstance(nc, Client)
+        self._ack_prefix = nc.new_inbox() + "."
+        await nc.subscribe(self._ack_prefix + "*", cb=self._on_ack)
+
+    async def _on_ack(self, msg: object) -> None:
+        """JetStream's answer to one message: it covers the messages sent before it on the
+        same connection without a reply of their own (the stream takes a connection's
+        messages in order), refused or stored alike."""
+        from nats.aio.msg import Msg
+
+        assert isinstance(msg, Msg)
+        token = int(msg.subject.rpartition(".")[2])
+        unacked = self._unacked
+        entry = unacked.get(token)
+        if entry is None:
+            return  # the ack of a send given up on (sent again already)
+        connection = self._connection()
+        covered = [token]
+        if entry.connection == connection:
+            for earlier, other in unacked.items():
+                if earlier >= token:
+                    break
+                if other.connection == connection:
+                    covered.append(earlier)
+        data = msg.data
+        stats = self.stats
+        if b'"seq"' in data and b'"error"' not in data:
+            for done in covered:
+                del unacked[done]
+            stats.stored += len(covered)
+            if b'"duplicate"' in data:
+                stats.duplicates += 1
+        else:  # an API error, or a 503 status: no stream listens (yet): all again
+            stats.refused += len(covered)
+            if len(data) < 300:
+                stats.last_error = f"JetStream refused: {data!r} {msg.headers or ''}"
+            for done in sorted(covered):
+                self._refused.append(unacked.pop(done))
+        if self.unacked < self._ack_window:
+            self._room.set()
+
+    def _connection(self) -> int:
+        """Which of nats-py's connections this is (its reconnect count)."""
+        stats = getattr(self.nc, "stats", None)
+        return int(stats["reconnects"]) if isinstance(stats, dict) else -1
+
+    async def _send(self, entry: _Unacked, reply: bool = True) -> None:
+        """Send (again); reply: ask for JetStream's ack (else a later message's covers it).
+        A failure here is sent again on time-out."""
+        nc = self.nc
+        token = self._next_token = self._next_token + 1
+        entry.sent = time.monotonic()
+        entry.connection = self._connection()
+        self._unacked[token] = entry
+        publish = getattr(nc, "publish", None)
+        if publish is None or not self._ack_prefix:
+            return  # not connected yet: sent on time-out
+        with contextlib.suppress(Exception):  # disconnected, buffer full: sent on time-out
+            await publish(
+                entry.subject,
+                entry.payload,
+                reply=f"{self._ack_prefix}{token}" if reply else "",
+                headers=entry.headers,
+            )
+
+    async def _publish_acked(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None, last: bool = True
+    ) -> bool:
+        """Send once there is room in the ack window (the ring waits meanwhile), asking for
+        an ack every ACK_EVERY messages and for the last one of a read. False: dropped."""
+        while self.unacked >= self._ack_window:
+            if self._stopping:  # the bus is away and the sink stops: no waiting for it
+                self.stats.dropped_unacked += 1
+                return False
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), 0.1)
+        reply = last or self._next_token % ACK_EVERY == 0 or self.unacked + 1 >= self._ack_window
+        await self._send(_Unacked(subject, payload, headers, time.monotonic()), reply)
+        return True
+
+    async def _resend_loop(self) -> None:
+        js = self.config.jetstream
+        assert js is not None
+        tick = min(js.ack_timeout_s / 4, RESEND_TICK_S)
+        while True:
+            await asyncio.sleep(tick)
+            await self._resend(js.ack_timeout_s, js.retry_for_s)
+
+    async def _resend(self, ack_timeout: float, retry_for: float) -> None:
+        """Send again what was refused and what is unacknowledged past ack_timeout, in the
+        order first sent; drop (counted) what is out past retry_for."""
+        now = time.monotonic()
+        due, self._refused = self._refused, []
+        expired = []
+        for token, entry in self._unacked.items():
+            if now - entry.sent < ack_timeout:
+                break  # oldest first: the rest is younger
+            expired.append(token)
+        due += [self._unacked.pop(token) for token in expired]
+        due.sort(key=lambda e: e.first_sent)
+        for entry in due:
+            if now - entry.first_sent > retry_for:
+                self.stats.dropped_unacked += 1
+                continue
+            self.stats.resent += 1
+            await self._send(entry)
+        if self.unacked < self._ack_window:
+            self._room.set()
 
     async def _close(self) -> None:
         from nats.aio.client import Client
@@ -377,6 +569,8 @@ class NatsSink:
             stats.connects += 1
             stats.connected = True
             log.info("NATS connected to %s", _url(nc))
+            if self._ack_window:
+                await self._subscribe_acks(nc)
             await self._ensure_stream(nc)
             self.nc = nc
             self._ready.set()
@@ -448,9 +642,13 @@ class NatsSink:
         headers = self.config.headers
         js = self.config.jetstream
         msg_ids = js is not None and js.msg_ids
+        acked = self._ack_window > 0
         run = self._epoch_hex or "0"
         gap_tid = self._gap_tid
-        for event in events:
+        last = len(events) - 1
+        while last > 0 and type(events[last]) is Gap:
+            last -= 1
+        for at, event in enumerate(events):
             if type(event) is Gap:  # counted by the follower (buffer_full)
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
@@ -459,16 +657,13 @@ class NatsSink:
                 await self._publish_gap(nc, seq, sid, payload)
                 continue
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
+            fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
+            if acked:
+                if await self._publish_acked(subject, payload, fields, at == last):
+                    stats.published += 1
+                continue
             try:
-                if headers or msg_ids:
-                    fields: dict[str, str] = {}
-                    if msg_ids:
-                        fields["Nats-Msg-Id"] = self._message_id(sid, payload, run, seq)
-                    if headers:
-                        self._wsgw_headers(fields, sid, seq, ts)
-                    await publish(subject, payload, headers=fields)
-                else:
-                    await publish(subject, payload)
+                await publish(subject, payload, headers=fields)
                 stats.published += 1
             except OutboundBufferLimitError:
                 stats.dropped_disconnected += 1
@@ -477,6 +672,16 @@ class NatsSink:
             except Exception as exc:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
+
+    def _fields(self, sid: int, payload: bytes, run: str, seq: int, ts: int) -> dict[str, str]:
+        """A message's headers: its Nats-Msg-Id (msg_ids) and the Wsgw ones (headers)."""
+        fields: dict[str, str] = {}
+        js = self.config.jetstream
+        if js is not None and js.msg_ids:
+            fields["Nats-Msg-Id"] = self._message_id(sid, payload, run, seq)
+        if self.config.headers:
+            self._wsgw_headers(fields, sid, seq, ts)
+        return fields
 
     def _wsgw_headers(self, fields: dict[str, str], sid: int, seq: int, ts: int) -> None:
         """Wsgw-Seq, Wsgw-Recv-Ts and, on a fleet node, the fenced Wsgw-Gen."""
@@ -523,7 +728,11 @@ class NatsSink:
                 if js is not None and js.msg_ids
                 else None
             )
-            await nc.publish(nats_gap_subject(self.prefix, sid), orjson.dumps(body), headers=fields)
+            subject, data = nats_gap_subject(self.prefix, sid), orjson.dumps(body)
+            if not self._ack_window:
+                await nc.publish(subject, data, headers=fields)
+            elif not await self._publish_acked(subject, data, fields):
+                return
             self.stats.gaps += 1
         except Exception as exc:
             self.stats.dropped_error += 1
@@ -531,6 +740,15 @@ class NatsSink:
 
     def __repr__(self) -> str:
         return f"<NatsSink {','.join(self.config.servers)} connected={self.stats.connected}>"
+
+
+async def _end_other_tasks() -> None:
+    """Cancel and await every other task of the running loop, before it closes."""
+    current = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not current]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 def _url(nc: object) -> str:

@@ -22,6 +22,7 @@ def test_the_jetstream_scenario_runs_every_contender() -> None:
         "Wsgw headers, no ids",
         "ids: run+seq",
         "ids: trade id",
+        "ids: trade id, no acks",
     ]
     for m in results:
         assert len(m.samples) == 1 and math.isfinite(m.samples[0]) and m.samples[0] > 0, m

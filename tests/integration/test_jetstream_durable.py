@@ -89,7 +89,11 @@ class Gateway:
             self.wait_published(before + len(payloads))
 
     def wait_published(self, published: int) -> None:
-        wait_until(lambda: self.sink.stats.published >= published and self.sink.pending == 0, 60)
+        sink = self.sink
+        wait_until(
+            lambda: sink.stats.published >= published and sink.pending == 0 and not sink.unacked,
+            60,
+        )
 
     def close(self) -> None:
         self.hub.close()
@@ -382,9 +386,7 @@ def test_a_durable_goes_on_by_itself_across_a_nats_server_restart(server: NatsSe
         server.stop()
         server.start()
         wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
-        # JetStream loads its file store after the port opens: the sink publishes with core
-        # NATS (no ack), so what it sends before the stream is back is not stored.
-        wait_until(lambda: stream_back(server.url), 30)
+        wait_until(lambda: stream_back(server.url), 30)  # the reader's part, not the sink's
         gateway.publish([trade(i) for i in range(101, 201)])
         take(200)
         time.sleep(0.5)
@@ -394,3 +396,75 @@ def test_a_durable_goes_on_by_itself_across_a_nats_server_restart(server: NatsSe
         gateway.close()
     assert got == list(range(1, 201))
     assert source.ack_failures == 0
+
+
+def test_a_running_durable_that_falls_behind_the_limits_gets_a_gap_where_it_lost(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader holds MAX_QUEUED unread and stops fetching; the stream keeps its last 500:
+    what it removed unfetched comes as a Gap while the reader runs, not at its next open."""
+    import gateway.client.nats as client_nats
+
+    monkeypatch.setattr(client_nats, "MAX_QUEUED", 100)
+    gateway = Gateway(server.url, max_msgs=500)
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM, durable="behind")
+    events: list[Any] = []
+    try:
+        gateway.publish([trade(i) for i in range(1, 2001)])  # the stream keeps 1501..2000
+
+        def collected() -> bool:
+            events.extend(source.read(1000, 0.2))
+            return (
+                bool(events)
+                and isinstance(events[-1], RingMessage)
+                and (trade_id(bytes(events[-1].payload)) == 2000)
+            )
+
+        wait_until(collected, 30)
+    finally:
+        source.close()
+        gateway.close()
+    # Every stream sequence once, in order: a message (trade i is stream sequence i) or in a
+    # Gap; how much it fetched before it fell behind depends on the machine's load.
+    expected = 1
+    for event in events:
+        if isinstance(event, Gap):
+            assert event.first_seq == expected
+            expected += event.lost
+        else:
+            assert trade_ids([event]) == [expected]
+            expected += 1
+    assert expected == 2001
+    assert any(isinstance(e, Gap) for e in events)
+    assert trade_ids([e for e in events if not isinstance(e, Gap)])[-500:] == list(
+        range(1501, 2001)
+    )
+
+
+def test_a_durable_of_one_session_between_others_sees_no_gap(server: NatsServer) -> None:
+    """Stream sequences jump over the other sessions' messages: that is no loss."""
+    gateway = Gateway(server.url)
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM, durable="one")
+    got: list[Any] = []
+    try:
+        for at in range(1, 1001, 100):
+            gateway.hub.publish_batch(
+                [
+                    (sid, "btcusdt@trade", trade(i), 0, None)
+                    for i in range(at, at + 100)
+                    for sid in (SESSION, SESSION + 1)
+                ]
+            )
+        gateway.wait_published(2000)
+
+        def collected() -> bool:
+            got.extend(source.read(1000, 0.2))
+            return len(got) >= 1000
+
+        wait_until(collected, 30)
+        time.sleep(0.3)
+        got.extend(source.read(1000, 0))
+    finally:
+        source.close()
+        gateway.close()
+    assert trade_ids(got) == list(range(1, 1001))
