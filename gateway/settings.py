@@ -12,7 +12,7 @@ import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
@@ -21,6 +21,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+if TYPE_CHECKING:
+    from gateway.hub.nats import JetStreamConfig
 
 #: A Host header name: a DNS name or an IPv4 address, or an IPv6 address in brackets.
 HOST_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}|\[[0-9a-f:.]+\]", re.IGNORECASE)
@@ -170,23 +173,33 @@ class JetStreamSettings(BaseModel):
         description="a Nats-Msg-Id per message (session + exchange id, else run + ring "
         "sequence) so a message published again (failover, restart) is stored once",
     )
+    ack_window: int = Field(
+        default=4096,
+        description="messages out without JetStream's ack at most (the sink stops reading "
+        "the ring while it is full); 0: core NATS publishes, nothing resent",
+    )
+    ack_timeout_s: float = Field(
+        default=2.0, description="an unacknowledged message is sent again (same id) after this"
+    )
+    retry_for_s: float = Field(
+        default=60.0,
+        description="how long a message is sent again before it is dropped and counted "
+        '(wsgw_nats_dropped_total{reason="unacked"})',
+    )
 
     @model_validator(mode="after")
     def _check_limits(self) -> JetStreamSettings:
-        from gateway.hub.nats import jetstream_problems  # the sink's own rules
-
-        problems = jetstream_problems(
-            stream=self.stream,
-            max_bytes=self.max_bytes,
-            max_age_s=self.max_age_s,
-            max_msgs=self.max_msgs,
-            storage=self.storage,
-            replicas=self.replicas,
-            duplicate_window_s=self.duplicate_window_s,
-        )
-        if problems:
-            raise ValueError("hub.nats.jetstream: " + "; ".join(problems))
+        self.config()  # the sink's own rules, at start, with the setting's name
         return self
+
+    def config(self) -> JetStreamConfig:
+        """The sink's JetStreamConfig (gateway.hub.nats): the same fields."""
+        from gateway.hub.nats import JetStreamConfig
+
+        try:
+            return JetStreamConfig(**self.model_dump())
+        except ValueError as exc:
+            raise ValueError(f"hub.nats.jetstream: {exc}".replace("JetStream: ", "")) from None
 
 
 class NatsSettings(BaseModel):

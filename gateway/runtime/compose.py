@@ -87,16 +87,7 @@ def jetstream_config(js: JetStreamSettings | None) -> JetStreamConfig | None:
     """The NATS sink's stream, from hub.nats.jetstream (validated there)."""
     if js is None:
         return None
-    return JetStreamConfig(
-        stream=js.stream,
-        max_bytes=js.max_bytes,
-        max_age_s=js.max_age_s,
-        max_msgs=js.max_msgs,
-        storage=js.storage,
-        replicas=js.replicas,
-        duplicate_window_s=js.duplicate_window_s,
-        msg_ids=js.msg_ids,
-    )
+    return js.config()
 
 
 def session_identity(runtime: LiveRuntime | None, session_id: int) -> MessageIdentity | None:
