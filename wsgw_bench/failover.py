@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from gateway.groups.arbiter import LAG_SAMPLES
 from gateway.groups.feed import DEFAULT_HOLD_MS
 from gateway.lab import Lab
 from gateway.simulator.process import start_simulator
@@ -134,8 +135,18 @@ class Tally:
     seen: dict[str, bytearray] = field(default_factory=dict)  # per topic, seq - start -> 1
     newest: dict[str, int] = field(default_factory=dict)
     latency_us: array[int] = field(default_factory=lambda: array("q"))
+    #: send -> the gateway's receipt (the ring record's stamp: the RX time of the copy that
+    #: went out; for the group, the first copy of any leg: per message the faster leg's)
+    arrival_us: array[int] = field(default_factory=lambda: array("q"))
 
-    def message(self, topic: str, seq: int, start: int | None, latency_ns: int) -> None:
+    def message(
+        self,
+        topic: str,
+        seq: int,
+        start: int | None,
+        latency_ns: int,
+        arrival_ns: int | None = None,
+    ) -> None:
         """One message read; start: the topic's start mark (None: not known yet, the
         window's edge: the message is only marked as seen)."""
         index = seq - 1  # sim_seq counts from 1 on a fresh simulator
@@ -156,6 +167,8 @@ class Tally:
         else:
             self.newest[topic] = seq
         self.latency_us.append(latency_ns // 1000)
+        if arrival_ns is not None:
+            self.arrival_us.append(arrival_ns // 1000)
 
     def report(self, starts: dict[str, int], ends: dict[str, int]) -> dict[str, Any]:
         """Figures up to the end marks (sim_seq), the messages after them left out."""
@@ -164,11 +177,12 @@ class Tally:
             delivered += sum(flags[starts.get(topic, 0) : ends.get(topic, 0)])
         expected = sum(max(0, ends[t] - starts.get(t, 0)) for t in ends)
         latencies = sorted(self.latency_us)
+        arrivals = sorted(self.arrival_us)
 
-        def quantile(q: float) -> float | None:
-            if not latencies:
+        def quantile(q: float, of: list[int] = latencies) -> float | None:
+            if not of:
                 return None
-            return float(latencies[min(len(latencies) - 1, int(q * len(latencies)))])
+            return float(of[min(len(of) - 1, int(q * len(of)))])
 
         return {
             "expected": expected,
@@ -182,6 +196,8 @@ class Tally:
             "latency_p50_us": quantile(0.5),
             "latency_p99_us": quantile(0.99),
             "latency_max_us": float(latencies[-1]) if latencies else None,
+            "arrival_p50_us": quantile(0.5, arrivals),
+            "arrival_p99_us": quantile(0.99, arrivals),
         }
 
 
@@ -230,7 +246,7 @@ def tally_consumer_main(
                 topic = event.topic.split(":", 1)[1]
                 now = time.time_ns()
                 start = None if starts is None else starts.get(topic, 0)
-                tally.message(topic, found[0], start, now - found[1])
+                tally.message(topic, found[0], start, now - found[1], event.ts_ns - found[1])
     ends: dict[str, int] = command[1]
     conn.send(
         {
@@ -515,7 +531,8 @@ def summary(result: Result) -> str:
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
             f"duplicated {c['duplicated']} gaps {c['gaps']} latency p50 "
             f"{_us(c['latency_p50_us'])} p99 {_us(c['latency_p99_us'])} max "
-            f"{_us(c['latency_max_us'])}"
+            f"{_us(c['latency_max_us'])}; send->gateway RX p50 {_us(c['arrival_p50_us'])} "
+            f"p99 {_us(c['arrival_p99_us'])}"
         )
     for leg in result.group.get("legs", []):
         name = next(n for sid, n, _ in SESSIONS if sid == leg["session_id"])
@@ -525,7 +542,8 @@ def summary(result: Result) -> str:
         reconnects = result.sessions.get(name, {}).get("reconnects", 0)
         lines.append(
             f"    leg {name} won {leg['won']} late {leg['late']} lag p50 {_us(lag50)} p99 "
-            f"{_us(lag99)} reconnects {reconnects:.0f}"
+            f"{_us(lag99)} (its latest {LAG_SAMPLES} late copies) downs {leg['downs']} "
+            f"reconnects {reconnects:.0f}"
         )
     return "\n".join(lines)
 
@@ -550,6 +568,8 @@ def _measurements(result: Result) -> list[Measurement]:
         ("gaps", "gaps", "count", False, 1.0),
         ("latency send->consumer p50", "latency_p50_us", "us", False, 1.0),
         ("latency send->consumer p99", "latency_p99_us", "us", False, 1.0),
+        ("latency send->gateway RX p50", "arrival_p50_us", "us", False, 1.0),
+        ("latency send->gateway RX p99", "arrival_p99_us", "us", False, 1.0),
     )
     for metric, key, unit, higher, scale in figures:
         for name in (SINGLE_CONTENDER, GROUP_CONTENDER):
