@@ -41,6 +41,7 @@ from dataplane.shim import identity_scan as _identity_scan
 
 #: As the reference's defaults (gateway.groups.arbiter).
 DEFAULT_HOLD_NS = 20_000_000
+DEFAULT_MAX_HOLD_NS = 1_000_000_000  # as wsgw_arbiter.h's WSGW_ARB_DEFAULT_MAX_HOLD_NS
 DEFAULT_MAX_HELD = 4096
 DEFAULT_WON_WINDOW = 8192
 DEFAULT_MAX_TOPICS = 1024
@@ -128,6 +129,7 @@ class CArbiter(Closing):
         won_window: int = DEFAULT_WON_WINDOW,
         max_topics: int = DEFAULT_MAX_TOPICS,
         arena_bytes: int = DEFAULT_ARENA_BYTES,
+        max_hold_ns: int = DEFAULT_MAX_HOLD_NS,
     ) -> None:
         if not 1 <= legs <= MAX_LEGS:
             raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
@@ -143,8 +145,10 @@ class CArbiter(Closing):
             "create",
         )
         self._handle = handle.value
+        _check(self._lib.wsgw_arb_set_max_hold(self._handle, max_hold_ns), "max hold")
         self.legs = legs
         self.hold_ns = hold_ns
+        self.max_hold_ns = max(hold_ns, max_hold_ns)
         self.max_held = max_held
         self.won_window = won_window
         self.max_topics = max_topics
@@ -214,7 +218,7 @@ class CArbiter(Closing):
         return self._outputs(_check(rc, "set_live"), ())
 
     def expire(self, now_ns: int) -> list[Output]:
-        """Holes older than hold_ns are losses: what they held goes out."""
+        """Holes that are due (a moving leg is waited for) are losses."""
         return self._outputs(_check(self._lib.wsgw_arb_expire(self._h, now_ns), "expire"), ())
 
     @property

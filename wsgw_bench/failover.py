@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from gateway.groups.arbiter import LAG_SAMPLES
 from gateway.groups.feed import DEFAULT_HOLD_MS
 from gateway.lab import Lab
 from gateway.simulator.process import start_simulator
@@ -83,8 +84,8 @@ class Plan:
     kill_every: float = 10.0
     link_down_for: float = 2.0
     #: The group's hold (GroupSpec.hold_ms, the API's default): how long a message ahead of
-    #: a hole waits for the other leg. A live leg further behind than this when the other
-    #: comes back from a reset makes its messages a loss (the hole expires first).
+    #: a hole waits for the other leg once that leg stops moving (a live leg that keeps
+    #: arriving is waited for, up to the arbiter's max hold, 1 s).
     hold_ms: int = DEFAULT_HOLD_MS
     settle: float = 3.0  # after the stream stops: stragglers reach the reader
 
@@ -134,8 +135,18 @@ class Tally:
     seen: dict[str, bytearray] = field(default_factory=dict)  # per topic, seq - start -> 1
     newest: dict[str, int] = field(default_factory=dict)
     latency_us: array[int] = field(default_factory=lambda: array("q"))
+    #: send -> the gateway's receipt (the ring record's stamp: the RX time of the copy that
+    #: went out; for the group, the first copy of any leg: per message the faster leg's)
+    arrival_us: array[int] = field(default_factory=lambda: array("q"))
 
-    def message(self, topic: str, seq: int, start: int | None, latency_ns: int) -> None:
+    def message(
+        self,
+        topic: str,
+        seq: int,
+        start: int | None,
+        latency_ns: int,
+        arrival_ns: int | None = None,
+    ) -> None:
         """One message read; start: the topic's start mark (None: not known yet, the
         window's edge: the message is only marked as seen)."""
         index = seq - 1  # sim_seq counts from 1 on a fresh simulator
@@ -156,6 +167,8 @@ class Tally:
         else:
             self.newest[topic] = seq
         self.latency_us.append(latency_ns // 1000)
+        if arrival_ns is not None:
+            self.arrival_us.append(arrival_ns // 1000)
 
     def report(self, starts: dict[str, int], ends: dict[str, int]) -> dict[str, Any]:
         """Figures up to the end marks (sim_seq), the messages after them left out."""
@@ -164,11 +177,12 @@ class Tally:
             delivered += sum(flags[starts.get(topic, 0) : ends.get(topic, 0)])
         expected = sum(max(0, ends[t] - starts.get(t, 0)) for t in ends)
         latencies = sorted(self.latency_us)
+        arrivals = sorted(self.arrival_us)
 
-        def quantile(q: float) -> float | None:
-            if not latencies:
+        def quantile(q: float, of: list[int] = latencies) -> float | None:
+            if not of:
                 return None
-            return float(latencies[min(len(latencies) - 1, int(q * len(latencies)))])
+            return float(of[min(len(of) - 1, int(q * len(of)))])
 
         return {
             "expected": expected,
@@ -182,6 +196,8 @@ class Tally:
             "latency_p50_us": quantile(0.5),
             "latency_p99_us": quantile(0.99),
             "latency_max_us": float(latencies[-1]) if latencies else None,
+            "arrival_p50_us": quantile(0.5, arrivals),
+            "arrival_p99_us": quantile(0.99, arrivals),
         }
 
 
@@ -230,7 +246,7 @@ def tally_consumer_main(
                 topic = event.topic.split(":", 1)[1]
                 now = time.time_ns()
                 start = None if starts is None else starts.get(topic, 0)
-                tally.message(topic, found[0], start, now - found[1])
+                tally.message(topic, found[0], start, now - found[1], event.ts_ns - found[1])
     ends: dict[str, int] = command[1]
     conn.send(
         {
@@ -342,6 +358,39 @@ def make_kills(plan: Plan, lab: Lab, upstream: Upstream, start: float, log: Log)
         done.append(Kill(round(at, 3), kill.leg, kill.kind))
     time.sleep(max(0.0, start + plan.duration - time.monotonic()))
     return done
+
+
+class LagSampler:
+    """The arbiter keeps each leg's lag over its latest LAG_SAMPLES late copies only (a
+    fraction of a second at 10k msg/s): its figures at the end say nothing of the kills. This
+    reads them every `every` s through the run: per leg, the p99s seen."""
+
+    def __init__(self, figures: Callable[[], dict[str, Any] | None], every: float = 0.5) -> None:
+        self.figures = figures
+        self.every = every
+        self.p99_ns: dict[int, list[int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="failover-lag", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for leg in (self.figures() or {}).get("legs", []):
+                if leg["lag_p99_ns"] is not None:
+                    self.p99_ns.setdefault(leg["session_id"], []).append(leg["lag_p99_ns"])
+
+    def stop(self) -> dict[int, dict[str, float | None]]:
+        """Per leg session id: the median and the worst of the p99s seen (ns)."""
+        self._stop.set()
+        self._thread.join(10)
+        out: dict[int, dict[str, float | None]] = {}
+        for sid, seen in self.p99_ns.items():
+            ordered = sorted(seen)
+            out[sid] = {
+                "lag_p99_median_ns": float(ordered[len(ordered) // 2]),
+                "lag_p99_worst_ns": float(ordered[-1]),
+            }
+        return out
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -473,12 +522,18 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
             f"{plan.link_down_for:g} s, ...), hold {plan.hold_ms} ms, lab {lab.name}, "
             f"load {os.getloadavg()[0]:.1f}"
         )
-        kills = make_kills(plan, lab, upstream, start, log)
+        sampler = LagSampler(lambda: runtime.group_figures(GROUP_ID))
+        try:
+            kills = make_kills(plan, lab, upstream, start, log)
+        finally:
+            lag_seen = sampler.stop()
         upstream.command("rate rate=0")  # the stream ends: the window closes here
         ends = upstream.sent()
         elapsed = time.monotonic() - start
         time.sleep(plan.settle)
         group = runtime.group_figures(GROUP_ID) or {}
+        for leg in group.get("legs", []):
+            leg.update(lag_seen.get(leg["session_id"], {}))
         sessions = counters()
         for sid, _, _ in SESSIONS:
             runtime.stop_session(sid)
@@ -492,6 +547,10 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
             raise RuntimeError("the reader did not report")
         seen: dict[str, Any] = consumer.conn.recv()
     return Result(plan, elapsed, tuple(kills), seen["contenders"], group, sessions, seen["lapped"])
+
+
+def _scaled(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1000
 
 
 def _us(value: float | None) -> str:
@@ -515,7 +574,8 @@ def summary(result: Result) -> str:
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
             f"duplicated {c['duplicated']} gaps {c['gaps']} latency p50 "
             f"{_us(c['latency_p50_us'])} p99 {_us(c['latency_p99_us'])} max "
-            f"{_us(c['latency_max_us'])}"
+            f"{_us(c['latency_max_us'])}; send->gateway RX p50 {_us(c['arrival_p50_us'])} "
+            f"p99 {_us(c['arrival_p99_us'])}"
         )
     for leg in result.group.get("legs", []):
         name = next(n for sid, n, _ in SESSIONS if sid == leg["session_id"])
@@ -525,7 +585,10 @@ def summary(result: Result) -> str:
         reconnects = result.sessions.get(name, {}).get("reconnects", 0)
         lines.append(
             f"    leg {name} won {leg['won']} late {leg['late']} lag p50 {_us(lag50)} p99 "
-            f"{_us(lag99)} reconnects {reconnects:.0f}"
+            f"{_us(lag99)} (its latest {LAG_SAMPLES} late copies; p99 through the run: "
+            f"median {_us(_scaled(leg.get('lag_p99_median_ns')))} worst "
+            f"{_us(_scaled(leg.get('lag_p99_worst_ns')))}) downs {leg['downs']} "
+            f"reconnects {reconnects:.0f}"
         )
     return "\n".join(lines)
 
@@ -550,6 +613,8 @@ def _measurements(result: Result) -> list[Measurement]:
         ("gaps", "gaps", "count", False, 1.0),
         ("latency send->consumer p50", "latency_p50_us", "us", False, 1.0),
         ("latency send->consumer p99", "latency_p99_us", "us", False, 1.0),
+        ("latency send->gateway RX p50", "arrival_p50_us", "us", False, 1.0),
+        ("latency send->gateway RX p99", "arrival_p99_us", "us", False, 1.0),
     )
     for metric, key, unit, higher, scale in figures:
         for name in (SINGLE_CONTENDER, GROUP_CONTENDER):
@@ -572,8 +637,10 @@ def _measurements(result: Result) -> list[Measurement]:
             ("leg late", "late", "count", 1.0),
             ("leg lag p50", "lag_p50_ns", "us", 1e-3),
             ("leg lag p99", "lag_p99_ns", "us", 1e-3),
+            ("leg lag p99 through the run, median", "lag_p99_median_ns", "us", 1e-3),
+            ("leg lag p99 through the run, worst", "lag_p99_worst_ns", "us", 1e-3),
         ):
-            value = leg[key]
+            value = leg.get(key)
             samples = [] if value is None else [float(value) * scale]
             out.append(Measurement(SCENARIO, metric, name, unit, False, samples))
     return out

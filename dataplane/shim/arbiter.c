@@ -45,6 +45,8 @@ struct arb_leg {
     uint32_t lag_count;
     uint32_t lag_at;
     int live;
+    int has_arrived;
+    int64_t arrived_ns; /* its newest arrival, any topic: a leg that arrives is moving */
     int64_t lag[WSGW_ARB_LAG_SAMPLES];
 };
 
@@ -54,6 +56,7 @@ struct wsgw_arbiter {
     uint32_t max_topics;
     uint32_t won_window;
     int64_t hold_ns;
+    int64_t max_hold_ns; /* >= hold_ns */
     uint64_t duplicates;
     int64_t lost;
     uint64_t held_total;
@@ -379,6 +382,25 @@ static int every_live_leg_passed(const wsgw_arbiter *a, const struct arb_topic *
     return 1;
 }
 
+/* When the topic's oldest hole is a loss unless filled: hold_ns after it opened and after the
+ * newest arrival of each live leg that may still fill it (a moving leg is waited for), at
+ * most max_hold_ns after it opened. Only with a hole. */
+static int64_t hole_due(const wsgw_arbiter *a, const struct arb_topic *t)
+{
+    int64_t due = t->hole_since + a->hold_ns;
+    for (uint32_t leg = 0; leg < a->legs; leg++) {
+        const struct arb_leg *l = &a->leg[leg];
+        if (!l->has_arrived || !l->live)
+            continue;
+        if ((t->newest_seen & (1u << leg)) && t->newest[leg] > t->last)
+            continue; /* went past the hole: will not fill it */
+        if (l->arrived_ns + a->hold_ns > due)
+            due = l->arrived_ns + a->hold_ns;
+    }
+    int64_t bound = t->hole_since + a->max_hold_ns;
+    return due < bound ? due : bound;
+}
+
 /* Arena full: the oldest hole of any topic is lost. 0 when nothing is held anywhere. */
 static int evict_oldest_hole(wsgw_arbiter *a)
 {
@@ -433,6 +455,8 @@ static int offer_one(wsgw_arbiter *a, uint32_t leg, uint32_t topic, int64_t this
                      int32_t src)
 {
     struct arb_topic *t = &a->topics[topic];
+    a->leg[leg].arrived_ns = now_ns;
+    a->leg[leg].has_arrived = 1;
     if (!t->exists) { /* the stream starts here */
         int rc = topic_create(a, topic, this_id, prev);
         if (rc)
@@ -502,6 +526,8 @@ int wsgw_arb_create(uint32_t legs, int64_t hold_ns, uint32_t max_held, uint32_t 
         return -ENOMEM;
     a->legs = legs;
     a->hold_ns = hold_ns;
+    a->max_hold_ns = hold_ns > WSGW_ARB_DEFAULT_MAX_HOLD_NS ? hold_ns
+                                                            : WSGW_ARB_DEFAULT_MAX_HOLD_NS;
     a->max_held = max_held;
     a->max_topics = max_topics;
     a->won_window = won_window;
@@ -603,7 +629,7 @@ int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns)
     for (uint32_t i = 0; i < a->n_order; i++) {
         uint32_t topic = a->order[i];
         const struct arb_topic *t = &a->topics[topic];
-        while (t->has_hole && now_ns - t->hole_since >= a->hold_ns)
+        while (t->has_hole && now_ns >= hole_due(a, t))
             declare_hole(a, topic);
     }
     return call_end(a);
@@ -613,16 +639,29 @@ int wsgw_arb_deadline(const wsgw_arbiter *a, int64_t *at)
 {
     int found = 0;
     int64_t best = 0;
+    if (!a->held_total)
+        return 0; /* the common case, on every engine offer */
     for (uint32_t i = 0; i < a->n_order; i++) {
         const struct arb_topic *t = &a->topics[a->order[i]];
-        if (t->has_hole && (!found || t->hole_since < best)) {
-            best = t->hole_since;
+        if (!t->has_hole)
+            continue;
+        int64_t due = hole_due(a, t);
+        if (!found || due < best) {
+            best = due;
             found = 1;
         }
     }
     if (found)
-        *at = best + a->hold_ns;
+        *at = best;
     return found;
+}
+
+int wsgw_arb_set_max_hold(wsgw_arbiter *a, int64_t max_hold_ns)
+{
+    if (max_hold_ns < 0)
+        return -EINVAL;
+    a->max_hold_ns = max_hold_ns > a->hold_ns ? max_hold_ns : a->hold_ns;
+    return 0;
 }
 
 const struct wsgw_arb_out *wsgw_arb_outputs(const wsgw_arbiter *a)

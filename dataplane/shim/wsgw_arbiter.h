@@ -2,8 +2,10 @@
  * gateway/groups/arbiter.py, for the engine's per-message path. Two or more legs carry the
  * same stream; per topic (a small integer: the ring topic id), the first copy of each
  * message wins, later copies are dropped with the leg's lag sampled, a message ahead of a
- * hole is held until a leg fills the hole, every live leg went past it, or hold_ns passed;
- * then the hole is reported lost. Sans-IO: the caller passes each arrival and its clock.
+ * hole is held until a leg fills the hole, every live leg went past it, or it is due:
+ * hold_ns after it opened and after the newest arrival of every live leg that has not gone
+ * past it (a moving leg is waited for, a leg silent for hold_ns is not), max_hold_ns after it
+ * opened at most; then the hole is reported lost. Sans-IO: the caller passes each arrival and its clock.
  *
  * Outputs: each call (offer, offer_columns, set_live, expire) replaces the arbiter's output
  * list (wsgw_arb_outputs); it and the payload pointers in it stay valid until the next call
@@ -25,6 +27,8 @@
 #define WSGW_ARB_LAG_SAMPLES 1024 /* lag samples kept per leg (a ring: the latest ones) */
 /* `prev` of a message the exchange does not link (only order is known); not a valid id. */
 #define WSGW_ARB_NO_PREV INT64_MIN
+/* How long a hole may wait at most for a leg that keeps moving, unless set (>= hold_ns). */
+#define WSGW_ARB_DEFAULT_MAX_HOLD_NS 1000000000LL
 /* `missing` of a loss whose count is unknown (never, today: held messages are linked). */
 #define WSGW_ARB_NO_MISSING INT64_MIN
 
@@ -86,9 +90,12 @@ WSGW_API int wsgw_arb_offer_columns(wsgw_arbiter *a, uint32_t n, const uint32_t 
                                     const uint8_t *payloads, const uint32_t *offsets);
 /* A leg went down (or came back): a down leg is not waited for. */
 WSGW_API int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t now_ns);
-/* Holes older than hold_ns are losses: what they held goes out. */
+/* Holes that are due are losses: what they held goes out. */
 WSGW_API int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns);
-/* 1 and *at = when expire has work, 0 while nothing is held. */
+/* The bound on a hole's wait (raised to hold_ns): 0 or -EINVAL. */
+WSGW_API int wsgw_arb_set_max_hold(wsgw_arbiter *a, int64_t max_hold_ns);
+/* 1 and *at = when expire may have work (a moving leg pushes it later), 0 while nothing is
+ * held. */
 WSGW_API int wsgw_arb_deadline(const wsgw_arbiter *a, int64_t *at);
 /* The last call's outputs (as many as it returned). */
 WSGW_API const struct wsgw_arb_out *wsgw_arb_outputs(const wsgw_arbiter *a);

@@ -14,12 +14,16 @@ Per topic key, linked messages (prev given):
   follows it;
 - `this <= last`: a copy of a delivered message (or an older one): dropped, and the leg's lag
   behind the winner is sampled (its copy's arrival minus the winner's);
-- otherwise the message is ahead of a hole: held. The hole is a loss only once every live
-  leg has gone past it (each leg's newest `this` > last: none of them will bring it), or once
-  the hold time passes since the hole opened (a leg that is down brings nothing): then a
-  `Lost` (first missing, count where the link tells it) and the held messages go out in
-  order. Held messages never wait longer than `hold_ns`, so the group's delay over its
-  fastest leg is bounded even when a leg dies mid-hole.
+- otherwise the message is ahead of a hole: held. The hole is a loss once every live leg
+  has gone past it (each leg's newest `this` > last: none of them will bring it), or once it
+  is due: `hold_ns` after it opened, and `hold_ns` after the newest arrival (on any topic) of
+  any live leg that has not gone past it yet. A leg that brought anything within the hold is
+  moving, only further behind than the hold: the hole waits for it (a hold shorter than a
+  leg's lag would otherwise declare losses that leg was about to fill); a leg silent for the
+  hold (stalled, dead before it was told down) is not waited for. `max_hold_ns` after it
+  opened, the hole is due whatever: a leg that is slow forever cannot stall the stream.
+  Then a `Lost` (first missing, count where the link tells it) and the held messages go out
+  in order.
 
 Unlinked messages (prev None) are delivered when `this > last` and dropped otherwise (no gap
 can be told). The first message of a key sets where the stream starts (nothing before it
@@ -35,6 +39,8 @@ from typing import Generic, NamedTuple, TypeVar
 
 #: How long a message may wait for a hole before it to be filled by another leg.
 DEFAULT_HOLD_NS = 20_000_000
+#: How long a hole may wait at most, even for a leg that keeps moving.
+DEFAULT_MAX_HOLD_NS = 1_000_000_000
 #: Messages held per topic at most: beyond it the oldest hole is declared lost at once.
 DEFAULT_MAX_HELD = 4096
 #: Lag samples kept per leg (a ring: the latest ones).
@@ -112,6 +118,7 @@ class Arbiter(Generic[P]):
         hold_ns: int = DEFAULT_HOLD_NS,
         max_held: int = DEFAULT_MAX_HELD,
         won_window: int = 8192,
+        max_hold_ns: int = DEFAULT_MAX_HOLD_NS,
     ) -> None:
         if legs < 1:
             raise ValueError(f"a feed group has at least 1 leg, not {legs}")
@@ -119,10 +126,12 @@ class Arbiter(Generic[P]):
             raise ValueError("hold_ns must be >= 0 and max_held >= 1")
         self.legs = legs
         self.hold_ns = hold_ns
+        self.max_hold_ns = max(hold_ns, max_hold_ns)  # never shorter than the hold
         self.max_held = max_held
         self.won_window = won_window
         self.stats = [LegStats() for _ in range(legs)]
         self.live = [True] * legs
+        self.arrived_ns: list[int | None] = [None] * legs  # each leg's newest arrival, any topic
         self.lost_total = 0
         self.duplicates = 0
         self._topics: dict[Hashable, _Topic[P]] = {}
@@ -133,6 +142,7 @@ class Arbiter(Generic[P]):
         self, leg: int, key: Hashable, this: int, prev: int | None, payload: P, now_ns: int
     ) -> list[Output]:
         """One arrival on `leg`; what goes out because of it, in order."""
+        self.arrived_ns[leg] = now_ns
         topic = self._topics.get(key)
         if topic is None:  # the stream starts here
             topic = self._topics[key] = _Topic(last=this - 1 if prev is None else prev)
@@ -169,18 +179,19 @@ class Arbiter(Generic[P]):
         return out
 
     def expire(self, now_ns: int) -> list[Output]:
-        """Holes older than hold_ns are losses: what they held goes out."""
+        """Holes that are due (module doc) are losses: what they held goes out."""
         out: list[Output] = []
         for key, topic in self._topics.items():
-            while topic.hole_since is not None and now_ns - topic.hole_since >= self.hold_ns:
+            while (due := self._due(topic)) is not None and now_ns >= due:
                 self._declare_hole(key, topic, out)
         return out
 
     @property
     def deadline(self) -> int | None:
-        """When `expire` has work (ns, the caller's clock), None while nothing is held."""
-        since = [t.hole_since for t in self._topics.values() if t.hole_since is not None]
-        return min(since) + self.hold_ns if since else None
+        """When `expire` may have work (ns, the caller's clock), None while nothing is held.
+        A moving leg pushes it later: calling expire early does nothing."""
+        dues = [due for t in self._topics.values() if (due := self._due(t)) is not None]
+        return min(dues) if dues else None
 
     # ---- steps --------------------------------------------------------------------------
     def _deliver(
@@ -222,6 +233,22 @@ class Arbiter(Generic[P]):
         won = topic.won_ns.get(this)
         if won is not None:
             stats.sample(now_ns - won)
+
+    def _due(self, topic: _Topic[P]) -> int | None:
+        """When the topic's oldest hole is a loss unless filled: hold_ns after it opened and
+        after the newest arrival of each live leg that may still fill it, at most
+        max_hold_ns after it opened. None without a hole."""
+        since = topic.hole_since
+        if since is None:
+            return None
+        due = since + self.hold_ns
+        last = topic.last
+        for leg in range(self.legs):
+            arrived = self.arrived_ns[leg]
+            if arrived is None or not self.live[leg] or topic.newest.get(leg, last) > last:
+                continue
+            due = max(due, arrived + self.hold_ns)
+        return min(due, since + self.max_hold_ns)
 
     def _every_live_leg_passed(self, topic: _Topic[P]) -> bool:
         """Whether no live leg can still bring the message after `last`: each one has

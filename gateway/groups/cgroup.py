@@ -133,7 +133,9 @@ class CFeedGroup:
         with self._lock:
             if self._closed:
                 return
-            self.leg_gaps[leg] += 1
+            if not self.group.stats()["leg_live"][leg]:
+                return  # already down: one reset tells several state changes
+            self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
 
     def _topic_id(self, topic: str) -> int:

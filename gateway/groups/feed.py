@@ -165,9 +165,9 @@ class FeedGroup:
         with self._lock:
             if self._closed:
                 return
-            self.counters.leg_gaps[leg] += 1
             if leg in self._down:
-                return
+                return  # already down: one reset tells several state changes
+            self.counters.leg_gaps[leg] += 1  # counts up -> down only
             self._down.add(leg)
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
             self._ask_timer()

@@ -253,6 +253,7 @@ class Schedule:
     hold_ns: int
     max_held: int
     won_window: int
+    max_hold_ns: int
     events: list[tuple[Any, ...]]  # ("offer", Arrival) | ("live", leg, live, t) | ("tick", t)
     batch_sizes: list[int]
 
@@ -264,6 +265,7 @@ def schedules(draw: st.DrawFn) -> Schedule:
     hold_ns = draw(st.sampled_from([0, 2 * MS, 5 * MS, 20 * MS]))
     max_held = draw(st.sampled_from([1, 3, 4096]))
     won_window = draw(st.sampled_from([0, 3, 8192]))
+    max_hold_ns = draw(st.sampled_from([0, 8 * MS, 10**9]))  # raised to the hold at least
     timeline: list[tuple[int, int, tuple[Any, ...]]] = []  # (time, order, event)
     for topic in range(draw(st.integers(1, 2))):
         kind = draw(st.sampled_from(["linked", "ranges", "unlinked", "overlaps"]))
@@ -303,14 +305,18 @@ def schedules(draw: st.DrawFn) -> Schedule:
     timeline.sort()
     events = [event for _, _, event in timeline]
     batch_sizes = [rng.randint(1, 64) for _ in events]
-    return Schedule(legs, hold_ns, max_held, won_window, events, batch_sizes)
+    return Schedule(legs, hold_ns, max_held, won_window, max_hold_ns, events, batch_sizes)
 
 
 def run_reference(s: Schedule) -> tuple[Arbiter[bytes], list[tuple[Any, ...]], list[list[Any]]]:
     """Feed the reference, calling expire whenever its deadline comes before the next event:
     the calls made (so C gets the very same) and each call's outputs."""
     ref: Arbiter[bytes] = Arbiter(
-        s.legs, hold_ns=s.hold_ns, max_held=s.max_held, won_window=s.won_window
+        s.legs,
+        hold_ns=s.hold_ns,
+        max_held=s.max_held,
+        won_window=s.won_window,
+        max_hold_ns=s.max_hold_ns,
     )
     calls: list[tuple[Any, ...]] = []
     outputs: list[list[Any]] = []
@@ -335,7 +341,12 @@ def run_reference(s: Schedule) -> tuple[Arbiter[bytes], list[tuple[Any, ...]], l
 def run_c_batched(s: Schedule, calls: Sequence[tuple[Any, ...]]) -> tuple[CArbiter, list[Any]]:
     """The same calls on C, consecutive offers in offer_many batches of drawn sizes."""
     arb = CArbiter(
-        s.legs, hold_ns=s.hold_ns, max_held=s.max_held, won_window=s.won_window, max_topics=2
+        s.legs,
+        hold_ns=s.hold_ns,
+        max_held=s.max_held,
+        won_window=s.won_window,
+        max_hold_ns=s.max_hold_ns,
+        max_topics=2,
     )
     out: list[Any] = []
     pending: list[Arrival] = []
@@ -381,10 +392,19 @@ def test_c_and_the_reference_give_the_same_outputs_and_figures(s: Schedule) -> N
 
     # one call at a time: each call's outputs and the deadline after it
     single = CArbiter(
-        s.legs, hold_ns=s.hold_ns, max_held=s.max_held, won_window=s.won_window, max_topics=2
+        s.legs,
+        hold_ns=s.hold_ns,
+        max_held=s.max_held,
+        won_window=s.won_window,
+        max_hold_ns=s.max_hold_ns,
+        max_topics=2,
     )
     replay: Arbiter[bytes] = Arbiter(
-        s.legs, hold_ns=s.hold_ns, max_held=s.max_held, won_window=s.won_window
+        s.legs,
+        hold_ns=s.hold_ns,
+        max_held=s.max_held,
+        won_window=s.won_window,
+        max_hold_ns=s.max_hold_ns,
     )
     for call, ref_out in zip(calls, ref_outputs, strict=True):
         if call[0] == "offer":

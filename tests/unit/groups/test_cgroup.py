@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,5 +170,26 @@ def test_a_changed_group_starts_where_the_old_one_left_off() -> None:
         side.router.publish_batch(batch(B, [2, 3, 4]))
         ids = [orjson.loads(r[2])["data"]["t"] for r in side.records()]
         assert ids == [1, 2, 3, 4]
+    finally:
+        side.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+def test_downs_count_a_leg_going_down_once_however_many_changes_tell_it(c_path: bool) -> None:
+    """A reset tells a gap, then backoff, then connecting: one down. The leg is up again at
+    its next frame, and the next reset is the second."""
+    side = Side(c_path=c_path)
+    try:
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(A, [1], t0))
+        side.router.publish_batch(batch(B, [1], t0))
+        side.router.publish_gap(B, None, "reset")
+        side.router.leg_down(B, "backoff: reconnecting")
+        side.router.leg_down(B, "connecting")
+        assert [leg["downs"] for leg in side.group.figures()["legs"]] == [0, 1]
+        side.router.publish_batch(batch(B, [2], t0 + 1))
+        side.router.leg_down(B, "backoff: reconnecting")
+        side.router.publish_gap(B, None, "reset")
+        assert [leg["downs"] for leg in side.group.figures()["legs"]] == [0, 2]
     finally:
         side.close()

@@ -1,0 +1,121 @@
+"""When a hole is given up (issue #19's failover findings): a leg that is behind but moving
+is waited for, a stalled one is not, and max_hold_ns bounds the wait. The same cases on the
+Python reference and on C."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from dataplane.arbiter import CArbiter
+from gateway.groups import Arbiter
+
+MS = 1_000_000
+
+Factory = Callable[..., Any]
+IMPLEMENTATIONS = pytest.mark.parametrize("make", [Arbiter, CArbiter], ids=["reference", "c"])
+
+
+def delivered(out: Iterable[Any]) -> list[int]:
+    return [o.this for o in out if type(o).__name__ == "Delivered"]
+
+
+def losses(out: Iterable[Any]) -> list[tuple[int, int, int | None]]:
+    return [(o.after, o.before, o.missing) for o in out if type(o).__name__ == "Lost"]
+
+
+def stream(leg: int, ids: Iterable[int], lag_ms: int) -> list[tuple[int, int, int]]:
+    """Message i sent at i ms, arriving lag_ms later on `leg`: (time, leg, id)."""
+    return [((i + lag_ms) * MS, leg, i) for i in ids]
+
+
+def run(arb: Any, arrivals: list[tuple[int, int, int]]) -> tuple[list[Any], list[int]]:
+    """Arrivals in time order, expire whenever the deadline comes first (as the engine and
+    the timer do): every output, and the times holes were given up at."""
+    heapq.heapify(arrivals)
+    out: list[Any] = []
+    expired_at: list[int] = []
+    while arrivals:
+        at, leg, i = arrivals[0]
+        deadline = arb.deadline
+        if deadline is not None and deadline <= at:
+            got = arb.expire(deadline)
+            out += got
+            if losses(got):
+                expired_at.append(deadline)
+            continue
+        heapq.heappop(arrivals)
+        out += arb.offer(leg, 0, i, i - 1, b"%d/%d" % (leg, i), at)
+    while (deadline := arb.deadline) is not None:
+        got = arb.expire(deadline)
+        out += got
+        expired_at.append(deadline)
+    return out, expired_at
+
+
+@IMPLEMENTATIONS
+def test_a_leg_further_behind_than_the_hold_but_moving_fills_the_hole(make: Factory) -> None:
+    """Leg 1 runs 8 ms behind leg 0 with a 5 ms hold: leg 0 misses 20, leg 1 brings it
+    3 ms after the hold would have run out. No loss."""
+    arb = make(2, hold_ns=5 * MS)
+    arrivals = stream(0, (i for i in range(1, 41) if i != 20), 0) + stream(1, range(1, 41), 8)
+    out, expired_at = run(arb, arrivals)
+    assert losses(out) == [] and expired_at == []
+    assert delivered(out) == list(range(1, 41))
+    assert arb.lost_total == 0
+
+
+@IMPLEMENTATIONS
+def test_a_stalled_leg_is_not_waited_for_past_the_hold(make: Factory) -> None:
+    """Leg 1 stops at its message 6 (14 ms, not told down): leg 0's hole at 20 opens at
+    21 ms and is lost at 26 ms, the hold after it opened."""
+    arb = make(2, hold_ns=5 * MS)
+    arrivals = stream(0, (i for i in range(1, 41) if i != 20), 0) + stream(1, range(1, 7), 8)
+    out, expired_at = run(arb, arrivals)
+    assert losses(out) == [(19, 21, 1)] and expired_at == [26 * MS]
+    assert delivered(out) == [i for i in range(1, 41) if i != 20]
+
+
+@IMPLEMENTATIONS
+def test_a_leg_that_stalls_mid_hole_is_waited_for_a_hold_after_its_last_arrival(
+    make: Factory,
+) -> None:
+    """Leg 1 (8 ms behind) brings its message 16 at 24 ms, then nothing: the hole opened at
+    21 ms is given up at 29 ms."""
+    arb = make(2, hold_ns=5 * MS)
+    arrivals = stream(0, (i for i in range(1, 41) if i != 20), 0) + stream(1, range(1, 17), 8)
+    out, expired_at = run(arb, arrivals)
+    assert losses(out) == [(19, 21, 1)] and expired_at == [29 * MS]
+
+
+@IMPLEMENTATIONS
+def test_a_message_both_legs_missed_is_a_gap_once_the_lagging_leg_goes_past_it(
+    make: Factory,
+) -> None:
+    arb = make(2, hold_ns=5 * MS)
+    ids = [i for i in range(1, 41) if i != 20]
+    out, expired_at = run(arb, stream(0, ids, 0) + stream(1, ids, 8))
+    assert losses(out) == [(19, 21, 1)] and expired_at == []  # not by time: leg 1 passed it
+    assert delivered(out) == ids and arb.lost_total == 1
+
+
+@IMPLEMENTATIONS
+def test_a_leg_that_moves_but_never_catches_up_stalls_the_stream_at_most_max_hold(
+    make: Factory,
+) -> None:
+    """Leg 1 runs 30 ms behind; max_hold 12 ms: the hole at 40 opened at 41 ms is given up
+    at 53 ms, and leg 1's late copy of 40 (at 70 ms) is dropped."""
+    arb = make(2, hold_ns=5 * MS, max_hold_ns=12 * MS)
+    arrivals = stream(0, (i for i in range(1, 81) if i != 40), 0) + stream(1, range(1, 81), 30)
+    out, expired_at = run(arb, arrivals)
+    assert losses(out) == [(39, 41, 1)] and expired_at == [53 * MS]
+    assert delivered(out) == [i for i in range(1, 81) if i != 40]
+
+
+@IMPLEMENTATIONS
+def test_max_hold_is_never_shorter_than_the_hold(make: Factory) -> None:
+    arb = make(2, hold_ns=5 * MS, max_hold_ns=1 * MS)
+    assert arb.max_hold_ns == 5 * MS
