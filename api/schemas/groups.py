@@ -25,7 +25,9 @@ HoldMs = Annotated[
     Field(
         ge=0,
         le=10_000,
-        description="how long a message ahead of a hole waits for another leg to fill it",
+        description="how long a message ahead of a hole waits for another leg to fill it; "
+        "while a leg that has not passed the hole keeps delivering, the wait goes on, up to "
+        "1 s (or hold_ms when longer): a lagging leg fills it, a stalled one does not",
     ),
 ]
 

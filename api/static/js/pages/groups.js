@@ -70,7 +70,7 @@ export function mount(root) {
           ),
         ],
         ["Copies dropped", h("span", { dataset: { figure: "duplicates" } }, `${fmtCount(f.duplicates)} msg`)],
-        ["Held for a hole", `${fmtCount(f.held)} msg (at most ${group.hold_ms} ms)`],
+        ["Held for a hole", `${fmtCount(f.held)} msg (${group.hold_ms} ms past a moving leg, at most ${Math.max(group.hold_ms, 1000)} ms)`],
         ["Published as", h("code", {}, `${f.hub_id}:*`)],
       ]),
     );
