@@ -40,12 +40,11 @@ import httpx
 import orjson
 
 from wsgw_bench.core import BenchOptions, Measurement, scenario
-from wsgw_bench.servers import free_port
+from wsgw_bench.servers import free_port, postgres_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "fleet"
 TOPIC = "btcusdt@trade"
-PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
 
 def wait_for(
@@ -61,58 +60,11 @@ def wait_for(
 # ---- a throwaway PostgreSQL cluster -------------------------------------------------------------
 @contextlib.contextmanager
 def postgres_cluster() -> Iterator[str]:
-    """initdb + pg_ctl start in a temporary folder on a free loopback port (as the postgres
-    user when we are root: initdb refuses root), as tests/api/conftest.py does; yields the
-    URL of a fresh database; stopped and removed afterwards, also on failure."""
-    bin_dir = next(
-        (d for d in PG_BIN_DIRS if (d / "initdb").exists() and (d / "pg_ctl").exists()), None
-    )
-    if bin_dir is None:
-        raise RuntimeError("PostgreSQL server binaries not found (apt-get install postgresql)")
-    as_user: list[str] = []
-    base = Path(tempfile.mkdtemp(prefix="wsgw-pg-"))
-    if os.geteuid() == 0:
-        import pwd
-
-        if shutil.which("runuser") is None:
-            raise RuntimeError("running as root without runuser: initdb refuses root")
-        pw = pwd.getpwnam("postgres")
-        os.chown(base, pw.pw_uid, pw.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data = base / "data"
-    port = free_port()
-    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
-    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
-    try:
-        subprocess.run(
-            [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
-             "--auth=trust", "-E", "UTF8", "--no-sync"],
-            check=True, capture_output=True, env=env, timeout=120,
-        )  # fmt: skip
-        options = (
-            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off"
-        )
-        subprocess.run(
-            [*pg_ctl, "-o", options, "-l", str(base / "log"), "-w", "-t", "60", "start"],
-            check=True, capture_output=True, env=env, timeout=90,
-        )  # fmt: skip
-        import psycopg
-
-        with psycopg.connect(
-            f"postgresql://postgres@127.0.0.1:{port}/postgres", autocommit=True
-        ) as conn:
-            conn.execute("CREATE DATABASE fleet")
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/fleet"
-    finally:
-        # Whenever the data folder exists, not only with a postmaster.pid: an interrupt
-        # (Ctrl-C) during `pg_ctl start` may land before the server has written it.
-        if data.exists():
-            subprocess.run(
-                [*pg_ctl, "-m", "immediate", "stop"],
-                capture_output=True, env=env, timeout=60, check=False,
-            )  # fmt: skip
-        shutil.rmtree(base, ignore_errors=True)
+    """A throwaway PostgreSQL (wsgw_bench.servers.postgres_server) with a fresh database;
+    yields its URL; stopped and removed afterwards, also on failure."""
+    with postgres_server() as server:
+        server.execute("CREATE DATABASE fleet")
+        yield server.url("fleet")
 
 
 # ---- one node ---------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,97 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ---- a throwaway PostgreSQL -------------------------------------------------------------------
+PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL server binaries here (or no way to run initdb as a non-root user)."""
+
+
+@dataclass
+class PgServer:
+    """A PostgreSQL cluster of our own in a temporary folder, on a free loopback port."""
+
+    port: int
+    admin_url: str
+    stop_command: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown): the database goes away under its clients."""
+        subprocess.run(self.stop_command, check=True, capture_output=True, timeout=60)
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def execute(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PgServer]:
+    """initdb + pg_ctl start in a temporary folder on a free loopback port (as the postgres
+    user when we are root: initdb refuses root), fsync off; stopped and removed afterwards,
+    also on failure or an interrupt. PostgresUnavailable when it cannot run here."""
+    bin_dir = next(
+        (d for d in PG_BIN_DIRS if (d / "initdb").exists() and (d / "pg_ctl").exists()), None
+    )
+    if bin_dir is None:
+        raise PostgresUnavailable(
+            "PostgreSQL server binaries not found (apt-get install postgresql)"
+        )
+    as_user: list[str] = []
+    owner: tuple[int, int] | None = None
+    if os.geteuid() == 0:
+        import pwd
+
+        if shutil.which("runuser") is None:
+            raise PostgresUnavailable("running as root without runuser: initdb refuses root")
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            raise PostgresUnavailable("running as root and no 'postgres' user for initdb") from None
+        as_user, owner = ["runuser", "-u", "postgres", "--"], (pw.pw_uid, pw.pw_gid)
+    base = Path(tempfile.mkdtemp(prefix="wsgw-pg-"))
+    if owner is not None:
+        os.chown(base, *owner)
+    data = base / "data"
+    port = free_port()
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
+    try:
+        subprocess.run(
+            [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
+             "--auth=trust", "-E", "UTF8", "--no-sync"],
+            check=True, capture_output=True, env=env, timeout=120,
+        )  # fmt: skip
+        options = (
+            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off"
+        )
+        subprocess.run(
+            [*pg_ctl, "-o", options, "-l", str(base / "log"), "-w", "-t", "60", "start"],
+            check=True, capture_output=True, env=env, timeout=90,
+        )  # fmt: skip
+        yield PgServer(
+            port,
+            f"postgresql://postgres@127.0.0.1:{port}/postgres",
+            [*pg_ctl, "-m", "fast", "-w", "stop"],
+        )
+    finally:
+        # Whenever the data folder exists, not only with a postmaster.pid: an interrupt
+        # (Ctrl-C) during `pg_ctl start` may land before the server has written it.
+        if data.exists():
+            subprocess.run(
+                [*pg_ctl, "-m", "immediate", "stop"],
+                capture_output=True, env=env, timeout=60, check=False,
+            )  # fmt: skip
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def nats_server_binary() -> str | None:

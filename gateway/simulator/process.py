@@ -3,8 +3,11 @@ soak benchmark and the tests: in a lab's peer namespace, or on this host without
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gateway.lab import Lab
@@ -53,3 +56,32 @@ def start_simulator(
         proc.wait()
         raise RuntimeError("the feed simulator did not start")
     return proc
+
+
+@contextmanager
+def running_simulator(
+    lab: Lab | None, port: int, rate: float, **options: object
+) -> Iterator[subprocess.Popen[str]]:
+    """start_simulator for a `with` block: killed and reaped at its end, also on failure."""
+    proc = start_simulator(lab, port, rate, **options)  # type: ignore[arg-type]
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def send_command(proc: subprocess.Popen[str], line: str) -> None:
+    """One command line to a simulator started with stdin=True (`fault reset ...`, `stats`)."""
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+@contextmanager
+def local_simulator(rate: float) -> Iterator[int]:
+    """A simulator on 127.0.0.1 at a free port, taking commands on stdin, for a `with` block;
+    yields its port."""
+    with running_simulator(None, 0, rate, host="127.0.0.1", stdin=True) as proc:
+        assert proc.stdout is not None
+        yield int(json.loads(proc.stdout.readline())["port"])

@@ -3,15 +3,10 @@ cluster), an app on a fake host with a DetachedRuntime, and tokens per scope."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +19,12 @@ from api.app import create_app
 from gateway.runtime import DetachedRuntime
 from gateway.settings import Settings
 from tests.host.fakesys import FakeHost
+from wsgw_bench.servers import PgServer, PostgresUnavailable, postgres_server
 
 #: The Host TestClient sends: a loopback name, which the API always serves.
 BASE_URL = "http://localhost"
 #: TestClient.websocket_connect joins a path to ws://testserver: give it this base instead.
 WS_BASE = "ws://localhost"
-PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class PgServer:
-    """A PostgreSQL cluster of our own in a temporary folder, on a free loopback port."""
-
-    port: int
-    admin_url: str
-    stop_command: list[str] = field(default_factory=list)
-
-    def stop(self) -> None:
-        """Stop the server (fast shutdown): the database goes away under the app."""
-        subprocess.run(self.stop_command, check=True, capture_output=True, timeout=60)
-
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
-
-    def execute(self, sql: str) -> None:
-        import psycopg
-
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
-
-
-def _pg_bin() -> Path | None:
-    for folder in PG_BIN_DIRS:
-        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
-            return folder
-    return None
 
 
 @pytest.fixture(scope="session")
@@ -76,52 +36,14 @@ def pg_server() -> Iterator[PgServer]:
 
 @contextmanager
 def pg_cluster() -> Iterator[PgServer]:
-    """initdb + pg_ctl start in a temp dir (as the postgres user when we are root: initdb
-    refuses root), stopped and removed afterwards."""
-    bin_dir = _pg_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql)")
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root and runuser is missing: initdb refuses to run as root")
+    """A throwaway PostgreSQL (wsgw_bench.servers.postgres_server); the test is skipped
+    where none can run."""
+    with ExitStack() as stack:
         try:
-            import pwd
-
-            pw = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and no 'postgres' user to run initdb as")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    base = Path(tempfile.mkdtemp(prefix="wsgw-pg-"))
-    if as_user:
-        os.chown(base, pw.pw_uid, pw.pw_gid)
-    data = base / "data"
-    port = _free_port()
-    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
-    try:
-        subprocess.run(
-            [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres",
-             "--auth=trust", "-E", "UTF8", "--no-sync"],
-            check=True, capture_output=True, env=env, timeout=120,
-        )  # fmt: skip
-        options = (
-            f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off"
-        )
-        subprocess.run(
-            [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options,
-             "-l", str(base / "log"), "-w", "-t", "60", "start"],
-            check=True, capture_output=True, env=env, timeout=90,
-        )  # fmt: skip
-        stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
-        yield PgServer(port, f"postgresql://postgres@127.0.0.1:{port}/postgres", stop)
-    finally:
-        if (data / "postmaster.pid").exists():
-            subprocess.run(
-                [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                capture_output=True, env=env, timeout=60, check=False,
-            )  # fmt: skip
-        shutil.rmtree(base, ignore_errors=True)
+            server = stack.enter_context(postgres_server())
+        except PostgresUnavailable as exc:
+            pytest.skip(str(exc))
+        yield server
 
 
 @pytest.fixture

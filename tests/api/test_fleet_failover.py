@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.ring import RingEvent, RingMessage, RingReader
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import local_simulator
 from wsgw_bench.fleet import FleetGateway, wait_for
 
 LEASE_S = 3.0
@@ -42,13 +42,8 @@ class Node(FleetGateway):
 
 @pytest.fixture
 def simulator() -> Iterator[int]:
-    proc = start_simulator(None, 0, 50, host="127.0.0.1", stdin=True)
-    try:
-        assert proc.stdout is not None
-        yield int(json.loads(proc.stdout.readline())["port"])
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with local_simulator(50) as port:
+        yield port
 
 
 def owners(nodes: list[Node], sessions: list[int]) -> dict[int, list[str]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import local_simulator
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_jetstream_gateways import Gateway
@@ -38,13 +38,8 @@ TOPIC = "btcusdt@trade"
 
 @pytest.fixture
 def simulator() -> Iterator[int]:
-    proc = start_simulator(None, 0, 100, host="127.0.0.1", stdin=True)
-    try:
-        assert proc.stdout is not None
-        yield int(json.loads(proc.stdout.readline())["port"])
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with local_simulator(100) as port:
+        yield port
 
 
 def stored(url: str) -> list[str]:

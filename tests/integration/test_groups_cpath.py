@@ -8,7 +8,6 @@ records are the same messages in the same order, once each, with the same gap.""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,8 +24,9 @@ from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 from gateway.simulator import with_group
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import running_simulator, send_command
 from tests.conftest import requires_dpdk
+from tests.integration.test_sessions_helpers import wait_for
 from tests.integration.test_sessions_runtime import quick
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
@@ -36,27 +36,10 @@ C_GROUP, PY_GROUP = 7, 8
 LEGS = {C_GROUP: {"A": 31, "B": 32}, PY_GROUP: {"C": 33, "D": 34}}
 
 
-def wait(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not met"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def simulator(eal: Any, lab: Lab) -> Iterator[subprocess.Popen[str]]:
-    proc = start_simulator(lab, SIM_PORT, 500, stdin=True)
-    try:
+    with running_simulator(lab, SIM_PORT, 500, stdin=True) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def command(sim: subprocess.Popen[str], line: str) -> None:
-    assert sim.stdin is not None
-    sim.stdin.write(line + "\n")
-    sim.stdin.flush()
 
 
 def fed_messages(runtime: LiveRuntime) -> dict[int, float]:
@@ -114,7 +97,9 @@ def test_c_and_python_groups_give_the_same_records_under_faults(
     def caught_up() -> None:
         """Every leg brought what the fastest one had: a fault on one is over."""
         target = newest()
-        wait(lambda: all((leg["newest_id"] or 0) >= target + 100 for g in LEGS for leg in legs(g)))
+        wait_for(
+            lambda: all((leg["newest_id"] or 0) >= target + 100 for g in LEGS for leg in legs(g))
+        )
 
     try:
         port = PortSpec(1, "lab", lab.vdev, lab.gw_ip, lab.netmask, None, 1500)
@@ -130,22 +115,24 @@ def test_c_and_python_groups_give_the_same_records_under_faults(
                 runtime.start_session(SessionSpec(sid, name, url, "binance", "dpdk", 1))
         for members in LEGS.values():
             for sid in members.values():
-                wait(lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED)
+                wait_for(
+                    lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED
+                )
         caught_up()
         one_leg = newest() + 300  # skipped on A and C only: the other leg brings it
         every_leg = one_leg + 50  # skipped on every leg: a gap of 1 in both groups
         for name in ("A", "C"):
-            command(simulator, f"fault skip seq={one_leg} target=leg:g/{name}")
+            send_command(simulator, f"fault skip seq={one_leg} target=leg:g/{name}")
         for name in ("A", "B", "C", "D"):
-            command(simulator, f"fault skip seq={every_leg} target=leg:g/{name}")
-        wait(lambda: newest() > every_leg + 100, what="the skips")
+            send_command(simulator, f"fault skip seq={every_leg} target=leg:g/{name}")
+        wait_for(lambda: newest() > every_leg + 100, what="the skips")
         caught_up()
         for name in ("A", "C", "B", "D"):
             gid = C_GROUP if name in LEGS[C_GROUP] else PY_GROUP
             leg = list(LEGS[gid]).index(name)
             downs = legs(gid)[leg]["downs"]
-            command(simulator, f"fault reset target=leg:g/{name}")
-            wait(lambda g=gid, i=leg, d=downs: legs(g)[i]["downs"] > d, what=f"reset {name}")
+            send_command(simulator, f"fault reset target=leg:g/{name}")
+            wait_for(lambda g=gid, i=leg, d=downs: legs(g)[i]["downs"] > d, what=f"reset {name}")
             caught_up()
         for consumer in consumers.values():
             consumer.pull()
@@ -213,7 +200,7 @@ def test_a_changed_c_group_goes_on_without_loss_or_copies(
 
     def caught_up() -> None:
         target = max(leg["newest_id"] or 0 for leg in figures()["legs"])
-        wait(lambda: all((leg["newest_id"] or 0) >= target + 100 for leg in figures()["legs"]))
+        wait_for(lambda: all((leg["newest_id"] or 0) >= target + 100 for leg in figures()["legs"]))
 
     try:
         runtime.port_up(PortSpec(1, "lab", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
@@ -223,7 +210,7 @@ def test_a_changed_c_group_goes_on_without_loss_or_copies(
             runtime.subscribe(sid, [TOPIC])
             runtime.start_session(SessionSpec(sid, name, url, "binance", "dpdk", 1))
         for sid in legs.values():
-            wait(lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED)
+            wait_for(lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED)
         caught_up()
         runtime.set_group(GroupSpec(C_GROUP, "c", tuple(legs.values()), "binance", hold_ms=30))
         caught_up()  # the new form: every frame through Python, into the new C group
@@ -231,8 +218,8 @@ def test_a_changed_c_group_goes_on_without_loss_or_copies(
         fed_before = fed_messages(runtime)
         for i, name in enumerate(legs):
             downs = figures()["legs"][i]["downs"]
-            command(simulator, f"fault reset target=leg:g/{name}")
-            wait(lambda i=i, d=downs: figures()["legs"][i]["downs"] > d, what=f"reset {name}")
+            send_command(simulator, f"fault reset target=leg:g/{name}")
+            wait_for(lambda i=i, d=downs: figures()["legs"][i]["downs"] > d, what=f"reset {name}")
             caught_up()
         caught_up()
         fed_after = fed_messages(runtime)

@@ -8,7 +8,6 @@ and no gap. (A kernel leg cannot reach the lab's peer namespace: DPDK + kernel i
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,8 +24,9 @@ from gateway.runtime.engines import DpdkEngines
 from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 from gateway.simulator import with_group
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import running_simulator, send_command
 from tests.conftest import requires_dpdk
+from tests.integration.test_sessions_helpers import wait_for
 from tests.integration.test_sessions_runtime import quick
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
@@ -36,27 +36,10 @@ LEGS = {"A": 21, "B": 22}
 GROUP_ID = 5
 
 
-def wait(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not met"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def simulator(eal: Any, lab: Lab) -> Iterator[subprocess.Popen[str]]:
-    proc = start_simulator(lab, SIM_PORT, 500, stdin=True)
-    try:
+    with running_simulator(lab, SIM_PORT, 500, stdin=True) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def command(sim: subprocess.Popen[str], line: str) -> None:
-    assert sim.stdin is not None
-    sim.stdin.write(line + "\n")
-    sim.stdin.flush()
 
 
 def test_two_dpdk_legs_one_reset_at_a_time_every_message_once(
@@ -91,7 +74,7 @@ def test_two_dpdk_legs_one_reset_at_a_time_every_message_once(
     def caught_up() -> None:
         """Both legs brought what the faster one had: a fault on one is over."""
         target = max(leg["newest_id"] or 0 for leg in legs())
-        wait(lambda: all((leg["newest_id"] or 0) >= target + 100 for leg in legs()))
+        wait_for(lambda: all((leg["newest_id"] or 0) >= target + 100 for leg in legs()))
 
     try:
         port = PortSpec(1, "lab", lab.vdev, lab.gw_ip, lab.netmask, None, 1500)
@@ -103,13 +86,13 @@ def test_two_dpdk_legs_one_reset_at_a_time_every_message_once(
             runtime.subscribe(sid, [TOPIC])
             runtime.start_session(spec)
         for sid in LEGS.values():
-            wait(lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED)
+            wait_for(lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED)
         caught_up()
         for name in ("A", "B", "A", "B"):
             leg = list(LEGS).index(name)
             downs = legs()[leg]["downs"]
-            command(simulator, f"fault reset target=leg:g/{name}")
-            wait(lambda leg=leg, downs=downs: legs()[leg]["downs"] > downs, what="a reset")
+            send_command(simulator, f"fault reset target=leg:g/{name}")
+            wait_for(lambda leg=leg, downs=downs: legs()[leg]["downs"] > downs, what="a reset")
             caught_up()
             pull()
         pull()

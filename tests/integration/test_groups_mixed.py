@@ -37,6 +37,7 @@ from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 from gateway.simulator import with_group
 from tests.conftest import fresh_lab, requires_dpdk
+from tests.integration.test_sessions_helpers import wait_for
 from tests.integration.test_sessions_runtime import quick
 from wsgw_bench.failover import GROUP, SIM_PORT, Upstream
 from wsgw_bench.servers import ServerThread
@@ -44,13 +45,6 @@ from wsgw_bench.servers import ServerThread
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 TOPIC = "btcusdt@trade"
 RATE = 500.0  # messages/s on the one topic
-
-
-def wait(predicate: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not met in {timeout} s"
-        time.sleep(0.02)
 
 
 @dataclass
@@ -142,7 +136,7 @@ class Mixed:
     def caught_up(self) -> None:
         """Both legs streaming and past what the faster one had: a fault is over."""
         target = max(leg["newest_id"] or 0 for leg in self.legs_figures())
-        wait(
+        wait_for(
             lambda: all(
                 leg["live"] and (leg["newest_id"] or 0) >= target + 100
                 for leg in self.legs_figures()
@@ -159,7 +153,7 @@ class Mixed:
     def reset(self, leg: str) -> None:
         downs = self.downs(leg)
         self.upstream.reset(leg)
-        wait(lambda: self.downs(leg) > downs, f"leg {leg} reset")
+        wait_for(lambda: self.downs(leg) > downs, f"leg {leg} reset")
 
     def set_links(self, state: str) -> None:
         """Both peer-side veths (the DPDK leg's and the kernel twin's) `up` or `down`."""
@@ -225,7 +219,7 @@ def mixed(eal: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
                 )
                 control.sessions.start(sid)
             for sid in legs.values():
-                wait(
+                wait_for(
                     lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED,
                     f"session {sid} connected",
                 )
@@ -261,7 +255,7 @@ def test_dpdk_link_cuts_and_resets_of_either_leg_lose_and_repeat_nothing(mixed: 
             mixed.reset("B")
             mixed.caught_up()
         last = mixed.ring_seen.seqs[-1]
-        wait(lambda: bool(consumer.seen.seqs) and consumer.seen.seqs[-1] >= last, "the stream")
+        wait_for(lambda: bool(consumer.seen.seqs) and consumer.seen.seqs[-1] >= last, "the stream")
     finally:
         consumer.stop()
     assert not consumer.error, consumer.error
@@ -295,15 +289,15 @@ def test_both_legs_down_is_one_gap_with_the_count_neither_leg_got(mixed: Mixed) 
             mixed.upstream.reset_group()
         finally:
             mixed.set_links("up")
-        wait(
+        wait_for(
             lambda: all(mixed.downs(leg) > n for leg, n in zip(mixed.legs, downs, strict=True)),
             "both legs reset",
         )
         mixed.caught_up()
-        wait(lambda: (mixed.pull(), bool(mixed.ring_seen.gaps))[1], "the group's gap")
+        wait_for(lambda: (mixed.pull(), bool(mixed.ring_seen.gaps))[1], "the group's gap")
         mixed.caught_up()
         last = mixed.ring_seen.seqs[-1]
-        wait(lambda: bool(consumer.seen.seqs) and consumer.seen.seqs[-1] >= last, "the stream")
+        wait_for(lambda: bool(consumer.seen.seqs) and consumer.seen.seqs[-1] >= last, "the stream")
     finally:
         consumer.stop()
     assert not consumer.error, consumer.error

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import local_simulator
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
@@ -123,13 +123,8 @@ class Gateway:
 
 @pytest.fixture
 def simulator() -> Iterator[int]:
-    proc = start_simulator(None, 0, 200, host="127.0.0.1", stdin=True)
-    try:
-        assert proc.stdout is not None
-        yield int(json.loads(proc.stdout.readline())["port"])
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with local_simulator(200) as port:
+        yield port
 
 
 def trades(url: str) -> list[int]:

@@ -7,7 +7,6 @@ refused with a clear reason."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 
 import pytest
@@ -27,18 +26,11 @@ from gateway.sessions import Published, RecordingSink
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.conftest import requires_dpdk
-from tests.integration.test_sessions_helpers import check_order
+from tests.integration.test_sessions_helpers import check_order, wait_for
 from tests.integration.test_sessions_runtime import quick
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 TOPICS = ["btcusdt@trade", "ethusdt@depth"]
-
-
-def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.02)
 
 
 class ThreadRecordingSink(RecordingSink):
@@ -81,7 +73,7 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> 
         )
         runtime.subscribe(7, TOPICS)
         runtime.start_session(spec)
-        wait(lambda: all(len(sink.messages(t)) >= 30 for t in TOPICS))
+        wait_for(lambda: all(len(sink.messages(t)) >= 30 for t in TOPICS))
         assert runtime.session_status(7).state is SessionState.CONNECTED
         status = runtime.engine_status()
         assert status.state is EngineState.RUNNING
@@ -98,7 +90,7 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> 
         assert sink.threads == {"wsgw-engine-1" if mode == "loop" else "wsgw-sessions"}
         assert 7 in runtime.sessions_snapshot()
         runtime.stop_session(7)
-        wait(lambda: runtime.session_status(7).state is SessionState.STOPPED)
+        wait_for(lambda: runtime.session_status(7).state is SessionState.STOPPED)
         assert check_order(sink, TOPICS) == 0
         with pytest.raises(RuntimeRefusedError, match="refusing to open a DPDK port on lo"):
             runtime.port_up(
@@ -116,10 +108,10 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> 
         # Stopped, and its port taken down before the closing handshake is over: the
         # session still ends as stopped (in loop mode its loop goes with the port).
         runtime.start_session(spec)
-        wait(lambda: runtime.session_status(7).state is SessionState.CONNECTED)
+        wait_for(lambda: runtime.session_status(7).state is SessionState.CONNECTED)
         runtime.stop_session(7)
         runtime.port_down(1)
-        wait(lambda: runtime.session_status(7).state is SessionState.STOPPED, 10)
+        wait_for(lambda: runtime.session_status(7).state is SessionState.STOPPED, timeout=10)
         assert runtime.port_status(1).state is PortState.DOWN
     finally:
         runtime.close()

@@ -15,7 +15,7 @@ from dataplane.engine import Engine
 from gateway.dialects import make_dialect
 from gateway.lab import Lab
 from gateway.sessions import HeartbeatConfig, RecordingSink, State, UpstreamSession
-from gateway.simulator.process import start_simulator
+from gateway.simulator.process import running_simulator, send_command
 from tests.conftest import requires_dpdk
 from tests.integration.test_sessions_helpers import (
     EventLog,
@@ -39,18 +39,8 @@ def engine(lab_engine) -> tuple[Engine, Lab]:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def simulator(engine: tuple[Engine, Lab]) -> Iterator[subprocess.Popen[str]]:
     _, lab = engine
-    proc = start_simulator(lab, SIM_PORT, 200, stdin=True)
-    try:
+    with running_simulator(lab, SIM_PORT, 200, stdin=True) as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def command(sim: subprocess.Popen[str], line: str) -> None:
-    assert sim.stdin is not None
-    sim.stdin.write(line + "\n")
-    sim.stdin.flush()
 
 
 def dpdk_config(lab: Lab, dialect: str, **overrides: Any) -> Any:
@@ -95,7 +85,7 @@ def test_drop_reconnects_resubscribes_and_reports_one_gap_over_dpdk(
         session, sink, events = start(eng, dpdk_config(lab, "binance"), topics)
         try:
             await until(lambda: counts(sink, topics)(20), timeout=20)
-            command(simulator, "fault drop after=10 target=all")
+            send_command(simulator, "fault drop after=10 target=all")
             await until(
                 lambda: session.counters.connects == 2 and session.state is State.STREAMING,
                 timeout=20,
@@ -123,7 +113,7 @@ def test_a_stalled_feed_is_detected_over_dpdk(engine: tuple[Engine, Lab], simula
         session, sink, events = start(eng, dpdk_config(lab, "binance", heartbeat=hb), topics)
         try:
             await until(lambda: len(sink.messages()) >= 10, timeout=20)
-            command(simulator, "fault stall after=5 seconds=4 target=all")
+            send_command(simulator, "fault stall after=5 seconds=4 target=all")
             await until(
                 lambda: session.counters.connects == 2 and session.state is State.STREAMING,
                 timeout=10,
@@ -157,7 +147,7 @@ def test_protocol_violations_close_with_the_right_code_over_dpdk(
         try:
             await until(lambda: counts(sink, topics)(5), timeout=20)
             kind, _, extra = fault.partition(" ")
-            command(simulator, f"fault {kind} target=all {extra}")
+            send_command(simulator, f"fault {kind} target=all {extra}")
             await until(lambda: session.counters.reconnects >= 1, timeout=20)
         finally:
             await session.stop()

@@ -4,6 +4,7 @@ event log, order checks on what reached the sink."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,16 @@ from gateway.sessions import (
 from gateway.settings import Settings
 
 T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], object], what: str = "condition", timeout: float = 30.0
+) -> None:
+    """Poll `predicate` every 20 ms until it is true; the test fails naming `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not met in {timeout} s"
+        time.sleep(0.02)
 
 
 def local_settings(tmp_path: Path, **overrides: object) -> Settings:
