@@ -111,6 +111,35 @@ def scenario(
     return register
 
 
+def scenario_log(name: str) -> Callable[[str], None]:
+    """How a long scenario says what it is doing: `[name] line`, flushed at once."""
+
+    def log(line: str) -> None:
+        print(f"[{name}] {line}", flush=True)
+
+    return log
+
+
+def report_run(
+    options: BenchOptions,
+    name: str,
+    summary: str,
+    data: dict[str, Any],
+    log: Callable[[str], None],
+    *,
+    allow_nan: bool = True,
+) -> None:
+    """A long scenario's end: its summary through `log`, and with --out the whole run as
+    `<out>/<name>.json`."""
+    for line in summary.splitlines():
+        log(line)
+    if options.out is not None:
+        options.out.mkdir(parents=True, exist_ok=True)
+        path = options.out / f"{name}.json"
+        path.write_text(json.dumps(data, indent=2, allow_nan=allow_nan))
+        log(f"wrote {path}")
+
+
 def alternate(repetitions: int, contenders: list[str]) -> Iterator[tuple[int, str]]:
     """Run order: every contender once per round, rotating who goes first (noise spreads)."""
     for round_ in range(repetitions):

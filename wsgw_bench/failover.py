@@ -49,7 +49,14 @@ from gateway.groups.arbiter import LAG_SAMPLES
 from gateway.groups.feed import DEFAULT_HOLD_MS
 from gateway.lab import Lab
 from gateway.simulator.process import start_simulator
-from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.core import (
+    BenchOptions,
+    Measurement,
+    report_run,
+    scenario,
+    scenario_log,
+    unique_lab_name,
+)
 from wsgw_bench.faultsoak import session_counters
 from wsgw_bench.feed import sim_tail
 from wsgw_bench.soak import Child, wait_until
@@ -653,17 +660,7 @@ def _measurements(result: Result) -> list[Measurement]:
     in_all=False,
 )
 def failover(options: BenchOptions) -> list[Measurement]:
-    lab_name = unique_lab_name(options, "fo")
-
-    def log(line: str) -> None:
-        print(f"[failover] {line}", flush=True)
-
-    result = run_failover(plan_for(options), lab_name, log)
-    for line in summary(result).splitlines():
-        log(line)
-    if options.out is not None:
-        options.out.mkdir(parents=True, exist_ok=True)
-        path = options.out / "failover.json"
-        path.write_text(json.dumps(result.as_dict(), indent=2))
-        log(f"wrote {path}")
+    log = scenario_log(SCENARIO)
+    result = run_failover(plan_for(options), unique_lab_name(options, "fo"), log)
+    report_run(options, SCENARIO, summary(result), result.as_dict(), log)
     return _measurements(result)

@@ -43,7 +43,6 @@ judges reliability, not speed, and its quick mode runs in `make test`
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import statistics
 import subprocess
@@ -60,7 +59,14 @@ from typing import TYPE_CHECKING, Any
 from gateway.lab import Lab
 from gateway.runtime import SessionState, SessionStatus
 from gateway.simulator.process import start_simulator
-from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+from wsgw_bench.core import (
+    BenchOptions,
+    Measurement,
+    report_run,
+    scenario,
+    scenario_log,
+    unique_lab_name,
+)
 from wsgw_bench.soak import TOPICS, Child, sim_seq, wait_until
 
 if TYPE_CHECKING:
@@ -734,17 +740,8 @@ def _measurements(result: Result) -> list[Measurement]:
     in_all=False,
 )
 def faultsoak(options: BenchOptions) -> list[Measurement]:
-    lab_name = unique_lab_name(options, "fs")
-
-    def log(line: str) -> None:
-        print(f"[faultsoak] {line}", flush=True)
-
-    result = run_faultsoak(plan_for(options), lab_name, log)
-    for line in summary(result).splitlines():
-        log(line)
-    if options.out is not None:  # the whole result, every outage with its recoveries
-        options.out.mkdir(parents=True, exist_ok=True)
-        path = options.out / "faultsoak.json"
-        path.write_text(json.dumps(result.as_dict(), indent=2, allow_nan=False))
-        log(f"wrote {path}")
+    log = scenario_log(SCENARIO)
+    result = run_faultsoak(plan_for(options), unique_lab_name(options, "fs"), log)
+    # the whole result, every outage with its recoveries
+    report_run(options, SCENARIO, summary(result), result.as_dict(), log, allow_nan=False)
     return _measurements(result)

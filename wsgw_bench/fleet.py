@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import orjson
 
-from wsgw_bench.core import BenchOptions, Measurement, scenario
+from wsgw_bench.core import BenchOptions, Measurement, report_run, scenario, scenario_log
 from wsgw_bench.servers import free_port, postgres_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -461,15 +461,7 @@ def _measurements(result: FleetResult) -> list[Measurement]:
     in_all=False,
 )
 def fleet(options: BenchOptions) -> list[Measurement]:
-    def log(line: str) -> None:
-        print(f"[fleet] {line}", flush=True)
-
+    log = scenario_log(SCENARIO)
     result = run_fleet(plan_for(options), log)
-    for line in result.summary().splitlines():
-        log(line)
-    if options.out is not None:
-        options.out.mkdir(parents=True, exist_ok=True)
-        path = options.out / "fleet.json"
-        path.write_text(json.dumps(vars(result) | {"plan": vars(result.plan)}, indent=2))
-        log(f"wrote {path}")
+    report_run(options, SCENARIO, result.summary(), vars(result) | {"plan": vars(result.plan)}, log)
     return _measurements(result)
