@@ -4,16 +4,18 @@ how fast: these machines are shared)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from gateway.lab import Lab
 from tests.conftest import requires_dpdk
-from wsgw_bench.core import BenchOptions, Measurement
+from wsgw_bench.core import BenchOptions, Measurement, report_run
 from wsgw_bench.udp import DPDK, SENDMMSG, SENDTO, udp_pps
 from wsgw_bench.ws_scenarios import connect, ingest, rtt
 
@@ -141,3 +143,13 @@ def test_udp_pps() -> None:
     assert groups["TX pkt/s 18 B"][SENDMMSG].reference
     assert "178k" in notes[DPDK]
     assert "InCsumErrors 0" in notes[SENDMMSG]  # the C checksums verify at the peer
+
+
+def test_a_long_scenario_reports_its_summary_and_writes_its_run(tmp_path: Path) -> None:
+    lines: list[str] = []
+    out = tmp_path / "out"
+    report_run(BenchOptions(out=out), "demo", "a\nb", {"lost": 0}, lines.append)
+    assert lines == ["a", "b", f"wrote {out / 'demo.json'}"]
+    assert json.loads((out / "demo.json").read_text()) == {"lost": 0}
+    report_run(BenchOptions(), "demo", "c", {}, lines.append)  # no --out: nothing written
+    assert lines[-1] == "c"
