@@ -30,6 +30,7 @@ from typing import Any
 from dataplane.arbiter import CGroup
 from dataplane.ring import RingWriter
 from gateway.dialects.identity import HASH, Identity, identity_for
+from gateway.groups.figures import leg_figures
 from gateway.hub.names import RING_GAP_TOPIC
 from gateway.sessions.sink import MessageSink, Published
 
@@ -173,21 +174,17 @@ class CFeedGroup:
         totals = group.totals()
         legs = []
         for leg, sid in enumerate(self.spec.legs):
-            leg_stats = group.leg_stats(leg)
             legs.append(
-                {
-                    "session_id": sid,
-                    "leg": leg,
-                    "won": leg_stats.won,
-                    "late": leg_stats.late,
-                    "lag_p50_ns": group.lag_percentile(leg, 50),
-                    "lag_p99_ns": group.lag_percentile(leg, 99),
-                    "live": stats["leg_live"][leg],
-                    "downs": self.leg_gaps[leg],
-                    "messages": stats["leg_messages"][leg],
-                    "newest_id": stats["leg_newest"][leg],
-                    "state": states[leg],
-                }
+                leg_figures(
+                    group,
+                    leg,
+                    sid,
+                    live=stats["leg_live"][leg],
+                    downs=self.leg_gaps[leg],
+                    messages=stats["leg_messages"][leg],
+                    newest_id=stats["leg_newest"][leg],
+                    state=states[leg],
+                )
             )
         offers = stats["offers"]
         return {

@@ -37,6 +37,7 @@ from typing import Any
 from dataplane.arbiter import CArbiter, Delivered, Lost, Output, has_c_identity
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.cgroup import CFeedGroup, c_group_sink
+from gateway.groups.figures import leg_figures
 from gateway.sessions.sink import MessageSink, Published
 
 log = logging.getLogger("wsgw.groups")
@@ -270,21 +271,17 @@ class FeedGroup:
             live = arbiter.live
             legs = []
             for leg, sid in enumerate(self.spec.legs):
-                stats = arbiter.leg_stats(leg)
                 legs.append(
-                    {
-                        "session_id": sid,
-                        "leg": leg,
-                        "won": stats.won,
-                        "late": stats.late,
-                        "lag_p50_ns": arbiter.lag_percentile(leg, 50),
-                        "lag_p99_ns": arbiter.lag_percentile(leg, 99),
-                        "live": live[leg],
-                        "downs": self.counters.leg_gaps[leg],
-                        "messages": self.counters.leg_messages[leg],
-                        "newest_id": self.counters.leg_newest[leg],
-                        "state": states[leg],
-                    }
+                    leg_figures(
+                        arbiter,
+                        leg,
+                        sid,
+                        live=live[leg],
+                        downs=self.counters.leg_gaps[leg],
+                        messages=self.counters.leg_messages[leg],
+                        newest_id=self.counters.leg_newest[leg],
+                        state=states[leg],
+                    )
                 )
             return {
                 "hub_id": self.hub_id,
