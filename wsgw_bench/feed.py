@@ -172,6 +172,7 @@ DPDK_RING_APART = "wsgw dpdk -> ring, engine cpu 1, reader cpu 0"
 DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
 DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
 DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
+DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -187,6 +188,7 @@ CONTENDER_SPECS.update(
         DPDK_RING_HALT_POLL: Contender(
             DPDK_RING_HALT_POLL, "dpdk", "ring", Profile(halt_poll_ns=200_000)
         ),
+        DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
     }
 )
 
