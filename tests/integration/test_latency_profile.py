@@ -115,6 +115,8 @@ def test_knobs_set_explicitly_keep_their_values(monkeypatch: pytest.MonkeyPatch)
         ("WSGW_HUB__READER_WAIT", "nap"),
         ("WSGW_HUB__READER_WAIT", "busy:5"),
         ("WSGW_HUB__READER_WAIT", "spin:-1"),
+        ("WSGW_HUB__READER_WAIT", "adaptive:x"),
+        ("WSGW_HUB__READER_WAIT", "adaptive:"),
         ("WSGW_ENGINE__CPU", "any"),
     ],
 )
@@ -124,6 +126,20 @@ def test_bad_values_are_refused_at_start(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_the_adaptive_policy_can_be_the_gateways_advice(
+    monkeypatch: pytest.MonkeyPatch, gateway: str
+) -> None:
+    monkeypatch.setenv("WSGW_HUB__READER_WAIT", "adaptive:150")
+    reader_wait = Settings().hub.reader_wait
+    assert reader_wait == "adaptive:150"
+    assert _run_consumer(gateway, reader_wait, None) == (
+        "adaptive:150",
+        "gateway",
+        "adaptive:150 (the gateway's)",
+    )
 
 
 @pytest.mark.usefixtures("clean_env")
