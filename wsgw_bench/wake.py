@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import statistics
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -55,6 +56,7 @@ class Placement:
     reader_cpu: int | None  # None: wherever the scheduler puts it
     halt_poll_ns: int | None = None  # None: the host's value, untouched
     wait: str = "futex"
+    client: bool = False  # read with gateway.client.Client as a consumer does, not in C
 
 
 PLACEMENTS = {
@@ -66,7 +68,27 @@ PLACEMENTS = {
     "other cpu, adaptive": Placement(1 - WRITER_CPU, wait="adaptive"),
     "unpinned, adaptive": Placement(None, wait="adaptive"),
     "other cpu, spin 100 us": Placement(1 - WRITER_CPU, wait="spin:100"),
+    "same cpu, python client": Placement(WRITER_CPU, client=True),
+    "other cpu, python client": Placement(1 - WRITER_CPU, client=True),
+    "unpinned, python client": Placement(None, client=True),
 }
+
+
+def client_latencies(ring: str, count: int, wait: str, conn: Connection) -> list[int]:
+    """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
+    after it returns, minus each record's write stamp."""
+    from gateway.client import Client, RingMessage
+
+    latencies: list[int] = []
+    with Client.attach(ring, wait=wait) as client:
+        conn.send("ready")
+        while len(latencies) < count:
+            events = client.read(timeout=5.0)
+            now = time.time_ns()
+            if not events:
+                break
+            latencies.extend(now - e.ts_ns for e in events if type(e) is RingMessage)
+    return latencies
 
 
 def reader_main(conn: Connection) -> None:
@@ -77,8 +99,14 @@ def reader_main(conn: Connection) -> None:
         cmd = conn.recv()
         if cmd is None:
             return
-        _, ring, count, cpu, wait = cmd
+        _, ring, count, cpu, wait, client = cmd
         os.sched_setaffinity(0, {cpu} if cpu is not None else set(range(os.cpu_count() or 1)))
+        if client:
+            cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
+            lat = client_latencies(ring, count, wait, conn)
+            cpu_pct = 100 * (time.thread_time_ns() - cpu0) / (time.monotonic_ns() - wall0)
+            conn.send((lat, cpu_pct, count - len(lat)))
+            continue
         with RingReader.attach(ring, wait=wait) as reader:
             conn.send("ready")
             res = bench_c_latency(reader, count, 60.0)
@@ -94,7 +122,7 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
         if placement.halt_poll_ns is not None:
             undo.enter_context(halt_poll_window(placement.halt_poll_ns))
         writer = undo.enter_context(RingWriter.create(name, 16 << 20, replace=True))
-        conn.send(("run", name, count, placement.reader_cpu, placement.wait))
+        conn.send(("run", name, count, placement.reader_cpu, placement.wait, placement.client))
         if not conn.poll(30) or conn.recv() != "ready":
             raise RuntimeError("the reader did not attach")
 
