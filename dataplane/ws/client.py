@@ -462,16 +462,25 @@ class WsClient:
         self.close_reason = "connection closed without a closing handshake"
         self._events.append(Closed(CLOSE_ABNORMAL, self.close_reason, clean=False))
 
-    def _feed(self, data: bytes) -> None:  # noqa: PLR0912  every read: fast paths inline
-        """Received bytes, after the handshake: every complete frame in them becomes events
-        (the fast paths first: one short frame, then the C batch scan, then the per-frame
-        scan); an incomplete last frame is held for the next read."""
-        if self._chunks:
-            buf = self._add_to_partial_frame(data)
-            if buf is None:
+    def _feed(self, data: bytes) -> None:
+        """Received bytes, after the handshake: every complete frame in them becomes events;
+        an incomplete last frame is held for the next read. A read that completes a held
+        frame joins only that frame's bytes; the rest of the read is scanned where it is
+        (a bulk stream ends nearly every read mid-frame: joining the whole read copied it)."""
+        while self._chunks:
+            joined = self._add_to_partial_frame(data)
+            if joined is None:
                 return
-        else:
-            buf = data
+            head, data = joined
+            if not self._take(head) or not data:
+                return
+            # A held frame whose header was partial may still be incomplete: loop.
+        self._take(data)
+
+    def _take(self, buf: bytes) -> bool:
+        """The frames of buf (the fast paths first: one short frame, then the C batch scan,
+        then the per-frame scan); an incomplete last frame is held. False when the
+        connection ended on one of them (section 7.1.7: the rest is not ours to read)."""
         start = 0
         if self._batch is not None and self._decompressor is None:
             # The commonest read of a request/response exchange is exactly one short,
@@ -491,20 +500,20 @@ class WsClient:
                     self._events.append(Message(payload, first == _FIN_TEXT))
                     self._buffered = 0
                     self._need = 0
-                    return
+                    return True
             start = self._feed_batches(buf)
             if start < 0:
-                return  # closed or failed
+                return False  # closed or failed
             if start == len(buf):  # every frame taken: no partial frame to judge
                 self._buffered = 0
                 self._need = 0
-                return
+                return True
         scan = self._scanner.scan
         max_words = self._max_words
         while True:
             words, start, need, pending = scan(buf, start)
             if words and not self._frames(buf, words):
-                return  # closed or failed: the rest is not ours to read (section 7.1.7)
+                return False  # closed or failed: the rest is not ours to read (section 7.1.7)
             if len(words) < max_words:
                 break
         if start < len(buf):
@@ -512,22 +521,26 @@ class WsClient:
         else:
             self._buffered = 0
             self._need = 0
+        return True
 
-    def _add_to_partial_frame(self, data: bytes) -> bytes | None:
-        """A read that continues the held incomplete frame: the joined bytes to scan once
-        the frame can be whole, else None (held, not rescanned; its text checked)."""
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered < self._need:
+    def _add_to_partial_frame(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """A read that continues the held incomplete frame: once the frame can be whole,
+        (its joined bytes, the rest of the read), else None (held, not rescanned; its
+        text checked)."""
+        missing = max(self._need - self._buffered, 0)
+        if len(data) < missing:
             # The pending frame is still incomplete: do not rescan; text is checked.
+            self._chunks.append(data)
+            self._buffered += len(data)
             if self._partial_text:
                 self._check_partial_text(data)
             return None
-        buf = b"".join(self._chunks)
+        self._chunks.append(data[:missing] if missing < len(data) else data)
+        head = b"".join(self._chunks)
         self._chunks = []
         self._partial_text = False
         self._partial_utf8 = None
-        return buf
+        return head, data[missing:]
 
     def _hold_partial_frame(self, buf: bytes, start: int, need: int, pending: int) -> None:
         """The incomplete frame at start: judged from its header before its payload is
