@@ -3,6 +3,10 @@
 A book is kept per symbol for the book topics that a normalized subscription holds
 (gateway.books.manager); it is read under the manager's lock, so the levels and the
 sequence are one state of the book.
+
+`/v1/books/{session}/snapshots` sets a session's periodic book snapshots (admin scope: they
+go to every consumer of the session's normalized topics). The setting lives in the running
+gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from api.deps import ConsumerDep, ControlDep, IdPath, KnownQuery
-from api.schemas.books import BookPublic
+from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath, KnownQuery
+from api.schemas.books import MAX_DEPTH, BookPublic, BookSnapshotsPublic, BookSnapshotsSettings
 from api.schemas.common import responses
+from gateway.books.manager import BookManager, SnapshotPolicy
 
 router = APIRouter(
     prefix="/v1/books",
@@ -21,9 +26,6 @@ router = APIRouter(
     responses=responses(400, 401, 403),
     dependencies=[KnownQuery],
 )
-#: The deepest book a request may ask for.
-MAX_DEPTH = 5000
-
 Symbol = Annotated[
     str,
     Path(
@@ -45,6 +47,47 @@ def list_books(session_id: IdPath, control: ControlDep, _caller: ConsumerDep) ->
         "available": books.available,
         "symbols": books.symbols(session_id),
     }
+
+
+def _snapshots_public(books: BookManager, session_id: int) -> BookSnapshotsPublic:
+    policy = books.snapshot_policy(session_id)
+    return BookSnapshotsPublic(
+        session_id=session_id,
+        interval_ms=round(policy.interval_s * 1000) if policy else None,
+        depth=policy.depth if policy else None,
+        published=books.periodic_snapshots,
+    )
+
+
+# Before /{session_id}/{symbol:path}, which would take "snapshots" for a symbol.
+@router.get("/{session_id}/snapshots", responses=responses(404))
+def get_snapshots(
+    session_id: IdPath, control: ControlDep, _caller: AdminDep
+) -> BookSnapshotsPublic:
+    """The session's periodic book snapshots (interval_ms null: none)."""
+    control.sessions.get(session_id)
+    return _snapshots_public(control.books, session_id)
+
+
+@router.put("/{session_id}/snapshots", responses=responses(404))
+def put_snapshots(
+    session_id: IdPath, body: BookSnapshotsSettings, control: ControlDep, _caller: AdminDep
+) -> BookSnapshotsPublic:
+    """Publish each synced book of the session as a `snapshot` event (with the book's
+    sequence) every interval_ms, in order with its deltas, so that a consumer who joins
+    late rebuilds the book from a snapshot and the deltas after it."""
+    control.sessions.get(session_id)
+    control.books.set_snapshots(session_id, SnapshotPolicy(body.interval_ms / 1000, body.depth))
+    return _snapshots_public(control.books, session_id)
+
+
+@router.delete(
+    "/{session_id}/snapshots", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
+)
+def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep) -> None:
+    """No more periodic snapshots of the session's books."""
+    control.sessions.get(session_id)
+    control.books.set_snapshots(session_id, None)
 
 
 @router.get(

@@ -26,6 +26,13 @@ symbol) first, and only what keeps a consumer's book right is published:
   too (reason `upstream_gap`): a REST book fetches again, the others wait for the snapshot
   the resubscribe after the reconnect brings.
 
+Periodic snapshots (`set_snapshots`, PUT /v1/books/{session}/snapshots): every
+`interval_s`, each synced book of the session is published as a `snapshot` event of its top
+`depth` levels (None: the whole book) with the book's sequence, in ring order with its
+deltas: a consumer who joins late takes the first snapshot as its book and applies the
+deltas that follow it. A depth-N snapshot makes exact the prices from the best to the Nth
+level; the deltas keep every price they name exact (sizes are absolute).
+
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
 session it follows. A deleted session's books and counts are forgotten (`forget_session`).
@@ -63,7 +70,8 @@ UPSTREAM_GAP = "upstream_gap"
 #: checks is not asked in a loop); doubled per failed fetch up to RESYNC_BACKOFF_MAX.
 RESYNC_INTERVAL = 0.2
 RESYNC_BACKOFF_MAX = 10.0
-#: How long the reader waits for records before it looks at its other work.
+#: How long the reader waits for records before it looks at its other work (resyncs and
+#: periodic snapshots are due at this grain, so it is also the shortest snapshot interval).
 READ_TIMEOUT = 0.1
 
 
@@ -110,6 +118,23 @@ class _Book:
     gap_resets: int = 0
     #: Binance USD-M futures (its deltas carry `pu`): the snapshot is /fapi/v1/depth's.
     futures: bool = False
+    #: The next periodic snapshot is due at this monotonic time (0: at once).
+    next_snapshot: float = 0.0
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """A session's periodic book snapshots: every interval_s, the top `depth` levels a side
+    (None: the whole book)."""
+
+    interval_s: float
+    depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if not READ_TIMEOUT <= self.interval_s <= 3600:
+            raise ValueError(f"interval_s {self.interval_s} is not in [{READ_TIMEOUT}, 3600]")
+        if self.depth is not None and self.depth < 1:
+            raise ValueError(f"depth {self.depth} is not >= 1")
 
 
 @dataclass(frozen=True)
@@ -157,6 +182,7 @@ class BookManager:
         self._feeds: dict[int, _Feed] = {}
         self._names: dict[str, tuple[int, str]] = {}  # ring name -> (session, topic)
         self._books: dict[tuple[int, str, str], _Book] = {}
+        self._snapshot_policies: dict[int, SnapshotPolicy] = {}
         self._snapshots: queue.SimpleQueue[tuple[_Book, bytes | None, int, str]] = (
             queue.SimpleQueue()
         )
@@ -167,6 +193,7 @@ class BookManager:
         #: (venue, reason) -> resyncs of books that are gone (kept in the totals).
         self._retired: Counter[tuple[int, str, str]] = Counter()
         self.published = 0
+        self.periodic_snapshots = 0
         self.fetches: Counter[tuple[str, str]] = Counter()  # (venue, "ok" | "failed")
 
     @property
@@ -207,8 +234,29 @@ class BookManager:
         session's labels would stay in /metrics for good otherwise)."""
         self.set_session(session_id, "", {})
         with self._lock:
+            self._snapshot_policies.pop(session_id, None)
             for key in [k for k in self._retired if k[0] == session_id]:
                 del self._retired[key]
+
+    def set_snapshots(self, session_id: int, policy: SnapshotPolicy | None) -> None:
+        """Publish the session's books periodically by this policy (None: stop); the first
+        snapshots go out at once."""
+        with self._lock:
+            if policy is None:
+                self._snapshot_policies.pop(session_id, None)
+                return
+            self._snapshot_policies[session_id] = policy
+            for book in self._books.values():
+                if book.session_id == session_id:
+                    book.next_snapshot = 0.0
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(RingError):
+                reader.interrupt()  # an idle reader would wait READ_TIMEOUT first
+
+    def snapshot_policy(self, session_id: int) -> SnapshotPolicy | None:
+        with self._lock:
+            return self._snapshot_policies.get(session_id)
 
     def _retire(self, book: _Book) -> None:
         for reason, count in book.sync.resyncs.items():
@@ -323,6 +371,7 @@ class BookManager:
                     for record in records:
                         self._record(record, out)
                     self._due_resyncs()
+                    self._due_snapshots(out)
                 self._publish(out)
             except Exception:  # a bug must not stop the books for good
                 log.exception("books: handling %d ring records failed", len(records))
@@ -412,6 +461,23 @@ class BookManager:
             if book.resync_due and book.resync_due <= now and not book.fetching:
                 book.resync_due = 0.0
                 self._resync(book)
+
+    def _due_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
+        """The periodic snapshots that are due, after the batch's deltas: each one holds
+        every delta published before it and none after it."""
+        if not self._snapshot_policies:
+            return
+        now = time.monotonic()
+        for book in self._books.values():
+            policy = self._snapshot_policies.get(book.session_id)
+            if policy is None or book.next_snapshot > now:
+                continue
+            event = book.sync.snapshot_event(book.updated_ns, policy.depth)
+            if event is None:
+                continue  # stale: its resync publishes a snapshot, the next period another
+            book.next_snapshot = now + policy.interval_s
+            self.periodic_snapshots += 1
+            out.append((book.session_id, book.topic, event, time.time_ns()))
 
     def _resync(self, book: _Book) -> None:
         venue = book.sync.venue
