@@ -33,6 +33,13 @@ deltas: a consumer who joins late takes the first snapshot as its book and appli
 deltas that follow it. A depth-N snapshot makes exact the prices from the best to the Nth
 level; the deltas keep every price they name exact (sizes are absolute).
 
+Feed-group legs (issue #19): a leg's messages reach the ring only as its group's arbitrated
+stream, under the group's hub id (gateway.groups.feed). A normalized subscription on a leg
+(`set_session(..., source=hub id)`) has its books built from that stream, and only the
+group's `$gap` (a message every leg lost) resets them: a leg that drops or reconnects does
+not, since the other legs carry the stream on. The events go out under the leg's session id,
+where the subscription's consumers read them.
+
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
 session it follows. A deleted session's books and counts are forgotten (`forget_session`).
@@ -156,11 +163,13 @@ class BookView:
 
 @dataclass
 class _Feed:
-    """One session's normalized topics: upstream topic -> encodings wanted."""
+    """One session's normalized topics: upstream topic -> encodings wanted; `source`: the
+    hub id whose ring stream they are made from (the session's own, or its feed group's)."""
 
     venue: str
     normalizer: Normalizer
     topics: dict[str, frozenset[str]]
+    source: int
 
 
 class BookManager:
@@ -180,7 +189,10 @@ class BookManager:
         self._fetch = fetch or _http_get
         self._lock = threading.RLock()
         self._feeds: dict[int, _Feed] = {}
-        self._names: dict[str, tuple[int, str]] = {}  # ring name -> (session, topic)
+        #: ring name -> the (session, topic) pairs made from it (legs of one group share it)
+        self._names: dict[str, list[tuple[int, str]]] = {}
+        #: hub id -> the sessions whose books its `$gap` records make stale
+        self._followers: dict[int, list[int]] = {}
         self._books: dict[tuple[int, str, str], _Book] = {}
         self._snapshot_policies: dict[int, SnapshotPolicy] = {}
         self._snapshots: queue.SimpleQueue[tuple[_Book, bytes | None, int, str]] = (
@@ -202,32 +214,45 @@ class BookManager:
         return self.hub is not None and getattr(self.hub, "ring", None) is not None
 
     # ---- configuration (any thread) -----------------------------------------------------------
-    def set_session(self, session_id: int, venue: str, topics: Mapping[str, set[str]]) -> None:
+    def set_session(
+        self,
+        session_id: int,
+        venue: str,
+        topics: Mapping[str, set[str]],
+        *,
+        source: int | None = None,
+    ) -> None:
         """The normalized topics of a session now (empty: none): upstream topic -> the
-        encodings its normalized subscriptions want. Books of topics no longer wanted go."""
+        encodings its normalized subscriptions want. Books of topics no longer wanted go.
+        source: the hub id the messages are read under when it is not the session's own
+        (a feed group's, for a leg); a new source rebuilds the session's books."""
+        source = session_id if source is None else source
         with self._lock:
+            old = self._feeds.get(session_id)
             if not topics or venue not in NORMALIZERS:
                 self._feeds.pop(session_id, None)
             else:
-                feed = self._feeds.get(session_id)
-                if feed is None or feed.venue != venue:
-                    feed = _Feed(venue, make_normalizer(venue), {})
+                feed = old
+                if feed is None or feed.venue != venue or feed.source != source:
+                    feed = _Feed(venue, make_normalizer(venue), {}, source)
                     self._feeds[session_id] = feed
                 feed.topics = {t: frozenset(e) for t, e in topics.items()}
             for key in [k for k in self._books if k[0] == session_id]:
                 feed = self._feeds.get(session_id)
-                if feed is None or key[1] not in feed.topics:
+                if feed is None or feed is not old or key[1] not in feed.topics:
                     self._retire(self._books.pop(key))
-            self._names = {
-                ring_topic(sid, topic): (sid, topic)
-                for sid, feed in self._feeds.items()
-                for topic in feed.topics
-            }
-            names = [*self._names, RING_GAP_TOPIC] if self._names else []
-            if names and self._thread is None and self.available:
+            names: dict[str, list[tuple[int, str]]] = {}
+            followers: dict[int, list[int]] = {}
+            for sid, feed in self._feeds.items():
+                followers.setdefault(feed.source, []).append(sid)
+                for topic in feed.topics:
+                    names.setdefault(ring_topic(feed.source, topic), []).append((sid, topic))
+            self._names, self._followers = names, followers
+            wanted = [*self._names, RING_GAP_TOPIC] if self._names else []
+            if wanted and self._thread is None and self.available:
                 self._start()
             if self._reader is not None:
-                self._reader.set_topics(names)
+                self._reader.set_topics(wanted)
 
     def forget_session(self, session_id: int) -> None:
         """The session is deleted: its books go, and its resync counts with them (a deleted
@@ -383,21 +408,20 @@ class BookManager:
             for sid in list(self._feeds):
                 self._session_gap(sid, time.time_ns(), out)
             return
-        _, sid, name, ts, payload, _ = record
+        _, hub_id, name, ts, payload, _ = record
         if name == RING_GAP_TOPIC:
-            if sid in self._feeds:
+            for sid in self._followers.get(hub_id, ()):
                 self._session_gap(sid, ts, out)
             return
-        target = self._names.get(name)
-        feed = self._feeds.get(sid)
-        if target is None or feed is None:
-            return
-        topic = target[1]
-        for event in feed.normalizer.normalize(payload, ts):
-            if isinstance(event, BookSnapshot | BookDelta):
-                self._book_event(sid, topic, feed, event, out)
-            else:
-                out.append((sid, topic, event, ts))
+        for sid, topic in self._names.get(name, ()):
+            feed = self._feeds.get(sid)
+            if feed is None:
+                continue
+            for event in feed.normalizer.normalize(payload, ts):
+                if isinstance(event, BookSnapshot | BookDelta):
+                    self._book_event(sid, topic, feed, event, out)
+                else:
+                    out.append((sid, topic, event, ts))
 
     def _book_event(
         self,

@@ -16,13 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
+
 from gateway.books.manager import BookManager
 from gateway.control.transactions import RowService, Transactions
+from gateway.groups.feed import group_hub_id
 from gateway.hub.names import is_reserved_topic, normalized_topic, upstream_of
 from gateway.normalize.venues import NORMALIZERS
 from gateway.runtime import Runtime
 from gateway.store.errors import InvalidError
-from gateway.store.models import SubscriptionRow, with_defaults
+from gateway.store.models import FeedGroupLegRow, SubscriptionRow, with_defaults
 from gateway.store.repository import Page, SessionRepository, SubscriptionRepository
 
 
@@ -121,7 +124,13 @@ class SubscriptionService(RowService[SubscriptionRow]):
                 for topic in row.topics:
                     wanted.setdefault(topic, set()).add(row.encoding)
         dialect = SessionRepository(s).get(session_id).dialect
-        self.books.set_session(session_id, dialect, wanted)
+        self.books.set_session(session_id, dialect, wanted, source=_books_source(s, session_id))
+
+    def retell_books(self, session_ids: list[int]) -> None:
+        """Sessions became or stopped being legs of a feed group: their books' source."""
+        with self.tx.write() as s:
+            for session_id in session_ids:
+                self._tell_books(s, session_id)
 
     def restore_books(self) -> None:
         """At start: every session's normalized topics to the manager."""
@@ -205,3 +214,11 @@ class SubscriptionService(RowService[SubscriptionRow]):
         from dataplane.ring import ring_name
 
         return ring_name(self.hub_gateway, "messages")
+
+
+def _books_source(s: Any, session_id: int) -> int | None:
+    """A feed group's leg is read as its group's stream (BookManager.set_session).
+    (gateway.control.groups.GroupRepository.group_of: that module imports this one.)"""
+    query = select(FeedGroupLegRow.group_id).where(FeedGroupLegRow.session_id == session_id)
+    group_id: int | None = s.scalar(query)
+    return group_hub_id(group_id) if group_id is not None else None
