@@ -40,6 +40,12 @@ group's `$gap` (a message every leg lost) resets them: a leg that drops or recon
 not, since the other legs carry the stream on. The events go out under the leg's session id,
 where the subscription's consumers read them.
 
+REST snapshots are fetched through the host's kernel (urllib), never over a session's DPDK
+port. A normalized subscription of a REST venue's book topic on a DPDK session is refused
+at create when the kernel cannot get the venue's snapshot (`snapshot_unreachable` fetches
+one as a resync would): on a host whose only route to the venue is the DPDK port its books
+would stay stale for good.
+
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
 session it follows. A deleted session's books and counts are forgotten (`forget_session`).
@@ -56,7 +62,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -77,6 +83,9 @@ UPSTREAM_GAP = "upstream_gap"
 #: checks is not asked in a loop); doubled per failed fetch up to RESYNC_BACKOFF_MAX.
 RESYNC_INTERVAL = 0.2
 RESYNC_BACKOFF_MAX = 10.0
+#: The longest a create waits for the check's snapshot (snapshot_unreachable), and its depth.
+REACH_TIMEOUT_S = 2.0
+REACH_LIMIT = 5
 #: How long the reader waits for records before it looks at its other work (resyncs and
 #: periodic snapshots are due at this grain, so it is also the shortest snapshot interval).
 READ_TIMEOUT = 0.1
@@ -253,6 +262,35 @@ class BookManager:
                 self._start()
             if self._reader is not None:
                 self._reader.set_topics(wanted)
+
+    def snapshot_unreachable(self, venue: str, transport: str, topics: Sequence[str]) -> str | None:
+        """Why the books of these topics of a `venue` session on `transport` could not get
+        their REST snapshots (None: they can, or need none). Only DPDK sessions are checked
+        (a kernel session reaches its venue through the kernel already), by fetching one
+        snapshot the way a resync does and reading it as the venue's: a TCP connect or an
+        HTTP answer alone proves little behind a proxy."""
+        if venue not in REST_VENUES or transport != "dpdk" or not self.available:
+            return None
+        symbols = [s for s in (_rest_symbol(venue, t) for t in topics) if s]
+        if not symbols:
+            return None  # no book topic
+        url = self._snapshot_url(venue, symbols[0], limit=REACH_LIMIT)
+        if url is None:
+            return f"books.snapshot_urls has no {venue} base: its books would never sync"
+        rest = getattr(make_normalizer(venue), "rest_snapshot", None)
+        try:
+            body = self._fetch(url, min(self.config.snapshot_timeout_s, REACH_TIMEOUT_S))
+            if rest is None or rest(body, symbols[0], time.time_ns()) is None:
+                raise ValueError("not a book snapshot")
+            return None
+        except (OSError, ValueError) as exc:  # msgspec's errors are ValueErrors
+            error = str(exc) or type(exc).__name__
+        return (
+            f"{venue} books sync from a REST snapshot, which this gateway fetches through the "
+            f"host's kernel, not over the session's DPDK port; fetching {url} through the "
+            f"kernel failed ({error}): set books.snapshot_urls.{venue} to a base the kernel "
+            "reaches, or subscribe with format raw"
+        )
 
     def forget_session(self, session_id: int) -> None:
         """The session is deleted: its books go, and its resync counts with them (a deleted
@@ -516,7 +554,9 @@ class BookManager:
             self.runtime.unsubscribe(book.session_id, [book.topic])
             self.runtime.subscribe(book.session_id, [book.topic])
 
-    def _snapshot_url(self, venue: str, symbol: str, *, futures: bool = False) -> str | None:
+    def _snapshot_url(
+        self, venue: str, symbol: str, *, futures: bool = False, limit: int | None = None
+    ) -> str | None:
         urls = self.config.snapshot_urls
         base = (urls.get("binance_futures") or urls.get(venue)) if futures else urls.get(venue)
         if not base:
@@ -525,7 +565,7 @@ class BookManager:
         base = base.rstrip("/")
         if venue == "binance":
             query = urllib.parse.urlencode(
-                {"symbol": symbol.upper(), "limit": self.config.snapshot_limit}
+                {"symbol": symbol.upper(), "limit": limit or self.config.snapshot_limit}
             )
             return f"{base}/{'fapi/v1' if futures else 'api/v3'}/depth?{query}"
         return f"{base}/api/v2/order_book/{urllib.parse.quote(symbol.lower())}/"
@@ -613,3 +653,13 @@ def _http_get(url: str, timeout: float) -> bytes:
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
         body: bytes = response.read()
         return body
+
+
+def _rest_symbol(venue: str, topic: str) -> str | None:
+    """The symbol of a REST venue's book topic (Binance `btcusdt@depth@100ms`, Bitstamp
+    `diff_order_book_btcusd`), None for its other topics."""
+    if venue == "binance" and "@depth" in topic:
+        return topic.split("@", 1)[0]
+    if venue == "bitstamp" and "order_book_" in topic:
+        return topic.rsplit("_", 1)[-1]
+    return None

@@ -132,6 +132,16 @@ class SubscriptionService(RowService[SubscriptionRow]):
             for session_id in session_ids:
                 self._tell_books(s, session_id)
 
+    def _check_snapshots(self, session: Any, values: Mapping[str, Any]) -> None:
+        """A normalized subscription whose books could never get their REST snapshot is
+        refused (BookManager.snapshot_unreachable)."""
+        if self.books is None or values.get("format") != "normalized":
+            return
+        topics = values.get("topics") or []
+        why = self.books.snapshot_unreachable(session.dialect, session.transport, topics)
+        if why is not None:
+            raise InvalidError(why, "format")
+
     def restore_books(self) -> None:
         """At start: every session's normalized topics to the manager."""
         if self.books is None:
@@ -159,6 +169,7 @@ class SubscriptionService(RowService[SubscriptionRow]):
             session = SessionRepository(s).get(session_id)
             values = {**values, "topics": upstream_topics(session.dialect, values["topics"])}
             check_format(session.dialect, values)
+            self._check_snapshots(session, values)
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
             sub = subs.add(SubscriptionRow(**with_defaults(SubscriptionRow, values)))
@@ -180,6 +191,9 @@ class SubscriptionService(RowService[SubscriptionRow]):
             if "topics" in values:
                 values = {**values, "topics": upstream_topics(dialect, values["topics"])}
             check_format(dialect, values)
+            self._check_snapshots(
+                SessionRepository(s).get(sub.session_id), {"topics": sub.topics, **values}
+            )
             for key, value in values.items():
                 setattr(sub, key, value)
             s.flush()
