@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath, KnownQuery
 from api.schemas.books import MAX_DEPTH, BookPublic, BookSnapshotsPublic, BookSnapshotsSettings
@@ -104,12 +104,12 @@ def get_book(
         int | None,
         Query(ge=1, le=MAX_DEPTH, description="levels per side, best first (default: all)"),
     ] = None,
-) -> BookPublic:
+) -> Response:
     """The session's local book of a symbol: its levels, sequence and whether it is stale."""
-    control.sessions.get(session_id)  # 404 when there is no such session
     books = control.books
     view = books.view(session_id, symbol, depth)
     if view is None:
+        control.sessions.get(session_id)  # 404 when there is no such session
         known = books.symbols(session_id)
         if not books.available:
             hint = "this gateway runs no dataplane (no hub ring to follow), so it keeps no books"
@@ -124,7 +124,9 @@ def get_book(
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no book of {symbol!r} in session {session_id}: {hint}"
         )
-    return BookPublic(
+    # A book is kept only for a live session (a deleted one's go with it): no database
+    # read on this path. The answer is serialized once, by pydantic, not validated again.
+    book = BookPublic(
         session_id=view.session_id,
         venue=view.venue,
         symbol=view.symbol,
@@ -137,3 +139,4 @@ def get_book(
         resyncs=view.resyncs,
         last_reset_reason=view.last_reset.reason if view.last_reset else None,
     )
+    return Response(book.model_dump_json(), media_type="application/json")
