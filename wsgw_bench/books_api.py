@@ -9,7 +9,8 @@ the manager builds the book from it, as it does from the wire. The client is ano
 process (the server's GIL is not shared with it): keep-alive HTTP/1.1 requests one after
 another, each timed from send to the whole body read, after a warm-up. Both doors are
 measured, alternated in rounds: auth off (loopback) and a consume token (`Authorization:
-Bearer`, what a consumer sends).
+Bearer`, what a consumer sends); with them the floor of the same HTTP path (GET /healthz)
+and the app's own cost in process (through the ASGI app: no socket, no uvicorn).
 
     python -m wsgw_bench.books_api [--levels 2000] [--depth 100] [--requests 2000]
 """
@@ -122,9 +123,12 @@ def client_run(url: str, path: str, requests: int, warmup: int, token: str | Non
     return out
 
 
-def measure(api: BookApi, depth: int, requests: int, warmup: int, *, token: bool) -> list[int]:
-    """Run the client process once (with the consume token or none); its latencies (ns)."""
-    path = f"/v1/books/{api.session_id}/{SYMBOL}?depth={depth}"
+def measure(
+    api: BookApi, depth: int, requests: int, warmup: int, *, token: bool, path: str = ""
+) -> list[int]:
+    """Run the client process once (with the consume token or none); its latencies (ns).
+    path: another path to time instead of the book's (the floor: /healthz)."""
+    path = path or f"/v1/books/{api.session_id}/{SYMBOL}?depth={depth}"
     command = [sys.executable, "-m", "wsgw_bench.books_api", "--client", api.url, path,
                str(requests), str(warmup), api.token if token else ""]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
@@ -181,7 +185,12 @@ def run(levels: int, depth: int, requests: int, rounds: int) -> dict[str, Any]:
     """Both doors, alternated over `rounds` rounds of requests/rounds each."""
     per_round = max(1, requests // rounds)
     cpu_ns = 0
-    got: dict[str, list[int]] = {"token": [], "no auth": [], "in process (ASGI)": []}
+    got: dict[str, list[int]] = {
+        "token": [],
+        "no auth": [],
+        "floor: GET /healthz": [],
+        "in process (ASGI)": [],
+    }
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wsgw-books-api-")))
         doors = {
@@ -194,6 +203,8 @@ def run(levels: int, depth: int, requests: int, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             for door, served in doors.items():
                 got[door] += measure(served, depth, per_round, 50, token=door == "token")
+            floor = measure(doors["no auth"], depth, per_round, 50, token=False, path="/healthz")
+            got["floor: GET /healthz"] += floor
             cpu = time.process_time_ns()
             got["in process (ASGI)"] += app_cost(api, depth, per_round)
             cpu_ns += time.process_time_ns() - cpu

@@ -36,5 +36,5 @@ def test_the_answer_is_the_books_top_levels(tmp_path: Path) -> None:
 def test_a_small_bench_run() -> None:
     result = run(levels=200, depth=100, requests=40, rounds=2)
     assert result["levels_answered"] == 200
-    assert set(result["doors"]) == {"token", "no auth", "in process (ASGI)"}
+    assert set(result["doors"]) == {"token", "no auth", "floor: GET /healthz", "in process (ASGI)"}
     assert all(door["requests"] == 40 for door in result["doors"].values())
