@@ -9,13 +9,14 @@ normalized subscription on a book topic, and periodic snapshots set by PUT
 dict of its own, no gateway code) and applies every delta after it; at each later snapshot
 its book must equal the snapshot, and at the end both the simulator's book (its model
 replayed) and GET /v1/books. The first delta after a snapshot continues the snapshot's
-sequence by the venue's rules (Binance U <= seq+1 <= u, OKX prevSeqId == seq).
+sequence by the venue's rules (Binance U <= seq+1 <= u, OKX prevSeqId == seq). A late
+NATS subscriber (a real nats-server, the hub's sink) does the same from its subject.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +24,10 @@ from pathlib import Path
 import pytest
 
 from gateway.client import Client
-from gateway.normalize import BookDelta, BookReset, BookSnapshot, Level
+from gateway.hub.names import nats_subject
+from gateway.hub.nats import NatsConfig, NatsSink
+from gateway.normalize import BookDelta, BookReset, BookSnapshot, Level, decode
+from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_books_gateway import Gateway
 from tests.integration.test_books_sim import (
     VENUES,
@@ -35,6 +39,9 @@ from tests.integration.test_books_sim import (
     start_sim,
     until,
 )
+from wsgw_bench.servers import NatsServer, nats_server_binary
+
+NATS_PREFIX = "md"
 
 Side = dict[str, str]  # price text -> size text
 
@@ -70,28 +77,31 @@ def as_lists(levels: list[Level]) -> list[list[str]]:
 
 
 class LateJoiner:
-    """A consumer of the normalized topic that starts from the first snapshot it reads."""
+    """A consumer of the normalized topic that starts from the first snapshot it reads;
+    `events()` gives what arrived since the last call."""
 
-    def __init__(self, client: Client, venue: Venue) -> None:
-        self.client = client
+    def __init__(self, events: Callable[[], list[object]], venue: Venue) -> None:
+        self.events = events
         self.venue = venue
         self.book: ConsumerBook | None = None
         self.skipped = 0  # deltas read before the first snapshot
 
     def pull(self) -> None:
-        for message in self.client.read(timeout=0):
-            event = getattr(message, "event", None)
-            if isinstance(event, BookReset):
-                raise AssertionError(f"unexpected reset: {event}")
-            if isinstance(event, BookSnapshot):
-                self.take_snapshot(event)
-            elif isinstance(event, BookDelta):
-                if self.book is None:
-                    self.skipped += 1
-                    continue
-                if self.book.deltas == 0:
-                    self.check_continues(self.book.seq, event)
-                self.book.apply(event)
+        for event in self.events():
+            self.take(event)
+
+    def take(self, event: object) -> None:
+        if isinstance(event, BookReset):
+            raise AssertionError(f"unexpected reset: {event}")
+        if isinstance(event, BookSnapshot):
+            self.take_snapshot(event)
+        elif isinstance(event, BookDelta):
+            if self.book is None:
+                self.skipped += 1
+                return
+            if self.book.deltas == 0:
+                self.check_continues(self.book.seq, event)
+            self.book.apply(event)
 
     def take_snapshot(self, snap: BookSnapshot) -> None:
         if self.book is None:
@@ -111,11 +121,14 @@ class LateJoiner:
 
 
 @contextmanager
-def simulated_gateway(tmp_path: Path) -> Iterator[tuple[Gateway, SimProcess]]:
-    """The simulator and a gateway whose REST snapshots come from it."""
+def simulated_gateway(
+    tmp_path: Path, nats: NatsSink | None = None
+) -> Iterator[tuple[Gateway, SimProcess]]:
+    """The simulator and a gateway whose REST snapshots come from it (publishing to the
+    started NATS sink too, when given)."""
     sim = start_sim(None, free_port())
     try:
-        gw, stop = start_gateway(tmp_path, sim)
+        gw, stop = start_gateway(tmp_path, sim, nats=nats)
         try:
             yield gw, sim
         finally:
@@ -132,7 +145,33 @@ def test_a_late_consumer_rebuilds_the_book_from_a_snapshot_and_the_deltas(
         late_consumers_rebuild_the_book(gw, sim, VENUES[venue_name])
 
 
-def late_consumers_rebuild_the_book(gw: Gateway, sim: SimProcess, venue: Venue) -> None:
+@pytest.mark.skipif(nats_server_binary() is None, reason="nats-server is not installed")
+def test_a_late_nats_subscriber_rebuilds_the_book_too(tmp_path: Path) -> None:
+    with NatsServer() as server:
+        sink = NatsSink(NatsConfig(servers=[server.url], subject_prefix=NATS_PREFIX)).start(10)
+        with simulated_gateway(tmp_path, nats=sink) as (gw, sim):
+            late_consumers_rebuild_the_book(gw, sim, VENUES["okx"], nats_url=server.url)
+
+
+def client_events(client: Client) -> Callable[[], list[object]]:
+    return lambda: [getattr(m, "event", None) for m in client.read(timeout=0)]
+
+
+def nats_events(subscriber: Subscriber) -> Callable[[], list[object]]:
+    seen = 0
+
+    def events() -> list[object]:
+        nonlocal seen
+        got = subscriber.got[seen:]
+        seen += len(got)
+        return [decode(data, "json") for _, data, _ in got]
+
+    return events
+
+
+def late_consumers_rebuild_the_book(
+    gw: Gateway, sim: SimProcess, venue: Venue, nats_url: str | None = None
+) -> None:
     control = gw.control
     venue_name = venue.dialect
     sim.emit(venue, 100)
@@ -151,10 +190,14 @@ def late_consumers_rebuild_the_book(gw: Gateway, sim: SimProcess, venue: Venue) 
     until(lambda: gw.api.get(f"/v1/books/{sid}/{venue.symbol}").status_code == 200, "a book")
 
     # They join late: the book has taken 30 updates and its first periodic snapshots.
-    joiners = [
-        LateJoiner(gw.consumer(sid, [f"norm:{venue.topic}"]), venue),
-        LateJoiner(gw.streamer(sub.id), venue),
-    ]
+    ring = gw.consumer(sid, [f"norm:{venue.topic}"])
+    stream = gw.streamer(sub.id)
+    joiners = [LateJoiner(client_events(ring), venue), LateJoiner(client_events(stream), venue)]
+    subscriber = None
+    if nats_url is not None:
+        subject = nats_subject(NATS_PREFIX, sid, f"norm:{venue.topic}")
+        subscriber = Subscriber(nats_url, [subject])
+        joiners.append(LateJoiner(nats_events(subscriber), venue))
     try:
         deadline = time.monotonic() + 30
         while not all(j.book is not None and j.book.checked >= 2 for j in joiners):
@@ -182,15 +225,15 @@ def late_consumers_rebuild_the_book(gw: Gateway, sim: SimProcess, venue: Venue) 
         # A depth-limited snapshot: the top 5 levels a side, the book's sequence.
         r = gw.api.put(f"/v1/books/{sid}/snapshots", json={"interval_ms": 200, "depth": 5})
         assert (r.json()["interval_ms"], r.json()["depth"]) == (200, 5)
-        ring = joiners[0]
         short: list[BookSnapshot] = []
-        until(lambda: bool(short.extend(top_snapshots(ring.client)) or short), "a depth-5 one")
+        until(lambda: bool(short.extend(top_snapshots(ring)) or short), "a depth-5 one")
         assert (as_lists(short[0].bids), as_lists(short[0].asks)) == sim_book_top(want, 5)
         assert short[0].seq == got["seq"]
         assert gw.api.delete(f"/v1/books/{sid}/snapshots").status_code == 204
     finally:
-        for joiner in joiners[1:]:
-            joiner.client.close()
+        stream.close()
+        if subscriber is not None:
+            subscriber.close()
 
 
 def top_snapshots(client: Client) -> list[BookSnapshot]:
