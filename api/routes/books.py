@@ -6,7 +6,8 @@ sequence are one state of the book.
 
 `/v1/books/{session}/snapshots` sets a session's periodic book snapshots (admin scope: they
 go to every consumer of the session's normalized topics). The setting lives in the running
-gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it.
+gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it and the
+sessions go back to the gateway's default (books.periodic_interval_ms, periodic_depth).
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def list_books(session_id: IdPath, control: ControlDep, _caller: ConsumerDep) ->
 
 
 def _snapshots_public(books: BookManager, session_id: int) -> BookSnapshotsPublic:
-    policy = books.snapshot_policy(session_id)
+    own = books.snapshot_policy(session_id)
+    policy = own or books.default_snapshots
     return BookSnapshotsPublic(
         session_id=session_id,
         interval_ms=round(policy.interval_s * 1000) if policy else None,
         depth=policy.depth if policy else None,
+        default=own is None,
         published=books.periodic_snapshots,
     )
 
@@ -85,7 +88,8 @@ def put_snapshots(
     "/{session_id}/snapshots", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
 )
 def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep) -> None:
-    """No more periodic snapshots of the session's books."""
+    """The session's own setting goes: its books are published by the gateway's default
+    (books.periodic_interval_ms; none unless set)."""
     control.sessions.get(session_id)
     control.books.set_snapshots(session_id, None)
 

@@ -53,4 +53,8 @@ class BookSnapshotsPublic(PublicSchema):
     session_id: int
     interval_ms: int | None = Field(description="null: no periodic snapshots")
     depth: int | None = Field(description="levels a side (null: the whole book)")
+    default: bool = Field(
+        description="true: the gateway's default (books.periodic_interval_ms, "
+        "books.periodic_depth), the session has no setting of its own"
+    )
     published: int = Field(description="periodic snapshots published by this gateway, all sessions")

@@ -104,6 +104,9 @@ class BooksConfig:
     )
     snapshot_limit: int = 1000
     snapshot_timeout_s: float = 5.0
+    #: Every session's periodic snapshots, unless set per session (None: none).
+    periodic_interval_ms: int | None = None
+    periodic_depth: int | None = None
 
 
 class HubLike(Protocol):
@@ -204,6 +207,12 @@ class BookManager:
         self._followers: dict[int, list[int]] = {}
         self._books: dict[tuple[int, str, str], _Book] = {}
         self._snapshot_policies: dict[int, SnapshotPolicy] = {}
+        #: Every other session's (books.periodic_interval_ms / periodic_depth).
+        self.default_snapshots = (
+            SnapshotPolicy(self.config.periodic_interval_ms / 1000, self.config.periodic_depth)
+            if self.config.periodic_interval_ms
+            else None
+        )
         self._snapshots: queue.SimpleQueue[tuple[_Book, bytes | None, int, str]] = (
             queue.SimpleQueue()
         )
@@ -302,8 +311,8 @@ class BookManager:
                 del self._retired[key]
 
     def set_snapshots(self, session_id: int, policy: SnapshotPolicy | None) -> None:
-        """Publish the session's books periodically by this policy (None: stop); the first
-        snapshots go out at once."""
+        """Publish the session's books periodically by this policy (None: by the default,
+        `default_snapshots`, again); the first snapshots go out at once."""
         with self._lock:
             if policy is None:
                 self._snapshot_policies.pop(session_id, None)
@@ -318,6 +327,7 @@ class BookManager:
                 reader.interrupt()  # an idle reader would wait READ_TIMEOUT first
 
     def snapshot_policy(self, session_id: int) -> SnapshotPolicy | None:
+        """The session's own policy, None when it has none (default_snapshots applies)."""
         with self._lock:
             return self._snapshot_policies.get(session_id)
 
@@ -527,11 +537,12 @@ class BookManager:
     def _due_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
         """The periodic snapshots that are due, after the batch's deltas: each one holds
         every delta published before it and none after it."""
-        if not self._snapshot_policies:
+        default = self.default_snapshots
+        if not self._snapshot_policies and default is None:
             return
         now = time.monotonic()
         for book in self._books.values():
-            policy = self._snapshot_policies.get(book.session_id)
+            policy = self._snapshot_policies.get(book.session_id, default)
             if policy is None or book.next_snapshot > now:
                 continue
             event = book.sync.snapshot_event(book.updated_ns, policy.depth)

@@ -6,12 +6,18 @@ tests/integration/test_books_snapshots.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
+from api.app import create_app
 from gateway.books.manager import SnapshotPolicy
-from tests.api.conftest import Api
+from gateway.runtime import DetachedRuntime
+from tests.api.conftest import BASE_URL, Api, make_settings
+from tests.host.fakesys import FakeHost
 
 
 def path(session_id: object) -> str:
@@ -77,3 +83,43 @@ def test_a_deleted_sessions_setting_goes(
     api.client.put(path(sid), json={"interval_ms": 1000}, headers=api.admin)
     assert api.client.delete(f"/v1/sessions/{sid}", headers=api.admin).status_code == 204
     assert api.control.books.snapshot_policy(sid) is None
+
+
+def test_the_gateways_default_and_a_sessions_own(
+    tmp_path: Path, sqlite_url: str, fake_host: FakeHost
+) -> None:
+    """books.periodic_interval_ms / periodic_depth: every session's, unless set for one;
+    DELETE goes back to it."""
+    settings = make_settings(
+        tmp_path, sqlite_url, books={"periodic_interval_ms": 2000, "periodic_depth": 50}
+    )
+    app = create_app(settings, DetachedRuntime(), host=fake_host.manager())
+    with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
+        _, secret = app.state.control.tokens.create("admin", ["admin"])
+        admin = {"Authorization": f"Bearer {secret}"}
+        body = {"name": "s", "url": "wss://x.example/", "dialect": "okx", "transport": "kernel"}
+        sid = client.post("/v1/sessions", json=body, headers=admin).json()["id"]
+
+        def got() -> tuple[Any, Any, Any]:
+            answer = client.get(path(sid), headers=admin).json()
+            return answer["interval_ms"], answer["depth"], answer["default"]
+
+        assert got() == (2000, 50, True)
+        client.put(path(sid), json={"interval_ms": 300}, headers=admin)
+        assert got() == (300, None, False)
+        assert client.delete(path(sid), headers=admin).status_code == 204
+        assert got() == (2000, 50, True)
+
+
+@pytest.mark.parametrize(
+    ("books", "field"),
+    [
+        ({"periodic_interval_ms": 99}, "periodic_interval_ms"),
+        ({"periodic_depth": 0}, "periodic_depth"),
+    ],
+)
+def test_a_bad_default_stops_the_start_naming_it(
+    tmp_path: Path, books: dict[str, int], field: str
+) -> None:
+    with pytest.raises(ValidationError, match=field):
+        make_settings(tmp_path, "sqlite://", books=books)
