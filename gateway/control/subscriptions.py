@@ -132,13 +132,25 @@ class SubscriptionService(RowService[SubscriptionRow]):
             for session_id in session_ids:
                 self._tell_books(s, session_id)
 
-    def _check_snapshots(self, session: Any, values: Mapping[str, Any]) -> None:
+    def _check_snapshots(
+        self, values: Mapping[str, Any], *, session_id: int = 0, subscription_id: int = 0
+    ) -> None:
         """A normalized subscription whose books could never get their REST snapshot is
-        refused (BookManager.snapshot_unreachable)."""
+        refused (BookManager.snapshot_unreachable). Called before the write transaction:
+        the check may fetch a snapshot for up to 2 s, and must not hold the writes up."""
         if self.books is None or values.get("format") != "normalized":
             return
-        topics = values.get("topics") or []
-        why = self.books.snapshot_unreachable(session.dialect, session.transport, topics)
+
+        def facts(s: Any) -> tuple[str, str, list[str]]:
+            sub = SubscriptionRepository(s).get(subscription_id) if subscription_id else None
+            session = SessionRepository(s).get(sub.session_id if sub else session_id)
+            topics = values.get("topics")
+            if topics is not None:
+                topics = upstream_topics(session.dialect, topics)
+            return session.dialect, session.transport, list(topics or (sub.topics if sub else []))
+
+        dialect, transport, topics = self.tx.read(facts)
+        why = self.books.snapshot_unreachable(dialect, transport, topics)
         if why is not None:
             raise InvalidError(why, "format")
 
@@ -164,12 +176,12 @@ class SubscriptionService(RowService[SubscriptionRow]):
         )
 
     def create(self, values: Mapping[str, Any]) -> SubscriptionChange:
+        self._check_snapshots(values, session_id=values["session_id"])
         with self.tx.write() as s:
             session_id = values["session_id"]
             session = SessionRepository(s).get(session_id)
             values = {**values, "topics": upstream_topics(session.dialect, values["topics"])}
             check_format(session.dialect, values)
-            self._check_snapshots(session, values)
             subs = SubscriptionRepository(s)
             held = subs.topic_counts(session_id)
             sub = subs.add(SubscriptionRow(**with_defaults(SubscriptionRow, values)))
@@ -182,6 +194,7 @@ class SubscriptionService(RowService[SubscriptionRow]):
             return SubscriptionChange(sub, new, [])
 
     def update(self, subscription_id: int, values: Mapping[str, Any]) -> SubscriptionChange:
+        self._check_snapshots(values, subscription_id=subscription_id)
         with self.tx.write() as s:
             subs = SubscriptionRepository(s)
             sub = subs.get(subscription_id)
@@ -191,9 +204,6 @@ class SubscriptionService(RowService[SubscriptionRow]):
             if "topics" in values:
                 values = {**values, "topics": upstream_topics(dialect, values["topics"])}
             check_format(dialect, values)
-            self._check_snapshots(
-                SessionRepository(s).get(sub.session_id), {"topics": sub.topics, **values}
-            )
             for key, value in values.items():
                 setattr(sub, key, value)
             s.flush()
