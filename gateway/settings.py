@@ -307,6 +307,10 @@ class BooksSettings(BaseModel):
     )
     snapshot_limit: int = Field(default=1000, ge=5, le=5000, description="binance's limit")
     snapshot_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # Periodic book snapshots of every session (PUT /v1/books/{session}/snapshots sets one
+    # session's, which the running gateway keeps in memory only): null, none.
+    periodic_interval_ms: int | None = Field(default=None, ge=100, le=3_600_000)
+    periodic_depth: int | None = Field(default=None, ge=1, le=5000)
 
 
 class Settings(BaseSettings):

@@ -3,17 +3,23 @@
 A book is kept per symbol for the book topics that a normalized subscription holds
 (gateway.books.manager); it is read under the manager's lock, so the levels and the
 sequence are one state of the book.
+
+`/v1/books/{session}/snapshots` sets a session's periodic book snapshots (admin scope: they
+go to every consumer of the session's normalized topics). The setting lives in the running
+gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it and the
+sessions go back to the gateway's default (books.periodic_interval_ms, periodic_depth).
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
-from api.deps import ConsumerDep, ControlDep, IdPath, KnownQuery
-from api.schemas.books import BookPublic
+from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath, KnownQuery
+from api.schemas.books import MAX_DEPTH, BookPublic, BookSnapshotsPublic, BookSnapshotsSettings
 from api.schemas.common import responses
+from gateway.books.manager import BookManager, SnapshotPolicy
 
 router = APIRouter(
     prefix="/v1/books",
@@ -21,9 +27,6 @@ router = APIRouter(
     responses=responses(400, 401, 403),
     dependencies=[KnownQuery],
 )
-#: The deepest book a request may ask for.
-MAX_DEPTH = 5000
-
 Symbol = Annotated[
     str,
     Path(
@@ -47,6 +50,50 @@ def list_books(session_id: IdPath, control: ControlDep, _caller: ConsumerDep) ->
     }
 
 
+def _snapshots_public(books: BookManager, session_id: int) -> BookSnapshotsPublic:
+    own = books.snapshot_policy(session_id)
+    policy = own or books.default_snapshots
+    return BookSnapshotsPublic(
+        session_id=session_id,
+        interval_ms=round(policy.interval_s * 1000) if policy else None,
+        depth=policy.depth if policy else None,
+        default=own is None,
+        published=books.periodic_snapshots,
+    )
+
+
+# Before /{session_id}/{symbol:path}, which would take "snapshots" for a symbol.
+@router.get("/{session_id}/snapshots", responses=responses(404))
+def get_snapshots(
+    session_id: IdPath, control: ControlDep, _caller: AdminDep
+) -> BookSnapshotsPublic:
+    """The session's periodic book snapshots (interval_ms null: none)."""
+    control.sessions.get(session_id)
+    return _snapshots_public(control.books, session_id)
+
+
+@router.put("/{session_id}/snapshots", responses=responses(404))
+def put_snapshots(
+    session_id: IdPath, body: BookSnapshotsSettings, control: ControlDep, _caller: AdminDep
+) -> BookSnapshotsPublic:
+    """Publish each synced book of the session as a `snapshot` event (with the book's
+    sequence) every interval_ms, in order with its deltas, so that a consumer who joins
+    late rebuilds the book from a snapshot and the deltas after it."""
+    control.sessions.get(session_id)
+    control.books.set_snapshots(session_id, SnapshotPolicy(body.interval_ms / 1000, body.depth))
+    return _snapshots_public(control.books, session_id)
+
+
+@router.delete(
+    "/{session_id}/snapshots", status_code=status.HTTP_204_NO_CONTENT, responses=responses(404)
+)
+def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep) -> None:
+    """The session's own setting goes: its books are published by the gateway's default
+    (books.periodic_interval_ms; none unless set)."""
+    control.sessions.get(session_id)
+    control.books.set_snapshots(session_id, None)
+
+
 @router.get(
     "/{session_id}/{symbol:path}",
     response_model=BookPublic,
@@ -61,12 +108,12 @@ def get_book(
         int | None,
         Query(ge=1, le=MAX_DEPTH, description="levels per side, best first (default: all)"),
     ] = None,
-) -> BookPublic:
+) -> Response:
     """The session's local book of a symbol: its levels, sequence and whether it is stale."""
-    control.sessions.get(session_id)  # 404 when there is no such session
     books = control.books
     view = books.view(session_id, symbol, depth)
     if view is None:
+        control.sessions.get(session_id)  # 404 when there is no such session
         known = books.symbols(session_id)
         if not books.available:
             hint = "this gateway runs no dataplane (no hub ring to follow), so it keeps no books"
@@ -81,7 +128,9 @@ def get_book(
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, f"no book of {symbol!r} in session {session_id}: {hint}"
         )
-    return BookPublic(
+    # A book is kept only for a live session (a deleted one's go with it): no database
+    # read on this path. The answer is serialized once, by pydantic, not validated again.
+    book = BookPublic(
         session_id=view.session_id,
         venue=view.venue,
         symbol=view.symbol,
@@ -94,3 +143,4 @@ def get_book(
         resyncs=view.resyncs,
         last_reset_reason=view.last_reset.reason if view.last_reset else None,
     )
+    return Response(book.model_dump_json(), media_type="application/json")

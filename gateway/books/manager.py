@@ -26,6 +26,26 @@ symbol) first, and only what keeps a consumer's book right is published:
   too (reason `upstream_gap`): a REST book fetches again, the others wait for the snapshot
   the resubscribe after the reconnect brings.
 
+Periodic snapshots (`set_snapshots`, PUT /v1/books/{session}/snapshots): every
+`interval_s`, each synced book of the session is published as a `snapshot` event of its top
+`depth` levels (None: the whole book) with the book's sequence, in ring order with its
+deltas: a consumer who joins late takes the first snapshot as its book and applies the
+deltas that follow it. A depth-N snapshot makes exact the prices from the best to the Nth
+level; the deltas keep every price they name exact (sizes are absolute).
+
+Feed-group legs (issue #19): a leg's messages reach the ring only as its group's arbitrated
+stream, under the group's hub id (gateway.groups.feed). A normalized subscription on a leg
+(`set_session(..., source=hub id)`) has its books built from that stream, and only the
+group's `$gap` (a message every leg lost) resets them: a leg that drops or reconnects does
+not, since the other legs carry the stream on. The events go out under the leg's session id,
+where the subscription's consumers read them.
+
+REST snapshots are fetched through the host's kernel (urllib), never over a session's DPDK
+port. A normalized subscription of a REST venue's book topic on a DPDK session is refused
+at create when the kernel cannot get the venue's snapshot (`snapshot_unreachable` fetches
+one as a resync would): on a host whose only route to the venue is the DPDK port its books
+would stay stale for good.
+
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
 session it follows. A deleted session's books and counts are forgotten (`forget_session`).
@@ -42,7 +62,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,7 +83,11 @@ UPSTREAM_GAP = "upstream_gap"
 #: checks is not asked in a loop); doubled per failed fetch up to RESYNC_BACKOFF_MAX.
 RESYNC_INTERVAL = 0.2
 RESYNC_BACKOFF_MAX = 10.0
-#: How long the reader waits for records before it looks at its other work.
+#: The longest a create waits for the check's snapshot (snapshot_unreachable), and its depth.
+REACH_TIMEOUT_S = 2.0
+REACH_LIMIT = 5
+#: How long the reader waits for records before it looks at its other work (resyncs and
+#: periodic snapshots are due at this grain, so it is also the shortest snapshot interval).
 READ_TIMEOUT = 0.1
 
 
@@ -80,6 +104,9 @@ class BooksConfig:
     )
     snapshot_limit: int = 1000
     snapshot_timeout_s: float = 5.0
+    #: Every session's periodic snapshots, unless set per session (None: none).
+    periodic_interval_ms: int | None = None
+    periodic_depth: int | None = None
 
 
 class HubLike(Protocol):
@@ -110,6 +137,23 @@ class _Book:
     gap_resets: int = 0
     #: Binance USD-M futures (its deltas carry `pu`): the snapshot is /fapi/v1/depth's.
     futures: bool = False
+    #: The next periodic snapshot is due at this monotonic time (0: at once).
+    next_snapshot: float = 0.0
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """A session's periodic book snapshots: every interval_s, the top `depth` levels a side
+    (None: the whole book)."""
+
+    interval_s: float
+    depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if not READ_TIMEOUT <= self.interval_s <= 3600:
+            raise ValueError(f"interval_s {self.interval_s} is not in [{READ_TIMEOUT}, 3600]")
+        if self.depth is not None and self.depth < 1:
+            raise ValueError(f"depth {self.depth} is not >= 1")
 
 
 @dataclass(frozen=True)
@@ -131,11 +175,13 @@ class BookView:
 
 @dataclass
 class _Feed:
-    """One session's normalized topics: upstream topic -> encodings wanted."""
+    """One session's normalized topics: upstream topic -> encodings wanted; `source`: the
+    hub id whose ring stream they are made from (the session's own, or its feed group's)."""
 
     venue: str
     normalizer: Normalizer
     topics: dict[str, frozenset[str]]
+    source: int
 
 
 class BookManager:
@@ -155,8 +201,18 @@ class BookManager:
         self._fetch = fetch or _http_get
         self._lock = threading.RLock()
         self._feeds: dict[int, _Feed] = {}
-        self._names: dict[str, tuple[int, str]] = {}  # ring name -> (session, topic)
+        #: ring name -> the (session, topic) pairs made from it (legs of one group share it)
+        self._names: dict[str, list[tuple[int, str]]] = {}
+        #: hub id -> the sessions whose books its `$gap` records make stale
+        self._followers: dict[int, list[int]] = {}
         self._books: dict[tuple[int, str, str], _Book] = {}
+        self._snapshot_policies: dict[int, SnapshotPolicy] = {}
+        #: Every other session's (books.periodic_interval_ms / periodic_depth).
+        self.default_snapshots = (
+            SnapshotPolicy(self.config.periodic_interval_ms / 1000, self.config.periodic_depth)
+            if self.config.periodic_interval_ms
+            else None
+        )
         self._snapshots: queue.SimpleQueue[tuple[_Book, bytes | None, int, str]] = (
             queue.SimpleQueue()
         )
@@ -167,6 +223,7 @@ class BookManager:
         #: (venue, reason) -> resyncs of books that are gone (kept in the totals).
         self._retired: Counter[tuple[int, str, str]] = Counter()
         self.published = 0
+        self.periodic_snapshots = 0
         self.fetches: Counter[tuple[str, str]] = Counter()  # (venue, "ok" | "failed")
 
     @property
@@ -175,40 +232,104 @@ class BookManager:
         return self.hub is not None and getattr(self.hub, "ring", None) is not None
 
     # ---- configuration (any thread) -----------------------------------------------------------
-    def set_session(self, session_id: int, venue: str, topics: Mapping[str, set[str]]) -> None:
+    def set_session(
+        self,
+        session_id: int,
+        venue: str,
+        topics: Mapping[str, set[str]],
+        *,
+        source: int | None = None,
+    ) -> None:
         """The normalized topics of a session now (empty: none): upstream topic -> the
-        encodings its normalized subscriptions want. Books of topics no longer wanted go."""
+        encodings its normalized subscriptions want. Books of topics no longer wanted go.
+        source: the hub id the messages are read under when it is not the session's own
+        (a feed group's, for a leg); a new source rebuilds the session's books."""
+        source = session_id if source is None else source
         with self._lock:
+            old = self._feeds.get(session_id)
             if not topics or venue not in NORMALIZERS:
                 self._feeds.pop(session_id, None)
             else:
-                feed = self._feeds.get(session_id)
-                if feed is None or feed.venue != venue:
-                    feed = _Feed(venue, make_normalizer(venue), {})
+                feed = old
+                if feed is None or feed.venue != venue or feed.source != source:
+                    feed = _Feed(venue, make_normalizer(venue), {}, source)
                     self._feeds[session_id] = feed
                 feed.topics = {t: frozenset(e) for t, e in topics.items()}
             for key in [k for k in self._books if k[0] == session_id]:
                 feed = self._feeds.get(session_id)
-                if feed is None or key[1] not in feed.topics:
+                if feed is None or feed is not old or key[1] not in feed.topics:
                     self._retire(self._books.pop(key))
-            self._names = {
-                ring_topic(sid, topic): (sid, topic)
-                for sid, feed in self._feeds.items()
-                for topic in feed.topics
-            }
-            names = [*self._names, RING_GAP_TOPIC] if self._names else []
-            if names and self._thread is None and self.available:
+            names: dict[str, list[tuple[int, str]]] = {}
+            followers: dict[int, list[int]] = {}
+            for sid, feed in self._feeds.items():
+                followers.setdefault(feed.source, []).append(sid)
+                for topic in feed.topics:
+                    names.setdefault(ring_topic(feed.source, topic), []).append((sid, topic))
+            self._names, self._followers = names, followers
+            wanted = [*self._names, RING_GAP_TOPIC] if self._names else []
+            if wanted and self._thread is None and self.available:
                 self._start()
             if self._reader is not None:
-                self._reader.set_topics(names)
+                self._reader.set_topics(wanted)
+
+    def snapshot_unreachable(self, venue: str, transport: str, topics: Sequence[str]) -> str | None:
+        """Why the books of these topics of a `venue` session on `transport` could not get
+        their REST snapshots (None: they can, or need none). Only DPDK sessions are checked
+        (a kernel session reaches its venue through the kernel already), by fetching one
+        snapshot the way a resync does and reading it as the venue's: a TCP connect or an
+        HTTP answer alone proves little behind a proxy."""
+        if venue not in REST_VENUES or transport != "dpdk" or not self.available:
+            return None
+        symbols = [s for s in (_rest_symbol(venue, t) for t in topics) if s]
+        if not symbols:
+            return None  # no book topic
+        url = self._snapshot_url(venue, symbols[0], limit=REACH_LIMIT)
+        if url is None:
+            return f"books.snapshot_urls has no {venue} base: its books would never sync"
+        rest = getattr(make_normalizer(venue), "rest_snapshot", None)
+        try:
+            body = self._fetch(url, min(self.config.snapshot_timeout_s, REACH_TIMEOUT_S))
+            if rest is None or rest(body, symbols[0], time.time_ns()) is None:
+                raise ValueError("not a book snapshot")
+            return None
+        except (OSError, ValueError) as exc:  # msgspec's errors are ValueErrors
+            error = str(exc) or type(exc).__name__
+        return (
+            f"{venue} books sync from a REST snapshot, which this gateway fetches through the "
+            f"host's kernel, not over the session's DPDK port; fetching {url} through the "
+            f"kernel failed ({error}): set books.snapshot_urls.{venue} to a base the kernel "
+            "reaches, or subscribe with format raw"
+        )
 
     def forget_session(self, session_id: int) -> None:
         """The session is deleted: its books go, and its resync counts with them (a deleted
         session's labels would stay in /metrics for good otherwise)."""
         self.set_session(session_id, "", {})
         with self._lock:
+            self._snapshot_policies.pop(session_id, None)
             for key in [k for k in self._retired if k[0] == session_id]:
                 del self._retired[key]
+
+    def set_snapshots(self, session_id: int, policy: SnapshotPolicy | None) -> None:
+        """Publish the session's books periodically by this policy (None: by the default,
+        `default_snapshots`, again); the first snapshots go out at once."""
+        with self._lock:
+            if policy is None:
+                self._snapshot_policies.pop(session_id, None)
+                return
+            self._snapshot_policies[session_id] = policy
+            for book in self._books.values():
+                if book.session_id == session_id:
+                    book.next_snapshot = 0.0
+        reader = self._reader
+        if reader is not None:
+            with contextlib.suppress(RingError):
+                reader.interrupt()  # an idle reader would wait READ_TIMEOUT first
+
+    def snapshot_policy(self, session_id: int) -> SnapshotPolicy | None:
+        """The session's own policy, None when it has none (default_snapshots applies)."""
+        with self._lock:
+            return self._snapshot_policies.get(session_id)
 
     def _retire(self, book: _Book) -> None:
         for reason, count in book.sync.resyncs.items():
@@ -323,6 +444,7 @@ class BookManager:
                     for record in records:
                         self._record(record, out)
                     self._due_resyncs()
+                    self._due_snapshots(out)
                 self._publish(out)
             except Exception:  # a bug must not stop the books for good
                 log.exception("books: handling %d ring records failed", len(records))
@@ -334,21 +456,20 @@ class BookManager:
             for sid in list(self._feeds):
                 self._session_gap(sid, time.time_ns(), out)
             return
-        _, sid, name, ts, payload, _ = record
+        _, hub_id, name, ts, payload, _ = record
         if name == RING_GAP_TOPIC:
-            if sid in self._feeds:
+            for sid in self._followers.get(hub_id, ()):
                 self._session_gap(sid, ts, out)
             return
-        target = self._names.get(name)
-        feed = self._feeds.get(sid)
-        if target is None or feed is None:
-            return
-        topic = target[1]
-        for event in feed.normalizer.normalize(payload, ts):
-            if isinstance(event, BookSnapshot | BookDelta):
-                self._book_event(sid, topic, feed, event, out)
-            else:
-                out.append((sid, topic, event, ts))
+        for sid, topic in self._names.get(name, ()):
+            feed = self._feeds.get(sid)
+            if feed is None:
+                continue
+            for event in feed.normalizer.normalize(payload, ts):
+                if isinstance(event, BookSnapshot | BookDelta):
+                    self._book_event(sid, topic, feed, event, out)
+                else:
+                    out.append((sid, topic, event, ts))
 
     def _book_event(
         self,
@@ -413,6 +534,24 @@ class BookManager:
                 book.resync_due = 0.0
                 self._resync(book)
 
+    def _due_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
+        """The periodic snapshots that are due, after the batch's deltas: each one holds
+        every delta published before it and none after it."""
+        default = self.default_snapshots
+        if not self._snapshot_policies and default is None:
+            return
+        now = time.monotonic()
+        for book in self._books.values():
+            policy = self._snapshot_policies.get(book.session_id, default)
+            if policy is None or book.next_snapshot > now:
+                continue
+            event = book.sync.snapshot_event(book.updated_ns, policy.depth)
+            if event is None:
+                continue  # stale: its resync publishes a snapshot, the next period another
+            book.next_snapshot = now + policy.interval_s
+            self.periodic_snapshots += 1
+            out.append((book.session_id, book.topic, event, time.time_ns()))
+
     def _resync(self, book: _Book) -> None:
         venue = book.sync.venue
         if venue in REST_VENUES:
@@ -426,7 +565,9 @@ class BookManager:
             self.runtime.unsubscribe(book.session_id, [book.topic])
             self.runtime.subscribe(book.session_id, [book.topic])
 
-    def _snapshot_url(self, venue: str, symbol: str, *, futures: bool = False) -> str | None:
+    def _snapshot_url(
+        self, venue: str, symbol: str, *, futures: bool = False, limit: int | None = None
+    ) -> str | None:
         urls = self.config.snapshot_urls
         base = (urls.get("binance_futures") or urls.get(venue)) if futures else urls.get(venue)
         if not base:
@@ -435,7 +576,7 @@ class BookManager:
         base = base.rstrip("/")
         if venue == "binance":
             query = urllib.parse.urlencode(
-                {"symbol": symbol.upper(), "limit": self.config.snapshot_limit}
+                {"symbol": symbol.upper(), "limit": limit or self.config.snapshot_limit}
             )
             return f"{base}/{'fapi/v1' if futures else 'api/v3'}/depth?{query}"
         return f"{base}/api/v2/order_book/{urllib.parse.quote(symbol.lower())}/"
@@ -523,3 +664,13 @@ def _http_get(url: str, timeout: float) -> bytes:
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
         body: bytes = response.read()
         return body
+
+
+def _rest_symbol(venue: str, topic: str) -> str | None:
+    """The symbol of a REST venue's book topic (Binance `btcusdt@depth@100ms`, Bitstamp
+    `diff_order_book_btcusd`), None for its other topics."""
+    if venue == "binance" and "@depth" in topic:
+        return topic.split("@", 1)[0]
+    if venue == "bitstamp" and "order_book_" in topic:
+        return topic.rsplit("_", 1)[-1]
+    return None

@@ -9,7 +9,7 @@ restart runs it again before its legs' sessions start (`restore`, from ControlPl
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -65,6 +65,13 @@ class GroupService:
     def __init__(self, tx: Transactions, runtime: Runtime) -> None:
         self.tx = tx
         self.runtime = runtime
+        #: Called after a change with the sessions that joined or left a group (the books
+        #: of a leg are read from its group's stream).
+        self.on_legs_change: list[Callable[[list[int]], None]] = []
+
+    def _legs_changed(self, session_ids: list[int]) -> None:
+        for callback in self.on_legs_change:
+            callback(session_ids)
 
     def page(self, offset: int, limit: int) -> Page[FeedGroupRow]:
         return self.tx.read(lambda s: GroupRepository(s).page(offset, limit))
@@ -87,7 +94,8 @@ class GroupService:
             row.legs = [FeedGroupLegRow(session_id=r.id, position=i) for i, r in enumerate(legs)]
             groups.add(row)
             self._run(row, legs)
-            return row
+        self._legs_changed([r.id for r in legs])
+        return row
 
     def update(self, group_id: int, values: Mapping[str, Any]) -> FeedGroupRow:
         with self.tx.write() as s:
@@ -97,7 +105,8 @@ class GroupService:
             if name is not None and name != row.name and groups.by_name(name) is not None:
                 raise ConflictError(f"a group named {name!r} exists: choose another")
             wanted = values.get("legs")
-            ids = list(wanted) if wanted is not None else [leg.session_id for leg in row.legs]
+            before = [leg.session_id for leg in row.legs]
+            ids = list(wanted) if wanted is not None else before
             legs = self._check_legs(s, ids, row.id)
             if name is not None:
                 row.name = name
@@ -111,15 +120,19 @@ class GroupService:
                 )
             s.flush()
             self._run(row, legs)
-            return row
+        self._legs_changed(sorted({*before, *ids}))
+        return row
 
     def delete(self, group_id: int) -> None:
         with self.tx.write() as s:
             groups = GroupRepository(s)
-            groups.delete(groups.get(group_id))
+            row = groups.get(group_id)
+            legs = [leg.session_id for leg in row.legs]
+            groups.delete(row)
             remove = getattr(self.runtime, "remove_group", None)
             if callable(remove):
                 remove(group_id)
+        self._legs_changed(legs)
 
     def restore(self) -> list[int]:
         """Every stored group into the runtime (before the sessions start)."""

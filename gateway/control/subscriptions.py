@@ -16,13 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
+
 from gateway.books.manager import BookManager
 from gateway.control.transactions import RowService, Transactions
+from gateway.groups.feed import group_hub_id
 from gateway.hub.names import is_reserved_topic, normalized_topic, upstream_of
 from gateway.normalize.venues import NORMALIZERS
 from gateway.runtime import Runtime
 from gateway.store.errors import InvalidError
-from gateway.store.models import SubscriptionRow, with_defaults
+from gateway.store.models import FeedGroupLegRow, SubscriptionRow, with_defaults
 from gateway.store.repository import Page, SessionRepository, SubscriptionRepository
 
 
@@ -121,7 +124,35 @@ class SubscriptionService(RowService[SubscriptionRow]):
                 for topic in row.topics:
                     wanted.setdefault(topic, set()).add(row.encoding)
         dialect = SessionRepository(s).get(session_id).dialect
-        self.books.set_session(session_id, dialect, wanted)
+        self.books.set_session(session_id, dialect, wanted, source=_books_source(s, session_id))
+
+    def retell_books(self, session_ids: list[int]) -> None:
+        """Sessions became or stopped being legs of a feed group: their books' source."""
+        with self.tx.write() as s:
+            for session_id in session_ids:
+                self._tell_books(s, session_id)
+
+    def _check_snapshots(
+        self, values: Mapping[str, Any], *, session_id: int = 0, subscription_id: int = 0
+    ) -> None:
+        """A normalized subscription whose books could never get their REST snapshot is
+        refused (BookManager.snapshot_unreachable). Called before the write transaction:
+        the check may fetch a snapshot for up to 2 s, and must not hold the writes up."""
+        if self.books is None or values.get("format") != "normalized":
+            return
+
+        def facts(s: Any) -> tuple[str, str, list[str]]:
+            sub = SubscriptionRepository(s).get(subscription_id) if subscription_id else None
+            session = SessionRepository(s).get(sub.session_id if sub else session_id)
+            topics = values.get("topics")
+            if topics is not None:
+                topics = upstream_topics(session.dialect, topics)
+            return session.dialect, session.transport, list(topics or (sub.topics if sub else []))
+
+        dialect, transport, topics = self.tx.read(facts)
+        why = self.books.snapshot_unreachable(dialect, transport, topics)
+        if why is not None:
+            raise InvalidError(why, "format")
 
     def restore_books(self) -> None:
         """At start: every session's normalized topics to the manager."""
@@ -145,6 +176,7 @@ class SubscriptionService(RowService[SubscriptionRow]):
         )
 
     def create(self, values: Mapping[str, Any]) -> SubscriptionChange:
+        self._check_snapshots(values, session_id=values["session_id"])
         with self.tx.write() as s:
             session_id = values["session_id"]
             session = SessionRepository(s).get(session_id)
@@ -162,6 +194,7 @@ class SubscriptionService(RowService[SubscriptionRow]):
             return SubscriptionChange(sub, new, [])
 
     def update(self, subscription_id: int, values: Mapping[str, Any]) -> SubscriptionChange:
+        self._check_snapshots(values, subscription_id=subscription_id)
         with self.tx.write() as s:
             subs = SubscriptionRepository(s)
             sub = subs.get(subscription_id)
@@ -209,3 +242,11 @@ class SubscriptionService(RowService[SubscriptionRow]):
     def ring_url(self) -> str:
         """The ring as the consumer SDK names it (gateway.client: shm://<gateway>/<ring>)."""
         return f"shm://{self.hub_gateway}/messages"
+
+
+def _books_source(s: Any, session_id: int) -> int | None:
+    """A feed group's leg is read as its group's stream (BookManager.set_session).
+    (gateway.control.groups.GroupRepository.group_of: that module imports this one.)"""
+    query = select(FeedGroupLegRow.group_id).where(FeedGroupLegRow.session_id == session_id)
+    group_id: int | None = s.scalar(query)
+    return group_hub_id(group_id) if group_id is not None else None

@@ -24,6 +24,7 @@ PUBLIC = {"/healthz", "/readyz", "/metrics"}
 #: Operations either scope may call, each answering with what that scope may see.
 EITHER_SCOPE = {("GET", "/v1/sessions")}
 SCOPE_BY_PREFIX = [
+    ("/v1/books/{session_id}/snapshots", "admin"),  # before /v1/books: first match wins
     ("/v1/books", "consume"),
     ("/v1/consumers", "admin"),
     ("/v1/engine", "admin"),

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from dataplane.ring import RingMessage, RingReader, RingWriter
-from gateway.books.manager import BookManager, BooksConfig
+from gateway.books.manager import BookManager, BooksConfig, SnapshotPolicy
 from gateway.control import ControlPlane
 from gateway.hub import Hub
 from gateway.hub.names import ring_topics
@@ -31,6 +31,7 @@ from gateway.normalize import (
     BookDelta,
     BookReset,
     BookSnapshot,
+    Level,
     Trade,
     decode_binary,
     decode_json,
@@ -290,3 +291,31 @@ def test_normalized_subscriptions_come_back_after_a_restart(tmp_path: Path) -> N
         reader.close()
         control.shutdown()
         ring.close()
+
+
+def test_periodic_snapshots_by_default_and_per_session(books: Books) -> None:
+    """The default (books.periodic_*) publishes a `snapshot` of each synced book every
+    interval, its top `depth` levels and the book's seqId; a session's own setting wins; a
+    stale book publishes none (its resync's snapshot comes when it has one)."""
+    topic = "books:BTC-USDT"
+    books.manager.default_snapshots = SnapshotPolicy(0.1, 1)
+    books.want("okx", topic)
+    ref = RefBook()
+    ref.apply(BIDS, ASKS)
+    books.publish(topic, okx_book("snapshot", 10, -1, BIDS, ASKS, ref.okx_checksum()))
+
+    def periodic() -> list[BookSnapshot]:
+        events = books.pull()[1:]  # after the venue's own snapshot
+        return [e for e in events if isinstance(e, BookSnapshot)]
+
+    until(lambda: len(periodic()) >= 2, "two periodic snapshots")
+    first = periodic()[0]
+    assert (first.seq, first.bids, first.asks) == (10, [Level(*BIDS[0])], [Level(*ASKS[0])])
+    books.manager.set_snapshots(SID, SnapshotPolicy(0.1, None))
+    until(lambda: len(periodic()[-1].bids) == len(BIDS), "the whole book")
+
+    books.publish(topic, okx_book("update", 14, 13, [("99.0", "1")], [], 0))  # 11-13 lost
+    until(lambda: books.resets() == ["gap"], "the reset")
+    after = len(books.pull())
+    time.sleep(0.5)  # five periods
+    assert not [e for e in books.pull()[after:] if isinstance(e, BookSnapshot)]

@@ -40,6 +40,7 @@ from api.app import create_app
 from dataplane.ring import RingWriter
 from gateway.control import ControlPlane
 from gateway.hub import Hub
+from gateway.hub.nats import NatsSink
 from gateway.lab import Lab
 from gateway.normalize import BookReset
 from gateway.runtime import SessionSpec
@@ -157,11 +158,15 @@ def session_config(spec: SessionSpec) -> SessionConfig:
 
 
 def start_gateway(
-    tmp_path: Path, sim: SimProcess, engine_factory: EngineFactory | None = None
+    tmp_path: Path,
+    sim: SimProcess,
+    engine_factory: EngineFactory | None = None,
+    nats: NatsSink | None = None,
 ) -> tuple[Gateway, Callable[[], None]]:
-    """A gateway whose REST snapshots come from the simulator; returns it and its stop."""
+    """A gateway whose REST snapshots come from the simulator (and whose hub publishes to
+    `nats`, a started sink, when given); returns it and its stop."""
     ring = RingWriter.create(None, 1 << 24)
-    hub = Hub(ring=ring)
+    hub = Hub(ring=ring, nats=nats)
     runtime = LiveRuntime(
         hub, hub=hub, session_config=session_config, engine_factory=engine_factory
     )
