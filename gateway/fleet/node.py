@@ -16,7 +16,17 @@ Every tick (a third of the lease time) `FleetNode.tick`:
    (draining or rebalancing: one per tick, so the others take them one by one);
 4. starts what it holds and does not run, stops what it runs and no longer holds;
 5. gives the sessions it runs exactly their stored topics: a subscription changed through
-   any node's API reaches the owner within a tick.
+   any node's API reaches the owner within a tick;
+6. runs every stored feed group as stored (a group made or changed through another node's
+   API reaches this one within a tick).
+
+Feed groups across nodes: the placement puts a group's legs on different nodes (legs
+apart, gateway.fleet.placement). Every node runs every group; a node arbitrates the legs
+it runs and publishes the group's winners under the group's hub id, the same on every
+node, and the bus's message id is that hub id + the exchange's id (gateway.hub.nats
+`message_id`), so the copies two nodes publish are one message in JetStream (within its
+duplicate window). A group's messages pass the fence while this node may publish for one
+of its legs; they carry no generation (a group has no lease: its legs do).
 
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
@@ -37,13 +47,14 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from gateway.fleet.leases import NOTIFY_CHANNEL, LeaseStore, NodeInfo
-from gateway.fleet.placement import matches, place
+from gateway.fleet.placement import matches, place, together
+from gateway.groups.feed import GROUP_HUB_BASE, GroupSpec
 from gateway.runtime.live import LiveRuntime
 from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
 from gateway.sessions.sink import MessageSink, Published
 from gateway.settings import FleetSettings
 from gateway.store.db import Database
-from gateway.store.models import SessionRow, SubscriptionRow
+from gateway.store.models import FeedGroupLegRow, SessionRow, SubscriptionRow
 from gateway.store.repository import SubscriptionRepository
 
 log = logging.getLogger("wsgw.fleet")
@@ -119,15 +130,31 @@ class FleetRuntime(LiveRuntime):
         self.fleet_settings = fleet
         self.api_url = api_url
         self.fleet: FleetNode | None = None
-        self.fenced_sink = FencedSink(sink, self.may_publish)
+        self.fenced_sink = FencedSink(sink, self.may_publish_any)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
         self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
         super().__init__(self.fenced_sink, **kwargs)
 
     def may_publish(self, session_id: int) -> int | None:
+        """The generation of this node's lease on the session, None: it may not publish."""
         node = self.fleet
         return None if node is None else node.may_publish(session_id)
+
+    def may_publish_any(self, session_id: int) -> int | None:
+        """The fence's gate: a session's generation; for a feed group's hub id, 0 while this
+        node may publish for one of the group's legs (module doc), else None."""
+        if session_id < GROUP_HUB_BASE:
+            return self.may_publish(session_id)
+        group = self._groups.groups.get(session_id - GROUP_HUB_BASE)
+        if group is None:
+            return None
+        held = any(self.may_publish(leg) is not None for leg in group.spec.legs)
+        return 0 if held else None
+
+    def group_specs(self) -> dict[int, GroupSpec]:
+        """The feed groups this runtime runs, as they were set."""
+        return {gid: group.spec for gid, group in self._groups.groups.items()}
 
     # ---- joining, called by gateway.control.restore ----------------------------------
     def join_fleet(self, db: Database, write_lock: Lock | None = None) -> set[int]:
@@ -246,6 +273,7 @@ class FleetNode:
         self._thread: threading.Thread | None = None
         self._listener: threading.Thread | None = None
         self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
+        self._together: dict[int, list[int]] = {}  # groups with legs sharing a node
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -349,7 +377,9 @@ class FleetNode:
         live = self._live_nodes(store.nodes())
         owners = {lease.session_id: lease.node for lease in store.leases()}
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
-        placement = place(rules, live, owners)
+        apart = self._legs()
+        placement = place(rules, live, owners, apart)
+        self._warn_together(placement, apart)
         until = store.next_expiry_s()
         self._expiry_due = None
         if until is not None and until < self.settings.tick_s:
@@ -384,6 +414,7 @@ class FleetNode:
                 self._last_hand_over = time.monotonic()
             log.info("fleet: node %s released session %d", self.name, sid)
         if start:
+            self._sync_groups()
             self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
             self._sync_topics()
 
@@ -404,6 +435,41 @@ class FleetNode:
         with self.db.session() as s:
             rows = s.scalars(select(SessionRow).where(SessionRow.desired_state == "running"))
             return {row.id: (session_spec(row), dict(row.placement or {})) for row in rows}
+
+    def _legs(self) -> dict[int, int]:
+        """session -> the feed group it is a leg of (the placement keeps legs apart)."""
+        with self.db.session() as s:
+            rows = s.execute(select(FeedGroupLegRow.session_id, FeedGroupLegRow.group_id))
+            return {sid: gid for sid, gid in rows}
+
+    def _warn_together(self, placement: Mapping[int, str], apart: Mapping[int, int]) -> None:
+        """Say once (per change) which groups have legs sharing a node: too few eligible
+        nodes, so losing that node loses those legs together."""
+        shared = together(placement, apart)
+        if shared != self._together:
+            for group, legs in sorted(shared.items()):
+                log.warning("fleet: group %d has legs %s on one node (too few eligible nodes "
+                            "to put them apart)", group, legs)  # fmt: skip
+            self._together = shared
+
+    def _sync_groups(self) -> None:
+        """Run every stored feed group as stored; remove the ones gone from the store."""
+        from gateway.control.groups import GroupRepository, group_spec
+
+        runtime = self.runtime
+        with self.db.session() as s:
+            stored: dict[int, GroupSpec] = {}
+            for row in GroupRepository(s).all():
+                first = s.get(SessionRow, row.legs[0].session_id) if row.legs else None
+                if first is not None and len(row.legs) > 1:
+                    stored[row.id] = group_spec(row, first.dialect)
+        running = runtime.group_specs()
+        for gid in sorted(running.keys() - stored.keys()):
+            runtime.remove_group(gid)
+        for gid, spec in sorted(stored.items()):
+            if running.get(gid) != spec:
+                log.info("fleet: node %s runs group %d with legs %s", self.name, gid, spec.legs)
+                runtime.set_group(spec)
 
     def _topics(self, session_id: int) -> list[str]:
         """The session's subscribed topics, from the shared store: a subscription made
