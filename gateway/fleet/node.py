@@ -28,6 +28,18 @@ node, and the bus's message id is that hub id + the exchange's id (gateway.hub.n
 duplicate window). A group's messages pass the fence while this node may publish for one
 of its legs; they carry no generation (a group has no lease: its legs do).
 
+Hand-over, make-before-break (drain, rebalance): the owner names the node the placement
+gives the session to as its successor and keeps running it; that node connects the session
+"warm" (behind its fence: what it receives is dropped), and at its first burst takes the
+lease over (gateway.fleet.leases `take_over`) and publishes; the old owner stops at its
+next heartbeat, which that take-over's NOTIFY brings at once. Nothing is lost between the
+two, and what both publish in that moment carries the same message ids (the exchange's),
+so JetStream stores it once. Only a session whose dialect has exchange ids hands over so
+(not `generic`: its ids are the run and ring sequence, which differ between nodes); the
+others, a successor that does not stream within WARM_MAX_S (a quiet feed: it takes over
+then), and a rule the owner no longer matches are handed over as before: released, then
+taken (break-before-make).
+
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
 old: a paused or cut-off node stops before its lease can expire). That check runs on the
@@ -72,6 +84,13 @@ TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {gene
     "messages published meanwhile may be missing"  # fmt: skip
 
 
+#: How long a successor's warm session may wait for its first burst before it takes the lease
+#: over anyway (a quiet feed sends nothing to wait for).
+WARM_MAX_S = 5.0
+#: Dialects whose message ids are not the exchange's (run + ring sequence): their sessions
+#: hand over break-before-make, since two nodes' copies would not be one message on the bus.
+NO_EXCHANGE_IDS = frozenset({"generic"})
+
 #: How often the NOTIFY listener looks whether the node stops.
 LISTEN_POLL_S = 0.5
 #: How long after another node's lease expires (by the database's clock) the tick aimed at
@@ -88,9 +107,17 @@ class FencedSink:
     """The hub behind the fence: a burst's messages of a session this node may not publish
     for (gate returns None) are dropped and counted, never written."""
 
-    def __init__(self, inner: MessageSink, gate: Callable[[int], int | None]) -> None:
+    def __init__(
+        self,
+        inner: MessageSink,
+        gate: Callable[[int], int | None],
+        warm: Callable[[set[int]], set[int]] | None = None,
+    ) -> None:
+        """warm: told the refused sessions, returns those that are a successor's warm
+        sessions (refused by design: not logged as fenced)."""
         self.inner = inner
         self.gate = gate
+        self.warm = warm
         self.fenced = 0  # messages dropped (read by tests and metrics)
         self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
 
@@ -102,7 +129,8 @@ class FencedSink:
             self._fenced_sessions &= refused | (self._fenced_sessions - sessions)
         if not refused:
             return self.inner.publish_batch(messages)
-        for sid in refused - self._fenced_sessions:
+        expected = self.warm(refused) if self.warm is not None else set()
+        for sid in refused - self._fenced_sessions - expected:
             log.warning("fleet: session %d is fenced (no lease renewed in time): its "
                         "messages are dropped here", sid)  # fmt: skip
         self._fenced_sessions |= refused
@@ -130,7 +158,7 @@ class FleetRuntime(LiveRuntime):
         self.fleet_settings = fleet
         self.api_url = api_url
         self.fleet: FleetNode | None = None
-        self.fenced_sink = FencedSink(sink, self.may_publish_any)
+        self.fenced_sink = FencedSink(sink, self.may_publish_any, self._warm_streams)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
         self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
@@ -151,6 +179,10 @@ class FleetRuntime(LiveRuntime):
             return None
         held = any(self.may_publish(leg) is not None for leg in group.spec.legs)
         return 0 if held else None
+
+    def _warm_streams(self, sessions: set[int]) -> set[int]:
+        node = self.fleet
+        return set() if node is None else node.warm_streams(sessions)
 
     def group_specs(self) -> dict[int, GroupSpec]:
         """The feed groups this runtime runs, as they were set."""
@@ -274,6 +306,10 @@ class FleetNode:
         self._listener: threading.Thread | None = None
         self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
         self._together: dict[int, list[int]] = {}  # groups with legs sharing a node
+        #: A successor's warm sessions (module doc) -> monotonic time started; those that
+        #: streamed (a refused burst) take the lease over at the next tick.
+        self._warm: dict[int, float] = {}
+        self._streamed: set[int] = set()
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -321,6 +357,15 @@ class FleetNode:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def warm_streams(self, sessions: set[int]) -> set[int]:
+        """Called by the fence with the sessions it refused a burst of (the sessions' own
+        thread): a warm one streams, so the tick takes its lease over now."""
+        warm = sessions & self._warm.keys()
+        if warm - self._streamed:
+            self._streamed |= warm
+            self.wake()
+        return warm
 
     def stop(self) -> None:
         """Stop ticking and leave the fleet: every lease released, the node's row gone."""
@@ -391,21 +436,49 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
+        self._let_go(held, wanted, placement)
+        if start:
+            self._sync_groups()
+            self._succeed(held, wanted)
+            self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
+            self._sync_topics()
+
+    def _let_go(
+        self,
+        held: dict[int, int],
+        wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]],
+        placement: Mapping[int, str],
+    ) -> None:
+        """Give up what is no longer wanted here: released, or handed over (module doc)."""
+        store = self.leases
         # One gentle hand-over per tick's time, also when other nodes' notifications wake
         # this node more often: the node taking them connects them one by one.
         handed_over = time.monotonic() - self._last_hand_over < self.settings.tick_s * 0.5
+        handing = store.handing_over()
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
                 del held[sid]
                 continue
-            if placement.get(sid) == self.name:
+            target = placement.get(sid)
+            if target == self.name:
+                if sid in handing:  # no longer moving (undrained, the load evened out)
+                    store.hand_over(sid, None)
                 continue
             # Drained or rebalanced away while this node could still run it: one per tick,
             # so the others take them one by one. A rule this node no longer matches (or
             # that no node matches): at once.
-            gentle = self.draining or (sid in placement and matches(rules[sid], self.labels))
+            gentle = self.draining or (target is not None and matches(wanted[sid][1], self.labels))
+            if gentle and target is not None and handing.get(sid) == target:
+                continue  # under way: the successor takes it over once it streams
             if gentle and handed_over:
+                continue
+            if gentle and target is not None and wanted[sid][0].dialect not in NO_EXCHANGE_IDS:
+                store.hand_over(sid, target)
+                handed_over = True
+                self._last_hand_over = time.monotonic()
+                log.info("fleet: node %s hands session %d over to %s",
+                         self.name, sid, target)  # fmt: skip
                 continue
             store.release(sid)
             del held[sid]
@@ -413,10 +486,47 @@ class FleetNode:
                 handed_over = True
                 self._last_hand_over = time.monotonic()
             log.info("fleet: node %s released session %d", self.name, sid)
-        if start:
-            self._sync_groups()
-            self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
-            self._sync_topics()
+
+    def _succeed(
+        self, held: dict[int, int], wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]]
+    ) -> None:
+        """The successor's side of a hand-over (module doc): connect warm what an owner hands
+        to this node, take over what streamed (or waited WARM_MAX_S), and stop a warm session
+        whose owner no longer hands it here."""
+        store, runtime = self.leases, self.runtime
+        offered = {sid for sid in store.successions() if sid in wanted and sid not in held}
+        now = time.monotonic()
+        for sid in sorted(self._warm.keys() - offered):
+            del self._warm[sid]
+            self._streamed.discard(sid)
+            if sid not in held:
+                log.info("fleet: node %s no longer takes session %d over", self.name, sid)
+                runtime.stop_session(sid)
+        for sid in sorted(offered):
+            started = self._warm.get(sid)
+            if started is None:
+                if self.draining:
+                    continue
+                try:
+                    runtime.set_topics(sid, self._topics(sid))
+                    runtime.run_here(wanted[sid][0])
+                except Exception:
+                    log.exception("fleet: node %s could not connect session %d", self.name, sid)
+                    continue
+                self._warm[sid] = now
+                log.info("fleet: node %s connects session %d to take it over", self.name, sid)
+                continue
+            if sid not in self._streamed and now - started < WARM_MAX_S:
+                continue
+            lease = store.take_over(sid)
+            del self._warm[sid]
+            self._streamed.discard(sid)
+            if lease is None:
+                runtime.stop_session(sid)
+                continue
+            held[sid] = lease.generation
+            log.info("fleet: node %s took session %d over after %.3f s warm (generation %d)",
+                     self.name, sid, now - started, lease.generation)  # fmt: skip
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -517,7 +627,7 @@ class FleetNode:
         gets its topics from the store first, so it subscribes them as it connects."""
         runtime = self.runtime
         here = runtime.running_here()
-        for sid in sorted(here - held.keys()):
+        for sid in sorted(here - held.keys() - self._warm.keys()):
             log.warning("fleet: node %s no longer holds session %d: standing down",
                         self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
