@@ -34,6 +34,38 @@ def _frame(trade_id: int) -> bytes:
     )
 
 
+def stream_sequences(url: str, stream: str) -> dict[int, list[int]]:
+    """session id -> the simulator's `sim_seq` of each message the stream holds for it, in
+    stream order (what a durable consumer from the start gets); `$gap` records left out."""
+
+    async def read() -> dict[int, list[int]]:
+        import nats
+        import orjson
+
+        nc = await nats.connect(url)
+        got: dict[int, list[int]] = {}
+        try:
+            js = nc.jetstream()
+            sub = await js.pull_subscribe(">", stream=stream)
+            while True:
+                try:
+                    batch = await sub.fetch(1000, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    return got
+                for msg in batch:
+                    parts = msg.subject.split(".")
+                    body = orjson.loads(msg.data) if msg.data else None
+                    if len(parts) > 1 and parts[1].isdigit() and isinstance(body, dict):
+                        seq = body.get("sim_seq")
+                        if isinstance(seq, int):
+                            got.setdefault(int(parts[1]), []).append(seq)
+                    await msg.ack()
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
 def _stored(url: str, stream: str) -> int:
     async def count() -> int:
         import nats

@@ -122,6 +122,19 @@ class FencedSink:
         self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
 
     def publish_batch(self, messages: Sequence[Published]) -> object:
+        if messages:
+            sid = messages[0][0]
+            # A session publishes its own batches (UpstreamSession, a group under its hub
+            # id; GroupRouter relies on it too): one gate call per batch, not a look at
+            # every message; a batch whose first and last differ is sorted message by message.
+            if messages[-1][0] == sid and self.gate(sid) is not None:
+                if self._fenced_sessions:
+                    self._fenced_sessions.discard(sid)
+                return self.inner.publish_batch(messages)
+        return self._publish_sorted(messages)
+
+    def _publish_sorted(self, messages: Sequence[Published]) -> object:
+        """A batch of several sessions, or one refused: each session's messages apart."""
         gate = self.gate
         sessions = {m[0] for m in messages}
         refused = {sid for sid in sessions if gate(sid) is None}

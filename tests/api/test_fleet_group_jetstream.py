@@ -8,7 +8,6 @@ exactly once, in order, none lost (the other leg kept streaming)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,8 @@ import pytest
 from gateway.groups.feed import group_hub_id
 from gateway.simulator.process import local_simulator
 from tests.integration.test_jetstream_durable import Consumer
-from tests.integration.test_jetstream_gateways import Gateway
 from tests.integration.test_nats_sink import wait_until
+from wsgw_bench.gateways import ServeGateway, create_sessions, fleet_env, jetstream_nats
 from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -37,24 +36,25 @@ def simulator() -> Iterator[int]:
         yield port
 
 
-def fleet_nodes(pg_url: str, nats_url: str, tmp: Path, names: tuple[str, ...]) -> list[Gateway]:
-    """Fleet nodes (not started) on one database, all labelled zone=lab."""
-    nodes = []
-    for name in names:
-        env = {
-            "WSGW_DB__URL": pg_url,
-            "WSGW_FLEET__ENABLED": "true",
-            "WSGW_FLEET__NODE": name,
-            "WSGW_FLEET__LABELS": json.dumps({"zone": "lab"}),
-            "WSGW_FLEET__LEASE_S": str(LEASE_S),
-        }
-        nodes.append(Gateway(name, nats_url, tmp, env))
-    return nodes
+def fleet_nodes(
+    pg_url: str, nats_url: str, tmp: Path, names: tuple[str, ...]
+) -> list[ServeGateway]:
+    """Fleet nodes (not started) on one database, all labelled zone=lab, publishing to the
+    JetStream stream E2E."""
+    return [
+        ServeGateway(
+            name,
+            tmp,
+            env=fleet_env(pg_url, name, LEASE_S, {"zone": "lab"}),
+            nats=jetstream_nats(nats_url, "E2E"),
+        )
+        for name in names
+    ]
 
 
-def where(nodes: list[Gateway], sessions: list[int]) -> dict[int, list[str]]:
+def where(nodes: list[ServeGateway], sessions: list[int]) -> dict[int, list[str]]:
     """session -> the nodes that run it connected."""
-    running = {node.name: node.connected_sessions() for node in nodes}
+    running = {node.name: node.connected() for node in nodes}
     return {sid: [name for name, sids in running.items() if sid in sids] for sid in sessions}
 
 
@@ -68,24 +68,8 @@ def test_a_group_with_legs_on_two_nodes_loses_nothing_when_one_node_dies(
             for node in nodes:  # the first migrates the database
                 node.start()
             first = nodes[0]
-            legs = []
-            for i in range(2):
-                row = first.post(
-                    "/v1/sessions",
-                    {
-                        "name": f"leg-{i}",
-                        "url": f"ws://127.0.0.1:{simulator}/binance/stream",
-                        "dialect": "binance",
-                        "transport": "kernel",
-                        "placement": {"zone": "lab"},
-                        "reconnect_initial_delay_s": 0.1,
-                    },
-                )
-                first.post(
-                    "/v1/subscriptions",
-                    {"session_id": row["id"], "topics": [TOPIC], "consumer": f"c{i}"},
-                )
-                legs.append(int(row["id"]))
+            legs = create_sessions(first, simulator, 2, TOPIC, prefix="leg",
+                                   placement={"zone": "lab"}, start=False)  # fmt: skip
             group = first.post("/v1/groups", {"name": "btc", "legs": legs})
             hub = group_hub_id(int(group["id"]))
             for sid in legs:

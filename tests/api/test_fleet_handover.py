@@ -21,6 +21,7 @@ from tests.api.test_fleet_group_jetstream import (
 )
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
+from wsgw_bench.gateways import create_sessions
 from wsgw_bench.servers import NatsServer
 
 __all__ = ["pytestmark", "simulator"]  # the skip mark and the fixture, shared
@@ -36,20 +37,7 @@ def test_a_drain_hands_a_session_over_without_a_gap(
             for node in nodes:
                 node.start()
             first = nodes[0]
-            row = first.post(
-                "/v1/sessions",
-                {
-                    "name": "single",
-                    "url": f"ws://127.0.0.1:{simulator}/binance/stream",
-                    "dialect": "binance",
-                    "transport": "kernel",
-                    "placement": {"zone": "lab"},
-                    "reconnect_initial_delay_s": 0.1,
-                },
-            )
-            sid = int(row["id"])
-            first.post("/v1/subscriptions", {"session_id": sid, "topics": [TOPIC], "consumer": "c"})
-            first.post(f"/v1/sessions/{sid}/start")
+            (sid,) = create_sessions(first, simulator, 1, TOPIC, placement={"zone": "lab"})
             wait_until(lambda: len(where(nodes, [sid])[sid]) == 1, 60)
             consumer = Consumer(nats.url, "drain", stream="E2E", session=str(sid))
             consumer.start()
