@@ -35,21 +35,25 @@ def _frame(trade_id: int) -> bytes:
 
 
 def stream_sequences(url: str, stream: str) -> dict[int, list[int]]:
-    """session id -> the simulator's `sim_seq` of each message the stream holds for it, in
-    stream order (what a durable consumer from the start gets); `$gap` records left out."""
+    """session id -> the simulator's `sim_seq` of each message the stream held when asked,
+    in stream order (what a durable consumer from the start gets); `$gap` records left out.
+    Messages stored meanwhile are not read (the publishers may still run)."""
 
     async def read() -> dict[int, list[int]]:
         import nats
         import orjson
+        from nats.js.api import AckPolicy, ConsumerConfig
 
         nc = await nats.connect(url)
         got: dict[int, list[int]] = {}
         try:
             js = nc.jetstream()
-            sub = await js.pull_subscribe(">", stream=stream)
-            while True:
+            last = (await js.stream_info(stream)).state.last_seq
+            config = ConsumerConfig(ack_policy=AckPolicy.NONE)
+            sub = await js.pull_subscribe("", stream=stream, config=config)
+            while last:
                 try:
-                    batch = await sub.fetch(1000, timeout=1.0)
+                    batch = await sub.fetch(1000, timeout=2.0)
                 except nats.errors.TimeoutError:
                     return got
                 for msg in batch:
@@ -59,7 +63,9 @@ def stream_sequences(url: str, stream: str) -> dict[int, list[int]]:
                         seq = body.get("sim_seq")
                         if isinstance(seq, int):
                             got.setdefault(int(parts[1]), []).append(seq)
-                    await msg.ack()
+                    if msg.metadata.sequence.stream >= last:
+                        return got
+            return got
         finally:
             await nc.close()
 
