@@ -65,9 +65,12 @@ def test_a_group_with_legs_on_two_nodes_loses_nothing_when_one_node_dies(
         nodes = fleet_nodes(pg_url, nats.url, tmp_path, ("n1", "n2", "n3"))
         consumer: Consumer | None = None
         try:
-            for node in nodes:  # the first migrates the database
-                node.start()
             first = nodes[0]
+            first.start()  # it migrates the database; the others start side by side
+            for node in nodes[1:]:
+                node.start(wait=False)
+            for node in nodes[1:]:
+                node.wait_ready()
             legs = create_sessions(first, simulator, 2, TOPIC, prefix="leg",
                                    placement={"zone": "lab"}, start=False)  # fmt: skip
             group = first.post("/v1/groups", {"name": "btc", "legs": legs})
