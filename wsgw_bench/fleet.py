@@ -12,7 +12,13 @@ What it measures, from each node's message ring (what a consumer on that node re
   one leg per session, so the feed's messages during the failover are lost by design (the
   zero-loss target needs a feed group with a leg on another node);
 - the same for the rebalancing hand-overs that follow each restart (graceful: one per tick);
-- messages published twice (the same session and sequence on two nodes' rings): the fence.
+- messages published twice (the same session and sequence on two nodes' rings): the fence;
+  a make-before-break hand-over (gateway.fleet.node) publishes a few on both rings on
+  purpose, with the same message ids: those are counted apart (`overlap`).
+- on the bus (`run_bus`, a `nats-server -js` of its own): a feed group with its two legs on
+  different nodes and two single-leg sessions; kill -9 a node that runs a leg and a single
+  session: the messages missing from the JetStream stream (what a durable consumer gets)
+  for the group and for the single session, and any stored twice.
 
 `--quick`: 3 sessions, 2 kills (the smoke test in tests/bench/test_fleet.py).
 """
@@ -22,39 +28,30 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
 from wsgw_bench.core import BenchOptions, Measurement, report_run, scenario, scenario_log
-from wsgw_bench.servers import free_port, postgres_server
+from wsgw_bench.gateways import (
+    ServeGateway,
+    create_sessions,
+    fleet_env,
+    jetstream_nats,
+    wait_for,
+)
+from wsgw_bench.servers import postgres_server
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "fleet"
 TOPIC = "btcusdt@trade"
-
-
-def wait_for(
-    what: str, predicate: Callable[[], bool], timeout: float = 15, every: float = 0.1
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 # ---- a throwaway PostgreSQL cluster -------------------------------------------------------------
@@ -65,97 +62,6 @@ def postgres_cluster() -> Iterator[str]:
     with postgres_server() as server:
         server.execute("CREATE DATABASE fleet")
         yield server.url("fleet")
-
-
-# ---- one node ---------------------------------------------------------------------------------
-class FleetGateway:
-    """One `wsgw serve` of a fleet (own state dir, API port and ring); its log goes to a
-    file, shown when something fails. `tag` names its ring: a restarted node takes a new one."""
-
-    def __init__(
-        self, name: str, db_url: str, tmp: Path, tag: str, lease_s: float, labels: dict[str, str]
-    ) -> None:
-        self.name = name
-        self.port = free_port()
-        self.gateway = f"{tag}{name}"
-        self.ring = Path("/dev/shm") / f"wsgw-{self.gateway}-messages"  # noqa: S108
-        state = tmp / f"{name}-{tag}"
-        state.mkdir()
-        self.log = tmp / f"{name}-{tag}.log"
-        env = {
-            **os.environ,
-            "WSGW_STATE_DIR": str(state),
-            "WSGW_CONFIG": str(tmp / "absent.toml"),
-            "WSGW_DB__URL": db_url,
-            "WSGW_HUB__GATEWAY": self.gateway,
-            "WSGW_HUB__RING_CAPACITY": str(1 << 22),
-            "WSGW_FLEET__ENABLED": "true",
-            "WSGW_FLEET__NODE": name,
-            "WSGW_FLEET__LABELS": json.dumps(labels),
-            "WSGW_FLEET__LEASE_S": str(lease_s),
-        }
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--no-auth"]
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [*command, "--port", str(self.port)],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
-
-    def tail(self, lines: int = 30) -> str:
-        text = self.log.read_text(errors="replace").splitlines()
-        return "\n".join([line for line in text if "uvicorn.access" not in line][-lines:])
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        def ready() -> bool:
-            assert self.proc.poll() is None, f"{self.name} exited early:\n{self.tail()}"
-            with contextlib.suppress(httpx.HTTPError):
-                return self.api.get("/readyz").status_code == 200
-            return False
-
-        wait_for(f"{self.name} /readyz", ready, timeout)
-
-    def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = self.api.post(path, json=body)
-        assert response.status_code in (200, 201), f"POST {path}: {response.text}"
-        result: dict[str, Any] = response.json()
-        return result
-
-    def get(self, path: str) -> dict[str, Any]:
-        response = self.api.get(path, params={"limit": 100} if path == "/v1/sessions" else None)
-        assert response.status_code == 200, f"GET {path}: {response.text}"
-        result: dict[str, Any] = response.json()
-        return result
-
-    def connected(self) -> set[int]:
-        """The sessions this node's runtime has connected."""
-        with contextlib.suppress(httpx.HTTPError):
-            data = self.get("/v1/sessions")["data"]
-            return {s["id"] for s in data if s["status"]["state"] == "connected"}
-        return set()
-
-    def stopped_by_signal(self) -> bool:
-        """Every thread of the process is stopped (SIGSTOP has taken effect)."""
-        tasks = Path(f"/proc/{self.proc.pid}/task")
-        return all(
-            (t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir()
-        )
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def close(self) -> None:
-        self.api.close()
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait(10)
-        self.ring.unlink(missing_ok=True)
 
 
 # ---- what the rings saw -------------------------------------------------------------------------
@@ -233,10 +139,10 @@ class RingTap:
                         rings.setdefault(seq, set()).add(ring)
         return rings
 
-    def duplicates(self, sid: int) -> int:
-        """Sequences of the session published on more than one ring."""
+    def duplicates(self, sid: int) -> list[frozenset[str]]:
+        """The rings of each sequence of the session published on more than one ring."""
         rings = self._rings_by_seq(sid)
-        return sum(1 for on in rings.values() if len(on) > 1)
+        return [frozenset(on) for on in rings.values() if len(on) > 1]
 
     def close(self) -> None:
         self._stop.set()
@@ -273,7 +179,8 @@ class FleetResult:
     lost_per_hand_over: list[int] = field(default_factory=list)  # rebalancing moves
     #: Each rebalancing move: (session, ring it left, ring it went to, messages lost).
     hand_overs: list[tuple[int, str, str, int]] = field(default_factory=list)
-    duplicates: int = 0  # (session, seq) published on two rings
+    duplicates: int = 0  # (session, seq) published on two rings, not at a hand-over
+    overlap: int = 0  # the same at a make-before-break hand-over (same message ids: by design)
     moved_per_kill: list[int] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -288,7 +195,8 @@ class FleetResult:
             f"max {max(self.lost_per_failover, default=0)}; per rebalancing hand-over p50 "
             f"{percentile(self.lost_per_hand_over, 50):.0f} max "
             f"{max(self.lost_per_hand_over, default=0)} ({len(self.lost_per_hand_over)} moves)",
-            f"published twice: {self.duplicates}",
+            f"published twice: {self.duplicates} (on both rings at a make-before-break "
+            f"hand-over, by design: {self.overlap})",
         ])  # fmt: skip
 
 
@@ -313,8 +221,8 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
     result = FleetResult(plan)
     tmp = Path(tempfile.mkdtemp(prefix="wsgw-fleet-"))
     tag = f"bf{uuid.uuid4().hex[:6]}"
-    nodes: dict[str, FleetGateway] = {}
-    every: list[FleetGateway] = []
+    nodes: dict[str, ServeGateway] = {}
+    every: list[ServeGateway] = []
     tap = RingTap()
     simulator = start_simulator(None, 0, plan.rate, host="127.0.0.1", stdin=True)
     try:
@@ -322,31 +230,19 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
         sim_port = int(json.loads(simulator.stdout.readline())["port"])
         with postgres_cluster() as db_url:
 
-            def start(name: str, incarnation: int) -> FleetGateway:
-                node = FleetGateway(
-                    name, db_url, tmp, f"{tag}i{incarnation}", plan.lease_s, {"zone": "lab"}
-                )
+            def start(name: str, incarnation: int) -> ServeGateway:
+                env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
+                node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env)
                 every.append(node)
-                node.wait_ready()
+                node.start()
                 tap.add(node.ring)
                 nodes[name] = node
                 return node
 
             for i in range(plan.nodes):  # the first migrates the database
                 start(f"n{i + 1}", 0)
-            first = nodes["n1"]
-            sessions = []
-            for i in range(plan.sessions):
-                row = first.post(
-                    "/v1/sessions",
-                    {"name": f"bench-{i}", "url": f"ws://127.0.0.1:{sim_port}/binance/stream",
-                     "dialect": "binance", "transport": "kernel", "placement": {"zone": "lab"},
-                     "reconnect_initial_delay_s": 0.1},
-                )  # fmt: skip
-                first.post("/v1/subscriptions", {"session_id": row["id"], "topics": [TOPIC],
-                                                 "consumer": f"c{i}"})  # fmt: skip
-                first.post(f"/v1/sessions/{row['id']}/start")
-                sessions.append(int(row["id"]))
+            sessions = create_sessions(nodes["n1"], sim_port, plan.sessions, TOPIC,
+                                       prefix="bench", placement={"zone": "lab"})  # fmt: skip
             log(f"{plan.nodes} nodes ready, {plan.sessions} sessions started")
 
             def owners() -> dict[int, str]:
@@ -399,7 +295,12 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
                     lost = max(0, seq_b - seq_a - 1)
                     result.lost_per_hand_over.append(lost)
                     result.hand_overs.append((sid, ring_a, ring_b, lost))
-                result.duplicates += tap.duplicates(sid)
+                pairs = {frozenset((a, b)) for s, a, b, _ in result.hand_overs if s == sid}
+                for rings in tap.duplicates(sid):
+                    if rings in pairs:
+                        result.overlap += 1
+                    else:
+                        result.duplicates += 1
     except Exception as exc:
         logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
         raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
@@ -414,7 +315,7 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
 
 
 def _wait_moved(
-    tap: RingTap, others: list[FleetGateway], moved: list[int], killed: float, timeout: float
+    tap: RingTap, others: list[ServeGateway], moved: list[int], killed: float, timeout: float
 ) -> dict[int, tuple[str, float, int]]:
     """session -> (node, seconds from the kill, sequence) of its first message on another
     node's ring after the kill, once every moved session has one."""
@@ -462,6 +363,136 @@ def _measurements(result: FleetResult) -> list[Measurement]:
 )
 def fleet(options: BenchOptions) -> list[Measurement]:
     log = scenario_log(SCENARIO)
-    result = run_fleet(plan_for(options), log)
-    report_run(options, SCENARIO, result.summary(), vars(result) | {"plan": vars(result.plan)}, log)
-    return _measurements(result)
+    plan = plan_for(options)
+    result = run_fleet(plan, log)
+    bus = run_bus(replace(plan, kills=1 if options.quick else 3), log)
+    summary = f"{result.summary()}\n{bus.summary()}"
+    report_run(options, SCENARIO, summary, vars(result) | {"plan": vars(plan), "bus": vars(bus)},
+               log)  # fmt: skip
+    who = f"{plan.nodes} nodes, JetStream, {bus.kills} kills"
+    return [
+        *_measurements(result),
+        Measurement(SCENARIO, "lost on the bus, group", who, "msgs", False,
+                    [float(bus.group_lost)], note="legs on two nodes; target 0"),
+        Measurement(SCENARIO, "lost on the bus, single session", who, "msgs", False,
+                    [float(bus.single_lost)], note="one leg: its failover's messages"),
+        Measurement(SCENARIO, "stored twice on the bus", who, "msgs", False,
+                    [float(bus.stored_twice)], note="target 0 (message ids)"),
+    ]  # fmt: skip
+
+
+# ---- on the bus: a group with a leg on another node vs a single session ------------------------
+STREAM = "FLEET"
+
+
+@dataclass
+class BusResult:
+    kills: int = 0
+    group_lost: int = 0  # messages missing from the group's stream across the kills
+    single_lost: int = 0  # the same for the single-leg sessions the killed node ran
+    stored_twice: int = 0
+    group_stored: int = 0
+    single_stored: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"on JetStream across {self.kills} owner kill(s): group (legs on two nodes) lost "
+            f"{self.group_lost} of {self.group_stored + self.group_lost}; single-leg sessions "
+            f"lost {self.single_lost} of {self.single_stored + self.single_lost}; stored twice "
+            f"{self.stored_twice}"
+        )
+
+
+def run_bus(plan: FleetPlan, log: Callable[[str], None]) -> BusResult:
+    """The bus part (module doc): 3 nodes, a group of 2 legs and 2 single sessions, kill -9
+    of a node with a leg and a single session, `plan.kills` times (the node comes back)."""
+    from gateway.groups.feed import group_hub_id
+    from gateway.simulator.process import start_simulator
+    from wsgw_bench.jetstream import stream_sequences
+    from wsgw_bench.servers import NatsServer
+
+    result = BusResult()
+    tmp = Path(tempfile.mkdtemp(prefix="wsgw-fleetbus-"))
+    tag = f"bb{uuid.uuid4().hex[:6]}"
+    every: list[ServeGateway] = []
+    nodes: dict[str, ServeGateway] = {}
+    simulator = start_simulator(None, 0, plan.rate, host="127.0.0.1", stdin=True)
+    try:
+        assert simulator.stdout is not None
+        sim_port = int(json.loads(simulator.stdout.readline())["port"])
+        with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
+            nats_settings = jetstream_nats(nats.url, STREAM)
+
+            def start(name: str, incarnation: int) -> None:
+                env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
+                node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env,
+                                    nats=nats_settings)  # fmt: skip
+                every.append(node)
+                node.start()
+                nodes[name] = node
+
+            for i in range(plan.nodes):
+                start(f"n{i + 1}", 0)
+            first = nodes["n1"]
+            # legs 0 and 1, then two single sessions
+            sessions = create_sessions(first, sim_port, 4, TOPIC, prefix="bus",
+                                       placement={"zone": "lab"}, start=False)  # fmt: skip
+            legs, singles = sessions[:2], sessions[2:]
+            hub = group_hub_id(int(first.post("/v1/groups", {"name": "bus", "legs": legs})["id"]))
+            for sid in sessions:
+                first.post(f"/v1/sessions/{sid}/start")
+
+            def runs() -> dict[int, str]:
+                return {s: n.name for n in nodes.values() for s in n.connected()}
+
+            def settled() -> bool:
+                where = runs()
+                return set(where) == set(sessions) and where[legs[0]] != where[legs[1]]
+
+            for k in range(plan.kills):
+                wait_for("the legs apart and every session connected", settled, 120, 0.2)
+                time.sleep(2.0)
+                where = runs()
+                victim = next(
+                    (n for n in nodes.values() if any(where[s] == n.name for s in singles)
+                     and any(where[s] == n.name for s in legs)),
+                    nodes[where[legs[0]]],
+                )  # fmt: skip
+                moved = [s for s in singles if where[s] == victim.name]
+                victim.kill()
+                its_legs = [s for s in legs if where[s] == victim.name]
+                log(f"kill -9 {victim.name}: it ran leg(s) {its_legs} and single(s) {moved}")
+                others = [n for n in nodes.values() if n is not victim]
+
+                def elsewhere(others: list[ServeGateway] = others) -> bool:
+                    return set(sessions) <= {s for n in others for s in n.connected()}
+
+                wait_for("the killed node's sessions elsewhere", elsewhere, 10 * plan.lease_s)
+                victim.close()
+                start(victim.name, k + 1)
+                result.kills += 1
+            wait_for("the fleet settled after the last restart", settled, 120, 0.2)
+            time.sleep(2.0)
+            seqs = stream_sequences(nats.url, STREAM)
+            for sid, values in seqs.items():
+                if sid != hub and sid not in singles:
+                    continue
+                unique = set(values)
+                result.stored_twice += len(values) - len(unique)
+                lost = max(unique) - min(unique) + 1 - len(unique)
+                if sid == hub:
+                    result.group_lost += lost
+                    result.group_stored += len(unique)
+                else:
+                    result.single_lost += lost
+                    result.single_stored += len(unique)
+    except Exception as exc:
+        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
+        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+    finally:
+        for node in every:
+            node.close()
+        simulator.kill()
+        simulator.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result

@@ -34,6 +34,44 @@ def _frame(trade_id: int) -> bytes:
     )
 
 
+def stream_sequences(url: str, stream: str) -> dict[int, list[int]]:
+    """session id -> the simulator's `sim_seq` of each message the stream held when asked,
+    in stream order (what a durable consumer from the start gets); `$gap` records left out.
+    Messages stored meanwhile are not read (the publishers may still run)."""
+
+    async def read() -> dict[int, list[int]]:
+        import nats
+        import orjson
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        nc = await nats.connect(url)
+        got: dict[int, list[int]] = {}
+        try:
+            js = nc.jetstream()
+            last = (await js.stream_info(stream)).state.last_seq
+            config = ConsumerConfig(ack_policy=AckPolicy.NONE)
+            sub = await js.pull_subscribe("", stream=stream, config=config)
+            while last:
+                try:
+                    batch = await sub.fetch(1000, timeout=2.0)
+                except nats.errors.TimeoutError:
+                    return got
+                for msg in batch:
+                    parts = msg.subject.split(".")
+                    body = orjson.loads(msg.data) if msg.data else None
+                    if len(parts) > 1 and parts[1].isdigit() and isinstance(body, dict):
+                        seq = body.get("sim_seq")
+                        if isinstance(seq, int):
+                            got.setdefault(int(parts[1]), []).append(seq)
+                    if msg.metadata.sequence.stream >= last:
+                        return got
+            return got
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
 def _stored(url: str, stream: str) -> int:
     async def count() -> int:
         import nats

@@ -16,7 +16,16 @@ No coordination protocol of our own: PostgreSQL's row locks decide. A lease is a
   on waking it sees the deadline passed and stands down until a renewal says it still owns.
   What it publishes carries the generation, so consumers and the bus can drop a stale
   owner's messages as well.
-- Release (drain): the lease expires at once, so the next node's acquire takes it.
+- Release: the lease expires at once, so the next node's acquire takes it.
+- Hand-over (drain, rebalance: make-before-break): the owner names a successor
+  (`hand_over`) and keeps publishing; the successor connects, and once its session streams
+  it takes the lease (`take_over`: the generation grows by one, as at any change of owner).
+  The old owner learns it at its next heartbeat (at once: the NOTIFY wakes it) and stops.
+  Between the two, both publish for a moment, each with its own generation: the copies
+  carry the same message ids (the exchange's), so the bus stores one (gateway.fleet.node
+  says which sessions hand over so). This is the one overlap of two generations the fleet
+  allows, and only by the owner's consent; a lease lost by expiry (a paused or cut-off
+  owner) is still fenced as above, so that owner publishes nothing after its deadline.
 
 The fleet needs PostgreSQL: on SQLite (one machine) `LeaseStore` refuses to start.
 """
@@ -171,13 +180,72 @@ class LeaseStore:
                           else_=current.generation + 1)  # fmt: skip
         stmt = proposed.on_conflict_do_update(
             index_elements=[LeaseRow.session_id],
-            set_={"node": taken.node, "generation": generation, "expires_at": taken.expires_at},
+            set_={
+                "node": taken.node,
+                "generation": generation,
+                "expires_at": taken.expires_at,
+                "successor": None,
+            },
             where=(current.node == self.node) | (current.expires_at < func.clock_timestamp()),
         ).returning(LeaseRow.generation, LeaseRow.expires_at)
         with self.engine.begin() as conn:
             row = conn.execute(stmt).first()
         if row is None:
             self._held.pop(session_id, None)
+            return None
+        self._held[session_id] = (row.generation, self._fence(sent))
+        return Lease(session_id, self.node, row.generation, row.expires_at)
+
+    def hand_over(self, session_id: int, successor: str | None) -> bool:
+        """Name the node this node hands the session to (None: no hand-over); it keeps the
+        lease until that node takes it over. False if this node does not hold it."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                update(LeaseRow)
+                .where(LeaseRow.session_id == session_id, LeaseRow.node == self.node)
+                .values(successor=successor)
+                .returning(LeaseRow.session_id)
+            ).all()
+            if rows:
+                self._notify(conn)
+        return bool(rows)
+
+    def successions(self) -> dict[int, str]:
+        """session -> its owner, for the live leases whose owner hands them to this node."""
+        query = select(LeaseRow.session_id, LeaseRow.node).where(
+            LeaseRow.successor == self.node, LeaseRow.expires_at > func.clock_timestamp()
+        )
+        with self.engine.connect() as conn:
+            return {sid: node for sid, node in conn.execute(query).all()}
+
+    def handing_over(self) -> dict[int, str]:
+        """session -> successor, for the leases this node is handing over."""
+        query = select(LeaseRow.session_id, LeaseRow.successor).where(
+            LeaseRow.node == self.node, LeaseRow.successor.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {sid: str(node) for sid, node in conn.execute(query).all()}
+
+    def take_over(self, session_id: int) -> Lease | None:
+        """Take a lease whose owner hands it to this node (hand_over), live or not: one
+        generation more. None if the owner no longer hands it here."""
+        sent = self.clock()
+        stmt = (
+            update(LeaseRow)
+            .where(LeaseRow.session_id == session_id, LeaseRow.successor == self.node)
+            .values(
+                node=self.node,
+                generation=LeaseRow.generation + 1,
+                successor=None,
+                expires_at=func.clock_timestamp() + self._ttl,
+            )
+            .returning(LeaseRow.generation, LeaseRow.expires_at)
+        )
+        with self.engine.begin() as conn:
+            row = conn.execute(stmt).first()
+            if row is not None:
+                self._notify(conn)
+        if row is None:
             return None
         self._held[session_id] = (row.generation, self._fence(sent))
         return Lease(session_id, self.node, row.generation, row.expires_at)

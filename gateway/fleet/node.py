@@ -16,7 +16,29 @@ Every tick (a third of the lease time) `FleetNode.tick`:
    (draining or rebalancing: one per tick, so the others take them one by one);
 4. starts what it holds and does not run, stops what it runs and no longer holds;
 5. gives the sessions it runs exactly their stored topics: a subscription changed through
-   any node's API reaches the owner within a tick.
+   any node's API reaches the owner within a tick;
+6. runs every stored feed group as stored (a group made or changed through another node's
+   API reaches this one within a tick).
+
+Feed groups across nodes: the placement puts a group's legs on different nodes (legs
+apart, gateway.fleet.placement). Every node runs every group; a node arbitrates the legs
+it runs and publishes the group's winners under the group's hub id, the same on every
+node, and the bus's message id is that hub id + the exchange's id (gateway.hub.nats
+`message_id`), so the copies two nodes publish are one message in JetStream (within its
+duplicate window). A group's messages pass the fence while this node may publish for one
+of its legs; they carry no generation (a group has no lease: its legs do).
+
+Hand-over, make-before-break (drain, rebalance): the owner names the node the placement
+gives the session to as its successor and keeps running it; that node connects the session
+"warm" (behind its fence: what it receives is dropped), and at its first burst takes the
+lease over (gateway.fleet.leases `take_over`) and publishes; the old owner stops at its
+next heartbeat, which that take-over's NOTIFY brings at once. Nothing is lost between the
+two, and what both publish in that moment carries the same message ids (the exchange's),
+so JetStream stores it once. Only a session whose dialect has exchange ids hands over so
+(not `generic`: its ids are the run and ring sequence, which differ between nodes); the
+others, a successor that does not stream within WARM_MAX_S (a quiet feed: it takes over
+then), and a rule the owner no longer matches are handed over as before: released, then
+taken (break-before-make).
 
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
@@ -37,13 +59,14 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from gateway.fleet.leases import NOTIFY_CHANNEL, LeaseStore, NodeInfo
-from gateway.fleet.placement import matches, place
+from gateway.fleet.placement import matches, place, together
+from gateway.groups.feed import GROUP_HUB_BASE, GroupSpec
 from gateway.runtime.live import LiveRuntime
 from gateway.runtime.protocol import SessionSpec, SessionState, SessionStatus
 from gateway.sessions.sink import MessageSink, Published
 from gateway.settings import FleetSettings
 from gateway.store.db import Database
-from gateway.store.models import SessionRow, SubscriptionRow
+from gateway.store.models import FeedGroupLegRow, SessionRow, SubscriptionRow
 from gateway.store.repository import SubscriptionRepository
 
 log = logging.getLogger("wsgw.fleet")
@@ -61,6 +84,13 @@ TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {gene
     "messages published meanwhile may be missing"  # fmt: skip
 
 
+#: How long a successor's warm session may wait for its first burst before it takes the lease
+#: over anyway (a quiet feed sends nothing to wait for).
+WARM_MAX_S = 5.0
+#: Dialects whose message ids are not the exchange's (run + ring sequence): their sessions
+#: hand over break-before-make, since two nodes' copies would not be one message on the bus.
+NO_EXCHANGE_IDS = frozenset({"generic"})
+
 #: How often the NOTIFY listener looks whether the node stops.
 LISTEN_POLL_S = 0.5
 #: How long after another node's lease expires (by the database's clock) the tick aimed at
@@ -77,13 +107,34 @@ class FencedSink:
     """The hub behind the fence: a burst's messages of a session this node may not publish
     for (gate returns None) are dropped and counted, never written."""
 
-    def __init__(self, inner: MessageSink, gate: Callable[[int], int | None]) -> None:
+    def __init__(
+        self,
+        inner: MessageSink,
+        gate: Callable[[int], int | None],
+        warm: Callable[[set[int]], set[int]] | None = None,
+    ) -> None:
+        """warm: told the refused sessions, returns those that are a successor's warm
+        sessions (refused by design: not logged as fenced)."""
         self.inner = inner
         self.gate = gate
+        self.warm = warm
         self.fenced = 0  # messages dropped (read by tests and metrics)
         self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
 
     def publish_batch(self, messages: Sequence[Published]) -> object:
+        if messages:
+            sid = messages[0][0]
+            # A session publishes its own batches (UpstreamSession, a group under its hub
+            # id; GroupRouter relies on it too): one gate call per batch, not a look at
+            # every message; a batch whose first and last differ is sorted message by message.
+            if messages[-1][0] == sid and self.gate(sid) is not None:
+                if self._fenced_sessions:
+                    self._fenced_sessions.discard(sid)
+                return self.inner.publish_batch(messages)
+        return self._publish_sorted(messages)
+
+    def _publish_sorted(self, messages: Sequence[Published]) -> object:
+        """A batch of several sessions, or one refused: each session's messages apart."""
         gate = self.gate
         sessions = {m[0] for m in messages}
         refused = {sid for sid in sessions if gate(sid) is None}
@@ -91,7 +142,8 @@ class FencedSink:
             self._fenced_sessions &= refused | (self._fenced_sessions - sessions)
         if not refused:
             return self.inner.publish_batch(messages)
-        for sid in refused - self._fenced_sessions:
+        expected = self.warm(refused) if self.warm is not None else set()
+        for sid in refused - self._fenced_sessions - expected:
             log.warning("fleet: session %d is fenced (no lease renewed in time): its "
                         "messages are dropped here", sid)  # fmt: skip
         self._fenced_sessions |= refused
@@ -119,15 +171,35 @@ class FleetRuntime(LiveRuntime):
         self.fleet_settings = fleet
         self.api_url = api_url
         self.fleet: FleetNode | None = None
-        self.fenced_sink = FencedSink(sink, self.may_publish)
+        self.fenced_sink = FencedSink(sink, self.may_publish_any, self._warm_streams)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
         self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
         super().__init__(self.fenced_sink, **kwargs)
 
     def may_publish(self, session_id: int) -> int | None:
+        """The generation of this node's lease on the session, None: it may not publish."""
         node = self.fleet
         return None if node is None else node.may_publish(session_id)
+
+    def may_publish_any(self, session_id: int) -> int | None:
+        """The fence's gate: a session's generation; for a feed group's hub id, 0 while this
+        node may publish for one of the group's legs (module doc), else None."""
+        if session_id < GROUP_HUB_BASE:
+            return self.may_publish(session_id)
+        group = self._groups.groups.get(session_id - GROUP_HUB_BASE)
+        if group is None:
+            return None
+        held = any(self.may_publish(leg) is not None for leg in group.spec.legs)
+        return 0 if held else None
+
+    def _warm_streams(self, sessions: set[int]) -> set[int]:
+        node = self.fleet
+        return set() if node is None else node.warm_streams(sessions)
+
+    def group_specs(self) -> dict[int, GroupSpec]:
+        """The feed groups this runtime runs, as they were set."""
+        return {gid: group.spec for gid, group in self._groups.groups.items()}
 
     # ---- joining, called by gateway.control.restore ----------------------------------
     def join_fleet(self, db: Database, write_lock: Lock | None = None) -> set[int]:
@@ -246,6 +318,11 @@ class FleetNode:
         self._thread: threading.Thread | None = None
         self._listener: threading.Thread | None = None
         self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
+        self._together: dict[int, list[int]] = {}  # groups with legs sharing a node
+        #: A successor's warm sessions (module doc) -> monotonic time started; those that
+        #: streamed (a refused burst) take the lease over at the next tick.
+        self._warm: dict[int, float] = {}
+        self._streamed: set[int] = set()
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -293,6 +370,15 @@ class FleetNode:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def warm_streams(self, sessions: set[int]) -> set[int]:
+        """Called by the fence with the sessions it refused a burst of (the sessions' own
+        thread): a warm one streams, so the tick takes its lease over now."""
+        warm = sessions & self._warm.keys()
+        if warm - self._streamed:
+            self._streamed |= warm
+            self.wake()
+        return warm
 
     def stop(self) -> None:
         """Stop ticking and leave the fleet: every lease released, the node's row gone."""
@@ -349,7 +435,9 @@ class FleetNode:
         live = self._live_nodes(store.nodes())
         owners = {lease.session_id: lease.node for lease in store.leases()}
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
-        placement = place(rules, live, owners)
+        apart = self._legs()
+        placement = place(rules, live, owners, apart)
+        self._warn_together(placement, apart)
         until = store.next_expiry_s()
         self._expiry_due = None
         if until is not None and until < self.settings.tick_s:
@@ -361,21 +449,49 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
+        self._let_go(held, wanted, placement)
+        if start:
+            self._sync_groups()
+            self._succeed(held, wanted)
+            self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
+            self._sync_topics()
+
+    def _let_go(
+        self,
+        held: dict[int, int],
+        wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]],
+        placement: Mapping[int, str],
+    ) -> None:
+        """Give up what is no longer wanted here: released, or handed over (module doc)."""
+        store = self.leases
         # One gentle hand-over per tick's time, also when other nodes' notifications wake
         # this node more often: the node taking them connects them one by one.
         handed_over = time.monotonic() - self._last_hand_over < self.settings.tick_s * 0.5
+        handing = store.handing_over()
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
                 del held[sid]
                 continue
-            if placement.get(sid) == self.name:
+            target = placement.get(sid)
+            if target == self.name:
+                if sid in handing:  # no longer moving (undrained, the load evened out)
+                    store.hand_over(sid, None)
                 continue
             # Drained or rebalanced away while this node could still run it: one per tick,
             # so the others take them one by one. A rule this node no longer matches (or
             # that no node matches): at once.
-            gentle = self.draining or (sid in placement and matches(rules[sid], self.labels))
+            gentle = self.draining or (target is not None and matches(wanted[sid][1], self.labels))
+            if gentle and target is not None and handing.get(sid) == target:
+                continue  # under way: the successor takes it over once it streams
             if gentle and handed_over:
+                continue
+            if gentle and target is not None and wanted[sid][0].dialect not in NO_EXCHANGE_IDS:
+                store.hand_over(sid, target)
+                handed_over = True
+                self._last_hand_over = time.monotonic()
+                log.info("fleet: node %s hands session %d over to %s",
+                         self.name, sid, target)  # fmt: skip
                 continue
             store.release(sid)
             del held[sid]
@@ -383,9 +499,47 @@ class FleetNode:
                 handed_over = True
                 self._last_hand_over = time.monotonic()
             log.info("fleet: node %s released session %d", self.name, sid)
-        if start:
-            self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
-            self._sync_topics()
+
+    def _succeed(
+        self, held: dict[int, int], wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]]
+    ) -> None:
+        """The successor's side of a hand-over (module doc): connect warm what an owner hands
+        to this node, take over what streamed (or waited WARM_MAX_S), and stop a warm session
+        whose owner no longer hands it here."""
+        store, runtime = self.leases, self.runtime
+        offered = {sid for sid in store.successions() if sid in wanted and sid not in held}
+        now = time.monotonic()
+        for sid in sorted(self._warm.keys() - offered):
+            del self._warm[sid]
+            self._streamed.discard(sid)
+            if sid not in held:
+                log.info("fleet: node %s no longer takes session %d over", self.name, sid)
+                runtime.stop_session(sid)
+        for sid in sorted(offered):
+            started = self._warm.get(sid)
+            if started is None:
+                if self.draining:
+                    continue
+                try:
+                    runtime.set_topics(sid, self._topics(sid))
+                    runtime.run_here(wanted[sid][0])
+                except Exception:
+                    log.exception("fleet: node %s could not connect session %d", self.name, sid)
+                    continue
+                self._warm[sid] = now
+                log.info("fleet: node %s connects session %d to take it over", self.name, sid)
+                continue
+            if sid not in self._streamed and now - started < WARM_MAX_S:
+                continue
+            lease = store.take_over(sid)
+            del self._warm[sid]
+            self._streamed.discard(sid)
+            if lease is None:
+                runtime.stop_session(sid)
+                continue
+            held[sid] = lease.generation
+            log.info("fleet: node %s took session %d over after %.3f s warm (generation %d)",
+                     self.name, sid, now - started, lease.generation)  # fmt: skip
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -404,6 +558,41 @@ class FleetNode:
         with self.db.session() as s:
             rows = s.scalars(select(SessionRow).where(SessionRow.desired_state == "running"))
             return {row.id: (session_spec(row), dict(row.placement or {})) for row in rows}
+
+    def _legs(self) -> dict[int, int]:
+        """session -> the feed group it is a leg of (the placement keeps legs apart)."""
+        with self.db.session() as s:
+            rows = s.execute(select(FeedGroupLegRow.session_id, FeedGroupLegRow.group_id))
+            return {sid: gid for sid, gid in rows}
+
+    def _warn_together(self, placement: Mapping[int, str], apart: Mapping[int, int]) -> None:
+        """Say once (per change) which groups have legs sharing a node: too few eligible
+        nodes, so losing that node loses those legs together."""
+        shared = together(placement, apart)
+        if shared != self._together:
+            for group, legs in sorted(shared.items()):
+                log.warning("fleet: group %d has legs %s on one node (too few eligible nodes "
+                            "to put them apart)", group, legs)  # fmt: skip
+            self._together = shared
+
+    def _sync_groups(self) -> None:
+        """Run every stored feed group as stored; remove the ones gone from the store."""
+        from gateway.control.groups import GroupRepository, group_spec
+
+        runtime = self.runtime
+        with self.db.session() as s:
+            stored: dict[int, GroupSpec] = {}
+            for row in GroupRepository(s).all():
+                first = s.get(SessionRow, row.legs[0].session_id) if row.legs else None
+                if first is not None and len(row.legs) > 1:
+                    stored[row.id] = group_spec(row, first.dialect)
+        running = runtime.group_specs()
+        for gid in sorted(running.keys() - stored.keys()):
+            runtime.remove_group(gid)
+        for gid, spec in sorted(stored.items()):
+            if running.get(gid) != spec:
+                log.info("fleet: node %s runs group %d with legs %s", self.name, gid, spec.legs)
+                runtime.set_group(spec)
 
     def _topics(self, session_id: int) -> list[str]:
         """The session's subscribed topics, from the shared store: a subscription made
@@ -451,7 +640,7 @@ class FleetNode:
         gets its topics from the store first, so it subscribes them as it connects."""
         runtime = self.runtime
         here = runtime.running_here()
-        for sid in sorted(here - held.keys()):
+        for sid in sorted(here - held.keys() - self._warm.keys()):
             log.warning("fleet: node %s no longer holds session %d: standing down",
                         self.name, sid)  # fmt: skip
             runtime.stop_session(sid)

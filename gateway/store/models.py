@@ -261,6 +261,8 @@ class LeaseRow(Base):
     node: Mapped[str] = mapped_column(String(63), index=True)
     generation: Mapped[int] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    #: The node the owner hands the session to (make-before-break, gateway.fleet.leases).
+    successor: Mapped[str | None] = mapped_column(String(63), nullable=True, default=None)
 
 
 class FeedGroupRow(Timestamped, Base):

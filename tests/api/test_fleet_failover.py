@@ -24,7 +24,7 @@ import pytest
 
 from dataplane.ring import RingEvent, RingMessage, RingReader
 from gateway.simulator.process import local_simulator
-from wsgw_bench.fleet import FleetGateway, wait_for
+from wsgw_bench.gateways import ServeGateway, create_sessions, fleet_env, wait_for
 
 LEASE_S = 3.0
 TICK_S = LEASE_S / 3
@@ -33,11 +33,11 @@ NODES = 3
 TOPIC = "btcusdt@trade"
 
 
-class Node(FleetGateway):
-    """One `wsgw serve` of the fleet (wsgw_bench.fleet.FleetGateway, shared with the bench)."""
+class Node(ServeGateway):
+    """One `wsgw serve` of the fleet (wsgw_bench.gateways.ServeGateway, shared with the bench)."""
 
     def __init__(self, name: str, db_url: str, tmp: Path, tag: str) -> None:
-        super().__init__(name, db_url, tmp, tag, LEASE_S, {"zone": "lab"})
+        super().__init__(name, tmp, tag=tag, env=fleet_env(db_url, name, LEASE_S, {"zone": "lab"}))
 
 
 @pytest.fixture
@@ -60,12 +60,15 @@ def each_on_one(nodes: list[Node], sessions: list[int]) -> Callable[[], bool]:
     return lambda: all(len(v) == 1 for v in owners(nodes, sessions).values())
 
 
-def stale_messages(events: list[RingEvent], held: list[int], node: str) -> list[RingMessage]:
+def stale_messages(
+    events: list[RingEvent], held: list[int], node: str, handed_back: set[int]
+) -> list[RingMessage]:
     """Messages of the sessions a paused node lost, on its ring after its pause, that are not
     preceded by its takeover gap of the session: the rebalancing may give the woken node
-    some of them back (a new generation, announced by a `$gap`), but the old incarnation
-    publishes nothing."""
-    taken_again: set[int] = set()
+    some of them back (a new generation, announced by a `$gap`, or handed back
+    make-before-break: `handed_back`, the sessions it holds again, left out), but the old
+    incarnation publishes nothing."""
+    taken_again: set[int] = set(handed_back)
     stale = []
     for event in events:
         if not isinstance(event, RingMessage) or event.session_id not in held:
@@ -89,30 +92,11 @@ def test_three_nodes_fail_over_fence_and_drain(pg_url: str, simulator: int, tmp_
         for i in range(NODES):
             node = Node(f"n{i + 1}", pg_url, tmp_path, f"fl{os.getpid()}")
             nodes.append(node)
-            node.wait_ready()
+            node.start()
         mark("three nodes ready")
         first = nodes[0]
-        sessions = []
-        for i in range(SESSIONS):
-            row = first.post(
-                "/v1/sessions",
-                {
-                    "name": f"fleet-{i}",
-                    "url": f"ws://127.0.0.1:{simulator}/binance/stream",
-                    "dialect": "binance",
-                    "transport": "kernel",
-                    "placement": {"zone": "lab"},
-                    "reconnect_initial_delay_s": 0.1,
-                },
-            )
-            assert row["placement"] == {"zone": "lab"}
-            first.post(
-                "/v1/subscriptions",
-                {"session_id": row["id"], "topics": [TOPIC], "consumer": f"c{i}"},
-            )
-            sessions.append(int(row["id"]))
-        for sid in sessions:
-            first.post(f"/v1/sessions/{sid}/start")
+        sessions = create_sessions(first, simulator, SESSIONS, TOPIC, prefix="fleet",
+                                   placement={"zone": "lab"})  # fmt: skip
 
         # 1. Spread: each session connected on exactly one node, every node running some
         # (the placement gives each to the least loaded; nodes racing for one may tilt it).
@@ -189,7 +173,9 @@ def test_three_nodes_fail_over_fence_and_drain(pg_url: str, simulator: int, tmp_
             events = []
             while batch := reader.read_batch(timeout=0):
                 events.extend(batch)
-            assert stale_messages(events, held, paused.name) == []
+            leases = survivor.get("/v1/fleet/leases")["data"]
+            back = {x["session_id"] for x in leases if x["node"] == paused.name and x["live"]}
+            assert stale_messages(events, held, paused.name, back) == []
         finally:
             reader.close()
         wait_for("each session on one node", each_on_one(others, sessions), 20)

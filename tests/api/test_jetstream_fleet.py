@@ -22,8 +22,8 @@ import pytest
 from gateway.simulator.process import local_simulator
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
-from tests.integration.test_jetstream_gateways import Gateway
 from tests.integration.test_nats_sink import wait_until
+from wsgw_bench.gateways import ServeGateway, create_sessions, fleet_env, jetstream_nats
 from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -65,10 +65,10 @@ def stored(url: str) -> list[str]:
     return asyncio.run(read())
 
 
-def owners(nodes: list[Gateway]) -> dict[int, list[str]]:
+def owners(nodes: list[ServeGateway]) -> dict[int, list[str]]:
     where: dict[int, list[str]] = defaultdict(list)
     for node in nodes:
-        for sid in node.connected_sessions():
+        for sid in node.connected():
             where[sid].append(node.name)
     return where
 
@@ -79,15 +79,9 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
     with NatsServer(jetstream=True) as nats:
         nodes = []
         for name in ("n1", "n2", "n3"):
-            env = {
-                "WSGW_DB__URL": pg_url,
-                "WSGW_FLEET__ENABLED": "true",
-                "WSGW_FLEET__NODE": name,
-                "WSGW_FLEET__LABELS": json.dumps({"zone": "lab"}),
-                "WSGW_FLEET__LEASE_S": str(LEASE_S),
-            }
-            node = Gateway(name, nats.url, tmp_path, env)
-            node.nats["headers"] = True  # Wsgw-Gen, the fence's generation
+            env = fleet_env(pg_url, name, LEASE_S, {"zone": "lab"})
+            settings = jetstream_nats(nats.url, STREAM) | {"headers": True}  # Wsgw-Gen
+            node = ServeGateway(name, tmp_path, env=env, nats=settings)
             nodes.append(node)
         consumer = Consumer(nats.url, "fleet", stream=STREAM, session="all")
         wire: Subscriber | None = None  # every copy any node publishes (core NATS)
@@ -98,26 +92,8 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
             wait_until(lambda: isinstance(stored(nats.url), list), 20)
             consumer.start()
             wire = Subscriber(nats.url, [f"wsgw.*.{TOPIC}"])
-            sessions = []
-            for i in range(SESSIONS):
-                row = first.post(
-                    "/v1/sessions",
-                    {
-                        "name": f"js-{i}",
-                        "url": f"ws://127.0.0.1:{simulator}/binance/stream",
-                        "dialect": "binance",
-                        "transport": "kernel",
-                        "placement": {"zone": "lab"},
-                        "reconnect_initial_delay_s": 0.1,
-                    },
-                )
-                first.post(
-                    "/v1/subscriptions",
-                    {"session_id": row["id"], "topics": [TOPIC], "consumer": f"c{i}"},
-                )
-                sessions.append(int(row["id"]))
-            for sid in sessions:
-                first.post(f"/v1/sessions/{sid}/start")
+            sessions = create_sessions(first, simulator, SESSIONS, TOPIC, prefix="js",
+                                       placement={"zone": "lab"})  # fmt: skip
             wait_until(lambda: all(len(owners(nodes).get(s, [])) == 1 for s in sessions), 60)
             wait_until(lambda: len(stored(nats.url)) >= 300, 30)
 
@@ -133,10 +109,10 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
             held = {s for s in sessions if where[s] == [paused.name]}
             assert paused.proc is not None
             os.kill(paused.proc.pid, signal.SIGSTOP)  # past its lease, holding messages
-            wait_until(lambda: held <= survivor.connected_sessions(), 6 * LEASE_S)
+            wait_until(lambda: held <= survivor.connected(), 6 * LEASE_S)
             time.sleep(LEASE_S)
             os.kill(paused.proc.pid, signal.SIGCONT)
-            wait_until(lambda: not (paused.connected_sessions() & held), 6 * LEASE_S)
+            wait_until(lambda: not (paused.connected() & held), 6 * LEASE_S)
             time.sleep(2.0)
             for node in nodes:
                 node.kill()

@@ -38,7 +38,7 @@ def test_hand_overs_and_duplicates_from_the_rings() -> None:
         }
         # 10 on both r2 and r3 (an overlap): the hand-over is r2's last to r3's next.
         assert tap.hand_overs(7) == [("r1", "r2", 3, 9), ("r2", "r3", 10, 14)]
-        assert tap.duplicates(7) == 1
+        assert tap.duplicates(7) == [frozenset({"r2", "r3"})]
         assert tap.last("r2", 7) == (1.1, 10)
         assert tap.first_after("r3", 7, 2.05) == (2.1, 14)
     finally:

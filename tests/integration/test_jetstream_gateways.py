@@ -8,25 +8,19 @@ once. The message ids come from the sessions' dialect (gateway.runtime.compose).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from gateway.simulator.process import local_simulator
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.servers import NatsServer, free_port, nats_server_binary
+from wsgw_bench.gateways import ServeGateway, jetstream_nats
+from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None,
@@ -36,89 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 STREAM = "E2E"
 TOPIC = "btcusdt@trade"
 SUBJECT = f"wsgw.1.{TOPIC}"
-
-
-class Gateway:
-    """One `wsgw serve` with the NATS sink on JetStream; its log goes to a file."""
-
-    def __init__(
-        self, name: str, nats_url: str, tmp: Path, env: dict[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.port = free_port()
-        self.gateway = f"js{os.getpid()}{name}"
-        self.ring = Path("/dev/shm") / f"wsgw-{self.gateway}-messages"
-        self.state = tmp / name
-        self.state.mkdir()
-        self.log = tmp / f"{name}.log"
-        self.nats: dict[str, Any] = {
-            "servers": [nats_url],
-            "jetstream": {"stream": STREAM, "storage": "memory", "duplicate_window_s": 60},
-        }
-        self.env = {
-            "WSGW_DB__URL": f"sqlite:///{self.state}/wsgw.db",
-            **(env or {}),
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
-
-    def start(self) -> None:
-        env = {
-            **os.environ,
-            "WSGW_STATE_DIR": str(self.state),
-            "WSGW_CONFIG": str(self.state / "absent.toml"),
-            "WSGW_HUB__GATEWAY": self.gateway,
-            "WSGW_HUB__RING_CAPACITY": str(1 << 22),
-            "WSGW_HUB__NATS": json.dumps(self.nats),
-            **self.env,
-        }
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--no-auth"]
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                [*command, "--port", str(self.port)],
-                env=env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-        def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, self.tail()
-            with contextlib.suppress(httpx.HTTPError):
-                return self.api.get("/readyz").status_code == 200
-            return False
-
-        wait_until(ready, 60)
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
-
-    def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        response = self.api.post(path, json=body)
-        assert response.status_code in (200, 201), f"POST {path}: {response.text}"
-        result: dict[str, Any] = response.json()
-        return result
-
-    def connected(self) -> bool:
-        return 1 in self.connected_sessions()
-
-    def connected_sessions(self) -> set[int]:
-        """The sessions this gateway has connected (none while it is down)."""
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            data = self.api.get("/v1/sessions", params={"limit": 100}).json()["data"]
-            return {s["id"] for s in data if s["status"]["state"] == "connected"}
-        return set()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-    def close(self) -> None:
-        self.kill()
-        self.api.close()
-        self.ring.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -154,7 +65,8 @@ def test_a_gateway_killed_and_restarted_beside_another_stores_every_trade_once(
     simulator: int, tmp_path: Path
 ) -> None:
     with NatsServer(jetstream=True) as nats:
-        gateways = [Gateway(name, nats.url, tmp_path) for name in ("a", "b")]
+        nats_settings = jetstream_nats(nats.url, STREAM)
+        gateways = [ServeGateway(name, tmp_path, nats=nats_settings) for name in ("a", "b")]
         consumer = Consumer(nats.url, "e2e", stream=STREAM)
         wire: Subscriber | None = None
         try:
@@ -178,12 +90,12 @@ def test_a_gateway_killed_and_restarted_beside_another_stores_every_trade_once(
                 gw.post("/v1/subscriptions", {"session_id": 1, "topics": [TOPIC], "consumer": "c"})
                 gw.post("/v1/sessions/1/start")
             a, b = gateways
-            wait_until(lambda: a.connected() and b.connected(), 30)
+            wait_until(lambda: 1 in a.connected() and 1 in b.connected(), 30)
             wait_until(lambda: len(trades(nats.url)) >= 300, 30)
             a.kill()  # mid-stream; b goes on
             time.sleep(1.0)
             a.start()  # on its state: the session is started again (restore)
-            wait_until(a.connected, 30)
+            wait_until(lambda: 1 in a.connected(), 30)
             time.sleep(2.0)  # both publish again
             b.kill()
             time.sleep(1.0)
