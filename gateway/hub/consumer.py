@@ -50,6 +50,9 @@ MAX_CONFLATION_MS = 60_000
 #: At most this many events are written straight from the router's dispatch; a longer
 #: backlog goes to the reader's task, which lets the loop's other streams run in between.
 DIRECT_WRITE_MAX = 256
+#: How soon a waiting stream looks again whether its connection's buffer drained (so the
+#: stream sink may take it) when nothing else wakes it.
+SINK_ARM_RETRY_S = 0.002
 _consumer_ids = itertools.count(1)
 
 
@@ -193,6 +196,7 @@ class Consumer:
         self._shadow: deque[StreamEvent] = deque()
         # After the sink stopped: the first ring seq Python delivers (earlier ones went out).
         self._resume_seq: int | None = None
+        self._arm_retry: asyncio.TimerHandle | None = None
         stats.connected += 1
         stats.opened += 1
 
@@ -302,12 +306,21 @@ class Consumer:
             or self.ring_next is None
         ):
             return
+        if not sink.ready():  # its transport still writes: look again once it may not
+            if self._arm_retry is None:
+                self._arm_retry = self.loop.call_later(SINK_ARM_RETRY_S, self._retry_arm)
+            return
         seq = self.ring_next()
-        if seq is None or not sink.ready() or not sink.arm(seq):
+        if seq is None or not sink.arm(seq):
             return
         self.sink_armed = True
         self.sink_arms += 1
         self.push = self._shadow_push
+
+    def _retry_arm(self) -> None:
+        self._arm_retry = None
+        if self._waiter is not None:  # else its task runs and tries on its next wait
+            self.try_arm()
 
     def _shadow_push(self, item: StreamEvent) -> None:
         """Armed: keep it until the sink says it went out (settled after the dispatch)."""
@@ -450,6 +463,9 @@ class Consumer:
         if self._closed is not None:
             return
         closed = self._closed = ConsumerClosed(code, reason, kind)
+        if self._arm_retry is not None:
+            self._arm_retry.cancel()
+            self._arm_retry = None
         if self.sink is not None:
             self.sink_armed = False  # what the sink holds no longer matters
             self.sink.detach()
