@@ -240,7 +240,7 @@ def test_a_gap_while_armed_comes_between_the_right_messages(gw: Gateway) -> None
         after = publish(gw, 30, 30)
         frames = []
         while len(frames) < len(before) + len(after) + 1:
-            op, data, _ = client.frame()
+            _, data, _ = client.frame()
             if not past_gap(data):
                 frames.append(orjson.loads(data))
         gap = frames[len(before)]
