@@ -192,6 +192,8 @@ class Consumer:
         self.ring_next: Callable[[], int | None] | None = None
         self.sink_armed = False
         self.sink_arms = 0  # times armed (tests and metrics)
+        self.sink_takebacks = 0  # times Python disarmed it to write itself
+        self.sink_stops: dict[int, int] = {}  # the sink's own stops, by reason (gateway.hub.sink)
         # While armed: what the router routed here and the sink may not have sent yet.
         self._shadow: deque[StreamEvent] = deque()
         # After the sink stopped: the first ring seq Python delivers (earlier ones went out).
@@ -352,6 +354,7 @@ class Consumer:
         """Python writes next (a control frame, a close, a notice): disarm first."""
         sink = self.sink
         if self.sink_armed and sink is not None:
+            self.sink_takebacks += 1
             self._release(sink.disarm())
 
     def _release(self, state: tuple[int, ...]) -> None:
@@ -359,6 +362,8 @@ class Consumer:
         then every record from that seq on, through the queue."""
         assert self.sink is not None
         self.sink_armed = False
+        reason = state[3]
+        self.sink_stops[reason] = self.sink_stops.get(reason, 0) + 1
         self.sink.write_rest(state)
         self._resume_seq = state[1]
         self.push = self._resume_push

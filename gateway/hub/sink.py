@@ -35,6 +35,8 @@ ST_REST_LEN = c.ST_REST_LEN
 ST_REASON = c.ST_REASON
 ST_MESSAGES = c.ST_MESSAGES
 REASONS = c.REASONS
+#: Why the sink stopped (its state's ST_REASON)
+PYTHON, AGAIN, PARTIAL, ERROR, GAP = c.PYTHON, c.AGAIN, c.PARTIAL, c.ERROR, c.GAP
 
 
 class SinkError(OSError):

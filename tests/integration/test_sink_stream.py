@@ -23,6 +23,7 @@ import pytest
 
 from gateway.hub import Hub
 from gateway.hub.consumer import Consumer
+from gateway.hub.sink import AGAIN, GAP, PARTIAL
 from wsgw_bench.servers import ServerThread, gateway_app
 
 TOPICS = ["t0", "t1", "t2"]
@@ -217,6 +218,7 @@ def test_a_client_that_stops_reading_loses_nothing_and_the_sink_takes_it_back(
         # frame) and Python queues the rest
         want = publish(gw, 0, 6000, pad=3000, batch=30)  # 12 MB: more than any socket buffer
         wait_until(lambda: not consumer.sink_armed, what="the sink to stop")
+        assert set(consumer.sink_stops) <= {AGAIN, PARTIAL}, consumer.sink_stops
         more = publish(gw, 6000, 300, pad=3000, batch=30)
         frames = client.data_frames(len(want) + len(more))
         assert numbers(frames) == want + more
@@ -245,6 +247,7 @@ def test_a_gap_while_armed_comes_between_the_right_messages(gw: Gateway) -> None
                 frames.append(orjson.loads(data))
         gap = frames[len(before)]
         assert gap["type"] == "gap" and gap["seq"] == seq and gap["lost"] == 5
+        assert consumer.sink_stops.get(GAP) == 1
         rest = frames[: len(before)] + frames[len(before) + 1 :]
         assert [f["i"] for f in rest] == before + after
         wait_until(armed(consumer), what="the sink to be armed again")
@@ -290,6 +293,7 @@ def test_pings_and_other_consumers_coming_and_going_while_armed(gw: Gateway) -> 
             elif not past_gap(data):
                 got.append(orjson.loads(data)["i"])
         assert got == sent
+        assert consumer.sink_takebacks >= 1  # a pong was written by the library meanwhile
         assert pongs == 5 or client.frame()[0] == 0xA  # the last pong may come after
     finally:
         client.close()
