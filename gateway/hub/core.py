@@ -677,13 +677,10 @@ class Hub:
             return self._stream_sink
 
     def known_topic_id(self, session_id: int, topic: str) -> int | None:
-        """The ring topic id of a session's topic if it has one (registers nothing: a
-        client's topic names must not fill the ring's topic table)."""
-        tid = self._tids.get((session_id, topic))
-        ring = self.ring
-        if tid is None and ring is not None:
-            tid = ring.topics.get(ring_topic(session_id, topic))
-        return tid
+        """The ring topic id of a session's topic if the hub registered it (publish_batch,
+        ring_topic_id: every writer of this hub's ring); registers nothing, so a client's
+        topic names cannot fill the ring's topic table."""
+        return self._tids.get((session_id, topic))
 
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:
