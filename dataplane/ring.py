@@ -60,10 +60,12 @@ from dataplane.shim import (
     RING_MAGIC,
     RING_MAX_READERS,
     RING_REC_HDR,
+    RING_SPIN_ADAPTIVE,
     RING_SPIN_BUSY,
     RING_TOPIC_NAME_MAX,
     RING_VIEW_FORMAT,
     RING_VIEW_SIZE,
+    RING_WAIT_ADAPTIVE,
     RING_WAIT_BUSY,
     RING_WAIT_FUTEX,
     RING_WAIT_NONE,
@@ -91,6 +93,7 @@ from dataplane.shim import (
     ring_seek,
     ring_set_filter,
     ring_set_wait_hint,
+    ring_set_writer_cpu,
     ring_topic_name,
     ring_topic_register,
     ring_versions,
@@ -98,6 +101,7 @@ from dataplane.shim import (
     ring_wait_hint,
     ring_writer_alive,
     ring_writer_close,
+    ring_writer_cpu,
     ring_writer_fd,
     ring_writer_info,
     ring_writer_stats,
@@ -231,8 +235,10 @@ def record_size(payload_len: int) -> int:
 
 
 # ---- wait policies ----------------------------------------------------------------------------
-WaitMode = Literal["futex", "spin", "busy"]
-WAIT_MODES: tuple[WaitMode, ...] = ("futex", "spin", "busy")
+WaitMode = Literal["futex", "spin", "busy", "adaptive"]
+WAIT_MODES: tuple[WaitMode, ...] = ("futex", "spin", "busy", "adaptive")
+#: The modes that take a time (spin_us: the spin, or the adaptive policy's cap).
+TIMED_MODES = ("spin", "adaptive")
 #: The spin of the "spin" policy when none is given: a feed publishing at 20k msg/s and up
 #: (one message every 50 us or less) then never pays a futex wake-up.
 DEFAULT_SPIN_US = 100.0
@@ -245,7 +251,10 @@ class WaitPolicy:
     - futex: sleep on the ring's futex at once (the default; no CPU while idle);
     - spin: poll for spin_us (cpu_relax), then sleep on the futex;
     - busy: poll until data, the close, an interrupt or the timeout: a whole core. Once the
-      writer is gone (crashed) it stops spinning and sleeps.
+      writer is gone (crashed) it stops spinning and sleeps;
+    - adaptive: spin up to twice the recent wait when that is under spin_us (the cap), else
+      sleep at once: a feed fast enough to be caught within the cap pays no wake-up, a slow
+      one no CPU (WSGW_RING_SPIN_ADAPTIVE in wsgw_ring.h).
     `WaitPolicy.parse("spin:50")` reads the command-line form (mode[:spin_us])."""
 
     mode: WaitMode = "futex"
@@ -266,9 +275,11 @@ class WaitPolicy:
             return value
         mode, _, spin = value.strip().partition(":")
         if mode not in WAIT_MODES:
-            raise ValueError(f"wait policy must be futex, spin[:us] or busy, not {value!r}")
-        if spin and mode != "spin":
-            raise ValueError(f"only the spin policy takes a time ({value!r})")
+            raise ValueError(
+                f"wait policy must be futex, spin[:us], adaptive[:us] or busy, not {value!r}"
+            )
+        if spin and mode not in TIMED_MODES:
+            raise ValueError(f"only the spin and adaptive policies take a time ({value!r})")
         try:
             spin_us = float(spin) if spin else DEFAULT_SPIN_US
         except ValueError:
@@ -277,20 +288,30 @@ class WaitPolicy:
 
     @property
     def spin_ns(self) -> int:
-        """wsgw_ring_wait's spin_ns: 0 futex, > 0 spin then futex, < 0 busy."""
+        """wsgw_ring_wait's spin_ns: 0 futex, > 0 spin then futex, < 0 busy; adaptive: its
+        cap | RING_SPIN_ADAPTIVE."""
         if self.mode == "futex":
             return 0
         if self.mode == "busy":
             return RING_SPIN_BUSY
-        return max(1, int(self.spin_us * 1000))
+        spin = max(1, int(self.spin_us * 1000))
+        return spin | RING_SPIN_ADAPTIVE if self.mode == "adaptive" else spin
+
+    @property
+    def spin_cap_us(self) -> float:
+        """The longest one wait spins (us) before it sleeps: 0 futex, inf busy."""
+        if self.mode == "futex":
+            return 0.0
+        return float("inf") if self.mode == "busy" else self.spin_us
 
     def __str__(self) -> str:
-        return f"spin:{self.spin_us:g}" if self.mode == "spin" else self.mode
+        return f"{self.mode}:{self.spin_us:g}" if self.mode in TIMED_MODES else self.mode
 
     def to_hint(self) -> tuple[int, int]:
         """(mode, spin_ns) as the ring header's wait hint stores them."""
-        if self.mode == "spin":
-            return RING_WAIT_SPIN, min(self.spin_ns, RING_WAIT_SPIN_MAX_NS)
+        if self.mode in TIMED_MODES:
+            spin_ns = min(max(1, int(self.spin_us * 1000)), RING_WAIT_SPIN_MAX_NS)
+            return (RING_WAIT_SPIN if self.mode == "spin" else RING_WAIT_ADAPTIVE), spin_ns
         return (RING_WAIT_BUSY if self.mode == "busy" else RING_WAIT_FUTEX), 0
 
     @classmethod
@@ -302,6 +323,8 @@ class WaitPolicy:
             return cls("busy")
         if mode == RING_WAIT_SPIN:
             return cls("spin", spin_ns / 1000)
+        if mode == RING_WAIT_ADAPTIVE:
+            return cls("adaptive", spin_ns / 1000)
         return None
 
 
@@ -608,6 +631,13 @@ class RingWriter(Closing):
             raise _error(rc, "ring wait hint")
         self._wait_hint = hint
 
+    def set_writer_cpu(self, cpu: int | None) -> None:
+        """Publish the CPU the feed's engine is pinned to (None: withdraw it), for readers
+        that wait on that CPU (RingReader.writer_cpu, Client.attach(cpu="engine"))."""
+        rc = ring_set_writer_cpu(self._live(), -1 if cpu is None else cpu)
+        if rc < 0:
+            raise _error(rc, "ring writer cpu")
+
     @property
     def wait_hint(self) -> WaitPolicy | None:
         """The wait policy this writer recommends (None: none)."""
@@ -686,6 +716,12 @@ class RingReader(Closing):
         self.set_topics(topics)
         if name is not None:
             self.set_name(name)
+
+    @property
+    def writer_cpu(self) -> int | None:
+        """The CPU the gateway's feed engine is pinned to, as it published it (None: none)."""
+        cpu = ring_writer_cpu(self._live())
+        return None if cpu < 0 else cpu
 
     @classmethod
     def attach(

@@ -30,7 +30,7 @@ HOST_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}|\[[0-9a-f:.]+\]", re.IGNORECA
 #: A browser origin (RFC 6454 section 6.2): scheme, host and an optional port, no path.
 ORIGIN = re.compile(r"https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?", re.IGNORECASE)
 #: A ring reader's wait policy as the settings spell it (dataplane.ring.WaitPolicy.parse).
-WAIT_POLICY = re.compile(r"futex|busy|spin(:[0-9]+(\.[0-9]+)?)?")
+WAIT_POLICY = re.compile(r"futex|busy|(spin|adaptive)(:[0-9]+(\.[0-9]+)?)?")
 #: Listen addresses that mean "every interface": no Host names them.
 WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names them, binds none)
 
@@ -240,7 +240,8 @@ class HubSettings(BaseModel):
     reader_wait: str | None = Field(
         default=None,
         description="the wait policy the ring recommends to its readers (those opened with "
-        "wait 'auto'): futex, spin[:us] or busy; default: the latency profile's",
+        "wait 'auto'): futex, spin[:us], adaptive[:us] or busy; default: the latency "
+        "profile's",
     )
     nats: NatsSettings | None = Field(default=None, description="absent: no NATS sink")
 
@@ -248,7 +249,9 @@ class HubSettings(BaseModel):
     @classmethod
     def _check_reader_wait(cls, value: str | None) -> str | None:
         if value is not None and not WAIT_POLICY.fullmatch(value):
-            raise ValueError(f"hub.reader_wait must be futex, spin[:us] or busy, not {value!r}")
+            raise ValueError(
+                f"hub.reader_wait must be futex, spin[:us], adaptive[:us] or busy, not {value!r}"
+            )
         return value
 
 

@@ -64,7 +64,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gateway.lab import Lab
 from gateway.settings import LATENCY_PROFILES
@@ -127,10 +127,13 @@ class Profile:
     stream_direct: bool = True  # /v1/stream frames written by the hub's router (no task hop)
     switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
     stream_sink: bool = False  # /v1/stream frames sent by the ring's writer (gateway.hub.sink)
+    wait: str = ""  # the ring reader's wait policy when not the profile's
+    reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
+    halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
 
     @property
     def reader_wait(self) -> str:
-        return LATENCY_PROFILES[self.latency_profile].reader_wait
+        return self.wait or LATENCY_PROFILES[self.latency_profile].reader_wait
 
 
 DEFAULT = Profile()
@@ -174,6 +177,33 @@ CONTENDER_SPECS = {
         DPDK_STREAM_SWITCH_500US, "dpdk", "stream", Profile(switch_interval_us=500)
     ),
 }
+
+# Where the wake-ups cost (wsgw_bench.wake): the engine pinned to CPU 1 and its ring reader
+# on the same CPU or on the other one; the guest's haltpoll window (the cpuidle governor
+# polls that long before it halts the vCPU) for both the direct client and the ring reader.
+DPDK_RING_APART = "wsgw dpdk -> ring, engine cpu 1, reader cpu 0"
+DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
+DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
+DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
+DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
+ENGINE_CPU1 = (("cpu", 1),)
+CONTENDER_SPECS.update(
+    {
+        DPDK_RING_APART: Contender(
+            DPDK_RING_APART, "dpdk", "ring", Profile(engine=ENGINE_CPU1, reader_cpu=0)
+        ),
+        DPDK_RING_TOGETHER: Contender(
+            DPDK_RING_TOGETHER, "dpdk", "ring", Profile(engine=ENGINE_CPU1, reader_cpu="engine")
+        ),
+        DIRECT_HALT_POLL: Contender(
+            DIRECT_HALT_POLL, None, "direct", Profile(halt_poll_ns=200_000)
+        ),
+        DPDK_RING_HALT_POLL: Contender(
+            DPDK_RING_HALT_POLL, "dpdk", "ring", Profile(halt_poll_ns=200_000)
+        ),
+        DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
+    }
+)
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -296,11 +326,18 @@ class Tally:
             self.t0, self.t1 = self.pending.popleft()
 
 
-def ring_consumer_main(conn: Connection, ring: str, topics: list[str], wait: str) -> None:
-    """A consumer process of the ring, through the consumer client, with `wait` policy."""
+def ring_consumer_main(
+    conn: Connection,
+    ring: str,
+    topics: list[str],
+    wait: str,
+    cpu: int | Literal["engine"] | None = None,
+) -> None:
+    """A consumer process of the ring, through the consumer client, with `wait` policy (and
+    pinned to `cpu` when given)."""
     from gateway.client import Client, Gap, RingMessage
 
-    with Client.attach(ring, topics=topics, wait=wait) as client:
+    with Client.attach(ring, topics=topics, wait=wait, cpu=cpu) as client:
         tally = Tally(conn)
         conn.send(("ready", os.getpid()))
         read, see, clock = client.read, tally.see, time.time_ns
@@ -626,7 +663,12 @@ def running(
     gateway: Proc | None = None
     consumer: Proc | None = None
     ring = f"wsgw-feed{os.getpid()}{tag}-messages"
+    undo = ExitStack()  # host-level settings the contender changes, restored last
     try:
+        if contender.profile.halt_poll_ns is not None:
+            from wsgw_bench.wake import halt_poll_window
+
+            undo.enter_context(halt_poll_window(contender.profile.halt_poll_ns))
         if contender.transport is None:
             streams = "/".join(TOPICS)
             url = f"ws://{lab.peer_client_ip}:{SIM_PORT}/binance/stream?streams={streams}"
@@ -652,7 +694,10 @@ def running(
                 from gateway.hub.names import ring_topics
 
                 topics = ring_topics(sid, list(TOPICS), gaps=False)
-                consumer = Proc(ring_consumer_main, ring, topics, contender.profile.reader_wait)
+                profile = contender.profile
+                consumer = Proc(
+                    ring_consumer_main, ring, topics, profile.reader_wait, profile.reader_cpu
+                )
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
@@ -667,6 +712,7 @@ def running(
         if gateway is not None:
             gateway.close()
         ring_path(ring).unlink(missing_ok=True)
+        undo.close()
 
 
 def measure_window(

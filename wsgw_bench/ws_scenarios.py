@@ -128,7 +128,7 @@ class Contender:
     loop_used: str = ""  # what the last run had, with its version
     version: str = ""
     notes: list[str] = field(default_factory=list)
-    latency_note: str = ""  # engine loop: RX burst -> data_received, from its last run
+    latency_note: str = ""  # DPDK: the last run's receive split (engine loop: RX -> protocol)
 
 
 # ---- where the contenders run ------------------------------------------------------------
@@ -603,7 +603,11 @@ def _run_one(
                 loop_results = dpdk.run_in_loop(main)
                 c.latency_note = dpdk.rx_latency_note()
                 return loop_results
+            before = dpdk.engine.fastpath.stats()
             dpdk_results, c.loop_used = run_loop(main, c.loop)
+            split = receive_split_note(before, dpdk.engine.fastpath.stats())
+            if split:  # the threaded engine's receive split too (a bulk run only)
+                c.latency_note = "last repetition" + split
             return dpdk_results
         except ContenderUnavailable as exc:
             c.skip = f"skipped: {exc}"

@@ -44,6 +44,7 @@ def subscription_public(
             "consume": ConsumePublic(
                 stream_url=f"{STREAM_PATH}?subscription={sub.id}",
                 ring=control.subscriptions.ring_name(sub),
+                ring_url=control.subscriptions.ring_url(),
                 ring_topics=ring_topics(sub.session_id, delivered_topics(sub)),
             ),
             "upstream_subscribed": change.subscribed if change else [],

@@ -102,6 +102,7 @@ class ConsumePublic(PublicSchema):
 
     stream_url: str
     ring: str  # the gateway's shared-memory ring (/dev/shm/<ring>)
+    ring_url: str  # the same ring as the SDK opens it: Client.connect(ring_url, topics=...)
     # the filter for a ring reader: `<session>:<topic>` (a normalized subscription's:
     # `<session>:norm:<topic>`) and `$gap`
     ring_topics: list[str]

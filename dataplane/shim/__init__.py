@@ -50,10 +50,12 @@ from dataplane.shim._bind_ring import MAGIC as RING_MAGIC
 from dataplane.shim._bind_ring import MAX_READERS as RING_MAX_READERS
 from dataplane.shim._bind_ring import REC_HDR as RING_REC_HDR
 from dataplane.shim._bind_ring import RING_API, RING_LAYOUT
+from dataplane.shim._bind_ring import SPIN_ADAPTIVE as RING_SPIN_ADAPTIVE
 from dataplane.shim._bind_ring import SPIN_BUSY as RING_SPIN_BUSY
 from dataplane.shim._bind_ring import TOPIC_NAME_MAX as RING_TOPIC_NAME_MAX
 from dataplane.shim._bind_ring import VIEW_FORMAT as RING_VIEW_FORMAT
 from dataplane.shim._bind_ring import VIEW_SIZE as RING_VIEW_SIZE
+from dataplane.shim._bind_ring import WAIT_ADAPTIVE as RING_WAIT_ADAPTIVE
 from dataplane.shim._bind_ring import WAIT_BUSY as RING_WAIT_BUSY
 from dataplane.shim._bind_ring import WAIT_FUTEX as RING_WAIT_FUTEX
 from dataplane.shim._bind_ring import WAIT_NONE as RING_WAIT_NONE
@@ -81,6 +83,7 @@ from dataplane.shim._bind_ring import readers as ring_readers
 from dataplane.shim._bind_ring import seek as ring_seek
 from dataplane.shim._bind_ring import set_filter as ring_set_filter
 from dataplane.shim._bind_ring import set_wait_hint as ring_set_wait_hint
+from dataplane.shim._bind_ring import set_writer_cpu as ring_set_writer_cpu
 from dataplane.shim._bind_ring import topic_name as ring_topic_name
 from dataplane.shim._bind_ring import topic_register as ring_topic_register
 from dataplane.shim._bind_ring import versions as ring_versions
@@ -88,6 +91,7 @@ from dataplane.shim._bind_ring import wait as ring_wait
 from dataplane.shim._bind_ring import wait_hint as ring_wait_hint
 from dataplane.shim._bind_ring import writer_alive as ring_writer_alive
 from dataplane.shim._bind_ring import writer_close as ring_writer_close
+from dataplane.shim._bind_ring import writer_cpu as ring_writer_cpu
 from dataplane.shim._bind_ring import writer_fd as ring_writer_fd
 from dataplane.shim._bind_ring import writer_info as ring_writer_info
 from dataplane.shim._bind_ring import writer_stats as ring_writer_stats
@@ -166,10 +170,12 @@ __all__ = [
     "RING_MAGIC",
     "RING_MAX_READERS",
     "RING_REC_HDR",
+    "RING_SPIN_ADAPTIVE",
     "RING_SPIN_BUSY",
     "RING_TOPIC_NAME_MAX",
     "RING_VIEW_FORMAT",
     "RING_VIEW_SIZE",
+    "RING_WAIT_ADAPTIVE",
     "RING_WAIT_BUSY",
     "RING_WAIT_FUTEX",
     "RING_WAIT_NONE",
@@ -242,6 +248,7 @@ __all__ = [
     "ring_seek",
     "ring_set_filter",
     "ring_set_wait_hint",
+    "ring_set_writer_cpu",
     "ring_topic_name",
     "ring_topic_register",
     "ring_versions",
@@ -249,6 +256,7 @@ __all__ = [
     "ring_wait_hint",
     "ring_writer_alive",
     "ring_writer_close",
+    "ring_writer_cpu",
     "ring_writer_fd",
     "ring_writer_info",
     "ring_writer_stats",

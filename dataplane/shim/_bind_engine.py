@@ -19,6 +19,14 @@ _u16p = ctypes.POINTER(ctypes.c_uint16)
 _u32p = ctypes.POINTER(ctypes.c_uint32)
 _READ_MAX = 1 << 20  # bytes a flow read copies at once
 
+# A flow sync's bytes are copied by C from the flow's ring straight into a new bytes
+# object, as C code fills one (PyBytes_FromStringAndSize(NULL, n), then its buffer):
+# one copy, not a copy into a scratch buffer and another out of it (ctypes.string_at).
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+_BYTES_DATA = bytes.__basicsize__ - 1  # where a bytes object's buffer starts (CPython)
+
 
 class EngineConf(ctypes.Structure):
     _fields_ = [
@@ -142,7 +150,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_engine_flow_synced": (None, [_vp, ctypes.c_int]),
     "wsgw_engine_flow_sync": (
         ctypes.c_int,
-        [_vp, ctypes.c_int, _u8p, ctypes.c_uint32, _vp, ctypes.c_int],
+        [_vp, ctypes.c_int, _vp, ctypes.c_uint32, _vp, ctypes.c_int],
     ),
     "wsgw_engine_flow_take_ack": (ctypes.c_uint64, [_vp, ctypes.c_int]),
     "wsgw_engine_flow_give_ack": (
@@ -219,6 +227,7 @@ class EngineBinding:
         self._poll = lib.wsgw_engine_poll
         self._read_buf = (ctypes.c_uint8 * _READ_MAX)()
         self._sync_out = ctypes.create_string_buffer(FLOW_SYNC.size)
+        self._flows: dict[int, FlowStruct] = {}
         self._tx_buf = (ctypes.c_uint8 * (1 << 18))()
         self._tx_off = (ctypes.c_uint32 * 1024)()
         self._tx_len = (ctypes.c_uint16 * 1024)()
@@ -288,6 +297,19 @@ class EngineBinding:
         rcv_space stays)."""
         out = self._sync_out
         lib = self._lib
+        flow = self._flows.get(slot)
+        if flow is None:
+            flow = self._flows[slot] = self.flow(slot)  # fixed in C for the engine's life
+        pending = (flow.ring_head - flow.ring_tail) & 0xFFFFFFFF
+        if 1 < pending <= _READ_MAX:  # (0 and 1 byte objects are shared singletons)
+            data = _new_bytes(None, pending)  # uninitialised and ours alone: C fills it
+            dst = id(data) + _BYTES_DATA
+            if lib.wsgw_engine_flow_sync(self._h, slot, dst, pending, out, keep_space) < 0:
+                raise KeyError(slot)
+            fields = FLOW_SYNC.unpack_from(out)
+            if fields[0] != pending:  # never: nothing else reads the ring meanwhile
+                data = data[: fields[0]]
+            return (data, *fields[1:-1])
         if lib.wsgw_engine_flow_sync(self._h, slot, self._read_buf, _READ_MAX, out, keep_space) < 0:
             raise KeyError(slot)
         fields = FLOW_SYNC.unpack_from(out)

@@ -30,7 +30,7 @@ RING_LAYOUT = 2
 F_REPLACE = 1
 F_START_OLDEST = 2
 #: enum wsgw_ring_wait_mode: the wait policy a writer recommends (NONE: no advice).
-WAIT_NONE, WAIT_FUTEX, WAIT_SPIN, WAIT_BUSY = range(4)
+WAIT_NONE, WAIT_FUTEX, WAIT_SPIN, WAIT_BUSY, WAIT_ADAPTIVE = range(5)
 WAIT_SPIN_MAX_NS = (1 << 48) - 1
 REC_HDR = 32
 TOPIC_NAME_MAX = 56
@@ -82,6 +82,9 @@ READER_STAT_FIELDS = (
 )
 #: wsgw_ring_wait's spin_ns for the busy policy (WSGW_RING_SPIN_BUSY).
 SPIN_BUSY = -1
+#: wsgw_ring_wait's spin_ns flag of the adaptive policy, the cap in the low bits
+#: (WSGW_RING_SPIN_ADAPTIVE).
+SPIN_ADAPTIVE = 1 << 62
 #: The reader table (WSGW_RING_MAX_READERS slots, names of WSGW_RING_READER_NAME_MAX bytes).
 MAX_READERS = 31
 READER_NAME_MAX = 64
@@ -164,6 +167,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_ring_writer_close": (None, [_vp, ctypes.c_int]),
     "wsgw_ring_set_wait_hint": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_uint64]),
     "wsgw_ring_wait_hint": (ctypes.c_int, [_vp, _u64p]),
+    "wsgw_ring_set_writer_cpu": (ctypes.c_int, [_vp, ctypes.c_int32]),
+    "wsgw_ring_writer_cpu": (ctypes.c_int32, [_vp]),
     "wsgw_ring_attach": (
         ctypes.c_int,
         [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(_vp)],
@@ -294,6 +299,15 @@ def writer_stats(handle: int) -> dict[str, int]:
 
 def set_wait_hint(handle: int, mode: int, spin_ns: int) -> int:
     return int(library(KEEP_GIL).wsgw_ring_set_wait_hint(handle, mode, spin_ns))
+
+
+def set_writer_cpu(handle: int, cpu: int) -> int:
+    return int(library(KEEP_GIL).wsgw_ring_set_writer_cpu(handle, cpu))
+
+
+def writer_cpu(handle: int) -> int:
+    """The CPU the writer published, -1: none."""
+    return int(library(KEEP_GIL).wsgw_ring_writer_cpu(handle))
 
 
 def wait_hint(handle: int) -> tuple[int, int]:

@@ -76,6 +76,7 @@ struct wsgw_ring_ctl {
     CACHE_ALIGNED _Atomic uint64_t wait_hint; /* mode << 48 | spin_ns; 0: no advice */
     uint32_t readers_offset;                  /* layout 2: the reader table, in page 1 */
     uint32_t max_readers;
+    _Atomic uint32_t writer_cpu; /* the feed engine's CPU + 1; 0: none published */
 };
 /* The offsets documented in wsgw_ring.h are the layout: pin them. */
 _Static_assert(offsetof(struct wsgw_ring_ctl, layout) == 8, "layout");
@@ -90,6 +91,7 @@ _Static_assert(offsetof(struct wsgw_ring_ctl, topic_count) == 112, "topic_count"
 _Static_assert(offsetof(struct wsgw_ring_ctl, wait_hint) == 128, "wait_hint at 128");
 _Static_assert(offsetof(struct wsgw_ring_ctl, readers_offset) == 136, "readers_offset at 136");
 _Static_assert(offsetof(struct wsgw_ring_ctl, max_readers) == 140, "max_readers at 140");
+_Static_assert(offsetof(struct wsgw_ring_ctl, writer_cpu) == 144, "writer_cpu at 144");
 _Static_assert(offsetof(struct wsgw_ring_rec, seq) == 16, "record seq");
 _Static_assert(sizeof(struct wsgw_ring_ctl) <= WSGW_RING_PAGE, "ctl fits page 0");
 
@@ -142,6 +144,7 @@ struct wsgw_ring_reader {
     struct wsgw_ring_reader_stats st;
     struct wsgw_ring_reader_slot *slot; /* its slot in the reader table; NULL: none */
     int slot_index;
+    uint64_t wait_avg_ns; /* the adaptive policy's average wait length (0: none yet) */
     CACHE_ALIGNED _Atomic int interrupted;
     const struct wsgw_ring_topic *topics;
     int fd;
@@ -745,10 +748,11 @@ void wsgw_ring_writer_release(wsgw_ring_writer *w)
 
 WSGW_API int wsgw_ring_set_wait_hint(wsgw_ring_writer *w, uint32_t mode, uint64_t spin_ns)
 {
-    if (mode > WSGW_RING_WAIT_BUSY || (mode == WSGW_RING_WAIT_SPIN) != (spin_ns != 0) ||
+    int timed = mode == WSGW_RING_WAIT_SPIN || mode == WSGW_RING_WAIT_ADAPTIVE;
+    if (mode > WSGW_RING_WAIT_ADAPTIVE || timed != (spin_ns != 0) ||
         spin_ns > WSGW_RING_WAIT_SPIN_MAX_NS) {
-        wsgw_set_error("wait hint: mode %u with spin_ns %llu (SPIN takes 1..2^48-1 ns, the "
-                       "others 0)", mode, (unsigned long long)spin_ns);
+        wsgw_set_error("wait hint: mode %u with spin_ns %llu (SPIN and ADAPTIVE take "
+                       "1..2^48-1 ns, the others 0)", mode, (unsigned long long)spin_ns);
         return -EINVAL;
     }
     uint64_t hint = mode == WSGW_RING_WAIT_NONE ? 0 : (uint64_t)mode << WAIT_HINT_SHIFT | spin_ns;
@@ -763,13 +767,32 @@ WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns)
     uint32_t mode = (uint32_t)(hint >> WAIT_HINT_SHIFT);
     uint64_t spin = hint & WSGW_RING_WAIT_SPIN_MAX_NS;
     /* Untrusted file: anything this library does not know reads as no advice. */
-    if (mode > WSGW_RING_WAIT_BUSY || (mode == WSGW_RING_WAIT_SPIN) != (spin != 0)) {
+    int timed = mode == WSGW_RING_WAIT_SPIN || mode == WSGW_RING_WAIT_ADAPTIVE;
+    if (mode > WSGW_RING_WAIT_ADAPTIVE || timed != (spin != 0)) {
         mode = WSGW_RING_WAIT_NONE;
         spin = 0;
     }
     if (spin_ns != NULL)
         *spin_ns = spin;
     return (int)mode;
+}
+
+WSGW_API int wsgw_ring_set_writer_cpu(wsgw_ring_writer *w, int32_t cpu)
+{
+    if (cpu < -1 || cpu >= WSGW_RING_MAX_CPU) {
+        wsgw_set_error("writer cpu %d: -1 (none) or 0..%d", cpu, WSGW_RING_MAX_CPU - 1);
+        return -EINVAL;
+    }
+    atomic_store_explicit(&w->ctl->writer_cpu, (uint32_t)(cpu + 1), memory_order_release);
+    return 0;
+}
+
+WSGW_API int32_t wsgw_ring_writer_cpu(const wsgw_ring_reader *r)
+{
+    uint32_t v = atomic_load_explicit((_Atomic uint32_t *)&r->ctl->writer_cpu,
+                                      memory_order_acquire);
+    /* Untrusted file: a value out of range reads as none. */
+    return v == 0 || v > WSGW_RING_MAX_CPU ? -1 : (int32_t)(v - 1);
 }
 
 WSGW_API void wsgw_ring_writer_close(wsgw_ring_writer *w, int unlink_file)
@@ -1375,7 +1398,33 @@ static int spin_phase(struct wsgw_ring_reader *r, uint64_t start, uint64_t spin_
     return rc;
 }
 
+static int wait_policy(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
+
+/* The adaptive policy (WSGW_RING_SPIN_ADAPTIVE): spin for twice the average wait when that
+ * average is under the cap, else sleep at once; each wait that ends with data moves the
+ * average 1/8 of the way to its own length (a timed-out wait counts its whole length). */
+static int wait_adaptive(wsgw_ring_reader *r, int64_t timeout_ns, uint64_t cap)
+{
+    uint64_t avg = r->wait_avg_ns ? r->wait_avg_ns : cap / 2; /* first wait: a short spin */
+    int64_t spin = avg < cap ? (int64_t)(2 * avg < cap ? 2 * avg : cap) : 0;
+    uint64_t start = now_ns(CLOCK_MONOTONIC);
+    int rc = wait_policy(r, timeout_ns, spin > 0 ? spin : 0);
+    if ((rc == 1 || rc == 0) && timeout_ns != 0) { /* a poll (timeout 0) says nothing */
+        uint64_t took = now_ns(CLOCK_MONOTONIC) - start;
+        r->wait_avg_ns = avg - avg / 8 + took / 8 + 1; /* + 1: never back to "none yet" */
+    }
+    return rc;
+}
+
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns)
+{
+    if (spin_ns > 0 && (spin_ns & WSGW_RING_SPIN_ADAPTIVE))
+        return wait_adaptive(r, timeout_ns,
+                             (uint64_t)spin_ns & WSGW_RING_WAIT_SPIN_MAX_NS);
+    return wait_policy(r, timeout_ns, spin_ns);
+}
+
+static int wait_policy(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns)
 {
     if (atomic_exchange(&r->interrupted, 0))
         return -ECANCELED;

@@ -39,6 +39,8 @@
  *         is zero), so older files and older readers stay compatible: no layout change.
  *     136 readers_offset u32 (file offset of the reader table) · 140 max_readers u32
  *         (layout 2; written once, before the file gets its name)
+ *     144 writer_cpu u32: the CPU + 1 of the engine whose feed writes the ring (0: none),
+ *         so a reader can sleep on the CPU that wakes it (zero in older files: compatible)
  *   wait page: 0 notify u32 (the futex word) · 4 waiters u32
  *   reader table (layout 2): max_readers x struct wsgw_ring_reader_slot, 128 bytes each,
  *     from readers_offset (page 1 + 128: 31 slots fill the page)
@@ -271,8 +273,14 @@ enum wsgw_ring_wait_mode {
     WSGW_RING_WAIT_FUTEX = 1,
     WSGW_RING_WAIT_SPIN = 2,
     WSGW_RING_WAIT_BUSY = 3,
+    WSGW_RING_WAIT_ADAPTIVE = 4, /* spin_ns is the cap (see WSGW_RING_SPIN_ADAPTIVE) */
 };
 #define WSGW_RING_WAIT_SPIN_MAX_NS ((1ull << 48) - 1)
+/* wsgw_ring_wait's spin_ns | this flag: the adaptive policy, the low bits its cap. It spins
+ * up to twice the recent wait (an average of the last few waits' lengths: how long the feed
+ * has been leaving this reader idle) when that is below the cap, and sleeps at once when it
+ * is not: a fast feed is caught by the spin with no wake-up, a slow one costs no CPU. */
+#define WSGW_RING_SPIN_ADAPTIVE (1ll << 62)
 
 /* wsgw_ring_wait's spin_ns for the busy policy; how often a busy spin probes the writer. */
 #define WSGW_RING_SPIN_BUSY (-1)
@@ -316,6 +324,10 @@ WSGW_API int wsgw_ring_writer_stats(const wsgw_ring_writer *w,
  * only (0 otherwise). May be called at any time; readers look when they attach.
  * -EINVAL: unknown mode or a spin_ns that does not fit. */
 WSGW_API int wsgw_ring_set_wait_hint(wsgw_ring_writer *w, uint32_t mode, uint64_t spin_ns);
+/* Publish the CPU the feed's engine runs on (-1: none), for readers that want to wait on it.
+ * -EINVAL: below -1 or not below WSGW_RING_MAX_CPU. */
+#define WSGW_RING_MAX_CPU 4096
+WSGW_API int wsgw_ring_set_writer_cpu(wsgw_ring_writer *w, int32_t cpu);
 /* The reader table: copies of the occupied slots into out[0..max) (lowest slot first);
  * returns how many. Slots of dead pids are reclaimed on the way (and not listed). */
 WSGW_API int wsgw_ring_readers(const wsgw_ring_writer *w, struct wsgw_ring_reader_entry *out,
@@ -354,8 +366,9 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
  * -ECONNABORTED the operator closed this reader (wsgw_ring_close_reader).
  * timeout_ns < 0 waits forever. spin_ns is the wait policy (see "Wait policies" above):
  * 0 sleeps on the futex at once, > 0 spins that long first, < 0 spins until the timeout
- * (falling back to the futex only when the writer is gone). Without write access to the
- * wait page the sleep is a poll with short sleeps. */
+ * (falling back to the futex only when the writer is gone); WSGW_RING_SPIN_ADAPTIVE | cap
+ * spins as that flag says. Without write access to the wait page the sleep is a poll with
+ * short sleeps. */
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
 /* Make a wait on r (in another thread) return -ECANCELED now, or the next one if none runs. */
 WSGW_API void wsgw_ring_reader_interrupt(wsgw_ring_reader *r);
@@ -376,6 +389,8 @@ WSGW_API uint64_t wsgw_ring_reader_next_seq(const wsgw_ring_reader *r);
 /* The writer's recommended wait policy: returns its mode (WSGW_RING_WAIT_NONE: none given)
  * and stores its spin_ns (0 unless SPIN) when spin_ns is not NULL. */
 WSGW_API int wsgw_ring_wait_hint(const wsgw_ring_reader *r, uint64_t *spin_ns);
+/* The CPU the writer published (wsgw_ring_set_writer_cpu), -1: none. */
+WSGW_API int32_t wsgw_ring_writer_cpu(const wsgw_ring_reader *r);
 /* 1: a writer holds the ring (flock), 0: none (crashed or closed), -errno. */
 WSGW_API int wsgw_ring_writer_alive(const wsgw_ring_reader *r);
 /* The reader's slot in the reader table, or -1: none (read-only file, or the table full). */

@@ -726,6 +726,13 @@ class TcpConnection:
             self._ts_recent_time = now
         self._now = max(self._now, now)
         quiet = True
+        if segments and advance > segments * self._rcv_mss and self._rcv_mss < self.config.mss:
+            # The peer's MSS, learnt from what C took (their mean size: never above the
+            # largest), as `_process_text` learns it: C's "every second full-sized
+            # segment" (RFC 5681 section 4.2) counts in real segments, not in 536 bytes.
+            self._rcv_mss = min(advance // segments, self.config.mss)
+            self._changed()  # the next export gives C the new size
+            quiet = False
         if ack_deadline is not None or unacked_bytes:
             self._unacked_rx_bytes = unacked_bytes
             if ack_deadline is not None:

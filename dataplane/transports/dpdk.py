@@ -168,12 +168,20 @@ class EngineTransport(asyncio.Transport):
         self._engine.fastpath.wake()  # the next poll returns at once: the pump delivers
 
     def _read_directly(self) -> None:
-        """Direct mode, once connection_made has run and while reading: the bytes the C
-        fast path brings go from the flow's sync straight to the protocol
-        (`TcpConnection.direct_reader`), not through the socket's buffer and the pump."""
+        """Once connection_made has run and while reading: the bytes the C fast path brings
+        go from the flow's sync straight to the protocol (direct mode) or to the loop
+        (threaded), as `TcpConnection.direct_reader`: not copied into the socket's buffer
+        and out again by the pump."""
         sock = self._sock
-        if self.direct and self._reading and self._made and sock is not None:
-            sock.connection.direct_reader = self._read_direct
+        if self._reading and self._made and sock is not None:
+            reader = self._read_direct if self.direct else self._read_to_loop
+            sock.connection.direct_reader = reader
+
+    def _read_to_loop(self, data: bytes) -> None:
+        """Threaded mode's direct reader (on the engine thread): one hand-off per sync."""
+        sock = self._sock
+        if not self._lost_reported and sock is not None:
+            self._to_loop(self._deliver_at, data, sock.connection.read_seq)
 
     def _read_direct(self, data: bytes) -> None:
         if self._lost_reported:

@@ -187,6 +187,7 @@ def _print_where(port: int, consume: dict[str, Any]) -> None:
     print(f"API docs   {base}/docs      metrics {base}/metrics")
     print(f"stream     ws://127.0.0.1:{port}{consume['stream_url']}")
     print(f"ring       /dev/shm/{consume['ring']}  topics {consume['ring_topics']}")
+    print(f"SDK        Client.connect({consume['ring_url']!r}, topics={consume['ring_topics']!r})")
     print("a line per second (Ctrl-C stops; everything is removed on exit)")
 
 

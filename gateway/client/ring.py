@@ -3,12 +3,44 @@ involvement per message). See dataplane.ring for the ring itself."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import os
+from typing import TYPE_CHECKING, Literal, cast
 
 from dataplane.ring import RingReader, WaitOrigin, WaitPolicy
 
 if TYPE_CHECKING:
     from gateway.client.core import ClientEvent
+
+
+#: Client.attach(cpu=): a CPU number, or "engine": the CPU of the engine whose feed writes the
+#: ring, as the gateway publishes it in the ring's header (RingWriter.set_writer_cpu).
+ReaderCpu = int | Literal["engine"] | None
+
+
+def pin_reader(reader: RingReader, cpu: ReaderCpu) -> int | None:
+    """Pin the calling thread (the one that reads) to `cpu` and return it (None: left as it
+    is); a bad cpu closes the reader and raises ValueError. A wake-up on the CPU that wrote
+    is a context switch; one on another idle vCPU is an IPI and, in a VM, an exit to the
+    host (docs/PERFORMANCE.md, "Wake-ups")."""
+    if cpu is None:
+        return None
+    target = reader.writer_cpu if cpu == "engine" else cpu
+    try:
+        if target is None:
+            raise ValueError(
+                "cpu='engine': the gateway publishes no engine CPU in this ring (its engine "
+                "is not pinned: set engine.cpu)"
+            )
+        if isinstance(target, bool) or not isinstance(target, int) or target < 0:
+            raise ValueError(f"cpu must be a CPU number or 'engine', not {cpu!r}")
+        try:
+            os.sched_setaffinity(0, {target})
+        except OSError as exc:
+            raise ValueError(f"cannot run the reader on CPU {target}: {exc.strerror}") from None
+    except ValueError:
+        reader.close()
+        raise
+    return target
 
 
 class RingSource:

@@ -205,3 +205,7 @@ class SubscriptionService(RowService[SubscriptionRow]):
         from dataplane.ring import ring_name
 
         return ring_name(self.hub_gateway, "messages")
+
+    def ring_url(self) -> str:
+        """The ring as the consumer SDK names it (gateway.client: shm://<gateway>/<ring>)."""
+        return f"shm://{self.hub_gateway}/messages"

@@ -156,6 +156,14 @@ class DpdkEngines:
                 return PortStatus(port_id, PortState.FAILED, self._failed[port_id])
             return PortStatus(port_id, PortState.DOWN)
 
+    def pinned_cpu(self) -> int | None:
+        """The CPU the engine of the lowest-numbered port is pinned to (engine.cpu), None
+        when no port is up or its engine floats: what readers of the ring are told."""
+        with self._lock:
+            if not self._ports:
+                return None
+            return self._ports[min(self._ports)].engine.config.cpu
+
     def engine_for(self, port_id: int | None) -> Engine:
         return self._running(port_id).engine
 

@@ -203,11 +203,14 @@ class LiveRuntime:
         self._event_sink = sink
 
     def port_up(self, port: PortSpec) -> PortStatus:
-        return self._engine_hook(NO_ENGINE).port_up(port)
+        status = self._engine_hook(NO_ENGINE).port_up(port)
+        self._publish_engine_cpu()
+        return status
 
     def port_down(self, port_id: int) -> None:
         if self._engine is not None:
             self._engine.port_down(port_id)
+            self._publish_engine_cpu()
             # Sessions that ran on that port's engine loop went with it: say so.
             self._reap_if_any_loop_closed(wait=self._stop_timeout)
 
@@ -239,6 +242,16 @@ class LiveRuntime:
             except Exception as exc:  # closed under us (the port going down)
                 log.debug("port %s: NIC counters not read: %s", port_id, exc)
         return out
+
+    def _publish_engine_cpu(self) -> None:
+        """Write the CPU the feed's engine is pinned to into the ring's header, so a reader
+        can sleep where the writer runs (Client.attach(cpu="engine"): a wake-up there is a
+        context switch, not an IPI to another vCPU). Engines that are not DpdkEngines (test
+        doubles) publish nothing."""
+        ring = getattr(self.hub, "ring", None)
+        pinned = getattr(self._engine, "pinned_cpu", None)
+        if ring is not None and pinned is not None and not ring.closed:
+            ring.set_writer_cpu(pinned())
 
     def _engine_hook(self, refusal: str) -> EngineHook:
         """The DPDK engine, made on first use. Hook for the engine owner: pass

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from api.app import create_app
-from dataplane.ring import RingReader, RingWriter, ring_path
+from dataplane.ring import RingReader, RingWriter, ring_name, ring_path
+from gateway.client import Client, RingMessage
 from gateway.hub import Hub
 from gateway.runtime import DetachedRuntime
 from tests.api.conftest import BASE_URL, WS_BASE, make_settings
@@ -38,9 +39,10 @@ class Gw:
 
 @pytest.fixture
 def gw(tmp_path: Path, fake_host: FakeHost) -> Iterator[Gw]:
-    ring = f"wsgw-test-consumers-{os.getpid()}"
+    gateway = f"test-consumers-{os.getpid()}"
+    ring = ring_name(gateway)  # the ring `wsgw serve` makes for this gateway name
     hub = Hub(ring=RingWriter.create(ring, 1 << 20, replace=True))
-    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'gw.db'}")
+    settings = make_settings(tmp_path, f"sqlite:///{tmp_path / 'gw.db'}", hub={"gateway": gateway})
     app = create_app(settings, DetachedRuntime(), host=fake_host.manager(), hub=hub)
     try:
         with TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL) as client:
@@ -54,6 +56,27 @@ def gw(tmp_path: Path, fake_host: FakeHost) -> Iterator[Gw]:
     finally:
         hub.close()
         ring_path(ring).unlink(missing_ok=True)
+
+
+def test_a_subscriptions_ring_url_and_topics_open_the_gateways_ring(gw: Gw) -> None:
+    """What the API tells a consumer is enough to read: Client.connect(ring_url, ring_topics)."""
+    body = {"name": "s1", "url": "wss://feed.example.com/ws", "dialect": "generic"}
+    sid = gw.control.sessions.create(body | {"transport": "kernel"}).id
+    r = gw.client.post(
+        "/v1/subscriptions",
+        json={"session_id": sid, "consumer": "c1", "topics": ["a"]},
+        headers=gw.consume,
+    )
+    assert r.status_code == 201, r.text
+    consume = r.json()["consume"]
+    assert consume["ring"] == gw.ring
+    with Client.connect(consume["ring_url"], topics=consume["ring_topics"]) as client:
+        gw.hub.publish(sid, "b", b"not subscribed")
+        gw.hub.publish(sid, "a", b"hello")
+        events = client.read(timeout=5.0)
+    assert [(e.topic, bytes(e.payload)) for e in events if isinstance(e, RingMessage)] == [
+        (f"{sid}:a", b"hello")
+    ]
 
 
 def test_a_stream_is_listed_and_an_operator_closes_it_with_1008(gw: Gw) -> None:

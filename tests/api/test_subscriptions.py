@@ -31,6 +31,7 @@ def test_first_subscribes_last_unsubscribes(
     assert a["consume"] == {
         "stream_url": f"/v1/stream?subscription={a['id']}",
         "ring": "wsgw-wsgw-messages",
+        "ring_url": "shm://wsgw/messages",
         "ring_topics": [f"{sid}:btcusdt@trade", f"{sid}:ethusdt@trade", "$gap"],
     }
     b = subscribe(api, sid, ["ethusdt@trade", "solusdt@trade"], overflow="drop_oldest")

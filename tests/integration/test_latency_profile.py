@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 import dataplane.engine as engine_module
 from dataplane.engine import Engine, engine_config_from, first_isolated_cpu
+from dataplane.errors import DataplaneError
 from dataplane.links.memory import memory_link_pair
 from dataplane.ring import SHM_DIR, RingReader, RingWriter, WaitPolicy, ring_name
 from dataplane.shim import (
@@ -30,7 +31,12 @@ from dataplane.shim import (
 from dataplane.stack.iface import Interface
 from gateway.client import Client
 from gateway.hub.config import HubConfig, create_hub
+from gateway.lab import Lab
+from gateway.runtime import PortSpec, PortState
+from gateway.runtime.engines import DpdkEngines
+from gateway.runtime.live import LiveRuntime
 from gateway.settings import EngineSettings, Settings
+from tests.conftest import requires_dpdk
 
 CTX = mp.get_context("spawn")
 PREFIX = f"wsgw-test-{os.getpid()}-lp"
@@ -109,6 +115,8 @@ def test_knobs_set_explicitly_keep_their_values(monkeypatch: pytest.MonkeyPatch)
         ("WSGW_HUB__READER_WAIT", "nap"),
         ("WSGW_HUB__READER_WAIT", "busy:5"),
         ("WSGW_HUB__READER_WAIT", "spin:-1"),
+        ("WSGW_HUB__READER_WAIT", "adaptive:x"),
+        ("WSGW_HUB__READER_WAIT", "adaptive:"),
         ("WSGW_ENGINE__CPU", "any"),
     ],
 )
@@ -118,6 +126,20 @@ def test_bad_values_are_refused_at_start(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_the_adaptive_policy_can_be_the_gateways_advice(
+    monkeypatch: pytest.MonkeyPatch, gateway: str
+) -> None:
+    monkeypatch.setenv("WSGW_HUB__READER_WAIT", "adaptive:150")
+    reader_wait = Settings().hub.reader_wait
+    assert reader_wait == "adaptive:150"
+    assert _run_consumer(gateway, reader_wait, None) == (
+        "adaptive:150",
+        "gateway",
+        "adaptive:150 (the gateway's)",
+    )
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -306,3 +328,88 @@ def test_consume_cli_says_how_it_waits(gateway: str) -> None:
         f"consuming wsgw-{gateway}-messages, wait busy (the gateway's)",
         f"consuming wsgw-{gateway}-messages, wait spin:50 (given)",
     ]
+
+
+# ---- where a reader sleeps: on the engine's CPU ---------------------------------------------
+def test_writer_cpu_round_trip_and_refusals(gateway: str) -> None:
+    with (
+        RingWriter.create(ring_name(gateway), 1 << 16) as writer,
+        RingReader.attach(ring_name(gateway)) as reader,
+    ):
+        assert reader.writer_cpu is None  # a new ring: nothing published
+        writer.set_writer_cpu(1)
+        assert reader.writer_cpu == 1
+        writer.set_writer_cpu(None)
+        assert reader.writer_cpu is None
+        for bad in (-2, 4096):
+            with pytest.raises(DataplaneError, match="writer cpu"):
+                writer.set_writer_cpu(bad)
+        assert reader.writer_cpu is None
+
+
+def test_a_garbled_writer_cpu_reads_as_none(gateway: str) -> None:
+    with RingWriter.create(ring_name(gateway), 1 << 16) as writer:
+        writer.set_writer_cpu(0)
+        with (SHM_DIR / ring_name(gateway)).open("r+b") as f:
+            f.seek(144)  # control line 2: writer_cpu (wsgw_ring.h)
+            f.write((0xFFFFFFFF).to_bytes(4, "little"))
+        with RingReader.attach(ring_name(gateway)) as reader:
+            assert reader.writer_cpu is None
+
+
+def test_a_bad_cpu_is_refused_and_frees_the_readers_slot(gateway: str) -> None:
+    with RingWriter.create(ring_name(gateway), 1 << 16) as writer:
+        with pytest.raises(ValueError, match=r"engine\.cpu"):
+            Client.attach("messages", gateway=gateway, cpu="engine")  # none published
+        writer.set_writer_cpu(0)
+        with pytest.raises(ValueError, match="CPU 4095"):
+            Client.attach("messages", gateway=gateway, cpu=4095)
+        with pytest.raises(ValueError, match="CPU number"):
+            Client.attach("messages", gateway=gateway, cpu=-1)
+        assert writer.readers() == []  # every refused reader was closed
+
+
+def _pinned_consumer(gateway: str, out: Queue[Any]) -> None:
+    """Another process: attach on the engine's CPU, read one message, say where it ran."""
+    with Client.attach("messages", gateway=gateway, copy=True, cpu="engine") as client:
+        out.put(("ready", sorted(os.sched_getaffinity(0))))
+        events = client.read(timeout=20)
+        # /proc/thread-self/stat field 39: the CPU this thread last ran on.
+        ran_on = int(Path("/proc/thread-self/stat").read_text().rpartition(")")[2].split()[36])
+        out.put(("read", [bytes(e.payload) for e in events if hasattr(e, "payload")], ran_on))
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+def test_a_reader_attached_with_cpu_engine_runs_on_the_engines_cpu(  # type: ignore[no-untyped-def]
+    eal, lab: Lab, gateway: str
+) -> None:
+    """The runtime publishes the pinned engine's CPU in the ring's header when the port comes
+    up (and withdraws it when it goes); a consumer in another process pins itself there."""
+    cpu = max(os.sched_getaffinity(0))
+    hub = create_hub(HubConfig(gateway=gateway, ring_capacity=1 << 16))
+    settings = Settings(engine={"cpu": cpu})  # type: ignore[arg-type]
+    runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
+    out: Queue[Any] = CTX.Queue()
+    proc = None
+    try:
+        assert hub.ring is not None
+        port = PortSpec(1, "lab", lab.vdev, lab.gw_ip, lab.netmask, None, 1500)
+        assert runtime.port_up(port).state is PortState.UP
+        with RingReader.attach(ring_name(gateway)) as reader:
+            assert reader.writer_cpu == cpu
+        proc = CTX.Process(target=_pinned_consumer, args=(gateway, out), daemon=True)
+        proc.start()
+        assert out.get(timeout=60) == ("ready", [cpu])
+        hub.ring.write(1, 0, b"first")
+        assert out.get(timeout=30) == ("read", [b"first"], cpu)
+        proc.join(30)
+        assert proc.exitcode == 0
+        runtime.port_down(1)
+        with RingReader.attach(ring_name(gateway)) as reader:
+            assert reader.writer_cpu is None  # no engine left: nothing to sleep next to
+    finally:
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(10)
+        runtime.close()

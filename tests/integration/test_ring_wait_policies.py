@@ -1,8 +1,9 @@
 """Reader wait policies across processes (multiprocessing spawn): futex (the default), spin
-then futex, busy spin. Every policy delivers every message in order, intact, from the sync
-and the asyncio client; lapping is still reported exactly; a writer that stops or dies never
-leaves a reader spinning for ever: spin falls back to the futex, busy honours its timeout,
-the close and interrupts, and sleeps once the writer is gone."""
+then futex, busy spin, adaptive (spins only while the feed comes fast enough to catch).
+Every policy delivers every message in order, intact, from the sync and the asyncio client;
+lapping is still reported exactly; a writer that stops or dies never leaves a reader spinning
+for ever: spin falls back to the futex, busy honours its timeout, the close and interrupts,
+and sleeps once the writer is gone."""
 
 from __future__ import annotations
 
@@ -32,12 +33,13 @@ from dataplane.ring import (
     bench_c_pace,
     ring_name,
 )
+from dataplane.shim import RING_SPIN_ADAPTIVE
 from gateway.client import Client
 from tests.integration.conftest import spawn
 from tests.utils.aio import loop_ticks
 
 CTX = mp.get_context("spawn")
-POLICIES = ["futex", "spin:200", "busy"]
+POLICIES = ["futex", "spin:200", "busy", "adaptive:200"]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -174,6 +176,7 @@ def latency_proc(name: str, policy: str, count: int, ready: Event, out: Queue[An
             "cpu": res.cpu_percent,
             "wakeups": res.wakeups,
             "spin_hits": res.spin_hits,
+            "spin_ns": reader.stats()["spin_ns"],
             "max": max(res.latencies_ns, default=0),
         }
     )
@@ -188,7 +191,12 @@ def test_policies_parse() -> None:
     assert WaitPolicy.parse("futex").spin_ns == 0
     assert WaitPolicy.parse("spin:2.5").spin_ns == 2500
     assert str(WaitPolicy.parse("spin:50")) == "spin:50"
-    for bad in ("sleep", "busy:10", "spin:x", "spin:0", "spin:-3"):
+    adaptive = WaitPolicy.parse("adaptive:150")
+    assert (adaptive.mode, adaptive.spin_us, str(adaptive)) == ("adaptive", 150.0, "adaptive:150")
+    assert adaptive.spin_ns == 150_000 | RING_SPIN_ADAPTIVE  # the cap, flagged adaptive
+    assert WaitPolicy.from_hint(*adaptive.to_hint()) == adaptive
+    assert WaitPolicy.parse("adaptive") == WaitPolicy("adaptive", 100.0)
+    for bad in ("sleep", "busy:10", "spin:x", "spin:0", "spin:-3", "adaptive:0", "futex:5"):
         with pytest.raises(ValueError):
             WaitPolicy.parse(bad)
 
@@ -270,6 +278,30 @@ def test_paced_latency_is_measured_in_c_for_every_policy(
         assert r["spin_hits"] == 0 and r["wakeups"] > 0
     elif policy == "busy":
         assert r["wakeups"] == 0 and r["spin_hits"] > 0
+
+
+@pytest.mark.parametrize(
+    ("rate", "cap_us", "spins"),
+    [(20_000, 1000, True), (50, 100, False)],
+    ids=["fast-feed-spins", "slow-feed-sleeps"],
+)
+def test_the_adaptive_policy_spins_only_for_a_feed_it_can_catch(
+    name: str, procs: list[SpawnProcess], rate: int, cap_us: int, spins: bool
+) -> None:
+    """A feed publishing every 50 us is caught spinning (waits end in the spin); one every
+    20 ms, far over the 100 us cap, sends the reader to the futex at once: the first wait's
+    spin aside, it burns no CPU."""
+    count = 4000 if spins else 40
+    with RingWriter.create(name, 1 << 22) as writer:
+        out = spawn_ready(procs, latency_proc, name, f"adaptive:{cap_us}", count)
+        bench_c_pace(writer, 100, count, rate)
+        r = out.get(timeout=60)
+    assert (r["n"], r["lost"], r["disorder"], r["timed_out"]) == (count, 0, 0, False)
+    if spins:
+        assert r["spin_hits"] > 0
+    else:
+        assert r["wakeups"] > 0
+        assert r["spin_ns"] <= 3 * cap_us * 1000  # at most the first waits spun
 
 
 def stopped_writer(procs: list[SpawnProcess], name: str) -> SpawnProcess:
