@@ -106,13 +106,12 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
     for (uint32_t i = 0; i < n; i++) {
         if (first + i < k->next_seq)
             continue; /* before its arm: Python's (never, as the arm is checked) */
-        if (!wants(k, m[i].session_id, m[i].topic_id)) {
-            if (m[i].topic_id == s->gap_tid && m[i].session_id == k->session_id) {
-                stop_gap = i;
-                break;
-            }
-            continue;
+        if (m[i].topic_id == s->gap_tid && m[i].session_id == k->session_id) {
+            stop_gap = i; /* Python sends the notice (its own JSON), even to "every topic" */
+            break;
         }
+        if (!wants(k, m[i].session_id, m[i].topic_id))
+            continue;
         if (hlen[i] == 0)
             hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
         iov[2 * frames] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};

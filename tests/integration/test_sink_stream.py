@@ -257,6 +257,28 @@ def test_a_gap_while_armed_comes_between_the_right_messages(gw: Gateway) -> None
         client.close()
 
 
+def test_a_stream_of_every_topic_gets_the_gap_notice_not_the_ring_record(gw: Gateway) -> None:
+    client = RawClient(gw, f"session={gw.session}&queue_size=1000")
+    try:
+        consumer = one_consumer(gw)
+        wait_until(armed(consumer), what="the sink to be armed")
+        publish(gw, 0, 6)
+        seq = gw.hub.publish_gap(gw.session, 2, "reconnect")
+        publish(gw, 6, 6)
+        frames = [orjson.loads(d) for _, d, _ in client.data_frames(13)]
+        assert [f.get("i") for f in frames] == [0, 1, 2, 3, 4, 5, None, 6, 7, 8, 9, 10, 11]
+        assert frames[6] == {
+            "type": "gap",
+            "seq": seq,
+            "session": gw.session,
+            "lost": 2,
+            "reason": "reconnect",
+            "epoch": gw.hub.epoch_hex,
+        }
+    finally:
+        client.close()
+
+
 def test_pings_and_other_consumers_coming_and_going_while_armed(gw: Gateway) -> None:
     client = RawClient(gw, query(gw))
     try:

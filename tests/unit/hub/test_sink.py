@@ -112,3 +112,23 @@ def test_a_full_socket_stops_the_sink_exactly(
         entry.remove()
     finally:
         sink.close()
+
+
+def test_a_stream_of_every_topic_stops_at_its_sessions_gap_too(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
+    sink = StreamSink(ring.handle, gap)
+    try:
+        entry = sink.add(pair[0].fileno(), 1, [])  # every topic of session 1
+        assert entry.arm(ring.last_seq + 1)
+        ring.write(1, topic, b"one")
+        ring.write(2, gap, b"{}")  # another session's gap: not its business
+        ring.write(1, topic, b"two")
+        seq = ring.write(1, gap, b"{}")
+        ring.write(1, topic, b"three")  # after the stop: Python's
+        state = entry.state()
+        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
+        assert drain(pair[1]) == frame(b"one") + frame(b"two")
+    finally:
+        sink.close()
