@@ -84,7 +84,18 @@ DPDK_RING_LOWLAT = "wsgw dpdk -> ring, low-latency"
 KERNEL_RING = "wsgw kernel -> ring"
 DPDK_STREAM = "wsgw dpdk -> /v1/stream"
 DPDK_NATS = "wsgw dpdk -> nats"
-CONTENDERS = (DIRECT, DPDK_RING, DPDK_RING_LOWLAT, KERNEL_RING, DPDK_STREAM, DPDK_NATS)
+# /v1/stream frames sent by the ring's writer (the engine's thread) through the stream sink
+# (gateway.hub.sink), alternated with the router writing them (DPDK_STREAM: sink off).
+DPDK_STREAM_SINK = "wsgw dpdk -> /v1/stream, C sink"
+CONTENDERS = (
+    DIRECT,
+    DPDK_RING,
+    DPDK_RING_LOWLAT,
+    KERNEL_RING,
+    DPDK_STREAM,
+    DPDK_STREAM_SINK,
+    DPDK_NATS,
+)
 # The in-process followers (/v1/stream, NATS) woken by the ring notifier's waiting thread
 # instead of the writer directly (gateway.hub.follower): the path before the direct wake-up,
 # to alternate with it (`python -m wsgw_bench.feed --contenders ...`), not in `make bench`.
@@ -115,6 +126,7 @@ class Profile:
     engine: tuple[tuple[str, Any], ...] = ()  # engine settings set explicitly
     stream_direct: bool = True  # /v1/stream frames written by the hub's router (no task hop)
     switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
+    stream_sink: bool = False  # /v1/stream frames sent by the ring's writer (gateway.hub.sink)
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
@@ -144,6 +156,7 @@ CONTENDER_SPECS = {
     DPDK_RING_LOWLAT: Contender(DPDK_RING_LOWLAT, "dpdk", "ring", LOW_LATENCY),
     KERNEL_RING: Contender(KERNEL_RING, "kernel", "ring"),
     DPDK_STREAM: Contender(DPDK_STREAM, "dpdk", "stream"),
+    DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
@@ -425,6 +438,7 @@ class GatewayConfig:
     engine: tuple[tuple[str, Any], ...] = ()
     stream_direct: bool = True
     switch_interval_us: int = 0
+    stream_sink: bool = False
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -459,6 +473,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
 
             app = gateway_app(state, hub, auth="none")
             app.state.stream_direct = cfg.stream_direct
+            app.state.stream_sink = cfg.stream_sink
             server = ServerThread(app, uvloop=True).start()
             undo.callback(server.stop)
             # The stream route looks the session up in the control plane's database (the
@@ -671,6 +686,7 @@ def running(
                 contender.profile.engine,
                 contender.profile.stream_direct,
                 contender.profile.switch_interval_us,
+                contender.profile.stream_sink,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

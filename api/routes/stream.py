@@ -17,6 +17,13 @@ them itself at the end of its dispatch (`_WireWriter`): one turn of the loop les
 (p50 2-50 us in `wsgw_bench.follower_wake --hub --router-writes`); a backlog, a paused
 connection and the end go through the task. `app.state.stream_direct = False` turns it off.
 With another server, or `app.state.stream_wire = False`, it sends through ASGI.
+
+Stream sink (gateway.hub.sink): a plain (non-envelope, non-conflating, non-TLS) wire stream
+also puts its socket in the ring writer's C sink, armed whenever it waits with nothing
+unwritten: the thread that writes a ring record sends the frame itself, without the loop's
+wake-up. The WebSocket library's own writes (pongs, close frames) go through a guard that
+takes the stream back from the sink first. `app.state.stream_sink = False` (or
+WSGW_STREAM_SINK=0) turns it off.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from gateway.hub.protocol import (
     CLOSE_UNAUTHORIZED,
     close_reason,
 )
+from gateway.hub.sink import SINK_DEFAULT, SinkError, SinkSocket, StreamSink
 from gateway.store.errors import InvalidError, NotFoundError
 from gateway.store.models import SessionRow
 from gateway.store.validate import check_topic
@@ -354,6 +362,8 @@ async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> No
         paths = state.stream_paths = {"wire": 0, "asgi": 0}
     paths["wire" if wire else "asgi"] += 1  # which path streams took (tests check it)
     direct = getattr(state, "stream_direct", True)
+    if wire and not envelope and getattr(state, "stream_sink", SINK_DEFAULT):
+        _attach_sink(wire, consumer, app_hub(websocket.app))
     sender = (
         _pump_wire(wire, consumer, envelope, direct)
         if wire
@@ -458,7 +468,7 @@ class _WireWriter:
         )
 
     def write(self, events: list[StreamEvent]) -> None:
-        self.wire.transport.write(_frames(events, self.envelope))
+        _raw_transport(self.wire).write(_frames(events, self.envelope))
 
 
 def _frames(events: list[StreamEvent], envelope: bool) -> bytes:
@@ -480,7 +490,7 @@ async def _pump_wire(wire: _Wire, consumer: Consumer, envelope: bool, direct: bo
     writes while this task waits and the connection is writable; the task takes over for
     a backlog, a paused connection and the end."""
     get = consumer.get
-    transport = wire.transport
+    transport = _raw_transport(wire)
     writable = wire.writable
     if direct:
         consumer.direct_writer = _WireWriter(wire, envelope)
@@ -497,6 +507,126 @@ async def _pump_wire(wire: _Wire, consumer: Consumer, envelope: bool, direct: bo
                 await asyncio.sleep(0)  # a long backlog: let the other streams run too
     finally:
         consumer.direct_writer = None
+
+
+class _SinkLink:
+    """A stream's socket in the ring writer's sink (gateway.hub.consumer.SinkLink), entered
+    at the first arm whose topics all have ring ids (until then the router alone knows
+    which records a topic name gets)."""
+
+    def __init__(
+        self, sink: StreamSink, hub: Hub, consumer: Consumer, wire: _Wire, transport: Any
+    ) -> None:
+        self.sink = sink
+        self.hub = hub
+        self.session_id = consumer.session_id
+        self.topics = consumer.topics
+        self.wire = wire
+        self.transport: asyncio.Transport = transport  # the real one (the protocol's is guarded)
+        self.entry: SinkSocket | None = None
+        self.failed = False
+
+    def ready(self) -> bool:
+        wire = self.wire
+        transport = self.transport
+        return (
+            transport.get_write_buffer_size() == 0
+            and wire.writable.is_set()
+            and not (wire.disconnected or wire.close_sent)
+            and not transport.is_closing()
+        )
+
+    def _enter(self) -> SinkSocket | None:
+        if self.failed:
+            return None
+        if self.topics is None:
+            ids: list[int] = []
+        else:
+            known = [self.hub.known_topic_id(self.session_id, t) for t in self.topics]
+            if any(tid is None for tid in known):
+                return None
+            ids = [tid for tid in known if tid is not None]
+        sock = self.transport.get_extra_info("socket")
+        try:
+            self.entry = self.sink.add(sock.fileno(), self.session_id, ids)
+        except (SinkError, OSError) as exc:
+            log.warning("a stream stays on Python: %s", exc)
+            self.failed = True
+        return self.entry
+
+    def arm(self, seq: int) -> bool:
+        entry = self.entry or self._enter()
+        return entry is not None and entry.arm(seq)
+
+    def state(self) -> tuple[int, ...]:
+        assert self.entry is not None
+        return self.entry.state()
+
+    def disarm(self) -> tuple[int, ...]:
+        assert self.entry is not None
+        return self.entry.disarm()
+
+    def write_rest(self, state: tuple[int, ...]) -> None:
+        assert self.entry is not None
+        rest = self.entry.take_rest(state)
+        if rest and not self.transport.is_closing():
+            self.transport.write(rest)
+
+    def detach(self) -> None:
+        self.failed = True
+        if self.entry is not None:
+            self.entry.remove()
+
+
+class _GuardedTransport:
+    """The transport as the WebSocket library sees it while the sink may send: its own
+    writes (pongs, close frames) and its close take the stream back from the sink first, so
+    frames never interleave and the sink never writes to a closed socket."""
+
+    def __init__(self, transport: asyncio.Transport, consumer: Consumer) -> None:
+        self.raw = transport
+        self._consumer = consumer
+
+    def write(self, data: Any) -> None:
+        if self._consumer.sink_armed:
+            self._consumer.take_back()
+        self.raw.write(data)
+
+    def writelines(self, data: Any) -> None:
+        self.write(b"".join(data))
+
+    def close(self) -> None:
+        self._consumer.detach_sink()
+        self.raw.close()
+
+    def abort(self) -> None:
+        self._consumer.detach_sink()
+        self.raw.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+def _raw_transport(wire: _Wire) -> asyncio.Transport:
+    transport = wire.transport
+    return transport.raw if isinstance(transport, _GuardedTransport) else transport
+
+
+def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None) -> None:
+    """Give a plain stream the sink (TLS and conflation stay on Python)."""
+    transport = _raw_transport(wire)
+    if (
+        hub is None
+        or transport.get_extra_info("socket") is None
+        or transport.get_extra_info("sslcontext") is not None
+        or consumer.options.conflation_ms
+    ):
+        return
+    sink = hub.stream_sink()
+    if sink is None:
+        return
+    consumer.sink = _SinkLink(sink, hub, consumer, wire, transport)
+    wire.transport = _GuardedTransport(transport, consumer)  # type: ignore[assignment]
 
 
 async def _listen(websocket: WebSocket) -> None:

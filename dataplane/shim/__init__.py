@@ -8,6 +8,7 @@ object as in its binding, so the hot path pays no extra Python call. Names that 
 ambiguous at this level carry their area's prefix (`ring_create`, `JSON_NULL`, `TOPIC_OK`).
 """
 
+from dataplane.shim import _bind_sink as stream_sink  # the stream sink (sink.c)
 from dataplane.shim._bind_arbiter import ARB_OUT_FORMAT, ArbLegStats, ArbOut, ArbTotals
 from dataplane.shim._bind_arbiter import DELIVERED as ARB_DELIVERED
 from dataplane.shim._bind_arbiter import LAG_SAMPLES as ARB_LAG_SAMPLES
@@ -260,6 +261,7 @@ __all__ = [
     "ring_writer_info",
     "ring_writer_stats",
     "shim_info",
+    "stream_sink",
     "topic_extract",
     "udp_flood",
     "udp_frame",

@@ -51,6 +51,7 @@ BINDINGS = (
     "_bind_identity",
     "_bind_ring",
     "_bind_ringnotify",
+    "_bind_sink",
     "_bind_topic",
     "_bind_udpgen",
     "_bind_ws",

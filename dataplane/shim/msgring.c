@@ -30,6 +30,7 @@
 #include "shim_internal.h"
 #include "wsgw_ring.h"
 #include "wsgw_ringnotify.h"
+#include "wsgw_sink.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ring needs lock-free 64-bit atomics");
 _Static_assert(sizeof(struct wsgw_ring_rec) == WSGW_RING_REC_HDR, "record header is 32 bytes");
@@ -605,6 +606,7 @@ static void append(struct wsgw_ring_writer *restrict w, const struct wsgw_ring_m
             futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
             w->st.wakeups++;
         }
+        wsgw_sink_after_write(w, m + i, j - i, seq - (j - i) + 1); /* sink.c: stream frames */
         wsgw_ring_notify_local(w); /* this process's followers: their eventfds (ringnotify.c) */
         i = j;
     }

@@ -10,6 +10,12 @@ queue stops growing at queue_size and then it is cut off or loses its own oldest
 A reader with a `direct_writer` is written to by the router at the end of its dispatch
 while the reader waits in get() and the writer is ready: in order (only then is the queue
 empty of older events), at most DIRECT_WRITE_MAX events, else its task is woken as usual.
+A reader with a `sink` (gateway.hub.sink: /v1/stream's socket in the ring writer's C sink)
+is armed whenever it waits with nothing queued and nothing unwritten: the ring's writer
+then sends its frames itself, and the router only keeps what it routes to it (`_shadow`)
+until the sink says it sent it; when the sink stops (a full socket buffer, a gap record)
+or Python takes the stream back (`take_back`), delivery resumes here at the first record
+the sink did not send, after the rest of a frame it sent in part.
 """
 
 from __future__ import annotations
@@ -44,7 +50,32 @@ MAX_CONFLATION_MS = 60_000
 #: At most this many events are written straight from the router's dispatch; a longer
 #: backlog goes to the reader's task, which lets the loop's other streams run in between.
 DIRECT_WRITE_MAX = 256
+#: How soon a waiting stream looks again whether its connection's buffer drained (so the
+#: stream sink may take it) when nothing else wakes it.
+SINK_ARM_RETRY_S = 0.002
 _consumer_ids = itertools.count(1)
+
+
+class SinkLink(Protocol):
+    """A reader's entry in the ring writer's stream sink (api.routes.stream's)."""
+
+    def ready(self) -> bool:
+        """Whether the connection holds nothing unwritten and is open (arming is exact)."""
+
+    def arm(self, seq: int) -> bool:
+        """Let the sink send from ring seq on; False when the ring already holds seq."""
+
+    def state(self) -> tuple[int, ...]:
+        """The sink's state of the socket (gateway.hub.sink ST_* fields)."""
+
+    def disarm(self) -> tuple[int, ...]:
+        """Take the socket back from the sink; its state after."""
+
+    def write_rest(self, state: tuple[int, ...]) -> None:
+        """Write the rest of a frame the sink sent in part, if any (before anything else)."""
+
+    def detach(self) -> None:
+        """Leave the sink for good (the connection ends)."""
 
 
 class DirectWriter(Protocol):
@@ -155,6 +186,19 @@ class Consumer:
         self.push = self._conflate if self._interval else self._push  # the router's entry
         #: The seq of the session's gap this consumer got as past on subscribing (if any).
         self.past_gap_seq: int | None = None
+        #: The stream sink's socket (None: Python writes everything) and the router's next
+        #: ring seq (everything before it was routed): what an arm needs.
+        self.sink: SinkLink | None = None
+        self.ring_next: Callable[[], int | None] | None = None
+        self.sink_armed = False
+        self.sink_arms = 0  # times armed (tests and metrics)
+        self.sink_takebacks = 0  # times Python disarmed it to write itself
+        self.sink_stops: dict[int, int] = {}  # the sink's own stops, by reason (gateway.hub.sink)
+        # While armed: what the router routed here and the sink may not have sent yet.
+        self._shadow: deque[StreamEvent] = deque()
+        # After the sink stopped: the first ring seq Python delivers (earlier ones went out).
+        self._resume_seq: int | None = None
+        self._arm_retry: asyncio.TimerHandle | None = None
         stats.connected += 1
         stats.opened += 1
 
@@ -208,6 +252,17 @@ class Consumer:
 
     def push_gap(self, notice: GapNotice) -> None:
         """Gap notices are never dropped or conflated, and do not count against the bound."""
+        if self.sink_armed or self._resume_seq is not None:
+            if notice.seq is None:  # not a ring record: Python writes it, so it writes all
+                self.take_back()
+                self._resume_seq = None
+                self.push = self._conflate if self._interval else self._push
+            elif self.sink_armed:
+                self._shadow_push(notice)
+                return
+            else:
+                self._resume_push(notice)
+                return
         self.queue.append(notice)
         if self._waiter is not None:
             self._signal()
@@ -216,6 +271,10 @@ class Consumer:
         """This loop fell `lost` messages behind the ring (of any stream on the loop: the
         ring cannot say whose), so some of this consumer's may never come."""
         self.stats.overload += lost
+        if self.sink_armed or self._resume_seq is not None:
+            self.take_back()  # some of what the sink sent may be among them: said as lost
+            self._resume_seq = None
+            self.push = self._conflate if self._interval else self._push
         if self.drop_oldest or self._interval:
             self.push_gap(GapNotice(self.session_id, lost, OVERLOAD))
         else:
@@ -232,10 +291,117 @@ class Consumer:
             return
         self._wake()
 
+    # ---- the stream sink (loop thread) ------------------------------------------------------
+    def try_arm(self) -> None:
+        """Hand the stream to the sink if everything routed here was written and the
+        connection holds nothing: the sink sends from the router's next seq on."""
+        sink = self.sink
+        if (
+            sink is None
+            or self.sink_armed
+            or self._resume_seq is not None
+            or self._closed is not None
+            or self.queue
+            or self._latest
+            or self._lost_at_head
+            or self._notices_at_head
+            or self.ring_next is None
+        ):
+            return
+        if not sink.ready():  # its transport still writes: look again once it may not
+            if self._arm_retry is None:
+                self._arm_retry = self.loop.call_later(SINK_ARM_RETRY_S, self._retry_arm)
+            return
+        seq = self.ring_next()
+        if seq is None or not sink.arm(seq):
+            return
+        self.sink_armed = True
+        self.sink_arms += 1
+        self.push = self._shadow_push
+
+    def _retry_arm(self) -> None:
+        self._arm_retry = None
+        if self._waiter is not None:  # else its task runs and tries on its next wait
+            self.try_arm()
+
+    def _shadow_push(self, item: StreamEvent) -> None:
+        """Armed: keep it until the sink says it went out (settled after the dispatch)."""
+        self._shadow.append(item)
+        if self._flush_deferred:
+            return
+        defer = self.defer_flush
+        if defer is not None and defer(self):
+            self._flush_deferred = True
+        else:
+            self.settle()
+
+    def settle(self) -> None:
+        """Drop what the sink sent from the shadow; if the sink stopped, resume here."""
+        sink = self.sink
+        if not self.sink_armed or sink is None:
+            return
+        state = sink.state()
+        if state[0]:  # armed: it sent everything before its next seq
+            upto = state[1]
+            shadow = self._shadow
+            while shadow and shadow[0].seq < upto:  # type: ignore[operator]
+                if type(shadow.popleft()) is Delivery:
+                    self.stats.delivered += 1
+            return
+        self._release(state)
+
+    def take_back(self) -> None:
+        """Python writes next (a control frame, a close, a notice): disarm first."""
+        sink = self.sink
+        if self.sink_armed and sink is not None:
+            self.sink_takebacks += 1
+            self._release(sink.disarm())
+
+    def _release(self, state: tuple[int, ...]) -> None:
+        """The sink stopped at state's next seq: the rest of its partial frame goes first,
+        then every record from that seq on, through the queue."""
+        assert self.sink is not None
+        self.sink_armed = False
+        reason = state[3]
+        self.sink_stops[reason] = self.sink_stops.get(reason, 0) + 1
+        self.sink.write_rest(state)
+        self._resume_seq = state[1]
+        self.push = self._resume_push
+        shadow, self._shadow = self._shadow, deque()
+        for item in shadow:
+            self._resume_push(item)
+
+    def _resume_push(self, item: StreamEvent) -> None:
+        """Records before the resume seq went out through the sink; the first at or after
+        it ends the resume and everything flows through the queue again."""
+        resume = self._resume_seq
+        if resume is not None and item.seq is not None and item.seq < resume:
+            if type(item) is Delivery:
+                self.stats.delivered += 1
+            return
+        self._resume_seq = None
+        self.push = self._conflate if self._interval else self._push
+        if type(item) is Delivery:
+            self.push(item)
+        else:
+            self.push_gap(item)  # type: ignore[arg-type]
+
+    def detach_sink(self) -> None:
+        """The connection ends (or will be written by Python alone): leave the sink."""
+        sink = self.sink
+        if sink is None:
+            return
+        self.take_back()
+        self.sink = None
+        sink.detach()
+
     def flush(self) -> None:
         """The router's end of dispatch: write what is queued straight to the reader if it
         still waits and can take it now; else wake its task (which writes it in order)."""
         self._flush_deferred = False
+        if self.sink_armed:
+            self.settle()
+            return
         waiter = self._waiter
         if waiter is None or waiter.done() or self._closed is not None:
             return  # the task runs already (it takes the queue) or the consumer ended
@@ -246,6 +412,7 @@ class Consumer:
         events = self.poll(DIRECT_WRITE_MAX)
         if events:
             writer.write(events)
+            self.try_arm()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -288,6 +455,7 @@ class Consumer:
             events = self.poll(max_items)
             if events:
                 return events
+            self.try_arm()
             waiter = self._waiter = self.loop.create_future()
             try:
                 await waiter
@@ -300,6 +468,14 @@ class Consumer:
         if self._closed is not None:
             return
         closed = self._closed = ConsumerClosed(code, reason, kind)
+        if self._arm_retry is not None:
+            self._arm_retry.cancel()
+            self._arm_retry = None
+        if self.sink is not None:
+            self.sink_armed = False  # what the sink holds no longer matters
+            self.sink.detach()
+            self.sink = None
+        self._shadow.clear()
         self.queue.clear()
         self._latest.clear()
         if self._window is not None:

@@ -60,6 +60,7 @@ from gateway.hub.events import (
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
 from gateway.hub.protocol import CLOSE_INTERNAL_ERROR, CLOSE_SESSION_DELETED
+from gateway.hub.sink import SinkError, StreamSink
 
 log = logging.getLogger("wsgw.hub")
 
@@ -115,6 +116,7 @@ class _Router:
 
     def add(self, consumer: Consumer) -> None:
         consumer.defer_flush = self._defer_flush
+        consumer.ring_next = self._next_seq
         self.consumers = [*self.consumers, consumer]
         self._routes = {}
         sid = consumer.session_id
@@ -180,6 +182,10 @@ class _Router:
                     log.exception("hub: writing to %r failed", consumer)
                     consumer.cut(CLOSE_INTERNAL_ERROR, "internal error", "error")
             follower.rearm()
+
+    def _next_seq(self) -> int | None:
+        """The ring sequence this router reads next: everything before it was routed."""
+        return self.follower.next_seq
 
     def _defer_flush(self, consumer: Consumer) -> bool:
         """A consumer with a direct writer got something: written after this dispatch (in
@@ -343,6 +349,7 @@ class Hub:
         self._last_gaps: dict[int, GapEvent] = {}
         # deleted session ids, oldest first (a dict as an ordered set; under _lock)
         self._deleted: dict[int, None] = {}
+        self._stream_sink: StreamSink | None = None  # made on first use (stream_sink)
         self._closed = False
         if nats is not None:
             try:
@@ -657,6 +664,24 @@ class Hub:
         with self._lock:
             self._deleted.pop(session_id, None)
 
+    # ---- the stream sink (gateway.hub.sink) ----------------------------------------------
+    def stream_sink(self) -> StreamSink | None:
+        """The ring writer's C sink for /v1/stream sockets, made on first use; None when the
+        hub is closed or has no ring."""
+        with self._lock:
+            if self._stream_sink is None and not self._closed and self.ring is not None:
+                try:
+                    self._stream_sink = StreamSink(self.ring.handle, self._gap_tid)
+                except (SinkError, RingError) as exc:
+                    log.error("stream sink: %s", exc)
+            return self._stream_sink
+
+    def known_topic_id(self, session_id: int, topic: str) -> int | None:
+        """The ring topic id of a session's topic if the hub registered it (publish_batch,
+        ring_topic_id: every writer of this hub's ring); registers nothing, so a client's
+        topic names cannot fill the ring's topic table."""
+        return self._tids.get((session_id, topic))
+
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:
         """The session's last upstream gap (None: none since this hub started)."""
@@ -711,6 +736,10 @@ class Hub:
                     router.loop.call_soon_threadsafe(router.shutdown)
         if self.nats is not None:
             self.nats.stop(timeout)
+        with self._lock:
+            sink, self._stream_sink = self._stream_sink, None
+        if sink is not None:
+            sink.close()  # before the ring: its writer's hook must not find it then
         if self.ring is not None:
             with self._publish_lock:  # not under a publisher still writing (its last batch)
                 self.ring.close(unlink=unlink_ring)

@@ -1,0 +1,98 @@
+"""ctypes prototypes and wrappers for the stream sink (sink.c, wsgw_sink.h): the ring's writer
+sends /v1/stream frames to armed sockets itself.
+
+Every call keeps the GIL: each takes the sink's mutex for a table look-up (the writer's hook
+holds it only while it sends one slice, and never needs the GIL)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from dataplane.shim._loader import KEEP_GIL, library
+
+_vp = ctypes.c_void_p
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+
+# wsgw_sink.h: enum wsgw_sink_reason
+NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP = range(7)
+REASONS = ("never", "armed", "python", "again", "partial", "error", "gap")
+# wsgw_sink.h: the state's fields
+ST_ARMED, ST_NEXT_SEQ, ST_REST_LEN, ST_REASON, ST_ERRNO, ST_MESSAGES, ST_BYTES, ST_DISARMS = range(
+    8
+)
+ST_COUNT = 8
+MAX_SOCKETS = 1024
+MAX_TOPICS = 4096
+
+PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
+    "wsgw_sink_open": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.POINTER(_vp)]),
+    "wsgw_sink_close": (None, [_vp]),
+    "wsgw_sink_add": (
+        ctypes.c_int,
+        [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32],
+    ),
+    "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
+    "wsgw_sink_disarm": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
+    "wsgw_sink_state": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
+    "wsgw_sink_take_rest": (
+        ctypes.c_int64,
+        [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64],
+    ),
+}
+
+
+def open_sink(writer: int, gap_topic_id: int) -> tuple[int, int]:
+    """(0 and the sink's handle) or (-errno, 0)."""
+    out = _vp()
+    rc = int(library(KEEP_GIL).wsgw_sink_open(writer, gap_topic_id, ctypes.byref(out)))
+    return rc, int(out.value or 0)
+
+
+def close_sink(handle: int) -> None:
+    library(KEEP_GIL).wsgw_sink_close(handle)
+
+
+def add(handle: int, fd: int, session_id: int, topic_ids: list[int]) -> int:
+    """The socket's slot (>= 0) or -errno; topic_ids [] means every topic of the session."""
+    ids = (ctypes.c_uint32 * max(1, len(topic_ids)))(*topic_ids)
+    return int(library(KEEP_GIL).wsgw_sink_add(handle, fd, session_id, ids, len(topic_ids)))
+
+
+def remove(handle: int, slot: int) -> int:
+    return int(library(KEEP_GIL).wsgw_sink_remove(handle, slot))
+
+
+def arm(handle: int, slot: int, seq: int) -> int:
+    """0, or -EAGAIN (the ring already holds seq), -EBUSY, -EINVAL."""
+    return int(library(KEEP_GIL).wsgw_sink_arm(handle, slot, seq))
+
+
+def _state(name: str, handle: int, slot: int) -> tuple[int, ...]:
+    out = (ctypes.c_uint64 * ST_COUNT)()
+    rc = int(getattr(library(KEEP_GIL), name)(handle, slot, out))
+    if rc < 0:
+        raise ValueError(f"sink slot {slot}: {rc}")
+    return tuple(out)
+
+
+def disarm(handle: int, slot: int) -> tuple[int, ...]:
+    """Disarm; the state (ST_* fields)."""
+    return _state("wsgw_sink_disarm", handle, slot)
+
+
+def state(handle: int, slot: int) -> tuple[int, ...]:
+    """The state (ST_* fields), unchanged."""
+    return _state("wsgw_sink_state", handle, slot)
+
+
+def take_rest(handle: int, slot: int, length: int) -> bytes:
+    """The rest of a frame the sink sent in part (b"": none), now Python's to write."""
+    if length <= 0:
+        return b""
+    buf = ctypes.create_string_buffer(length)
+    rc = int(library(KEEP_GIL).wsgw_sink_take_rest(handle, slot, buf, length))
+    if rc < 0:
+        raise ValueError(f"sink slot {slot}: take_rest {rc}")
+    return buf.raw[:rc]

@@ -1,0 +1,419 @@
+/* The stream sink: see wsgw_sink.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "shim_internal.h"
+#include "wsgw_sink.h"
+#include "wsgw_ws.h"
+
+/* Records looked at per sendmsg: two iovecs each (head, payload), under IOV_MAX. */
+#define CHUNK 256
+#define WS_HEAD_MAX 10
+
+struct sink_sock {
+    int fd; /* the sink's dup; -1: a free slot */
+    uint32_t session_id;
+    uint32_t ntopics; /* 0: every topic of the session */
+    uint32_t *topics; /* sorted */
+    int armed;
+    uint32_t reason;
+    uint64_t next_seq;
+    int err;
+    uint8_t *rest;
+    uint32_t rest_len;
+    uint64_t messages, bytes, disarms;
+};
+
+struct wsgw_sink {
+    wsgw_ring_writer *w;
+    uint32_t gap_tid;
+    pthread_mutex_t mu; /* the table; taken by the writer's hook and by Python's calls */
+    uint32_t armed;     /* sockets armed now (the hook's fast exit) */
+    uint32_t used;      /* slots in use, from 0 */
+    struct sink_sock socks[WSGW_SINK_MAX_SOCKETS];
+    struct wsgw_sink *next; /* the registry's list */
+};
+
+/* This process's sinks (one per hub), walked by the writers' hooks. */
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static wsgw_sink *registry;
+static atomic_uint registry_count;
+
+/* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form. */
+static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
+{
+    h[0] = 0x80 | (wsgw_utf8_valid(payload, len) ? 0x1 : 0x2);
+    if (len < 126) {
+        h[1] = (uint8_t)len;
+        return 2;
+    }
+    if (len < 65536) {
+        h[1] = 126;
+        h[2] = (uint8_t)(len >> 8);
+        h[3] = (uint8_t)len;
+        return 4;
+    }
+    h[1] = 127;
+    for (int i = 0; i < 8; i++)
+        h[2 + i] = (uint8_t)((uint64_t)len >> (56 - 8 * i));
+    return 10;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int wants(const struct sink_sock *k, uint32_t session_id, uint32_t tid)
+{
+    if (k->session_id != session_id)
+        return 0;
+    if (k->ntopics == 0)
+        return 1;
+    return bsearch(&tid, k->topics, k->ntopics, sizeof tid, cmp_u32) != NULL;
+}
+
+static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
+{
+    if (k->armed) {
+        k->armed = 0;
+        s->armed--;
+        if (reason != WSGW_SINK_PYTHON)
+            k->disarms++;
+    }
+    k->reason = reason;
+    k->err = err;
+}
+
+/* Send k its records of the chunk m[0..n) (numbered first on); heads[i]/hlen[i] are made on
+ * first use. Stops (disarmed) at a gap record of its session or a short send. */
+static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring_msg *m,
+                       uint32_t n, uint64_t first, uint8_t (*heads)[WS_HEAD_MAX], uint8_t *hlen)
+{
+    struct iovec iov[2 * CHUNK];
+    uint32_t idx[CHUNK]; /* the chunk index of each frame in iov */
+    uint32_t frames = 0, stop_gap = UINT32_MAX;
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (first + i < k->next_seq)
+            continue; /* before its arm: Python's (never, as the arm is checked) */
+        if (m[i].topic_id == s->gap_tid && m[i].session_id == k->session_id) {
+            stop_gap = i; /* Python sends the notice (its own JSON), even to "every topic" */
+            break;
+        }
+        if (!wants(k, m[i].session_id, m[i].topic_id))
+            continue;
+        if (hlen[i] == 0)
+            hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
+        iov[2 * frames] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};
+        iov[2 * frames + 1] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
+        idx[frames++] = i;
+        total += hlen[i] + m[i].len;
+    }
+    if (frames > 0) {
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2 * frames};
+        ssize_t sent;
+        do
+            sent = sendmsg(k->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (sent < 0 && errno == EINTR);
+        if (sent < 0) {
+            int err = errno;
+            k->next_seq = first + idx[0];
+            disarm(s, k, err == EAGAIN || err == EWOULDBLOCK ? WSGW_SINK_AGAIN : WSGW_SINK_ERROR,
+                   err);
+            return;
+        }
+        k->bytes += (uint64_t)sent;
+        if ((size_t)sent < total) {
+            /* Find the frame the send cut: those before it went whole. */
+            size_t done = 0;
+            uint32_t f = 0;
+            for (; f < frames; f++) {
+                size_t flen = iov[2 * f].iov_len + iov[2 * f + 1].iov_len;
+                if (done + flen > (size_t)sent)
+                    break;
+                done += flen;
+            }
+            k->messages += f;
+            size_t in = (size_t)sent - done; /* bytes of frame f already out */
+            uint32_t i = idx[f];
+            k->next_seq = first + i;
+            if (in == 0) {
+                disarm(s, k, WSGW_SINK_AGAIN, EAGAIN);
+                return;
+            }
+            uint32_t flen = hlen[i] + m[i].len;
+            uint8_t *rest = malloc(flen - in);
+            if (rest == NULL) { /* cannot keep the rest: the stream is broken, say so */
+                disarm(s, k, WSGW_SINK_ERROR, ENOMEM);
+                return;
+            }
+            uint8_t frame_head_copy[WS_HEAD_MAX];
+            memcpy(frame_head_copy, heads[i], hlen[i]);
+            size_t off = in;
+            uint32_t r = 0;
+            if (off < hlen[i]) {
+                memcpy(rest, frame_head_copy + off, hlen[i] - off);
+                r = hlen[i] - (uint32_t)off;
+                off = 0;
+            } else {
+                off -= hlen[i];
+            }
+            memcpy(rest + r, (const uint8_t *)m[i].data + off, m[i].len - off);
+            k->rest = rest;
+            k->rest_len = flen - (uint32_t)in;
+            k->next_seq = first + i + 1; /* that record is out once the rest is */
+            k->messages++;
+            disarm(s, k, WSGW_SINK_PARTIAL, 0);
+            return;
+        }
+        k->messages += frames;
+    }
+    if (stop_gap != UINT32_MAX) {
+        k->next_seq = first + stop_gap;
+        disarm(s, k, WSGW_SINK_GAP, 0);
+        return;
+    }
+    k->next_seq = first + n;
+}
+
+static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first)
+{
+    uint8_t heads[CHUNK][WS_HEAD_MAX];
+    uint8_t hlen[CHUNK];
+    for (uint32_t at = 0; at < n && s->armed; at += CHUNK) {
+        uint32_t c = n - at < CHUNK ? n - at : CHUNK;
+        memset(hlen, 0, c);
+        for (uint32_t j = 0; j < s->used; j++) {
+            struct sink_sock *k = &s->socks[j];
+            if (k->armed)
+                send_chunk(s, k, m + at, c, first + at, heads, hlen);
+        }
+    }
+}
+
+void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg *m, uint32_t n,
+                           uint64_t first_seq)
+{
+    if (atomic_load_explicit(&registry_count, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&registry_mu);
+    for (wsgw_sink *s = registry; s != NULL; s = s->next) {
+        if (s->w != w)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        if (s->armed)
+            sink_write(s, m, n, first_seq);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+WSGW_API int wsgw_sink_open(wsgw_ring_writer *w, uint32_t gap_topic_id, wsgw_sink **out)
+{
+    wsgw_sink *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -ENOMEM;
+    s->w = w;
+    s->gap_tid = gap_topic_id;
+    pthread_mutex_init(&s->mu, NULL);
+    for (uint32_t i = 0; i < WSGW_SINK_MAX_SOCKETS; i++)
+        s->socks[i].fd = -1;
+    wsgw_ring_writer_retain(w);
+    pthread_mutex_lock(&registry_mu);
+    s->next = registry;
+    registry = s;
+    atomic_fetch_add(&registry_count, 1);
+    pthread_mutex_unlock(&registry_mu);
+    *out = s;
+    return 0;
+}
+
+static void free_sock(struct sink_sock *k)
+{
+    if (k->fd >= 0)
+        close(k->fd);
+    free(k->topics);
+    free(k->rest);
+    memset(k, 0, sizeof(*k));
+    k->fd = -1;
+}
+
+WSGW_API void wsgw_sink_close(wsgw_sink *s)
+{
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&registry_mu);
+    for (wsgw_sink **p = &registry; *p != NULL; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            atomic_fetch_sub(&registry_count, 1);
+            break;
+        }
+    pthread_mutex_unlock(&registry_mu);
+    for (uint32_t i = 0; i < s->used; i++)
+        free_sock(&s->socks[i]);
+    pthread_mutex_destroy(&s->mu);
+    wsgw_ring_writer_release(s->w);
+    free(s);
+}
+
+static struct sink_sock *slot_of(wsgw_sink *s, int slot)
+{
+    if (slot < 0 || (uint32_t)slot >= s->used || s->socks[slot].fd < 0)
+        return NULL;
+    return &s->socks[slot];
+}
+
+WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint32_t *topics,
+                           uint32_t n)
+{
+    if (n > WSGW_SINK_MAX_TOPICS || (n > 0 && topics == NULL))
+        return -EINVAL;
+    uint32_t *copy = NULL;
+    if (n > 0) {
+        copy = malloc(n * sizeof(*copy));
+        if (copy == NULL)
+            return -ENOMEM;
+        memcpy(copy, topics, n * sizeof(*copy));
+        qsort(copy, n, sizeof(*copy), cmp_u32);
+    }
+    int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) {
+        int err = errno;
+        free(copy);
+        return -err;
+    }
+    pthread_mutex_lock(&s->mu);
+    uint32_t i = 0;
+    while (i < s->used && s->socks[i].fd >= 0)
+        i++;
+    if (i == WSGW_SINK_MAX_SOCKETS) {
+        pthread_mutex_unlock(&s->mu);
+        close(dup_fd);
+        free(copy);
+        return -ENOSPC;
+    }
+    struct sink_sock *k = &s->socks[i];
+    memset(k, 0, sizeof(*k));
+    k->fd = dup_fd;
+    k->session_id = session_id;
+    k->ntopics = n;
+    k->topics = copy;
+    k->reason = WSGW_SINK_NEVER;
+    if (i == s->used)
+        s->used++;
+    pthread_mutex_unlock(&s->mu);
+    return (int)i;
+}
+
+WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    if (k == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        return -EINVAL;
+    }
+    disarm(s, k, WSGW_SINK_PYTHON, 0);
+    free_sock(k);
+    while (s->used > 0 && s->socks[s->used - 1].fd < 0)
+        s->used--;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+WSGW_API int wsgw_sink_arm(wsgw_sink *s, int slot, uint64_t seq)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    int rc = 0;
+    if (k == NULL) {
+        rc = -EINVAL;
+    } else if (k->rest_len != 0) {
+        rc = -EBUSY;
+    } else if (!k->armed) {
+        /* Under the mutex the hook takes after it published: a slice published before this
+         * read is seen here (refused), one published after finds the socket armed. */
+        struct wsgw_ring_info info;
+        wsgw_ring_writer_info(s->w, &info);
+        if (info.write_seq + 1 != seq) {
+            rc = -EAGAIN;
+        } else {
+            k->armed = 1;
+            k->reason = WSGW_SINK_ARMED;
+            k->err = 0;
+            k->next_seq = seq;
+            s->armed++;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void fill_state(const struct sink_sock *k, uint64_t *out)
+{
+    out[WSGW_SINK_ST_ARMED] = (uint64_t)k->armed;
+    out[WSGW_SINK_ST_NEXT_SEQ] = k->next_seq;
+    out[WSGW_SINK_ST_REST_LEN] = k->rest_len;
+    out[WSGW_SINK_ST_REASON] = k->reason;
+    out[WSGW_SINK_ST_ERRNO] = (uint64_t)k->err;
+    out[WSGW_SINK_ST_MESSAGES] = k->messages;
+    out[WSGW_SINK_ST_BYTES] = k->bytes;
+    out[WSGW_SINK_ST_DISARMS] = k->disarms;
+}
+
+static int state_op(wsgw_sink *s, int slot, uint64_t *out, int do_disarm)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    if (k == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        return -EINVAL;
+    }
+    if (do_disarm && k->armed)
+        disarm(s, k, WSGW_SINK_PYTHON, 0);
+    fill_state(k, out);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+WSGW_API int wsgw_sink_disarm(wsgw_sink *s, int slot, uint64_t *out)
+{
+    return state_op(s, slot, out, 1);
+}
+
+WSGW_API int wsgw_sink_state(wsgw_sink *s, int slot, uint64_t *out)
+{
+    return state_op(s, slot, out, 0);
+}
+
+WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint64_t cap)
+{
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    int64_t rc;
+    if (k == NULL) {
+        rc = -EINVAL;
+    } else if (k->rest_len > cap) {
+        rc = -ENOBUFS;
+    } else {
+        rc = k->rest_len;
+        if (k->rest_len)
+            memcpy(buf, k->rest, k->rest_len);
+        free(k->rest);
+        k->rest = NULL;
+        k->rest_len = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/* The stream sink: the ring's writer sends /v1/stream frames itself.
+ *
+ * A sink belongs to one ring writer (the hub's). It holds a table of downstream stream
+ * sockets (a dup of each connection's fd, the ring session it reads, the ring topic ids it
+ * is subscribed to, or every topic of the session). After each published slice the ring's
+ * writer calls wsgw_sink_after_write (msgring.c, under the writer's lock, so slices come in
+ * sequence order), and the sink sends every *armed* socket its matching records as
+ * unmasked, unfragmented server frames (RFC 6455 section 5.2: text when the payload is valid
+ * UTF-8, else binary; the bytes gateway.hub.events.ws_frame makes), in one sendmsg per
+ * socket per chunk of records, MSG_DONTWAIT | MSG_NOSIGNAL. The loop thread's wake-up is
+ * then off the stream's path: the frames leave in the writer's thread.
+ *
+ * Hand-over, exact: Python arms a socket at sequence S (wsgw_sink_arm) only when it has
+ * written every record before S and its transport holds nothing; the arm is refused
+ * (-EAGAIN) when the ring already holds S, so no record falls between the two. From then on
+ * the sink owns the socket's records from S on. It disarms the socket itself on a partial
+ * send, EAGAIN, any error, or a gap record ($gap topic) of the socket's session, and keeps
+ * where it stopped: next_seq (the first record it did not send whole) and the rest of a
+ * frame it sent in part (wsgw_sink_take_rest: Python writes it first). Python disarms
+ * before it writes anything else (control frames, closes, subscription changes), and
+ * resumes from next_seq. */
+#ifndef WSGW_SINK_H
+#define WSGW_SINK_H
+
+#include <stdint.h>
+
+#include "wsgw_ring.h"
+#include "wsgw_shim.h"
+
+typedef struct wsgw_sink wsgw_sink;
+
+#define WSGW_SINK_MAX_SOCKETS 1024
+#define WSGW_SINK_MAX_TOPICS 4096
+
+/* Why a socket is not armed (state[WSGW_SINK_ST_REASON]). */
+enum wsgw_sink_reason {
+    WSGW_SINK_NEVER = 0,   /* not armed yet */
+    WSGW_SINK_ARMED = 1,   /* armed: the sink sends */
+    WSGW_SINK_PYTHON = 2,  /* disarmed by wsgw_sink_disarm */
+    WSGW_SINK_AGAIN = 3,   /* the socket's buffer was full (EAGAIN) */
+    WSGW_SINK_PARTIAL = 4, /* a frame went out in part: the rest waits in the sink */
+    WSGW_SINK_ERROR = 5,   /* send failed (state[WSGW_SINK_ST_ERRNO]) */
+    WSGW_SINK_GAP = 6,     /* a gap record of the session: Python sends the notice */
+};
+
+/* wsgw_sink_state's out[]: */
+enum {
+    WSGW_SINK_ST_ARMED = 0,  /* 1 while armed */
+    WSGW_SINK_ST_NEXT_SEQ,   /* the first record the sink did not send whole (armed: yet) */
+    WSGW_SINK_ST_REST_LEN,   /* bytes of a frame sent in part, waiting for take_rest */
+    WSGW_SINK_ST_REASON,     /* enum wsgw_sink_reason */
+    WSGW_SINK_ST_ERRNO,      /* the failed send's errno */
+    WSGW_SINK_ST_MESSAGES,   /* frames sent whole, in all */
+    WSGW_SINK_ST_BYTES,      /* bytes sent, in all */
+    WSGW_SINK_ST_DISARMS,    /* disarms by the sink (EAGAIN, partial, error, gap) */
+    WSGW_SINK_ST_COUNT
+};
+
+/* A sink of writer w (held until wsgw_sink_close); gap_topic_id: the $gap topic's id. */
+WSGW_API int wsgw_sink_open(wsgw_ring_writer *w, uint32_t gap_topic_id, wsgw_sink **out);
+/* Stop sending (no writer touches the sink once it returns), close its fds, free it. */
+WSGW_API void wsgw_sink_close(wsgw_sink *s);
+/* A socket (fd is duplicated: the sink never writes to a number Python reused) of ring
+ * session session_id and topic ids topics[0..n) (n == 0: every topic of the session), not
+ * armed. Its slot (>= 0), or -ENOSPC, -EINVAL, -errno of dup. */
+WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint32_t *topics,
+                           uint32_t n);
+/* Forget the slot (disarmed first) and close its fd. */
+WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot);
+/* Arm slot at seq: 0, -EAGAIN (the ring already holds seq: route it first), -EBUSY (a
+ * rest is still to be taken), -EINVAL. */
+WSGW_API int wsgw_sink_arm(wsgw_sink *s, int slot, uint64_t seq);
+/* Disarm (if armed) and fill out[WSGW_SINK_ST_COUNT]. */
+WSGW_API int wsgw_sink_disarm(wsgw_sink *s, int slot, uint64_t *out);
+/* Fill out[WSGW_SINK_ST_COUNT], changing nothing. */
+WSGW_API int wsgw_sink_state(wsgw_sink *s, int slot, uint64_t *out);
+/* Move the rest of a frame sent in part into buf (cap bytes at least state's REST_LEN):
+ * its length, 0 when none, -ENOBUFS. */
+WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint64_t cap);
+
+/* For the ring's writer (msgring.c): after publishing records m[0..n), numbered first_seq
+ * on. One relaxed load when the process has no sink. */
+void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg *m, uint32_t n,
+                           uint64_t first_seq);
+
+#endif

@@ -1,0 +1,122 @@
+"""The stream sink: /v1/stream frames sent by the ring's writer itself (dataplane/shim/sink.c).
+
+Without it a record reaches a /v1/stream client through two wake-ups in series after the
+ring write: the API loop's (its router, woken by the writer) and the client's. With it the
+thread that writes the record (the engine's C feed or group, or the hub's publisher for
+kernel sessions) sends the record's frame to each *armed* socket right after the write, in
+C, and the loop's wake-up leaves the path; the router still follows the ring, to learn what
+was sent and to take over exactly where the sink stopped.
+
+The hand-over (gateway.hub.consumer.Consumer keeps the Python side of it): a consumer's
+socket is armed at ring sequence S only when the consumer has written everything before S
+and its transport holds nothing (and the ring holds nothing from S on yet: C checks). The
+sink disarms on EAGAIN, a partial send (it keeps the frame's rest for Python), any error
+or a gap record of the session; Python disarms before it writes anything itself (a pong, a
+close). Python then resumes at the first record the sink did not send, the rest of a
+partial frame first. Plain frames only: envelope streams, conflating ones and TLS stay on
+Python. WSGW_STREAM_SINK=0 (or app.state.stream_sink = False) turns it off.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+from dataplane.shim import stream_sink as c
+
+#: Whether /v1/stream uses the sink (api.routes.stream reads it into app.state.stream_sink).
+SINK_DEFAULT = os.environ.get("WSGW_STREAM_SINK", "1") != "0"
+
+#: The state's fields (wsgw_sink.h)
+ST_ARMED = c.ST_ARMED
+ST_NEXT_SEQ = c.ST_NEXT_SEQ
+ST_REST_LEN = c.ST_REST_LEN
+ST_REASON = c.ST_REASON
+ST_MESSAGES = c.ST_MESSAGES
+REASONS = c.REASONS
+#: Why the sink stopped (its state's ST_REASON)
+PYTHON, AGAIN, PARTIAL, ERROR, GAP = c.PYTHON, c.AGAIN, c.PARTIAL, c.ERROR, c.GAP
+
+
+class SinkError(OSError):
+    """The sink refused a socket (its table is full, the fd is gone)."""
+
+
+class StreamSink:
+    """The C sink of one ring writer (the hub's): a table of stream sockets."""
+
+    def __init__(self, writer_handle: int, gap_topic_id: int) -> None:
+        rc, self._handle = c.open_sink(writer_handle, gap_topic_id)
+        if rc < 0:
+            raise SinkError(-rc, f"stream sink: {os.strerror(-rc)}")
+        self._lock = threading.Lock()  # close against the calls of other threads
+        self.closed = False
+
+    def add(self, fd: int, session_id: int, topic_ids: list[int]) -> SinkSocket:
+        """A socket of session_id's topic ids ([]: all of the session), not armed."""
+        with self._lock:
+            if self.closed:
+                raise SinkError(errno.EBADF, "stream sink closed")
+            slot = c.add(self._handle, fd, session_id, topic_ids)
+        if slot < 0:
+            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
+        return SinkSocket(self, slot)
+
+    def close(self) -> None:
+        """Stop sending (the writer never touches the sink again) and free it."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            c.close_sink(self._handle)
+
+
+class SinkSocket:
+    """One socket's entry in the sink (the consumer's loop thread)."""
+
+    def __init__(self, sink: StreamSink, slot: int) -> None:
+        self.sink = sink
+        self.slot = slot
+        self.removed = False
+
+    def arm(self, seq: int) -> bool:
+        """Arm at seq: False when the ring already holds seq (route it first) or when gone."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.arm(self.sink._handle, self.slot, seq) == 0
+
+    def state(self) -> tuple[int, ...]:
+        """What the sink did (ST_* fields); once gone: disarmed, nothing sent."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return _GONE
+            return c.state(self.sink._handle, self.slot)
+
+    def disarm(self) -> tuple[int, ...]:
+        """Disarm (the caller writes next); the state as `state`."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return _GONE
+            return c.disarm(self.sink._handle, self.slot)
+
+    def take_rest(self, state: tuple[int, ...]) -> bytes:
+        """The rest of a frame the sink sent in part, now the caller's to write first."""
+        if not state[ST_REST_LEN]:
+            return b""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return b""
+            return c.take_rest(self.sink._handle, self.slot, state[ST_REST_LEN])
+
+    def remove(self) -> None:
+        """Forget the socket (its dup is closed; idempotent)."""
+        with self.sink._lock:
+            if not (self.removed or self.sink.closed):
+                c.remove(self.sink._handle, self.slot)
+            self.removed = True
+
+
+#: The state of a socket whose sink is gone (the hub closed): not armed, resume anywhere.
+_GONE = (0, 0, 0, c.PYTHON, 0, 0, 0, 0)
