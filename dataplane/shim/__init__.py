@@ -18,6 +18,7 @@ from dataplane.shim._bind_arbiter import lib as arbiter_library
 from dataplane.shim._bind_book import APPLIED as BOOK_APPLIED
 from dataplane.shim._bind_book import ASKS as BOOK_ASKS
 from dataplane.shim._bind_book import BIDS as BOOK_BIDS
+from dataplane.shim._bind_book import CHECKSUM as BOOK_CHECKSUM
 from dataplane.shim._bind_book import IGNORED as BOOK_IGNORED
 from dataplane.shim._bind_book import OUT_BINARY as BOOK_OUT_BINARY
 from dataplane.shim._bind_book import OUT_JSON as BOOK_OUT_JSON
@@ -149,6 +150,7 @@ __all__ = [
     "BOOK_APPLIED",
     "BOOK_ASKS",
     "BOOK_BIDS",
+    "BOOK_CHECKSUM",
     "BOOK_IGNORED",
     "BOOK_OUT_BINARY",
     "BOOK_OUT_JSON",

@@ -18,11 +18,11 @@ from dataplane.shim._loader import KEEP_GIL, library
 from dataplane.shim._loader import load as load_shim
 
 # enum wsgw_book_venue
-VENUES = {"binance": 1}
+VENUES = {"binance": 1, "okx": 2, "bybit": 3}
 # enum wsgw_book_side
 BIDS, ASKS = 0, 1
 # enum wsgw_book_status
-APPLIED, IGNORED, GAP, NOT_JOINED, UNSUPPORTED, OTHER_SYMBOL, NO_SPACE = range(7)
+APPLIED, IGNORED, GAP, NOT_JOINED, UNSUPPORTED, OTHER_SYMBOL, NO_SPACE, CHECKSUM = range(8)
 MALFORMED, TOO_DEEP = -1, -2
 STATUS_NAMES = {
     APPLIED: "applied",
@@ -32,13 +32,23 @@ STATUS_NAMES = {
     UNSUPPORTED: "unsupported",
     OTHER_SYMBOL: "other_symbol",
     NO_SPACE: "no_space",
+    CHECKSUM: "checksum",
     MALFORMED: "malformed",
     TOO_DEEP: "too_deep",
 }
 # flags
 OUT_JSON, OUT_BINARY = 0x1, 0x2
 # enum wsgw_book_info
-INFO_FIRST_SEQ, INFO_SEQ, INFO_PREV_SEQ, INFO_JSON_LEN, INFO_BINARY_LEN, INFO_N = range(6)
+(
+    INFO_FIRST_SEQ,
+    INFO_SEQ,
+    INFO_PREV_SEQ,
+    INFO_JSON_LEN,
+    INFO_BINARY_LEN,
+    INFO_CRC_EXPECTED,
+    INFO_CRC_GOT,
+    INFO_N,
+) = range(8)
 SYMBOL_MAX = 64
 
 _p = ctypes.c_void_p
@@ -51,6 +61,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_book_seq": (ctypes.c_int64, [_p]),
     "wsgw_book_set_seq": (None, [_p, ctypes.c_int64]),
     "wsgw_book_set_joined": (None, [_p, ctypes.c_int]),
+    "wsgw_book_set_depth": (None, [_p, ctypes.c_uint32]),
     "wsgw_book_count": (ctypes.c_uint32, [_p, ctypes.c_uint32]),
     "wsgw_book_scale": (ctypes.c_uint32, [_p, ctypes.c_uint32]),
     "wsgw_book_update": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32]),
@@ -171,9 +182,17 @@ class CBook:
         return went, statuses, lens, data
 
     def info(self) -> tuple[int, int, int]:
-        """(first_seq, seq, prev_seq) of the last message read."""
+        """(first_seq, seq, prev_seq) of the last message read by on_message."""
         info = self._info
         return info[INFO_FIRST_SEQ], info[INFO_SEQ], info[INFO_PREV_SEQ]
+
+    def checksums(self) -> tuple[int, int]:
+        """(the message's, the book's) after on_message gave CHECKSUM."""
+        return self._info[INFO_CRC_EXPECTED], self._info[INFO_CRC_GOT]
+
+    def set_depth(self, depth: int) -> None:
+        """Keep the best depth levels a side after each message (0: all)."""
+        self._lib.wsgw_book_set_depth(self._handle, depth)
 
     def _grow(self, need: int) -> None:
         self._cap = max(need, 2 * self._cap)

@@ -74,6 +74,7 @@ struct wsgw_book {
     char symbol[WSGW_BOOK_SYMBOL_MAX];
     int64_t seq;
     int joined;
+    uint32_t depth; /* keep this many levels a side after each message (0: all) */
     uint32_t pscale, sscale;
     struct side sides[2];
     struct pending pending[2];
@@ -372,6 +373,13 @@ static int read_levels(struct scan *s, struct pending *pd, int depth)
         if (read_string(s, &lv.q, &lv.qlen, &plain_q))
             return -1;
         skip_ws(s);
+        while (s->p < s->end && *s->p == ',') { /* OKX's extra fields: ignored, as by Level */
+            s->p++;
+            skip_ws(s);
+            if (skip_value(s, depth + 2))
+                return -1;
+            skip_ws(s);
+        }
         if (s->p >= s->end || *s->p != ']')
             goto other;
         s->p++;
@@ -409,30 +417,39 @@ static inline int key_is(const uint8_t *k, uint32_t n, const char *word)
     return strlen(word) == n && memcmp(k, word, n) == 0;
 }
 
-/* The fields of a Binance depthUpdate object. */
-struct depth {
-    int64_t E, U, u, pu;
-    unsigned have; /* bits: 1 E, 2 U, 4 u, 8 s, 16 b, 32 a */
-    const uint8_t *sym;
-    uint32_t sym_len;
-};
-
-static int read_int_member(struct scan *s, int64_t *out, unsigned *have, unsigned bit)
+static inline int starts_with(const uint8_t *k, uint32_t n, const char *word)
 {
-    if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
-        int is_int;
-        if (read_number(s, out, &is_int))
-            return -1;
-        if (!is_int)
-            s->unsupported = 1;
-        *have |= bit;
-        return 0;
-    }
-    s->unsupported = 1; /* not an integer: Python's decoder refuses it */
-    return skip_value(s, 1);
+    return strlen(word) <= n && memcmp(k, word, strlen(word)) == 0;
 }
 
-static int read_depth(struct scan *s, struct wsgw_book *b, struct depth *d)
+/* What a depth message says besides its levels (those go to the book's pending arrays). */
+struct msg {
+    const uint8_t *sym, *kind, *action; /* kind: Binance stream, OKX channel, Bybit topic */
+    uint32_t sym_len, kind_len, action_len;
+    int64_t first, seq, prev, ts_ms, crc;
+    unsigned have;
+    int items; /* OKX: elements of data */
+};
+
+enum {
+    HAVE_TS = 1,
+    HAVE_FIRST = 2,
+    HAVE_SEQ = 4,
+    HAVE_SYM = 8,
+    HAVE_BIDS = 16,
+    HAVE_ASKS = 32,
+    HAVE_CRC = 64,
+    HAVE_DATA = 128,
+    HAVE_KIND = 256,
+    HAVE_ARG = 512,
+};
+
+/* A member reader: reads the value at s->p for key k and returns 0, or -1 on an error, or 1
+ * when the key is not one it reads (the value is then skipped). */
+typedef int (*member_fn)(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                         uint32_t klen);
+
+static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, member_fn fn)
 {
     s->p++;
     skip_ws(s);
@@ -456,31 +473,9 @@ static int read_depth(struct scan *s, struct wsgw_book *b, struct depth *d)
         skip_ws(s);
         if (s->p >= s->end)
             return bad(s);
-        if (klen == 1 && k[0] == 'E')
-            rc = read_int_member(s, &d->E, &d->have, 1);
-        else if (klen == 1 && k[0] == 'U')
-            rc = read_int_member(s, &d->U, &d->have, 2);
-        else if (klen == 1 && k[0] == 'u')
-            rc = read_int_member(s, &d->u, &d->have, 4);
-        else if (key_is(k, klen, "pu")) {
-            unsigned ignored = 0;
-            rc = read_int_member(s, &d->pu, &ignored, 1);
-        } else if (klen == 1 && k[0] == 's') {
-            if (*s->p == '"') {
-                rc = read_string(s, &d->sym, &d->sym_len, &plain);
-                if (!plain)
-                    s->unsupported = 1;
-                d->have |= 8;
-            } else {
-                s->unsupported = 1;
-                rc = skip_value(s, 1);
-            }
-        } else if (klen == 1 && (k[0] == 'b' || k[0] == 'a')) {
-            int side = k[0] == 'b' ? WSGW_BOOK_BIDS : WSGW_BOOK_ASKS;
-            rc = read_levels(s, &b->pending[side], 1);
-            d->have |= side == WSGW_BOOK_BIDS ? 16 : 32;
-        } else
-            rc = skip_value(s, 1);
+        rc = fn(s, b, m, k, klen);
+        if (rc > 0)
+            rc = skip_value(s, 2);
         if (rc)
             return -1;
         skip_ws(s);
@@ -495,6 +490,255 @@ static int read_depth(struct scan *s, struct wsgw_book *b, struct depth *d)
         s->p++;
         return 0;
     }
+}
+
+/* An integer member; another kind of value is read but marks the message unsupported. */
+static int int_member(struct scan *s, struct msg *m, int64_t *out, unsigned bit)
+{
+    if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) {
+        int is_int;
+        if (read_number(s, out, &is_int))
+            return -1;
+        if (!is_int)
+            s->unsupported = 1;
+        m->have |= bit;
+        return 0;
+    }
+    s->unsupported = 1;
+    return skip_value(s, 2);
+}
+
+static int str_member(struct scan *s, struct msg *m, const uint8_t **out, uint32_t *len, unsigned bit)
+{
+    if (*s->p == '"') {
+        int plain;
+        if (read_string(s, out, len, &plain))
+            return -1;
+        if (!plain)
+            s->unsupported = 1;
+        m->have |= bit;
+        return 0;
+    }
+    s->unsupported = 1;
+    return skip_value(s, 2);
+}
+
+static int levels_member(struct scan *s, struct wsgw_book *b, struct msg *m, int side)
+{
+    m->have |= side == WSGW_BOOK_BIDS ? HAVE_BIDS : HAVE_ASKS;
+    return read_levels(s, &b->pending[side], 2);
+}
+
+/* Binance `data`: {"e":"depthUpdate","E":ms,"s":sym,"U":first,"u":last,["pu":prev,]"b":[],"a":[]} */
+static int binance_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    if (klen == 1) {
+        switch (k[0]) {
+        case 'E':
+            return int_member(s, m, &m->ts_ms, HAVE_TS);
+        case 'U':
+            return int_member(s, m, &m->first, HAVE_FIRST);
+        case 'u':
+            return int_member(s, m, &m->seq, HAVE_SEQ);
+        case 's':
+            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+        case 'b':
+            return levels_member(s, b, m, WSGW_BOOK_BIDS);
+        case 'a':
+            return levels_member(s, b, m, WSGW_BOOK_ASKS);
+        }
+    }
+    if (key_is(k, klen, "pu"))
+        return int_member(s, m, &m->prev, 0);
+    return 1;
+}
+
+static int binance_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                       uint32_t klen)
+{
+    if (key_is(k, klen, "stream"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, binance_data);
+    }
+    return 1;
+}
+
+/* OKX `books` data element: {"asks":[[p,q,"0",n]],"bids":[...],"ts":"ms","checksum":c,
+ * "seqId":n,"prevSeqId":n} */
+static int okx_book(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                    uint32_t klen)
+{
+    if (key_is(k, klen, "bids"))
+        return levels_member(s, b, m, WSGW_BOOK_BIDS);
+    if (key_is(k, klen, "asks"))
+        return levels_member(s, b, m, WSGW_BOOK_ASKS);
+    if (key_is(k, klen, "seqId"))
+        return int_member(s, m, &m->seq, HAVE_SEQ);
+    if (key_is(k, klen, "prevSeqId"))
+        return int_member(s, m, &m->prev, 0);
+    if (key_is(k, klen, "checksum")) {
+        if (*s->p == 'n') {
+            m->have &= ~(unsigned)HAVE_CRC; /* None */
+            return skip_literal(s, "null", 4);
+        }
+        return int_member(s, m, &m->crc, HAVE_CRC);
+    }
+    if (key_is(k, klen, "ts")) {
+        const uint8_t *t;
+        uint32_t n;
+        if (str_member(s, m, &t, &n, HAVE_TS))
+            return -1;
+        m->ts_ms = 0; /* "" is 0 (venues.py _int) */
+        if (n > 13)
+            s->unsupported = 1;
+        for (uint32_t i = 0; i < n && i <= 13; i++) {
+            if (t[i] < '0' || t[i] > '9')
+                s->unsupported = 1;
+            m->ts_ms = m->ts_ms * 10 + (t[i] - '0');
+        }
+        return 0;
+    }
+    return 1;
+}
+
+static int okx_arg(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                   uint32_t klen)
+{
+    (void)b;
+    if (key_is(k, klen, "channel"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "instId"))
+        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+    return 1;
+}
+
+static int okx_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                   uint32_t klen)
+{
+    if (key_is(k, klen, "arg")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_ARG;
+        return read_object(s, b, m, okx_arg);
+    }
+    if (key_is(k, klen, "action"))
+        return str_member(s, m, &m->action, &m->action_len, 0);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '[') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        s->p++;
+        skip_ws(s);
+        if (s->p < s->end && *s->p == ']') {
+            s->p++;
+            return 0;
+        }
+        for (;;) {
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            m->items++;
+            if (*s->p == '{') {
+                if (read_object(s, b, m, okx_book))
+                    return -1;
+            } else {
+                s->unsupported = 1;
+                if (skip_value(s, 2))
+                    return -1;
+            }
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            if (*s->p == ',') {
+                s->p++;
+                continue;
+            }
+            if (*s->p != ']')
+                return bad(s);
+            s->p++;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Bybit `orderbook.N.SYM`: {"topic":..,"type":"delta","ts":ms,"data":{"s":..,"b":[],"a":[],
+ * "u":n,"seq":n}} */
+static int bybit_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                      uint32_t klen)
+{
+    int64_t ignored;
+    if (klen == 1) {
+        switch (k[0]) {
+        case 's':
+            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+        case 'b':
+            return levels_member(s, b, m, WSGW_BOOK_BIDS);
+        case 'a':
+            return levels_member(s, b, m, WSGW_BOOK_ASKS);
+        case 'u':
+            return int_member(s, m, &m->seq, HAVE_SEQ);
+        }
+    }
+    if (key_is(k, klen, "seq"))
+        return int_member(s, m, &ignored, 0);
+    return 1;
+}
+
+static int bybit_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                     uint32_t klen)
+{
+    if (key_is(k, klen, "topic"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "type"))
+        return str_member(s, m, &m->action, &m->action_len, 0);
+    if (key_is(k, klen, "ts"))
+        return int_member(s, m, &m->ts_ms, 0);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, bybit_data);
+    }
+    return 1;
+}
+
+/* Is the message one the venue's delta path takes (the Python normalizer's tests)? */
+static int is_delta(const struct wsgw_book *b, const struct msg *m)
+{
+    const unsigned levels = HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_SEQ | HAVE_DATA | HAVE_KIND;
+    if ((m->have & levels) != levels)
+        return 0;
+    if (b->venue == WSGW_BOOK_BINANCE) {
+        /* the stream kind follows the first '@', up to the next: "depth" only (the
+         * partial-depth streams are snapshots; the raw endpoint has no envelope) */
+        const uint8_t *at = memchr(m->kind, '@', m->kind_len), *stop = m->kind + m->kind_len;
+        if (!at || (m->have & (HAVE_TS | HAVE_FIRST)) != (HAVE_TS | HAVE_FIRST))
+            return 0;
+        const uint8_t *next = memchr(at + 1, '@', (size_t)(stop - at - 1));
+        return key_is(at + 1, (uint32_t)((next ? next : stop) - at - 1), "depth");
+    }
+    if (b->venue == WSGW_BOOK_OKX)
+        return (m->have & (HAVE_ARG | HAVE_TS)) == (HAVE_ARG | HAVE_TS) && m->items == 1 &&
+               key_is(m->action, m->action_len, "update") &&
+               (starts_with(m->kind, m->kind_len, "books") || starts_with(m->kind, m->kind_len, "bbo"));
+    /* Bybit: the topic's first part is "orderbook"; anything but a snapshot is a delta */
+    const uint8_t *dot = memchr(m->kind, '.', m->kind_len);
+    return key_is(m->kind, (uint32_t)((dot ? dot : m->kind + m->kind_len) - m->kind), "orderbook") &&
+           !key_is(m->action, m->action_len, "snapshot");
 }
 
 /* ---- the book ------------------------------------------------------------------------- */
@@ -637,7 +881,7 @@ static void apply_pending(struct wsgw_book *b, int side, const struct pending *p
 
 WSGW_API struct wsgw_book *wsgw_book_new(uint32_t venue, const char *symbol, uint32_t symbol_len)
 {
-    if (venue != WSGW_BOOK_BINANCE) {
+    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_BYBIT) {
         wsgw_set_error("book: venue %u is not done in C", venue);
         return NULL;
     }
@@ -679,6 +923,7 @@ WSGW_API void wsgw_book_clear(struct wsgw_book *b)
 WSGW_API int64_t wsgw_book_seq(const struct wsgw_book *b) { return b->seq; }
 WSGW_API void wsgw_book_set_seq(struct wsgw_book *b, int64_t seq) { b->seq = seq; }
 WSGW_API void wsgw_book_set_joined(struct wsgw_book *b, int joined) { b->joined = joined != 0; }
+WSGW_API void wsgw_book_set_depth(struct wsgw_book *b, uint32_t depth) { b->depth = depth; }
 
 WSGW_API uint32_t wsgw_book_count(const struct wsgw_book *b, uint32_t side)
 {
@@ -894,163 +1139,159 @@ static char *mp_levels(char *o, const struct pending *pd)
     return o;
 }
 
-static const char VENUE[] = "binance";
+static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit"};
 
-static uint32_t emit(const struct wsgw_book *b, const struct depth *d, int64_t recv_ns, uint32_t flags,
+static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t recv_ns, uint32_t flags,
                      char *out, int64_t *info)
 {
     const struct pending *bids = &b->pending[WSGW_BOOK_BIDS], *asks = &b->pending[WSGW_BOOK_ASKS];
+    const char *venue = VENUE_NAMES[b->venue];
+    int has_crc = (m->have & HAVE_CRC) != 0;
     char *o = out;
-    int64_t venue_ts = d->E * 1000000;
+    int64_t venue_ts = m->ts_ms * 1000000;
     if (flags & WSGW_BOOK_OUT_JSON) {
-        o = PUT_LIT(o, "{\"type\":\"delta\",\"venue\":\"binance\",\"symbol\":\"");
-        o = put_bytes(o, d->sym, d->sym_len);
+        o = PUT_LIT(o, "{\"type\":\"delta\",\"venue\":\"");
+        o = put_bytes(o, venue, strlen(venue));
+        o = PUT_LIT(o, "\",\"symbol\":\"");
+        o = put_bytes(o, m->sym, m->sym_len);
         o = PUT_LIT(o, "\",\"bids\":");
         o = json_levels(o, bids);
         o = PUT_LIT(o, ",\"asks\":");
         o = json_levels(o, asks);
         o = PUT_LIT(o, ",\"first_seq\":");
-        o = put_int(o, d->U);
+        o = put_int(o, m->first);
         o = PUT_LIT(o, ",\"seq\":");
-        o = put_int(o, d->u);
+        o = put_int(o, m->seq);
         o = PUT_LIT(o, ",\"prev_seq\":");
-        o = put_int(o, d->pu);
+        o = put_int(o, m->prev);
         o = PUT_LIT(o, ",\"venue_ts_ns\":");
         o = put_int(o, venue_ts);
         o = PUT_LIT(o, ",\"recv_ns\":");
         o = put_int(o, recv_ns);
-        o = PUT_LIT(o, ",\"checksum\":null}");
+        o = PUT_LIT(o, ",\"checksum\":");
+        if (has_crc)
+            o = put_int(o, m->crc);
+        else
+            o = PUT_LIT(o, "null");
+        *o++ = '}';
     }
     info[WSGW_BOOK_INFO_JSON_LEN] = o - out;
     char *bin = o;
     if (flags & WSGW_BOOK_OUT_BINARY) {
         o = mp_array(o, 11);
         *o++ = 3; /* the delta's tag */
-        o = mp_str(o, VENUE, sizeof(VENUE) - 1);
-        o = mp_str(o, d->sym, d->sym_len);
+        o = mp_str(o, venue, (uint32_t)strlen(venue));
+        o = mp_str(o, m->sym, m->sym_len);
         o = mp_levels(o, bids);
         o = mp_levels(o, asks);
-        o = mp_int(o, d->U);
-        o = mp_int(o, d->u);
-        o = mp_int(o, d->pu);
+        o = mp_int(o, m->first);
+        o = mp_int(o, m->seq);
+        o = mp_int(o, m->prev);
         o = mp_int(o, venue_ts);
         o = mp_int(o, recv_ns);
-        *o++ = (char)0xc0; /* checksum: nil */
+        if (has_crc)
+            o = mp_int(o, m->crc);
+        else
+            *o++ = (char)0xc0; /* nil */
     }
     info[WSGW_BOOK_INFO_BINARY_LEN] = o - bin;
     return (uint32_t)(o - out);
 }
 
-static int64_t out_bound(const struct wsgw_book *b, const struct depth *d)
+static int64_t out_bound(const struct wsgw_book *b, const struct msg *m)
 {
-    int64_t n = 2 * (320 + d->sym_len);
+    int64_t n = 2 * (360 + m->sym_len);
     for (int s = 0; s < 2; s++)
         for (uint32_t i = 0; i < b->pending[s].n; i++)
             n += 2 * ((int64_t)b->pending[s].v[i].plen + b->pending[s].v[i].qlen + 10);
     return n;
 }
 
-/* The combined-stream envelope `{"stream":"<sym>@depth[@100ms]","data":{...}}`. */
-static int read_binance(struct scan *s, struct wsgw_book *b, struct depth *d)
+/* ---- checksums ------------------------------------------------------------------------- */
+static uint32_t crc_table[256];
+
+static uint32_t crc32_update(uint32_t crc, const char *p, size_t n)
 {
-    const uint8_t *stream = NULL;
-    uint32_t stream_len = 0;
-    int have_data = 0;
-    skip_ws(s);
-    if (s->p >= s->end || *s->p != '{')
-        return bad(s);
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-    } else {
-        for (;;) {
-            const uint8_t *k;
-            uint32_t klen;
-            int plain, rc;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
-                return bad(s);
-            if (!plain)
-                s->unsupported = 1;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':')
-                return bad(s);
-            s->p++;
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            if (key_is(k, klen, "stream") && *s->p == '"') {
-                rc = read_string(s, &stream, &stream_len, &plain);
-                if (!plain)
-                    s->unsupported = 1;
-            } else if (key_is(k, klen, "data") && *s->p == '{') {
-                memset(d, 0, sizeof(*d));
-                b->pending[0].n = b->pending[1].n = 0;
-                rc = read_depth(s, b, d);
-                have_data = 1;
-            } else {
-                if (key_is(k, klen, "stream") || key_is(k, klen, "data"))
-                    s->unsupported = 1;
-                rc = skip_value(s, 1);
-            }
-            if (rc)
-                return -1;
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            if (*s->p == ',') {
-                s->p++;
-                continue;
-            }
-            if (*s->p != '}')
-                return bad(s);
-            s->p++;
-            break;
+    if (!crc_table[1]) /* the same values whoever fills it */
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++)
+                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            crc_table[i] = c;
         }
-    }
-    skip_ws(s);
-    if (s->p != s->end)
-        return bad(s);
-    /* The stream kind is what follows the first '@', up to the next: "depth" only (the
-     * partial-depth streams are snapshots, the raw endpoint's events have no envelope). */
-    const uint8_t *at = stream ? memchr(stream, '@', stream_len) : NULL;
-    if (!at || !have_data) {
-        s->unsupported = 1;
-        return 0;
-    }
-    const uint8_t *kind = at + 1, *stop = stream + stream_len;
-    const uint8_t *next = memchr(kind, '@', (size_t)(stop - kind));
-    if (!key_is(kind, (uint32_t)((next ? next : stop) - kind), "depth") || (d->have & 63) != 63)
-        s->unsupported = 1;
-    if (d->E > 9000000000000LL || d->E < -9000000000000LL)
-        s->unsupported = 1; /* E in ns would not fit */
-    return 0;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ (uint8_t)p[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
 }
+
+/* OKX: CRC32 of "bid:size:ask:size:..." over the top 25 of each side, alternating by rank
+ * (https://www.okx.com/docs-v5/en/#order-book-trading-market-data-ws-order-book-channel,
+ * "Checksum"), as a signed 32-bit integer. */
+static int64_t okx_checksum(const struct wsgw_book *b)
+{
+    char text[25 * 2 * 48];
+    char *o = text;
+    const struct side *bids = &b->sides[WSGW_BOOK_BIDS], *asks = &b->sides[WSGW_BOOK_ASKS];
+    uint32_t nb = bids->n < 25 ? bids->n : 25, na = asks->n < 25 ? asks->n : 25;
+    for (uint32_t i = 0; i < nb || i < na; i++)
+        for (int s = 0; s < 2; s++) {
+            const struct side *sd = s ? asks : bids;
+            if (i >= (s ? na : nb))
+                continue;
+            const struct level *lv = &sd->v[sd->n - 1 - i];
+            if (o != text)
+                *o++ = ':';
+            o = put_decimal(o, lv->px, b->pscale, lv->pf, lv->pdot);
+            *o++ = ':';
+            o = put_decimal(o, lv->sz, b->sscale, lv->sf, lv->sdot);
+        }
+    return (int32_t)crc32_update(0, text, (size_t)(o - text));
+}
+
+static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top};
 
 WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
                                   uint32_t flags, char *out, uint32_t cap, int64_t *info)
 {
     struct scan s = {(const uint8_t *)msg, (const uint8_t *)msg + len, 0, 0};
-    struct depth d;
-    memset(&d, 0, sizeof(d));
+    struct msg m;
+    memset(&m, 0, sizeof(m));
     memset(info, 0, WSGW_BOOK_INFO_N * sizeof(*info));
-    if (read_binance(&s, b, &d))
+    b->pending[0].n = b->pending[1].n = 0;
+    skip_ws(&s);
+    if (s.p >= s.end || *s.p != '{' || read_object(&s, b, &m, TOP_READERS[b->venue]))
         return s.err == E_DEEP ? WSGW_BOOK_TOO_DEEP : WSGW_BOOK_MALFORMED;
-    if (s.unsupported)
+    skip_ws(&s);
+    if (s.p != s.end)
+        return WSGW_BOOK_MALFORMED;
+    if (s.unsupported || !is_delta(b, &m) || m.ts_ms > 9000000000000LL || m.ts_ms < -9000000000000LL)
         return WSGW_BOOK_UNSUPPORTED;
-    info[WSGW_BOOK_INFO_FIRST_SEQ] = d.U;
-    info[WSGW_BOOK_INFO_SEQ] = d.u;
-    info[WSGW_BOOK_INFO_PREV_SEQ] = d.pu;
-    if (d.sym_len != b->symbol_len || memcmp(d.sym, b->symbol, d.sym_len) != 0)
+    info[WSGW_BOOK_INFO_FIRST_SEQ] = m.first;
+    info[WSGW_BOOK_INFO_SEQ] = m.seq;
+    info[WSGW_BOOK_INFO_PREV_SEQ] = m.prev;
+    if (m.sym_len != b->symbol_len || memcmp(m.sym, b->symbol, m.sym_len) != 0)
         return WSGW_BOOK_OTHER_SYMBOL;
     if (!b->joined)
         return WSGW_BOOK_NOT_JOINED;
-    if (d.u <= b->seq)
-        return WSGW_BOOK_IGNORED;
-    if (d.pu ? d.pu != b->seq : d.U != b->seq + 1)
-        return WSGW_BOOK_GAP;
-    int64_t need = out_bound(b, &d);
+    switch (b->venue) {
+    case WSGW_BOOK_BINANCE: /* u <= the book's: old; then U = u + 1 (USD-M: pu = u) */
+        if (m.seq <= b->seq)
+            return WSGW_BOOK_IGNORED;
+        if (m.prev ? m.prev != b->seq : m.first != b->seq + 1)
+            return WSGW_BOOK_GAP;
+        break;
+    case WSGW_BOOK_OKX: /* prevSeqId = the book's seqId; an older one is a duplicate */
+        if (m.prev != b->seq)
+            return m.seq <= b->seq && m.prev < b->seq ? WSGW_BOOK_IGNORED : WSGW_BOOK_GAP;
+        break;
+    default: /* Bybit: u = the book's + 1 */
+        if (m.seq <= b->seq)
+            return WSGW_BOOK_IGNORED;
+        if (m.seq != b->seq + 1)
+            return WSGW_BOOK_GAP;
+    }
+    int64_t need = out_bound(b, &m);
     if (need > cap) {
         info[WSGW_BOOK_INFO_JSON_LEN] = need;
         return WSGW_BOOK_NO_SPACE;
@@ -1060,8 +1301,18 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
         return rc;
     apply_pending(b, WSGW_BOOK_BIDS, &b->pending[WSGW_BOOK_BIDS]);
     apply_pending(b, WSGW_BOOK_ASKS, &b->pending[WSGW_BOOK_ASKS]);
-    b->seq = d.u;
-    emit(b, &d, recv_ns, flags, out, info);
+    b->seq = m.seq;
+    if (b->depth)
+        wsgw_book_truncate(b, b->depth);
+    if (b->venue == WSGW_BOOK_OKX && (m.have & HAVE_CRC)) {
+        int64_t got = okx_checksum(b);
+        if (got != m.crc) {
+            info[WSGW_BOOK_INFO_CRC_EXPECTED] = m.crc;
+            info[WSGW_BOOK_INFO_CRC_GOT] = got;
+            return WSGW_BOOK_CHECKSUM;
+        }
+    }
+    emit(b, &m, recv_ns, flags, out, info);
     return WSGW_BOOK_APPLIED;
 }
 
@@ -1076,7 +1327,9 @@ WSGW_API uint32_t wsgw_book_on_batch(struct wsgw_book *b, const char *blob, cons
                                       flags, out + used, cap - used, info);
         statuses[i] = (int8_t)rc;
         if (rc != WSGW_BOOK_APPLIED && rc != WSGW_BOOK_IGNORED) {
-            lens[2 * i] = rc == WSGW_BOOK_NO_SPACE ? info[WSGW_BOOK_INFO_JSON_LEN] : 0;
+            lens[2 * i] = rc == WSGW_BOOK_NO_SPACE ? info[WSGW_BOOK_INFO_JSON_LEN]
+                                                   : info[WSGW_BOOK_INFO_CRC_EXPECTED];
+            lens[2 * i + 1] = info[WSGW_BOOK_INFO_CRC_GOT];
             return i;
         }
         lens[2 * i] = info[WSGW_BOOK_INFO_JSON_LEN];

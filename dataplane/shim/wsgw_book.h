@@ -25,6 +25,8 @@
 /* Venues whose depth messages book.c parses. */
 enum wsgw_book_venue {
     WSGW_BOOK_BINANCE = 1, /* diff depth `<sym>@depth[@100ms]`, combined-stream envelope */
+    WSGW_BOOK_OKX = 2,     /* `books` (and the other seqId channels) updates, CRC32 top 25 */
+    WSGW_BOOK_BYBIT = 3,   /* `orderbook.N.SYM` deltas */
 };
 
 enum wsgw_book_side { WSGW_BOOK_BIDS = 0, WSGW_BOOK_ASKS = 1 };
@@ -37,7 +39,9 @@ enum wsgw_book_status {
     WSGW_BOOK_NOT_JOINED = 3,  /* the book is not in the fast state: nothing applied */
     WSGW_BOOK_UNSUPPORTED = 4, /* well-formed but not taken here (see above): Python path */
     WSGW_BOOK_OTHER_SYMBOL = 5,/* a depth message for another symbol */
-    WSGW_BOOK_NO_SPACE = 6,    /* out is too small: *out_len says how much is needed */
+    WSGW_BOOK_NO_SPACE = 6,    /* out is too small: info JSON_LEN says how much is needed */
+    WSGW_BOOK_CHECKSUM = 7,    /* applied, but the book's checksum is not the message's
+                                  (info CRC_*): the Python rules resync */
     WSGW_BOOK_MALFORMED = -1,  /* not JSON (truncated, a bad token): nothing applied */
     WSGW_BOOK_TOO_DEEP = -2,   /* nesting past WSGW_BOOK_MAX_NESTING in a skipped value */
 };
@@ -56,7 +60,9 @@ enum wsgw_book_info {
     WSGW_BOOK_INFO_PREV_SEQ = 2,  /* Binance USD-M pu (0: none) */
     WSGW_BOOK_INFO_JSON_LEN = 3,  /* bytes of JSON at out[0] */
     WSGW_BOOK_INFO_BINARY_LEN = 4,/* bytes of MessagePack right after the JSON */
-    WSGW_BOOK_INFO_N = 5,
+    WSGW_BOOK_INFO_CRC_EXPECTED = 5, /* on CHECKSUM: the message's */
+    WSGW_BOOK_INFO_CRC_GOT = 6,      /* on CHECKSUM: the book's */
+    WSGW_BOOK_INFO_N = 7,
 };
 
 struct wsgw_book;
@@ -70,6 +76,8 @@ WSGW_API int64_t wsgw_book_seq(const struct wsgw_book *book);
 WSGW_API void wsgw_book_set_seq(struct wsgw_book *book, int64_t seq);
 /* Fast state: the book is synced and joined, so the per-message rule alone decides. */
 WSGW_API void wsgw_book_set_joined(struct wsgw_book *book, int joined);
+/* Keep the best depth levels a side after each message (Bybit `orderbook.N`); 0: all. */
+WSGW_API void wsgw_book_set_depth(struct wsgw_book *book, uint32_t depth);
 WSGW_API uint32_t wsgw_book_count(const struct wsgw_book *book, uint32_t side);
 WSGW_API uint32_t wsgw_book_scale(const struct wsgw_book *book, uint32_t which);
 
@@ -97,7 +105,8 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *book, const char *msg, uint3
  * (statuses[i] each, and the stopping one's at statuses[returned] when returned < n: the
  * caller takes that one by the Python path, or grows out on NO_SPACE, and goes on after it).
  * The deltas are back to back in out; lens[2i], lens[2i+1]: message i's JSON and
- * MessagePack bytes (0 when IGNORED); on NO_SPACE, lens[2i] is the room message i needs. */
+ * MessagePack bytes (0 when IGNORED); on NO_SPACE, lens[2i] is the room message i needs, on
+ * CHECKSUM lens[2i], lens[2i+1] are the expected and the book's checksums. */
 WSGW_API uint32_t wsgw_book_on_batch(struct wsgw_book *book, const char *blob,
                                      const uint32_t *offsets, uint32_t n, const int64_t *recv_ns,
                                      uint32_t flags, char *out, uint32_t cap, int64_t *lens,

@@ -211,8 +211,10 @@ class _CSide:
 class COrderBook:
     """OrderBook's interface over the C book of one symbol (see the module's docstring)."""
 
-    def __init__(self, venue: str, symbol: str) -> None:
+    def __init__(self, venue: str, symbol: str, depth: int | None = None) -> None:
         self.c = CBook(venue, symbol)
+        if depth is not None:  # the venue's per-message truncation (Bybit orderbook.N)
+            self.c.set_depth(depth)
         self.c.set_joined(True)  # the Python sync guards the fast path (BookSync.on_raw)
         self._c_bids = _CSide(self.c, BOOK_BIDS)
         self._c_asks = _CSide(self.c, BOOK_ASKS)
@@ -284,13 +286,16 @@ class COrderBook:
 
 
 #: Venues whose books (and per-message path) are in C.
-C_VENUES = frozenset({"binance"})
+C_VENUES = frozenset({"binance", "okx", "bybit"})
 
 
-def make_book(key: str, venue: str, symbol: str) -> OrderBook | COrderBook:
-    """key "c": the C book where the venue is done in C, else the default Python book."""
+def make_book(
+    key: str, venue: str, symbol: str, depth: int | None = None
+) -> OrderBook | COrderBook:
+    """key "c": the C book where the venue is done in C (depth: the levels a side its
+    per-message path keeps, as the venue's sync truncates), else the default Python book."""
     if key == "c":
-        return COrderBook(venue, symbol) if venue in C_VENUES else OrderBook()
+        return COrderBook(venue, symbol, depth) if venue in C_VENUES else OrderBook()
     return OrderBook(key)
 
 

@@ -33,7 +33,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dataplane.shim import BOOK_APPLIED, BOOK_IGNORED
+from dataplane.shim import BOOK_APPLIED, BOOK_CHECKSUM, BOOK_IGNORED
 from gateway.books.book import COrderBook, OrderBook, kraken_checksum, make_book, okx_checksum
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, TopOfBook
 
@@ -79,7 +79,7 @@ class BookSync:
     def __init__(self, symbol: str, *, depth: int | None = None, key: str = "double") -> None:
         self.symbol = symbol
         self.depth = depth
-        self.book: OrderBook | COrderBook = make_book(key, self.venue, symbol)
+        self.book: OrderBook | COrderBook = make_book(key, self.venue, symbol, depth)
         self.synced = False
         self.resyncs: Counter[Reason] = Counter()
         self._buffer: deque[BookDelta] = deque()
@@ -141,6 +141,78 @@ class BookSync:
             return self.on_delta(event)
         return self.on_snapshot(event)
 
+    def on_raw(
+        self, raw: bytes, recv_ns: int, flags: int = 0
+    ) -> tuple[Outcome, bytes, bytes] | None:
+        """The per-message path in C (key "c", the venues in gateway.books.book.C_VENUES):
+        the message as received is parsed, the venue's sequence rule checked, the levels
+        applied and the checksum compared in one call, and the normalized delta comes back
+        encoded (flags: dataplane.shim.BOOK_OUT_JSON | BOOK_OUT_BINARY, byte for byte what
+        schema.encode gives). None when C did not take the message (the book not joined,
+        a break, another event or symbol, texts it cannot hold exactly): nothing was
+        applied, run the Python path on it (normalize, on_event). A checksum mismatch is a
+        RESYNC outcome, as by the Python rules."""
+        book = self.book
+        if not self._fast_ready() or type(book) is not COrderBook or book.python:
+            return None
+        status, as_json, as_binary = book.c.on_message(raw, recv_ns, flags)
+        if status == BOOK_APPLIED:
+            return APPLIED, as_json, as_binary
+        if status == BOOK_IGNORED:
+            return IGNORED, b"", b""
+        if status == BOOK_CHECKSUM:
+            return self._c_checksum_failed(*book.c.checksums(), recv_ns), b"", b""
+        return None
+
+    def on_raw_batch(
+        self,
+        raws: Sequence[bytes],
+        recv_ns: Sequence[int],
+        flags: int,
+        python_path: Callable[[int], object],
+    ) -> list[tuple[Outcome, bytes, bytes] | None]:
+        """on_raw over a burst, one C call for the messages that C takes in a row (a call
+        costs more than a message's work). A message C does not take is handed, in its turn,
+        to python_path(its index) (normalize, on_event), its result None, and the burst
+        goes on after it."""
+        results: list[tuple[Outcome, bytes, bytes] | None] = []
+        book, start, n = self.book, 0, len(raws)
+        while start < n:
+            if not self._fast_ready() or type(book) is not COrderBook or book.python:
+                python_path(start)
+                results.append(None)
+                start += 1
+                continue
+            went, statuses, lens, data = book.c.on_batch(raws[start:], recv_ns[start:], flags)
+            pos = 0
+            for i in range(went):
+                if statuses[i] == BOOK_APPLIED:
+                    as_json = pos + lens[2 * i]
+                    end = as_json + lens[2 * i + 1]
+                    results.append((APPLIED, data[pos:as_json], data[as_json:end]))
+                    pos = end
+                else:
+                    results.append((IGNORED, b"", b""))
+            start += went
+            if start < n:
+                if statuses[went] == BOOK_CHECKSUM:  # applied: the Python rules resync
+                    failed = self._c_checksum_failed(
+                        lens[2 * went], lens[2 * went + 1], recv_ns[start]
+                    )
+                    results.append((failed, b"", b""))
+                else:
+                    python_path(start)
+                    results.append(None)
+                start += 1
+        return results
+
+    def _fast_ready(self) -> bool:
+        """The state in which the per-message rule alone decides (C may take the message)."""
+        return self.synced
+
+    def _c_checksum_failed(self, expected: int, got: int, recv_ns: int) -> Outcome:
+        return self._resync(Reason.CHECKSUM, recv_ns, f"expected {expected}, book has {got}")
+
     # ---- venue rules -------------------------------------------------------------------
     def _apply(self, delta: BookDelta) -> Outcome:
         """Check the delta's sequence against the book, apply it, verify."""
@@ -181,60 +253,8 @@ class BinanceBookSync(BookSync):
     venue = "binance"
     buffers = True
 
-    def on_raw(
-        self, raw: bytes, recv_ns: int, flags: int = 0
-    ) -> tuple[Outcome, bytes, bytes] | None:
-        """The per-message path in C (key "c"): the message as received is parsed, the U/u
-        rule checked and the levels applied in one call, and the normalized delta comes back
-        encoded (flags: dataplane.shim.BOOK_OUT_JSON | BOOK_OUT_BINARY, byte for byte what
-        schema.encode gives). None when C did not take the message (the book not joined,
-        a break, another event or symbol, texts it cannot hold exactly): nothing was
-        applied, run the Python path on it (normalize, on_event)."""
-        book = self.book
-        if not (self.synced and self._joined) or type(book) is not COrderBook or book.python:
-            return None
-        status, as_json, as_binary = book.c.on_message(raw, recv_ns, flags)
-        if status == BOOK_APPLIED:
-            return APPLIED, as_json, as_binary
-        if status == BOOK_IGNORED:
-            return IGNORED, b"", b""
-        return None
-
-    def on_raw_batch(
-        self,
-        raws: Sequence[bytes],
-        recv_ns: Sequence[int],
-        flags: int,
-        python_path: Callable[[int], object],
-    ) -> list[tuple[Outcome, bytes, bytes] | None]:
-        """on_raw over a burst, one C call for the messages that C takes in a row (a call
-        costs more than a message's work). A message C does not take is handed, in its turn,
-        to python_path(its index) (normalize, on_event), its result None, and the burst
-        goes on after it."""
-        results: list[tuple[Outcome, bytes, bytes] | None] = []
-        book, start, n = self.book, 0, len(raws)
-        while start < n:
-            if not (self.synced and self._joined) or type(book) is not COrderBook or book.python:
-                python_path(start)
-                results.append(None)
-                start += 1
-                continue
-            went, statuses, lens, data = book.c.on_batch(raws[start:], recv_ns[start:], flags)
-            pos = 0
-            for i in range(went):
-                if statuses[i] == BOOK_APPLIED:
-                    as_json = pos + lens[2 * i]
-                    end = as_json + lens[2 * i + 1]
-                    results.append((APPLIED, data[pos:as_json], data[as_json:end]))
-                    pos = end
-                else:
-                    results.append((IGNORED, b"", b""))
-            start += went
-            if start < n:
-                python_path(start)
-                results.append(None)
-                start += 1
-        return results
+    def _fast_ready(self) -> bool:
+        return self.synced and self._joined
 
     def _drain(self, snap: BookSnapshot) -> Outcome:
         last = snap.seq
