@@ -591,8 +591,8 @@ static int okx_book(struct scan *s, struct wsgw_book *b, struct msg *m, const ui
         return int_member(s, m, &m->crc, HAVE_CRC);
     }
     if (key_is(k, klen, "ts")) {
-        const uint8_t *t;
-        uint32_t n;
+        const uint8_t *t = NULL;
+        uint32_t n = 0; /* stays so when ts is not a string (then unsupported) */
         if (str_member(s, m, &t, &n, HAVE_TS))
             return -1;
         m->ts_ms = 0; /* "" is 0 (venues.py _int) */

@@ -402,6 +402,38 @@ def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.Data
     assert book.top_json(1, 100) == msgspec.json.encode(python.book.asks.levels(100))
 
 
+@pytest.mark.parametrize(
+    ("venue", "raw"),
+    [
+        # OKX ts must be a string (once read uninitialized memory when it was not)
+        (
+            "okx",
+            okx_book("update", 2, 1, [("1.5", "1")], [], 0).replace(
+                '"ts":"1597026383085"', '"ts":1597026383085'
+            ),
+        ),
+        ("okx", okx_book("update", 2, 1, [("1.5", "1")], [], 0).replace('"books"', '"trades"')),
+        ("okx", okx_book("snapshot", 2, 1, [("1.5", "1")], [], 0)),
+        ("bybit", bybit_book("snapshot", 2, [("1.5", "1")], [])),
+        ("bybit", bybit_book("delta", 2, [("1.5", "1")], []).replace('"seq":20', '"seq":"20"')),
+        ("binance", binance_depth(2, 2, [("1.5", "1")], []).replace("@depth@100ms", "@depth20")),
+        (
+            "binance",
+            binance_depth(2, 2, [("1.5", "1")], []).replace('"s":"BTCUSDT"', '"s":"BTC\\u0055SDT"'),
+        ),
+    ],
+)
+def test_what_c_declines_goes_by_the_python_path(venue: str, raw: str) -> None:
+    """Snapshots, other channels, fields of another type, escapes: a joined C book applies
+    nothing and says so (on_raw then gives None: the Python path decides)."""
+    book = CBook(venue, SYMBOLS[venue])
+    book.set_joined(True)
+    book.seq = 1
+    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
+    assert BOOK_STATUS_NAMES[status] == "unsupported"
+    assert as_json == b"" and book.count(0) == 0 and book.seq == 1
+
+
 def test_deep_nesting_is_a_typed_error() -> None:
     book = joined_book([])
     deep = b'{"stream":"btcusdt@depth","x":' + b"[" * 100 + b"]" * 100 + b"}"
