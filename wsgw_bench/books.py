@@ -2,7 +2,10 @@
 
 `wsgw bench books` (the scenario): for each venue, the simulator's own book stream (its
 snapshot, then updates in the venue's format, gateway/simulator/books.py) through
-gateway.normalize + gateway.books.BookSync (`wsgw`), and through what cryptofeed's feed
+gateway.normalize + gateway.books.BookSync (`wsgw`, the Python path), for the venues done
+in C (gateway.books.book.C_VENUES) through BookSync.on_raw_batch in bursts of BURST
+(`wsgw-c`: dataplane/shim/book.c parses, checks and applies, and encodes the normalized
+delta to JSON), and through what cryptofeed's feed
 handlers do with it (`cryptofeed`, the reference: JSON parsed, Decimal levels in the
 `order-book` C extension, the sequence rule, Kraken's and OKX's CRC32 checked on every
 message as wsgw checks it); messages/s, median of alternated rounds. Then the time to

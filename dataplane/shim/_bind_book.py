@@ -230,9 +230,9 @@ class CBook:
         self._lib.wsgw_book_truncate(self._handle, depth)
 
     def top_json(self, side: int, n: int) -> bytes:
-        """The best n levels of a side as `[["price","size"],...]`."""
-        got = int(self._lib.wsgw_book_top_json(self._handle, side, n, self._out, self._cap))
-        if got < 0:
-            self._grow(-got)
-            got = int(self._lib.wsgw_book_top_json(self._handle, side, n, self._out, self._cap))
-        return ctypes.string_at(self._out, got)
+        """The best n levels of a side as `[["price","size"],...]`. Its own buffer: a
+        reader (GET /v1/books) may run between another thread's on_message and its copy."""
+        n = min(n, self.count(side))
+        out = ctypes.create_string_buffer(2 + 48 * n)
+        got = int(self._lib.wsgw_book_top_json(self._handle, side, n, out, len(out)))
+        return out.raw[:got]
