@@ -177,7 +177,7 @@ class CBook:
         if went == 0 and n and statuses[0] == NO_SPACE:
             self._grow(lens[0])
             went = int(self._on_batch(*args, self._out, self._cap, *sinks))
-        total = sum(lens[: 2 * went])
+        total = sum(lens[: 2 * went]) if went else 0
         data = ctypes.string_at(self._out, total) if total else b""
         return went, statuses, lens, data
 

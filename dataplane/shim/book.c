@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "shim_internal.h"
 #include "wsgw_book.h"
 
@@ -94,6 +98,11 @@ struct scan {
     int unsupported; /* well-formed so far, but not a message the C path takes */
 };
 
+/* Bytes that may follow a number or a literal. */
+static const uint8_t ENDS_TOKEN[256] = {
+    [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1, [','] = 1, [']'] = 1, ['}'] = 1,
+};
+
 static inline void skip_ws(struct scan *s)
 {
     while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
@@ -114,6 +123,23 @@ static int read_string(struct scan *s, const uint8_t **out, uint32_t *len, int *
     const uint8_t *p = s->p + 1, *start = p;
     *plain = 1;
     for (;;) {
+#if defined(__SSE2__)
+        /* 16 plain bytes at a time: no quote, backslash, control or non-ASCII byte (the
+         * signed compare below 0x20 catches both of the last two) */
+        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+        const __m128i space = _mm_set1_epi8(0x20);
+        while (s->end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                       _mm_cmplt_epi8(v, space));
+            int m = _mm_movemask_epi8(hit);
+            if (m) {
+                p += __builtin_ctz((unsigned)m);
+                break;
+            }
+            p += 16;
+        }
+#endif
         if (p >= s->end)
             return bad(s);
         uint8_t c = *p;
@@ -197,7 +223,7 @@ static int read_number(struct scan *s, int64_t *value, int *is_int)
             p++;
     }
     /* A number must end the token: "12x" is not JSON. */
-    if (p < end && !strchr(" \t\r\n,]}", *p))
+    if (p < end && !ENDS_TOKEN[*p])
         return bad(s);
     *value = neg ? -v : v;
     s->p = p;
@@ -211,7 +237,7 @@ static int skip_literal(struct scan *s, const char *word, size_t n)
     if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
         return bad(s);
     s->p += n;
-    if (s->p < s->end && !strchr(" \t\r\n,]}", *s->p))
+    if (s->p < s->end && !ENDS_TOKEN[*s->p])
         return bad(s);
     return 0;
 }

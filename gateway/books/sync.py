@@ -32,6 +32,7 @@ import enum
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from dataplane.shim import BOOK_APPLIED, BOOK_CHECKSUM, BOOK_IGNORED
 from gateway.books.book import COrderBook, OrderBook, kraken_checksum, make_book, okx_checksum
@@ -67,6 +68,7 @@ class Outcome:
 APPLIED = Outcome(Action.APPLIED)
 BUFFERED = Outcome(Action.BUFFERED)
 IGNORED = Outcome(Action.IGNORED)
+_IGNORED_RAW = (IGNORED, b"", b"")
 
 
 class BookSync:
@@ -184,15 +186,18 @@ class BookSync:
                 start += 1
                 continue
             went, statuses, lens, data = book.c.on_batch(raws[start:], recv_ns[start:], flags)
-            pos = 0
-            for i in range(went):
-                if statuses[i] == BOOK_APPLIED:
-                    as_json = pos + lens[2 * i]
-                    end = as_json + lens[2 * i + 1]
-                    results.append((APPLIED, data[pos:as_json], data[as_json:end]))
-                    pos = end
-                else:
-                    results.append((IGNORED, b"", b""))
+            # message i's JSON is data[ends[2i]:ends[2i+1]], its MessagePack up to ends[2i+2]
+            ends = list(accumulate(lens[: 2 * went], initial=0))
+            results += [
+                (
+                    APPLIED,
+                    data[ends[2 * i] : ends[2 * i + 1]],
+                    data[ends[2 * i + 1] : ends[2 * i + 2]],
+                )
+                if statuses[i] == BOOK_APPLIED
+                else _IGNORED_RAW
+                for i in range(went)
+            ]
             start += went
             if start < n:
                 if statuses[went] == BOOK_CHECKSUM:  # applied: the Python rules resync
