@@ -24,6 +24,14 @@ The rules, from the venues' documentation:
   its microtimestamp (also those read after the snapshot, until one is applied) and apply
   the rest; a diff older than the last applied one is out of order. There is no sequence,
   so neither a lost diff nor a stale snapshot can be seen.
+
+The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
+OKX, Bybit): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
+applies the same per-message rules as `_apply` here to the messages that need nothing else
+and returns their normalized deltas already encoded; every other message (a snapshot, one
+before the book is joined, a break, anything C does not read) goes, in its turn, through
+the Python path, over the same book. tests/unit/books/test_cbook.py holds the two paths
+equal, outcome by outcome and byte by byte.
 """
 
 from __future__ import annotations
