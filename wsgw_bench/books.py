@@ -2,7 +2,10 @@
 
 `wsgw bench books` (the scenario): for each venue, the simulator's own book stream (its
 snapshot, then updates in the venue's format, gateway/simulator/books.py) through
-gateway.normalize + gateway.books.BookSync (`wsgw`), and through what cryptofeed's feed
+gateway.normalize + gateway.books.BookSync (`wsgw`, the Python path), for the venues done
+in C (gateway.books.book.C_VENUES) through BookSync.on_raw_batch in bursts of BURST
+(`wsgw-c`: dataplane/shim/book.c parses, checks and applies, and encodes the normalized
+delta to JSON), and through what cryptofeed's feed
 handlers do with it (`cryptofeed`, the reference: JSON parsed, Decimal levels in the
 `order-book` C extension, the sequence rule, Kraken's and OKX's CRC32 checked on every
 message as wsgw checks it); messages/s, median of alternated rounds. Then the time to
@@ -39,7 +42,8 @@ from typing import Any
 
 import orjson
 
-from gateway.books.book import double_key, scaled_key
+from dataplane.shim import BOOK_OUT_JSON
+from gateway.books.book import C_VENUES, double_key, scaled_key
 from gateway.books.sync import Action, BookSync, make_sync
 from gateway.normalize.schema import BookDelta, BookSnapshot, encode_json
 from gateway.normalize.venues import make_normalizer
@@ -368,6 +372,42 @@ def wsgw_stream(name: str) -> Callable[[bytes, list[bytes]], BookSync]:
     return run
 
 
+#: Records a ring read hands over at once: the C path takes a burst per call.
+BURST = 64
+
+
+def wsgw_c_stream(name: str) -> Callable[[bytes, list[bytes]], BookSync]:
+    """The C path (gateway.books.sync BinanceBookSync.on_raw_batch: parse, the sequence
+    rule and the levels in C, the normalized delta encoded to JSON as a subscription gets
+    it), bursts of BURST messages, the Python path for what C declines."""
+    dialect, _, symbol, window = SIM_STREAMS[name]
+
+    def run(snap: bytes, updates: list[bytes]) -> BookSync:
+        normalizer = make_normalizer(dialect)
+        sync: Any = make_sync(dialect, symbol, key="c", **({"depth": window} if window else {}))
+        if dialect in REST_VENUES:
+            sync.on_snapshot(normalizer.rest_snapshot(snap, symbol, 0))  # type: ignore[attr-defined]
+        else:
+            (event,) = normalizer.normalize(snap, 0)
+            sync.on_snapshot(event)
+        normalize, on_event, on_raw_batch = normalizer.normalize, sync.on_event, sync.on_raw_batch
+        stamps = [0] * BURST
+        for start in range(0, len(updates), BURST):
+            burst = updates[start : start + BURST]
+
+            def python_path(i: int, burst: list[bytes] = burst) -> None:
+                for event in normalize(burst[i], 0):
+                    if on_event(event).action is not Action.APPLIED:
+                        raise RuntimeError(f"{name}: the book went wrong")
+
+            for result in on_raw_batch(burst, stamps[: len(burst)], BOOK_OUT_JSON, python_path):
+                if result is not None and result[0].action is not Action.APPLIED:
+                    raise RuntimeError(f"{name}: the book went wrong")
+        return sync  # type: ignore[no-any-return]
+
+    return run
+
+
 def _cf_set(side: Any, price: Decimal, size: Decimal) -> None:
     if size == 0:
         if price in side:
@@ -482,14 +522,31 @@ def bench_books(options: BenchOptions) -> list[Measurement]:
         ours, theirs = wsgw_stream(name), cryptofeed_stream(name)
         # Same books at the end: a contender that went wrong would raise, this says both
         # agree (the differential tests check every step).
-        book = theirs(snap, updates)
-        mine = ours(snap, updates).book.snapshot()
-        as_dict = book.to_dict()
-        if [Decimal(p) for p, _ in mine[0]] != list(as_dict["bid"]):
-            raise RuntimeError(f"{name}: wsgw and cryptofeed disagree")
-        contenders = {"wsgw": ours, "cryptofeed": theirs}
+        contenders: dict[str, Callable[[bytes, list[bytes]], Any]] = {"wsgw": ours}
+        if SIM_STREAMS[name][0] in C_VENUES:
+            contenders["wsgw-c"] = wsgw_c_stream(name)
+        contenders["cryptofeed"] = theirs
+        as_dict = theirs(snap, updates).to_dict()
+        for run in contenders.values():
+            if run is theirs:
+                continue
+            mine = run(snap, updates).book.snapshot()
+            if [Decimal(p) for p, _ in mine[0]] != list(as_dict["bid"]):
+                raise RuntimeError(f"{name}: wsgw and cryptofeed disagree")
+        notes = {
+            "wsgw": "Python path: gateway.normalize + BookSync (events, not encoded)",
+            "wsgw-c": f"C path: book.c in bursts of {BURST}, delta encoded to JSON",
+        }
         found = {
-            c: Measurement("books", f"{name} msg/s", c, "msg/s", True, reference=c == "cryptofeed")
+            c: Measurement(
+                "books",
+                f"{name} msg/s",
+                c,
+                "msg/s",
+                True,
+                reference=c == "cryptofeed",
+                note=notes.get(c, ""),
+            )
             for c in contenders
         }
         for _, contender in alternate(options.repetitions, list(contenders)):

@@ -16,6 +16,15 @@ from dataplane.shim._bind_arbiter import MAX_LEGS as ARB_MAX_LEGS
 from dataplane.shim._bind_arbiter import NO_MISSING as ARB_NO_MISSING
 from dataplane.shim._bind_arbiter import NO_PREV as ARB_NO_PREV
 from dataplane.shim._bind_arbiter import lib as arbiter_library
+from dataplane.shim._bind_book import APPLIED as BOOK_APPLIED
+from dataplane.shim._bind_book import ASKS as BOOK_ASKS
+from dataplane.shim._bind_book import BIDS as BOOK_BIDS
+from dataplane.shim._bind_book import CHECKSUM as BOOK_CHECKSUM
+from dataplane.shim._bind_book import IGNORED as BOOK_IGNORED
+from dataplane.shim._bind_book import OUT_BINARY as BOOK_OUT_BINARY
+from dataplane.shim._bind_book import OUT_JSON as BOOK_OUT_JSON
+from dataplane.shim._bind_book import STATUS_NAMES as BOOK_STATUS_NAMES
+from dataplane.shim._bind_book import BookError, CBook
 from dataplane.shim._bind_engine import (
     EngineBinding,
     EngineConf,
@@ -143,6 +152,14 @@ __all__ = [
     "ARB_NO_MISSING",
     "ARB_NO_PREV",
     "ARB_OUT_FORMAT",
+    "BOOK_APPLIED",
+    "BOOK_ASKS",
+    "BOOK_BIDS",
+    "BOOK_CHECKSUM",
+    "BOOK_IGNORED",
+    "BOOK_OUT_BINARY",
+    "BOOK_OUT_JSON",
+    "BOOK_STATUS_NAMES",
     "FEED_MAX_TOPICS",
     "FEED_TOPIC_MAX",
     "IDENTITY_DIALECTS",
@@ -192,6 +209,8 @@ __all__ = [
     "ArbLegStats",
     "ArbOut",
     "ArbTotals",
+    "BookError",
+    "CBook",
     "EngineBinding",
     "EngineConf",
     "FeedBinding",

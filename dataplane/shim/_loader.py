@@ -45,6 +45,7 @@ REBUILD_HINT = "rebuild it with `pip install -e .` (or `make shim`)"
 #: area adds its `_bind_<area>.py` here (nothing is found by looking at the disk).
 BINDINGS = (
     "_bind_arbiter",
+    "_bind_book",
     "_bind_core",
     "_bind_engine",
     "_bind_feed",

@@ -8,6 +8,11 @@ computed over them (OKX) or over their digits (Kraken), and because they are exa
 
 Keys (see double_key): `double` (default), `scaled` (`"45283.5"` at scale 12 is
 45283500000000000) or `decimal`; all three are exact, wsgw_bench.books times them.
+
+`COrderBook` is the same interface over the C book (dataplane/shim/book.c: scaled
+integers, the texts rebuilt byte for byte), for the venues done in C: its per-message path
+is gateway.books.sync.BinanceBookSync.on_raw. Levels the C book cannot hold exactly (a text
+that is not a plain decimal, more than 18 digits) move the book to a Python OrderBook, once.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
+import msgspec
+
+from dataplane.shim import BOOK_APPLIED, BOOK_ASKS, BOOK_BIDS, CBook
 from gateway.normalize.schema import Level
 
 #: Decimal places a scaled key keeps: enough for every spot and perpetual tick in use.
@@ -173,6 +181,124 @@ class OrderBook:
         return self.bids.top(depth), self.asks.top(depth)
 
 
+_encode_levels = msgspec.json.Encoder().encode
+_decode_levels = msgspec.json.Decoder(list[Level]).decode
+
+
+class _CSide:
+    """One side of a CBook, read the way Side is read."""
+
+    __slots__ = ("_book", "_side")
+
+    def __init__(self, book: CBook, side: int) -> None:
+        self._book = book
+        self._side = side
+
+    def __len__(self) -> int:
+        return self._book.count(self._side)
+
+    def levels(self, n: int) -> list[Level]:
+        return _decode_levels(self._book.top_json(self._side, n))
+
+    def top(self, n: int | None = None) -> list[tuple[str, str]]:
+        return [(lv.price, lv.size) for lv in self.levels(len(self) if n is None else n)]
+
+    def best(self) -> tuple[str, str] | None:
+        top = self.levels(1)
+        return (top[0].price, top[0].size) if top else None
+
+
+class COrderBook:
+    """OrderBook's interface over the C book of one symbol (see the module's docstring)."""
+
+    def __init__(self, venue: str, symbol: str, depth: int | None = None) -> None:
+        self.c = CBook(venue, symbol)
+        if depth is not None:  # the venue's per-message truncation (Bybit orderbook.N)
+            self.c.set_depth(depth)
+        self.c.set_joined(True)  # the Python sync guards the fast path (BookSync.on_raw)
+        self._c_bids = _CSide(self.c, BOOK_BIDS)
+        self._c_asks = _CSide(self.c, BOOK_ASKS)
+        #: Set once levels did not fit the C book: everything goes here from then on.
+        self.python: OrderBook | None = None
+
+    @property
+    def bids(self) -> Side | _CSide:
+        return self.python.bids if self.python is not None else self._c_bids
+
+    @property
+    def asks(self) -> Side | _CSide:
+        return self.python.asks if self.python is not None else self._c_asks
+
+    @property
+    def seq(self) -> int:
+        return self.python.seq if self.python is not None else self.c.seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        if self.python is not None:
+            self.python.seq = value
+        else:
+            self.c.seq = value
+
+    def clear(self) -> None:
+        self.python = None  # an empty book: the C one can take it again
+        self.c.clear()
+        self.c.set_joined(True)
+
+    def load(self, bids: Iterable[Level], asks: Iterable[Level]) -> None:
+        seq = self.seq
+        self.clear()
+        self.apply(bids, asks)
+        self.seq = seq
+
+    def apply(self, bids: Iterable[Level], asks: Iterable[Level]) -> None:
+        if self.python is None:
+            bids, asks = list(bids), list(asks)
+            if self._update(BOOK_BIDS, bids):
+                if self._update(BOOK_ASKS, asks):
+                    return
+                self._to_python().asks.update(asks)
+                return
+            self._to_python().apply(bids, asks)
+            return
+        self.python.apply(bids, asks)
+
+    def _update(self, side: int, levels: list[Level]) -> bool:
+        return not levels or self.c.update(side, _encode_levels(levels)) == BOOK_APPLIED
+
+    def _to_python(self) -> OrderBook:
+        book = OrderBook()
+        book.load(self._c_bids.levels(len(self._c_bids)), self._c_asks.levels(len(self._c_asks)))
+        book.seq = self.c.seq
+        self.python = book
+        return book
+
+    def truncate(self, depth: int) -> None:
+        if self.python is not None:
+            self.python.truncate(depth)
+        else:
+            self.c.truncate(depth)
+
+    def snapshot(
+        self, depth: int | None = None
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        return self.bids.top(depth), self.asks.top(depth)
+
+
+#: Venues whose books (and per-message path) are in C.
+C_VENUES = frozenset({"binance", "okx", "bybit"})
+
+
+def make_book(
+    key: str, venue: str, symbol: str, depth: int | None = None
+) -> OrderBook | COrderBook:
+    """key "c": the C book where the venue is done in C (depth: the levels a side its
+    per-message path keeps, as the venue's sync truncates), else the default Python book."""
+    if key == "c":
+        return COrderBook(venue, symbol, depth) if venue in C_VENUES else OrderBook()
+    return OrderBook(key)
+
+
 # ---- checksums ------------------------------------------------------------------------------
 def _kraken_digits(text: str, places: int | None) -> str:
     if places is not None:
@@ -203,7 +329,7 @@ _KRAKEN_TOKENS: dict[Level, str] = {}
 
 
 def kraken_checksum(
-    book: OrderBook, price_places: int | None = None, qty_places: int | None = None
+    book: OrderBook | COrderBook, price_places: int | None = None, qty_places: int | None = None
 ) -> int:
     """CRC32 of kraken_checksum_string, unsigned, as Kraken sends it."""
     if price_places is not None or qty_places is not None:
@@ -236,7 +362,7 @@ def okx_checksum_string(bids: Sequence[tuple[str, str]], asks: Sequence[tuple[st
     return ":".join(parts)
 
 
-def okx_checksum(book: OrderBook) -> int:
+def okx_checksum(book: OrderBook | COrderBook) -> int:
     """CRC32 of okx_checksum_string as a signed 32-bit integer, as OKX sends it."""
     crc = zlib.crc32(okx_checksum_string(book.bids.top(25), book.asks.top(25)).encode())
     return crc - (1 << 32) if crc >= 1 << 31 else crc

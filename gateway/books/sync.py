@@ -24,15 +24,26 @@ The rules, from the venues' documentation:
   its microtimestamp (also those read after the snapshot, until one is applied) and apply
   the rest; a diff older than the last applied one is out of order. There is no sequence,
   so neither a lost diff nor a stale snapshot can be seen.
+
+The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
+OKX, Bybit): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
+applies the same per-message rules as `_apply` here to the messages that need nothing else
+and returns their normalized deltas already encoded; every other message (a snapshot, one
+before the book is joined, a break, anything C does not read) goes, in its turn, through
+the Python path, over the same book. tests/unit/books/test_cbook.py holds the two paths
+equal, outcome by outcome and byte by byte.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
-from gateway.books.book import OrderBook, kraken_checksum, okx_checksum
+from dataplane.shim import BOOK_APPLIED, BOOK_CHECKSUM, BOOK_IGNORED
+from gateway.books.book import COrderBook, OrderBook, kraken_checksum, make_book, okx_checksum
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, TopOfBook
 
 #: Deltas kept while waiting for a snapshot (Binance, Bitstamp); older ones are dropped.
@@ -65,6 +76,7 @@ class Outcome:
 APPLIED = Outcome(Action.APPLIED)
 BUFFERED = Outcome(Action.BUFFERED)
 IGNORED = Outcome(Action.IGNORED)
+_IGNORED_RAW = (IGNORED, b"", b"")
 
 
 class BookSync:
@@ -77,7 +89,7 @@ class BookSync:
     def __init__(self, symbol: str, *, depth: int | None = None, key: str = "double") -> None:
         self.symbol = symbol
         self.depth = depth
-        self.book = OrderBook(key)
+        self.book: OrderBook | COrderBook = make_book(key, self.venue, symbol, depth)
         self.synced = False
         self.resyncs: Counter[Reason] = Counter()
         self._buffer: deque[BookDelta] = deque()
@@ -139,6 +151,81 @@ class BookSync:
             return self.on_delta(event)
         return self.on_snapshot(event)
 
+    def on_raw(
+        self, raw: bytes, recv_ns: int, flags: int = 0
+    ) -> tuple[Outcome, bytes, bytes] | None:
+        """The per-message path in C (key "c", the venues in gateway.books.book.C_VENUES):
+        the message as received is parsed, the venue's sequence rule checked, the levels
+        applied and the checksum compared in one call, and the normalized delta comes back
+        encoded (flags: dataplane.shim.BOOK_OUT_JSON | BOOK_OUT_BINARY, byte for byte what
+        schema.encode gives). None when C did not take the message (the book not joined,
+        a break, another event or symbol, texts it cannot hold exactly): nothing was
+        applied, run the Python path on it (normalize, on_event). A checksum mismatch is a
+        RESYNC outcome, as by the Python rules."""
+        book = self.book
+        if not self._fast_ready() or type(book) is not COrderBook or book.python:
+            return None
+        status, as_json, as_binary = book.c.on_message(raw, recv_ns, flags)
+        if status == BOOK_APPLIED:
+            return APPLIED, as_json, as_binary
+        if status == BOOK_IGNORED:
+            return IGNORED, b"", b""
+        if status == BOOK_CHECKSUM:
+            return self._c_checksum_failed(*book.c.checksums(), recv_ns), b"", b""
+        return None
+
+    def on_raw_batch(
+        self,
+        raws: Sequence[bytes],
+        recv_ns: Sequence[int],
+        flags: int,
+        python_path: Callable[[int], object],
+    ) -> list[tuple[Outcome, bytes, bytes] | None]:
+        """on_raw over a burst, one C call for the messages that C takes in a row (a call
+        costs more than a message's work). A message C does not take is handed, in its turn,
+        to python_path(its index) (normalize, on_event), its result None, and the burst
+        goes on after it."""
+        results: list[tuple[Outcome, bytes, bytes] | None] = []
+        book, start, n = self.book, 0, len(raws)
+        while start < n:
+            if not self._fast_ready() or type(book) is not COrderBook or book.python:
+                python_path(start)
+                results.append(None)
+                start += 1
+                continue
+            went, statuses, lens, data = book.c.on_batch(raws[start:], recv_ns[start:], flags)
+            # message i's JSON is data[ends[2i]:ends[2i+1]], its MessagePack up to ends[2i+2]
+            ends = list(accumulate(lens[: 2 * went], initial=0))
+            results += [
+                (
+                    APPLIED,
+                    data[ends[2 * i] : ends[2 * i + 1]],
+                    data[ends[2 * i + 1] : ends[2 * i + 2]],
+                )
+                if statuses[i] == BOOK_APPLIED
+                else _IGNORED_RAW
+                for i in range(went)
+            ]
+            start += went
+            if start < n:
+                if statuses[went] == BOOK_CHECKSUM:  # applied: the Python rules resync
+                    failed = self._c_checksum_failed(
+                        lens[2 * went], lens[2 * went + 1], recv_ns[start]
+                    )
+                    results.append((failed, b"", b""))
+                else:
+                    python_path(start)
+                    results.append(None)
+                start += 1
+        return results
+
+    def _fast_ready(self) -> bool:
+        """The state in which the per-message rule alone decides (C may take the message)."""
+        return self.synced
+
+    def _c_checksum_failed(self, expected: int, got: int, recv_ns: int) -> Outcome:
+        return self._resync(Reason.CHECKSUM, recv_ns, f"expected {expected}, book has {got}")
+
     # ---- venue rules -------------------------------------------------------------------
     def _apply(self, delta: BookDelta) -> Outcome:
         """Check the delta's sequence against the book, apply it, verify."""
@@ -178,6 +265,9 @@ class BinanceBookSync(BookSync):
 
     venue = "binance"
     buffers = True
+
+    def _fast_ready(self) -> bool:
+        return self.synced and self._joined
 
     def _drain(self, snap: BookSnapshot) -> Outcome:
         last = snap.seq

@@ -16,8 +16,7 @@ Prices and sizes are the exchange's own decimal text (`"45283.50"`, never a floa
 with the venue's precision kept (Kraken and OKX checksums depend on it), and cheap, since
 no number is parsed twice. The local books order levels by a key derived from the text
 (gateway.books.book: an exact binary64 for up to 15 significant digits, Decimal past
-them), which gateway.books.measure found faster to apply than Decimal or scaled-integer
-keys.
+them; the C books of dataplane/shim/book.c: scaled integers, the text kept beside them).
 
 Every event carries the venue's name and its own symbol spelling (`BTCUSDT`, `BTC/USD`,
 `BTC-USDT`, `btcusd`), the venue's timestamp in ns since the epoch (`venue_ts_ns`, 0 when

@@ -36,6 +36,7 @@ def test_quick_run_measures_every_venue_and_the_book_read() -> None:
     metrics = {(m.metric, m.contender) for m in results}
     for name in SIM_STREAMS:
         assert {(f"{name} msg/s", "wsgw"), (f"{name} msg/s", "cryptofeed")} <= metrics
+    assert ("binance msg/s", "wsgw-c") in metrics  # the venues done in C: a third contender
     assert ("book read, depth 100 (us)", "wsgw in-process") in metrics
     for m in results:
         assert m.samples and all(math.isfinite(v) and v > 0 for v in m.samples), m

@@ -1,0 +1,1376 @@
+/* Local order books in C (see wsgw_book.h for the contract).
+ *
+ * A side is one array of levels sorted worst first, so the best level is the last one and
+ * the updates near the touch, which are most of them, move only the few levels behind
+ * them. A message is read by a small recursive-descent scanner that knows only the shape
+ * it needs (like topic.c's, nothing allocated per message: the level spans go into arrays
+ * owned by the book, grown when a message holds more levels than any before); it is
+ * applied only once all of it has been read and checked, so a truncated or malformed
+ * message changes nothing.
+ *
+ * Binance diff depth (https://developers.binance.com/docs/binance-spot-api-docs/
+ * web-socket-streams#diff-depth-stream and "How to manage a local order book correctly"):
+ * an event with `u` <= the book's is dropped; once joined, each `U` is the previous `u` + 1
+ * (USD-M futures: `pu` is the previous `u`).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "shim_internal.h"
+#include "wsgw_book.h"
+
+#define MAX_DIGITS 18 /* a scaled value stays below 10^18, well inside int64 */
+
+static const int64_t POW10[MAX_DIGITS + 1] = {
+    1LL,
+    10LL,
+    100LL,
+    1000LL,
+    10000LL,
+    100000LL,
+    1000000LL,
+    10000000LL,
+    100000000LL,
+    1000000000LL,
+    10000000000LL,
+    100000000000LL,
+    1000000000000LL,
+    10000000000000LL,
+    100000000000000LL,
+    1000000000000000LL,
+    10000000000000000LL,
+    100000000000000000LL,
+    1000000000000000000LL,
+};
+
+/* "price:size" as the venue sent them: at most 19 + 1 + 19 bytes (18 digits and a dot each,
+ * which prepare() ensures). Kept so that reads and checksums copy, never format. */
+#define TEXT_MAX 46
+
+struct level {
+    int64_t px, sz; /* at the book's price and size scales: order and identity */
+    uint8_t plen, tlen;
+    char text[TEXT_MAX];
+};
+
+struct side {
+    struct level *v; /* worst first: bids ascending, asks descending */
+    uint32_t n, cap;
+    int sign; /* +1 bids, -1 asks: v is ascending by sign * px */
+};
+
+/* A level as read from a message, before it is applied. */
+struct parsed {
+    const uint8_t *p, *q;
+    uint32_t plen, qlen;
+    uint8_t pw, pf, pdot, sw, sf, sdot; /* whole digits, fraction digits, a dot */
+};
+
+struct pending {
+    struct parsed *v;
+    uint32_t n, cap;
+};
+
+struct wsgw_book {
+    uint32_t venue;
+    uint32_t symbol_len;
+    char symbol[WSGW_BOOK_SYMBOL_MAX];
+    int64_t seq;
+    int joined;
+    uint32_t depth; /* keep this many levels a side after each message (0: all) */
+    uint32_t pscale, sscale;
+    struct side sides[2];
+    struct pending pending[2];
+};
+
+/* ---- the scanner ------------------------------------------------------------------------ */
+enum { OK = 0, E_MALFORMED = 1, E_DEEP = 2 };
+
+struct scan {
+    const uint8_t *p, *end;
+    int err;
+    int unsupported; /* well-formed so far, but not a message the C path takes */
+};
+
+/* Bytes that may follow a number or a literal. */
+static const uint8_t ENDS_TOKEN[256] = {
+    [' '] = 1, ['\t'] = 1, ['\r'] = 1, ['\n'] = 1, [','] = 1, [']'] = 1, ['}'] = 1,
+};
+
+static inline void skip_ws(struct scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+static inline int bad(struct scan *s)
+{
+    if (!s->err)
+        s->err = E_MALFORMED;
+    return -1;
+}
+
+/* At an opening quote: the string's bytes between the quotes; *plain is 0 when it holds an
+ * escape or a non-ASCII byte (which only the Python path decodes). */
+static int read_string(struct scan *s, const uint8_t **out, uint32_t *len, int *plain)
+{
+    const uint8_t *p = s->p + 1, *start = p;
+    *plain = 1;
+    for (;;) {
+#if defined(__SSE2__)
+        /* 16 plain bytes at a time: no quote, backslash, control or non-ASCII byte (the
+         * signed compare below 0x20 catches both of the last two) */
+        const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+        const __m128i space = _mm_set1_epi8(0x20);
+        while (s->end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+            __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                       _mm_cmplt_epi8(v, space));
+            int m = _mm_movemask_epi8(hit);
+            if (m) {
+                p += __builtin_ctz((unsigned)m);
+                break;
+            }
+            p += 16;
+        }
+#endif
+        if (p >= s->end)
+            return bad(s);
+        uint8_t c = *p;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return bad(s);
+        if (c >= 0x80)
+            *plain = 0;
+        if (c == '\\') {
+            *plain = 0;
+            if (p + 1 >= s->end)
+                return bad(s);
+            c = p[1];
+            if (c == 'u') {
+                if (s->end - p < 6)
+                    return bad(s);
+                for (int i = 2; i < 6; i++) {
+                    uint8_t h = p[i];
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                        return bad(s);
+                }
+                p += 6;
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", c) || c == 0)
+                return bad(s);
+            p += 2;
+            continue;
+        }
+        p++;
+    }
+    *out = start;
+    *len = (uint32_t)(p - start);
+    s->p = p + 1;
+    return 0;
+}
+
+/* A JSON number token; *is_int and *value when it is an integer of at most 18 digits. */
+static int read_number(struct scan *s, int64_t *value, int *is_int)
+{
+    const uint8_t *p = s->p, *end = s->end;
+    int neg = 0, digits = 0;
+    int64_t v = 0;
+    *is_int = 1;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9')
+        return bad(s);
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else {
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (digits < MAX_DIGITS)
+                v = v * 10 + (*p - '0');
+            digits++;
+            p++;
+        }
+    }
+    if (digits > MAX_DIGITS)
+        *is_int = 0;
+    if (p < end && *p == '.') {
+        *is_int = 0;
+        p++;
+        if (p >= end || *p < '0' || *p > '9')
+            return bad(s);
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        *is_int = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || *p < '0' || *p > '9')
+            return bad(s);
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    /* A number must end the token: "12x" is not JSON. */
+    if (p < end && !ENDS_TOKEN[*p])
+        return bad(s);
+    *value = neg ? -v : v;
+    s->p = p;
+    return 0;
+}
+
+static int skip_value(struct scan *s, int depth);
+
+static int skip_literal(struct scan *s, const char *word, size_t n)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+        return bad(s);
+    s->p += n;
+    if (s->p < s->end && !ENDS_TOKEN[*s->p])
+        return bad(s);
+    return 0;
+}
+
+/* After an opening bracket: the members up to the closing one. */
+static int skip_container(struct scan *s, int depth, uint8_t close)
+{
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        skip_ws(s);
+        if (close == '}') {
+            const uint8_t *k;
+            uint32_t klen;
+            int plain;
+            if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
+                return bad(s);
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != ':')
+                return bad(s);
+            s->p++;
+            skip_ws(s);
+        }
+        if (skip_value(s, depth + 1))
+            return -1;
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != close)
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+}
+
+static int skip_value(struct scan *s, int depth)
+{
+    if (depth > WSGW_BOOK_MAX_NESTING) {
+        s->err = E_DEEP;
+        return -1;
+    }
+    if (s->p >= s->end)
+        return bad(s);
+    switch (*s->p) {
+    case '"': {
+        const uint8_t *v;
+        uint32_t n;
+        int plain;
+        if (read_string(s, &v, &n, &plain))
+            return -1;
+        if (!plain)
+            s->unsupported = 1; /* the Python decoder may refuse it (bad UTF-8) */
+        return 0;
+    }
+    case '{':
+        return skip_container(s, depth, '}');
+    case '[':
+        return skip_container(s, depth, ']');
+    case 't':
+        return skip_literal(s, "true", 4);
+    case 'f':
+        return skip_literal(s, "false", 5);
+    case 'n':
+        return skip_literal(s, "null", 4);
+    default: {
+        int64_t v;
+        int is_int;
+        return read_number(s, &v, &is_int);
+    }
+    }
+}
+
+/* A plain decimal: digits (no leading zero but "0"), then optionally a dot and digits. */
+static int decimal_shape(const uint8_t *t, uint32_t n, uint8_t *whole, uint8_t *frac, uint8_t *dot)
+{
+    uint32_t i = 0;
+    while (i < n && t[i] >= '0' && t[i] <= '9')
+        i++;
+    if (i == 0 || i > MAX_DIGITS || (i > 1 && t[0] == '0'))
+        return -1;
+    *whole = (uint8_t)i;
+    *dot = 0;
+    *frac = 0;
+    if (i == n)
+        return 0;
+    if (t[i] != '.')
+        return -1;
+    *dot = 1;
+    uint32_t f = n - i - 1;
+    if (f > MAX_DIGITS)
+        return -1;
+    for (uint32_t j = i + 1; j < n; j++)
+        if (t[j] < '0' || t[j] > '9')
+            return -1;
+    *frac = (uint8_t)f;
+    return 0;
+}
+
+static int64_t scaled(const uint8_t *t, uint8_t whole, uint8_t frac, uint8_t dot, uint32_t scale)
+{
+    int64_t v = 0;
+    for (uint32_t i = 0; i < whole; i++)
+        v = v * 10 + (t[i] - '0');
+    for (uint32_t i = 0; i < frac; i++)
+        v = v * 10 + (t[whole + dot + i] - '0');
+    return v * POW10[scale - frac];
+}
+
+static int pending_push(struct pending *pd, const struct parsed *lv)
+{
+    if (pd->n == pd->cap) {
+        uint32_t cap = pd->cap ? pd->cap * 2 : 64;
+        struct parsed *v = realloc(pd->v, (size_t)cap * sizeof(*v));
+        if (!v)
+            return -1;
+        pd->v = v;
+        pd->cap = cap;
+    }
+    pd->v[pd->n++] = *lv;
+    return 0;
+}
+
+/* At '[': `[["p","q"],...]` into pd. A value of another shape is skipped and marks the
+ * message unsupported. */
+static int read_levels(struct scan *s, struct pending *pd, int depth)
+{
+    const uint8_t *start = s->p;
+    pd->n = 0;
+    if (s->p >= s->end || *s->p != '[')
+        goto other;
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        struct parsed lv;
+        int plain_p, plain_q;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != '[')
+            goto other;
+        s->p++;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != '"')
+            goto other;
+        if (read_string(s, &lv.p, &lv.plen, &plain_p))
+            return -1;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ',')
+            goto other;
+        s->p++;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != '"')
+            goto other;
+        if (read_string(s, &lv.q, &lv.qlen, &plain_q))
+            return -1;
+        skip_ws(s);
+        while (s->p < s->end && *s->p == ',') { /* OKX's extra fields: ignored, as by Level */
+            s->p++;
+            skip_ws(s);
+            if (skip_value(s, depth + 2))
+                return -1;
+            skip_ws(s);
+        }
+        if (s->p >= s->end || *s->p != ']')
+            goto other;
+        s->p++;
+        if (!plain_p || !plain_q ||
+            decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
+            decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
+            s->unsupported = 1;
+        if (pending_push(pd, &lv)) {
+            s->err = E_MALFORMED; /* out of memory: refuse the message whole */
+            wsgw_set_error("book: out of memory for %u levels", pd->n);
+            return -1;
+        }
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != ']')
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+other:
+    /* Not the shape of levels: read it again as any value (it may still be malformed). */
+    s->p = start;
+    s->unsupported = 1;
+    pd->n = 0;
+    return skip_value(s, depth);
+}
+
+static inline int key_is(const uint8_t *k, uint32_t n, const char *word)
+{
+    return strlen(word) == n && memcmp(k, word, n) == 0;
+}
+
+static inline int starts_with(const uint8_t *k, uint32_t n, const char *word)
+{
+    return strlen(word) <= n && memcmp(k, word, strlen(word)) == 0;
+}
+
+/* What a depth message says besides its levels (those go to the book's pending arrays). */
+struct msg {
+    const uint8_t *sym, *kind, *action; /* kind: Binance stream, OKX channel, Bybit topic */
+    uint32_t sym_len, kind_len, action_len;
+    int64_t first, seq, prev, ts_ms, crc;
+    unsigned have;
+    int items; /* OKX: elements of data */
+};
+
+enum {
+    HAVE_TS = 1,
+    HAVE_FIRST = 2,
+    HAVE_SEQ = 4,
+    HAVE_SYM = 8,
+    HAVE_BIDS = 16,
+    HAVE_ASKS = 32,
+    HAVE_CRC = 64,
+    HAVE_DATA = 128,
+    HAVE_KIND = 256,
+    HAVE_ARG = 512,
+};
+
+/* A member reader: reads the value at s->p for key k and returns 0, or -1 on an error, or 1
+ * when the key is not one it reads (the value is then skipped). */
+typedef int (*member_fn)(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                         uint32_t klen);
+
+static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, member_fn fn)
+{
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        const uint8_t *k;
+        uint32_t klen;
+        int plain, rc;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
+            return bad(s);
+        if (!plain)
+            s->unsupported = 1;
+        skip_ws(s);
+        if (s->p >= s->end || *s->p != ':')
+            return bad(s);
+        s->p++;
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        rc = fn(s, b, m, k, klen);
+        if (rc > 0)
+            rc = skip_value(s, 2);
+        if (rc)
+            return -1;
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != '}')
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+}
+
+/* An integer member; another kind of value is read but marks the message unsupported. */
+static int int_member(struct scan *s, struct msg *m, int64_t *out, unsigned bit)
+{
+    if (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')) {
+        int is_int;
+        if (read_number(s, out, &is_int))
+            return -1;
+        if (!is_int)
+            s->unsupported = 1;
+        m->have |= bit;
+        return 0;
+    }
+    s->unsupported = 1;
+    return skip_value(s, 2);
+}
+
+static int str_member(struct scan *s, struct msg *m, const uint8_t **out, uint32_t *len, unsigned bit)
+{
+    if (*s->p == '"') {
+        int plain;
+        if (read_string(s, out, len, &plain))
+            return -1;
+        if (!plain)
+            s->unsupported = 1;
+        m->have |= bit;
+        return 0;
+    }
+    s->unsupported = 1;
+    return skip_value(s, 2);
+}
+
+static int levels_member(struct scan *s, struct wsgw_book *b, struct msg *m, int side)
+{
+    m->have |= side == WSGW_BOOK_BIDS ? HAVE_BIDS : HAVE_ASKS;
+    return read_levels(s, &b->pending[side], 2);
+}
+
+/* Binance `data`: {"e":"depthUpdate","E":ms,"s":sym,"U":first,"u":last,["pu":prev,]"b":[],"a":[]} */
+static int binance_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    if (klen == 1) {
+        switch (k[0]) {
+        case 'E':
+            return int_member(s, m, &m->ts_ms, HAVE_TS);
+        case 'U':
+            return int_member(s, m, &m->first, HAVE_FIRST);
+        case 'u':
+            return int_member(s, m, &m->seq, HAVE_SEQ);
+        case 's':
+            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+        case 'b':
+            return levels_member(s, b, m, WSGW_BOOK_BIDS);
+        case 'a':
+            return levels_member(s, b, m, WSGW_BOOK_ASKS);
+        }
+    }
+    if (key_is(k, klen, "pu"))
+        return int_member(s, m, &m->prev, 0);
+    return 1;
+}
+
+static int binance_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                       uint32_t klen)
+{
+    if (key_is(k, klen, "stream"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, binance_data);
+    }
+    return 1;
+}
+
+/* OKX `books` data element: {"asks":[[p,q,"0",n]],"bids":[...],"ts":"ms","checksum":c,
+ * "seqId":n,"prevSeqId":n} */
+static int okx_book(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                    uint32_t klen)
+{
+    if (key_is(k, klen, "bids"))
+        return levels_member(s, b, m, WSGW_BOOK_BIDS);
+    if (key_is(k, klen, "asks"))
+        return levels_member(s, b, m, WSGW_BOOK_ASKS);
+    if (key_is(k, klen, "seqId"))
+        return int_member(s, m, &m->seq, HAVE_SEQ);
+    if (key_is(k, klen, "prevSeqId"))
+        return int_member(s, m, &m->prev, 0);
+    if (key_is(k, klen, "checksum")) {
+        if (*s->p == 'n') {
+            m->have &= ~(unsigned)HAVE_CRC; /* None */
+            return skip_literal(s, "null", 4);
+        }
+        return int_member(s, m, &m->crc, HAVE_CRC);
+    }
+    if (key_is(k, klen, "ts")) {
+        const uint8_t *t = NULL;
+        uint32_t n = 0; /* stays so when ts is not a string (then unsupported) */
+        if (str_member(s, m, &t, &n, HAVE_TS))
+            return -1;
+        m->ts_ms = 0; /* "" is 0 (venues.py _int) */
+        if (n > 13)
+            s->unsupported = 1;
+        for (uint32_t i = 0; i < n && i <= 13; i++) {
+            if (t[i] < '0' || t[i] > '9')
+                s->unsupported = 1;
+            m->ts_ms = m->ts_ms * 10 + (t[i] - '0');
+        }
+        return 0;
+    }
+    return 1;
+}
+
+static int okx_arg(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                   uint32_t klen)
+{
+    (void)b;
+    if (key_is(k, klen, "channel"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "instId"))
+        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+    return 1;
+}
+
+static int okx_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                   uint32_t klen)
+{
+    if (key_is(k, klen, "arg")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_ARG;
+        return read_object(s, b, m, okx_arg);
+    }
+    if (key_is(k, klen, "action"))
+        return str_member(s, m, &m->action, &m->action_len, 0);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '[') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        s->p++;
+        skip_ws(s);
+        if (s->p < s->end && *s->p == ']') {
+            s->p++;
+            return 0;
+        }
+        for (;;) {
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            m->items++;
+            if (*s->p == '{') {
+                if (read_object(s, b, m, okx_book))
+                    return -1;
+            } else {
+                s->unsupported = 1;
+                if (skip_value(s, 2))
+                    return -1;
+            }
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            if (*s->p == ',') {
+                s->p++;
+                continue;
+            }
+            if (*s->p != ']')
+                return bad(s);
+            s->p++;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Bybit `orderbook.N.SYM`: {"topic":..,"type":"delta","ts":ms,"data":{"s":..,"b":[],"a":[],
+ * "u":n,"seq":n}} */
+static int bybit_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                      uint32_t klen)
+{
+    int64_t ignored;
+    if (klen == 1) {
+        switch (k[0]) {
+        case 's':
+            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+        case 'b':
+            return levels_member(s, b, m, WSGW_BOOK_BIDS);
+        case 'a':
+            return levels_member(s, b, m, WSGW_BOOK_ASKS);
+        case 'u':
+            return int_member(s, m, &m->seq, HAVE_SEQ);
+        }
+    }
+    if (key_is(k, klen, "seq"))
+        return int_member(s, m, &ignored, 0);
+    return 1;
+}
+
+static int bybit_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                     uint32_t klen)
+{
+    if (key_is(k, klen, "topic"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "type"))
+        return str_member(s, m, &m->action, &m->action_len, 0);
+    if (key_is(k, klen, "ts"))
+        return int_member(s, m, &m->ts_ms, 0);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, bybit_data);
+    }
+    return 1;
+}
+
+/* Is the message one the venue's delta path takes (the Python normalizer's tests)? */
+static int is_delta(const struct wsgw_book *b, const struct msg *m)
+{
+    const unsigned levels = HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_SEQ | HAVE_DATA | HAVE_KIND;
+    if ((m->have & levels) != levels)
+        return 0;
+    if (b->venue == WSGW_BOOK_BINANCE) {
+        /* the stream kind follows the first '@', up to the next: "depth" only (the
+         * partial-depth streams are snapshots; the raw endpoint has no envelope) */
+        const uint8_t *at = memchr(m->kind, '@', m->kind_len), *stop = m->kind + m->kind_len;
+        if (!at || (m->have & (HAVE_TS | HAVE_FIRST)) != (HAVE_TS | HAVE_FIRST))
+            return 0;
+        const uint8_t *next = memchr(at + 1, '@', (size_t)(stop - at - 1));
+        return key_is(at + 1, (uint32_t)((next ? next : stop) - at - 1), "depth");
+    }
+    if (b->venue == WSGW_BOOK_OKX)
+        return (m->have & (HAVE_ARG | HAVE_TS)) == (HAVE_ARG | HAVE_TS) && m->items == 1 &&
+               key_is(m->action, m->action_len, "update") &&
+               (starts_with(m->kind, m->kind_len, "books") || starts_with(m->kind, m->kind_len, "bbo"));
+    /* Bybit: the topic's first part is "orderbook"; anything but a snapshot is a delta */
+    const uint8_t *dot = memchr(m->kind, '.', m->kind_len);
+    return key_is(m->kind, (uint32_t)((dot ? dot : m->kind + m->kind_len) - m->kind), "orderbook") &&
+           !key_is(m->action, m->action_len, "snapshot");
+}
+
+/* ---- the book ------------------------------------------------------------------------- */
+static void side_init(struct side *sd, int sign)
+{
+    memset(sd, 0, sizeof(*sd));
+    sd->sign = sign;
+}
+
+/* Index of the first level whose sign*px >= key. */
+static inline uint32_t side_find(const struct side *sd, int64_t key)
+{
+    uint32_t lo = 0, hi = sd->n;
+    /* Most updates land near the touch, at the end: look there first. */
+    if (hi && sd->sign * sd->v[hi - 1].px < key)
+        return hi;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (sd->sign * sd->v[mid].px < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int side_reserve(struct side *sd, uint32_t extra)
+{
+    if (sd->n + extra <= sd->cap)
+        return 0;
+    uint32_t cap = sd->cap ? sd->cap : 256;
+    while (cap < sd->n + extra)
+        cap *= 2;
+    struct level *v = realloc(sd->v, (size_t)cap * sizeof(*v));
+    if (!v)
+        return -1;
+    sd->v = v;
+    sd->cap = cap;
+    return 0;
+}
+
+/* Absolute size at px; room for one more level has been reserved. */
+static void side_set(struct side *sd, const struct level *lv)
+{
+    int64_t key = sd->sign * lv->px;
+    uint32_t i = side_find(sd, key);
+    int found = i < sd->n && sd->v[i].px == lv->px;
+    if (lv->sz == 0) {
+        if (found) {
+            memmove(&sd->v[i], &sd->v[i + 1], (size_t)(sd->n - i - 1) * sizeof(*sd->v));
+            sd->n--;
+        }
+        return;
+    }
+    if (!found) {
+        memmove(&sd->v[i + 1], &sd->v[i], (size_t)(sd->n - i) * sizeof(*sd->v));
+        sd->n++;
+    }
+    sd->v[i] = *lv;
+}
+
+/* Scale every level of the book from old to new digits (prices or sizes). */
+static void rescale(struct wsgw_book *b, int prices, uint32_t to)
+{
+    for (int s = 0; s < 2; s++) {
+        struct side *sd = &b->sides[s];
+        for (uint32_t i = 0; i < sd->n; i++) {
+            if (prices)
+                sd->v[i].px *= POW10[to - b->pscale];
+            else
+                sd->v[i].sz *= POW10[to - b->sscale];
+        }
+    }
+    if (prices)
+        b->pscale = to;
+    else
+        b->sscale = to;
+}
+
+static int fits(const struct wsgw_book *b, int prices, uint32_t to)
+{
+    uint32_t from = prices ? b->pscale : b->sscale;
+    int64_t limit = POW10[MAX_DIGITS - (to - from)];
+    for (int s = 0; s < 2; s++) {
+        const struct side *sd = &b->sides[s];
+        for (uint32_t i = 0; i < sd->n; i++)
+            if ((prices ? sd->v[i].px : sd->v[i].sz) >= limit)
+                return 0;
+    }
+    return 1;
+}
+
+/* Make the pending levels representable (widen a scale if they carry more digits) and room
+ * for them; 0, or WSGW_BOOK_UNSUPPORTED with the book unchanged. */
+static int prepare(struct wsgw_book *b, const struct pending *pds, int n_sides)
+{
+    uint32_t pf = b->pscale, sf = b->sscale;
+    for (int s = 0; s < n_sides; s++)
+        for (uint32_t i = 0; i < pds[s].n; i++) {
+            const struct parsed *lv = &pds[s].v[i];
+            if (lv->pf > pf)
+                pf = lv->pf;
+            if (lv->sf > sf)
+                sf = lv->sf;
+        }
+    for (int s = 0; s < n_sides; s++)
+        for (uint32_t i = 0; i < pds[s].n; i++) {
+            const struct parsed *lv = &pds[s].v[i];
+            if (lv->pw + pf > MAX_DIGITS || lv->sw + sf > MAX_DIGITS)
+                return WSGW_BOOK_UNSUPPORTED;
+        }
+    if ((pf > b->pscale && !fits(b, 1, pf)) || (sf > b->sscale && !fits(b, 0, sf)))
+        return WSGW_BOOK_UNSUPPORTED;
+    for (int s = 0; s < n_sides; s++)
+        if (side_reserve(&b->sides[s], pds[s].n))
+            return WSGW_BOOK_UNSUPPORTED;
+    if (pf > b->pscale)
+        rescale(b, 1, pf);
+    if (sf > b->sscale)
+        rescale(b, 0, sf);
+    return 0;
+}
+
+static void apply_pending(struct wsgw_book *b, int side, const struct pending *pd)
+{
+    struct side *sd = &b->sides[side];
+    for (uint32_t i = 0; i < pd->n; i++) {
+        const struct parsed *p = &pd->v[i];
+        struct level lv;
+        lv.px = scaled(p->p, p->pw, p->pf, p->pdot, b->pscale);
+        lv.sz = scaled(p->q, p->sw, p->sf, p->sdot, b->sscale);
+        lv.plen = (uint8_t)p->plen;
+        lv.tlen = (uint8_t)(p->plen + 1 + p->qlen);
+        memcpy(lv.text, p->p, p->plen);
+        lv.text[p->plen] = ':';
+        memcpy(lv.text + p->plen + 1, p->q, p->qlen);
+        side_set(sd, &lv);
+    }
+}
+
+WSGW_API struct wsgw_book *wsgw_book_new(uint32_t venue, const char *symbol, uint32_t symbol_len)
+{
+    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_BYBIT) {
+        wsgw_set_error("book: venue %u is not done in C", venue);
+        return NULL;
+    }
+    if (symbol_len >= WSGW_BOOK_SYMBOL_MAX) {
+        wsgw_set_error("book: symbol longer than %d bytes", WSGW_BOOK_SYMBOL_MAX - 1);
+        return NULL;
+    }
+    struct wsgw_book *b = calloc(1, sizeof(*b));
+    if (!b) {
+        wsgw_set_error("book: out of memory");
+        return NULL;
+    }
+    b->venue = venue;
+    b->symbol_len = symbol_len;
+    memcpy(b->symbol, symbol, symbol_len);
+    side_init(&b->sides[WSGW_BOOK_BIDS], 1);
+    side_init(&b->sides[WSGW_BOOK_ASKS], -1);
+    return b;
+}
+
+WSGW_API void wsgw_book_free(struct wsgw_book *b)
+{
+    if (!b)
+        return;
+    for (int s = 0; s < 2; s++) {
+        free(b->sides[s].v);
+        free(b->pending[s].v);
+    }
+    free(b);
+}
+
+WSGW_API void wsgw_book_clear(struct wsgw_book *b)
+{
+    b->sides[0].n = b->sides[1].n = 0;
+    b->seq = 0;
+    b->joined = 0;
+}
+
+WSGW_API int64_t wsgw_book_seq(const struct wsgw_book *b) { return b->seq; }
+WSGW_API void wsgw_book_set_seq(struct wsgw_book *b, int64_t seq) { b->seq = seq; }
+WSGW_API void wsgw_book_set_joined(struct wsgw_book *b, int joined) { b->joined = joined != 0; }
+WSGW_API void wsgw_book_set_depth(struct wsgw_book *b, uint32_t depth) { b->depth = depth; }
+
+WSGW_API uint32_t wsgw_book_count(const struct wsgw_book *b, uint32_t side)
+{
+    return side < 2 ? b->sides[side].n : 0;
+}
+
+WSGW_API uint32_t wsgw_book_scale(const struct wsgw_book *b, uint32_t which)
+{
+    return which == 0 ? b->pscale : b->sscale;
+}
+
+WSGW_API int wsgw_book_update(struct wsgw_book *b, uint32_t side, const char *json, uint32_t len)
+{
+    struct scan s = {(const uint8_t *)json, (const uint8_t *)json + len, 0, 0};
+    struct pending pd[2] = {{0}, {0}};
+    if (side > 1)
+        return WSGW_BOOK_UNSUPPORTED;
+    skip_ws(&s);
+    if (read_levels(&s, &b->pending[side], 0))
+        return s.err == E_DEEP ? WSGW_BOOK_TOO_DEEP : WSGW_BOOK_MALFORMED;
+    skip_ws(&s);
+    if (s.p != s.end)
+        return WSGW_BOOK_MALFORMED;
+    if (s.unsupported)
+        return WSGW_BOOK_UNSUPPORTED;
+    pd[side] = b->pending[side];
+    int rc = prepare(b, pd, 2);
+    if (rc)
+        return rc;
+    apply_pending(b, (int)side, &b->pending[side]);
+    return WSGW_BOOK_APPLIED;
+}
+
+WSGW_API void wsgw_book_truncate(struct wsgw_book *b, uint32_t depth)
+{
+    for (int s = 0; s < 2; s++) {
+        struct side *sd = &b->sides[s];
+        if (sd->n > depth) {
+            memmove(sd->v, &sd->v[sd->n - depth], (size_t)depth * sizeof(*sd->v));
+            sd->n = depth;
+        }
+    }
+}
+
+WSGW_API int64_t wsgw_book_top_json(const struct wsgw_book *b, uint32_t side, uint32_t n, char *out,
+                                    uint32_t cap)
+{
+    if (side > 1)
+        return 0;
+    const struct side *sd = &b->sides[side];
+    if (n > sd->n)
+        n = sd->n;
+    /* 2 * (18 digits + a dot) + 8 bytes of punctuation per level */
+    int64_t need = 2 + (int64_t)n * 48;
+    if (need > cap)
+        return -need;
+    char *o = out;
+    *o++ = '[';
+    for (uint32_t i = 0; i < n; i++) {
+        const struct level *lv = &sd->v[sd->n - 1 - i];
+        if (i)
+            *o++ = ',';
+        *o++ = '[';
+        *o++ = '"';
+        memcpy(o, lv->text, lv->plen);
+        o += lv->plen;
+        memcpy(o, "\",\"", 3);
+        o += 3;
+        memcpy(o, lv->text + lv->plen + 1, (size_t)(lv->tlen - lv->plen - 1));
+        o += lv->tlen - lv->plen - 1;
+        *o++ = '"';
+        *o++ = ']';
+    }
+    *o++ = ']';
+    return o - out;
+}
+
+/* ---- the normalized delta: schema.py's BookDelta in JSON and in MessagePack --------------- */
+static char *put_bytes(char *o, const void *p, size_t n)
+{
+    memcpy(o, p, n);
+    return o + n;
+}
+
+#define PUT_LIT(o, text) put_bytes((o), (text), sizeof(text) - 1)
+
+static char *put_int(char *o, int64_t v)
+{
+    char digits[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    if (v < 0)
+        *o++ = '-';
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n)
+        *o++ = digits[--n];
+    return o;
+}
+
+static char *json_levels(char *o, const struct pending *pd)
+{
+    *o++ = '[';
+    for (uint32_t i = 0; i < pd->n; i++) {
+        const struct parsed *lv = &pd->v[i];
+        if (i)
+            *o++ = ',';
+        o = PUT_LIT(o, "[\"");
+        o = put_bytes(o, lv->p, lv->plen);
+        o = PUT_LIT(o, "\",\"");
+        o = put_bytes(o, lv->q, lv->qlen);
+        o = PUT_LIT(o, "\"]");
+    }
+    *o++ = ']';
+    return o;
+}
+
+static char *mp_str(char *o, const void *p, uint32_t n)
+{
+    if (n < 32)
+        *o++ = (char)(0xa0 | n);
+    else if (n < 256) {
+        *o++ = (char)0xd9;
+        *o++ = (char)n;
+    } else {
+        *o++ = (char)0xda;
+        *o++ = (char)(n >> 8);
+        *o++ = (char)n;
+    }
+    return put_bytes(o, p, n);
+}
+
+static char *mp_array(char *o, uint32_t n)
+{
+    if (n < 16)
+        *o++ = (char)(0x90 | n);
+    else if (n < 65536) {
+        *o++ = (char)0xdc;
+        *o++ = (char)(n >> 8);
+        *o++ = (char)n;
+    } else {
+        *o++ = (char)0xdd;
+        for (int sh = 24; sh >= 0; sh -= 8)
+            *o++ = (char)(n >> sh);
+    }
+    return o;
+}
+
+static char *mp_be(char *o, uint8_t tag, uint64_t v, int bytes)
+{
+    *o++ = (char)tag;
+    for (int sh = 8 * (bytes - 1); sh >= 0; sh -= 8)
+        *o++ = (char)(v >> sh);
+    return o;
+}
+
+/* The smallest MessagePack form of an integer, as msgspec writes it. */
+static char *mp_int(char *o, int64_t v)
+{
+    if (v >= 0) {
+        if (v < 128)
+            *o++ = (char)v;
+        else if (v <= 0xff)
+            o = mp_be(o, 0xcc, (uint64_t)v, 1);
+        else if (v <= 0xffff)
+            o = mp_be(o, 0xcd, (uint64_t)v, 2);
+        else if (v <= 0xffffffffLL)
+            o = mp_be(o, 0xce, (uint64_t)v, 4);
+        else
+            o = mp_be(o, 0xcf, (uint64_t)v, 8);
+    } else if (v >= -32)
+        *o++ = (char)(int8_t)v;
+    else if (v >= -128)
+        o = mp_be(o, 0xd0, (uint64_t)v, 1);
+    else if (v >= -32768)
+        o = mp_be(o, 0xd1, (uint64_t)v, 2);
+    else if (v >= -2147483648LL)
+        o = mp_be(o, 0xd2, (uint64_t)v, 4);
+    else
+        o = mp_be(o, 0xd3, (uint64_t)v, 8);
+    return o;
+}
+
+static char *mp_levels(char *o, const struct pending *pd)
+{
+    o = mp_array(o, pd->n);
+    for (uint32_t i = 0; i < pd->n; i++) {
+        *o++ = (char)0x92;
+        o = mp_str(o, pd->v[i].p, pd->v[i].plen);
+        o = mp_str(o, pd->v[i].q, pd->v[i].qlen);
+    }
+    return o;
+}
+
+static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit"};
+
+static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t recv_ns, uint32_t flags,
+                     char *out, int64_t *info)
+{
+    const struct pending *bids = &b->pending[WSGW_BOOK_BIDS], *asks = &b->pending[WSGW_BOOK_ASKS];
+    const char *venue = VENUE_NAMES[b->venue];
+    int has_crc = (m->have & HAVE_CRC) != 0;
+    char *o = out;
+    int64_t venue_ts = m->ts_ms * 1000000;
+    if (flags & WSGW_BOOK_OUT_JSON) {
+        o = PUT_LIT(o, "{\"type\":\"delta\",\"venue\":\"");
+        o = put_bytes(o, venue, strlen(venue));
+        o = PUT_LIT(o, "\",\"symbol\":\"");
+        o = put_bytes(o, m->sym, m->sym_len);
+        o = PUT_LIT(o, "\",\"bids\":");
+        o = json_levels(o, bids);
+        o = PUT_LIT(o, ",\"asks\":");
+        o = json_levels(o, asks);
+        o = PUT_LIT(o, ",\"first_seq\":");
+        o = put_int(o, m->first);
+        o = PUT_LIT(o, ",\"seq\":");
+        o = put_int(o, m->seq);
+        o = PUT_LIT(o, ",\"prev_seq\":");
+        o = put_int(o, m->prev);
+        o = PUT_LIT(o, ",\"venue_ts_ns\":");
+        o = put_int(o, venue_ts);
+        o = PUT_LIT(o, ",\"recv_ns\":");
+        o = put_int(o, recv_ns);
+        o = PUT_LIT(o, ",\"checksum\":");
+        if (has_crc)
+            o = put_int(o, m->crc);
+        else
+            o = PUT_LIT(o, "null");
+        *o++ = '}';
+    }
+    info[WSGW_BOOK_INFO_JSON_LEN] = o - out;
+    char *bin = o;
+    if (flags & WSGW_BOOK_OUT_BINARY) {
+        o = mp_array(o, 11);
+        *o++ = 3; /* the delta's tag */
+        o = mp_str(o, venue, (uint32_t)strlen(venue));
+        o = mp_str(o, m->sym, m->sym_len);
+        o = mp_levels(o, bids);
+        o = mp_levels(o, asks);
+        o = mp_int(o, m->first);
+        o = mp_int(o, m->seq);
+        o = mp_int(o, m->prev);
+        o = mp_int(o, venue_ts);
+        o = mp_int(o, recv_ns);
+        if (has_crc)
+            o = mp_int(o, m->crc);
+        else
+            *o++ = (char)0xc0; /* nil */
+    }
+    info[WSGW_BOOK_INFO_BINARY_LEN] = o - bin;
+    return (uint32_t)(o - out);
+}
+
+static int64_t out_bound(const struct wsgw_book *b, const struct msg *m)
+{
+    int64_t n = 2 * (360 + m->sym_len);
+    for (int s = 0; s < 2; s++)
+        for (uint32_t i = 0; i < b->pending[s].n; i++)
+            n += 2 * ((int64_t)b->pending[s].v[i].plen + b->pending[s].v[i].qlen + 10);
+    return n;
+}
+
+/* ---- checksums ------------------------------------------------------------------------- */
+/* CRC-32 (the zlib polynomial), slicing by 8: eight table lookups per 8 bytes instead of a
+ * chain of one per byte (the byte loop was most of an OKX message's time). */
+static uint32_t crc_tables[8][256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_tables[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_tables[t][i] = (crc_tables[t - 1][i] >> 8) ^ crc_tables[0][crc_tables[t - 1][i] & 0xff];
+}
+
+static uint32_t crc32_update(uint32_t crc, const char *text, size_t n)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    const uint8_t *p = (const uint8_t *)text;
+    pthread_once(&once, crc_init);
+    crc = ~crc;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= crc;
+        crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^
+              crc_tables[5][(lo >> 16) & 0xff] ^ crc_tables[4][lo >> 24] ^
+              crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
+              crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+#endif
+    while (n--)
+        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* OKX: CRC32 of "bid:size:ask:size:..." over the top 25 of each side, alternating by rank
+ * (https://www.okx.com/docs-v5/en/#order-book-trading-market-data-ws-order-book-channel,
+ * "Checksum"), as a signed 32-bit integer. */
+static int64_t okx_checksum(const struct wsgw_book *b)
+{
+    char text[25 * 2 * 48];
+    char *o = text;
+    const struct side *bids = &b->sides[WSGW_BOOK_BIDS], *asks = &b->sides[WSGW_BOOK_ASKS];
+    uint32_t nb = bids->n < 25 ? bids->n : 25, na = asks->n < 25 ? asks->n : 25;
+    for (uint32_t i = 0; i < nb || i < na; i++)
+        for (int s = 0; s < 2; s++) {
+            const struct side *sd = s ? asks : bids;
+            if (i >= (s ? na : nb))
+                continue;
+            const struct level *lv = &sd->v[sd->n - 1 - i];
+            if (o != text)
+                *o++ = ':';
+            memcpy(o, lv->text, lv->tlen);
+            o += lv->tlen;
+        }
+    return (int32_t)crc32_update(0, text, (size_t)(o - text));
+}
+
+static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top};
+
+WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
+                                  uint32_t flags, char *out, uint32_t cap, int64_t *info)
+{
+    struct scan s = {(const uint8_t *)msg, (const uint8_t *)msg + len, 0, 0};
+    struct msg m;
+    memset(&m, 0, sizeof(m));
+    memset(info, 0, WSGW_BOOK_INFO_N * sizeof(*info));
+    b->pending[0].n = b->pending[1].n = 0;
+    skip_ws(&s);
+    if (s.p >= s.end || *s.p != '{' || read_object(&s, b, &m, TOP_READERS[b->venue]))
+        return s.err == E_DEEP ? WSGW_BOOK_TOO_DEEP : WSGW_BOOK_MALFORMED;
+    skip_ws(&s);
+    if (s.p != s.end)
+        return WSGW_BOOK_MALFORMED;
+    if (s.unsupported || !is_delta(b, &m) || m.ts_ms > 9000000000000LL || m.ts_ms < -9000000000000LL)
+        return WSGW_BOOK_UNSUPPORTED;
+    info[WSGW_BOOK_INFO_FIRST_SEQ] = m.first;
+    info[WSGW_BOOK_INFO_SEQ] = m.seq;
+    info[WSGW_BOOK_INFO_PREV_SEQ] = m.prev;
+    if (m.sym_len != b->symbol_len || memcmp(m.sym, b->symbol, m.sym_len) != 0)
+        return WSGW_BOOK_OTHER_SYMBOL;
+    if (!b->joined)
+        return WSGW_BOOK_NOT_JOINED;
+    switch (b->venue) {
+    case WSGW_BOOK_BINANCE: /* u <= the book's: old; then U = u + 1 (USD-M: pu = u) */
+        if (m.seq <= b->seq)
+            return WSGW_BOOK_IGNORED;
+        if (m.prev ? m.prev != b->seq : m.first != b->seq + 1)
+            return WSGW_BOOK_GAP;
+        break;
+    case WSGW_BOOK_OKX: /* prevSeqId = the book's seqId; an older one is a duplicate */
+        if (m.prev != b->seq)
+            return m.seq <= b->seq && m.prev < b->seq ? WSGW_BOOK_IGNORED : WSGW_BOOK_GAP;
+        break;
+    default: /* Bybit: u = the book's + 1 */
+        if (m.seq <= b->seq)
+            return WSGW_BOOK_IGNORED;
+        if (m.seq != b->seq + 1)
+            return WSGW_BOOK_GAP;
+    }
+    int64_t need = out_bound(b, &m);
+    if (need > cap) {
+        info[WSGW_BOOK_INFO_JSON_LEN] = need;
+        return WSGW_BOOK_NO_SPACE;
+    }
+    int rc = prepare(b, b->pending, 2);
+    if (rc)
+        return rc;
+    apply_pending(b, WSGW_BOOK_BIDS, &b->pending[WSGW_BOOK_BIDS]);
+    apply_pending(b, WSGW_BOOK_ASKS, &b->pending[WSGW_BOOK_ASKS]);
+    b->seq = m.seq;
+    if (b->depth)
+        wsgw_book_truncate(b, b->depth);
+    if (b->venue == WSGW_BOOK_OKX && (m.have & HAVE_CRC)) {
+        int64_t got = okx_checksum(b);
+        if (got != m.crc) {
+            info[WSGW_BOOK_INFO_CRC_EXPECTED] = m.crc;
+            info[WSGW_BOOK_INFO_CRC_GOT] = got;
+            return WSGW_BOOK_CHECKSUM;
+        }
+    }
+    emit(b, &m, recv_ns, flags, out, info);
+    return WSGW_BOOK_APPLIED;
+}
+
+WSGW_API uint32_t wsgw_book_on_batch(struct wsgw_book *b, const char *blob, const uint32_t *offsets,
+                                     uint32_t n, const int64_t *recv_ns, uint32_t flags, char *out,
+                                     uint32_t cap, int64_t *lens, int8_t *statuses)
+{
+    int64_t info[WSGW_BOOK_INFO_N];
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = wsgw_book_on_message(b, blob + offsets[i], offsets[i + 1] - offsets[i], recv_ns[i],
+                                      flags, out + used, cap - used, info);
+        statuses[i] = (int8_t)rc;
+        if (rc != WSGW_BOOK_APPLIED && rc != WSGW_BOOK_IGNORED) {
+            lens[2 * i] = rc == WSGW_BOOK_NO_SPACE ? info[WSGW_BOOK_INFO_JSON_LEN]
+                                                   : info[WSGW_BOOK_INFO_CRC_EXPECTED];
+            lens[2 * i + 1] = info[WSGW_BOOK_INFO_CRC_GOT];
+            return i;
+        }
+        lens[2 * i] = info[WSGW_BOOK_INFO_JSON_LEN];
+        lens[2 * i + 1] = info[WSGW_BOOK_INFO_BINARY_LEN];
+        used += (uint32_t)(lens[2 * i] + lens[2 * i + 1]);
+    }
+    return n;
+}
