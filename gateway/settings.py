@@ -311,6 +311,11 @@ class BooksSettings(BaseModel):
     # session's, which the running gateway keeps in memory only): null, none.
     periodic_interval_ms: int | None = Field(default=None, ge=100, le=3_600_000)
     periodic_depth: int | None = Field(default=None, ge=1, le=5000)
+    c_path: bool = Field(
+        default=True,
+        description="books of Binance, OKX and Bybit take their deltas in C (book.c); "
+        "false: the Python path for every message",
+    )
 
 
 class Settings(BaseSettings):

@@ -46,6 +46,14 @@ at create when the kernel cannot get the venue's snapshot (`snapshot_unreachable
 one as a resync would): on a host whose only route to the venue is the DPDK port its books
 would stay stale for good.
 
+The per-message path in C (`c_path`, on by default): books of the venues done in C
+(gateway.books.book.C_VENUES) are C books, and the records of one ring read that belong to
+one such book, in a row, go to dataplane/shim/book.c in one call (BookSync.on_raw_batch),
+which applies them and hands back their normalized deltas already encoded; a message C
+does not take goes through the normalizer and the Python rules in its turn, so the order of
+what is published is the ring's. tests/integration/test_books_manager.py holds the two
+paths to the same published bytes.
+
 Resyncs are counted per (session, venue, reason) for /metrics. The books are read by
 `GET /v1/books/{session}/{symbol}` (`view`). A ring overrun of this reader is a gap of every
 session it follows. A deleted session's books and counts are forgotten (`forget_session`).
@@ -68,6 +76,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dataplane.ring import Gap, RingClosedError, RingError, RingReader
+from dataplane.shim import BOOK_OUT_BINARY, BOOK_OUT_JSON
+from gateway.books.book import C_VENUES
 from gateway.books.sync import Action, BookSync, make_sync
 from gateway.hub.names import RING_GAP_TOPIC, normalized_topic, ring_topic
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, Event, Level, encode
@@ -107,6 +117,20 @@ class BooksConfig:
     #: Every session's periodic snapshots, unless set per session (None: none).
     periodic_interval_ms: int | None = None
     periodic_depth: int | None = None
+    #: Books of the venues done in C take their deltas in C (the module docstring).
+    c_path: bool = True
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A normalized event the C path already encoded in both encodings."""
+
+    json: bytes
+    binary: bytes
+
+
+#: What the reader thread publishes: (session, topic, event or its encodings, stamp).
+_Out = tuple[int, str, "Event | _Encoded", int]
 
 
 class HubLike(Protocol):
@@ -225,6 +249,9 @@ class BookManager:
         self.published = 0
         self.periodic_snapshots = 0
         self.fetches: Counter[tuple[str, str]] = Counter()  # (venue, "ok" | "failed")
+        #: Deltas the C path applied (the rest of the messages went through Python).
+        self.c_applied = 0
+        self._c_path = self.config.c_path and _book_c_available()
 
     @property
     def available(self) -> bool:
@@ -439,10 +466,9 @@ class BookManager:
                 break
             try:
                 with self._lock:
-                    out: list[tuple[int, str, Event, int]] = []
+                    out: list[_Out] = []
                     self._take_snapshots(out)
-                    for record in records:
-                        self._record(record, out)
+                    self._records(records, out)
                     self._due_resyncs()
                     self._due_snapshots(out)
                 self._publish(out)
@@ -451,7 +477,67 @@ class BookManager:
             if reader.closed:
                 break
 
-    def _record(self, record: Any, out: list[tuple[int, str, Event, int]]) -> None:
+    def _records(self, records: Sequence[Any], out: list[_Out]) -> None:
+        """One ring read: runs of records of one C book go to C together, the rest one by
+        one through Python, in ring order."""
+        i, n = 0, len(records)
+        while i < n:
+            book = self._c_book_of(records[i])
+            if book is None:
+                self._record(records[i], out)
+                i += 1
+                continue
+            name, j = records[i][2], i + 1
+            while j < n and type(records[j]) is not Gap and records[j][2] == name:
+                j += 1
+            self._c_run(book, records[i:j], out)
+            i = j
+
+    def _c_book_of(self, record: Any) -> _Book | None:
+        """The C book that takes this record's messages (None: the Python path): the
+        record's topic feeds one book, of a venue done in C, that is synced."""
+        if not self._c_path or type(record) is Gap:
+            return None
+        pairs = self._names.get(record[2], ())
+        if len(pairs) != 1:
+            return None  # a group's stream read by several legs, or a topic no one wants
+        sid, topic = pairs[0]
+        feed = self._feeds.get(sid)
+        if feed is None or feed.venue not in C_VENUES:
+            return None
+        found = [b for k, b in self._books.items() if k[0] == sid and k[1] == topic]
+        if len(found) != 1 or not found[0].sync.synced:
+            return None
+        return found[0]
+
+    def _c_run(self, book: _Book, records: Sequence[Any], out: list[_Out]) -> None:
+        sid, topic = book.session_id, book.topic
+        feed = self._feeds[sid]
+        encodings = feed.topics.get(topic, frozenset())
+        flags = (BOOK_OUT_JSON if "json" in encodings else 0) | (
+            BOOK_OUT_BINARY if "binary" in encodings else 0
+        )
+        stamps = [r[3] for r in records]
+        python_out: dict[int, list[_Out]] = {}
+
+        def python_path(k: int) -> None:
+            python_out[k] = []
+            self._record_for(sid, topic, feed, records[k][4], stamps[k], python_out[k])
+
+        results = book.sync.on_raw_batch([r[4] for r in records], stamps, flags, python_path)
+        for k, result in enumerate(results):
+            if result is None:
+                out.extend(python_out.get(k, ()))
+                continue
+            outcome, as_json, as_binary = result
+            book.updated_ns = stamps[k]
+            if outcome.action is Action.APPLIED:
+                self.c_applied += 1
+                out.append((sid, topic, _Encoded(as_json, as_binary), stamps[k]))
+            elif outcome.action is Action.RESYNC:
+                self._stale(book, feed, outcome.reason, outcome.detail, stamps[k], out)
+
+    def _record(self, record: Any, out: list[_Out]) -> None:
         if type(record) is Gap:
             for sid in list(self._feeds):
                 self._session_gap(sid, time.time_ns(), out)
@@ -463,13 +549,17 @@ class BookManager:
             return
         for sid, topic in self._names.get(name, ()):
             feed = self._feeds.get(sid)
-            if feed is None:
-                continue
-            for event in feed.normalizer.normalize(payload, ts):
-                if isinstance(event, BookSnapshot | BookDelta):
-                    self._book_event(sid, topic, feed, event, out)
-                else:
-                    out.append((sid, topic, event, ts))
+            if feed is not None:
+                self._record_for(sid, topic, feed, payload, ts, out)
+
+    def _record_for(
+        self, sid: int, topic: str, feed: _Feed, payload: Any, ts: int, out: list[_Out]
+    ) -> None:
+        for event in feed.normalizer.normalize(payload, ts):
+            if isinstance(event, BookSnapshot | BookDelta):
+                self._book_event(sid, topic, feed, event, out)
+            else:
+                out.append((sid, topic, event, ts))
 
     def _book_event(
         self,
@@ -477,12 +567,14 @@ class BookManager:
         topic: str,
         feed: _Feed,
         event: BookSnapshot | BookDelta,
-        out: list[tuple[int, str, Event, int]],
+        out: list[_Out],
     ) -> None:
         key = (sid, topic, event.symbol)
         book = self._books.get(key)
         if book is None:
             options = sync_options(feed.venue, topic)
+            if self._c_path and feed.venue in C_VENUES:
+                options["key"] = "c"
             book = _Book(sid, topic, event.symbol, make_sync(feed.venue, event.symbol, **options))
             self._books[key] = book
         if isinstance(event, BookDelta) and event.prev_seq and feed.venue == "binance":
@@ -492,21 +584,27 @@ class BookManager:
         if outcome.action is Action.APPLIED:
             out.append((sid, topic, event, event.recv_ns))
         elif outcome.action is Action.RESYNC:
-            log.info(
-                "books: session %d %s %s is stale (%s: %s): resynchronizing",
-                sid,
-                feed.venue,
-                event.symbol,
-                outcome.reason,
-                outcome.detail,
-            )
-            if book.sync.last_reset is not None:
-                out.append((sid, topic, book.sync.last_reset, event.recv_ns))
-            self._schedule(book)
+            self._stale(book, feed, outcome.reason, outcome.detail, event.recv_ns, out)
         elif outcome.action is Action.BUFFERED and not book.fetching and not book.resync_due:
             self._schedule(book, now=True)  # a REST book's first delta: get its snapshot
 
-    def _session_gap(self, sid: int, ts: int, out: list[tuple[int, str, Event, int]]) -> None:
+    def _stale(
+        self, book: _Book, feed: _Feed, reason: object, detail: str, ts: int, out: list[_Out]
+    ) -> None:
+        """The book was found wrong: its reset goes out, a new snapshot is asked for."""
+        log.info(
+            "books: session %d %s %s is stale (%s: %s): resynchronizing",
+            book.session_id,
+            feed.venue,
+            book.symbol,
+            reason,
+            detail,
+        )
+        if book.sync.last_reset is not None:
+            out.append((book.session_id, book.topic, book.sync.last_reset, ts))
+        self._schedule(book)
+
+    def _session_gap(self, sid: int, ts: int, out: list[_Out]) -> None:
         """Messages of the session may be missing: its books cannot be trusted."""
         for book in [b for b in self._books.values() if b.session_id == sid]:
             sync = book.sync
@@ -534,7 +632,7 @@ class BookManager:
                 book.resync_due = 0.0
                 self._resync(book)
 
-    def _due_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
+    def _due_snapshots(self, out: list[_Out]) -> None:
         """The periodic snapshots that are due, after the batch's deltas: each one holds
         every delta published before it and none after it."""
         default = self.default_snapshots
@@ -594,7 +692,7 @@ class BookManager:
             with contextlib.suppress(RingError):
                 reader.interrupt()
 
-    def _take_snapshots(self, out: list[tuple[int, str, Event, int]]) -> None:
+    def _take_snapshots(self, out: list[_Out]) -> None:
         while True:
             try:
                 book, body, recv_ns, error = self._snapshots.get_nowait()
@@ -631,7 +729,7 @@ class BookManager:
                     out.append((book.session_id, book.topic, book.sync.last_reset, recv_ns))
                 self._schedule(book)
 
-    def _publish(self, out: list[tuple[int, str, Event, int]]) -> None:
+    def _publish(self, out: list[_Out]) -> None:
         hub = self.hub
         if not out or hub is None:
             return
@@ -641,12 +739,26 @@ class BookManager:
         for sid, topic, event, ts in out:
             feed = feeds.get(sid)
             for encoding in feed.topics.get(topic, ()) if feed else ():
-                batch.append(
-                    (sid, normalized_topic(topic, encoding), encode(event, encoding), ts, None)
-                )
+                if isinstance(event, _Encoded):
+                    payload = event.binary if encoding == "binary" else event.json
+                else:
+                    payload = encode(event, encoding)
+                batch.append((sid, normalized_topic(topic, encoding), payload, ts, None))
         if batch:
             hub.publish_batch(batch)
             self.published += len(batch)
+
+
+def _book_c_available() -> bool:
+    """Whether the shim (and with it book.c) loads here."""
+    try:
+        from dataplane.shim import load
+
+        load()
+    except Exception:  # no shim built: the Python books serve
+        log.warning("books: the C shim does not load; books take the Python path")
+        return False
+    return True
 
 
 def sync_options(venue: str, topic: str) -> dict[str, Any]:
