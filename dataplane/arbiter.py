@@ -475,3 +475,7 @@ class CGroup(Closing):
 
     def last_delivered(self) -> dict[str, int]:
         return self._binding.last(self.max_keys)
+
+    def last_gap(self) -> tuple[int, bytes] | None:
+        """The last `$gap` record C wrote for the group: (its ring seq, its JSON body)."""
+        return self._binding.last_gap()

@@ -446,6 +446,7 @@ uint32_t wsgw_feed_finish(wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mono
 
 #define GROUP_COST_EVERY 16
 #define GROUP_COST_SAMPLES 1024
+#define GROUP_GAP_BYTES 512
 
 struct group_key {
     uint32_t used;
@@ -479,6 +480,11 @@ struct wsgw_group {
     uint8_t *stage;
     _Atomic uint64_t offer_count;
     uint64_t cost[GROUP_COST_SAMPLES]; /* ns of timed engine offers, a ring */
+    /* The last `$gap` record written (its ring seq, 0: none yet, and its JSON), for a
+     * consumer that subscribes afterwards (wsgw_group_last_gap). */
+    int64_t last_gap_seq;
+    uint32_t last_gap_len;
+    char last_gap[GROUP_GAP_BYTES];
 };
 
 #define GROUP_STAGE_BYTES (256u << 10)
@@ -642,7 +648,7 @@ static void group_gap(wsgw_group *g, const struct wsgw_arb_out *o)
     const struct group_key *key = &g->keys[o->topic];
     char name[2 * WSGW_FEED_TOPIC_MAX + 2];
     size_t name_len = json_text(name, sizeof(name), key->name, key->name_len);
-    char body[512];
+    char body[GROUP_GAP_BYTES];
     uint64_t now = realtime_ns();
     int n;
     if (o->missing == WSGW_ARB_NO_MISSING)
@@ -663,9 +669,15 @@ static void group_gap(wsgw_group *g, const struct wsgw_arb_out *o)
         n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"epoch\":\"%s\"}", g->conf.epoch);
     else
         n += snprintf(body + n, sizeof(body) - (size_t)n, "}");
-    if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, g->conf.gap_topic_id, now, body,
-                        (uint32_t)n) < 0)
+    int64_t seq = wsgw_ring_write(g->conf.ring, g->conf.hub_id, g->conf.gap_topic_id, now, body,
+                                  (uint32_t)n);
+    if (seq < 0) {
         g->st.ring_errors++;
+    } else { /* remembered under the lock that wsgw_group_last_gap takes */
+        g->last_gap_seq = seq;
+        g->last_gap_len = (uint32_t)n;
+        memcpy(g->last_gap, body, (size_t)n);
+    }
     g->st.gaps++;
     if (o->missing != WSGW_ARB_NO_MISSING)
         g->st.lost += o->missing;
@@ -919,6 +931,18 @@ WSGW_API uint32_t wsgw_group_last(wsgw_group *g, int64_t *last, char *names, uin
     }
     pthread_mutex_unlock(&g->lock);
     return n;
+}
+
+WSGW_API int64_t wsgw_group_last_gap(wsgw_group *g, char *body, uint32_t cap, uint32_t *len)
+{
+    pthread_mutex_lock(&g->lock);
+    int64_t seq = g->last_gap_seq;
+    uint32_t n = g->last_gap_len < cap ? g->last_gap_len : cap;
+    if (seq > 0)
+        memcpy(body, g->last_gap, n);
+    *len = seq > 0 ? n : 0;
+    pthread_mutex_unlock(&g->lock);
+    return seq;
 }
 
 WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg)
