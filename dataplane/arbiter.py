@@ -361,9 +361,14 @@ class CGroup(Closing):
         max_keys: int = DEFAULT_MAX_TOPICS,
         arena_bytes: int = DEFAULT_ARENA_BYTES,
         epoch: str = "",
+        tap_ids: Sequence[int] = (),
     ) -> None:
+        """tap_ids: per leg, a session id to publish that leg's copies under as they arrived
+        (wsgw_feed.h's tap_ids; none by default)."""
         if not 1 <= legs <= MAX_LEGS:
             raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
+        if len(tap_ids) > legs:
+            raise ValueError(f"{len(tap_ids)} tap ids for {legs} legs")
         conf = GroupConf(
             ring=ring_handle,
             hub_id=hub_id,
@@ -375,6 +380,7 @@ class CGroup(Closing):
             max_keys=max_keys,
             arena_bytes=arena_bytes,
             epoch=epoch.encode()[:23],
+            tap_ids=(ctypes.c_uint32 * MAX_LEGS)(*tap_ids),
         )
         self.legs = legs
         self.max_keys = max_keys

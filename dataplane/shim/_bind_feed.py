@@ -57,6 +57,7 @@ class GroupConf(ctypes.Structure):
         ("max_keys", ctypes.c_uint32),
         ("arena_bytes", ctypes.c_uint64),
         ("epoch", ctypes.c_char * GROUP_EPOCH_MAX),
+        ("tap_ids", ctypes.c_uint32 * ARB_MAX_LEGS),
     ]
 
 

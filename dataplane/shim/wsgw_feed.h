@@ -122,6 +122,11 @@ struct wsgw_group_conf {
     uint32_t max_keys;     /* identity topics arbitrated at most (then frames go to Python) */
     uint64_t arena_bytes;  /* held payloads at most */
     char epoch[24];        /* the hub's epoch, hex, in gap records ("" : none) */
+    /* Per leg, a session id to publish every copy that leg brought under, as it arrived
+     * (its own receive stamp; ring topic `<id>:<topic>`, topics of up to 56 bytes), beside
+     * the group's records; 0: not (the default). A measuring aid: each leg's send -> arrival
+     * is read from the ring as the group's is (wsgw_bench/failover.py). */
+    uint32_t tap_ids[WSGW_ARB_MAX_LEGS];
 };
 
 struct wsgw_group_stats {

@@ -89,6 +89,7 @@ class CFeedGroup:
             hold_ns=spec.hold_ms * 1_000_000,
             max_keys=max_keys,
             epoch=str(getattr(sink, "epoch_hex", "") or ""),
+            tap_ids=spec.legs if getattr(spec, "tap", False) else (),
         )
         for topic, last in self._floors.items():
             self.group.floor(topic, last)
