@@ -41,8 +41,8 @@ from dataplane.shim import identity_scan as _identity_scan
 
 #: As the reference's defaults (gateway.groups.arbiter).
 DEFAULT_HOLD_NS = 20_000_000
-DEFAULT_MAX_HOLD_NS = 1_000_000_000  # as wsgw_arbiter.h's WSGW_ARB_DEFAULT_MAX_HOLD_NS
-DEFAULT_MAX_HELD = 4096
+DEFAULT_MAX_HOLD_NS = 10_000_000_000  # as wsgw_arbiter.h's WSGW_ARB_DEFAULT_MAX_HOLD_NS
+DEFAULT_MAX_HELD = 1 << 17  # as gateway.groups.arbiter's (why there)
 DEFAULT_WON_WINDOW = 8192
 DEFAULT_MAX_TOPICS = 1024
 #: Held payloads at most, every topic: beyond it the oldest hole is declared lost.
