@@ -41,8 +41,8 @@ from dataplane.shim import identity_scan as _identity_scan
 
 #: As the reference's defaults (gateway.groups.arbiter).
 DEFAULT_HOLD_NS = 20_000_000
-DEFAULT_MAX_HOLD_NS = 1_000_000_000  # as wsgw_arbiter.h's WSGW_ARB_DEFAULT_MAX_HOLD_NS
-DEFAULT_MAX_HELD = 4096
+DEFAULT_MAX_HOLD_NS = 10_000_000_000  # as wsgw_arbiter.h's WSGW_ARB_DEFAULT_MAX_HOLD_NS
+DEFAULT_MAX_HELD = 1 << 17  # as gateway.groups.arbiter's (why there)
 DEFAULT_WON_WINDOW = 8192
 DEFAULT_MAX_TOPICS = 1024
 #: Held payloads at most, every topic: beyond it the oldest hole is declared lost.
@@ -361,9 +361,14 @@ class CGroup(Closing):
         max_keys: int = DEFAULT_MAX_TOPICS,
         arena_bytes: int = DEFAULT_ARENA_BYTES,
         epoch: str = "",
+        tap_ids: Sequence[int] = (),
     ) -> None:
+        """tap_ids: per leg, a session id to publish that leg's copies under as they arrived
+        (wsgw_feed.h's tap_ids; none by default)."""
         if not 1 <= legs <= MAX_LEGS:
             raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
+        if len(tap_ids) > legs:
+            raise ValueError(f"{len(tap_ids)} tap ids for {legs} legs")
         conf = GroupConf(
             ring=ring_handle,
             hub_id=hub_id,
@@ -375,6 +380,7 @@ class CGroup(Closing):
             max_keys=max_keys,
             arena_bytes=arena_bytes,
             epoch=epoch.encode()[:23],
+            tap_ids=(ctypes.c_uint32 * MAX_LEGS)(*tap_ids),
         )
         self.legs = legs
         self.max_keys = max_keys
@@ -475,3 +481,7 @@ class CGroup(Closing):
 
     def last_delivered(self) -> dict[str, int]:
         return self._binding.last(self.max_keys)
+
+    def last_gap(self) -> tuple[int, bytes] | None:
+        """The last `$gap` record C wrote for the group: (its ring seq, its JSON body)."""
+        return self._binding.last_gap()

@@ -27,6 +27,15 @@ messages delivered, lost (sent in the window, never read), duplicated (read agai
 (`$gap` records) and the latency from the simulator's send stamp to the reader (p50/p99);
 for the group each leg's won/late/lag (the arbiter's figures) and reconnects.
 
+Each leg's send -> arrival: the group runs with GroupSpec.tap, so every copy a leg brought
+is also in the ring under the leg's session id with its own receive stamp (the stamp the
+arbiter was given), read and tallied like the group's records: per message the same clock
+and the same reader as the group's send -> gateway RX. Chosen over "the group's latency plus
+the leg's lag": the lag samples are not per message (a ring of the latest 1024), so the sum
+cannot be formed per message without a second stream anyway. The leg streams also tell a
+loss of the group apart: a message the group lost that some leg brought is a hole the hold
+gave up on (a false loss), one no leg brought is a real hole (both legs missed it).
+
 Duration: `--duration S`, else 10 minutes (--quick: 25 s); `--rate` msg/s over all topics
 (default 10k); `--kill-every` (default 10 s). Not part of `wsgw bench all`.
 """
@@ -78,6 +87,8 @@ SINGLE = (13, "S", "dpdk")
 SESSIONS = (LEG_A, LEG_B, SINGLE)
 GROUP_CONTENDER = "group A+B"
 SINGLE_CONTENDER = "single session"
+#: Each leg's own stream (the group's tap: every copy it brought, with its receive stamp).
+LEG_CONTENDERS = {sid: f"leg {name} ({transport})" for sid, name, transport in (LEG_A, LEG_B)}
 GAP_REASONS_KEPT = 8
 
 Log = Callable[[str], None]
@@ -255,12 +266,31 @@ def tally_consumer_main(
                 start = None if starts is None else starts.get(topic, 0)
                 tally.message(topic, found[0], start, now - found[1], event.ts_ns - found[1])
     ends: dict[str, int] = command[1]
-    conn.send(
-        {
-            "lapped": lapped,
-            "contenders": {n: t.report(starts or {}, ends) for n, t in tallies.items()},
-        }
-    )
+    reports = {n: t.report(starts or {}, ends) for n, t in tallies.items()}
+    group = reports.get(GROUP_CONTENDER)
+    if group is not None and group["lost"]:
+        legs = [tallies[n] for n in LEG_CONTENDERS.values() if n in tallies]
+        group["lost_brought_by_a_leg"] = brought_by_a_leg(
+            tallies[GROUP_CONTENDER], legs, starts or {}, ends
+        )
+    conn.send({"lapped": lapped, "contenders": reports})
+
+
+def brought_by_a_leg(
+    group: Tally, legs: list[Tally], starts: dict[str, int], ends: dict[str, int]
+) -> int:
+    """Messages of the window the group did not deliver but some leg brought (the hold gave
+    up on them: a false loss); the rest of the group's losses no leg brought."""
+    count = 0
+    for topic, end in ends.items():
+        mine = group.seen.get(topic, bytearray())
+        theirs = [leg.seen.get(topic, bytearray()) for leg in legs]
+        for index in range(starts.get(topic, 0), end):
+            if index < len(mine) and mine[index]:
+                continue
+            if any(index < len(flags) and flags[index] for flags in theirs):
+                count += 1
+    return count
 
 
 # ---- the simulator ------------------------------------------------------------------------------
@@ -313,6 +343,11 @@ class Upstream:
         """Messages published so far on each of the group's topics (its last sim_seq)."""
         sent = self.command("stats")["sent_per_topic"]
         return {t: int(sent.get(f"{GROUP}/binance:{t}", 0)) for t in TOPICS}
+
+    def slow_consumers(self) -> int:
+        """Connections the simulator dropped for a backlog past its limit (a gateway that
+        fell that far behind: what was queued for that connection is gone)."""
+        return int(self.command("stats")["counters"].get("slow_consumers", 0))
 
     def reset(self, leg: str) -> None:
         self.command(f"fault reset target=leg:{GROUP}/{leg}")
@@ -410,6 +445,7 @@ class Result:
     group: dict[str, Any]  # the group's figures (runtime.group_figures)
     sessions: dict[str, dict[str, float]]  # session counters by leg name (A, B, S)
     lapped: int
+    slow_consumers: int = 0  # connections the simulator dropped as too far behind
 
     def problems(self) -> list[str]:
         """The group's promise (nothing lost, nothing twice, in order) and the single
@@ -449,6 +485,7 @@ class Result:
             "group": self.group,
             "sessions": self.sessions,
             "lapped": self.lapped,
+            "slow_consumers": self.slow_consumers,
         }
 
 
@@ -472,7 +509,7 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
     lab = Lab(lab_name, kernel_client=True)
     ring_name = f"wsgw-failover{os.getpid()}-messages"
     hub_id = group_hub_id(GROUP_ID)
-    contenders = {hub_id: GROUP_CONTENDER, SINGLE[0]: SINGLE_CONTENDER}
+    contenders = {hub_id: GROUP_CONTENDER, SINGLE[0]: SINGLE_CONTENDER, **LEG_CONTENDERS}
     # The operator's defaults but for reconnects: the first after 0.2 s (not 0.5), and a
     # connection is stable after 1 s (not 10): the single session, killed every
     # kill_every s, would otherwise back off further each time.
@@ -498,8 +535,8 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         undo.callback(runtime.close)
         runtime.port_up(PortSpec(PORT_ID, "failover", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
         legs = (LEG_A[0], LEG_B[0])
-        runtime.set_group(GroupSpec(GROUP_ID, "failover", legs, "binance", plan.hold_ms))
-        filters = ring_topics(hub_id, list(TOPICS)) + ring_topics(SINGLE[0], list(TOPICS))
+        runtime.set_group(GroupSpec(GROUP_ID, "failover", legs, "binance", plan.hold_ms, tap=True))
+        filters = [t for sid in contenders for t in ring_topics(sid, list(TOPICS))]
         consumer = Child(tally_consumer_main, ring_name, contenders, sorted(set(filters)))
         undo.callback(consumer.close)
         hosts = {"dpdk": lab.peer_ip, "kernel": lab.peer_client_ip}
@@ -536,6 +573,7 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
             lag_seen = sampler.stop()
         upstream.command("rate rate=0")  # the stream ends: the window closes here
         ends = upstream.sent()
+        slow_consumers = upstream.slow_consumers()
         elapsed = time.monotonic() - start
         time.sleep(plan.settle)
         group = runtime.group_figures(GROUP_ID) or {}
@@ -553,7 +591,16 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         if not consumer.conn.poll(60):
             raise RuntimeError("the reader did not report")
         seen: dict[str, Any] = consumer.conn.recv()
-    return Result(plan, elapsed, tuple(kills), seen["contenders"], group, sessions, seen["lapped"])
+    return Result(
+        plan,
+        elapsed,
+        tuple(kills),
+        seen["contenders"],
+        group,
+        sessions,
+        seen["lapped"],
+        slow_consumers,
+    )
 
 
 def _scaled(ns: float | None) -> float | None:
@@ -574,8 +621,16 @@ def summary(result: Result) -> str:
             else "NOT OK: " + "; ".join(result.problems())
         ),
         f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s "
-        f"(the simulator made {result.sent_rate:.0f} msg/s)",
+        f"(the simulator made {result.sent_rate:.0f} msg/s, dropped {result.slow_consumers} "
+        "connections as slow consumers)",
     ]
+    group = result.contenders[GROUP_CONTENDER]
+    if group["lost"]:
+        brought = group.get("lost_brought_by_a_leg", 0)
+        lines.append(
+            f"  the group's {group['lost']} lost: {brought} brought by a leg (the hold gave up: "
+            f"false losses), {group['lost'] - brought} by no leg (real holes)"
+        )
     for name, c in result.contenders.items():
         lines.append(
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
@@ -623,8 +678,12 @@ def _measurements(result: Result) -> list[Measurement]:
         ("latency send->gateway RX p50", "arrival_p50_us", "us", False, 1.0),
         ("latency send->gateway RX p99", "arrival_p99_us", "us", False, 1.0),
     )
+    legs = tuple(LEG_CONTENDERS.values())
     for metric, key, unit, higher, scale in figures:
-        for name in (SINGLE_CONTENDER, GROUP_CONTENDER):
+        for name in (SINGLE_CONTENDER, GROUP_CONTENDER, *legs):
+            # a leg's own stream: only its send -> arrival (its losses are the group's to hide)
+            if name not in result.contenders or (name in legs and not key.startswith("arrival")):
+                continue
             value = result.contenders[name][key]
             out.append(
                 Measurement(

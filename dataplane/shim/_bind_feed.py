@@ -57,8 +57,12 @@ class GroupConf(ctypes.Structure):
         ("max_keys", ctypes.c_uint32),
         ("arena_bytes", ctypes.c_uint64),
         ("epoch", ctypes.c_char * GROUP_EPOCH_MAX),
+        ("tap_ids", ctypes.c_uint32 * ARB_MAX_LEGS),
     ]
 
+
+#: The longest `$gap` record a C group writes (GROUP_GAP_BYTES in feed.c).
+GROUP_GAP_BYTES = 512
 
 GROUP_STAT_FIELDS = (
     "delivered", "gaps", "lost", "below_floor", "not_told", "ring_errors", "expired",
@@ -124,6 +128,9 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_group_totals": (None, [_vp, ctypes.POINTER(ArbTotals)]),
     "wsgw_group_last": (
         ctypes.c_uint32, [_vp, _vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32]
+    ),
+    "wsgw_group_last_gap": (
+        ctypes.c_int64, [_vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]
     ),
     "wsgw_feed_join_group": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32]),
 }  # fmt: skip
@@ -324,6 +331,15 @@ class GroupBinding:
         if self.handle:
             self._lib.wsgw_group_totals(self.handle, ctypes.byref(out))
         return out
+
+    def last_gap(self) -> tuple[int, bytes] | None:
+        """The last `$gap` record the group wrote: (its ring seq, its JSON), None before any."""
+        if not self.handle:
+            return None
+        body = ctypes.create_string_buffer(GROUP_GAP_BYTES)
+        size = ctypes.c_uint32()
+        seq = int(self._lib.wsgw_group_last_gap(self.handle, body, len(body), ctypes.byref(size)))
+        return (seq, body.raw[: size.value]) if seq > 0 else None
 
     def last(self, max_keys: int) -> dict[str, int]:
         """Per identity topic, the last id delivered."""

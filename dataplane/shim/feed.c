@@ -446,6 +446,7 @@ uint32_t wsgw_feed_finish(wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mono
 
 #define GROUP_COST_EVERY 16
 #define GROUP_COST_SAMPLES 1024
+#define GROUP_GAP_BYTES 512
 
 struct group_key {
     uint32_t used;
@@ -456,6 +457,7 @@ struct group_key {
     char name[WSGW_FEED_TOPIC_MAX];
     int has_floor, has_last;
     int64_t floor, last;
+    uint32_t tap_topic[WSGW_ARB_MAX_LEGS]; /* ring topic of each leg's tap, 0: none yet */
 };
 
 struct wsgw_group {
@@ -479,6 +481,11 @@ struct wsgw_group {
     uint8_t *stage;
     _Atomic uint64_t offer_count;
     uint64_t cost[GROUP_COST_SAMPLES]; /* ns of timed engine offers, a ring */
+    /* The last `$gap` record written (its ring seq, 0: none yet, and its JSON), for a
+     * consumer that subscribes afterwards (wsgw_group_last_gap). */
+    int64_t last_gap_seq;
+    uint32_t last_gap_len;
+    char last_gap[GROUP_GAP_BYTES];
 };
 
 #define GROUP_STAGE_BYTES (256u << 10)
@@ -601,12 +608,13 @@ static void group_flush(wsgw_group *g)
     g->stage_used = 0;
 }
 
-static void group_stage(wsgw_group *g, const struct group_key *key, const struct wsgw_arb_out *o)
+static void group_stage(wsgw_group *g, uint32_t session_id, uint32_t topic_id,
+                        const struct wsgw_arb_out *o)
 {
     if (g->n_pending == WRITE_BATCH || g->stage_used + o->len > GROUP_STAGE_BYTES)
         group_flush(g);
     if (o->len > GROUP_STAGE_BYTES) { /* too large to stage: on its own */
-        if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, key->topic_id, (uint64_t)o->arrived_ns,
+        if (wsgw_ring_write(g->conf.ring, session_id, topic_id, (uint64_t)o->arrived_ns,
                             o->payload, o->len) < 0)
             g->st.ring_errors++;
         return;
@@ -615,8 +623,8 @@ static void group_stage(wsgw_group *g, const struct group_key *key, const struct
     memcpy(copy, o->payload, o->len);
     g->stage_used += o->len;
     g->pending[g->n_pending++] = (struct wsgw_ring_msg){.data = copy, .len = o->len,
-                                                        .session_id = g->conf.hub_id,
-                                                        .topic_id = key->topic_id,
+                                                        .session_id = session_id,
+                                                        .topic_id = topic_id,
                                                         .ts_ns = (uint64_t)o->arrived_ns};
 }
 
@@ -642,7 +650,7 @@ static void group_gap(wsgw_group *g, const struct wsgw_arb_out *o)
     const struct group_key *key = &g->keys[o->topic];
     char name[2 * WSGW_FEED_TOPIC_MAX + 2];
     size_t name_len = json_text(name, sizeof(name), key->name, key->name_len);
-    char body[512];
+    char body[GROUP_GAP_BYTES];
     uint64_t now = realtime_ns();
     int n;
     if (o->missing == WSGW_ARB_NO_MISSING)
@@ -663,9 +671,15 @@ static void group_gap(wsgw_group *g, const struct wsgw_arb_out *o)
         n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"epoch\":\"%s\"}", g->conf.epoch);
     else
         n += snprintf(body + n, sizeof(body) - (size_t)n, "}");
-    if (wsgw_ring_write(g->conf.ring, g->conf.hub_id, g->conf.gap_topic_id, now, body,
-                        (uint32_t)n) < 0)
+    int64_t seq = wsgw_ring_write(g->conf.ring, g->conf.hub_id, g->conf.gap_topic_id, now, body,
+                                  (uint32_t)n);
+    if (seq < 0) {
         g->st.ring_errors++;
+    } else { /* remembered under the lock that wsgw_group_last_gap takes */
+        g->last_gap_seq = seq;
+        g->last_gap_len = (uint32_t)n;
+        memcpy(g->last_gap, body, (size_t)n);
+    }
     g->st.gaps++;
     if (o->missing != WSGW_ARB_NO_MISSING)
         g->st.lost += o->missing;
@@ -687,7 +701,7 @@ static void group_emit(wsgw_group *g, int n_out)
         }
         key->has_last = 1;
         key->last = o->this_id;
-        group_stage(g, key, o);
+        group_stage(g, g->conf.hub_id, key->topic_id, o);
         g->st.delivered++;
     }
 }
@@ -699,6 +713,27 @@ static void group_expire_due(wsgw_group *g, int64_t now_ns)
         g->st.expired++;
         group_emit(g, wsgw_arb_expire(g->arb, now_ns));
     }
+}
+
+#define GROUP_TAP_TOPIC_MAX 56 /* a ring topic name's bytes at most */
+
+/* The leg's copy, as it arrived, under its tap session id (wsgw_group_conf.tap_ids). */
+static void group_tap(wsgw_group *g, struct group_key *key, uint32_t leg, const uint8_t *payload,
+                      uint32_t len, int64_t ts_ns)
+{
+    uint32_t tap_id = g->conf.tap_ids[leg];
+    if (!key->tap_topic[leg]) {
+        char name[GROUP_TAP_TOPIC_MAX + 1];
+        int n = snprintf(name, sizeof(name), "%u:%.*s", tap_id, (int)key->name_len, key->name);
+        if (n <= 0 || n > GROUP_TAP_TOPIC_MAX)
+            return; /* as gateway.hub.names.ring_topic would shorten it: not tapped */
+        int id = wsgw_ring_topic_register(g->conf.ring, name, (uint32_t)n);
+        if (id <= 0)
+            return;
+        key->tap_topic[leg] = (uint32_t)id;
+    }
+    struct wsgw_arb_out copy = {.payload = payload, .len = len, .arrived_ns = ts_ns};
+    group_stage(g, tap_id, key->tap_topic[leg], &copy);
 }
 
 /* Under the lock: one identified frame through the arbiter. 1 taken, 0 refused, -errno. */
@@ -728,6 +763,8 @@ static int group_take(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char
     }
     g->st.leg_messages[leg]++;
     g->st.leg_newest[leg] = id->this_id;
+    if (g->conf.tap_ids[leg])
+        group_tap(g, key, leg, payload, len, ts_ns);
     /* Holes past their deadline first, as the Python path's timer would have had them. */
     group_expire_due(g, ts_ns);
     int rc = wsgw_arb_offer(g->arb, leg, k, id->this_id, id->prev, payload, len, ts_ns);
@@ -919,6 +956,18 @@ WSGW_API uint32_t wsgw_group_last(wsgw_group *g, int64_t *last, char *names, uin
     }
     pthread_mutex_unlock(&g->lock);
     return n;
+}
+
+WSGW_API int64_t wsgw_group_last_gap(wsgw_group *g, char *body, uint32_t cap, uint32_t *len)
+{
+    pthread_mutex_lock(&g->lock);
+    int64_t seq = g->last_gap_seq;
+    uint32_t n = g->last_gap_len < cap ? g->last_gap_len : cap;
+    if (seq > 0)
+        memcpy(body, g->last_gap, n);
+    *len = seq > 0 ? n : 0;
+    pthread_mutex_unlock(&g->lock);
+    return seq;
 }
 
 WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg)

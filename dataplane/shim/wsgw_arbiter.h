@@ -28,7 +28,7 @@
 /* `prev` of a message the exchange does not link (only order is known); not a valid id. */
 #define WSGW_ARB_NO_PREV INT64_MIN
 /* How long a hole may wait at most for a leg that keeps moving, unless set (>= hold_ns). */
-#define WSGW_ARB_DEFAULT_MAX_HOLD_NS 1000000000LL
+#define WSGW_ARB_DEFAULT_MAX_HOLD_NS 10000000000LL /* gateway/groups/arbiter.py says why */
 /* `missing` of a loss whose count is unknown (never, today: held messages are linked). */
 #define WSGW_ARB_NO_MISSING INT64_MIN
 

@@ -122,6 +122,11 @@ struct wsgw_group_conf {
     uint32_t max_keys;     /* identity topics arbitrated at most (then frames go to Python) */
     uint64_t arena_bytes;  /* held payloads at most */
     char epoch[24];        /* the hub's epoch, hex, in gap records ("" : none) */
+    /* Per leg, a session id to publish every copy that leg brought under, as it arrived
+     * (its own receive stamp; ring topic `<id>:<topic>`, topics of up to 56 bytes), beside
+     * the group's records; 0: not (the default). A measuring aid: each leg's send -> arrival
+     * is read from the ring as the group's is (wsgw_bench/failover.py). */
+    uint32_t tap_ids[WSGW_ARB_MAX_LEGS];
 };
 
 struct wsgw_group_stats {
@@ -178,6 +183,10 @@ WSGW_API void wsgw_group_totals(wsgw_group *g, struct wsgw_arb_totals *out);
  * keys, names NUL-separated into names (cap bytes). Returns how many. */
 WSGW_API uint32_t wsgw_group_last(wsgw_group *g, int64_t *last, char *names, uint32_t cap,
                                   uint32_t max);
+/* The group's last `$gap` record: its ring seq (0: none yet) and its JSON into body (up to
+ * cap bytes, *len of them), so that a consumer subscribing later learns of it as the hub's
+ * own gaps tell (the record and this answer change together, under the group's lock). */
+WSGW_API int64_t wsgw_group_last_gap(wsgw_group *g, char *body, uint32_t cap, uint32_t *len);
 /* Engine thread, before the feed is attached: its frames go through the group as `leg`. */
 WSGW_API int wsgw_feed_join_group(wsgw_feed *f, wsgw_group *g, uint32_t leg);
 

@@ -39,10 +39,16 @@ from typing import Generic, NamedTuple, TypeVar
 
 #: How long a message may wait for a hole before it to be filled by another leg.
 DEFAULT_HOLD_NS = 20_000_000
-#: How long a hole may wait at most, even for a leg that keeps moving.
-DEFAULT_MAX_HOLD_NS = 1_000_000_000
-#: Messages held per topic at most: beyond it the oldest hole is declared lost at once.
-DEFAULT_MAX_HELD = 4096
+#: How long a hole may wait at most, even for a leg that keeps moving. 10 s: a leg that far
+#: behind is as good as gone (the simulator drops a connection whose backlog passes 100k
+#: messages, 10 s at 10k msg/s, as exchanges drop slow consumers). It was 1 s: the 10-minute
+#: failover run on a loaded machine (legs seconds behind the winner, still moving) gave
+#: 254,497 messages up as lost that a leg brought later.
+DEFAULT_MAX_HOLD_NS = 10_000_000_000
+#: Messages held per topic at most: beyond it the oldest hole is declared lost at once. Enough
+#: for max_hold at 10k msg/s on one topic (it was 4096: 1.6 s at 2.5k msg/s, a bound as
+#: binding as the 1 s max_hold was); C bounds the held bytes with its arena besides.
+DEFAULT_MAX_HELD = 1 << 17
 #: Lag samples kept per leg (a ring: the latest ones).
 LAG_SAMPLES = 1024
 

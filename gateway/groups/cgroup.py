@@ -27,10 +27,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
+
 from dataplane.arbiter import CGroup
 from dataplane.ring import RingWriter
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.figures import leg_figures
+from gateway.hub.events import GapEvent
 from gateway.hub.names import RING_GAP_TOPIC
 from gateway.sessions.sink import MessageSink, Published
 
@@ -86,12 +89,18 @@ class CFeedGroup:
             hold_ns=spec.hold_ms * 1_000_000,
             max_keys=max_keys,
             epoch=str(getattr(sink, "epoch_hex", "") or ""),
+            tap_ids=spec.legs if getattr(spec, "tap", False) else (),
         )
         for topic, last in self._floors.items():
             self.group.floor(topic, last)
         self.passed_through = 0
         self.dropped_unidentified = 0
         self.leg_gaps = [0] * len(spec.legs)
+        # C writes the group's `$gap` records: the hub asks it for the last one (a
+        # /v1/stream consumer that subscribes later gets it as a past gap).
+        self._gap_source = getattr(sink, "gap_source", None)
+        if callable(self._gap_source):
+            self._gap_source(hub_id, self.last_gap)
         if loop is not None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._tick)
@@ -160,6 +169,23 @@ class CFeedGroup:
         self._timer = self._loop.call_later(max(self.spec.hold_ms, 2) / 2000, self._tick)
 
     # ---- figures -----------------------------------------------------------------------
+    def last_gap(self) -> GapEvent | None:
+        """The last `$gap` record C wrote for the group, as the hub remembers its own."""
+        found = self.group.last_gap()
+        if found is None:
+            return None
+        seq, body = found
+        fields = orjson.loads(body)
+        lost = fields.get("lost")
+        return GapEvent(
+            seq,
+            self.hub_id,
+            lost if isinstance(lost, int) else None,
+            str(fields.get("reason", "")),
+            int(fields.get("ts_ns", 0)),
+            fields.get("epoch"),
+        )
+
     def last_delivered(self) -> dict[str, int]:
         """Per identity topic, the last id delivered (the floors of the group's next form)."""
         if self._final_last is not None:
@@ -213,6 +239,8 @@ class CFeedGroup:
             self._closed = True
             timer, self._timer = self._timer, None
         self.group.refuse()  # final: what it delivered stays what it is
+        if callable(self._gap_source):
+            self._gap_source(self.hub_id, None)  # the hub keeps the last one
         self._final_last = {**self._floors, **self.group.last_delivered()}
         self.group.close()
         if timer is not None and self._loop is not None:

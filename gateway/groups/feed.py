@@ -64,6 +64,9 @@ class GroupSpec:
     dialect: str
     hold_ms: int = DEFAULT_HOLD_MS
     path: str = "auto"  # "auto": in C where it can be (GroupRouter), "python": the reference
+    #: Also publish every copy each leg brought, as it arrived, under the leg's own session
+    #: id (a measuring aid: each leg's send -> arrival beside the group's; off in service)
+    tap: bool = False
 
 
 @dataclass
@@ -126,7 +129,9 @@ class FeedGroup:
         arrivals: list[tuple[int, int, int, int | None, bytes, int]] = []
         loose: list[Published] = []
         below_floor = 0
-        for _, topic, raw, ts, _ in messages:
+        tapped: list[Published] = []
+        tap = tapped.append if self.spec.tap else _not_tapped
+        for sid, topic, raw, ts, _ in messages:
             found = identity(raw)
             if type(found) is Identity and found.kind != HASH:
                 if floors and found.id <= floors.get(found.topic, -1):
@@ -137,6 +142,7 @@ class FeedGroup:
                     key = self._new_key(found.topic, topic)
                 if key is not None:
                     arrivals.append((leg, key, found.id, found.prev, bytes(raw), ts))
+                    tap((sid, topic, raw, ts, None))
                     continue
             loose.append((self.hub_id, topic, raw, ts, None))
         with self._lock:
@@ -151,6 +157,8 @@ class FeedGroup:
                 self.counters.leg_messages[leg] += len(arrivals)
                 self.counters.leg_newest[leg] = arrivals[-1][2]
                 outputs += self._arbiter.offer_many(arrivals)
+            if tapped:
+                self._sink.publish_batch(tapped)
             self._emit(outputs)
             if loose:
                 if leg == 0:
@@ -304,6 +312,10 @@ class FeedGroup:
         if timer is not None and self._loop is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(timer.cancel)
+
+
+def _not_tapped(_: Published) -> None:
+    """A group without GroupSpec.tap publishes no leg's copies."""
 
 
 AnyGroup = FeedGroup | CFeedGroup

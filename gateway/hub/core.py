@@ -347,6 +347,8 @@ class Hub:
         self._stats: dict[str, ConsumerStats] = {}
         # session -> its last upstream gap, for consumers that subscribe afterwards
         self._last_gaps: dict[int, GapEvent] = {}
+        # session -> where its gaps are written past publish_gap (a C feed group), asked
+        self._gap_sources: dict[int, Callable[[], GapEvent | None]] = {}
         # deleted session ids, oldest first (a dict as an ordered set; under _lock)
         self._deleted: dict[int, None] = {}
         self._stream_sink: StreamSink | None = None  # made on first use (stream_sink)
@@ -592,7 +594,7 @@ class Hub:
             router.remove,
         )
         router.add(consumer)
-        last = self._last_gaps.get(session_id)  # read after the router follows the ring
+        last = self.last_gap(session_id)  # read after the router follows the ring
         if last is not None:
             consumer.past_gap_seq = last.seq
             consumer.push_gap(
@@ -684,8 +686,27 @@ class Hub:
 
     # ---- reading (any thread) ------------------------------------------------------------
     def last_gap(self, session_id: int) -> GapEvent | None:
-        """The session's last upstream gap (None: none since this hub started)."""
-        return self._last_gaps.get(session_id)
+        """The session's last upstream gap (None: none since this hub started): the newer of
+        the one published here and its gap source's."""
+        last = self._last_gaps.get(session_id)
+        source = self._gap_sources.get(session_id)
+        other = source() if source is not None else None
+        if other is not None and (last is None or other.seq > last.seq):
+            return other
+        return last
+
+    def gap_source(self, session_id: int, source: Callable[[], GapEvent | None] | None) -> None:
+        """The session's `$gap` records are written past publish_gap (a feed group arbitrated
+        in C writes its own): `source` tells its last one, which must change together with the
+        ring record (the router skips the live copy of a past gap by its seq). None: no longer
+        (its last gap is kept as this hub's own)."""
+        if source is not None:
+            self._gap_sources[session_id] = source
+            return
+        last = self.last_gap(session_id)
+        self._gap_sources.pop(session_id, None)
+        if last is not None:
+            self._last_gaps[session_id] = last
 
     def consumers(self) -> list[Consumer]:
         """The live consumers of every loop (a snapshot)."""

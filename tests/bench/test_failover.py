@@ -18,12 +18,14 @@ from tests.conftest import requires_dpdk
 from wsgw_bench.core import BenchOptions
 from wsgw_bench.failover import (
     GROUP_CONTENDER,
+    LEG_CONTENDERS,
     LINK,
     RESET,
     SINGLE_CONTENDER,
     Kill,
     Result,
     Tally,
+    brought_by_a_leg,
     plan_for,
     run_failover,
     schedule,
@@ -60,6 +62,19 @@ def test_the_tally_counts_the_window_only() -> None:
     assert report["delivered"] == 5 and report["lost"] == 1  # t 7 never came
     assert report["duplicated"] == 1 and report["out_of_order"] == 1
     assert report["latency_p50_us"] == 1000.0 and report["latency_max_us"] == 2000.0
+
+
+def test_a_loss_of_the_group_is_told_false_when_a_leg_brought_it() -> None:
+    """3 and 4 lost by the group: leg A brought 3 (the hold gave up on it), no leg 4."""
+    group, leg_a, leg_b = Tally(), Tally(), Tally()
+    for seq in (1, 2, 5):
+        group.message("t", seq, 0, 0)
+    for seq in (1, 2, 3):
+        leg_a.message("t", seq, 0, 0)
+    for seq in (5,):
+        leg_b.message("t", seq, 0, 0)
+    assert group.report({"t": 0}, {"t": 5})["lost"] == 2
+    assert brought_by_a_leg(group, [leg_a, leg_b], {"t": 0}, {"t": 5}) == 1
 
 
 def _result(group: dict[str, int], single: dict[str, int], lapped: int = 0) -> Result:
@@ -127,6 +142,11 @@ def test_the_group_loses_nothing_and_the_single_session_what_it_must(quick_run: 
     assert all(leg["won"] > 0 and leg["late"] > 0 for leg in legs)
     assert sum(leg["won"] for leg in legs) >= group["delivered"]
     assert all(quick_run.sessions[name]["reconnects"] >= 1 for name in ("A", "B", "S"))
+    # Each leg's own stream (the group's tap) beside the group's: its send -> arrival.
+    for name in LEG_CONTENDERS.values():
+        leg = quick_run.contenders[name]
+        assert leg["delivered"] > 0 and leg["duplicated"] == 0
+        assert leg["arrival_p50_us"] is not None and leg["arrival_p99_us"] is not None
 
 
 @requires_dpdk

@@ -25,13 +25,19 @@ from dataplane.ring import RingMessage, RingReader, RingWriter
 from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
 from gateway.hub import Hub
-from gateway.hub.names import RING_GAP_TOPIC, ring_topics
+from gateway.hub.names import RING_GAP_TOPIC
 from gateway.runtime import SessionSpec
 from gateway.runtime.live import LiveRuntime
 from gateway.sessions import SessionConfig
-from gateway.settings import Settings
 from gateway.simulator import Fault, SimConfig, Simulator
-from tests.integration.test_sessions_helpers import fast_config, run, sim_seq, until
+from tests.integration.test_groups_helpers import create_group, group_reader
+from tests.integration.test_sessions_helpers import (
+    fast_config,
+    local_settings,
+    run,
+    sim_seq,
+    until,
+)
 from wsgw_bench.servers import ServerThread
 
 TOPIC = "btcusdt@trade"
@@ -61,13 +67,7 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
     ring = RingWriter.create(None, 1 << 24)
     hub = Hub(ring=ring)
     runtime = LiveRuntime(hub, hub=hub, session_config=leg_config)
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-        auth={"mode": "none"},  # type: ignore[arg-type]
-    )
-    control = ControlPlane(settings, runtime)
+    control = ControlPlane(local_settings(tmp_path), runtime)
     control.start()
     gw = Gateway(hub, runtime, control)
     try:
@@ -81,21 +81,20 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
 
 async def open_group(gw: Gateway, sim: Simulator) -> None:
     """Two kernel legs (A and B of the simulator's group) and the gateway's group of them."""
-    control = gw.control
-    legs = []
-    for name in ("A", "B"):
-        url = sim.url("binance", "/stream", group=GROUP, leg=name)
-        values = {"name": f"leg{name}", "url": url, "dialect": "binance", "transport": "kernel"}
-        legs.append(control.sessions.create(values).id)
-    gw.group_id = control.groups.create({"name": "btc", "legs": legs, "hold_ms": 20}).id
-    gw.legs = tuple(legs)
+    legs = {
+        name: {
+            "url": sim.url("binance", "/stream", group=GROUP, leg=name),
+            "dialect": "binance",
+            "transport": "kernel",
+        }
+        for name in ("A", "B")
+    }
     assert gw.hub.ring is not None
-    gw.reader = RingReader.attach_fd(
-        gw.hub.ring.fd, topics=ring_topics(gw.hub_id, None), copy=True, start="oldest"
+    gw.group_id, ids = await asyncio.to_thread(
+        create_group, gw.control, legs, TOPIC, name="btc", hold_ms=20
     )
-    for sid in legs:
-        control.subscriptions.create({"session_id": sid, "topics": [TOPIC], "consumer": "c"})
-        await asyncio.to_thread(control.sessions.start, sid)
+    gw.legs = tuple(ids.values())
+    gw.reader = group_reader(gw.hub.ring, gw.group_id, start="oldest")
     await until(lambda: subscribers(sim) == 2)
 
 
@@ -239,14 +238,7 @@ def test_a_stream_consumer_of_the_group_sees_one_stream_through_a_reset(tmp_path
     ring = RingWriter.create(None, 1 << 22)
     hub = Hub(ring=ring)
     runtime = LiveRuntime(hub, hub=hub, session_config=leg_config)
-    settings = Settings(
-        state_dir=tmp_path,
-        db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-        host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-        auth={"mode": "none"},  # type: ignore[arg-type]
-        api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-    )
-    server = ServerThread(create_app(settings, runtime, hub=hub)).start()
+    server = ServerThread(create_app(local_settings(tmp_path), runtime, hub=hub)).start()
     gw = Gateway(hub, runtime, server.config.app.state.control)
 
     async def scenario() -> None:

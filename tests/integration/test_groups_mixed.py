@@ -29,7 +29,7 @@ from dataplane.ring import RingMessage, RingReader, RingWriter
 from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
 from gateway.hub import Hub
-from gateway.hub.names import RING_GAP_TOPIC, ring_topics
+from gateway.hub.names import RING_GAP_TOPIC
 from gateway.lab import Lab
 from gateway.runtime import SessionState
 from gateway.runtime.engines import DpdkEngines
@@ -37,7 +37,8 @@ from gateway.runtime.live import LiveRuntime
 from gateway.settings import Settings
 from gateway.simulator import with_group
 from tests.conftest import fresh_lab, requires_dpdk
-from tests.integration.test_sessions_helpers import wait_for
+from tests.integration.test_groups_helpers import create_group, group_reader
+from tests.integration.test_sessions_helpers import local_settings, wait_for
 from tests.integration.test_sessions_runtime import quick
 from wsgw_bench.failover import GROUP, SIM_PORT, Upstream
 from wsgw_bench.servers import ServerThread
@@ -186,38 +187,25 @@ def mixed(eal: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
                     engine_factory=lambda: DpdkEngines(engine_settings),
                     session_config=quick,
                 )
-            settings = Settings(
-                state_dir=tmp_path,
-                db={"url": f"sqlite:///{tmp_path / 'wsgw.db'}"},  # type: ignore[arg-type]
-                host={"sys_root": tmp_path / "sys", "proc_root": tmp_path / "proc"},  # type: ignore[arg-type]
-                auth={"mode": "none"},  # type: ignore[arg-type]
-                api={"host": "127.0.0.1"},  # type: ignore[arg-type]
-            )
-            server = ServerThread(create_app(settings, runtime, hub=hub)).start()
+            server = ServerThread(create_app(local_settings(tmp_path), runtime, hub=hub)).start()
             control: ControlPlane = server.config.app.state.control
             port = control.ports.create(
                 {"name": "lab", "device": lab.vdev, "ipv4": lab.gw_ip, "netmask": lab.netmask}
             )
-            legs = {}
-            for leg, transport, host in (
-                ("A", "dpdk", lab.peer_ip),
-                ("B", "kernel", lab.peer_client_ip),
-            ):
-                url = with_group(f"ws://{host}:{SIM_PORT}/binance/stream", GROUP, leg)
-                values = {"name": f"leg{leg}", "url": url, "dialect": "binance"}
-                values |= {"transport": transport}
-                if transport == "dpdk":
-                    values["port_id"] = port.id
-                legs[leg] = control.sessions.create(values).id
-            group_id = control.groups.create({"name": "mixed", "legs": list(legs.values())}).id
-            reader = RingReader.attach_fd(
-                ring.fd, topics=ring_topics(group_hub_id(group_id), None), copy=True
-            )
-            for sid in legs.values():
-                control.subscriptions.create(
-                    {"session_id": sid, "topics": [TOPIC], "consumer": "c"}
+            values: dict[str, dict[str, Any]] = {
+                leg: {
+                    "url": with_group(f"ws://{host}:{SIM_PORT}/binance/stream", GROUP, leg),
+                    "dialect": "binance",
+                    "transport": transport,
+                }
+                for leg, transport, host in (
+                    ("A", "dpdk", lab.peer_ip),
+                    ("B", "kernel", lab.peer_client_ip),
                 )
-                control.sessions.start(sid)
+            }
+            values["A"]["port_id"] = port.id
+            group_id, legs = create_group(control, values, TOPIC, name="mixed")
+            reader = group_reader(ring, group_id)
             for sid in legs.values():
                 wait_for(
                     lambda sid=sid: runtime.session_status(sid).state is SessionState.CONNECTED,

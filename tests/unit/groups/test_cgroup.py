@@ -193,3 +193,36 @@ def test_downs_count_a_leg_going_down_once_however_many_changes_tell_it(c_path: 
         assert [leg["downs"] for leg in side.group.figures()["legs"]] == [0, 2]
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+def test_a_tapped_group_also_publishes_each_legs_copies_as_they_arrived(c_path: bool) -> None:
+    """GroupSpec.tap: every copy a leg brought, under the leg's session id with its own
+    arrival stamp, beside the group's one record per message (the same on both paths)."""
+    ring = RingWriter.create(None, 1 << 22)
+    hub = Hub(ring=ring)
+    router = GroupRouter(hub, c_path=c_path)
+    router.set_group(GroupSpec(GROUP_ID, "g", (A, B), "binance", 10_000, tap=True))
+    filters = [*ring_topics(HUB_ID, None), *ring_topics(A, None), *ring_topics(B, None)]
+    reader = RingReader.attach_fd(ring.fd, topics=filters, copy=True, start="oldest")
+    try:
+        t0 = time.time_ns()
+        router.publish_batch(batch(A, [1, 2, 3], t0))
+        router.publish_batch(batch(B, [2, 3, 4], t0 + 5))
+        seen = [
+            (e.session_id, e.topic, orjson.loads(bytes(e.payload))["data"]["t"], e.ts_ns - t0)
+            for e in reader.poll()
+            if type(e) is RingMessage
+        ]
+        group = [(t, ts) for sid, _, t, ts in seen if sid == HUB_ID]
+        assert group == [(1, 0), (2, 0), (3, 0), (4, 5)]
+        assert [(t, ts) for sid, _, t, ts in seen if sid == A] == [(1, 0), (2, 0), (3, 0)]
+        assert [(t, ts) for sid, _, t, ts in seen if sid == B] == [(2, 5), (3, 5), (4, 5)]
+        assert {(sid, topic) for sid, topic, _, _ in seen} == {
+            (sid, f"{sid}:{TOPIC}") for sid in (HUB_ID, A, B)
+        }
+    finally:
+        router.remove_group(GROUP_ID)
+        reader.close()
+        hub.close()
+        ring.close()

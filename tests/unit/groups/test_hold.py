@@ -119,3 +119,25 @@ def test_a_leg_that_moves_but_never_catches_up_stalls_the_stream_at_most_max_hol
 def test_max_hold_is_never_shorter_than_the_hold(make: Factory) -> None:
     arb = make(2, hold_ns=5 * MS, max_hold_ns=1 * MS)
     assert arb.max_hold_ns == 5 * MS
+
+
+@IMPLEMENTATIONS
+def test_a_moving_leg_seconds_behind_fills_the_hole_with_the_default_bounds(
+    make: Factory,
+) -> None:
+    """The 10-minute failover run's false losses: on a loaded host a live leg ran seconds
+    behind the winner and kept moving; the hole the winner's reset left was given up (after
+    1 s, or 4096 held messages) before that leg filled it. Leg 1 here runs 2.5 s behind, at
+    1k msg/s: with the defaults (the 20 ms hold) the hole waits for it."""
+    arb = make(2, hold_ns=20 * MS)
+    ids = range(1, 6001)
+    arrivals = stream(0, (i for i in ids if not 3000 <= i < 3200), 0) + stream(1, ids, 2500)
+    out, expired_at = run(arb, arrivals)
+    assert losses(out) == [] and expired_at == []
+    assert delivered(out) == list(ids) and arb.lost_total == 0
+
+
+def test_both_implementations_have_the_same_default_bounds() -> None:
+    reference, c = Arbiter(2), CArbiter(2)
+    assert reference.max_hold_ns == c.max_hold_ns == 10_000 * MS
+    assert reference.max_held == c.max_held
