@@ -38,6 +38,7 @@ from gateway.control import ControlPlane
 from gateway.host import HostManager
 from gateway.hub import Hub
 from gateway.hub.metrics import HubCollector
+from gateway.hub.sink import SINK_DEFAULT
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -95,6 +96,7 @@ def create_app(
     registry.register(GatewayCollector(control))
     registry.register(BooksCollector(control))
     app.state.hub = hub
+    app.state.stream_sink = settings.api.stream_sink and SINK_DEFAULT
     registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry
     app.state.history = History(control, registry)

@@ -435,6 +435,12 @@ class ApiSettings(BaseModel):
         description="label matchers of this gateway's series in that Prometheus "
         '(job="wsgw",instance="gw1:8080"); empty: every wsgw series it has',
     )
+    stream_sink: bool = Field(
+        default=True,
+        description="/v1/stream frames of plain streams are sent by the thread that writes "
+        "the ring record, in C (gateway.hub.sink); false: by the hub's router in Python. "
+        "WSGW_STREAM_SINK=0 also turns it off",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -209,3 +209,16 @@ def test_without_a_hub_there_are_no_consumers(tmp_path: Path, fake_host: FakeHos
         assert r.json() == {"hub": False, "streams": [], "nats": None, "ring": None}
         assert client.delete("/v1/consumers/1", headers=admin).status_code == 404
         assert client.delete("/v1/consumers/ring/0?pid=1", headers=admin).status_code == 404
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_api_stream_sink_setting_reaches_the_stream_route(
+    tmp_path: Path, fake_host: FakeHost, configured: bool
+) -> None:
+    """api.stream_sink = false keeps every /v1/stream on the router (the route reads
+    app.state.stream_sink)."""
+    settings = make_settings(
+        tmp_path, f"sqlite:///{tmp_path / 'gw.db'}", api={"stream_sink": configured}
+    )
+    app = create_app(settings, DetachedRuntime(), host=fake_host.manager())
+    assert app.state.stream_sink is configured
