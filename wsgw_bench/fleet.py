@@ -391,7 +391,13 @@ def fleet(options: BenchOptions) -> list[Measurement]:
 def _latency_measurements(latency: BusLatencyResult) -> list[Measurement]:
     """sim send -> NATS subscriber p50 and p99 per bus, the single gateway the reference."""
     note = f"alternated, load {_span(latency.load)}; target: the fleet adds < 50 us p50"
-    return [
+    paired = [
+        Measurement(SCENARIO, f"bus latency, fleet minus single p50, {bus}", "fleet node", "us",
+                    False, [latency.paired_p50_us(bus)],
+                    note=f"median over {latency.rounds} rounds of the paired p50s; {note}")
+        for bus in BUSES
+    ]  # fmt: skip
+    return paired + [
         Measurement(SCENARIO, f"bus latency p{q}, {bus}", contender, "us", False,
                     [percentile(figures, q)], reference=contender == "single gateway",
                     note=note)
@@ -529,6 +535,19 @@ class BusLatencyResult:
     window_s: float = 0.0
     latency_us: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     load: list[float] = field(default_factory=list)  # 1-min load average at each window
+    #: (contender, bus) -> each round's window as (start, end) in latency_us's list
+    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def round_p50s(self, contender: str, bus: str) -> list[float]:
+        """Each round's p50 (a window's figures apart: load swings between windows)."""
+        figures = self.latency_us.get(contender, {}).get(bus, [])
+        spans = self.windows.get(f"{contender}/{bus}", [])
+        return [percentile(figures[a:b], 50) for a, b in spans if b > a]
+
+    def paired_p50_us(self, bus: str) -> float:
+        """The median over rounds of (fleet node's p50 - single gateway's p50)."""
+        fleet, single = (self.round_p50s(c, bus) for c in CONTENDERS)
+        return percentile([f - s for f, s in zip(fleet, single, strict=False)], 50)
 
     def summary(self) -> str:
         lines = [f"bus path, sim send -> NATS subscriber, {self.rounds} alternated rounds of "
@@ -542,7 +561,8 @@ class BusLatencyResult:
                 f"  {bus}: fleet node p50 {f50:.0f} us p99 {percentile(fleet, 99):.0f} us "
                 f"({len(fleet)} msgs); single gateway p50 {s50:.0f} us p99 "
                 f"{percentile(single, 99):.0f} us ({len(single)}); the fleet adds "
-                f"{f50 - s50:+.0f} us p50 (ratio {f50 / s50:.2f})"
+                f"{f50 - s50:+.0f} us p50 (ratio {f50 / s50:.2f}); round by round "
+                f"{self.paired_p50_us(bus):+.0f} us (median of the rounds' p50 differences)"
             )
         return "\n".join(lines)
 
@@ -664,9 +684,14 @@ def _alternate(
             wait_for(f"{contender} connected", _runs(node, sid, True), 60)
             time.sleep(1.0)  # warm: subscribed, the first messages through
             result.load.append(os.getloadavg()[0])
+            starts = {bus: len(tap.latency_us[contender][bus]) for bus in BUSES}
             tap.open = contender
             time.sleep(window_s)
             tap.open = None
+            time.sleep(0.2)  # what was on its way when the window closed
+            for bus, start in starts.items():
+                end = len(tap.latency_us[contender][bus])
+                result.windows.setdefault(f"{contender}/{bus}", []).append((start, end))
             node.post(f"/v1/sessions/{sid}/stop")
             wait_for(f"{contender} stopped", _runs(node, sid, False), 30)
         log(f"bus latency round {r + 1}/{rounds} done (load {result.load[-1]:.1f})")
