@@ -18,7 +18,11 @@ What it measures, from each node's message ring (what a consumer on that node re
 - on the bus (`run_bus`, a `nats-server -js` of its own): a feed group with its two legs on
   different nodes and two single-leg sessions; kill -9 a node that runs a leg and a single
   session: the messages missing from the JetStream stream (what a durable consumer gets)
-  for the group and for the single session, and any stored twice.
+  for the group and for the single session, and any stored twice;
+- the bus path (`run_bus_latency`): simulator send (`sim_ts`) -> a core NATS subscriber and a
+  JetStream push consumer, a fleet node (PostgreSQL lease, fence) vs a single gateway with the
+  same NATS settings, alternated windows in one run, p50/p99 and the load (target: the fleet
+  adds under 50 us p50).
 
 `--quick`: 3 sessions, 2 kills (the smoke test in tests/bench/test_fleet.py).
 """
@@ -366,18 +370,41 @@ def fleet(options: BenchOptions) -> list[Measurement]:
     plan = plan_for(options)
     result = run_fleet(plan, log)
     bus = run_bus(replace(plan, kills=1 if options.quick else 3), log)
-    summary = f"{result.summary()}\n{bus.summary()}"
-    report_run(options, SCENARIO, summary, vars(result) | {"plan": vars(plan), "bus": vars(bus)},
-               log)  # fmt: skip
+    rounds, window_s = (2, 3.0) if options.quick else (max(6, 2 * options.repetitions), 10.0)
+    latency = run_bus_latency(rounds, window_s, plan.rate, log)
+    summary = f"{result.summary()}\n{bus.summary()}\n{latency.summary()}"
+    report_run(options, SCENARIO, summary, vars(result) | {"plan": vars(plan), "bus": vars(bus),
+               "bus_latency": vars(latency)}, log)  # fmt: skip
     who = f"{plan.nodes} nodes, JetStream, {bus.kills} kills"
     return [
         *_measurements(result),
+        *_latency_measurements(latency),
         Measurement(SCENARIO, "lost on the bus, group", who, "msgs", False,
                     [float(bus.group_lost)], note="legs on two nodes; target 0"),
         Measurement(SCENARIO, "lost on the bus, single session", who, "msgs", False,
                     [float(bus.single_lost)], note="one leg: its failover's messages"),
         Measurement(SCENARIO, "stored twice on the bus", who, "msgs", False,
                     [float(bus.stored_twice)], note="target 0 (message ids)"),
+    ]  # fmt: skip
+
+
+def _latency_measurements(latency: BusLatencyResult) -> list[Measurement]:
+    """sim send -> NATS subscriber p50 and p99 per bus, the single gateway the reference."""
+    note = f"alternated, load {_span(latency.load)}; target: the fleet adds < 50 us p50"
+    paired = [
+        Measurement(SCENARIO, f"bus latency, fleet minus single p50, {bus}", "fleet node", "us",
+                    False, [latency.paired_p50_us(bus)],
+                    note=f"median over {latency.rounds} rounds of the paired p50s; {note}")
+        for bus in BUSES
+    ]  # fmt: skip
+    return paired + [
+        Measurement(SCENARIO, f"bus latency p{q}, {bus}", contender, "us", False,
+                    [percentile(figures, q)], reference=contender == "single gateway",
+                    note=note)
+        for q in (50, 99)
+        for bus in BUSES
+        for contender, figures in ((c, latency.latency_us.get(c, {}).get(bus, []))
+                                   for c in CONTENDERS)
     ]  # fmt: skip
 
 
@@ -486,6 +513,228 @@ def run_bus(plan: FleetPlan, log: Callable[[str], None]) -> BusResult:
                 else:
                     result.single_lost += lost
                     result.single_stored += len(unique)
+    except Exception as exc:
+        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
+        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+    finally:
+        for node in every:
+            node.close()
+        simulator.kill()
+        simulator.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+# ---- on the bus: what the fleet adds to a message's path ----------------------------------------
+@dataclass
+class BusLatencyResult:
+    """Per contender ("fleet node", "single gateway") and bus ("core NATS", "JetStream"):
+    simulator send (sim_ts) -> a NATS subscriber's receipt, in microseconds."""
+
+    rounds: int = 0
+    window_s: float = 0.0
+    latency_us: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    load: list[float] = field(default_factory=list)  # 1-min load average at each window
+    #: (contender, bus) -> each round's window as (start, end) in latency_us's list
+    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def round_p50s(self, contender: str, bus: str) -> list[float]:
+        """Each round's p50 (a window's figures apart: load swings between windows)."""
+        figures = self.latency_us.get(contender, {}).get(bus, [])
+        spans = self.windows.get(f"{contender}/{bus}", [])
+        return [percentile(figures[a:b], 50) for a, b in spans if b > a]
+
+    def paired_p50_us(self, bus: str) -> float:
+        """The median over rounds of (fleet node's p50 - single gateway's p50)."""
+        fleet, single = (self.round_p50s(c, bus) for c in CONTENDERS)
+        return percentile([f - s for f, s in zip(fleet, single, strict=False)], 50)
+
+    def summary(self) -> str:
+        lines = [f"bus path, sim send -> NATS subscriber, {self.rounds} alternated rounds of "
+                 f"{self.window_s:.0f} s each, load {_span(self.load)}:"]  # fmt: skip
+        for bus in BUSES:
+            fleet, single = (self.latency_us.get(c, {}).get(bus, []) for c in CONTENDERS)
+            if not fleet or not single:
+                continue
+            f50, s50 = percentile(fleet, 50), percentile(single, 50)
+            lines.append(
+                f"  {bus}: fleet node p50 {f50:.0f} us p99 {percentile(fleet, 99):.0f} us "
+                f"({len(fleet)} msgs); single gateway p50 {s50:.0f} us p99 "
+                f"{percentile(single, 99):.0f} us ({len(single)}); the fleet adds "
+                f"{f50 - s50:+.0f} us p50 (ratio {f50 / s50:.2f}); round by round "
+                f"{self.paired_p50_us(bus):+.0f} us (median of the rounds' p50 differences)"
+            )
+        return "\n".join(lines)
+
+
+CONTENDERS = ("fleet node", "single gateway")
+BUSES = ("core NATS", "JetStream")
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}" if values else "?"
+
+
+class BusTap:
+    """A core NATS subscription and a JetStream push consumer (new messages, no acks) on each
+    contender's subjects, on a thread of their own; a message received while its contender's
+    window is open adds receipt - sim_ts to that contender's figures."""
+
+    def __init__(self, url: str, subjects: dict[str, tuple[str, str]]) -> None:
+        """subjects: contender -> (subject prefix, JetStream stream)."""
+        import asyncio
+
+        self.url = url
+        self.subjects = subjects
+        self.latency_us: dict[str, dict[str, list[float]]] = {
+            c: {b: [] for b in BUSES} for c in subjects
+        }
+        self.open: str | None = None  # the contender whose window is open
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="fleet-bus-tap", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise RuntimeError(f"bus tap: {self._error}")
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        import asyncio
+
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        from wsgw_bench.feed import sim_tail
+
+        self._stop = asyncio.Event()
+        try:
+            nc = await nats.connect(self.url)
+        except Exception as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        try:
+            js = nc.jetstream()
+            for contender, (prefix, stream) in self.subjects.items():
+                for bus in BUSES:
+                    figures = self.latency_us[contender][bus]
+
+                    async def on_message(msg: Any, c: str = contender, out: list[float] = figures
+                                         ) -> None:  # fmt: skip
+                        now = time.time_ns()
+                        if self.open != c:
+                            return
+                        tail = sim_tail(msg.data)
+                        if tail is not None:
+                            out.append((now - tail[1]) / 1000)
+
+                    if bus == "core NATS":
+                        await nc.subscribe(f"{prefix}.>", cb=on_message)
+                    else:
+                        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW,
+                                                ack_policy=AckPolicy.NONE)  # fmt: skip
+                        await js.subscribe(f"{prefix}.>", stream=stream, cb=on_message,
+                                           config=config, manual_ack=True)  # fmt: skip
+            await nc.flush()
+            self._ready.set()
+            await self._stop.wait()
+        except Exception as exc:
+            self._error = exc
+            self._ready.set()
+        finally:
+            await nc.close()
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+        self._loop.close()
+
+
+def _runs(node: ServeGateway, sid: int, connected: bool) -> Callable[[], bool]:
+    """Whether the gateway has the session connected (connected False: has it not)."""
+    return lambda: (sid in node.connected()) == connected
+
+
+def _alternate(
+    gateways: dict[str, tuple[ServeGateway, int]],
+    tap: BusTap,
+    result: BusLatencyResult,
+    rounds: int,
+    window_s: float,
+    log: Callable[[str], None],
+) -> None:
+    """The rounds: each contender's session runs alone for a window, the first one
+    alternating round by round."""
+    import os
+
+    for r in range(rounds):
+        order = CONTENDERS if r % 2 == 0 else CONTENDERS[::-1]
+        for contender in order:
+            node, sid = gateways[contender]
+            node.post(f"/v1/sessions/{sid}/start")
+            wait_for(f"{contender} connected", _runs(node, sid, True), 60)
+            time.sleep(1.0)  # warm: subscribed, the first messages through
+            result.load.append(os.getloadavg()[0])
+            starts = {bus: len(tap.latency_us[contender][bus]) for bus in BUSES}
+            tap.open = contender
+            time.sleep(window_s)
+            tap.open = None
+            time.sleep(0.2)  # what was on its way when the window closed
+            for bus, start in starts.items():
+                end = len(tap.latency_us[contender][bus])
+                result.windows.setdefault(f"{contender}/{bus}", []).append((start, end))
+            node.post(f"/v1/sessions/{sid}/stop")
+            wait_for(f"{contender} stopped", _runs(node, sid, False), 30)
+        log(f"bus latency round {r + 1}/{rounds} done (load {result.load[-1]:.1f})")
+    result.latency_us = tap.latency_us
+
+
+def run_bus_latency(
+    rounds: int, window_s: float, rate: float, log: Callable[[str], None]
+) -> BusLatencyResult:
+    """A fleet node (PostgreSQL lease, fence, message ids) and a single gateway (SQLite, no
+    fleet) with the same NATS settings (JetStream stream, ids), each one Binance session to
+    the simulator; in alternated windows only one of them runs its session (started, then
+    stopped through its API), and a subscriber times what it publishes on both buses."""
+
+    from gateway.simulator.process import start_simulator
+    from wsgw_bench.servers import NatsServer
+
+    result = BusLatencyResult(rounds=rounds, window_s=window_s)
+    tmp = Path(tempfile.mkdtemp(prefix="wsgw-fleetlat-"))
+    tag = f"bl{uuid.uuid4().hex[:6]}"
+    every: list[ServeGateway] = []
+    simulator = start_simulator(None, 0, rate, host="127.0.0.1", stdin=True)
+    try:
+        assert simulator.stdout is not None
+        sim_port = int(json.loads(simulator.stdout.readline())["port"])
+        with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
+            subjects = {"fleet node": ("wsgwfleet", "LATFLEET"),
+                        "single gateway": ("wsgwone", "LATONE")}  # fmt: skip
+            envs = {"fleet node": fleet_env(db_url, "f1", 3.0, {}), "single gateway": {}}
+            gateways: dict[str, tuple[ServeGateway, int]] = {}
+            for contender, (prefix, stream) in subjects.items():
+                nats_settings = {**jetstream_nats(nats.url, stream), "subject_prefix": prefix}
+                node = ServeGateway(contender.split()[0], tmp, tag=tag, env=envs[contender],
+                                    nats=nats_settings)  # fmt: skip
+                every.append(node)
+                node.start()
+                (sid,) = create_sessions(node, sim_port, 1, TOPIC, prefix=prefix, start=False)
+                gateways[contender] = (node, sid)
+            tap = BusTap(nats.url, subjects)
+            try:
+                _alternate(gateways, tap, result, rounds, window_s, log)
+            finally:
+                tap.close()  # before the NATS server stops
     except Exception as exc:
         logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
         raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc

@@ -17,11 +17,13 @@ from api.schemas.fleet import (
     DrainPublic,
     LeaseListPublic,
     LeasePublic,
+    LegsTogetherPublic,
     NodeListPublic,
     NodePublic,
 )
 from gateway.control import ControlPlane
 from gateway.fleet.node import FleetNode
+from gateway.fleet.placement import together
 from gateway.store.errors import ConflictError
 
 router = APIRouter(
@@ -44,15 +46,21 @@ def fleet_node(control: ControlPlane) -> FleetNode:
 
 @router.get("/nodes", response_model=NodeListPublic)
 def list_nodes(control: ControlDep, _: AdminDep) -> NodeListPublic:
-    """Every node that registered, alive or not, with how many live leases it holds."""
+    """Every node that registered, alive or not, with how many live leases it holds, and
+    the feed groups whose legs share a node."""
     node = fleet_node(control)
-    held = Counter(lease.node for lease in node.leases.leases())
+    owners = {lease.session_id: lease.node for lease in node.leases.leases()}
+    held = Counter(owners.values())
     return NodeListPublic(
         this_node=node.name,
         lease_s=node.settings.lease_s,
         data=[
             NodePublic.model_validate({**vars(n), "sessions": held.get(n.name, 0)})
             for n in node.leases.nodes()
+        ],
+        legs_together=[
+            LegsTogetherPublic(group=group, legs=legs, nodes=sorted({owners[s] for s in legs}))
+            for group, legs in sorted(together(owners, node.legs()).items())
         ],
     )
 
@@ -72,8 +80,11 @@ def list_leases(control: ControlDep, _: AdminDep) -> LeaseListPublic:
 
 @router.post("/drain", response_model=DrainPublic)
 def drain(control: ControlDep, _: AdminDep) -> DrainPublic:
-    """This node takes no new sessions and releases its leases one per tick, so the other
-    nodes take them one by one. A restart of the node ends the drain."""
+    """This node takes no new sessions and gives its sessions up one per tick, so the other
+    nodes take them one by one: handed over make-before-break (the node the placement
+    gives it connects it first and takes the lease over once it streams; this node runs
+    it until then), or released at once where that cannot be (`generic` sessions, whose
+    message ids differ between nodes). A restart of the node ends the drain."""
     node = fleet_node(control)
     held = node.drain()
     return DrainPublic(node=node.name, draining=True, held=sorted(held))

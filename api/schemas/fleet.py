@@ -38,10 +38,21 @@ class NodePublic(PublicSchema):
     sessions: int = Field(description="live leases this node holds")
 
 
+class LegsTogetherPublic(PublicSchema):
+    group: int
+    legs: list[int] = Field(description="the group's legs that share a node with another of "
+                            "its legs (live leases)")  # fmt: skip
+    nodes: list[str] = Field(description="the nodes running those legs")
+
+
 class NodeListPublic(PublicSchema):
     this_node: str
     lease_s: float
     data: list[NodePublic]
+    legs_together: list[LegsTogetherPublic] = Field(
+        description="feed groups with legs sharing a node (too few eligible nodes to put "
+        "them apart): losing that node loses those legs together"
+    )
 
 
 class LeasePublic(PublicSchema):

@@ -34,7 +34,11 @@ gives the session to as its successor and keeps running it; that node connects t
 lease over (gateway.fleet.leases `take_over`) and publishes; the old owner stops at its
 next heartbeat, which that take-over's NOTIFY brings at once. Nothing is lost between the
 two, and what both publish in that moment carries the same message ids (the exchange's),
-so JetStream stores it once. Only a session whose dialect has exchange ids hands over so
+so JetStream stores it once. The successor takes over only once the owner has heartbeated
+since the warm session had data: an owner that died while its successor was connecting
+(silent for OWNER_SILENT_TICKS ticks, or its lease expired) published nothing meanwhile,
+so the successor takes over and publishes a gap. The old owner logs the hand-over as one,
+not as a fence. Only a session whose dialect has exchange ids hands over so
 (not `generic`: its ids are the run and ring sequence, which differ between nodes); the
 others, a successor that does not stream within WARM_MAX_S (a quiet feed: it takes over
 then), and a rule the owner no longer matches are handed over as before: released, then
@@ -82,11 +86,18 @@ class Lock(Protocol):
 #: The gap a session publishes when this node takes it over from another.
 TAKEOVER_GAP_REASON = "fleet: the session moved to node {node} (generation {generation}); " \
     "messages published meanwhile may be missing"  # fmt: skip
+#: The gap a successor publishes when the owner handing it the session died meanwhile.
+DEAD_OWNER_GAP_REASON = "fleet: node {owner} died while handing the session to node {node} " \
+    "(generation {generation}); messages published meanwhile may be missing"  # fmt: skip
 
 
 #: How long a successor's warm session may wait for its first burst before it takes the lease
 #: over anyway (a quiet feed sends nothing to wait for).
 WARM_MAX_S = 5.0
+#: A successor takes a lease over once the owner has heartbeated since the warm session had
+#: data (the owner published all along: no gap); an owner silent for this many ticks is dead,
+#: and the successor takes over and publishes a gap.
+OWNER_SILENT_TICKS = 1.5
 #: Dialects whose message ids are not the exchange's (run + ring sequence): their sessions
 #: hand over break-before-make, since two nodes' copies would not be one message on the bus.
 NO_EXCHANGE_IDS = frozenset({"generic"})
@@ -113,8 +124,8 @@ class FencedSink:
         gate: Callable[[int], int | None],
         warm: Callable[[set[int]], set[int]] | None = None,
     ) -> None:
-        """warm: told the refused sessions, returns those that are a successor's warm
-        sessions (refused by design: not logged as fenced)."""
+        """warm: told the refused sessions, returns those refused by design (a successor's
+        warm sessions, those this node has just handed over): not logged as fenced."""
         self.inner = inner
         self.gate = gate
         self.warm = warm
@@ -171,7 +182,7 @@ class FleetRuntime(LiveRuntime):
         self.fleet_settings = fleet
         self.api_url = api_url
         self.fleet: FleetNode | None = None
-        self.fenced_sink = FencedSink(sink, self.may_publish_any, self._warm_streams)
+        self.fenced_sink = FencedSink(sink, self.may_publish_any, self._expected_refusals)
         self._here: set[int] = set()  # sessions started here (as holder of their lease)
         self._started_with: dict[int, SessionSpec] = {}  # the spec each was started with
         self._here_lock = threading.Lock()
@@ -193,9 +204,9 @@ class FleetRuntime(LiveRuntime):
         held = any(self.may_publish(leg) is not None for leg in group.spec.legs)
         return 0 if held else None
 
-    def _warm_streams(self, sessions: set[int]) -> set[int]:
+    def _expected_refusals(self, sessions: set[int]) -> set[int]:
         node = self.fleet
-        return set() if node is None else node.warm_streams(sessions)
+        return set() if node is None else node.expected_refusals(sessions)
 
     def group_specs(self) -> dict[int, GroupSpec]:
         """The feed groups this runtime runs, as they were set."""
@@ -319,10 +330,14 @@ class FleetNode:
         self._listener: threading.Thread | None = None
         self._last_hand_over = 0.0  # monotonic time of the last drain or rebalance release
         self._together: dict[int, list[int]] = {}  # groups with legs sharing a node
-        #: A successor's warm sessions (module doc) -> monotonic time started; those that
-        #: streamed (a refused burst) take the lease over at the next tick.
-        self._warm: dict[int, float] = {}
-        self._streamed: set[int] = set()
+        #: A successor's warm sessions (module doc) -> (monotonic time started, the owner
+        #: handing it); those that streamed (a refused burst) -> time of their first burst.
+        self._warm: dict[int, tuple[float, str]] = {}
+        self._streamed: dict[int, float] = {}
+        #: session -> successor, for what this node hands over (as of its last tick), and
+        #: what a successor has taken over from it but still runs here until it stops.
+        self._handing: dict[int, str] = {}
+        self._handed: dict[int, str] = {}
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -371,14 +386,18 @@ class FleetNode:
     def wake(self) -> None:
         self._wake.set()
 
-    def warm_streams(self, sessions: set[int]) -> set[int]:
+    def expected_refusals(self, sessions: set[int]) -> set[int]:
         """Called by the fence with the sessions it refused a burst of (the sessions' own
-        thread): a warm one streams, so the tick takes its lease over now."""
+        thread); returns those refused by design. A warm one streams, so the tick looks
+        whether to take its lease over now; one just handed over stops at this tick."""
         warm = sessions & self._warm.keys()
-        if warm - self._streamed:
-            self._streamed |= warm
+        new = warm - self._streamed.keys()
+        if new:
+            now = time.monotonic()
+            for sid in new:
+                self._streamed.setdefault(sid, now)
             self.wake()
-        return warm
+        return warm | (sessions & self._handed.keys())
 
     def stop(self) -> None:
         """Stop ticking and leave the fleet: every lease released, the node's row gone."""
@@ -432,10 +451,15 @@ class FleetNode:
         store = self.leases
         held = store.heartbeat()
         wanted = self._wanted()
-        live = self._live_nodes(store.nodes())
+        nodes = store.nodes()
+        # node -> monotonic time of its last heartbeat (the database measures its age)
+        heard = time.monotonic()
+        heartbeats = {n.name: heard - n.heartbeat_age_s for n in nodes}
+        live = self._live_nodes(nodes)
         owners = {lease.session_id: lease.node for lease in store.leases()}
+        self._note_handed(held, owners)
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
-        apart = self._legs()
+        apart = self.legs()
         placement = place(rules, live, owners, apart)
         self._warn_together(placement, apart)
         until = store.next_expiry_s()
@@ -449,10 +473,12 @@ class FleetNode:
                     held[sid] = lease.generation
                     log.info("fleet: node %s took session %d (generation %d)",
                              self.name, sid, lease.generation)  # fmt: skip
+                    if sid in self._warm:  # its owner died while handing it here
+                        self._dead_owner_gap(sid, self._warm[sid][1], lease.generation)
         self._let_go(held, wanted, placement)
         if start:
             self._sync_groups()
-            self._succeed(held, wanted)
+            self._succeed(held, wanted, heartbeats)
             self._sync(held, {sid: spec for sid, (spec, _) in wanted.items()})
             self._sync_topics()
 
@@ -468,6 +494,7 @@ class FleetNode:
         # this node more often: the node taking them connects them one by one.
         handed_over = time.monotonic() - self._last_hand_over < self.settings.tick_s * 0.5
         handing = store.handing_over()
+        self._handing = handing
         for sid in sorted(held):
             if sid not in wanted:
                 store.release(sid)
@@ -488,6 +515,7 @@ class FleetNode:
                 continue
             if gentle and target is not None and wanted[sid][0].dialect not in NO_EXCHANGE_IDS:
                 store.hand_over(sid, target)
+                handing[sid] = target
                 handed_over = True
                 self._last_hand_over = time.monotonic()
                 log.info("fleet: node %s hands session %d over to %s",
@@ -500,24 +528,60 @@ class FleetNode:
                 self._last_hand_over = time.monotonic()
             log.info("fleet: node %s released session %d", self.name, sid)
 
+    def _note_handed(self, held: Mapping[int, int], owners: Mapping[int, str]) -> None:
+        """The sessions this node was handing over that their successor now owns: handed
+        over (they stop at this tick), not fenced."""
+        for sid, successor in self._handing.items():
+            if sid not in held and owners.get(sid) == successor:
+                self._handed[sid] = successor
+                log.info("fleet: node %s handed session %d over to %s: it stops here",
+                         self.name, sid, successor)  # fmt: skip
+        for sid in self._handed.keys() - self.runtime.running_here():
+            del self._handed[sid]
+
+    def _dead_owner_gap(self, session_id: int, owner: str, generation: int) -> None:
+        """The owner died while this node connected its session warm (what this node
+        received meanwhile was dropped): tell the session's consumers."""
+        log.warning("fleet: node %s took session %d over from %s, which died meanwhile: "
+                    "publishing a gap", self.name, session_id, owner)  # fmt: skip
+        reason = DEAD_OWNER_GAP_REASON.format(owner=owner, node=self.name, generation=generation)
+        self.runtime.fenced_sink.publish_gap(session_id, None, reason)
+
+    def _owner_dead(self, since: float, owner: str, heartbeats: Mapping[str, float]) -> bool | None:
+        """Whether the owner handing a session here is dead: False once it heartbeated
+        after `since` (monotonic: the warm session had data then, so the owner published
+        all along), True once silent OWNER_SILENT_TICKS ticks, None: not known yet."""
+        heartbeat = heartbeats.get(owner)
+        if heartbeat is not None and heartbeat > since:
+            return False
+        silent = self.settings.tick_s * OWNER_SILENT_TICKS
+        if heartbeat is None or time.monotonic() - heartbeat > silent:
+            return True
+        return None
+
     def _succeed(
-        self, held: dict[int, int], wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]]
+        self,
+        held: dict[int, int],
+        wanted: Mapping[int, tuple[SessionSpec, dict[str, str]]],
+        heartbeats: Mapping[str, float],
     ) -> None:
         """The successor's side of a hand-over (module doc): connect warm what an owner hands
-        to this node, take over what streamed (or waited WARM_MAX_S), and stop a warm session
-        whose owner no longer hands it here."""
+        to this node, take over what streamed (or waited WARM_MAX_S) once the owner ran
+        since (or died: then with a gap), and stop a warm session whose owner no longer
+        hands it here. heartbeats: node -> monotonic time of its last heartbeat."""
         store, runtime = self.leases, self.runtime
-        offered = {sid for sid in store.successions() if sid in wanted and sid not in held}
+        successions = store.successions()
+        offered = {sid for sid in successions if sid in wanted and sid not in held}
         now = time.monotonic()
         for sid in sorted(self._warm.keys() - offered):
             del self._warm[sid]
-            self._streamed.discard(sid)
+            self._streamed.pop(sid, None)
             if sid not in held:
                 log.info("fleet: node %s no longer takes session %d over", self.name, sid)
                 runtime.stop_session(sid)
         for sid in sorted(offered):
-            started = self._warm.get(sid)
-            if started is None:
+            warm = self._warm.get(sid)
+            if warm is None:
                 if self.draining:
                     continue
                 try:
@@ -526,20 +590,27 @@ class FleetNode:
                 except Exception:
                     log.exception("fleet: node %s could not connect session %d", self.name, sid)
                     continue
-                self._warm[sid] = now
+                self._warm[sid] = (now, successions[sid])
                 log.info("fleet: node %s connects session %d to take it over", self.name, sid)
                 continue
-            if sid not in self._streamed and now - started < WARM_MAX_S:
+            started, owner = warm
+            streamed = self._streamed.get(sid)
+            if streamed is None and now - started < WARM_MAX_S:
+                continue
+            dead = self._owner_dead(streamed or started, owner, heartbeats)
+            if dead is None:
                 continue
             lease = store.take_over(sid)
             del self._warm[sid]
-            self._streamed.discard(sid)
+            self._streamed.pop(sid, None)
             if lease is None:
                 runtime.stop_session(sid)
                 continue
             held[sid] = lease.generation
             log.info("fleet: node %s took session %d over after %.3f s warm (generation %d)",
                      self.name, sid, now - started, lease.generation)  # fmt: skip
+            if dead:
+                self._dead_owner_gap(sid, owner, lease.generation)
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -559,7 +630,7 @@ class FleetNode:
             rows = s.scalars(select(SessionRow).where(SessionRow.desired_state == "running"))
             return {row.id: (session_spec(row), dict(row.placement or {})) for row in rows}
 
-    def _legs(self) -> dict[int, int]:
+    def legs(self) -> dict[int, int]:
         """session -> the feed group it is a leg of (the placement keeps legs apart)."""
         with self.db.session() as s:
             rows = s.execute(select(FeedGroupLegRow.session_id, FeedGroupLegRow.group_id))
@@ -641,8 +712,9 @@ class FleetNode:
         runtime = self.runtime
         here = runtime.running_here()
         for sid in sorted(here - held.keys() - self._warm.keys()):
-            log.warning("fleet: node %s no longer holds session %d: standing down",
-                        self.name, sid)  # fmt: skip
+            if sid not in self._handed:
+                log.warning("fleet: node %s no longer holds session %d: standing down",
+                            self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
         for sid in sorted(held.keys() & here):
             spec, before = specs.get(sid), runtime.started_with(sid)

@@ -10,14 +10,23 @@ import tempfile
 from pathlib import Path
 
 from wsgw_bench.core import BenchOptions
-from wsgw_bench.fleet import RingTap, percentile, plan_for, run_fleet
+from wsgw_bench.fleet import (
+    BUSES,
+    CONTENDERS,
+    BusLatencyResult,
+    RingTap,
+    percentile,
+    plan_for,
+    run_bus_latency,
+    run_fleet,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def leftovers() -> set[str]:
-    shm = {p.name for p in Path("/dev/shm").glob("wsgw-bf*")}
-    tmp = {p.name for p in Path(tempfile.gettempdir()).glob("wsgw-fleet-*")}
+    shm = {p.name for p in Path("/dev/shm").glob("wsgw-b[fl]*")}
+    tmp = {p.name for p in Path(tempfile.gettempdir()).glob("wsgw-fleet*")}
     return shm | tmp
 
 
@@ -66,3 +75,25 @@ def test_the_scenario_is_registered() -> None:
         cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     assert any(line.split()[:1] == ["fleet"] for line in listed.splitlines())
+
+
+def test_the_bus_latency_summary_says_what_the_fleet_adds() -> None:
+    figures = {"fleet node": [110.0, 120.0, 130.0], "single gateway": [100.0, 100.0, 900.0]}
+    result = BusLatencyResult(rounds=1, window_s=1.0, load=[2.0, 3.5])
+    result.latency_us = {c: dict.fromkeys(BUSES, figures[c]) for c in CONTENDERS}
+    text = result.summary()
+    assert "load 2.0-3.5" in text
+    assert "fleet node p50 120 us p99 130 us (3 msgs); single gateway p50 100 us" in text
+    assert text.count("the fleet adds +20 us p50") == len(BUSES)
+
+
+def test_a_short_bus_latency_run_times_both_contenders_on_both_buses() -> None:
+    before = leftovers()
+    result = run_bus_latency(1, 1.0, 100.0, print)
+    print(result.summary())
+    for contender in CONTENDERS:
+        for bus in BUSES:
+            got = result.latency_us[contender][bus]
+            assert len(got) > 10, (contender, bus)
+            assert all(value > 0 for value in got)
+    assert leftovers() <= before
