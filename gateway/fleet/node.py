@@ -389,7 +389,8 @@ class FleetNode:
     def expected_refusals(self, sessions: set[int]) -> set[int]:
         """Called by the fence with the sessions it refused a burst of (the sessions' own
         thread); returns those refused by design. A warm one streams, so the tick looks
-        whether to take its lease over now; one just handed over stops at this tick."""
+        whether to take its lease over now; one handed over (or being handed over) stops at
+        this tick."""
         warm = sessions & self._warm.keys()
         new = warm - self._streamed.keys()
         if new:
@@ -397,7 +398,9 @@ class FleetNode:
             for sid in new:
                 self._streamed.setdefault(sid, now)
             self.wake()
-        return warm | (sessions & self._handed.keys())
+        # One being handed over is refused once its successor took the lease, which may be
+        # before this node's tick notes it as handed (_note_handed): expected all the same.
+        return warm | (sessions & (self._handed.keys() | self._handing.keys()))
 
     def stop(self) -> None:
         """Stop ticking and leave the fleet: every lease released, the node's row gone."""
