@@ -96,12 +96,20 @@ class BookSync:
         self.last_reset: BookReset | None = None
         #: False until the first delta after a snapshot has been applied.
         self._joined = False
-        #: A resync was asked for and no snapshot has come since.
-        self._resync_asked = False
+        #: last_reset as it was when the last snapshot came: a different one means this
+        #: wait for a snapshot has had its reset already (ours, or one the owner of the
+        #: book sent, as the manager does for a session's upstream gap).
+        self._reset_at_snapshot: BookReset | None = None
 
     @property
     def stale(self) -> bool:
         return not self.synced
+
+    @property
+    def waiting_for_snapshot(self) -> bool:
+        """Stale, and a reset has gone out since the last snapshot (a new snapshot was
+        asked for): a delta now is no news, only the snapshot ends the wait."""
+        return not self.synced and self.last_reset is not self._reset_at_snapshot
 
     # ---- entry points ------------------------------------------------------------------
     def on_snapshot(self, snap: BookSnapshot) -> Outcome:
@@ -111,7 +119,7 @@ class BookSync:
             self.book.truncate(self.depth)
         self.synced = True
         self._joined = False
-        self._resync_asked = False
+        self._reset_at_snapshot = self.last_reset
         bad = self._verify(snap.checksum, snap.recv_ns)
         if bad is not None:
             return bad
@@ -125,8 +133,8 @@ class BookSync:
                     self._buffer.clear()
                     return self._resync(Reason.BUFFER_OVERFLOW, delta.recv_ns)
                 return BUFFERED
-            if self._resync_asked:
-                return IGNORED  # asked once already: wait for the snapshot
+            if self.waiting_for_snapshot:
+                return IGNORED  # one reset per wait: consumers have it already
             return self._resync(Reason.NO_SNAPSHOT, delta.recv_ns)
         return self._apply(delta)
 
@@ -253,7 +261,6 @@ class BookSync:
 
     def _resync(self, reason: Reason, recv_ns: int, detail: str = "") -> Outcome:
         self.synced = False
-        self._resync_asked = True
         self.resyncs[reason] += 1
         self.book.clear()
         self.last_reset = BookReset(self.venue, self.symbol, reason.value, recv_ns)
