@@ -26,7 +26,7 @@ The rules, from the venues' documentation:
   so neither a lost diff nor a stale snapshot can be seen.
 
 The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
-OKX, Bybit): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
+OKX, Bybit, Kraken): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
 applies the same per-message rules as `_apply` here to the messages that need nothing else
 and returns their normalized deltas already encoded; every other message (a snapshot, one
 before the book is joined, a break, anything C does not read) goes, in its turn, through
@@ -336,6 +336,10 @@ class KrakenBookSync(BookSync):
 
     def checksum(self) -> int:
         return kraken_checksum(self.book, self.price_places, self.qty_places)
+
+    def _fast_ready(self) -> bool:
+        """C's checksum takes the texts as sent: re-padded ones are the Python rule's."""
+        return self.synced and self.price_places is None and self.qty_places is None
 
 
 class OkxBookSync(BookSync):
