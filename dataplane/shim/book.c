@@ -18,6 +18,10 @@
  * CRC32 of its top 10 (asks best first, then bids best first, each price and quantity with
  * the dot and leading zeros removed) must be the message's `checksum`. Prices and
  * quantities are JSON numbers, their text kept as sent (as gateway.normalize does).
+ *
+ * Coinbase Exchange `level2` (https://docs.cdp.coinbase.com/exchange/websocket-feed/channels,
+ * "Level2 Channel"): `l2update` messages, `changes` of [side, price, size] in order, no
+ * sequence and no checksum; "buy" is a bid, any other side an ask (as the normalizer).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -464,7 +468,8 @@ struct msg {
     const uint8_t *sym, *kind, *action; /* kind: Binance stream, OKX channel, Bybit topic */
     uint32_t sym_len, kind_len, action_len;
     int64_t first, seq, prev, ts_ms, crc;
-    int64_t ts_ns; /* Kraken: the timestamp (RFC 3339) in ns */
+    int64_t ts_ns; /* Kraken, Coinbase: the timestamp (RFC 3339) in ns */
+    unsigned seen; /* Coinbase: members read (a repeated one is the Python path's) */
     unsigned have;
     int items; /* OKX: elements of data */
 };
@@ -1008,10 +1013,123 @@ static int kraken_top(struct scan *s, struct wsgw_book *b, struct msg *m, const 
     return 1;
 }
 
+/* At '[': Coinbase's `[["buy"|"sell", "price", "size"], ...]` into the bids' and the asks'
+ * pending arrays, in order. Anything but three plain strings a change is unsupported. */
+static int coinbase_changes(struct scan *s, struct wsgw_book *b)
+{
+    struct pending *bids = &b->pending[WSGW_BOOK_BIDS], *asks = &b->pending[WSGW_BOOK_ASKS];
+    bids->n = asks->n = 0;
+    if (*s->p != '[') {
+        s->unsupported = 1;
+        return skip_value(s, 2);
+    }
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        const uint8_t *start;
+        const uint8_t *side = NULL;
+        uint32_t side_len = 0;
+        struct parsed lv;
+        int plain[3] = {0, 0, 0};
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        start = s->p;
+        if (*s->p != '[')
+            goto other;
+        s->p++;
+        for (int i = 0; i < 3; i++) {
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != '"')
+                goto other;
+            if (read_string(s, i == 0 ? &side : i == 1 ? &lv.p : &lv.q,
+                            i == 0 ? &side_len : i == 1 ? &lv.plen : &lv.qlen, &plain[i]))
+                return -1;
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != (i < 2 ? ',' : ']'))
+                goto other;
+            s->p++;
+        }
+        if (!plain[0] || !plain[1] || !plain[2] ||
+            decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
+            decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
+            s->unsupported = 1;
+        else if (pending_push(key_is(side, side_len, "buy") ? bids : asks, &lv)) {
+            s->err = E_MALFORMED;
+            wsgw_set_error("book: out of memory for %u levels", bids->n + asks->n);
+            return -1;
+        }
+        goto next;
+    other:
+        s->p = start;
+        s->unsupported = 1;
+        if (skip_value(s, 3))
+            return -1;
+    next:
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != ']')
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+}
+
+/* Coinbase: {"type":"l2update","product_id":..,"changes":[..],"time":".."} */
+static int coinbase_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    unsigned bit;
+    if (key_is(k, klen, "type"))
+        bit = HAVE_KIND;
+    else if (key_is(k, klen, "product_id"))
+        bit = HAVE_SYM;
+    else if (key_is(k, klen, "changes"))
+        bit = HAVE_BIDS;
+    else if (key_is(k, klen, "time"))
+        bit = HAVE_TS;
+    else
+        return 1;
+    if (m->seen & bit)
+        s->unsupported = 1;
+    m->seen |= bit;
+    switch (bit) {
+    case HAVE_KIND:
+        return str_member(s, m, &m->action, &m->action_len, HAVE_KIND);
+    case HAVE_SYM:
+        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+    case HAVE_BIDS:
+        m->have |= HAVE_BIDS | HAVE_ASKS;
+        return coinbase_changes(s, b);
+    default: {
+        const uint8_t *t = NULL;
+        uint32_t n = 0;
+        if (str_member(s, m, &t, &n, HAVE_TS))
+            return -1;
+        if (!t || rfc3339_ns(t, n, &m->ts_ns))
+            s->unsupported = 1;
+        return 0;
+    }
+    }
+}
+
 /* Is the message one the venue's delta path takes (the Python normalizer's tests)? */
 static int is_delta(const struct wsgw_book *b, const struct msg *m)
 {
     const unsigned levels = HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_SEQ | HAVE_DATA | HAVE_KIND;
+    if (b->venue == WSGW_BOOK_COINBASE)
+        return (m->have & (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS)) ==
+                   (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS) &&
+               key_is(m->action, m->action_len, "l2update");
     if (b->venue == WSGW_BOOK_KRAKEN) /* one book element; "snapshot" is the Python path's */
         return (m->have & (levels & ~(unsigned)HAVE_SEQ)) == (levels & ~(unsigned)HAVE_SEQ) &&
                m->items == 1 && key_is(m->kind, m->kind_len, "book") &&
@@ -1177,7 +1295,7 @@ static void apply_pending(struct wsgw_book *b, int side, const struct pending *p
 
 WSGW_API struct wsgw_book *wsgw_book_new(uint32_t venue, const char *symbol, uint32_t symbol_len)
 {
-    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_KRAKEN) {
+    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_COINBASE) {
         wsgw_set_error("book: venue %u is not done in C", venue);
         return NULL;
     }
@@ -1416,7 +1534,7 @@ static char *mp_levels(char *o, const struct pending *pd)
     return o;
 }
 
-static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit", "kraken"};
+static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit", "kraken", "coinbase"};
 
 static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t recv_ns, uint32_t flags,
                      char *out, int64_t *info)
@@ -1425,7 +1543,7 @@ static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t rec
     const char *venue = VENUE_NAMES[b->venue];
     int has_crc = (m->have & HAVE_CRC) != 0;
     char *o = out;
-    int64_t venue_ts = b->venue == WSGW_BOOK_KRAKEN ? m->ts_ns : m->ts_ms * 1000000;
+    int64_t venue_ts = b->venue >= WSGW_BOOK_KRAKEN ? m->ts_ns : m->ts_ms * 1000000;
     if (flags & WSGW_BOOK_OUT_JSON) {
         o = PUT_LIT(o, "{\"type\":\"delta\",\"venue\":\"");
         o = put_bytes(o, venue, strlen(venue));
@@ -1577,7 +1695,8 @@ static int64_t kraken_checksum(const struct wsgw_book *b)
     return (int64_t)crc32_update(0, text, (size_t)(o - text));
 }
 
-static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top, kraken_top};
+static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top, kraken_top,
+                                        coinbase_top};
 
 WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
                                   uint32_t flags, char *out, uint32_t cap, int64_t *info)
@@ -1614,6 +1733,7 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
             return m.seq <= b->seq && m.prev < b->seq ? WSGW_BOOK_IGNORED : WSGW_BOOK_GAP;
         break;
     case WSGW_BOOK_KRAKEN: /* no sequence: the checksum is the check */
+    case WSGW_BOOK_COINBASE: /* no sequence, no checksum */
         m.seq = b->seq;
         break;
     default: /* Bybit: u = the book's + 1 */

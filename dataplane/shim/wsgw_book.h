@@ -28,6 +28,7 @@ enum wsgw_book_venue {
     WSGW_BOOK_OKX = 2,     /* `books` (and the other seqId channels) updates, CRC32 top 25 */
     WSGW_BOOK_BYBIT = 3,   /* `orderbook.N.SYM` deltas */
     WSGW_BOOK_KRAKEN = 4,  /* WebSocket v2 `book` updates, CRC32 of the top 10 */
+    WSGW_BOOK_COINBASE = 5,/* Exchange `level2` l2update messages */
 };
 
 enum wsgw_book_side { WSGW_BOOK_BIDS = 0, WSGW_BOOK_ASKS = 1 };

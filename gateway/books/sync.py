@@ -26,12 +26,12 @@ The rules, from the venues' documentation:
   so neither a lost diff nor a stale snapshot can be seen.
 
 The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
-OKX, Bybit, Kraken): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
-applies the same per-message rules as `_apply` here to the messages that need nothing else
-and returns their normalized deltas already encoded; every other message (a snapshot, one
-before the book is joined, a break, anything C does not read) goes, in its turn, through
-the Python path, over the same book. tests/unit/books/test_cbook.py holds the two paths
-equal, outcome by outcome and byte by byte.
+OKX, Bybit, Kraken, Coinbase): `on_raw_batch` hands a burst of raw messages to
+dataplane/shim/book.c, which applies the same per-message rules as `_apply` here to the
+messages that need nothing else and returns their normalized deltas already encoded; every
+other message (a snapshot, one before the book is joined, a break, anything C does not
+read) goes, in its turn, through the Python path, over the same book. tests/unit/books/
+test_cbook*.py hold the two paths equal, outcome by outcome and byte by byte.
 """
 
 from __future__ import annotations
