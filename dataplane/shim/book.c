@@ -22,6 +22,11 @@
  * Coinbase Exchange `level2` (https://docs.cdp.coinbase.com/exchange/websocket-feed/channels,
  * "Level2 Channel"): `l2update` messages, `changes` of [side, price, size] in order, no
  * sequence and no checksum; "buy" is a bid, any other side an ask (as the normalizer).
+ *
+ * Bitstamp `diff_order_book_{pair}` (https://www.bitstamp.net/websocket/v2/, "Live full
+ * order book"): no sequence; its microtimestamp orders the diffs, one older than the book's
+ * is out of order (the Python rules resync), the same or newer applies. The book joins the
+ * REST snapshot in Python.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -469,7 +474,7 @@ struct msg {
     uint32_t sym_len, kind_len, action_len;
     int64_t first, seq, prev, ts_ms, crc;
     int64_t ts_ns; /* Kraken, Coinbase: the timestamp (RFC 3339) in ns */
-    unsigned seen; /* Coinbase: members read (a repeated one is the Python path's) */
+    unsigned seen; /* Coinbase, Bitstamp: members read (a repeated one is Python's) */
     unsigned have;
     int items; /* OKX: elements of data */
 };
@@ -1122,10 +1127,81 @@ static int coinbase_top(struct scan *s, struct wsgw_book *b, struct msg *m, cons
     }
 }
 
+/* Bitstamp `data`: {"timestamp":"s","microtimestamp":"us","bids":[..],"asks":[..]} */
+static int bitstamp_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                         uint32_t klen)
+{
+    if (key_is(k, klen, "bids"))
+        return levels_member(s, b, m, WSGW_BOOK_BIDS);
+    if (key_is(k, klen, "asks"))
+        return levels_member(s, b, m, WSGW_BOOK_ASKS);
+    if (key_is(k, klen, "microtimestamp")) {
+        const uint8_t *t = NULL;
+        uint32_t n = 0;
+        if (str_member(s, m, &t, &n, HAVE_SEQ))
+            return -1;
+        m->seq = 0;
+        if (!t || n == 0 || n > 16) /* "" is 0 to the Python path */
+            s->unsupported = 1;
+        for (uint32_t i = 0; t && i < n && i < 16; i++) {
+            if (t[i] < '0' || t[i] > '9')
+                s->unsupported = 1;
+            m->seq = m->seq * 10 + (t[i] - '0');
+        }
+        if (m->seq > 9000000000000000LL) /* its ns must stay in an int64 */
+            s->unsupported = 1;
+        m->ts_ns = s->unsupported ? 0 : m->seq * 1000;
+        return 0;
+    }
+    return 1;
+}
+
+static int bitstamp_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    unsigned bit;
+    if (key_is(k, klen, "data"))
+        bit = HAVE_DATA;
+    else if (key_is(k, klen, "channel"))
+        bit = HAVE_KIND;
+    else if (key_is(k, klen, "event"))
+        bit = HAVE_ARG;
+    else
+        return 1;
+    if (m->seen & bit)
+        s->unsupported = 1;
+    m->seen |= bit;
+    if (bit == HAVE_DATA) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, bitstamp_data);
+    }
+    if (bit == HAVE_ARG)
+        return str_member(s, m, &m->action, &m->action_len, HAVE_ARG);
+    if (str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND))
+        return -1;
+    if (m->kind) { /* the pair is what follows the channel's last '_' */
+        const uint8_t *sym = m->kind + m->kind_len;
+        while (sym > m->kind && sym[-1] != '_')
+            sym--;
+        m->sym = sym;
+        m->sym_len = (uint32_t)(m->kind + m->kind_len - sym);
+        m->have |= HAVE_SYM;
+    }
+    return 0;
+}
+
 /* Is the message one the venue's delta path takes (the Python normalizer's tests)? */
 static int is_delta(const struct wsgw_book *b, const struct msg *m)
 {
     const unsigned levels = HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_SEQ | HAVE_DATA | HAVE_KIND;
+    if (b->venue == WSGW_BOOK_BITSTAMP)
+        return (m->have & (levels | HAVE_ARG)) == (levels | HAVE_ARG) &&
+               key_is(m->action, m->action_len, "data") &&
+               starts_with(m->kind, m->kind_len, "diff_order_book_");
     if (b->venue == WSGW_BOOK_COINBASE)
         return (m->have & (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS)) ==
                    (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS) &&
@@ -1295,7 +1371,7 @@ static void apply_pending(struct wsgw_book *b, int side, const struct pending *p
 
 WSGW_API struct wsgw_book *wsgw_book_new(uint32_t venue, const char *symbol, uint32_t symbol_len)
 {
-    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_COINBASE) {
+    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_BITSTAMP) {
         wsgw_set_error("book: venue %u is not done in C", venue);
         return NULL;
     }
@@ -1534,7 +1610,8 @@ static char *mp_levels(char *o, const struct pending *pd)
     return o;
 }
 
-static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit", "kraken", "coinbase"};
+static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit", "kraken", "coinbase",
+                                            "bitstamp"};
 
 static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t recv_ns, uint32_t flags,
                      char *out, int64_t *info)
@@ -1696,7 +1773,7 @@ static int64_t kraken_checksum(const struct wsgw_book *b)
 }
 
 static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top, kraken_top,
-                                        coinbase_top};
+                                        coinbase_top, bitstamp_top};
 
 WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
                                   uint32_t flags, char *out, uint32_t cap, int64_t *info)
@@ -1735,6 +1812,10 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
     case WSGW_BOOK_KRAKEN: /* no sequence: the checksum is the check */
     case WSGW_BOOK_COINBASE: /* no sequence, no checksum */
         m.seq = b->seq;
+        break;
+    case WSGW_BOOK_BITSTAMP: /* microtimestamps: an older one is out of order */
+        if (m.seq < b->seq)
+            return WSGW_BOOK_GAP;
         break;
     default: /* Bybit: u = the book's + 1 */
         if (m.seq <= b->seq)

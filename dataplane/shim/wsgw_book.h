@@ -29,6 +29,7 @@ enum wsgw_book_venue {
     WSGW_BOOK_BYBIT = 3,   /* `orderbook.N.SYM` deltas */
     WSGW_BOOK_KRAKEN = 4,  /* WebSocket v2 `book` updates, CRC32 of the top 10 */
     WSGW_BOOK_COINBASE = 5,/* Exchange `level2` l2update messages */
+    WSGW_BOOK_BITSTAMP = 6,/* `diff_order_book_*` data, stamped by microtimestamp */
 };
 
 enum wsgw_book_side { WSGW_BOOK_BIDS = 0, WSGW_BOOK_ASKS = 1 };

@@ -286,7 +286,7 @@ class COrderBook:
 
 
 #: Venues whose books (and per-message path) are in C.
-C_VENUES = frozenset({"binance", "okx", "bybit", "kraken", "coinbase"})
+C_VENUES = frozenset({"binance", "okx", "bybit", "kraken", "coinbase", "bitstamp"})
 
 
 def make_book(

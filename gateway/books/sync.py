@@ -26,7 +26,7 @@ The rules, from the venues' documentation:
   so neither a lost diff nor a stale snapshot can be seen.
 
 The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
-OKX, Bybit, Kraken, Coinbase): `on_raw_batch` hands a burst of raw messages to
+OKX, Bybit, Kraken, Coinbase, Bitstamp): `on_raw_batch` hands a burst of raw messages to
 dataplane/shim/book.c, which applies the same per-message rules as `_apply` here to the
 messages that need nothing else and returns their normalized deltas already encoded; every
 other message (a snapshot, one before the book is joined, a break, anything C does not
@@ -385,6 +385,9 @@ class BitstampBookSync(BookSync):
 
     venue = "bitstamp"
     buffers = True
+
+    def _fast_ready(self) -> bool:
+        return self.synced and self._joined
 
     def _drain(self, snap: BookSnapshot) -> Outcome:
         pending = [d for d in self._buffer if d.seq > snap.seq]
