@@ -213,7 +213,7 @@ class COrderBook:
 
     def __init__(self, venue: str, symbol: str, depth: int | None = None) -> None:
         self.c = CBook(venue, symbol)
-        if depth is not None:  # the venue's per-message truncation (Bybit orderbook.N)
+        if depth is not None:  # the per-message truncation (Bybit orderbook.N, Kraken depth)
             self.c.set_depth(depth)
         self.c.set_joined(True)  # the Python sync guards the fast path (BookSync.on_raw)
         self._c_bids = _CSide(self.c, BOOK_BIDS)
