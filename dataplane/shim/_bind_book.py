@@ -18,7 +18,7 @@ from dataplane.shim._loader import KEEP_GIL, library
 from dataplane.shim._loader import load as load_shim
 
 # enum wsgw_book_venue
-VENUES = {"binance": 1, "okx": 2, "bybit": 3}
+VENUES = {"binance": 1, "okx": 2, "bybit": 3, "kraken": 4, "coinbase": 5, "bitstamp": 6}
 # enum wsgw_book_side
 BIDS, ASKS = 0, 1
 # enum wsgw_book_status

@@ -12,6 +12,21 @@
  * web-socket-streams#diff-depth-stream and "How to manage a local order book correctly"):
  * an event with `u` <= the book's is dropped; once joined, each `U` is the previous `u` + 1
  * (USD-M futures: `pu` is the previous `u`).
+ *
+ * Kraken v2 `book` (https://docs.kraken.com/api/docs/websocket-v2/book and its "Checksum"
+ * guide): no sequence; after each update the book is cut to the subscribed depth and the
+ * CRC32 of its top 10 (asks best first, then bids best first, each price and quantity with
+ * the dot and leading zeros removed) must be the message's `checksum`. Prices and
+ * quantities are JSON numbers, their text kept as sent (as gateway.normalize does).
+ *
+ * Coinbase Exchange `level2` (https://docs.cdp.coinbase.com/exchange/websocket-feed/channels,
+ * "Level2 Channel"): `l2update` messages, `changes` of [side, price, size] in order, no
+ * sequence and no checksum; "buy" is a bid, any other side an ask (as the normalizer).
+ *
+ * Bitstamp `diff_order_book_{pair}` (https://www.bitstamp.net/websocket/v2/, "Live full
+ * order book"): no sequence; its microtimestamp orders the diffs, one older than the book's
+ * is out of order (the Python rules resync), the same or newer applies. The book joins the
+ * REST snapshot in Python.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -458,6 +473,8 @@ struct msg {
     const uint8_t *sym, *kind, *action; /* kind: Binance stream, OKX channel, Bybit topic */
     uint32_t sym_len, kind_len, action_len;
     int64_t first, seq, prev, ts_ms, crc;
+    int64_t ts_ns; /* Kraken, Coinbase: the timestamp (RFC 3339) in ns */
+    unsigned seen; /* Coinbase, Bitstamp: members read (a repeated one is Python's) */
     unsigned have;
     int items; /* OKX: elements of data */
 };
@@ -473,6 +490,8 @@ enum {
     HAVE_DATA = 128,
     HAVE_KIND = 256,
     HAVE_ARG = 512,
+    HAVE_PRICE = 1024, /* Kraken level members */
+    HAVE_QTY = 2048,
 };
 
 /* A member reader: reads the value at s->p for key k and returns 0, or -1 on an error, or 1
@@ -747,10 +766,450 @@ static int bybit_top(struct scan *s, struct wsgw_book *b, struct msg *m, const u
     return 1;
 }
 
+/* A plain JSON number's text, as decimal_shape takes it (else the message is unsupported). */
+static int number_text(struct scan *s, const uint8_t **t, uint32_t *n)
+{
+    int64_t ignored;
+    int is_int;
+    const uint8_t *start = s->p;
+    if (*s->p != '-' && (*s->p < '0' || *s->p > '9')) {
+        s->unsupported = 1; /* a string, null...: the Python path's Level would differ */
+        return skip_value(s, 3);
+    }
+    if (read_number(s, &ignored, &is_int))
+        return -1;
+    *t = start;
+    *n = (uint32_t)(s->p - start);
+    return 0;
+}
+
+/* At '[': Kraken's `[{"price":p,"qty":q},...]` into pd (other members of a level skipped, as
+ * msgspec does; a missing or repeated price or qty makes the message unsupported). */
+static int kraken_levels(struct scan *s, struct pending *pd)
+{
+    pd->n = 0;
+    if (*s->p != '[') {
+        s->unsupported = 1;
+        return skip_value(s, 2);
+    }
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        struct parsed lv;
+        unsigned have = 0;
+        memset(&lv, 0, sizeof(lv));
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            if (skip_value(s, 3))
+                return -1;
+        } else {
+            s->p++;
+            skip_ws(s);
+            if (s->p < s->end && *s->p == '}')
+                s->p++;
+            else
+                for (;;) {
+                    const uint8_t *k;
+                    uint32_t klen;
+                    int plain, rc;
+                    skip_ws(s);
+                    if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
+                        return bad(s);
+                    if (!plain)
+                        s->unsupported = 1;
+                    skip_ws(s);
+                    if (s->p >= s->end || *s->p != ':')
+                        return bad(s);
+                    s->p++;
+                    skip_ws(s);
+                    if (s->p >= s->end)
+                        return bad(s);
+                    if (key_is(k, klen, "price")) {
+                        s->unsupported |= (have & HAVE_PRICE) != 0;
+                        have |= HAVE_PRICE;
+                        rc = number_text(s, &lv.p, &lv.plen);
+                    } else if (key_is(k, klen, "qty")) {
+                        s->unsupported |= (have & HAVE_QTY) != 0;
+                        have |= HAVE_QTY;
+                        rc = number_text(s, &lv.q, &lv.qlen);
+                    } else {
+                        rc = skip_value(s, 3);
+                    }
+                    if (rc)
+                        return -1;
+                    skip_ws(s);
+                    if (s->p >= s->end)
+                        return bad(s);
+                    if (*s->p == ',') {
+                        s->p++;
+                        continue;
+                    }
+                    if (*s->p != '}')
+                        return bad(s);
+                    s->p++;
+                    break;
+                }
+            if (have != (HAVE_PRICE | HAVE_QTY) || !lv.p || !lv.q ||
+                decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
+                decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
+                s->unsupported = 1;
+            else if (pending_push(pd, &lv)) {
+                s->err = E_MALFORMED;
+                wsgw_set_error("book: out of memory for %u levels", pd->n);
+                return -1;
+            }
+        }
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != ']')
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+}
+
+static int digits_at(const uint8_t *t, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (t[i] < '0' || t[i] > '9')
+            return -1;
+        v = v * 10 + (t[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z" -> ns since the epoch, as venues.datetime_ns gives it
+ * from msgspec's datetime (microseconds); any other form is left to the Python path. */
+static int rfc3339_ns(const uint8_t *t, uint32_t n, int64_t *out)
+{
+    int y, mo, d, h, mi, sec, us = 0;
+    static const int MDAYS[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (n < 20 || n > 27 || t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' ||
+        t[16] != ':' || t[n - 1] != 'Z' || digits_at(t, 4, &y) || digits_at(t + 5, 2, &mo) ||
+        digits_at(t + 8, 2, &d) || digits_at(t + 11, 2, &h) || digits_at(t + 14, 2, &mi) ||
+        digits_at(t + 17, 2, &sec))
+        return -1;
+    if (n > 20) {
+        int f = (int)n - 21;
+        if (t[19] != '.' || f < 1 || f > 6 || digits_at(t + 20, f, &us))
+            return -1;
+        for (int i = f; i < 6; i++)
+            us *= 10;
+    } else if (t[19] != 'Z') {
+        return -1;
+    }
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 ||
+        d > MDAYS[mo - 1] + (mo == 2 && leap) || h > 23 || mi > 59 || sec > 59)
+        return -1;
+    /* days from civil (H. Hinnant's algorithm), y >= 1970 so no negative eras */
+    int yy = y - (mo <= 2);
+    int64_t era = yy / 400, yoe = yy - era * 400;
+    int64_t doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = era * 146097 + doe - 719468;
+    *out = (((days * 24 + h) * 60 + mi) * 60 + sec) * 1000000000LL + (int64_t)us * 1000;
+    return 0;
+}
+
+/* Kraken data element: {"symbol":..,"bids":[..],"asks":[..],"checksum":n,"timestamp":".."} */
+static int kraken_book(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                       uint32_t klen)
+{
+    if (key_is(k, klen, "symbol"))
+        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+    if (key_is(k, klen, "bids")) {
+        m->have |= HAVE_BIDS;
+        return kraken_levels(s, &b->pending[WSGW_BOOK_BIDS]);
+    }
+    if (key_is(k, klen, "asks")) {
+        m->have |= HAVE_ASKS;
+        return kraken_levels(s, &b->pending[WSGW_BOOK_ASKS]);
+    }
+    if (key_is(k, klen, "checksum")) {
+        if (*s->p == 'n') {
+            m->have &= ~(unsigned)HAVE_CRC;
+            return skip_literal(s, "null", 4);
+        }
+        if (int_member(s, m, &m->crc, HAVE_CRC))
+            return -1;
+        if (m->crc < 0 || m->crc > 0xffffffffLL)
+            s->unsupported = 1; /* never a CRC32: let the Python rule compare it */
+        return 0;
+    }
+    if (key_is(k, klen, "timestamp")) {
+        const uint8_t *t = NULL;
+        uint32_t n = 0;
+        m->ts_ns = 0;
+        if (*s->p == 'n')
+            return skip_literal(s, "null", 4);
+        if (str_member(s, m, &t, &n, 0))
+            return -1;
+        if (t && rfc3339_ns(t, n, &m->ts_ns))
+            s->unsupported = 1;
+        return 0;
+    }
+    return 1;
+}
+
+static int kraken_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                      uint32_t klen)
+{
+    if (key_is(k, klen, "channel"))
+        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
+    if (key_is(k, klen, "type"))
+        return str_member(s, m, &m->action, &m->action_len, 0);
+    if (key_is(k, klen, "data")) {
+        if (*s->p != '[') {
+            s->unsupported = 1;
+            return 1;
+        }
+        /* a repeated "data" replaces the first (the Python decoder keeps the last) */
+        m->have = (m->have & ~(unsigned)(HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_CRC)) | HAVE_DATA;
+        m->items = 0;
+        m->ts_ns = 0;
+        b->pending[0].n = b->pending[1].n = 0;
+        s->p++;
+        skip_ws(s);
+        if (s->p < s->end && *s->p == ']') {
+            s->p++;
+            return 0;
+        }
+        for (;;) {
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            m->items++;
+            if (*s->p == '{') {
+                if (read_object(s, b, m, kraken_book))
+                    return -1;
+            } else {
+                s->unsupported = 1;
+                if (skip_value(s, 2))
+                    return -1;
+            }
+            skip_ws(s);
+            if (s->p >= s->end)
+                return bad(s);
+            if (*s->p == ',') {
+                s->p++;
+                continue;
+            }
+            if (*s->p != ']')
+                return bad(s);
+            s->p++;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* At '[': Coinbase's `[["buy"|"sell", "price", "size"], ...]` into the bids' and the asks'
+ * pending arrays, in order. Anything but three plain strings a change is unsupported. */
+static int coinbase_changes(struct scan *s, struct wsgw_book *b)
+{
+    struct pending *bids = &b->pending[WSGW_BOOK_BIDS], *asks = &b->pending[WSGW_BOOK_ASKS];
+    bids->n = asks->n = 0;
+    if (*s->p != '[') {
+        s->unsupported = 1;
+        return skip_value(s, 2);
+    }
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
+        const uint8_t *start;
+        const uint8_t *side = NULL;
+        uint32_t side_len = 0;
+        struct parsed lv;
+        int plain[3] = {0, 0, 0};
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        start = s->p;
+        if (*s->p != '[')
+            goto other;
+        s->p++;
+        for (int i = 0; i < 3; i++) {
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != '"')
+                goto other;
+            if (read_string(s, i == 0 ? &side : i == 1 ? &lv.p : &lv.q,
+                            i == 0 ? &side_len : i == 1 ? &lv.plen : &lv.qlen, &plain[i]))
+                return -1;
+            skip_ws(s);
+            if (s->p >= s->end || *s->p != (i < 2 ? ',' : ']'))
+                goto other;
+            s->p++;
+        }
+        if (!plain[0] || !plain[1] || !plain[2] ||
+            decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
+            decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
+            s->unsupported = 1;
+        else if (pending_push(key_is(side, side_len, "buy") ? bids : asks, &lv)) {
+            s->err = E_MALFORMED;
+            wsgw_set_error("book: out of memory for %u levels", bids->n + asks->n);
+            return -1;
+        }
+        goto next;
+    other:
+        s->p = start;
+        s->unsupported = 1;
+        if (skip_value(s, 3))
+            return -1;
+    next:
+        skip_ws(s);
+        if (s->p >= s->end)
+            return bad(s);
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        if (*s->p != ']')
+            return bad(s);
+        s->p++;
+        return 0;
+    }
+}
+
+/* Coinbase: {"type":"l2update","product_id":..,"changes":[..],"time":".."} */
+static int coinbase_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    unsigned bit;
+    if (key_is(k, klen, "type"))
+        bit = HAVE_KIND;
+    else if (key_is(k, klen, "product_id"))
+        bit = HAVE_SYM;
+    else if (key_is(k, klen, "changes"))
+        bit = HAVE_BIDS;
+    else if (key_is(k, klen, "time"))
+        bit = HAVE_TS;
+    else
+        return 1;
+    if (m->seen & bit)
+        s->unsupported = 1;
+    m->seen |= bit;
+    switch (bit) {
+    case HAVE_KIND:
+        return str_member(s, m, &m->action, &m->action_len, HAVE_KIND);
+    case HAVE_SYM:
+        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
+    case HAVE_BIDS:
+        m->have |= HAVE_BIDS | HAVE_ASKS;
+        return coinbase_changes(s, b);
+    default: {
+        const uint8_t *t = NULL;
+        uint32_t n = 0;
+        if (str_member(s, m, &t, &n, HAVE_TS))
+            return -1;
+        if (!t || rfc3339_ns(t, n, &m->ts_ns))
+            s->unsupported = 1;
+        return 0;
+    }
+    }
+}
+
+/* Bitstamp `data`: {"timestamp":"s","microtimestamp":"us","bids":[..],"asks":[..]} */
+static int bitstamp_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                         uint32_t klen)
+{
+    if (key_is(k, klen, "bids"))
+        return levels_member(s, b, m, WSGW_BOOK_BIDS);
+    if (key_is(k, klen, "asks"))
+        return levels_member(s, b, m, WSGW_BOOK_ASKS);
+    if (key_is(k, klen, "microtimestamp")) {
+        const uint8_t *t = NULL;
+        uint32_t n = 0;
+        if (str_member(s, m, &t, &n, HAVE_SEQ))
+            return -1;
+        m->seq = 0;
+        if (!t || n == 0 || n > 16) /* "" is 0 to the Python path */
+            s->unsupported = 1;
+        for (uint32_t i = 0; t && i < n && i < 16; i++) {
+            if (t[i] < '0' || t[i] > '9')
+                s->unsupported = 1;
+            m->seq = m->seq * 10 + (t[i] - '0');
+        }
+        if (m->seq > 9000000000000000LL) /* its ns must stay in an int64 */
+            s->unsupported = 1;
+        m->ts_ns = s->unsupported ? 0 : m->seq * 1000;
+        return 0;
+    }
+    return 1;
+}
+
+static int bitstamp_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
+                        uint32_t klen)
+{
+    unsigned bit;
+    if (key_is(k, klen, "data"))
+        bit = HAVE_DATA;
+    else if (key_is(k, klen, "channel"))
+        bit = HAVE_KIND;
+    else if (key_is(k, klen, "event"))
+        bit = HAVE_ARG;
+    else
+        return 1;
+    if (m->seen & bit)
+        s->unsupported = 1;
+    m->seen |= bit;
+    if (bit == HAVE_DATA) {
+        if (*s->p != '{') {
+            s->unsupported = 1;
+            return 1;
+        }
+        m->have |= HAVE_DATA;
+        return read_object(s, b, m, bitstamp_data);
+    }
+    if (bit == HAVE_ARG)
+        return str_member(s, m, &m->action, &m->action_len, HAVE_ARG);
+    if (str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND))
+        return -1;
+    if (m->kind) { /* the pair is what follows the channel's last '_' */
+        const uint8_t *sym = m->kind + m->kind_len;
+        while (sym > m->kind && sym[-1] != '_')
+            sym--;
+        m->sym = sym;
+        m->sym_len = (uint32_t)(m->kind + m->kind_len - sym);
+        m->have |= HAVE_SYM;
+    }
+    return 0;
+}
+
 /* Is the message one the venue's delta path takes (the Python normalizer's tests)? */
 static int is_delta(const struct wsgw_book *b, const struct msg *m)
 {
     const unsigned levels = HAVE_SYM | HAVE_BIDS | HAVE_ASKS | HAVE_SEQ | HAVE_DATA | HAVE_KIND;
+    if (b->venue == WSGW_BOOK_BITSTAMP)
+        return (m->have & (levels | HAVE_ARG)) == (levels | HAVE_ARG) &&
+               key_is(m->action, m->action_len, "data") &&
+               starts_with(m->kind, m->kind_len, "diff_order_book_");
+    if (b->venue == WSGW_BOOK_COINBASE)
+        return (m->have & (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS)) ==
+                   (HAVE_KIND | HAVE_SYM | HAVE_BIDS | HAVE_TS) &&
+               key_is(m->action, m->action_len, "l2update");
+    if (b->venue == WSGW_BOOK_KRAKEN) /* one book element; "snapshot" is the Python path's */
+        return (m->have & (levels & ~(unsigned)HAVE_SEQ)) == (levels & ~(unsigned)HAVE_SEQ) &&
+               m->items == 1 && key_is(m->kind, m->kind_len, "book") &&
+               key_is(m->action, m->action_len, "update");
     if ((m->have & levels) != levels)
         return 0;
     if (b->venue == WSGW_BOOK_BINANCE) {
@@ -912,7 +1371,7 @@ static void apply_pending(struct wsgw_book *b, int side, const struct pending *p
 
 WSGW_API struct wsgw_book *wsgw_book_new(uint32_t venue, const char *symbol, uint32_t symbol_len)
 {
-    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_BYBIT) {
+    if (venue < WSGW_BOOK_BINANCE || venue > WSGW_BOOK_BITSTAMP) {
         wsgw_set_error("book: venue %u is not done in C", venue);
         return NULL;
     }
@@ -1151,7 +1610,8 @@ static char *mp_levels(char *o, const struct pending *pd)
     return o;
 }
 
-static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit"};
+static const char *const VENUE_NAMES[] = {"", "binance", "okx", "bybit", "kraken", "coinbase",
+                                            "bitstamp"};
 
 static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t recv_ns, uint32_t flags,
                      char *out, int64_t *info)
@@ -1160,7 +1620,7 @@ static uint32_t emit(const struct wsgw_book *b, const struct msg *m, int64_t rec
     const char *venue = VENUE_NAMES[b->venue];
     int has_crc = (m->have & HAVE_CRC) != 0;
     char *o = out;
-    int64_t venue_ts = m->ts_ms * 1000000;
+    int64_t venue_ts = b->venue >= WSGW_BOOK_KRAKEN ? m->ts_ns : m->ts_ms * 1000000;
     if (flags & WSGW_BOOK_OUT_JSON) {
         o = PUT_LIT(o, "{\"type\":\"delta\",\"venue\":\"");
         o = put_bytes(o, venue, strlen(venue));
@@ -1285,7 +1745,35 @@ static int64_t okx_checksum(const struct wsgw_book *b)
     return (int32_t)crc32_update(0, text, (size_t)(o - text));
 }
 
-static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top};
+/* Kraken: CRC32 of the top 10 asks then the top 10 bids, best first, each level's price and
+ * quantity digits without the dot and the leading zeros, unsigned. */
+static int64_t kraken_checksum(const struct wsgw_book *b)
+{
+    char text[20 * 48];
+    char *o = text;
+    for (int s = WSGW_BOOK_ASKS; s >= WSGW_BOOK_BIDS; s--) {
+        const struct side *sd = &b->sides[s];
+        uint32_t n = sd->n < 10 ? sd->n : 10;
+        for (uint32_t i = 0; i < n; i++) {
+            const struct level *lv = &sd->v[sd->n - 1 - i];
+            const char *parts[2] = {lv->text, lv->text + lv->plen + 1};
+            const char *ends[2] = {lv->text + lv->plen, lv->text + lv->tlen};
+            for (int j = 0; j < 2; j++) {
+                int leading = 1;
+                for (const char *c = parts[j]; c < ends[j]; c++) {
+                    if (*c == '.' || (leading && *c == '0'))
+                        continue;
+                    leading = 0;
+                    *o++ = *c;
+                }
+            }
+        }
+    }
+    return (int64_t)crc32_update(0, text, (size_t)(o - text));
+}
+
+static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top, kraken_top,
+                                        coinbase_top, bitstamp_top};
 
 WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
                                   uint32_t flags, char *out, uint32_t cap, int64_t *info)
@@ -1321,6 +1809,14 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
         if (m.prev != b->seq)
             return m.seq <= b->seq && m.prev < b->seq ? WSGW_BOOK_IGNORED : WSGW_BOOK_GAP;
         break;
+    case WSGW_BOOK_KRAKEN: /* no sequence: the checksum is the check */
+    case WSGW_BOOK_COINBASE: /* no sequence, no checksum */
+        m.seq = b->seq;
+        break;
+    case WSGW_BOOK_BITSTAMP: /* microtimestamps: an older one is out of order */
+        if (m.seq < b->seq)
+            return WSGW_BOOK_GAP;
+        break;
     default: /* Bybit: u = the book's + 1 */
         if (m.seq <= b->seq)
             return WSGW_BOOK_IGNORED;
@@ -1340,8 +1836,8 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
     b->seq = m.seq;
     if (b->depth)
         wsgw_book_truncate(b, b->depth);
-    if (b->venue == WSGW_BOOK_OKX && (m.have & HAVE_CRC)) {
-        int64_t got = okx_checksum(b);
+    if ((b->venue == WSGW_BOOK_OKX || b->venue == WSGW_BOOK_KRAKEN) && (m.have & HAVE_CRC)) {
+        int64_t got = b->venue == WSGW_BOOK_OKX ? okx_checksum(b) : kraken_checksum(b);
         if (got != m.crc) {
             info[WSGW_BOOK_INFO_CRC_EXPECTED] = m.crc;
             info[WSGW_BOOK_INFO_CRC_GOT] = got;

@@ -27,6 +27,9 @@ enum wsgw_book_venue {
     WSGW_BOOK_BINANCE = 1, /* diff depth `<sym>@depth[@100ms]`, combined-stream envelope */
     WSGW_BOOK_OKX = 2,     /* `books` (and the other seqId channels) updates, CRC32 top 25 */
     WSGW_BOOK_BYBIT = 3,   /* `orderbook.N.SYM` deltas */
+    WSGW_BOOK_KRAKEN = 4,  /* WebSocket v2 `book` updates, CRC32 of the top 10 */
+    WSGW_BOOK_COINBASE = 5,/* Exchange `level2` l2update messages */
+    WSGW_BOOK_BITSTAMP = 6,/* `diff_order_book_*` data, stamped by microtimestamp */
 };
 
 enum wsgw_book_side { WSGW_BOOK_BIDS = 0, WSGW_BOOK_ASKS = 1 };
@@ -76,7 +79,8 @@ WSGW_API int64_t wsgw_book_seq(const struct wsgw_book *book);
 WSGW_API void wsgw_book_set_seq(struct wsgw_book *book, int64_t seq);
 /* Fast state: the book is synced and joined, so the per-message rule alone decides. */
 WSGW_API void wsgw_book_set_joined(struct wsgw_book *book, int joined);
-/* Keep the best depth levels a side after each message (Bybit `orderbook.N`); 0: all. */
+/* Keep the best depth levels a side after each message (Bybit `orderbook.N`, Kraken's
+ * subscribed depth); 0: all. */
 WSGW_API void wsgw_book_set_depth(struct wsgw_book *book, uint32_t depth);
 WSGW_API uint32_t wsgw_book_count(const struct wsgw_book *book, uint32_t side);
 WSGW_API uint32_t wsgw_book_scale(const struct wsgw_book *book, uint32_t which);

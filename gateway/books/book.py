@@ -213,7 +213,7 @@ class COrderBook:
 
     def __init__(self, venue: str, symbol: str, depth: int | None = None) -> None:
         self.c = CBook(venue, symbol)
-        if depth is not None:  # the venue's per-message truncation (Bybit orderbook.N)
+        if depth is not None:  # the per-message truncation (Bybit orderbook.N, Kraken depth)
             self.c.set_depth(depth)
         self.c.set_joined(True)  # the Python sync guards the fast path (BookSync.on_raw)
         self._c_bids = _CSide(self.c, BOOK_BIDS)
@@ -286,7 +286,7 @@ class COrderBook:
 
 
 #: Venues whose books (and per-message path) are in C.
-C_VENUES = frozenset({"binance", "okx", "bybit"})
+C_VENUES = frozenset({"binance", "okx", "bybit", "kraken", "coinbase", "bitstamp"})
 
 
 def make_book(

@@ -26,12 +26,12 @@ The rules, from the venues' documentation:
   so neither a lost diff nor a stale snapshot can be seen.
 
 The per-message path in C (key "c", the venues of gateway.books.book.C_VENUES: Binance,
-OKX, Bybit): `on_raw_batch` hands a burst of raw messages to dataplane/shim/book.c, which
-applies the same per-message rules as `_apply` here to the messages that need nothing else
-and returns their normalized deltas already encoded; every other message (a snapshot, one
-before the book is joined, a break, anything C does not read) goes, in its turn, through
-the Python path, over the same book. tests/unit/books/test_cbook.py holds the two paths
-equal, outcome by outcome and byte by byte.
+OKX, Bybit, Kraken, Coinbase, Bitstamp): `on_raw_batch` hands a burst of raw messages to
+dataplane/shim/book.c, which applies the same per-message rules as `_apply` here to the
+messages that need nothing else and returns their normalized deltas already encoded; every
+other message (a snapshot, one before the book is joined, a break, anything C does not
+read) goes, in its turn, through the Python path, over the same book. tests/unit/books/
+test_cbook*.py hold the two paths equal, outcome by outcome and byte by byte.
 """
 
 from __future__ import annotations
@@ -96,12 +96,20 @@ class BookSync:
         self.last_reset: BookReset | None = None
         #: False until the first delta after a snapshot has been applied.
         self._joined = False
-        #: A resync was asked for and no snapshot has come since.
-        self._resync_asked = False
+        #: last_reset as it was when the last snapshot came: a different one means this
+        #: wait for a snapshot has had its reset already (ours, or one the owner of the
+        #: book sent, as the manager does for a session's upstream gap).
+        self._reset_at_snapshot: BookReset | None = None
 
     @property
     def stale(self) -> bool:
         return not self.synced
+
+    @property
+    def waiting_for_snapshot(self) -> bool:
+        """Stale, and a reset has gone out since the last snapshot (a new snapshot was
+        asked for): a delta now is no news, only the snapshot ends the wait."""
+        return not self.synced and self.last_reset is not self._reset_at_snapshot
 
     # ---- entry points ------------------------------------------------------------------
     def on_snapshot(self, snap: BookSnapshot) -> Outcome:
@@ -111,7 +119,7 @@ class BookSync:
             self.book.truncate(self.depth)
         self.synced = True
         self._joined = False
-        self._resync_asked = False
+        self._reset_at_snapshot = self.last_reset
         bad = self._verify(snap.checksum, snap.recv_ns)
         if bad is not None:
             return bad
@@ -125,8 +133,8 @@ class BookSync:
                     self._buffer.clear()
                     return self._resync(Reason.BUFFER_OVERFLOW, delta.recv_ns)
                 return BUFFERED
-            if self._resync_asked:
-                return IGNORED  # asked once already: wait for the snapshot
+            if self.waiting_for_snapshot:
+                return IGNORED  # one reset per wait: consumers have it already
             return self._resync(Reason.NO_SNAPSHOT, delta.recv_ns)
         return self._apply(delta)
 
@@ -253,7 +261,6 @@ class BookSync:
 
     def _resync(self, reason: Reason, recv_ns: int, detail: str = "") -> Outcome:
         self.synced = False
-        self._resync_asked = True
         self.resyncs[reason] += 1
         self.book.clear()
         self.last_reset = BookReset(self.venue, self.symbol, reason.value, recv_ns)
@@ -330,6 +337,10 @@ class KrakenBookSync(BookSync):
     def checksum(self) -> int:
         return kraken_checksum(self.book, self.price_places, self.qty_places)
 
+    def _fast_ready(self) -> bool:
+        """C's checksum takes the texts as sent: re-padded ones are the Python rule's."""
+        return self.synced and self.price_places is None and self.qty_places is None
+
 
 class OkxBookSync(BookSync):
     venue = "okx"
@@ -374,6 +385,9 @@ class BitstampBookSync(BookSync):
 
     venue = "bitstamp"
     buffers = True
+
+    def _fast_ready(self) -> bool:
+        return self.synced and self._joined
 
     def _drain(self, snap: BookSnapshot) -> Outcome:
         pending = [d for d in self._buffer if d.seq > snap.seq]

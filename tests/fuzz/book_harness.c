@@ -11,10 +11,11 @@
 int main(int argc, char **argv) {
     (void)argc;
     FILE *f = fopen(argv[1], "rb");
-    const char *syms[] = {"", "BTCUSDT", "BTC-USDT", "BTCUSDT"};
-    struct wsgw_book *books[4] = {0};
-    for (int v = 1; v <= 3; v++) { books[v] = wsgw_book_new(v, syms[v], strlen(syms[v])); wsgw_book_set_joined(books[v], 1); }
+    const char *syms[] = {"", "BTCUSDT", "BTC-USDT", "BTCUSDT", "BTC/USD", "BTC-USD", "btcusd"};
+    struct wsgw_book *books[7] = {0};
+    for (int v = 1; v <= 6; v++) { books[v] = wsgw_book_new(v, syms[v], strlen(syms[v])); wsgw_book_set_joined(books[v], 1); }
     wsgw_book_set_depth(books[3], 50);
+    wsgw_book_set_depth(books[4], 10);
     static char out[1 << 20]; int64_t info[WSGW_BOOK_INFO_N]; long n = 0, applied = 0;
     unsigned char hdr[5];
     while (fread(hdr, 1, 5, f) == 5) {
@@ -25,7 +26,7 @@ int main(int argc, char **argv) {
         int rc = wsgw_book_on_message(books[v], msg, len, 1, 3, out, (n % 7) ? sizeof(out) : 100, info);
         if (rc == WSGW_BOOK_GAP || rc == WSGW_BOOK_IGNORED) { /* join it: the seq it follows */
             int64_t prev = v == 1 ? (info[WSGW_BOOK_INFO_PREV_SEQ] ? info[WSGW_BOOK_INFO_PREV_SEQ] : info[WSGW_BOOK_INFO_FIRST_SEQ] - 1)
-                         : v == 2 ? info[WSGW_BOOK_INFO_PREV_SEQ] : info[WSGW_BOOK_INFO_SEQ] - 1;
+                         : v == 2 ? info[WSGW_BOOK_INFO_PREV_SEQ] : v == 6 ? info[WSGW_BOOK_INFO_SEQ] : info[WSGW_BOOK_INFO_SEQ] - 1;
             wsgw_book_set_seq(books[v], prev);
             rc = wsgw_book_on_message(books[v], msg, len, 1, 3, out, sizeof(out), info);
         }
@@ -33,7 +34,7 @@ int main(int argc, char **argv) {
         if (n % 1000 == 0) { char top[1 << 16]; wsgw_book_top_json(books[v], 0, 100, top, sizeof(top)); wsgw_book_update(books[v], 1, msg, len); }
         free(msg); n++;
     }
-    for (int v = 1; v <= 3; v++) wsgw_book_free(books[v]);
+    for (int v = 1; v <= 6; v++) wsgw_book_free(books[v]);
     printf("%ld messages, %ld applied\n", n, applied);
     return 0;
 }

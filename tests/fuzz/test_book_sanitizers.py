@@ -18,8 +18,16 @@ from wsgw_bench.books import sim_stream
 HERE = Path(__file__).resolve().parent
 SHIM = HERE.parents[1] / "dataplane" / "shim"
 #: Stream name -> enum wsgw_book_venue.
-VENUES = {"binance": 1, "binance-futures": 1, "okx": 2, "bybit": 3}
-MUTATION_BYTES = b'"[]{},:0159.-eE\\ xun\x00\xff'
+VENUES = {
+    "binance": 1,
+    "binance-futures": 1,
+    "okx": 2,
+    "bybit": 3,
+    "kraken": 4,
+    "coinbase": 5,
+    "bitstamp": 6,
+}
+MUTATION_BYTES = b'"[]{},:0159.-eEZT\\ xun\x00\xff'
 
 
 def mutate(raw: bytes, rng: random.Random) -> bytes:

@@ -54,9 +54,9 @@ class Twins:
         self.fast = 0
 
     def snapshot(self, text: str) -> None:
-        """A REST body (Binance) or the venue's snapshot message."""
-        if self.venue == "binance":
-            snap = NORMALIZER.rest_snapshot(text, self.symbol, 7)  # type: ignore[attr-defined]
+        """A REST body (Binance, Bitstamp) or the venue's snapshot message."""
+        if self.venue in ("binance", "bitstamp"):
+            snap = self.normalizer.rest_snapshot(text, self.symbol, 7)  # type: ignore[attr-defined]
         else:
             (snap,) = self.normalizer.normalize(text.encode(), 7)
         outcomes = [s.on_snapshot(snap) for s in (self.py, self.c)]

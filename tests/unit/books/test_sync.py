@@ -7,7 +7,7 @@ import pytest
 
 import gateway.books.sync
 from gateway.books import Action, BookSync, Reason, make_sync
-from gateway.normalize import BookDelta, BookSnapshot, Level, TopOfBook, make_normalizer
+from gateway.normalize import BookDelta, BookReset, BookSnapshot, Level, TopOfBook, make_normalizer
 from tests.unit.books.messages import (
     RefBook,
     binance_depth,
@@ -265,3 +265,43 @@ def test_a_buffer_that_outgrows_its_bound_asks_for_resync(monkeypatch: pytest.Mo
     ]
     assert outcomes == [Action.BUFFERED] * 3 + [Action.RESYNC]
     assert sync.resyncs == {Reason.BUFFER_OVERFLOW: 1}
+
+
+# ---- one reset per wait for a snapshot ------------------------------------------------------
+@pytest.mark.parametrize("key", ["double", "c"])
+def test_one_reset_per_wait_for_a_resubscribe_snapshot(key: str) -> None:
+    """A gap's reset is the wait's only one: the deltas that still come before the new
+    snapshot are ignored, not each a `no_snapshot` reset (and another resubscribe)."""
+    sync = make_sync("bybit", "BTCUSDT", key=key)
+    assert sync.on_event(one("bybit", bybit_book("snapshot", 10, BIDS, ASKS))).action is (
+        Action.APPLIED
+    )
+    assert sync.on_event(one("bybit", bybit_book("delta", 12, [], []))).reason is Reason.GAP
+    first_reset = sync.last_reset
+    later = [sync.on_event(one("bybit", bybit_book("delta", u, [], []))) for u in range(13, 20)]
+    assert [o.action for o in later] == [Action.IGNORED] * 7
+    assert sync.resyncs == {Reason.GAP: 1}
+    assert sync.last_reset is first_reset
+    # The snapshot ends the wait; the next break is a new wait with its own reset.
+    assert sync.on_event(one("bybit", bybit_book("snapshot", 30, BIDS, ASKS))).action is (
+        Action.APPLIED
+    )
+    assert sync.on_event(one("bybit", bybit_book("delta", 33, [], []))).reason is Reason.GAP
+    assert sync.on_event(one("bybit", bybit_book("delta", 34, [], []))).action is Action.IGNORED
+    assert sync.resyncs == {Reason.GAP: 2}
+
+
+def test_a_reset_sent_by_the_books_owner_counts_for_the_wait() -> None:
+    """The manager marks a session's books stale itself on an upstream gap (its own
+    BookReset, the venue's snapshot comes with the resubscribe): the deltas before that
+    snapshot must not add a `no_snapshot` reset of their own."""
+    sync = make_sync("okx", "BTC-USDT")
+    fresh = RefBook()
+    assert sync.on_event(okx_pair(40, -1, fresh, BIDS, ASKS)).action is Action.APPLIED
+    sync.synced = False  # as BookManager._session_gap does
+    sync.book.clear()
+    sync.last_reset = BookReset("okx", "BTC-USDT", "upstream_gap", 8)
+    assert sync.on_event(okx_pair(41, 40, fresh, [("98", "1")], [])).action is Action.IGNORED
+    assert sync.resyncs == {}
+    assert sync.on_event(okx_pair(50, -1, RefBook(), BIDS, ASKS)).action is Action.APPLIED
+    assert sync.synced

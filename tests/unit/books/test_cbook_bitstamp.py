@@ -1,0 +1,171 @@
+"""Bitstamp `diff_order_book` diffs in C (book.c) against the Python path and cryptofeed,
+message by message (tests/unit/books/test_cbook.py's Twins): the same outcomes (buffered
+before the REST snapshot, dropped when not newer than it, out of order when older than the
+last applied), books and encoded deltas; truncated or mutated messages either refused
+(nothing applied) or read as Python reads them."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from order_book import OrderBook as CryptofeedBook
+
+from dataplane.shim import BOOK_STATUS_NAMES, CBook
+from gateway.books.book import OrderBook
+from gateway.books.sync import Reason
+from gateway.normalize import make_normalizer
+from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
+from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
+from tests.unit.books.test_cbook import BOTH, SYMBOLS, Twins, odd_levels, sizes, texts
+from tests.unit.books.test_differential import cf_apply, ours_as_decimals, theirs
+from wsgw_bench.books import sim_stream
+
+SYMBOLS.setdefault("bitstamp", "btcusd")
+BITSTAMP = make_normalizer("bitstamp")
+
+
+def test_simulator_stream_c_python_and_cryptofeed_agree() -> None:
+    snap, updates = sim_stream("bitstamp", 600)
+    twins = Twins("bitstamp")
+    twins.snapshot(snap.decode())
+    reference = CryptofeedBook()
+    cf_apply("bitstamp", reference, snap.decode())
+    for raw in updates:
+        twins.message(raw)
+        cf_apply("bitstamp", reference, raw.decode())
+        assert ours_as_decimals(twins.c) == theirs(reference)
+    assert twins.fast >= len(updates) - 1  # the first one joins the book by the Python rule
+    assert not twins.c.resyncs
+
+
+def test_an_older_diff_is_out_of_order_by_the_python_rule() -> None:
+    twins = Twins("bitstamp")
+    twins.message(bitstamp_diff(1_000, [("100.0", "7")], []).encode())  # buffered
+    twins.snapshot(bitstamp_rest(2_000, [("100.0", "1")], [("101.0", "1")]))
+    twins.message(bitstamp_diff(2_000, [("99.0", "1")], []).encode())  # not newer: dropped
+    twins.message(bitstamp_diff(3_000, [("99.5", "1")], []).encode())  # joins (Python)
+    twins.message(bitstamp_diff(3_000, [("99.6", "1")], []).encode())  # the same: applies (C)
+    twins.message(bitstamp_diff(2_999, [("99.7", "1")], []).encode())  # older: resync
+    assert twins.fast == 1  # C declines the older one (GAP): the Python rule resyncs
+    assert twins.c.resyncs == {Reason.OUT_OF_ORDER: 1}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    snap=st.lists(st.tuples(texts, sizes), max_size=30),
+    stream=st.lists(
+        st.tuples(
+            st.sampled_from(["diff"] * 12 + ["snapshot", "odd"]),
+            st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
+            st.lists(st.tuples(texts, sizes), max_size=5),
+            st.lists(st.tuples(texts, sizes), max_size=5),
+            odd_levels,
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_c_path_equals_python_path_at_every_step(
+    snap: list[Change], stream: list[tuple[str, int, list[Change], list[Change], Change]]
+) -> None:
+    """Diffs in order, repeated and older microtimestamps, odd texts, REST snapshots older
+    and newer than the buffered diffs."""
+    twins = Twins("bitstamp")
+    good = [s for s in snap if s[1].strip("0.") and "e" not in s[1]]
+    us = 1_000_000
+    twins.message(bitstamp_diff(us, good[:2], []).encode())
+    twins.snapshot(bitstamp_rest(us - 3, good, good[:3]))
+    for kind, step, bids, asks, odd in stream:
+        us += step
+        if kind == "snapshot":
+            twins.snapshot(bitstamp_rest(us - 2, [b for b in bids if b[1].strip("0.")], []))
+            continue
+        if kind == "odd":
+            bids = [*bids, odd]
+        twins.message(bitstamp_diff(us, bids, asks).encode())
+
+
+# ---- the parser ----------------------------------------------------------------------------
+def joined_book() -> CBook:
+    book = CBook("bitstamp", "btcusd")
+    book.update(0, msgspec.json.encode([("10.4", "2")]))
+    book.seq = 1_000
+    book.set_joined(True)
+    return book
+
+
+def c_state(book: CBook) -> tuple[int, bytes, bytes]:
+    return book.seq, book.top_json(0, 100), book.top_json(1, 100)
+
+
+GOOD = bitstamp_diff(1_659_626_705_010_758, [("10.5", "1"), ("10.4", "0")], [("11.25", "3.5")])
+GOOD_RAW = GOOD.encode()
+
+
+def test_every_prefix_is_refused_and_applies_nothing() -> None:
+    book = joined_book()
+    before = c_state(book)
+    for end in range(len(GOOD_RAW)):
+        status, as_json, _ = book.on_message(GOOD_RAW[:end], 0, BOTH)
+        assert BOOK_STATUS_NAMES[status] in ("malformed", "unsupported"), GOOD_RAW[:end]
+        assert as_json == b"" and c_state(book) == before
+    status, as_json, as_binary = book.on_message(GOOD_RAW, 3, BOTH)
+    assert BOOK_STATUS_NAMES[status] == "applied"
+    (event,) = BITSTAMP.normalize(GOOD_RAW, 3)
+    assert as_json == encode_json(event) and as_binary == encode_binary(event)
+    assert book.seq == 1_659_626_705_010_758
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
+    raw = bytearray(GOOD_RAW)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        edit = data.draw(st.sampled_from(["replace", "delete", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'"[]{},:0159.-_eE\\ xu\x00\xff')))
+        if edit == "replace":
+            raw[at] = byte
+        elif edit == "delete":
+            del raw[at]
+        else:
+            raw.insert(at, byte)
+    book = joined_book()
+    before = c_state(book)
+    status, as_json, as_binary = book.on_message(bytes(raw), 3, BOTH)
+    if BOOK_STATUS_NAMES[status] != "applied":
+        assert c_state(book) == before
+        return
+    (event,) = BITSTAMP.normalize(bytes(raw), 3)
+    assert isinstance(event, BookDelta)
+    assert as_json == encode_json(event) and as_binary == encode_binary(event)
+    python = OrderBook()
+    python.apply([Level("10.4", "2")], [])
+    python.apply(event.bids, event.asks)
+    assert book.top_json(0, 100) == msgspec.json.encode(python.bids.levels(100))
+    assert book.top_json(1, 100) == msgspec.json.encode(python.asks.levels(100))
+    assert book.seq == event.seq
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        GOOD.replace('"diff_order_book_', '"order_book_'),
+        GOOD.replace('"event":"data"', '"event":"bts:subscription_succeeded"'),
+        GOOD.replace('"event":"data"', '"event":"data","event":"data"'),
+        GOOD.replace('"microtimestamp":"1659626705010758"', '"microtimestamp":""'),
+        GOOD.replace('"microtimestamp":"1659626705010758"', '"microtimestamp":1659626705010758'),
+        GOOD.replace('"microtimestamp":"1659626705010758"', '"microtimestamp":"+1659626705010758"'),
+        GOOD.replace(',"asks":[["11.25", "3.5"]]', ""),
+    ],
+)
+def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
+    """Snapshots, other events, repeated members, microtimestamps C does not read as int()
+    does, a missing side: nothing applied, the Python path decides."""
+    book = CBook("bitstamp", "btcusd")
+    book.set_joined(True)
+    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
+    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
+    assert as_json == b"" and book.count(0) == 0
