@@ -313,7 +313,8 @@ class BooksSettings(BaseModel):
     periodic_depth: int | None = Field(default=None, ge=1, le=5000)
     c_path: bool = Field(
         default=True,
-        description="books of Binance, OKX and Bybit take their deltas in C (book.c); "
+        description="books take their deltas in C (book.c) for the venues of gateway.books.book."
+        "C_VENUES (all six); "
         "false: the Python path for every message",
     )
 

@@ -322,7 +322,7 @@ def test_periodic_snapshots_by_default_and_per_session(books: Books) -> None:
     assert not [e for e in books.pull()[after:] if isinstance(e, BookSnapshot)]
 
 
-@pytest.mark.parametrize("name", ["binance", "okx", "bybit"])
+@pytest.mark.parametrize("name", ["binance", "okx", "bybit", "kraken", "coinbase", "bitstamp"])
 def test_the_c_path_publishes_what_the_python_path_does(name: str, rest: Rest) -> None:
     """The same ring records (the simulator's stream, published in bursts of several sizes)
     through a manager on the C path and one on the Python path: the same events, byte for
