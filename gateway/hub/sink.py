@@ -63,6 +63,16 @@ class StreamSink:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
 
+    def add_nats(self, fd: int) -> SinkSocket:
+        """A NATS connection (every session, PUB records: gateway.hub.nats_c), not armed."""
+        with self._lock:
+            if self.closed:
+                raise SinkError(errno.EBADF, "stream sink closed")
+            slot = c.add_nats(self._handle, fd)
+        if slot < 0:
+            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
+        return SinkSocket(self, slot)
+
     def close(self) -> None:
         """Stop sending (the writer never touches the sink again) and free it."""
         with self._lock:
@@ -109,6 +119,13 @@ class SinkSocket:
             if self.removed or self.sink.closed:
                 return b""
             return c.take_rest(self.sink._handle, self.slot, state[ST_REST_LEN])
+
+    def subject(self, topic_id: int, subject: bytes) -> bool:
+        """A NATS slot: topic_id's records go to subject (False: refused or gone)."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.nats_subject(self.sink._handle, self.slot, topic_id, subject) == 0
 
     def remove(self) -> None:
         """Forget the socket (its dup is closed; idempotent)."""
