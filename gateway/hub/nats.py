@@ -539,6 +539,13 @@ class NatsSink:
         if self._c is not None:
             await self._c.close()
             self._count_c()
+            c = self._c
+            log.info(
+                "NATS sink in C: %d messages sent by C, %d by Python; handed back %s",
+                c.c_published,
+                c.python_messages,
+                c.disarms or "never",
+            )
         nc = self.nc
         if isinstance(nc, Client):
             if nc.is_connected:
