@@ -15,8 +15,8 @@ _vp = ctypes.c_void_p
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 
 # wsgw_sink.h: enum wsgw_sink_reason
-NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC = range(8)
-REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topic")
+NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = range(9)
+REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topic", "busy")
 # wsgw_sink.h: the state's fields
 ST_ARMED, ST_NEXT_SEQ, ST_REST_LEN, ST_REASON, ST_ERRNO, ST_MESSAGES, ST_BYTES, ST_DISARMS = range(
     8
@@ -32,7 +32,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int,
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32],
     ),
-    "wsgw_sink_add_nats": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_sink_add_nats": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint32]),
     "wsgw_sink_nats_subject": (
         ctypes.c_int,
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
@@ -65,9 +65,10 @@ def add(handle: int, fd: int, session_id: int, topic_ids: list[int]) -> int:
     return int(library(KEEP_GIL).wsgw_sink_add(handle, fd, session_id, ids, len(topic_ids)))
 
 
-def add_nats(handle: int, fd: int) -> int:
-    """A NATS connection's slot (every session, PUB records) or -errno."""
-    return int(library(KEEP_GIL).wsgw_sink_add_nats(handle, fd))
+def add_nats(handle: int, fd: int, busy_sends: int = 0) -> int:
+    """A NATS connection's slot (every session, PUB records) or -errno; busy_sends: more
+    sends in a millisecond hand back (0: never)."""
+    return int(library(KEEP_GIL).wsgw_sink_add_nats(handle, fd, busy_sends))
 
 
 def nats_subject(handle: int, slot: int, topic_id: int, subject: bytes) -> int:

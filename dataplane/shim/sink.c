@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -38,6 +39,9 @@ struct sink_sock {
     char **pub;       /* by topic id: "PUB <subject>  " (NULL: not told yet) */
     uint16_t *pub_len;
     uint32_t npub;    /* entries of pub/pub_len */
+    uint32_t busy_sends; /* NATS: more sends than this in a millisecond hand back (0: never) */
+    uint32_t win_sends;
+    uint64_t win_start_ns;
 };
 
 struct wsgw_sink {
@@ -230,6 +234,20 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         return;
     }
     k->next_seq = first + n;
+    if (k->busy_sends && frames > 0) {
+        /* Many small sends a millisecond cost the writer's thread more than the sink's
+         * thread batching them: hand back (the syscall and the receiver's loopback work run
+         * in the engine's thread here). */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        if (now - k->win_start_ns >= 1000000u) {
+            k->win_start_ns = now;
+            k->win_sends = 0;
+        }
+        if (++k->win_sends > k->busy_sends)
+            disarm(s, k, WSGW_SINK_BUSY, 0);
+    }
 }
 
 static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first)
@@ -468,13 +486,14 @@ WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint6
     return rc;
 }
 
-WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd)
+WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends)
 {
     int slot = wsgw_sink_add(s, fd, 0, NULL, 0);
     if (slot < 0)
         return slot;
     pthread_mutex_lock(&s->mu);
     s->socks[slot].nats = 1;
+    s->socks[slot].busy_sends = busy_sends;
     pthread_mutex_unlock(&s->mu);
     return slot;
 }

@@ -42,6 +42,7 @@ enum wsgw_sink_reason {
     WSGW_SINK_ERROR = 5,   /* send failed (state[WSGW_SINK_ST_ERRNO]) */
     WSGW_SINK_GAP = 6,     /* a gap record of the session: Python sends the notice */
     WSGW_SINK_TOPIC = 7,   /* NATS: a topic without a subject yet: Python publishes it */
+    WSGW_SINK_BUSY = 8,    /* NATS: more than busy_sends sends in a millisecond */
 };
 
 /* wsgw_sink_state's out[]: */
@@ -83,10 +84,12 @@ WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint6
  * a connection Python opened (INFO/CONNECT done) whose records of every session the sink
  * sends as `PUB <subject>  <len>\r\n<payload>\r\n`. It stops (disarms) at any $gap record
  * and at a topic id it has no subject for (WSGW_SINK_TOPIC); Python answers the server's
- * PINGs with the socket disarmed. Its slot, or as wsgw_sink_add. */
+ * PINGs with the socket disarmed. busy_sends: more sends than that within a millisecond
+ * disarm it (WSGW_SINK_BUSY: the sink's thread batches better at that rate), 0: never.
+ * Its slot, or as wsgw_sink_add. */
 #define WSGW_SINK_SUBJECT_MAX 1024
 #define WSGW_SINK_MAX_TOPIC_ID (1u << 24)
-WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd);
+WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends);
 /* The subject of topic_id's records on a NATS slot: 0, -EINVAL (not NATS, empty, too long,
  * whitespace), -ENOMEM. */
 WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,

@@ -50,7 +50,7 @@ from dataplane.ring import Gap, RingEvent, RingWriter
 from gateway.dialects.identity import HASH, Identity, MessageIdentity
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
-from gateway.hub.nats_c import C_PATH_DEFAULT, CNatsConnection, c_path_usable
+from gateway.hub.nats_c import BUSY_SENDS, C_PATH_DEFAULT, CNatsConnection, c_path_usable
 from gateway.hub.sink import SinkError, StreamSink
 
 log = logging.getLogger("wsgw.hub.nats")
@@ -178,6 +178,9 @@ class NatsConfig:
     #: Plain publishing (no JetStream, no headers, nats://) from the ring's writer, in C
     #: (gateway.hub.nats_c); False, or WSGW_NATS_C=0: nats-py publishes.
     c_path: bool = C_PATH_DEFAULT
+    #: More C sends than this within a millisecond hand publishing back to the sink's thread
+    #: for a while (it batches better at such rates); 0: never.
+    c_busy_sends: int = BUSY_SENDS
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -43,6 +44,7 @@ import orjson
 
 from dataplane.ring import Gap, RingEvent
 from gateway.hub.sink import (
+    BUSY,
     REASONS,
     ST_ARMED,
     ST_MESSAGES,
@@ -61,6 +63,12 @@ log = logging.getLogger("wsgw.hub.nats")
 C_PATH_DEFAULT = os.environ.get("WSGW_NATS_C", "1") != "0"
 #: While armed with records read that C may not have sent yet: look again this soon.
 RECHECK_S = 0.002
+#: More C sends than this within a millisecond hand the connection back to the sink's
+#: thread for BUSY_HOLD_S (at 10k msg/s one send per record in the engine's thread, with
+#: nats-server's loopback receive work in it, cost more than the thread's batched writes:
+#: docs/PERFORMANCE.md).
+BUSY_SENDS = 4
+BUSY_HOLD_S = 0.2
 #: A server line longer than this is a broken connection.
 MAX_LINE = 1 << 16
 
@@ -112,6 +120,7 @@ class CNatsConnection:
         self.c_messages = 0  # sent by C on earlier connections
         self.python_messages = 0
         self.disarms: dict[str, int] = {}
+        self.hold_until = 0.0  # C handed back as busy: Python publishes until then
         self._write = asyncio.Lock()
         self._pong = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
@@ -315,7 +324,7 @@ class CNatsConnection:
         if sock is None:
             return True
         if self.slot is None and self.sink is not None:
-            self.slot = self.sink.add_nats(sock.fileno())
+            self.slot = self.sink.add_nats(sock.fileno(), self.config.c_busy_sends)
         slot = self.slot
         if slot is None:  # no C sink: Python publishes all
             await self._write_backlog(None, sock)
@@ -329,8 +338,12 @@ class CNatsConnection:
                 return True
             reason = REASONS[state[ST_REASON]]
             self.disarms[reason] = self.disarms.get(reason, 0) + 1
+            if state[ST_REASON] == BUSY:
+                self.hold_until = time.monotonic() + BUSY_HOLD_S
             await self._take_back()
         await self._write_backlog(slot, sock)
+        if time.monotonic() < self.hold_until:
+            return True  # the sink's thread publishes for now
         if slot.arm(self.next_seq):
             self.armed = True
             return True

@@ -36,7 +36,15 @@ ST_REASON = c.ST_REASON
 ST_MESSAGES = c.ST_MESSAGES
 REASONS = c.REASONS
 #: Why the sink stopped (its state's ST_REASON)
-PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC = c.PYTHON, c.AGAIN, c.PARTIAL, c.ERROR, c.GAP, c.TOPIC
+PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = (
+    c.PYTHON,
+    c.AGAIN,
+    c.PARTIAL,
+    c.ERROR,
+    c.GAP,
+    c.TOPIC,
+    c.BUSY,
+)
 
 
 class SinkError(OSError):
@@ -63,12 +71,13 @@ class StreamSink:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
 
-    def add_nats(self, fd: int) -> SinkSocket:
-        """A NATS connection (every session, PUB records: gateway.hub.nats_c), not armed."""
+    def add_nats(self, fd: int, busy_sends: int = 0) -> SinkSocket:
+        """A NATS connection (every session, PUB records: gateway.hub.nats_c), not armed;
+        more than busy_sends sends in a millisecond disarm it (0: never)."""
         with self._lock:
             if self.closed:
                 raise SinkError(errno.EBADF, "stream sink closed")
-            slot = c.add_nats(self._handle, fd)
+            slot = c.add_nats(self._handle, fd, busy_sends)
         if slot < 0:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from dataplane.ring import RingWriter
 from gateway.hub import Hub
 from gateway.hub.nats import NatsConfig, NatsSink
+from gateway.hub.nats_c import BUSY_HOLD_S
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_nats_sink import wait_until
 from wsgw_bench.servers import NatsServer, nats_server_binary
@@ -36,7 +39,8 @@ def received(c_path: bool, url: str) -> tuple[list[tuple[str, bytes]], NatsSink]
     """What a subscriber of everything gets of 3000 messages on 3 topics of 2 sessions, in
     batches of 1-30 (the first ones in a burst, the last ones each after C took over), with
     a gap record in the middle."""
-    sink = NatsSink(NatsConfig(servers=[url], subject_prefix="md", c_path=c_path)).start(10)
+    config = NatsConfig(servers=[url], subject_prefix="md", c_path=c_path, c_busy_sends=0)
+    sink = NatsSink(config).start(10)
     hub = Hub(nats=sink)
     sub = Subscriber(url, ["md.>"])
     try:
@@ -118,8 +122,8 @@ def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
 def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
     nats_server: NatsServer,
 ) -> None:
-    sink = NatsSink(NatsConfig(servers=[nats_server.url])).start(10)
-    hub = Hub(nats=sink)
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_busy_sends=0)).start(10)
+    hub = Hub(ring=RingWriter.create(None, 64 << 20), nats=sink)  # holds all 24 MB: no lap
     sub = Subscriber(nats_server.url, ["wsgw.>"])
     proc = nats_server.proc
     assert proc is not None
@@ -135,7 +139,17 @@ def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
         wait_until(lambda: bool(sink.c_disarms), 20)
         os.kill(proc.pid, signal.SIGCONT)
         stopped = False
-        wait_until(lambda: len(sub.got) == 400, 30)
+        try:
+            wait_until(lambda: len(sub.got) == 400, 30)
+        except AssertionError:
+            c = sink._c
+            assert c is not None
+            state = None if c.slot is None else c.slot.state()
+            raise AssertionError(
+                f"got {len(sub.got)}, armed {c.armed}, backlog {len(c.backlog)}, "
+                f"next {c.next_seq}, state {state}, {sink.stats}, {sink.c_disarms}, "
+                f"server: {nats_server.log_text[-2000:]}"
+            ) from None
     finally:
         if stopped:
             os.kill(proc.pid, signal.SIGCONT)
@@ -144,3 +158,28 @@ def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
     assert [int(d.partition(b":")[0]) for _, d, _ in sub.got] == list(range(400))
     assert set(sink.c_disarms) <= {"again", "partial"}
     assert sink.stats.published == 400 and sum(sink.dropped.values()) == 0
+
+
+def test_c_hands_back_when_busy_and_takes_over_again(nats_server: NatsServer) -> None:
+    """Many sends a millisecond: C hands back (busy), the sink's thread publishes, C takes
+    over again once the hold is over; every message once, in order."""
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_busy_sends=2)).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed)
+        for i in range(1, 2000):  # a burst: C sends each record as it is written
+            hub.publish_batch([(1, "t", b"%d" % i, 0, None)])
+        wait_until(lambda: len(sub.got) == 2000)
+        assert "busy" in sink.c_disarms
+        time.sleep(BUSY_HOLD_S)  # the hold ends: the next record arms C again
+        hub.publish_batch([(1, "t", b"2000", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed)
+        hub.publish_batch([(1, "t", b"2001", 0, None)])
+        wait_until(lambda: len(sub.got) == 2002)
+    finally:
+        sub.close()
+        hub.close()
+    assert [int(d) for _, d, _ in sub.got] == list(range(2002))
+    assert sink.stats.published == 2002 and sum(sink.dropped.values()) == 0
