@@ -121,6 +121,7 @@ class CNatsConnection:
         self.python_messages = 0
         self.disarms: dict[str, int] = {}
         self.hold_until = 0.0  # C handed back as busy: Python publishes until then
+        self.sent_below = 0  # C sent every record before this: never Python's, even read later
         self._write = asyncio.Lock()
         self._pong = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
@@ -281,7 +282,9 @@ class CNatsConnection:
 
     # ---- hand-over ----------------------------------------------------------------------
     def _resume(self, seq: int) -> None:
-        """Python publishes from seq on: forget what C sent before it."""
+        """Python publishes from seq on: forget what C sent before it, also what the
+        follower has not handed over yet (it may be behind C)."""
+        self.sent_below = max(self.sent_below, seq)
         self.backlog = [e for e in self.backlog if type(e) is Gap or e[0] >= seq]
 
     async def _take_back(self) -> None:
@@ -342,8 +345,8 @@ class CNatsConnection:
                 self.hold_until = time.monotonic() + BUSY_HOLD_S
             await self._take_back()
         await self._write_backlog(slot, sock)
-        if time.monotonic() < self.hold_until:
-            return True  # the sink's thread publishes for now
+        if time.monotonic() < self.hold_until or self.next_seq == 0:
+            return True  # the sink's thread publishes for now (or nothing read to arm at)
         if slot.arm(self.next_seq):
             self.armed = True
             return True
@@ -357,6 +360,8 @@ class CNatsConnection:
             if type(event) is Gap:
                 continue  # counted by the follower (buffer_full)
             seq, sid, name, _ts, payload, tid = event  # type: ignore[misc]
+            if seq < self.sent_below:
+                continue  # C's
             if tid == gap_tid:
                 subject, data = self._gap_message(sid, seq, bytes(payload))
                 out += pub(subject, data)
