@@ -176,7 +176,7 @@ class NatsConfig:
     #: JetStream message ids; None (or None for a session): ids from the run and ring seq.
     identity: Callable[[int], MessageIdentity | None] | None = None
     #: Plain publishing (no JetStream, no headers, nats://) from the ring's writer, in C
-    #: (gateway.hub.nats_c); False, or WSGW_NATS_C=0: nats-py publishes.
+    #: (gateway.hub.nats_c); default WSGW_NATS_C=1 (off otherwise: nats-py publishes).
     c_path: bool = C_PATH_DEFAULT
     #: More C sends than this within a millisecond hand publishing back to the sink's thread
     #: for a while (it batches better at such rates); 0: never.

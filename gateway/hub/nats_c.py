@@ -6,6 +6,8 @@ the hub's publisher) sends `PUB <subject>  <len>\\r\\n<payload>\\r\\n` on the si
 connection right after the write (dataplane/shim/sink.c, the stream sink's machinery), and
 the sink's thread is off the path. Plain (core) publishing only: JetStream's acked
 publishing, headers (HPUB) and TLS stay on nats-py (NatsSink decides: `c_path_usable`).
+Off by default (`WSGW_NATS_C=1` or `NatsConfig(c_path=True)` turn it on): faster at 100
+and 1k msg/s, slower at 10k (docs/PERFORMANCE.md).
 
 Why a connection of its own, not nats-py's socket: nats-py writes from its flusher task at
 any time (PING, its pending buffer), so C could only write on that socket with nats-py
@@ -59,8 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wsgw.hub.nats")
 
-#: Whether the plain NATS sink publishes from C (WSGW_NATS_C=0: nats-py publishes).
-C_PATH_DEFAULT = os.environ.get("WSGW_NATS_C", "1") != "0"
+#: Whether the plain NATS sink publishes from C: off unless WSGW_NATS_C=1, as at 10k msg/s
+#: it was slower than nats-py in every window measured (docs/PERFORMANCE.md).
+C_PATH_DEFAULT = os.environ.get("WSGW_NATS_C", "0") == "1"
 #: While armed with records read that C may not have sent yet: look again this soon.
 RECHECK_S = 0.002
 #: More C sends than this within a millisecond hand the connection back to the sink's

@@ -83,7 +83,7 @@ def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -
 def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     server = NatsServer().start()
     sink = NatsSink(
-        NatsConfig(servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5)
+        NatsConfig(servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True)
     ).start(10)
     hub = Hub(nats=sink)
     total = 0
@@ -122,7 +122,7 @@ def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
 def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
     nats_server: NatsServer,
 ) -> None:
-    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_busy_sends=0)).start(10)
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=0)).start(10)
     hub = Hub(ring=RingWriter.create(None, 64 << 20), nats=sink)  # holds all 24 MB: no lap
     sub = Subscriber(nats_server.url, ["wsgw.>"])
     proc = nats_server.proc
@@ -163,7 +163,7 @@ def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
 def test_c_hands_back_when_busy_and_takes_over_again(nats_server: NatsServer) -> None:
     """Many sends a millisecond: C hands back (busy), the sink's thread publishes, C takes
     over again once the hold is over; every message once, in order."""
-    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_busy_sends=2)).start(10)
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=2)).start(10)
     hub = Hub(nats=sink)
     sub = Subscriber(nats_server.url, ["wsgw.>"])
     try:

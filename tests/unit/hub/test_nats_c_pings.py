@@ -67,7 +67,7 @@ def parse(data: bytes) -> tuple[list[bytes], int]:
 
 def test_pongs_go_between_whole_pubs() -> None:
     server = FakeServer()
-    sink = NatsSink(NatsConfig(servers=[server.url])).start(10)
+    sink = NatsSink(NatsConfig(servers=[server.url], c_path=True)).start(10)
     hub = Hub(nats=sink)
     try:
         assert sink.c_path and sink.stats.connected
