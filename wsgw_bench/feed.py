@@ -87,6 +87,9 @@ DPDK_NATS = "wsgw dpdk -> nats"
 # /v1/stream frames sent by the ring's writer (the engine's thread) through the stream sink
 # (gateway.hub.sink), alternated with the router writing them (DPDK_STREAM: sink off).
 DPDK_STREAM_SINK = "wsgw dpdk -> /v1/stream, C sink"
+# Core NATS PUBs sent by the ring's writer (gateway.hub.nats_c), alternated with the sink's
+# thread publishing through nats-py (DPDK_NATS: WSGW_NATS_C's path off).
+DPDK_NATS_C = "wsgw dpdk -> NATS, C"
 CONTENDERS = (
     DIRECT,
     DPDK_RING,
@@ -95,6 +98,7 @@ CONTENDERS = (
     DPDK_STREAM,
     DPDK_STREAM_SINK,
     DPDK_NATS,
+    DPDK_NATS_C,
 )
 # The in-process followers (/v1/stream, NATS) woken by the ring notifier's waiting thread
 # instead of the writer directly (gateway.hub.follower): the path before the direct wake-up,
@@ -127,6 +131,7 @@ class Profile:
     stream_direct: bool = True  # /v1/stream frames written by the hub's router (no task hop)
     switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
     stream_sink: bool = False  # /v1/stream frames sent by the ring's writer (gateway.hub.sink)
+    nats_c: bool = False  # NATS PUBs sent by the ring's writer (gateway.hub.nats_c)
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
@@ -158,6 +163,7 @@ CONTENDER_SPECS = {
     DPDK_STREAM: Contender(DPDK_STREAM, "dpdk", "stream"),
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
+    DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
     DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
@@ -439,6 +445,7 @@ class GatewayConfig:
     stream_direct: bool = True
     switch_interval_us: int = 0
     stream_sink: bool = False
+    nats_c: bool = False
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -464,7 +471,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             from gateway.hub.nats import NatsConfig, NatsSink
 
             assert cfg.nats_url is not None
-            sink = NatsSink(NatsConfig(servers=[cfg.nats_url])).start(10)
+            sink = NatsSink(NatsConfig(servers=[cfg.nats_url], c_path=cfg.nats_c)).start(10)
         hub = Hub(ring=RingWriter.create(cfg.ring, RING_CAPACITY, replace=True), nats=sink)
         undo.callback(hub.close)
         sid, stream_url = 1, ""
@@ -687,6 +694,7 @@ def running(
                 contender.profile.stream_direct,
                 contender.profile.switch_interval_us,
                 contender.profile.stream_sink,
+                contender.profile.nats_c,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

@@ -15,8 +15,8 @@ _vp = ctypes.c_void_p
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 
 # wsgw_sink.h: enum wsgw_sink_reason
-NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP = range(7)
-REASONS = ("never", "armed", "python", "again", "partial", "error", "gap")
+NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = range(9)
+REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topic", "busy")
 # wsgw_sink.h: the state's fields
 ST_ARMED, ST_NEXT_SEQ, ST_REST_LEN, ST_REASON, ST_ERRNO, ST_MESSAGES, ST_BYTES, ST_DISARMS = range(
     8
@@ -31,6 +31,11 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_sink_add": (
         ctypes.c_int,
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32],
+    ),
+    "wsgw_sink_add_nats": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint32]),
+    "wsgw_sink_nats_subject": (
+        ctypes.c_int,
+        [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
     ),
     "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
@@ -58,6 +63,19 @@ def add(handle: int, fd: int, session_id: int, topic_ids: list[int]) -> int:
     """The socket's slot (>= 0) or -errno; topic_ids [] means every topic of the session."""
     ids = (ctypes.c_uint32 * max(1, len(topic_ids)))(*topic_ids)
     return int(library(KEEP_GIL).wsgw_sink_add(handle, fd, session_id, ids, len(topic_ids)))
+
+
+def add_nats(handle: int, fd: int, busy_sends: int = 0) -> int:
+    """A NATS connection's slot (every session, PUB records) or -errno; busy_sends: more
+    sends in a millisecond hand back (0: never)."""
+    return int(library(KEEP_GIL).wsgw_sink_add_nats(handle, fd, busy_sends))
+
+
+def nats_subject(handle: int, slot: int, topic_id: int, subject: bytes) -> int:
+    """Tell a NATS slot topic_id's subject: 0 or -errno."""
+    return int(
+        library(KEEP_GIL).wsgw_sink_nats_subject(handle, slot, topic_id, subject, len(subject))
+    )
 
 
 def remove(handle: int, slot: int) -> int:

@@ -4,8 +4,10 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,9 +16,12 @@
 #include "wsgw_sink.h"
 #include "wsgw_ws.h"
 
-/* Records looked at per sendmsg: two iovecs each (head, payload), under IOV_MAX. */
+/* Records looked at per sendmsg: at most four iovecs each (NATS: "PUB <subject>  ", the
+ * length line, payload, CRLF), IOV_MAX (1024) in all. */
 #define CHUNK 256
+#define IOV_PER 4
 #define WS_HEAD_MAX 10
+#define NATS_LEN_MAX 16 /* "4294967295\r\n" */
 
 struct sink_sock {
     int fd; /* the sink's dup; -1: a free slot */
@@ -30,6 +35,13 @@ struct sink_sock {
     uint8_t *rest;
     uint32_t rest_len;
     uint64_t messages, bytes, disarms;
+    int nats;         /* a NATS connection: every session, PUB records (wsgw_sink_add_nats) */
+    char **pub;       /* by topic id: "PUB <subject>  " (NULL: not told yet) */
+    uint16_t *pub_len;
+    uint32_t npub;    /* entries of pub/pub_len */
+    uint32_t busy_sends; /* NATS: more sends than this in a millisecond hand back (0: never) */
+    uint32_t win_sends;
+    uint64_t win_start_ns;
 };
 
 struct wsgw_sink {
@@ -94,33 +106,81 @@ static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
     k->err = err;
 }
 
+/* Keep the bytes of iov[0..n) from offset `in` on (the rest of a frame sent in part). */
+static uint8_t *rest_of(const struct iovec *iov, uint32_t n, size_t in, uint32_t *len)
+{
+    size_t total = 0;
+    for (uint32_t j = 0; j < n; j++)
+        total += iov[j].iov_len;
+    uint8_t *rest = malloc(total - in);
+    if (rest == NULL)
+        return NULL;
+    size_t r = 0, skip = in;
+    for (uint32_t j = 0; j < n; j++) {
+        size_t l = iov[j].iov_len;
+        if (skip >= l) {
+            skip -= l;
+            continue;
+        }
+        memcpy(rest + r, (const uint8_t *)iov[j].iov_base + skip, l - skip);
+        r += l - skip;
+        skip = 0;
+    }
+    *len = (uint32_t)r;
+    return rest;
+}
+
 /* Send k its records of the chunk m[0..n) (numbered first on); heads[i]/hlen[i] are made on
- * first use. Stops (disarmed) at a gap record of its session or a short send. */
+ * first use (WebSocket heads, shared by the chunk's sockets). A NATS socket's records become
+ * `PUB <subject>  <len>\r\n<payload>\r\n` (the bytes nats-py writes for a publish without
+ * reply). Stops (disarmed) at a gap record of its session (NATS: of any session), a topic a
+ * NATS socket was not told the subject of, or a short send. */
 static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring_msg *m,
                        uint32_t n, uint64_t first, uint8_t (*heads)[WS_HEAD_MAX], uint8_t *hlen)
 {
-    struct iovec iov[2 * CHUNK];
-    uint32_t idx[CHUNK]; /* the chunk index of each frame in iov */
-    uint32_t frames = 0, stop_gap = UINT32_MAX;
+    static const char crlf[2] = {'\r', '\n'};
+    struct iovec iov[IOV_PER * CHUNK];
+    uint32_t idx[CHUNK];      /* the chunk index of each frame */
+    uint32_t at[CHUNK + 1];   /* the first iovec of each frame */
+    char lens[CHUNK][NATS_LEN_MAX];
+    uint32_t frames = 0, niov = 0, stop_at = UINT32_MAX, stop_reason = 0;
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (first + i < k->next_seq)
             continue; /* before its arm: Python's (never, as the arm is checked) */
-        if (m[i].topic_id == s->gap_tid && m[i].session_id == k->session_id) {
-            stop_gap = i; /* Python sends the notice (its own JSON), even to "every topic" */
+        if (m[i].topic_id == s->gap_tid && (k->nats || m[i].session_id == k->session_id)) {
+            stop_at = i; /* Python sends the notice (its own JSON), even to "every topic" */
+            stop_reason = WSGW_SINK_GAP;
             break;
         }
-        if (!wants(k, m[i].session_id, m[i].topic_id))
-            continue;
-        if (hlen[i] == 0)
-            hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
-        iov[2 * frames] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};
-        iov[2 * frames + 1] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
+        at[frames] = niov;
+        if (k->nats) {
+            uint32_t t = m[i].topic_id;
+            if (t >= k->npub || k->pub[t] == NULL) {
+                stop_at = i; /* Python publishes it and tells the subject */
+                stop_reason = WSGW_SINK_TOPIC;
+                break;
+            }
+            int l = snprintf(lens[frames], NATS_LEN_MAX, "%u\r\n", m[i].len);
+            iov[niov++] = (struct iovec){.iov_base = k->pub[t], .iov_len = k->pub_len[t]};
+            iov[niov++] = (struct iovec){.iov_base = lens[frames], .iov_len = (size_t)l};
+            iov[niov++] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
+            iov[niov++] = (struct iovec){.iov_base = (void *)crlf, .iov_len = 2};
+            total += k->pub_len[t] + (size_t)l + m[i].len + 2;
+        } else {
+            if (!wants(k, m[i].session_id, m[i].topic_id))
+                continue;
+            if (hlen[i] == 0)
+                hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
+            iov[niov++] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};
+            iov[niov++] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
+            total += hlen[i] + m[i].len;
+        }
         idx[frames++] = i;
-        total += hlen[i] + m[i].len;
     }
+    at[frames] = niov;
     if (frames > 0) {
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2 * frames};
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = niov};
         ssize_t sent;
         do
             sent = sendmsg(k->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -138,7 +198,9 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
             size_t done = 0;
             uint32_t f = 0;
             for (; f < frames; f++) {
-                size_t flen = iov[2 * f].iov_len + iov[2 * f + 1].iov_len;
+                size_t flen = 0;
+                for (uint32_t j = at[f]; j < at[f + 1]; j++)
+                    flen += iov[j].iov_len;
                 if (done + flen > (size_t)sent)
                     break;
                 done += flen;
@@ -151,26 +213,14 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
                 disarm(s, k, WSGW_SINK_AGAIN, EAGAIN);
                 return;
             }
-            uint32_t flen = hlen[i] + m[i].len;
-            uint8_t *rest = malloc(flen - in);
+            uint32_t rest_len = 0;
+            uint8_t *rest = rest_of(iov + at[f], at[f + 1] - at[f], in, &rest_len);
             if (rest == NULL) { /* cannot keep the rest: the stream is broken, say so */
                 disarm(s, k, WSGW_SINK_ERROR, ENOMEM);
                 return;
             }
-            uint8_t frame_head_copy[WS_HEAD_MAX];
-            memcpy(frame_head_copy, heads[i], hlen[i]);
-            size_t off = in;
-            uint32_t r = 0;
-            if (off < hlen[i]) {
-                memcpy(rest, frame_head_copy + off, hlen[i] - off);
-                r = hlen[i] - (uint32_t)off;
-                off = 0;
-            } else {
-                off -= hlen[i];
-            }
-            memcpy(rest + r, (const uint8_t *)m[i].data + off, m[i].len - off);
             k->rest = rest;
-            k->rest_len = flen - (uint32_t)in;
+            k->rest_len = rest_len;
             k->next_seq = first + i + 1; /* that record is out once the rest is */
             k->messages++;
             disarm(s, k, WSGW_SINK_PARTIAL, 0);
@@ -178,12 +228,26 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         }
         k->messages += frames;
     }
-    if (stop_gap != UINT32_MAX) {
-        k->next_seq = first + stop_gap;
-        disarm(s, k, WSGW_SINK_GAP, 0);
+    if (stop_at != UINT32_MAX) {
+        k->next_seq = first + stop_at;
+        disarm(s, k, stop_reason, 0);
         return;
     }
     k->next_seq = first + n;
+    if (k->busy_sends && frames > 0) {
+        /* Many small sends a millisecond cost the writer's thread more than the sink's
+         * thread batching them: hand back (the syscall and the receiver's loopback work run
+         * in the engine's thread here). */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        if (now - k->win_start_ns >= 1000000u) {
+            k->win_start_ns = now;
+            k->win_sends = 0;
+        }
+        if (++k->win_sends > k->busy_sends)
+            disarm(s, k, WSGW_SINK_BUSY, 0);
+    }
 }
 
 static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first)
@@ -244,6 +308,10 @@ static void free_sock(struct sink_sock *k)
         close(k->fd);
     free(k->topics);
     free(k->rest);
+    for (uint32_t t = 0; t < k->npub; t++)
+        free(k->pub[t]);
+    free(k->pub);
+    free(k->pub_len);
     memset(k, 0, sizeof(*k));
     k->fd = -1;
 }
@@ -415,5 +483,65 @@ WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint6
         k->rest_len = 0;
     }
     pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends)
+{
+    int slot = wsgw_sink_add(s, fd, 0, NULL, 0);
+    if (slot < 0)
+        return slot;
+    pthread_mutex_lock(&s->mu);
+    s->socks[slot].nats = 1;
+    s->socks[slot].busy_sends = busy_sends;
+    pthread_mutex_unlock(&s->mu);
+    return slot;
+}
+
+WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
+                                    const char *subject, uint32_t len)
+{
+    if (len == 0 || len > WSGW_SINK_SUBJECT_MAX || topic_id >= WSGW_SINK_MAX_TOPIC_ID)
+        return -EINVAL;
+    for (uint32_t j = 0; j < len; j++) /* NATS subjects: no whitespace or control bytes */
+        if ((unsigned char)subject[j] <= ' ')
+            return -EINVAL;
+    char *pub = malloc(len + 6);
+    if (pub == NULL)
+        return -ENOMEM;
+    memcpy(pub, "PUB ", 4);
+    memcpy(pub + 4, subject, len);
+    pub[len + 4] = ' ';
+    pub[len + 5] = ' '; /* no reply-to: nats-py's two spaces */
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    int rc = 0;
+    if (k == NULL || !k->nats) {
+        rc = -EINVAL;
+    } else if (topic_id >= k->npub) {
+        uint32_t n = k->npub ? k->npub : 64;
+        while (n <= topic_id)
+            n *= 2;
+        char **p = realloc(k->pub, n * sizeof(*p));
+        if (p != NULL)
+            k->pub = p;
+        uint16_t *pl = p == NULL ? NULL : realloc(k->pub_len, n * sizeof(*pl));
+        if (p == NULL || pl == NULL) {
+            rc = -ENOMEM;
+        } else {
+            k->pub_len = pl;
+            memset(p + k->npub, 0, (n - k->npub) * sizeof(*p));
+            memset(pl + k->npub, 0, (n - k->npub) * sizeof(*pl));
+            k->npub = n;
+        }
+    }
+    if (rc == 0) {
+        free(k->pub[topic_id]);
+        k->pub[topic_id] = pub;
+        k->pub_len[topic_id] = (uint16_t)(len + 6);
+        pub = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(pub);
     return rc;
 }

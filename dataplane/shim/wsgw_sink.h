@@ -41,6 +41,8 @@ enum wsgw_sink_reason {
     WSGW_SINK_PARTIAL = 4, /* a frame went out in part: the rest waits in the sink */
     WSGW_SINK_ERROR = 5,   /* send failed (state[WSGW_SINK_ST_ERRNO]) */
     WSGW_SINK_GAP = 6,     /* a gap record of the session: Python sends the notice */
+    WSGW_SINK_TOPIC = 7,   /* NATS: a topic without a subject yet: Python publishes it */
+    WSGW_SINK_BUSY = 8,    /* NATS: more than busy_sends sends in a millisecond */
 };
 
 /* wsgw_sink_state's out[]: */
@@ -77,6 +79,21 @@ WSGW_API int wsgw_sink_state(wsgw_sink *s, int slot, uint64_t *out);
 /* Move the rest of a frame sent in part into buf (cap bytes at least state's REST_LEN):
  * its length, 0 when none, -ENOBUFS. */
 WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint64_t cap);
+
+/* NATS (core, no JetStream: https://docs.nats.io/reference/reference-protocols/nats-protocol):
+ * a connection Python opened (INFO/CONNECT done) whose records of every session the sink
+ * sends as `PUB <subject>  <len>\r\n<payload>\r\n`. It stops (disarms) at any $gap record
+ * and at a topic id it has no subject for (WSGW_SINK_TOPIC); Python answers the server's
+ * PINGs with the socket disarmed. busy_sends: more sends than that within a millisecond
+ * disarm it (WSGW_SINK_BUSY: the sink's thread batches better at that rate), 0: never.
+ * Its slot, or as wsgw_sink_add. */
+#define WSGW_SINK_SUBJECT_MAX 1024
+#define WSGW_SINK_MAX_TOPIC_ID (1u << 24)
+WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends);
+/* The subject of topic_id's records on a NATS slot: 0, -EINVAL (not NATS, empty, too long,
+ * whitespace), -ENOMEM. */
+WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
+                                    const char *subject, uint32_t len);
 
 /* For the ring's writer (msgring.c): after publishing records m[0..n), numbered first_seq
  * on. One relaxed load when the process has no sink. */

@@ -50,6 +50,8 @@ from dataplane.ring import Gap, RingEvent, RingWriter
 from gateway.dialects.identity import HASH, Identity, MessageIdentity
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
+from gateway.hub.nats_c import BUSY_SENDS, C_PATH_DEFAULT, CNatsConnection, c_path_usable
+from gateway.hub.sink import SinkError, StreamSink
 
 log = logging.getLogger("wsgw.hub.nats")
 
@@ -173,6 +175,12 @@ class NatsConfig:
     #: A session id -> its dialect's message identity (gateway.dialects.identity), for the
     #: JetStream message ids; None (or None for a session): ids from the run and ring seq.
     identity: Callable[[int], MessageIdentity | None] | None = None
+    #: Plain publishing (no JetStream, no headers, nats://) from the ring's writer, in C
+    #: (gateway.hub.nats_c); default WSGW_NATS_C=1 (off otherwise: nats-py publishes).
+    c_path: bool = C_PATH_DEFAULT
+    #: More C sends than this within a millisecond hand publishing back to the sink's thread
+    #: for a while (it batches better at such rates); 0: never.
+    c_busy_sends: int = BUSY_SENDS
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
@@ -247,6 +255,22 @@ class NatsSink:
         self._next_token = 0
         self._ack_prefix = ""
         self._room = asyncio.Event()
+        self._c_sink: StreamSink | None = None
+        # Plain publishing: one connection of our own, written by C (gateway.hub.nats_c).
+        self._c = (
+            CNatsConnection(
+                config,
+                self.stats,
+                lambda sid, tid, name: (
+                    self._subjects.get((sid, tid)) or self._subject(sid, tid, name)
+                ),
+                self._gap_message,
+                stopping=lambda: self._stopping,
+                on_connected=self._c_connected,
+            )
+            if c_path_usable(config)
+            else None
+        )
 
     def follow(
         self,
@@ -267,6 +291,32 @@ class NatsSink:
         self._follower = RingFollower(
             ring, self.loop, self._wake.set, "nats", limit=self.config.buffer_messages
         )
+        if self._c is not None:
+            self._follow_in_c(ring)
+
+    def _follow_in_c(self, ring: RingWriter) -> None:
+        """Publish from the ring's writer in C (gateway.hub.nats_c)."""
+        assert self._c is not None
+        try:
+            self._c_sink = StreamSink(ring.handle, self._gap_tid)
+        except SinkError as exc:
+            log.error("NATS sink in C unavailable (%s): the sink's thread publishes", exc)
+            return
+        self._c.attach(self._c_sink, self._gap_tid)
+
+    def _c_connected(self) -> None:
+        self._ready.set()
+        self._wake.set()
+
+    @property
+    def c_path(self) -> bool:
+        """Whether the ring's writer publishes (C), not nats-py."""
+        return self._c is not None
+
+    @property
+    def c_disarms(self) -> dict[str, int]:
+        """Why C handed the connection back to Python, by reason (sink.c's)."""
+        return {} if self._c is None else dict(self._c.disarms)
 
     @property
     def pending(self) -> int:
@@ -325,6 +375,8 @@ class NatsSink:
         self._thread = None
         if self._follower is not None:
             self._follower.stop()
+        if self._c_sink is not None:
+            self._c_sink.close()
 
     # ---- the sink's thread --------------------------------------------------------------
     def _main(self) -> None:
@@ -339,7 +391,8 @@ class NatsSink:
             self.loop.close()
 
     async def _run(self) -> None:
-        connector = asyncio.create_task(self._connect())
+        c = self._c
+        connector = asyncio.create_task(c.connect() if c is not None else self._connect())
         resender = asyncio.create_task(self._resend_loop()) if self._ack_window else None
         try:
             while True:
@@ -486,6 +539,16 @@ class NatsSink:
     async def _close(self) -> None:
         from nats.aio.client import Client
 
+        if self._c is not None:
+            await self._c.close()
+            self._count_c()
+            c = self._c
+            log.info(
+                "NATS sink in C: %d messages sent by C, %d by Python; handed back %s",
+                c.c_published,
+                c.python_messages,
+                c.disarms or "never",
+            )
         nc = self.nc
         if isinstance(nc, Client):
             if nc.is_connected:
@@ -612,6 +675,8 @@ class NatsSink:
         follower = self._follower
         if follower is None:
             return
+        if self._c is not None:
+            return await self._drain_c(follower, self._c)
         try:
             while True:
                 events = follower.read()
@@ -621,6 +686,28 @@ class NatsSink:
                 await asyncio.sleep(0)  # nats-py's own tasks (the flusher) get a turn
         finally:
             follower.rearm()
+
+    async def _drain_c(self, follower: RingFollower, c: CNatsConnection) -> None:
+        """Hand what the ring holds over to the C connection until it is armed at the
+        ring's end (or waits for a connection)."""
+        try:
+            while True:
+                events = follower.read()
+                armed = await c.publish(events)
+                if armed and len(events) < READ_BATCH:
+                    break
+                if not events:  # the arm was refused with nothing read: look again soon
+                    self.loop.call_later(0.001, self._wake.set)
+                    break
+                await asyncio.sleep(0)
+        finally:
+            self._count_c()
+            follower.rearm()
+
+    def _count_c(self) -> None:
+        c = self._c
+        if c is not None:
+            self.stats.published = c.c_published + c.python_messages
 
     def _subject(self, sid: int, tid: int, name: str) -> str:
         topic = self._topic_of(tid, name)
@@ -718,17 +805,13 @@ class NatsSink:
 
         assert isinstance(nc, Client)
         try:
-            body = orjson.loads(payload)
-            body["seq"] = seq
-            if self._epoch_hex is not None:
-                body.setdefault("epoch", self._epoch_hex)
+            subject, data = self._gap_message(sid, seq, payload)
             js = self.config.jetstream
             fields = (
                 {"Nats-Msg-Id": message_id(sid, None, self._epoch_hex or "0", seq)}
                 if js is not None and js.msg_ids
                 else None
             )
-            subject, data = nats_gap_subject(self.prefix, sid), orjson.dumps(body)
             if not self._ack_window:
                 await nc.publish(subject, data, headers=fields)
             elif not await self._publish_acked(subject, data, fields):
@@ -737,6 +820,14 @@ class NatsSink:
         except Exception as exc:
             self.stats.dropped_error += 1
             self.stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
+
+    def _gap_message(self, sid: int, seq: int, payload: bytes) -> tuple[str, bytes]:
+        """A `$gap` record's subject and body, with the ring's sequence and the hub's epoch."""
+        body = orjson.loads(payload)
+        body["seq"] = seq
+        if self._epoch_hex is not None:
+            body.setdefault("epoch", self._epoch_hex)
+        return nats_gap_subject(self.prefix, sid), orjson.dumps(body)
 
     def __repr__(self) -> str:
         return f"<NatsSink {','.join(self.config.servers)} connected={self.stats.connected}>"

@@ -36,7 +36,15 @@ ST_REASON = c.ST_REASON
 ST_MESSAGES = c.ST_MESSAGES
 REASONS = c.REASONS
 #: Why the sink stopped (its state's ST_REASON)
-PYTHON, AGAIN, PARTIAL, ERROR, GAP = c.PYTHON, c.AGAIN, c.PARTIAL, c.ERROR, c.GAP
+PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = (
+    c.PYTHON,
+    c.AGAIN,
+    c.PARTIAL,
+    c.ERROR,
+    c.GAP,
+    c.TOPIC,
+    c.BUSY,
+)
 
 
 class SinkError(OSError):
@@ -59,6 +67,17 @@ class StreamSink:
             if self.closed:
                 raise SinkError(errno.EBADF, "stream sink closed")
             slot = c.add(self._handle, fd, session_id, topic_ids)
+        if slot < 0:
+            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
+        return SinkSocket(self, slot)
+
+    def add_nats(self, fd: int, busy_sends: int = 0) -> SinkSocket:
+        """A NATS connection (every session, PUB records: gateway.hub.nats_c), not armed;
+        more than busy_sends sends in a millisecond disarm it (0: never)."""
+        with self._lock:
+            if self.closed:
+                raise SinkError(errno.EBADF, "stream sink closed")
+            slot = c.add_nats(self._handle, fd, busy_sends)
         if slot < 0:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
@@ -109,6 +128,13 @@ class SinkSocket:
             if self.removed or self.sink.closed:
                 return b""
             return c.take_rest(self.sink._handle, self.slot, state[ST_REST_LEN])
+
+    def subject(self, topic_id: int, subject: bytes) -> bool:
+        """A NATS slot: topic_id's records go to subject (False: refused or gone)."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.nats_subject(self.sink._handle, self.slot, topic_id, subject) == 0
 
     def remove(self) -> None:
         """Forget the socket (its dup is closed; idempotent)."""

@@ -1,0 +1,185 @@
+"""Core NATS publishing from C (gateway.hub.nats_c) against a real nats-server: the same
+messages, subjects and order as nats-py's sink, a server restart (C disarmed, the records
+of the outage published on the new connection), and a server that stops reading (C stops
+at EAGAIN, Python writes the rest, nothing lost or reordered)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dataplane.ring import RingWriter
+from gateway.hub import Hub
+from gateway.hub.nats import NatsConfig, NatsSink
+from gateway.hub.nats_c import BUSY_HOLD_S
+from tests.integration.nats_helpers import Subscriber
+from tests.integration.test_nats_sink import wait_until
+from wsgw_bench.servers import NatsServer, nats_server_binary
+
+pytestmark = pytest.mark.skipif(
+    nats_server_binary() is None,
+    reason="nats-server is not installed (apt-get install nats-server)",
+)
+
+TOPICS = ["btcusdt@trade", "BTC-USD.trades", "a*b"]
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    with NatsServer() as server:
+        yield server
+
+
+def received(c_path: bool, url: str) -> tuple[list[tuple[str, bytes]], NatsSink]:
+    """What a subscriber of everything gets of 3000 messages on 3 topics of 2 sessions, in
+    batches of 1-30 (the first ones in a burst, the last ones each after C took over), with
+    a gap record in the middle."""
+    config = NatsConfig(servers=[url], subject_prefix="md", c_path=c_path, c_busy_sends=0)
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(url, ["md.>"])
+    try:
+        j, gapped = 0, False
+        for size in [1, 30, 7] * 70 + [1] * 340:
+            hub.publish_batch(
+                [(4 + k % 2, TOPICS[k % 3], b"%d" % k, 0, None) for k in range(j, j + size)]
+            )
+            j += size
+            if c_path and j > 2000:  # paced: C armed again before the next batch
+                wait_until(lambda: sink._c is not None and sink._c.armed)
+            if j >= 1500 and not gapped:
+                hub.publish_gap(4, 12, "reconnect")
+                gapped = True
+        wait_until(lambda: len(sub.got) == j + 1)
+    finally:
+        sub.close()
+        hub.close()
+    return [(s, d) for s, d, _ in sub.got], sink
+
+
+def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -> None:
+    by_c, c_sink = received(True, nats_server.url)
+    by_py, py_sink = received(False, nats_server.url)
+    assert c_sink.c_path and not py_sink.c_path
+    gap_c = json.loads(next(d for s, d in by_c if s == "md.4.$gap"))
+    gap_py = json.loads(next(d for s, d in by_py if s == "md.4.$gap"))
+    assert (gap_c["lost"], gap_c["reason"]) == (gap_py["lost"], gap_py["reason"])
+    assert [(s, d) for s, d in by_c if "$gap" not in s] == [
+        (s, d) for s, d in by_py if "$gap" not in s
+    ]
+    assert [int(d) for s, d in by_c if "$gap" not in s] == list(range(3000))  # ring order
+    c = c_sink._c
+    assert c is not None and c.c_published > 900  # the paced part went from C
+    assert c.c_published + c.python_messages == 3000
+    assert c_sink.stats.published == py_sink.stats.published == 3000
+    assert sum(c_sink.dropped.values()) == 0
+
+
+def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
+    server = NatsServer().start()
+    sink = NatsSink(
+        NatsConfig(servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True)
+    ).start(10)
+    hub = Hub(nats=sink)
+    total = 0
+
+    def publish(n: int) -> None:
+        nonlocal total
+        for _ in range(n // 10):
+            hub.publish_batch([(1, "t", b"%d" % (total + k), 0, None) for k in range(10)])
+            total += 10
+
+    try:
+        sub = Subscriber(server.url, ["wsgw.>"])
+        publish(1000)
+        wait_until(lambda: len(sub.got) == 1000)
+        assert sink._c is not None and sink._c.armed
+        sub.close()
+        server.stop()
+        wait_until(lambda: not sink.stats.connected)
+        assert sink._c is not None and not sink._c.armed
+        publish(500)  # kept (under buffer_messages) for the next connection
+        server.start()
+        wait_until(lambda: sink.stats.reconnects >= 1 and sink.stats.connected, 20)
+        wait_until(lambda: sink.stats.published == total)
+        sub = Subscriber(server.url, ["wsgw.>"])
+        publish(1000)
+        wait_until(lambda: len(sub.got) == 1000)
+        assert [int(d) for _, d, _ in sub.got] == list(range(1500, 2500))
+        assert sink._c.c_published > 0
+        sub.close()
+    finally:
+        hub.close()
+        server.cleanup()
+    assert sink.stats.published == total and sum(sink.dropped.values()) == 0
+
+
+def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
+    nats_server: NatsServer,
+) -> None:
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=0)).start(10)
+    hub = Hub(ring=RingWriter.create(None, 64 << 20), nats=sink)  # holds all 24 MB: no lap
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    proc = nats_server.proc
+    assert proc is not None
+    stopped = False
+    try:
+        hub.publish_batch([(1, "t", b"0:", 0, None)])
+        wait_until(lambda: len(sub.got) == 1)
+        os.kill(proc.pid, signal.SIGSTOP)  # the server reads nothing: the socket fills
+        stopped = True
+        body = b"y" * 60000
+        for i in range(1, 400):
+            hub.publish_batch([(1, "t", b"%d:" % i + body, 0, None)])
+        wait_until(lambda: bool(sink.c_disarms), 20)
+        os.kill(proc.pid, signal.SIGCONT)
+        stopped = False
+        try:
+            wait_until(lambda: len(sub.got) == 400, 30)
+        except AssertionError:
+            c = sink._c
+            assert c is not None
+            state = None if c.slot is None else c.slot.state()
+            raise AssertionError(
+                f"got {len(sub.got)}, armed {c.armed}, backlog {len(c.backlog)}, "
+                f"next {c.next_seq}, state {state}, {sink.stats}, {sink.c_disarms}, "
+                f"server: {nats_server.log_text[-2000:]}"
+            ) from None
+    finally:
+        if stopped:
+            os.kill(proc.pid, signal.SIGCONT)
+        sub.close()
+        hub.close()
+    assert [int(d.partition(b":")[0]) for _, d, _ in sub.got] == list(range(400))
+    assert set(sink.c_disarms) <= {"again", "partial"}
+    assert sink.stats.published == 400 and sum(sink.dropped.values()) == 0
+
+
+def test_c_hands_back_when_busy_and_takes_over_again(nats_server: NatsServer) -> None:
+    """Many sends a millisecond: C hands back (busy), the sink's thread publishes, C takes
+    over again once the hold is over; every message once, in order."""
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=2)).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed)
+        for i in range(1, 2000):  # a burst: C sends each record as it is written
+            hub.publish_batch([(1, "t", b"%d" % i, 0, None)])
+        wait_until(lambda: len(sub.got) == 2000)
+        assert "busy" in sink.c_disarms
+        time.sleep(BUSY_HOLD_S)  # the hold ends: the next record arms C again
+        hub.publish_batch([(1, "t", b"2000", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed)
+        hub.publish_batch([(1, "t", b"2001", 0, None)])
+        wait_until(lambda: len(sub.got) == 2002)
+    finally:
+        sub.close()
+        hub.close()
+    assert [int(d) for _, d, _ in sub.got] == list(range(2002))
+    assert sink.stats.published == 2002 and sum(sink.dropped.values()) == 0

@@ -1,0 +1,100 @@
+"""The C sink's NATS slots alone (sink.c, gateway.hub.sink) on a socketpair: the bytes are
+nats-py's PUB without reply (gateway.hub.nats_c.pub), every session's records go out, and C
+stops at a topic it has no subject for, at any $gap record, and exactly at a full socket."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from dataplane.ring import RingWriter
+from gateway.hub.nats_c import pub
+from gateway.hub.sink import (
+    AGAIN,
+    GAP,
+    PARTIAL,
+    ST_ARMED,
+    ST_NEXT_SEQ,
+    ST_REASON,
+    TOPIC,
+    StreamSink,
+)
+from tests.unit.hub.test_sink import drain
+
+
+@pytest.fixture
+def ring() -> Iterator[RingWriter]:
+    writer = RingWriter.create(None, 1 << 22)
+    yield writer
+    writer.close()
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    gap, a, b = (ring.register_topic(n) for n in ("$gap", "1:a", "2:b"))
+    sink = StreamSink(ring.handle, gap)
+    try:
+        entry = sink.add_nats(pair[0].fileno())
+        assert not entry.subject(a, b"has space") and not entry.subject(a, b"")
+        assert entry.subject(a, b"wsgw.1.a") and entry.subject(b, b"wsgw.2.b")
+        assert entry.arm(ring.last_seq + 1)
+        payloads = [b"", b"x", b"\xff\r\n", b"y" * 70000]
+        for p in payloads:
+            ring.write(1, a, p)
+            ring.write(2, b, p)  # every session
+        want = b"".join(pub("wsgw.1.a", p) + pub("wsgw.2.b", p) for p in payloads)
+        got = b""
+        pair[1].settimeout(5)
+        while len(got) < len(want):
+            got += pair[1].recv(1 << 20)
+        assert got == want
+        new = ring.register_topic("1:new")
+        seq = ring.write(1, new, b"z")  # no subject yet: Python's
+        state = entry.state()
+        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, TOPIC, seq)
+        entry.disarm()
+        assert entry.subject(new, b"wsgw.1.new") and entry.arm(ring.last_seq + 1)
+        ring.write(1, new, b"z2")
+        seq = ring.write(7, gap, b"{}")  # any session's gap: Python's
+        state = entry.state()
+        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
+        assert drain(pair[1]) == pub("wsgw.1.new", b"z2")
+    finally:
+        sink.close()
+
+
+def test_a_full_socket_stops_the_nats_slot_exactly(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
+    sink = StreamSink(ring.handle, gap)
+    try:
+        entry = sink.add_nats(pair[0].fileno())
+        assert entry.subject(topic, b"s.1.a")
+        first = ring.last_seq + 1
+        assert entry.arm(first)
+        payloads = {}
+        for i in range(200):
+            p = (b"%d:" % i) + b"y" * 777
+            payloads[ring.write(1, topic, p)] = p
+        state = entry.state()
+        assert state[ST_ARMED] == 0 and state[ST_REASON] in (AGAIN, PARTIAL)
+        got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
+        resume = state[ST_NEXT_SEQ]
+        got += b"".join(pub("s.1.a", payloads[s]) for s in range(resume, first + 200))
+        assert got == b"".join(pub("s.1.a", payloads[s]) for s in range(first, first + 200))
+    finally:
+        sink.close()
