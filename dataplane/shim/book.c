@@ -131,6 +131,23 @@ static inline int bad(struct scan *s)
     return -1;
 }
 
+/* After an item of a JSON array or object: 1 when a ',' follows (read), 0 when `close`
+ * does (read), -1 when anything else does (malformed). */
+static inline int next_item(struct scan *s, uint8_t close)
+{
+    skip_ws(s);
+    if (s->p >= s->end)
+        return bad(s);
+    if (*s->p == ',') {
+        s->p++;
+        return 1;
+    }
+    if (*s->p != close)
+        return bad(s);
+    s->p++;
+    return 0;
+}
+
 /* At an opening quote: the string's bytes between the quotes; *plain is 0 when it holds an
  * escape or a non-ASCII byte (which only the Python path decodes). */
 static int read_string(struct scan *s, const uint8_t **out, uint32_t *len, int *plain)
@@ -282,17 +299,9 @@ static int skip_container(struct scan *s, int depth, uint8_t close)
         }
         if (skip_value(s, depth + 1))
             return -1;
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != close)
-            return bad(s);
-        s->p++;
-        return 0;
+        int sep = next_item(s, close);
+        if (sep <= 0)
+            return sep;
     }
 }
 
@@ -438,17 +447,9 @@ static int read_levels(struct scan *s, struct pending *pd, int depth)
             wsgw_set_error("book: out of memory for %u levels", pd->n);
             return -1;
         }
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != ']')
-            return bad(s);
-        s->p++;
-        return 0;
+        int sep = next_item(s, ']');
+        if (sep <= 0)
+            return sep;
     }
 other:
     /* Not the shape of levels: read it again as any value (it may still be malformed). */
@@ -528,17 +529,38 @@ static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, membe
             rc = skip_value(s, 2);
         if (rc)
             return -1;
+        int sep = next_item(s, '}');
+        if (sep <= 0)
+            return sep;
+    }
+}
+
+/* An array of objects (s->p at its '['), each read by fn and counted in m->items; any other
+ * value in it is skipped and marks the message unsupported. */
+static int read_objects(struct scan *s, struct wsgw_book *b, struct msg *m, member_fn fn)
+{
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        return 0;
+    }
+    for (;;) {
         skip_ws(s);
         if (s->p >= s->end)
             return bad(s);
-        if (*s->p == ',') {
-            s->p++;
-            continue;
+        m->items++;
+        if (*s->p == '{') {
+            if (read_object(s, b, m, fn))
+                return -1;
+        } else {
+            s->unsupported = 1;
+            if (skip_value(s, 2))
+                return -1;
         }
-        if (*s->p != '}')
-            return bad(s);
-        s->p++;
-        return 0;
+        int sep = next_item(s, ']');
+        if (sep <= 0)
+            return sep;
     }
 }
 
@@ -688,37 +710,7 @@ static int okx_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uin
             return 1;
         }
         m->have |= HAVE_DATA;
-        s->p++;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == ']') {
-            s->p++;
-            return 0;
-        }
-        for (;;) {
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            m->items++;
-            if (*s->p == '{') {
-                if (read_object(s, b, m, okx_book))
-                    return -1;
-            } else {
-                s->unsupported = 1;
-                if (skip_value(s, 2))
-                    return -1;
-            }
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            if (*s->p == ',') {
-                s->p++;
-                continue;
-            }
-            if (*s->p != ']')
-                return bad(s);
-            s->p++;
-            return 0;
-        }
+        return read_objects(s, b, m, okx_book);
     }
     return 1;
 }
@@ -844,17 +836,11 @@ static int kraken_levels(struct scan *s, struct pending *pd)
                     }
                     if (rc)
                         return -1;
-                    skip_ws(s);
-                    if (s->p >= s->end)
-                        return bad(s);
-                    if (*s->p == ',') {
-                        s->p++;
-                        continue;
-                    }
-                    if (*s->p != '}')
-                        return bad(s);
-                    s->p++;
-                    break;
+                    int sep = next_item(s, '}');
+                    if (sep < 0)
+                        return -1;
+                    if (!sep)
+                        break;
                 }
             if (have != (HAVE_PRICE | HAVE_QTY) || !lv.p || !lv.q ||
                 decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
@@ -866,17 +852,9 @@ static int kraken_levels(struct scan *s, struct pending *pd)
                 return -1;
             }
         }
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != ']')
-            return bad(s);
-        s->p++;
-        return 0;
+        int sep = next_item(s, ']');
+        if (sep <= 0)
+            return sep;
     }
 }
 
@@ -983,37 +961,7 @@ static int kraken_top(struct scan *s, struct wsgw_book *b, struct msg *m, const 
         m->items = 0;
         m->ts_ns = 0;
         b->pending[0].n = b->pending[1].n = 0;
-        s->p++;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == ']') {
-            s->p++;
-            return 0;
-        }
-        for (;;) {
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            m->items++;
-            if (*s->p == '{') {
-                if (read_object(s, b, m, kraken_book))
-                    return -1;
-            } else {
-                s->unsupported = 1;
-                if (skip_value(s, 2))
-                    return -1;
-            }
-            skip_ws(s);
-            if (s->p >= s->end)
-                return bad(s);
-            if (*s->p == ',') {
-                s->p++;
-                continue;
-            }
-            if (*s->p != ']')
-                return bad(s);
-            s->p++;
-            return 0;
-        }
+        return read_objects(s, b, m, kraken_book);
     }
     return 1;
 }
@@ -1075,17 +1023,9 @@ static int coinbase_changes(struct scan *s, struct wsgw_book *b)
         if (skip_value(s, 3))
             return -1;
     next:
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
-        if (*s->p == ',') {
-            s->p++;
-            continue;
-        }
-        if (*s->p != ']')
-            return bad(s);
-        s->p++;
-        return 0;
+        int sep = next_item(s, ']');
+        if (sep <= 0)
+            return sep;
     }
 }
 
