@@ -333,10 +333,14 @@ def false_loss_detail(
     for topic, end in sorted(ends.items()):
         mine = group.seen.get(topic, bytearray())
         index = starts.get(topic, 0)
-        sent = max((leg.sent_ns.get(topic, array("q")) for leg in legs.values()), key=len)
+        sents = [leg.sent_ns.get(topic, array("q")) for leg in legs.values()]
 
-        def false_lost(i: int, mine: bytearray = mine, sent: array[int] = sent) -> bool:
-            return not (i < len(mine) and mine[i]) and i < len(sent) and sent[i] != 0
+        def sent_by_a_leg(i: int, sents: list[array[int]] = sents) -> int:
+            """The send stamp of message i if some leg brought it, else 0."""
+            return next((s[i] for s in sents if i < len(s) and s[i]), 0)
+
+        def false_lost(i: int, mine: bytearray = mine) -> bool:
+            return not (i < len(mine) and mine[i]) and sent_by_a_leg(i) != 0
 
         while index < end and len(lines) < FALSE_LOSS_RUNS_KEPT:
             if not false_lost(index):
@@ -346,7 +350,7 @@ def false_loss_detail(
             while index < end and false_lost(index):
                 index += 1
             seq = first + 1  # the first lost message's sim_seq
-            sent_at = sent[first]
+            sent_at = sent_by_a_leg(first)
             after = index + 1  # the first message delivered after the run
             declared = next(
                 (ts for ts, reason in group.gap_marks if topic in reason and ts >= sent_at), 0
