@@ -14,8 +14,8 @@ id, as on the Python path. One arbiter thus sees every frame of every leg, each 
 order.
 
 Holes expire in C at every offer once their deadline passed (inside the arbiter, after that
-offer's own arrival counted), and on a timer here (every
-half hold time) when the legs are silent.
+offer's own arrival counted), and on a timer here (every half hold time) when the legs are
+silent.
 """
 
 from __future__ import annotations
