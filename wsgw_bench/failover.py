@@ -90,6 +90,7 @@ SINGLE_CONTENDER = "single session"
 #: Each leg's own stream (the group's tap: every copy it brought, with its receive stamp).
 LEG_CONTENDERS = {sid: f"leg {name} ({transport})" for sid, name, transport in (LEG_A, LEG_B)}
 GAP_REASONS_KEPT = 8
+FALSE_LOSS_RUNS_KEPT = 40
 
 Log = Callable[[str], None]
 
@@ -156,6 +157,23 @@ class Tally:
     #: send -> the gateway's receipt (the ring record's stamp: the RX time of the copy that
     #: went out; for the group, the first copy of any leg: per message the faster leg's)
     arrival_us: array[int] = field(default_factory=lambda: array("q"))
+    #: per topic, seq - 1 -> the gateway's receive stamp and the send stamp (ns; 0: not read):
+    #: what `false_loss_detail` needs to tell when each leg brought a message the group lost
+    received_ns: dict[str, array[int]] = field(default_factory=dict)
+    sent_ns: dict[str, array[int]] = field(default_factory=dict)
+    #: the `$gap` records' own stamps (when the group declared the hole) and reasons
+    gap_marks: list[tuple[int, str]] = field(default_factory=list)
+
+    def stamp(self, topic: str, seq: int, received_ns: int, sent_ns: int) -> None:
+        """Where and when a message was read, for the loss detail."""
+        for table, value in ((self.received_ns, received_ns), (self.sent_ns, sent_ns)):
+            stamps = table.get(topic)
+            if stamps is None:
+                stamps = table[topic] = array("q")
+            if seq > len(stamps):
+                stamps.frombytes(bytes(8 * (seq + 65536 - len(stamps))))
+            if not stamps[seq - 1]:
+                stamps[seq - 1] = value
 
     def message(
         self,
@@ -254,6 +272,7 @@ def tally_consumer_main(
                         continue
                     record = orjson.loads(bytes(event.payload))
                     tally.gaps += 1
+                    tally.gap_marks.append((event.ts_ns, str(record.get("reason"))))
                     tally.gap_lost += record.get("lost") or 0
                     if len(tally.gap_reasons) < GAP_REASONS_KEPT:
                         tally.gap_reasons.append(f"{time.time():.3f} {record.get('reason')}")
@@ -265,6 +284,7 @@ def tally_consumer_main(
                 now = time.time_ns()
                 start = None if starts is None else starts.get(topic, 0)
                 tally.message(topic, found[0], start, now - found[1], event.ts_ns - found[1])
+                tally.stamp(topic, found[0], event.ts_ns, found[1])
     ends: dict[str, int] = command[1]
     reports = {n: t.report(starts or {}, ends) for n, t in tallies.items()}
     group = reports.get(GROUP_CONTENDER)
@@ -272,6 +292,12 @@ def tally_consumer_main(
         legs = [tallies[n] for n in LEG_CONTENDERS.values() if n in tallies]
         group["lost_brought_by_a_leg"] = brought_by_a_leg(
             tallies[GROUP_CONTENDER], legs, starts or {}, ends
+        )
+        group["false_loss_detail"] = false_loss_detail(
+            tallies[GROUP_CONTENDER],
+            {n: tallies[n] for n in LEG_CONTENDERS.values() if n in tallies},
+            starts or {},
+            ends,
         )
     conn.send({"lapped": lapped, "contenders": reports})
 
@@ -291,6 +317,77 @@ def brought_by_a_leg(
             if any(index < len(flags) and flags[index] for flags in theirs):
                 count += 1
     return count
+
+
+def false_loss_detail(
+    group: Tally, legs: dict[str, Tally], starts: dict[str, int], ends: dict[str, int]
+) -> list[str]:
+    """Per run of messages the group lost but a leg brought (the first FALSE_LOSS_RUNS_KEPT):
+    when the group declared the hole (its `$gap` record's stamp), and per leg when its copy
+    of the message before the hole, of the first lost one and of the first one after the
+    run arrived, and its last arrival on any topic before the declaration: all in ms after
+    the first lost message was sent. Tells which leg was waited for, and whether it was
+    silent on the wire (its copies sent long before they arrived) or its frames merely
+    unread."""
+    lines: list[str] = []
+    for topic, end in sorted(ends.items()):
+        mine = group.seen.get(topic, bytearray())
+        index = starts.get(topic, 0)
+        sents = [leg.sent_ns.get(topic, array("q")) for leg in legs.values()]
+
+        def sent_by_a_leg(i: int, sents: list[array[int]] = sents) -> int:
+            """The send stamp of message i if some leg brought it, else 0."""
+            return next((s[i] for s in sents if i < len(s) and s[i]), 0)
+
+        def false_lost(i: int, mine: bytearray = mine) -> bool:
+            return not (i < len(mine) and mine[i]) and sent_by_a_leg(i) != 0
+
+        while index < end and len(lines) < FALSE_LOSS_RUNS_KEPT:
+            if not false_lost(index):
+                index += 1
+                continue
+            first = index
+            while index < end and false_lost(index):
+                index += 1
+            seq = first + 1  # the first lost message's sim_seq
+            sent_at = sent_by_a_leg(first)
+            after = index + 1  # the first message delivered after the run
+            declared = next(
+                (ts for ts, reason in group.gap_marks if topic in reason and ts >= sent_at), 0
+            )
+
+            def ms(ns: int, sent_at: int = sent_at) -> str:
+                return "-" if not ns else f"{(ns - sent_at) / 1e6:+.1f}"
+
+            parts = [
+                f"{topic} sim_seq {seq}..{index} ({index - first} lost): declared {ms(declared)}"
+            ]
+            for name, leg in legs.items():
+                got = leg.received_ns.get(topic, array("q"))
+
+                def at(s: int, got: array[int] = got) -> int:
+                    return got[s - 1] if 0 < s <= len(got) else 0
+
+                silent_since = max(
+                    (
+                        max(
+                            (
+                                v
+                                for v in stamps[max(0, seq - 50_000) : seq + 50_000]
+                                if v < declared
+                            ),
+                            default=0,
+                        )
+                        for stamps in leg.received_ns.values()
+                    ),
+                    default=0,
+                )
+                parts.append(
+                    f"{name}: before {ms(at(seq - 1))} first {ms(at(seq))} after "
+                    f"{ms(at(after))} last arrival before the declaration {ms(silent_since)}"
+                )
+            lines.append("; ".join(parts))
+    return lines
 
 
 # ---- the simulator ------------------------------------------------------------------------------
@@ -631,6 +728,7 @@ def summary(result: Result) -> str:
             f"  the group's {group['lost']} lost: {brought} brought by a leg (the hold gave up: "
             f"false losses), {group['lost'] - brought} by no leg (real holes)"
         )
+        lines.extend(f"    {line}" for line in group.get("false_loss_detail", []))
     for name, c in result.contenders.items():
         lines.append(
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "

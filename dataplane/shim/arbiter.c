@@ -60,6 +60,8 @@ struct wsgw_arbiter {
     uint64_t duplicates;
     int64_t lost;
     uint64_t held_total;
+    int has_newest;
+    int64_t newest_ns; /* the newest arrival of any leg */
     struct arb_leg leg[WSGW_ARB_MAX_LEGS];
     struct arb_topic *topics; /* by topic id */
     uint32_t *order;          /* topic ids in the order they were first seen */
@@ -450,13 +452,42 @@ static int held_room(wsgw_arbiter *a, struct arb_topic *t)
     return 0;
 }
 
+static void expire_due(wsgw_arbiter *a, int64_t now_ns)
+{
+    for (uint32_t i = 0; i < a->n_order; i++) {
+        uint32_t topic = a->order[i];
+        const struct arb_topic *t = &a->topics[topic];
+        while (t->has_hole && now_ns >= hole_due(a, t))
+            declare_hole(a, topic);
+    }
+}
+
+/* An arrival on `leg` is counted before the holes due at its stamp go (a leg whose frames
+ * waited unread while the gateway stalled is not silent); after a time in which no leg
+ * arrived for longer than the hold (the gateway or the whole feed stalled), every leg gets
+ * the hold afresh. As gateway.groups.arbiter.Arbiter.offer. */
+static void note_arrival(wsgw_arbiter *a, uint32_t leg, int64_t now_ns)
+{
+    if (a->has_newest && now_ns - a->newest_ns > a->hold_ns)
+        for (uint32_t l = 0; l < a->legs; l++)
+            if (a->leg[l].has_arrived)
+                a->leg[l].arrived_ns = now_ns;
+    if (!a->has_newest || now_ns > a->newest_ns) {
+        a->newest_ns = now_ns;
+        a->has_newest = 1;
+    }
+    a->leg[leg].arrived_ns = now_ns;
+    a->leg[leg].has_arrived = 1;
+    if (a->held_total)
+        expire_due(a, now_ns);
+}
+
 static int offer_one(wsgw_arbiter *a, uint32_t leg, uint32_t topic, int64_t this_id,
                      int64_t prev, const uint8_t *payload, uint32_t len, int64_t now_ns,
                      int32_t src)
 {
     struct arb_topic *t = &a->topics[topic];
-    a->leg[leg].arrived_ns = now_ns;
-    a->leg[leg].has_arrived = 1;
+    note_arrival(a, leg, now_ns);
     if (!t->exists) { /* the stream starts here */
         int rc = topic_create(a, topic, this_id, prev);
         if (rc)
@@ -626,12 +657,7 @@ int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t now_ns)
 int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns)
 {
     call_begin(a);
-    for (uint32_t i = 0; i < a->n_order; i++) {
-        uint32_t topic = a->order[i];
-        const struct arb_topic *t = &a->topics[topic];
-        while (t->has_hole && now_ns >= hole_due(a, t))
-            declare_hole(a, topic);
-    }
+    expire_due(a, now_ns);
     return call_end(a);
 }
 

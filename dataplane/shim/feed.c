@@ -706,15 +706,6 @@ static void group_emit(wsgw_group *g, int n_out)
     }
 }
 
-static void group_expire_due(wsgw_group *g, int64_t now_ns)
-{
-    int64_t at;
-    if (wsgw_arb_deadline(g->arb, &at) && at <= now_ns) {
-        g->st.expired++;
-        group_emit(g, wsgw_arb_expire(g->arb, now_ns));
-    }
-}
-
 #define GROUP_TAP_TOPIC_MAX 56 /* a ring topic name's bytes at most */
 
 /* The leg's copy, as it arrived, under its tap session id (wsgw_group_conf.tap_ids). */
@@ -765,8 +756,8 @@ static int group_take(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char
     g->st.leg_newest[leg] = id->this_id;
     if (g->conf.tap_ids[leg])
         group_tap(g, key, leg, payload, len, ts_ns);
-    /* Holes past their deadline first, as the Python path's timer would have had them. */
-    group_expire_due(g, ts_ns);
+    /* Holes past their deadline go inside the offer, after this leg's arrival counts
+     * (wsgw_arbiter.h), as the Python path's arbiter does. */
     int rc = wsgw_arb_offer(g->arb, leg, k, id->this_id, id->prev, payload, len, ts_ns);
     if (rc < 0)
         return rc;
@@ -884,6 +875,8 @@ WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns)
     int rc = 0;
     if (!g->closed) {
         rc = wsgw_arb_expire(g->arb, now_ns);
+        if (rc > 0)
+            g->st.expired++;
         group_emit(g, rc);
         group_flush(g);
     }

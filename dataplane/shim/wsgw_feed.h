@@ -136,7 +136,7 @@ struct wsgw_group_stats {
     uint64_t below_floor;   /* copies of what a previous form of the group delivered */
     uint64_t not_told;      /* frames C could not identify (Python's) */
     uint64_t ring_errors;   /* records the ring refused (lost, counted) */
-    uint64_t expired;       /* holes expired by the deadline check */
+    uint64_t expired;       /* timer expiries that gave holes up (offers do it inside) */
     uint64_t offer_ns;      /* time in the timed engine offers (identity, arbiter, staging) */
     uint64_t offers;        /* frames the engine's C feeds offered */
     uint64_t cost_samples;  /* engine offers timed (one in 16; wsgw_group_cost_samples) */

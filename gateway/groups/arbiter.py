@@ -20,7 +20,13 @@ Per topic key, linked messages (prev given):
   any live leg that has not gone past it yet. A leg that brought anything within the hold is
   moving, only further behind than the hold: the hole waits for it (a hold shorter than a
   leg's lag would otherwise declare losses that leg was about to fill); a leg silent for the
-  hold (stalled, dead before it was told down) is not waited for. `max_hold_ns` after it
+  hold (stalled, dead before it was told down) is not waited for. Silence is told on the
+  arrivals' own stamps: an offer counts its own leg's arrival before it gives up the holes
+  due at its stamp (a leg whose frames waited unread while the gateway stalled is not silent:
+  the failover bench's false losses were declared by the very frame of the leg they waited
+  for, its first after an engine stall), and when no leg arrived for longer than the hold
+  (the gateway, or the whole feed, stalled: both legs' frames come late, in bursts, one
+  leg's burst first) every leg gets the hold afresh from that arrival. `max_hold_ns` after it
   opened, the hole is due whatever: a leg that is slow forever cannot stall the stream.
   Then a `Lost` (first missing, count where the link tells it) and the held messages go out
   in order.
@@ -138,6 +144,7 @@ class Arbiter(Generic[P]):
         self.stats = [LegStats() for _ in range(legs)]
         self.live = [True] * legs
         self.arrived_ns: list[int | None] = [None] * legs  # each leg's newest arrival, any topic
+        self.newest_arrival_ns: int | None = None  # the newest arrival of any leg
         self.lost_total = 0
         self.duplicates = 0
         self._topics: dict[Hashable, _Topic[P]] = {}
@@ -147,8 +154,25 @@ class Arbiter(Generic[P]):
     def offer(
         self, leg: int, key: Hashable, this: int, prev: int | None, payload: P, now_ns: int
     ) -> list[Output]:
-        """One arrival on `leg`; what goes out because of it, in order."""
+        """One arrival on `leg`; what goes out because of it, in order: first the holes due
+        at its stamp (module doc: as the timer would have had them, but with this arrival
+        counted), then the message itself."""
+        newest = self.newest_arrival_ns
+        if newest is not None and now_ns - newest > self.hold_ns:
+            # No leg arrived for longer than the hold: the gateway (or the whole feed) was
+            # stalled, not one leg silent. Every leg is given the hold afresh from here, so
+            # that the leg whose backlog is read second is not given up on.
+            self.arrived_ns = [now_ns if at is not None else None for at in self.arrived_ns]
+        if newest is None or now_ns > newest:
+            self.newest_arrival_ns = now_ns
         self.arrived_ns[leg] = now_ns
+        out: list[Output] = self.expire(now_ns) if self._held_anywhere() else []
+        out += self._arbitrate(leg, key, this, prev, payload, now_ns)
+        return out
+
+    def _arbitrate(
+        self, leg: int, key: Hashable, this: int, prev: int | None, payload: P, now_ns: int
+    ) -> list[Output]:
         topic = self._topics.get(key)
         if topic is None:  # the stream starts here
             topic = self._topics[key] = _Topic(last=this - 1 if prev is None else prev)
@@ -262,6 +286,9 @@ class Arbiter(Generic[P]):
         (had it brought it, it would have been delivered)."""
         last = topic.last
         return all(topic.newest.get(leg, last) > last for leg in range(self.legs) if self.live[leg])
+
+    def _held_anywhere(self) -> bool:
+        return any(topic.hole_since is not None for topic in self._topics.values())
 
     def _next_tiebreak(self) -> int:
         self._tiebreak += 1

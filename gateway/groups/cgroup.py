@@ -13,8 +13,9 @@ cannot tell (a kind C does not cover), the leg-0 pass-through for frames with no
 id, as on the Python path. One arbiter thus sees every frame of every leg, each leg in its
 order.
 
-Holes expire in C at every offer once their deadline passed, and on a timer here (every
-half hold time) when the legs are silent.
+Holes expire in C at every offer once their deadline passed (inside the arbiter, after that
+offer's own arrival counted), and on a timer here (every half hold time) when the legs are
+silent.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ engine's path for DPDK legs), unless the router is told `c_path=False`.
 
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
 its next batch marks it live again. A `Lost` is published as a gap of the group with the
-missing count. Holes that no leg fills expire on a timer on the runtime's loop.
+missing count. Holes that no leg fills expire at the next offer past their deadline (the
+arbiter does it, once that offer's own arrival counted) and on a timer on the runtime's loop.
 """
 
 from __future__ import annotations

@@ -142,6 +142,29 @@ def test_a_hole_expires_at_the_next_offer_past_its_deadline() -> None:
         side.close()
 
 
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("first", [B, A], ids=["waited-for leg first", "other leg first"])
+def test_a_process_stall_longer_than_the_hold_loses_nothing(c_path: bool, first: int) -> None:
+    """The failover bench's false losses: leg A is past the hole at 3, leg B brings it; the
+    gateway stalls 25 ms (hold 20 ms), then both legs' frames are read in bursts, `first`'s
+    first. Before, the first frame after the stall gave the hole up (B's last arrival was
+    more than the hold before its stamp) although B's copy of 3 was next in line."""
+    side = Side(c_path=c_path, hold_ms=20)
+    try:
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(B, [1, 2], t0))
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing on A: 4 held
+        late = t0 + 25_000_000  # after the stall
+        bursts = {A: batch(A, [5, 6], late), B: batch(B, [3, 4, 5, 6], late + 100_000)}
+        bursts[first] = [(s, t, raw, late, x) for s, t, raw, _, x in bursts[first]]
+        side.router.publish_batch(bursts[first])
+        side.router.publish_batch(bursts[B if first == A else A])
+        records = side.records()
+        assert [r[2] for r in records] == [trade(i) for i in range(1, 7)]  # no gap, in order
+    finally:
+        side.close()
+
+
 def test_frames_c_cannot_tell_take_the_python_identity_or_pass_through() -> None:
     side = Side(c_path=True)
     try:
