@@ -12,6 +12,8 @@ import zlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from hypothesis import strategies as st
+
 Change = tuple[str, str]  # (price text, size text); size "0" removes
 
 
@@ -140,3 +142,20 @@ def bitstamp_rest(us: int, bids: list[Change], asks: list[Change]) -> str:
         f'{{"timestamp":"{us // 1_000_000}","microtimestamp":"{us}",'
         f'"bids":{_pairs(bids)},"asks":{_pairs(asks)}}}'
     )
+
+
+def mutated(data: st.DataObject, raw: bytes, alphabet: bytes) -> bytes:
+    """raw with 1-4 random edits (a byte replaced, deleted or inserted, from alphabet): what
+    the C parsers' mutation tests feed them."""
+    out = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(out) - 1))
+        edit = data.draw(st.sampled_from(["replace", "delete", "insert"]))
+        byte = data.draw(st.sampled_from(list(alphabet)))
+        if edit == "replace":
+            out[at] = byte
+        elif edit == "delete":
+            del out[at]
+        else:
+            out.insert(at, byte)
+    return bytes(out)

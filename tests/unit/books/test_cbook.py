@@ -26,7 +26,14 @@ from gateway.books.book import COrderBook, OrderBook, okx_checksum
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
-from tests.unit.books.messages import Change, binance_depth, binance_rest, bybit_book, okx_book
+from tests.unit.books.messages import (
+    Change,
+    binance_depth,
+    binance_rest,
+    bybit_book,
+    mutated,
+    okx_book,
+)
 from tests.unit.books.test_checksums import (
     OKX_DOC_1,
     OKX_DOC_1_CHECKSUM,
@@ -374,25 +381,15 @@ def test_every_prefix_is_refused_and_applies_nothing() -> None:
 def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
     """Random edits of a good message: C either refuses it (a typed status, the book as it
     was) or applies exactly the levels the Python normalizer reads from it."""
-    raw = bytearray(GOOD)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(raw) - 1))
-        edit = data.draw(st.sampled_from(["replace", "delete", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"[]{},:0159.-eE\\ xu\x00\xff')))
-        if edit == "replace":
-            raw[at] = byte
-        elif edit == "delete":
-            del raw[at]
-        else:
-            raw.insert(at, byte)
+    raw = mutated(data, GOOD, b'"[]{},:0159.-eE\\ xu\x00\xff')
     book = joined_book([("10.4", "2")])
     before = c_state(book)
-    status, as_json, as_binary = book.on_message(bytes(raw), 3, BOTH)
+    status, as_json, as_binary = book.on_message(raw, 3, BOTH)
     name = BOOK_STATUS_NAMES[status]
     if name != "applied":
         assert c_state(book) == before
         return
-    (event,) = NORMALIZER.normalize(bytes(raw), 3)
+    (event,) = NORMALIZER.normalize(raw, 3)
     assert isinstance(event, BookDelta)
     assert as_json == encode_json(event) and as_binary == encode_binary(event)
     python = make_sync("binance", "BTCUSDT")

@@ -17,7 +17,7 @@ from gateway.books.book import OrderBook
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
-from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
+from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest, mutated
 from tests.unit.books.test_cbook import BOTH, SYMBOLS, Twins, odd_levels, sizes, texts
 from tests.unit.books.test_differential import cf_apply, ours_as_decimals, theirs
 from wsgw_bench.books import sim_stream
@@ -121,24 +121,14 @@ def test_every_prefix_is_refused_and_applies_nothing() -> None:
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
-    raw = bytearray(GOOD_RAW)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(raw) - 1))
-        edit = data.draw(st.sampled_from(["replace", "delete", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"[]{},:0159.-_eE\\ xu\x00\xff')))
-        if edit == "replace":
-            raw[at] = byte
-        elif edit == "delete":
-            del raw[at]
-        else:
-            raw.insert(at, byte)
+    raw = mutated(data, GOOD_RAW, b'"[]{},:0159.-_eE\\ xu\x00\xff')
     book = joined_book()
     before = c_state(book)
-    status, as_json, as_binary = book.on_message(bytes(raw), 3, BOTH)
+    status, as_json, as_binary = book.on_message(raw, 3, BOTH)
     if BOOK_STATUS_NAMES[status] != "applied":
         assert c_state(book) == before
         return
-    (event,) = BITSTAMP.normalize(bytes(raw), 3)
+    (event,) = BITSTAMP.normalize(raw, 3)
     assert isinstance(event, BookDelta)
     assert as_json == encode_json(event) and as_binary == encode_binary(event)
     python = OrderBook()

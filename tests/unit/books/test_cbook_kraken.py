@@ -17,7 +17,7 @@ from gateway.books.book import OrderBook, kraken_checksum
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
-from tests.unit.books.messages import Change, kraken_book
+from tests.unit.books.messages import Change, kraken_book, mutated
 from tests.unit.books.test_cbook import BOTH, SYMBOLS, Twins, sizes, texts
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
@@ -177,25 +177,15 @@ def test_every_prefix_is_refused_and_applies_nothing() -> None:
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
-    raw = bytearray(GOOD)
-    for _ in range(data.draw(st.integers(1, 4))):
-        at = data.draw(st.integers(0, len(raw) - 1))
-        edit = data.draw(st.sampled_from(["replace", "delete", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"[]{},:0159.-eEZT\\ xu\x00\xff')))
-        if edit == "replace":
-            raw[at] = byte
-        elif edit == "delete":
-            del raw[at]
-        else:
-            raw.insert(at, byte)
+    raw = mutated(data, GOOD, b'"[]{},:0159.-eEZT\\ xu\x00\xff')
     book = joined_book()
     before = c_state(book)
-    status, as_json, as_binary = book.on_message(bytes(raw), 3, BOTH)
+    status, as_json, as_binary = book.on_message(raw, 3, BOTH)
     if BOOK_STATUS_NAMES[status] != "applied":
         if BOOK_STATUS_NAMES[status] != "checksum":  # applied, then found wrong
             assert c_state(book) == before
         return
-    (event,) = KRAKEN.normalize(bytes(raw), 3)
+    (event,) = KRAKEN.normalize(raw, 3)
     assert isinstance(event, BookDelta)
     assert as_json == encode_json(event) and as_binary == encode_binary(event)
     python = OrderBook()
