@@ -248,8 +248,6 @@ def test_connect_scenario_has_wss_rows() -> None:
             assert all(math.isfinite(s) and s > 0 for s in m.samples)
     for name in WS_CONTENDERS:
         assert "wss://" not in notes[name], notes[name]  # no failure note
-        # the TLS handshake adds a round trip at least: wss:// opens take longer
-        assert groups["WSS open p50"][name].median > groups["WS open p50"][name].median
         assert groups["WSS open p50"][name].median <= groups["WSS open p99"][name].median
     assert "CA minted for the run" in results[0].note
     assert "not measured" not in results[0].note
