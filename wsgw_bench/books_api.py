@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wsgw_bench.core import BenchOptions, Measurement, scenario
+
 TOPIC = "level2:BTC-USD"
 SYMBOL = "BTC-USD"
 
@@ -218,6 +220,30 @@ def run(levels: int, depth: int, requests: int, rounds: int) -> dict[str, Any]:
         # CPU of the whole process (client, app, worker thread) per in-process request
         "in_process_cpu_us": round(cpu_ns / ((per_round + 50) * rounds) / 1000, 1),
     }
+
+
+@scenario(
+    "books_api",
+    "GET /v1/books/{session}/{symbol}?depth=100 of a 2,000-level book through uvicorn, "
+    "from another process: p50/p99 with a token, without auth, and the floor (GET /healthz)",
+)
+def bench_books_api(options: BenchOptions) -> list[Measurement]:
+    result = run(2000, 100, 400 if options.quick else 2000, 2 if options.quick else 4)
+    note = f"load {result['load'][0]} -> {result['load'][1]}"
+    return [
+        Measurement(
+            "books_api",
+            f"depth-100 read {q}",
+            door,
+            "us",
+            False,
+            [figures[f"{q}_us"]],
+            reference=door.startswith("floor"),
+            note=note,
+        )
+        for door, figures in result["doors"].items()
+        for q in ("p50", "p99")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

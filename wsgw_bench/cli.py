@@ -17,6 +17,7 @@ def _load_scenarios() -> None:
     # Importing registers them.
     from wsgw_bench import (  # noqa: F401
         books,
+        books_api,
         conformance,
         failover,
         fanout,

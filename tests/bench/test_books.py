@@ -41,3 +41,11 @@ def test_quick_run_measures_every_venue_and_the_book_read() -> None:
     for m in results:
         assert m.samples and all(math.isfinite(v) and v > 0 for v in m.samples), m
     assert sum(m.reference for m in results) == len(SIM_STREAMS)
+
+
+def test_books_api_is_a_registered_scenario() -> None:
+    from wsgw_bench import cli
+    from wsgw_bench.core import SCENARIOS
+
+    cli._load_scenarios()
+    assert "books_api" in SCENARIOS
