@@ -1,9 +1,11 @@
-"""Fixtures of the hub's unit tests: a ring in /dev/shm removed afterwards, and helpers."""
+"""Fixtures of the hub's unit tests: a ring in /dev/shm removed afterwards, a socket pair,
+and helpers."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -26,6 +28,15 @@ def ring_name(request: pytest.FixtureRequest) -> Iterator[str]:
 def ring(ring_name: str) -> Iterator[RingWriter]:
     with RingWriter.create(ring_name, 1 << 22) as writer:
         yield writer
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected socket pair (the C sink's tests write to one end)."""
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
 
 
 @pytest.fixture(scope="module", autouse=True)

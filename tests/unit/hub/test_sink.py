@@ -6,9 +6,6 @@ frame it sent in part, and the seq Python resumes at add up to every frame once.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-
-import pytest
 
 from dataplane.ring import RingWriter
 from gateway.hub.events import OP_BINARY, OP_TEXT, ws_frame
@@ -22,21 +19,6 @@ from gateway.hub.sink import (
     SinkSocket,
     StreamSink,
 )
-
-
-@pytest.fixture
-def ring() -> Iterator[RingWriter]:
-    writer = RingWriter.create(None, 1 << 22)
-    yield writer
-    writer.close()
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    a, b = socket.socketpair()
-    yield a, b
-    a.close()
-    b.close()
 
 
 def frame(payload: bytes) -> bytes:

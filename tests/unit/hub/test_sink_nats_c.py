@@ -5,9 +5,6 @@ stops at a topic it has no subject for, at any $gap record, and exactly at a ful
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-
-import pytest
 
 from dataplane.ring import RingWriter
 from gateway.hub.nats_c import pub
@@ -22,21 +19,6 @@ from gateway.hub.sink import (
     StreamSink,
 )
 from tests.unit.hub.test_sink import drain
-
-
-@pytest.fixture
-def ring() -> Iterator[RingWriter]:
-    writer = RingWriter.create(None, 1 << 22)
-    yield writer
-    writer.close()
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    a, b = socket.socketpair()
-    yield a, b
-    a.close()
-    b.close()
 
 
 def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
