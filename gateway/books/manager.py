@@ -230,6 +230,8 @@ class BookManager:
         #: hub id -> the sessions whose books its `$gap` records make stale
         self._followers: dict[int, list[int]] = {}
         self._books: dict[tuple[int, str, str], _Book] = {}
+        #: (session, topic) -> its books (the C path looks a record's book up per run)
+        self._topic_books: dict[tuple[int, str], list[_Book]] = {}
         self._snapshot_policies: dict[int, SnapshotPolicy] = {}
         #: Every other session's (books.periodic_interval_ms / periodic_depth).
         self.default_snapshots = (
@@ -285,7 +287,11 @@ class BookManager:
             for key in [k for k in self._books if k[0] == session_id]:
                 feed = self._feeds.get(session_id)
                 if feed is None or feed is not old or key[1] not in feed.topics:
-                    self._retire(self._books.pop(key))
+                    book = self._books.pop(key)
+                    self._topic_books[key[:2]].remove(book)
+                    if not self._topic_books[key[:2]]:
+                        del self._topic_books[key[:2]]
+                    self._retire(book)
             names: dict[str, list[tuple[int, str]]] = {}
             followers: dict[int, list[int]] = {}
             for sid, feed in self._feeds.items():
@@ -505,7 +511,7 @@ class BookManager:
         feed = self._feeds.get(sid)
         if feed is None or feed.venue not in C_VENUES:
             return None
-        found = [b for k, b in self._books.items() if k[0] == sid and k[1] == topic]
+        found = self._topic_books.get((sid, topic), ())
         if len(found) != 1 or not found[0].sync.synced:
             return None
         return found[0]
@@ -577,6 +583,7 @@ class BookManager:
                 options["key"] = "c"
             book = _Book(sid, topic, event.symbol, make_sync(feed.venue, event.symbol, **options))
             self._books[key] = book
+            self._topic_books.setdefault((sid, topic), []).append(book)
         if isinstance(event, BookDelta) and event.prev_seq and feed.venue == "binance":
             book.futures = True
         outcome = book.sync.on_event(event)
