@@ -6,6 +6,7 @@ frame it sent in part, and the seq Python resumes at add up to every frame once.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from dataplane.ring import RingWriter
 from gateway.hub.events import OP_BINARY, OP_TEXT, ws_frame
@@ -19,6 +20,22 @@ from gateway.hub.sink import (
     SinkSocket,
     StreamSink,
 )
+
+
+def overfill(
+    ring: RingWriter, entry: Any, topic: int, count: int = 200
+) -> tuple[int, dict[int, bytes], Any]:
+    """Arm entry at the ring's next record and write count 780-byte records of topic, more
+    than the small socket takes: (the first seq, seq -> payload, the state C stopped in)."""
+    first = ring.last_seq + 1
+    assert entry.arm(first)
+    payloads = {}
+    for i in range(count):
+        p = (b"%d:" % i) + b"y" * 777
+        payloads[ring.write(1, topic, p)] = p
+    state = entry.state()
+    assert state[ST_ARMED] == 0 and state[ST_REASON] in (AGAIN, PARTIAL)
+    return first, payloads, state
 
 
 def frame(payload: bytes) -> bytes:
@@ -79,14 +96,7 @@ def test_a_full_socket_stops_the_sink_exactly(
     sink = StreamSink(ring.handle, gap)
     try:
         entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
-        first = ring.last_seq + 1
-        assert entry.arm(first)
-        payloads = {}
-        for i in range(200):
-            p = (b"%d:" % i) + b"y" * 777
-            payloads[ring.write(1, topic, p)] = p
-        state = entry.state()
-        assert state[ST_ARMED] == 0 and state[ST_REASON] in (AGAIN, PARTIAL)
+        first, payloads, state = overfill(ring, entry, topic)
         got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
         resume = state[ST_NEXT_SEQ]
         got += b"".join(frame(payloads[s]) for s in range(resume, first + 200))  # ... then on

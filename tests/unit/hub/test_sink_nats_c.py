@@ -9,16 +9,14 @@ import socket
 from dataplane.ring import RingWriter
 from gateway.hub.nats_c import pub
 from gateway.hub.sink import (
-    AGAIN,
     GAP,
-    PARTIAL,
     ST_ARMED,
     ST_NEXT_SEQ,
     ST_REASON,
     TOPIC,
     StreamSink,
 )
-from tests.unit.hub.test_sink import drain
+from tests.unit.hub.test_sink import drain, overfill
 
 
 def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
@@ -66,14 +64,7 @@ def test_a_full_socket_stops_the_nats_slot_exactly(
     try:
         entry = sink.add_nats(pair[0].fileno())
         assert entry.subject(topic, b"s.1.a")
-        first = ring.last_seq + 1
-        assert entry.arm(first)
-        payloads = {}
-        for i in range(200):
-            p = (b"%d:" % i) + b"y" * 777
-            payloads[ring.write(1, topic, p)] = p
-        state = entry.state()
-        assert state[ST_ARMED] == 0 and state[ST_REASON] in (AGAIN, PARTIAL)
+        first, payloads, state = overfill(ring, entry, topic)
         got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
         resume = state[ST_NEXT_SEQ]
         got += b"".join(pub("s.1.a", payloads[s]) for s in range(resume, first + 200))
