@@ -180,6 +180,10 @@ class SnapshotPolicy:
             raise ValueError(f"depth {self.depth} is not >= 1")
 
 
+class BooksBusy(Exception):
+    """The books are being updated right now (BookManager.view with wait False)."""
+
+
 @dataclass(frozen=True)
 class BookView:
     """A book as GET /v1/books answers it."""
@@ -394,10 +398,15 @@ class BookManager:
         self._reader = self._thread = self._executor = None
 
     # ---- reading (any thread) -----------------------------------------------------------
-    def view(self, session_id: int, symbol: str, depth: int | None = None) -> BookView | None:
+    def view(
+        self, session_id: int, symbol: str, depth: int | None = None, *, wait: bool = True
+    ) -> BookView | None:
         """The book of `symbol` in the session (its venue's spelling; case is ignored when
-        nothing matches exactly), None when the session keeps none."""
-        with self._lock:
+        nothing matches exactly), None when the session keeps none. wait False: BooksBusy at
+        once while the reader thread holds the books (an event loop must not wait for it)."""
+        if not self._lock.acquire(blocking=wait):
+            raise BooksBusy
+        try:
             book = self._find(session_id, symbol)
             if book is None:
                 return None
@@ -422,6 +431,8 @@ class BookManager:
                 resyncs,
                 sync.last_reset,
             )
+        finally:
+            self._lock.release()
 
     def _find(self, session_id: int, symbol: str) -> _Book | None:
         books = [b for b in self._books.values() if b.session_id == session_id]

@@ -58,7 +58,11 @@ class ControlPlane:
         self.sessions.on_delete.append(self.books.forget_session)
         self.groups = GroupService(self.tx, self.runtime)
         self.groups.on_legs_change.append(self.subscriptions.retell_books)
-        self.tokens = TokenService(self.tx, timedelta(seconds=settings.auth.last_used_resolution_s))
+        self.tokens = TokenService(
+            self.tx,
+            timedelta(seconds=settings.auth.last_used_resolution_s),
+            settings.auth.token_cache_s,
+        )
         self.started = False
         self.restored: RestoreReport | None = None
 
