@@ -5,9 +5,9 @@ A book is kept per symbol for the book topics that a normalized subscription hol
 sequence are one state of the book.
 
 `/v1/books/{session}/snapshots` sets a session's periodic book snapshots (admin scope: they
-go to every consumer of the session's normalized topics). The setting lives in the running
-gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it and the
-sessions go back to the gateway's default (books.periodic_interval_ms, periodic_depth).
+go to every consumer of the session's normalized topics). The setting is stored and applied
+(gateway.control.books), so a restart keeps it; a session without one follows the gateway's
+default (books.periodic_interval_ms, periodic_depth).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def put_snapshots(
     sequence) every interval_ms, in order with its deltas, so that a consumer who joins
     late rebuilds the book from a snapshot and the deltas after it."""
     control.sessions.get(session_id)
-    control.books.set_snapshots(session_id, SnapshotPolicy(body.interval_ms / 1000, body.depth))
+    policy = SnapshotPolicy(body.interval_ms / 1000, body.depth)
+    control.book_snapshots.set(session_id, policy)
     return _snapshots_public(control.books, session_id)
 
 
@@ -94,7 +95,7 @@ def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep)
     """The session's own setting goes: its books are published by the gateway's default
     (books.periodic_interval_ms; none unless set)."""
     control.sessions.get(session_id)
-    control.books.set_snapshots(session_id, None)
+    control.book_snapshots.set(session_id, None)
 
 
 #: Books read on the event loop up to this depth a side (a few tens of us); deeper ones,
