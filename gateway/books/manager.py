@@ -555,14 +555,15 @@ class BookManager:
                 self._stale(book, feed, outcome.reason, outcome.detail, stamps[k], out)
 
     def _record(self, record: Any, out: list[_Out]) -> None:
-        if type(record) is Gap:
+        if type(record) is Gap:  # this reader lost records: no session reconnects for it
             for sid in list(self._feeds):
-                self._session_gap(sid, time.time_ns(), out)
+                self._session_gap(sid, time.time_ns(), out, resync=True)
             return
         _, hub_id, name, ts, payload, _ = record
         if name == RING_GAP_TOPIC:
             for sid in self._followers.get(hub_id, ()):
-                self._session_gap(sid, ts, out)
+                # a group's gap is a loss of every leg: none of them reconnects for it
+                self._session_gap(sid, ts, out, resync=hub_id != sid)
             return
         for sid, topic in self._names.get(name, ()):
             feed = self._feeds.get(sid)
@@ -622,8 +623,9 @@ class BookManager:
             out.append((book.session_id, book.topic, book.sync.last_reset, ts))
         self._schedule(book)
 
-    def _session_gap(self, sid: int, ts: int, out: list[_Out]) -> None:
-        """Messages of the session may be missing: its books cannot be trusted."""
+    def _session_gap(self, sid: int, ts: int, out: list[_Out], *, resync: bool = False) -> None:
+        """Messages of the session may be missing: its books cannot be trusted. resync: ask
+        for a snapshot now (no reconnect of the session will bring one)."""
         for book in [b for b in self._books.values() if b.session_id == sid]:
             sync = book.sync
             if not sync.synced and not sync.buffers:
@@ -634,7 +636,7 @@ class BookManager:
             sync.last_reset = reset
             book.gap_resets += 1
             out.append((sid, book.topic, reset, ts))
-            if sync.buffers:
+            if sync.buffers or resync:
                 self._schedule(book, now=True)
             # the others: the session resubscribes as it reconnects, and the venue's
             # snapshot comes with it
