@@ -79,6 +79,7 @@ from dataplane.ring import Gap, RingClosedError, RingError, RingReader
 from dataplane.shim import BOOK_OUT_BINARY, BOOK_OUT_JSON
 from gateway.books.book import C_VENUES
 from gateway.books.sync import Action, BookSync, make_sync
+from gateway.dialects.kraken import book_depth as kraken_book_depth
 from gateway.hub.names import RING_GAP_TOPIC, normalized_topic, ring_topic
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, Event, Level, encode
 from gateway.normalize.venues import NORMALIZERS, Normalizer, make_normalizer
@@ -782,12 +783,18 @@ def _book_c_available() -> bool:
 
 
 def sync_options(venue: str, topic: str) -> dict[str, Any]:
-    """The BookSync options a topic implies: Bybit's `orderbook.N.SYMBOL` shows N levels a
-    side (a level pushed out of them gets no delete: the book truncates to N itself)."""
+    """The BookSync options a topic implies: the levels a side the subscription shows (a
+    level pushed out of them gets no delete: the book truncates to them itself). Bybit's
+    `orderbook.N.SYMBOL`: N; Kraken's `book.N:SYMBOL`: N, `book:SYMBOL` 10 (its checksum is
+    of the top 10 of the truncated book either way)."""
     if venue == "bybit":
         parts = topic.split(".")
         if len(parts) == 3 and parts[0] == "orderbook" and parts[1].isdigit():
             return {"depth": int(parts[1])}
+    if venue == "kraken":
+        depth = kraken_book_depth(topic)
+        if depth is not None:
+            return {"depth": depth}
     return {}
 
 
