@@ -495,6 +495,26 @@ enum {
     HAVE_QTY = 2048,
 };
 
+/* An object member's key into (k, klen), s->p then at its value; an escaped key marks the
+ * message unsupported (C matches keys as sent). -1 when the text is not JSON. */
+static int member_key(struct scan *s, const uint8_t **k, uint32_t *klen)
+{
+    int plain;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != '"' || read_string(s, k, klen, &plain))
+        return bad(s);
+    if (!plain)
+        s->unsupported = 1;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':')
+        return bad(s);
+    s->p++;
+    skip_ws(s);
+    if (s->p >= s->end)
+        return bad(s);
+    return 0;
+}
+
 /* A member reader: reads the value at s->p for key k and returns 0, or -1 on an error, or 1
  * when the key is not one it reads (the value is then skipped). */
 typedef int (*member_fn)(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
@@ -511,19 +531,9 @@ static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, membe
     for (;;) {
         const uint8_t *k;
         uint32_t klen;
-        int plain, rc;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
-            return bad(s);
-        if (!plain)
-            s->unsupported = 1;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':')
-            return bad(s);
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
+        int rc;
+        if (member_key(s, &k, &klen))
+            return -1;
         rc = fn(s, b, m, k, klen);
         if (rc > 0)
             rc = skip_value(s, 2);
@@ -826,19 +836,9 @@ static int kraken_levels(struct scan *s, struct pending *pd)
                 for (;;) {
                     const uint8_t *k;
                     uint32_t klen;
-                    int plain, rc;
-                    skip_ws(s);
-                    if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
-                        return bad(s);
-                    if (!plain)
-                        s->unsupported = 1;
-                    skip_ws(s);
-                    if (s->p >= s->end || *s->p != ':')
-                        return bad(s);
-                    s->p++;
-                    skip_ws(s);
-                    if (s->p >= s->end)
-                        return bad(s);
+                    int rc;
+                    if (member_key(s, &k, &klen))
+                        return -1;
                     if (key_is(k, klen, "price")) {
                         s->unsupported |= (have & HAVE_PRICE) != 0;
                         have |= HAVE_PRICE;
