@@ -1,8 +1,8 @@
 """Bitstamp `diff_order_book` diffs in C (book.c) against the Python path and cryptofeed,
 message by message (tests/unit/books/test_cbook.py's Twins): the same outcomes (buffered
 before the REST snapshot, dropped when not newer than it, out of order when older than the
-last applied), books and encoded deltas; truncated or mutated messages either refused
-(nothing applied) or read as Python reads them."""
+last applied), books and encoded deltas; what C declines. The simulator stream, truncated
+and mutated messages: test_cbook.py, parametrized by venue."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Coinbase `level2` l2updates in C (book.c) against the Python path and cryptofeed, message
 by message (tests/unit/books/test_cbook.py's Twins): the same outcomes, books and encoded
-deltas; truncated or mutated messages either refused (nothing applied) or read as Python
-reads them."""
+deltas; what C declines. The simulator stream, truncated and mutated messages:
+test_cbook.py, parametrized by venue."""
 
 from __future__ import annotations
 

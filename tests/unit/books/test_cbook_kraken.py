@@ -1,7 +1,8 @@
 """Kraken v2 `book` updates in C (book.c) against the Python path and cryptofeed, message
 by message: the same outcomes, books, resets and encoded deltas (tests/unit/books/
 test_cbook.py's Twins), Kraken's published checksum example, its depth truncation, and
-truncated or mutated messages either refused (nothing applied) or read as Python reads them.
+what C declines. The simulator stream, truncated and mutated messages: test_cbook.py,
+parametrized by venue.
 """
 
 from __future__ import annotations
