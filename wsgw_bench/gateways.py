@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,19 @@ class ServeGateway:
         self.kill()
         self.api.close()
         self.ring.unlink(missing_ok=True)
+
+
+def fleet_nodes(
+    db_url: str, nats: dict[str, Any], tmp: Path, names: Iterable[str], lease_s: float
+) -> list[ServeGateway]:
+    """Fleet nodes (not started) on one database, labelled zone=lab, each with its own copy
+    of the hub.nats settings `nats`."""
+    return [
+        ServeGateway(
+            name, tmp, env=fleet_env(db_url, name, lease_s, {"zone": "lab"}), nats=dict(nats)
+        )
+        for name in names
+    ]
 
 
 @contextlib.contextmanager

@@ -18,13 +18,8 @@ from gateway.groups.feed import group_hub_id
 from gateway.simulator.process import local_simulator
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.gateways import (
-    ServeGateway,
-    closing_with_logs,
-    create_sessions,
-    fleet_env,
-    jetstream_nats,
-)
+from wsgw_bench import gateways
+from wsgw_bench.gateways import ServeGateway, closing_with_logs, create_sessions, jetstream_nats
 from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -45,17 +40,16 @@ def simulator() -> Iterator[int]:
 def fleet_nodes(
     pg_url: str, nats_url: str, tmp: Path, names: tuple[str, ...]
 ) -> list[ServeGateway]:
-    """Fleet nodes (not started) on one database, all labelled zone=lab, publishing to the
-    JetStream stream E2E."""
-    return [
-        ServeGateway(
-            name,
-            tmp,
-            env=fleet_env(pg_url, name, LEASE_S, {"zone": "lab"}),
-            nats=jetstream_nats(nats_url, "E2E"),
-        )
-        for name in names
-    ]
+    """Fleet nodes (not started) on one database, publishing to the JetStream stream E2E."""
+    return gateways.fleet_nodes(pg_url, jetstream_nats(nats_url, "E2E"), tmp, names, LEASE_S)
+
+
+def stream_on(consumer: Consumer) -> None:
+    """Wait until the consumer got two seconds more of trades, then one more second (what
+    is still on its way)."""
+    count = len(consumer.got)
+    wait_until(lambda: len(consumer.got) >= count + 2 * RATE, 30)
+    time.sleep(1.0)
 
 
 def where(nodes: list[ServeGateway], sessions: list[int]) -> dict[int, list[str]]:
@@ -103,9 +97,7 @@ def test_a_group_with_legs_on_two_nodes_loses_nothing_when_one_node_dies(
                     lambda: all(len(p) == 1 for p in where(others, legs).values()), 6 * LEASE_S
                 )
                 moved_to = where(others, legs)
-                count = len(consumer.got)
-                wait_until(lambda: len(consumer.got) >= count + 2 * RATE, 30)
-                time.sleep(1.0)
+                stream_on(consumer)
         finally:
             if consumer is not None:
                 consumer.kill()

@@ -7,42 +7,27 @@ checked is who runs them, not their feed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from gateway.control import ControlPlane
 from gateway.fleet.node import FleetNode, FleetRuntime
-from gateway.runtime import SessionState, build_runtime
-from tests.api.conftest import make_settings
+from gateway.runtime import SessionState
 from tests.api.test_fleet_failover import wait_for
 
 LEASE_S = 1.5
 
 
 @pytest.fixture
-def make_node(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
-    planes: list[ControlPlane] = []
-
+def make_node(make_plane: Callable[..., ControlPlane]) -> Callable[..., ControlPlane]:
     def make(name: str, labels: dict[str, str], lease_s: float = LEASE_S) -> ControlPlane:
-        settings = make_settings(
-            tmp_path / name,
-            pg_url,
-            hub={"gateway": f"t{name}", "ring": False},
-            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": lease_s},
-        )
-        runtime = build_runtime(settings)
-        assert isinstance(runtime, FleetRuntime)
-        plane = ControlPlane(settings, runtime)
-        planes.append(plane)
+        fleet = {"enabled": True, "node": name, "labels": labels, "lease_s": lease_s}
+        plane = make_plane(name, hub={"gateway": f"t{name}", "ring": False}, fleet=fleet)
+        assert isinstance(plane.runtime, FleetRuntime)
         return plane
 
-    try:
-        yield make
-    finally:
-        for plane in reversed(planes):
-            plane.shutdown()
+    return make
 
 
 def fleet_runtime(plane: ControlPlane) -> FleetRuntime:

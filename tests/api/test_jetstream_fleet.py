@@ -27,7 +27,7 @@ from wsgw_bench.gateways import (
     ServeGateway,
     closing_with_logs,
     create_sessions,
-    fleet_env,
+    fleet_nodes,
     jetstream_nats,
 )
 from wsgw_bench.servers import NatsServer, nats_server_binary
@@ -83,12 +83,8 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
     pg_url: str, simulator: int, tmp_path: Path
 ) -> None:
     with NatsServer(jetstream=True) as nats:
-        nodes = []
-        for name in ("n1", "n2", "n3"):
-            env = fleet_env(pg_url, name, LEASE_S, {"zone": "lab"})
-            settings = jetstream_nats(nats.url, STREAM) | {"headers": True}  # Wsgw-Gen
-            node = ServeGateway(name, tmp_path, env=env, nats=settings)
-            nodes.append(node)
+        settings = jetstream_nats(nats.url, STREAM) | {"headers": True}  # Wsgw-Gen
+        nodes = fleet_nodes(pg_url, settings, tmp_path, ("n1", "n2", "n3"), LEASE_S)
         consumer = Consumer(nats.url, "fleet", stream=STREAM, session="all")
         wire: Subscriber | None = None  # every copy any node publishes (core NATS)
         try:
