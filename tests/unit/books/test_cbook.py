@@ -138,6 +138,7 @@ odd_levels = st.tuples(
     st.sampled_from(["1", "0", "1e-8", "5.", "0.1234567890123456789"]),
 )
 changes = st.lists(st.tuples(texts, sizes), max_size=5)
+snapshots = st.lists(st.tuples(texts, sizes), max_size=30)
 #: Mostly in order; sometimes a break (+1, +2) or a repeat (-1, -3).
 offsets = st.sampled_from([0] * 12 + [1, 2, -1, -3])
 steps = st.lists(
@@ -159,7 +160,7 @@ def plain(level: tuple[str, str]) -> bool:
 
 
 @settings(max_examples=150, deadline=None)
-@given(snap=st.lists(st.tuples(texts, sizes), max_size=30), stream=steps)
+@given(snap=snapshots, stream=steps)
 def test_c_path_equals_python_path_at_every_step(
     snap: list[Change],
     stream: list[tuple[str, int, int, list[Change], list[Change], Change]],
@@ -260,7 +261,7 @@ def okx_expected(twins: Twins, bids: list[Change], asks: list[Change]) -> int:
 @settings(max_examples=80, deadline=None)
 @given(
     venue=st.sampled_from(["okx", "bybit"]),
-    snap=st.lists(st.tuples(texts, sizes), max_size=30),
+    snap=snapshots,
     stream=st.lists(
         st.tuples(offsets, st.sampled_from([True] * 12 + [False]), changes, changes),
         min_size=1,

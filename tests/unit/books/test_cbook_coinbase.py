@@ -12,19 +12,19 @@ from hypothesis import strategies as st
 from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
-from tests.unit.books.test_cbook import BOTH, Twins, odd_levels, sizes, texts
+from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
 
 COINBASE = make_normalizer("coinbase")
 
 
 @settings(max_examples=120, deadline=None)
 @given(
-    snap=st.lists(st.tuples(texts, sizes), max_size=30),
+    snap=snapshots,
     stream=st.lists(
         st.tuples(
             st.sampled_from(["update"] * 12 + ["snapshot", "odd", "other_side"]),
-            st.lists(st.tuples(texts, sizes), max_size=5),
-            st.lists(st.tuples(texts, sizes), max_size=5),
+            changes,
+            changes,
             odd_levels,
         ),
         min_size=1,
