@@ -59,6 +59,21 @@ def session(plane: ControlPlane, name: str, placement: dict[str, str]) -> int:
     return row.id
 
 
+def running_on_b(
+    make_node: Callable[[str, dict[str, str]], ControlPlane],
+) -> tuple[ControlPlane, ControlPlane, int]:
+    """Nodes a (zone x) and b (zone y) started, and a session placed in zone y started
+    through a's API: (a, b, the session), once b runs it."""
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    b = make_node("b", {"zone": "y"})
+    b.start()
+    sid = session(a, "on-b", {"zone": "y"})
+    a.sessions.start(sid)
+    wait_for("b running the session", lambda: here(b) == {sid})
+    return a, b, sid
+
+
 def test_placement_restore_start_and_drain(
     make_node: Callable[[str, dict[str, str]], ControlPlane],
 ) -> None:
@@ -139,13 +154,7 @@ def test_subscriptions_changed_on_any_node_reach_the_owner(
     """A subscription created, changed and deleted through the API of a node that does not
     run the session reaches the node that does within a tick; the owner subscribes it. A
     stop and a start there reach it too."""
-    a = make_node("a", {"zone": "x"})
-    a.start()
-    b = make_node("b", {"zone": "y"})
-    b.start()
-    sid = session(a, "on-b", {"zone": "y"})
-    a.sessions.start(sid)
-    wait_for("b running the session", lambda: here(b) == {sid})
+    a, b, sid = running_on_b(make_node)
 
     def topics_on_b() -> tuple[str, ...]:
         return fleet_runtime(b).session_status(sid).topics
@@ -192,13 +201,7 @@ def test_a_session_changed_through_another_node_restarts_with_its_new_configurat
 ) -> None:
     """Stopped, changed and started again through node a's API while its owner b does not
     tick (b's tick lock held): b's next tick restarts it with the stored configuration."""
-    a = make_node("a", {"zone": "x"})
-    a.start()
-    b = make_node("b", {"zone": "y"})
-    b.start()
-    sid = session(a, "on-b", {"zone": "y"})
-    a.sessions.start(sid)
-    wait_for("b running the session", lambda: here(b) == {sid})
+    a, b, sid = running_on_b(make_node)
     with fleet_node(b)._lock:  # b between two ticks
         a.sessions.stop(sid)
         a.sessions.update(sid, {"url": "ws://127.0.0.1:10/other", "name": "renamed"})
