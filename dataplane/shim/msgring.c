@@ -1678,17 +1678,30 @@ out:
     return rc;
 }
 
+/* What a bench read loop reads into: views for BENCH_BATCH_MAX messages and the payload
+ * arena; -ENOMEM, nothing kept, when short of memory. */
+static int bench_read_buffers(wsgw_ring_reader *r, struct wsgw_ring_view **views,
+                              uint8_t **arena, uint32_t *arena_size)
+{
+    *views = malloc(sizeof(**views) * BENCH_BATCH_MAX);
+    *arena_size = bench_arena_size(r);
+    *arena = malloc(*arena_size);
+    if (*views == NULL || *arena == NULL) {
+        free(*views);
+        free(*arena);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 WSGW_API int wsgw_ring_bench_read(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                   uint64_t result[4])
 {
-    struct wsgw_ring_view *views = malloc(sizeof(*views) * BENCH_BATCH_MAX);
-    uint32_t arena_size = bench_arena_size(r);
-    uint8_t *arena = malloc(arena_size);
-    if (views == NULL || arena == NULL) {
-        free(views);
-        free(arena);
+    struct wsgw_ring_view *views;
+    uint8_t *arena;
+    uint32_t arena_size;
+    if (bench_read_buffers(r, &views, &arena, &arena_size))
         return -ENOMEM;
-    }
     struct wsgw_ring_read_info info;
     uint64_t delivered = 0, lost = 0, bytes = 0, first = 0, last = 0;
     uint64_t deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
@@ -1795,14 +1808,11 @@ static uint64_t involuntary_switches(void)
 WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                      int64_t spin_ns, uint64_t *lat_ns, uint64_t result[9])
 {
-    struct wsgw_ring_view *views = malloc(sizeof(*views) * BENCH_BATCH_MAX);
-    uint32_t arena_size = bench_arena_size(r);
-    uint8_t *arena = malloc(arena_size);
-    if (views == NULL || arena == NULL) {
-        free(views);
-        free(arena);
+    struct wsgw_ring_view *views;
+    uint8_t *arena;
+    uint32_t arena_size;
+    if (bench_read_buffers(r, &views, &arena, &arena_size))
         return -ENOMEM;
-    }
     const uint64_t waits0 = r->st.waits, wakeups0 = r->st.wakeups, hits0 = r->st.spin_hits;
     struct wsgw_ring_read_info info;
     uint64_t delivered = 0, lost = 0, disorder = 0, wall0 = 0, cpu0 = 0, ivcsw0 = 0;
