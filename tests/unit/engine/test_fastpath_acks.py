@@ -96,10 +96,7 @@ def acks_flow(
 
 @pytest.fixture
 def engine() -> Iterator[EngineBinding]:
-    e = fp.make_engine()
-    e.set_time(VIRTUAL_NOW_NS)
-    yield e
-    e.destroy()
+    yield from fp.engine_at(VIRTUAL_NOW_NS)
 
 
 def run(engine: EngineBinding, frames: list[bytes]) -> tuple[list[bytes], list[int]]:

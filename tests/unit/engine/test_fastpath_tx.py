@@ -33,10 +33,7 @@ DATA = TcpFlags.ACK | TcpFlags.PSH
 
 @pytest.fixture
 def engine() -> Iterator[EngineBinding]:
-    e = fp.make_engine()
-    e.set_time(NOW_NS)
-    yield e
-    e.destroy()
+    yield from fp.engine_at(NOW_NS)
 
 
 def flow_for_tx(engine: EngineBinding, **kwargs: int) -> tuple[int, FlowStruct]:
