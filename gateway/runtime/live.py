@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from dataplane.transports.http import get_threadsafe
 from gateway.groups.feed import GroupRouter, GroupSpec
 from gateway.runtime.protocol import (
     EngineState,
@@ -405,6 +406,21 @@ class LiveRuntime:
             running = session_id in self._running
         if running and topics:
             self._submit(self._apply(session_id, "unsubscribe", list(topics)))
+
+    def snapshot_fetcher(self, session_id: int) -> Callable[[str, float], bytes] | None:
+        """fetch(url, timeout) -> body for the REST book snapshots of a running dpdk
+        session: over the session's own engine, on its loop, with its TLS trust (issue #21:
+        a venue the gateway reaches only through the DPDK port); None for the others, whose
+        snapshots the book manager fetches through the kernel."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            loop = self._live_on.get(session) if session is not None else None
+        if session is None or loop is None or session.engine is None:
+            return None
+        tls = session.config.tls
+        return partial(
+            get_threadsafe, loop, engine=session.engine, ca_file=tls.ca_file, verify=tls.verify
+        )
 
     def metrics(self) -> MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
