@@ -158,7 +158,7 @@ def start_sim(lab: Lab | None, port: int) -> SimProcess:
 
 # ---- the gateway ------------------------------------------------------------------------------
 def session_config(spec: SessionSpec) -> SessionConfig:
-    return fast_config(spec.url, spec.dialect, transport=spec.transport)
+    return fast_config(spec.url, spec.dialect, transport=spec.transport, tls=spec.tls)
 
 
 def start_gateway(

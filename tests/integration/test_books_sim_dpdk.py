@@ -25,6 +25,7 @@ from gateway.lab import Lab
 from gateway.runtime import EngineState
 from gateway.runtime.engines import DpdkEngines
 from gateway.settings import Settings
+from gateway.simulator.process import simulator_command
 from tests.conftest import requires_dpdk
 from tests.integration.test_books_gateway import Gateway
 from tests.integration.test_books_sim import (
@@ -41,6 +42,7 @@ from tests.integration.test_books_sim import (
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 SIM_PORT = 9610
 REST_PORT = 9611
+TLS_PORT = 9612
 FAULTY_HTTP = str(Path(__file__).with_name("faulty_http.py"))
 
 
@@ -105,11 +107,12 @@ def start_snapshot_server(lab: Lab, port: int, upstream: str, modes: str) -> sub
 
 
 def test_a_failing_snapshot_server_is_retried_until_the_book_syncs(
-    dpdk_gateway: Gateway, dpdk_sim: SimProcess, lab: Lab
+    dpdk_gateway: Gateway, dpdk_sim: SimProcess, lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Nothing listens on the snapshot port at first (refused), then it answers 500, a
     body short of its Content-Length, a chunked body without its last chunk, a reset, and
     at last the simulator's snapshot, chunked: the book is not given up, it syncs."""
+    monkeypatch.setattr("gateway.books.manager.RESYNC_BACKOFF_MAX", 1.0)  # retries sooner
     gw = dpdk_gateway
     books = gw.control.books
     books.config = replace(
@@ -179,3 +182,45 @@ def test_only_a_venue_without_a_snapshot_base_is_refused_at_create(
     books.config = replace(books.config, snapshot_urls={"binance": dpdk_sim.base})
     r = gw.api.patch(f"/v1/subscriptions/{raw.json()['id']}", json={"format": "normalized"})
     assert r.status_code == 200, r.text
+
+
+def test_a_wss_session_fetches_its_snapshots_over_https_with_its_ca(
+    dpdk_gateway: Gateway, lab: Lab, tmp_path: Path
+) -> None:
+    """A TLS simulator (wss:// and https:// on one port, its own CA): the session's tls
+    ca_file is what the snapshot's certificate is checked against too."""
+    certs = tmp_path / "sim-certs"
+    command = [*simulator_command(lab.peer_ip, TLS_PORT, 0, stdin=True), "--tls", "--cert-dir",
+               str(certs)]  # fmt: skip
+    proc = lab.popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    sim = SimProcess(proc, lab.peer_ip, TLS_PORT, lab)
+    try:
+        gw = dpdk_gateway
+        books = gw.control.books
+        base = f"https://{lab.peer_ip}:{TLS_PORT}"
+        books.config = replace(books.config, snapshot_urls={"binance": base})
+        binance = VENUES["binance"]
+        seq = sim.emit(binance, 100)
+        sid = gw.control.sessions.create(
+            {"name": "binance", "url": f"wss://{lab.peer_ip}:{TLS_PORT}/binance/stream",
+             "dialect": "binance", "transport": "dpdk", "port_id": lab_port(gw.control, lab),
+             "tls_ca_file": str(certs / "ca.pem")}
+        ).id  # fmt: skip
+        gw.control.subscriptions.create(
+            {"session_id": sid, "topics": [binance.topic], "consumer": "c", "format": "normalized"}
+        )
+        gw.control.sessions.start(sid)
+        until(lambda: sim.subscribers(binance) > 0, "the session's subscription")
+        seq = sim.emit(binance, 5)
+
+        def synced() -> bool:
+            got = gw.api.get(f"/v1/books/{sid}/{binance.symbol}")
+            return got.status_code == 200 and not got.json()["stale"] and (
+                got.json()["bids"], got.json()["asks"]) == sim_book(binance, seq)  # fmt: skip
+
+        until(synced, "the book synced from the https snapshot")
+        assert books.fetches[("binance", "ok")] >= 1, books.fetches
+        assert books.fetches[("binance", "failed")] == 0, books.fetches
+    finally:
+        sim.close()
