@@ -6,8 +6,9 @@ The feed simulator runs in the lab's peer namespace on every address; 200 update
 book depth first. Contenders, alternated in rounds, one request at a time, each timed from
 the call to the whole body:
 
-- dpdk: `http_get(..., engine=)` over the engine on the lab's DPDK port (threaded mode:
-  the engine polls on its own thread, the client's loop is this thread's);
+- dpdk: `get_threadsafe(loop, url, engine=)` as the book manager calls it from its pool
+  thread: http_get on the engine's own loop (engine.mode "loop", the gateway's default),
+  over the lab's DPDK port;
 - kernel: the same `http_get` over the kernel's sockets, from a thread in the lab's twin
   namespace (`Lab(kernel_client=True)`): a veth to the same peer;
 - kernel urllib (the reference): what kernel sessions' books use (`urllib.request`).
@@ -26,14 +27,40 @@ import statistics
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from gateway.lab import Lab
-from wsgw_bench.core import BenchOptions, Measurement, lab_engine, scenario, unique_lab_name
+from wsgw_bench.core import BenchOptions, Measurement, scenario, unique_lab_name
+
+if TYPE_CHECKING:
+    from dataplane.loop import EngineLoopThread
 
 PORT = 9630
 PATH = "/api/v3/depth?symbol=BTCUSDT&limit=1000"
 DPDK, KERNEL, URLLIB = "dpdk: http_get over the engine", "kernel: http_get", "kernel: urllib"
+
+
+@contextmanager
+def loop_engine(lab: Lab) -> Iterator[EngineLoopThread]:
+    """The engine on the lab's DPDK port, its loop on a thread of its own (as DpdkEngines
+    runs it in engine.mode "loop"); stopped and closed, with the port, on the way out."""
+    from dataplane.dpdk import Eal, EalConfig
+    from dataplane.engine import Engine
+    from dataplane.loop import EngineLoopThread
+    from dataplane.stack.tcp import TcpConfig
+
+    eal = Eal.init(EalConfig())
+    with eal.open_port(lab.vdev) as port:
+        engine = Engine.on_port(port, lab.gw_ip, lab.netmask, tcp_config=TcpConfig())
+        runner = EngineLoopThread(engine, name="wsgw-bench-engine")
+        runner.start()
+        try:
+            yield runner
+        finally:
+            runner.stop()
+            engine.close()
 
 
 def _timed(fetch: Callable[[], bytes], count: int) -> tuple[list[float], int]:
@@ -47,8 +74,7 @@ def _timed(fetch: Callable[[], bytes], count: int) -> tuple[list[float], int]:
 
 
 def run(requests: int, rounds: int, lab_name: str = "brest") -> dict[str, object]:
-    from dataplane.engine import EngineConfig
-    from dataplane.transports.http import http_get
+    from dataplane.transports.http import get_threadsafe, http_get
     from gateway.simulator.process import start_simulator
 
     lab = Lab(lab_name, kernel_client=True)
@@ -69,16 +95,15 @@ def run(requests: int, rounds: int, lab_name: str = "brest") -> dict[str, object
         twin = f"http://{lab.peer_client_ip}:{PORT}{PATH}"
         with lab.client_threads():  # the kernel contenders' thread: sockets in the twin
             kernel = concurrent.futures.ThreadPoolExecutor(1)
-            kernel.submit(lambda: None).result()
-        loop = asyncio.new_event_loop()
-        with lab_engine(lab, EngineConfig()) as engine, kernel:
+            kernel_loop = kernel.submit(asyncio.new_event_loop).result()
+        with loop_engine(lab) as runner, kernel:
             url = f"http://{lab.peer_ip}:{PORT}{PATH}"
 
             def over_dpdk() -> bytes:
-                return loop.run_until_complete(http_get(url, engine=engine)).body
+                return get_threadsafe(runner.loop, url, 5.0, engine=runner.engine)
 
             def over_kernel() -> bytes:
-                return asyncio.run(http_get(twin)).body
+                return kernel_loop.run_until_complete(http_get(twin)).body
 
             def with_urllib() -> bytes:
                 with urllib.request.urlopen(twin, timeout=5) as answer:
@@ -92,7 +117,7 @@ def run(requests: int, rounds: int, lab_name: str = "brest") -> dict[str, object
                 for name, fetch in ((KERNEL, over_kernel), (URLLIB, with_urllib)):
                     got[name] += kernel.submit(_timed, fetch, requests).result()[0]
             load_after = os.getloadavg()
-        loop.close()
+        kernel_loop.close()
     finally:
         if sim is not None:
             sim.kill()

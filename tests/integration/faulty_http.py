@@ -6,10 +6,10 @@ namespace). Prints `ready` once listening.
 
 Request k is answered the way MODES[min(k, len - 1)] says (the last mode repeats); the
 body is what GET http://UPSTREAM<same path> answers (the feed simulator's REST snapshot),
-or a fixed JSON when UPSTREAM is `-`:
+a fixed JSON when UPSTREAM is `-`, a snapshot of N levels a side when it is `-N`:
 
     length      Content-Length, the body written a few bytes a write (TCP_NODELAY)
-    chunked     Transfer-Encoding: chunked, 7-byte chunks, one write each
+    chunked     Transfer-Encoding: chunked, 7-byte chunks (8191 past 4 kB), a write each
     close       no length: the body ends with the connection (RFC 9112 section 6.3)
     500         500 Internal Server Error with a short JSON body
     truncated   Content-Length 100 more than sent, then FIN
@@ -47,9 +47,18 @@ def read_request(conn: socket.socket) -> str:
     return data.split(b" ", 2)[1].decode()
 
 
+def levels_body(levels: int) -> bytes:
+    """A Binance-shaped snapshot of `levels` levels a side (about 40 bytes a level)."""
+    bids = ",".join(f'["{100000 - i}.00","{i % 97 + 1}.5"]' for i in range(levels))
+    asks = ",".join(f'["{100001 + i}.00","{i % 89 + 1}.25"]' for i in range(levels))
+    return f'{{"lastUpdateId":7,"bids":[{bids}],"asks":[{asks}]}}'.encode()
+
+
 def body_of(upstream: str, path: str) -> bytes:
     if upstream == "-":
         return FIXED
+    if upstream.startswith("-"):
+        return levels_body(int(upstream[1:]))
     with urllib.request.urlopen(f"http://{upstream}{path}", timeout=5) as answer:
         body: bytes = answer.read()
         return body
@@ -80,7 +89,8 @@ def answer(conn: socket.socket, mode: str, upstream: str) -> None:
     body = body_of(upstream, path)
     if mode in ("chunked", "truncchunk"):
         head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        chunks = [body[i : i + 7] for i in range(0, len(body), 7)]
+        size = 7 if len(body) < 4096 else 8191
+        chunks = [body[i : i + size] for i in range(0, len(body), size)]
         out = [b"%x\r\n%s\r\n" % (len(c), c) for c in chunks]
         dribble(conn, head, 5)
         for piece in out:

@@ -27,6 +27,7 @@ from dataplane.ws.errors import TlsCertificateError
 from gateway.lab import Lab
 from gateway.simulator.tls import ensure_certs
 from tests.conftest import requires_dpdk
+from tests.integration.faulty_http import levels_body
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 FAULTY_HTTP = str(Path(__file__).with_name("faulty_http.py"))
@@ -59,8 +60,8 @@ def certs(tmp_path: Path, lab: Lab) -> Path:
 
 
 @contextlib.contextmanager
-def serve(lab: Lab, modes: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
-    proc = lab.popen([sys.executable, FAULTY_HTTP, lab.peer_ip, str(PORT), "-", modes, *extra],
+def serve(lab: Lab, modes: str, *extra: str, body: str = "-") -> Iterator[subprocess.Popen[str]]:
+    proc = lab.popen([sys.executable, FAULTY_HTTP, lab.peer_ip, str(PORT), body, modes, *extra],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -70,9 +71,11 @@ def serve(lab: Lab, modes: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
         proc.wait()
 
 
-async def outcome(url: str, engine: Engine, **options: object) -> bytes | type[Exception]:
+async def outcome(
+    url: str, engine: Engine, timeout: float = 1.5, **options: object
+) -> bytes | type[Exception]:
     try:
-        return (await http_get(url, engine=engine, timeout=1.5, **options)).body  # type: ignore[arg-type]
+        return (await http_get(url, engine=engine, timeout=timeout, **options)).body  # type: ignore[arg-type]
     except Exception as exc:
         return type(exc)
 
@@ -113,3 +116,22 @@ def test_a_certificate_from_another_ca_is_refused(engine: tuple[Engine, Lab], ce
         assert asyncio.run(outcome(url, eng, ca_file=other)) is TlsCertificateError
         good = str(certs / "good" / "ca.pem")
         assert asyncio.run(outcome(url, eng, ca_file=good)) == FIXED
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_body_of_many_segments_comes_whole(
+    engine: tuple[Engine, Lab], certs: Path, scheme: str
+) -> None:
+    """A depth-10000 snapshot (about 600 kB: hundreds of segments, the receive window
+    filled and opened again), with a Content-Length and chunked."""
+    eng, lab = engine
+    tls = ["--tls", str(certs / "good")] if scheme == "https" else []
+    options = {"ca_file": str(certs / "good" / "ca.pem")} if scheme == "https" else {}
+    url = f"{scheme}://{lab.peer_ip}:{PORT}/api/v3/depth?symbol=BTCUSDT&limit=5000"
+    want = levels_body(10000)
+    with serve(lab, "length,chunked", *tls, body="-10000"):
+
+        async def run() -> list[bytes | type[Exception]]:
+            return [await outcome(url, eng, timeout=10, **options) for _ in range(2)]
+
+        assert asyncio.run(run()) == [want, want]
