@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 PORT = 9630
 PATH = "/api/v3/depth?symbol=BTCUSDT&limit=1000"
-DPDK, KERNEL, URLLIB = "dpdk: http_get over the engine", "kernel: http_get", "kernel: urllib"
+DPDK, KERNEL, URLLIB = "dpdk: on the engine loop", "kernel: http_get", "kernel: urllib"
 
 
 @contextmanager
