@@ -31,6 +31,7 @@ from tests.integration.test_books_gateway import Gateway
 from tests.integration.test_books_sim import (
     VENUES,
     SimProcess,
+    Venue,
     run_session,
     sim_book,
     sim_rest_book,
@@ -77,10 +78,7 @@ def test_fault_over_dpdk_resets_resyncs_and_the_book_is_the_simulators(
     port_id = lab_port(control, lab)
     chosen = VENUES[venue]
     dpdk_sim.emit(chosen, 100)
-    sid = control.sessions.create(
-        {"name": venue, "url": dpdk_sim.url(chosen), "dialect": chosen.dialect,
-         "transport": "dpdk", "port_id": port_id}
-    ).id  # fmt: skip
+    sid = dpdk_session(control, dpdk_sim, chosen, port_id)
     run_session(dpdk_gateway, dpdk_sim, chosen, sid, fault, reason)
     engine = control.runtime.engine_status()  # the session's bytes came through the engine
     assert engine.state is EngineState.RUNNING
@@ -88,6 +86,13 @@ def test_fault_over_dpdk_resets_resyncs_and_the_book_is_the_simulators(
     if venue == "binance":  # its snapshots: over the engine (the kernel has no way there)
         assert control.books.fetches[("binance", "ok")] >= 2, control.books.fetches
         assert control.books.fetches[("binance", "failed")] == 0, control.books.fetches
+
+
+def dpdk_session(control, sim: SimProcess, venue: Venue, port_id: int) -> int:  # type: ignore[no-untyped-def]
+    """A dpdk session to the simulator's venue on the lab's port; its id."""
+    values = {"name": venue.dialect, "url": sim.url(venue), "dialect": venue.dialect,
+              "transport": "dpdk", "port_id": port_id}  # fmt: skip
+    return int(control.sessions.create(values).id)
 
 
 def lab_port(control, lab: Lab) -> int:  # type: ignore[no-untyped-def]
@@ -120,10 +125,7 @@ def test_a_failing_snapshot_server_is_retried_until_the_book_syncs(
     )
     binance = VENUES["binance"]
     dpdk_sim.emit(binance, 100)
-    sid = gw.control.sessions.create(
-        {"name": "binance", "url": dpdk_sim.url(binance), "dialect": "binance",
-         "transport": "dpdk", "port_id": lab_port(gw.control, lab)}
-    ).id  # fmt: skip
+    sid = dpdk_session(gw.control, dpdk_sim, binance, lab_port(gw.control, lab))
     body = {"session_id": sid, "topics": [binance.topic], "consumer": "c", "format": "normalized"}
     r = gw.api.post("/v1/subscriptions", json=body)
     assert r.status_code == 201, r.text  # accepted: the snapshot comes over the session's port
@@ -165,10 +167,7 @@ def test_only_a_venue_without_a_snapshot_base_is_refused_at_create(
 ) -> None:
     gw = dpdk_gateway
     binance = VENUES["binance"]
-    sid = gw.control.sessions.create(
-        {"name": "binance", "url": dpdk_sim.url(binance), "dialect": "binance",
-         "transport": "dpdk", "port_id": lab_port(gw.control, lab)}
-    ).id  # fmt: skip
+    sid = dpdk_session(gw.control, dpdk_sim, binance, lab_port(gw.control, lab))
     body = {"session_id": sid, "topics": [binance.topic], "consumer": "c", "format": "raw"}
     raw = gw.api.post("/v1/subscriptions", json=body)
     assert raw.status_code == 201, raw.text
