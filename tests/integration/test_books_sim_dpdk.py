@@ -1,11 +1,12 @@
 """The books' resync paths over DPDK (issue #21): the feed simulator in the lab's peer
 namespace, the gateway's session on a real DPDK port (wsgw's own TCP/IP stack, the engine),
-the BookManager on the hub ring; a wrong checksum (Kraken), a dropped update (OKX, Binance)
-and a stale REST snapshot (Binance) are detected, reset, resynchronized, and GET /v1/books
-is the simulator's book again (tests/integration/test_books_sim.py has the scenario and the
-other venues, on the kernel).
+the BookManager on the hub ring; a wrong checksum (Kraken), a dropped update (OKX, Binance
+spot and USD-M) and a stale REST snapshot (Binance) are detected, reset, resynchronized,
+and GET /v1/books is the simulator's book again (tests/integration/test_books_sim.py has
+the scenario and the other venues, on the kernel).
 
-Binance's REST snapshots come over the session's DPDK port too (dataplane.transports.http):
+Binance's and Bitstamp's REST snapshots come over the session's DPDK port too
+(dataplane.transports.http), and over https with the session's CA (a TLS simulator):
 the host's kernel has no address on the lab's link, so a snapshot synced here came through
 the engine. A snapshot server that is not there, answers 500, cuts its body short or resets
 is retried until it answers (tests/integration/faulty_http.py); only a venue with no
@@ -67,7 +68,9 @@ def dpdk_gateway(eal, tmp_path: Path, lab: Lab, dpdk_sim: SimProcess) -> Iterato
 
 
 FAULTS = [("kraken", "checksum", "checksum"), ("okx", "drop", "gap"),
-          ("binance", "drop", "gap"), ("binance", "stale", "stale_snapshot")]  # fmt: skip
+          ("binance", "drop", "gap"), ("binance", "stale", "stale_snapshot"),
+          ("binance-futures", "drop", "gap")]  # fmt: skip
+BITSTAMP = Venue("bitstamp", "diff_order_book_btcusd", "/", "btcusd")
 
 
 @pytest.mark.parametrize(("venue", "fault", "reason"), FAULTS)
@@ -83,7 +86,7 @@ def test_fault_over_dpdk_resets_resyncs_and_the_book_is_the_simulators(
     engine = control.runtime.engine_status()  # the session's bytes came through the engine
     assert engine.state is EngineState.RUNNING
     assert engine.details[f"port{port_id}"]["c_rx_frames"] > 0, engine.details
-    if venue == "binance":  # its snapshots: over the engine (the kernel has no way there)
+    if chosen.dialect == "binance":  # its snapshots: over the engine (the kernel has no way there)
         assert control.books.fetches[("binance", "ok")] >= 2, control.books.fetches
         assert control.books.fetches[("binance", "failed")] == 0, control.books.fetches
 
@@ -101,6 +104,35 @@ def lab_port(control, lab: Lab) -> int:  # type: ignore[no-untyped-def]
          "gateway": None, "mtu": 1500}
     )  # fmt: skip
     return int(port.id)
+
+
+def test_a_bitstamp_book_syncs_from_a_snapshot_over_dpdk(
+    dpdk_gateway: Gateway, dpdk_sim: SimProcess, lab: Lab
+) -> None:
+    """Bitstamp's snapshot (/api/v2/order_book/btcusd/) over the session's DPDK port: the
+    book is the simulator's, and stays so as updates come."""
+    gw = dpdk_gateway
+    books = gw.control.books
+    urls = {**books.config.snapshot_urls, "bitstamp": dpdk_sim.base}
+    books.config = replace(books.config, snapshot_urls=urls)
+    dpdk_sim.emit(BITSTAMP, 100)
+    sid = dpdk_session(gw.control, dpdk_sim, BITSTAMP, lab_port(gw.control, lab))
+    gw.control.subscriptions.create(
+        {"session_id": sid, "topics": [BITSTAMP.topic], "consumer": "c", "format": "normalized"}
+    )
+    gw.control.sessions.start(sid)
+    until(lambda: dpdk_sim.subscribers(BITSTAMP) > 0, "the session's subscription")
+    for count in (5, 20):
+        seq = dpdk_sim.emit(BITSTAMP, count)
+
+        def right(seq: int = seq) -> bool:
+            got = gw.api.get(f"/v1/books/{sid}/{BITSTAMP.symbol}")
+            return got.status_code == 200 and not got.json()["stale"] and (
+                got.json()["bids"], got.json()["asks"]) == sim_book(BITSTAMP, seq)  # fmt: skip
+
+        until(right, f"the book after {seq} updates")
+    assert books.fetches[("bitstamp", "ok")] >= 1, books.fetches
+    assert books.fetches[("bitstamp", "failed")] == 0, books.fetches
 
 
 def start_snapshot_server(lab: Lab, port: int, upstream: str, modes: str) -> subprocess.Popen[str]:
