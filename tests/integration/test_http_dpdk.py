@@ -72,7 +72,7 @@ def serve(lab: Lab, modes: str, *extra: str, body: str = "-") -> Iterator[subpro
 
 
 async def outcome(
-    url: str, engine: Engine, timeout: float = 1.5, **options: object
+    url: str, engine: Engine | None, timeout: float = 1.5, **options: object
 ) -> bytes | type[Exception]:
     try:
         return (await http_get(url, engine=engine, timeout=timeout, **options)).body  # type: ignore[arg-type]
