@@ -261,6 +261,11 @@ class UpstreamSession:
         return min(states, key=PROGRESS.__getitem__) if states else State.NEW
 
     @property
+    def engine(self) -> Engine | None:
+        """The DPDK engine a dpdk session's connections go through (None: the kernel's)."""
+        return self._engine
+
+    @property
     def topics(self) -> tuple[str, ...]:
         """Active topics (normalised), in the order they were subscribed."""
         return tuple(self._wanted)
