@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 #include "shim_internal.h"
@@ -471,6 +472,9 @@ struct wsgw_group {
     struct group_key *keys;
     uint32_t n_keys;
     uint32_t down; /* legs told down, a bit each: live again at their next frame */
+    /* Each leg's kernel socket (-1: none, a DPDK leg): its unread bytes (FIONREAD) hold a
+     * hole for it (wsgw_arb_set_unread_probe), its Python reader being late. */
+    int leg_fd[WSGW_ARB_MAX_LEGS];
     struct wsgw_group_stats st;
     /* Winners wait here until the burst (or the call) ends: one ring write for all, as the
      * plain feed does (a write may wake sleeping readers: a system call). Their payloads
@@ -511,6 +515,20 @@ WSGW_API void wsgw_group_release(wsgw_group *g)
 
 WSGW_API uint32_t wsgw_group_conf_size(void) { return (uint32_t)sizeof(struct wsgw_group_conf); }
 
+/* The arbiter's probe, under the group's lock (its calls run under it): whether the leg's
+ * kernel socket holds bytes its reader has not read yet. One ioctl, asked only when a hole is
+ * due. */
+static int group_unread(void *ctx, uint32_t leg)
+{
+    const wsgw_group *g = ctx;
+    int fd = g->leg_fd[leg], n = 0;
+    if (fd < 0 || ioctl(fd, FIONREAD, &n) != 0)
+        return 0;
+    if (n > 0)
+        ((wsgw_group *)ctx)->st.unread_waits++;
+    return n > 0;
+}
+
 WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **out)
 {
     *out = NULL;
@@ -545,6 +563,9 @@ WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **
     atomic_init(&g->refs, 1);
     for (uint32_t leg = 0; leg < conf->legs; leg++)
         g->st.leg_live[leg] = 1;
+    for (uint32_t leg = 0; leg < WSGW_ARB_MAX_LEGS; leg++)
+        g->leg_fd[leg] = -1;
+    wsgw_arb_set_unread_probe(g->arb, group_unread, g);
     wsgw_ring_writer_retain(conf->ring);
     *out = g;
     return 0;
@@ -847,6 +868,18 @@ WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t top
     pthread_mutex_lock(&g->lock);
     int rc = group_take(g, leg, topic_id, name, name_len, id, payload, len, ts_ns);
     group_flush(g);
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API int wsgw_group_set_leg_fd(wsgw_group *g, uint32_t leg, int fd)
+{
+    if (leg >= WSGW_ARB_MAX_LEGS)
+        return -EINVAL;
+    pthread_mutex_lock(&g->lock);
+    int rc = leg < g->conf.legs ? 0 : -EINVAL;
+    if (!rc)
+        g->leg_fd[leg] = fd < 0 ? -1 : fd;
     pthread_mutex_unlock(&g->lock);
     return rc;
 }

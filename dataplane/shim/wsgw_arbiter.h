@@ -97,6 +97,14 @@ WSGW_API int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t 
 WSGW_API int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns);
 /* The bound on a hole's wait (raised to hold_ns): 0 or -EINVAL. */
 WSGW_API int wsgw_arb_set_max_hold(wsgw_arbiter *a, int64_t max_hold_ns);
+/* Whether `leg` still has input its caller has not offered (bytes in its socket, a reader
+ * running late): nonzero yes. Called only when a hole is due, for each live leg that has not
+ * gone past it, in leg order, inside offer/expire (under the caller's own locks). */
+typedef int (*wsgw_arb_unread_fn)(void *ctx, uint32_t leg);
+/* The probe (NULL: none). A leg it says has unread input counts as arriving at the time of
+ * the call, so a due hole waits a hold more for it, never past max_hold_ns (the reference's
+ * `unread`). */
+WSGW_API void wsgw_arb_set_unread_probe(wsgw_arbiter *a, wsgw_arb_unread_fn fn, void *ctx);
 /* 1 and *at = when expire may have work (a moving leg pushes it later), 0 while nothing is
  * held. */
 WSGW_API int wsgw_arb_deadline(const wsgw_arbiter *a, int64_t *at);

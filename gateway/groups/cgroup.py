@@ -15,7 +15,8 @@ order.
 
 Holes expire in C at every offer once their deadline passed (inside the arbiter, after that
 offer's own arrival counted), and on a timer here (every half hold time) when the legs are
-silent.
+silent; a kernel leg's socket that still holds unread bytes (FIONREAD, asked in C when a hole
+is due) holds the hole for that leg, whose read loop runs late (leg_input).
 """
 
 from __future__ import annotations
@@ -148,6 +149,11 @@ class CFeedGroup:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
+
+    def leg_input(self, session_id: int, fd: int) -> None:
+        """The leg's kernel socket (-1: none, or closed): while it holds unread bytes, a
+        hole that is due waits for the leg (C asks FIONREAD; wsgw_group_set_leg_fd)."""
+        self.group.set_leg_fd(self._leg_of[session_id], fd)
 
     def _topic_id(self, topic: str) -> int:
         """The ring topic id of the group's topic (0: the ring's table is full)."""
