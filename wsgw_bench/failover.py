@@ -704,6 +704,10 @@ def _scaled(ns: float | None) -> float | None:
     return None if ns is None else ns / 1000
 
 
+def _ns(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ns"
+
+
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} us"
 
@@ -719,7 +723,10 @@ def summary(result: Result) -> str:
         ),
         f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s "
         f"(the simulator made {result.sent_rate:.0f} msg/s, dropped {result.slow_consumers} "
-        "connections as slow consumers)",
+        "connections as slow consumers); the reader was lapped by "
+        f"{result.lapped} records (not the group's gaps); arbitration "
+        f"{_ns(result.group.get('arbitration_ns_per_frame'))} a frame (median, in C); due "
+        f"holes held for a kernel leg's unread bytes: {result.group.get('unread_waits', 0)}",
     ]
     group = result.contenders[GROUP_CONTENDER]
     if group["lost"]:

@@ -235,6 +235,8 @@ class CFeedGroup:
             # median of the timed ones; a message costs two frames: its copies on two legs)
             "arbitration_ns_per_frame": group.cost_p50(),
             "engine_offers": offers,
+            # due holes a kernel leg's unread socket bytes held (each such leg asked)
+            "unread_waits": stats["unread_waits"],
             "python_offers": stats["python_offers"],
             "legs": legs,
         }
