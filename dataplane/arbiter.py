@@ -456,6 +456,11 @@ class CGroup(Closing):
         (wsgw_group_set_leg_fd). Cleared by the caller before the socket closes."""
         self._binding.set_leg_fd(leg, fd)
 
+    def set_leg_busy(self, leg: int, busy: bool) -> None:
+        """The leg's read loop is offering a batch (True) or done: the rest of the batch
+        counts as unread input meanwhile (wsgw_group_set_leg_busy)."""
+        self._binding.set_leg_busy(leg, busy)
+
     def expire(self, now_ns: int) -> None:
         self._binding.expire(now_ns)
 

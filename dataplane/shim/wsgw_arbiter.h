@@ -5,9 +5,12 @@
  * hole is held until a leg fills the hole, every live leg went past it, or it is due:
  * hold_ns after it opened and after the newest arrival of every live leg that has not gone
  * past it (a moving leg is waited for, a leg silent for hold_ns is not), max_hold_ns after it
- * opened at most; then the hole is reported lost. An offer counts its leg's arrival, then
- * gives up the holes due at its stamp, then is arbitrated; when no leg arrived for longer than
- * hold_ns (a stall of the gateway or the whole feed), every leg gets the hold afresh.
+ * opened at most; then the hole is reported lost. A due hole first asks the caller's probe
+ * (wsgw_arb_set_unread_probe) about each live leg that has not gone past it: one that still
+ * has unread input counts as arriving now (the hole waits a hold more, within max_hold_ns).
+ * An offer counts its leg's arrival, then gives up the holes due at its stamp, then is
+ * arbitrated; when no leg arrived for longer than hold_ns (a stall of the gateway or the whole
+ * feed), every leg gets the hold afresh.
  * Sans-IO: the caller passes each arrival and its clock.
  *
  * Outputs: each call (offer, offer_columns, set_live, expire) replaces the arbiter's output

@@ -15,8 +15,9 @@ order.
 
 Holes expire in C at every offer once their deadline passed (inside the arbiter, after that
 offer's own arrival counted), and on a timer here (every half hold time) when the legs are
-silent; a kernel leg's socket that still holds unread bytes (FIONREAD, asked in C when a hole
-is due) holds the hole for that leg, whose read loop runs late (leg_input).
+silent; a leg with unread input holds a due hole for it (asked in C): a kernel leg's socket
+that still holds unread bytes (FIONREAD; leg_input), or a batch a read loop is offering
+frame by frame here.
 """
 
 from __future__ import annotations
@@ -113,24 +114,31 @@ class CFeedGroup:
         leg = self._leg_of[messages[0][0]]
         group, identity, hub_id = self.group, self._identity, self.hub_id
         loose: list[Published] = []
-        for _, topic, raw, ts, _ in messages:
-            data = bytes(raw)
-            topic_id = self._topic_id(topic)
-            if topic_id and group.offer(leg, topic_id, topic, data, ts):
-                continue
-            found = identity(data)
-            if (
-                topic_id
-                and type(found) is Identity
-                and found.kind != HASH
-                and group.offer_identity(
-                    leg, topic_id, topic, (found.topic, found.id, found.prev), data, ts
-                )
-            ):
-                continue
-            if type(found) is Identity and found.kind != HASH:
-                log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
-            loose.append((hub_id, topic, raw, ts, None))
+        # One C call a frame: meanwhile the engine's leg may give holes up, and the rest of
+        # this batch (stamped when it was read, maybe longer than the hold ago) is this
+        # leg's unread input.
+        group.set_leg_busy(leg, True)
+        try:
+            for _, topic, raw, ts, _ in messages:
+                data = bytes(raw)
+                topic_id = self._topic_id(topic)
+                if topic_id and group.offer(leg, topic_id, topic, data, ts):
+                    continue
+                found = identity(data)
+                if (
+                    topic_id
+                    and type(found) is Identity
+                    and found.kind != HASH
+                    and group.offer_identity(
+                        leg, topic_id, topic, (found.topic, found.id, found.prev), data, ts
+                    )
+                ):
+                    continue
+                if type(found) is Identity and found.kind != HASH:
+                    log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
+                loose.append((hub_id, topic, raw, ts, None))
+        finally:
+            group.set_leg_busy(leg, False)
         if loose:
             if leg == 0:
                 self.passed_through += len(loose)

@@ -295,3 +295,27 @@ def test_a_kernel_legs_unread_socket_bytes_hold_a_due_hole_until_they_are_read(
         mine.close()
         peer.close()
         side.close()
+
+
+def test_a_batch_a_read_loop_is_offering_holds_a_due_hole_for_its_leg() -> None:
+    """C groups take a read loop's batch one frame per call: between two of them the engine's
+    leg may give a hole up, while the rest of the batch, stamped when it was read (longer
+    than the hold ago, on a loaded machine), brings the missing message. While a batch is
+    being offered its leg counts as having unread input."""
+    side = Side(c_path=True, hold_ms=20)
+    try:
+        group = side.group
+        assert isinstance(group, CFeedGroup)
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(B, [1, 2], t0))
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing on A: 4 held
+        group.group.set_leg_busy(1, True)  # B's loop is in the middle of a batch
+        side.router.publish_batch(batch(A, [5], t0 + 15_000_000))
+        side.router.publish_batch(batch(A, [6], t0 + 30_000_000))  # due, but B is busy
+        assert [r[2] for r in side.records()] == [trade(1), trade(2)]
+        group.group.set_leg_busy(1, False)
+        side.router.publish_batch(batch(B, [3], t0 + 1_000_000))  # the batch's stamp
+        assert [r[2] for r in side.records()] == [trade(i) for i in (3, 4, 5, 6)]
+        assert group.figures()["gaps"] == 0 and group.figures()["unread_waits"] == 1
+    finally:
+        side.close()
