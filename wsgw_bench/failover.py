@@ -739,7 +739,7 @@ def summary(result: Result) -> str:
     for name, c in result.contenders.items():
         lines.append(
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
-            f"({c['gap_lost']} announced by its gaps) duplicated {c['duplicated']} gaps "
+            f"({c['gap_lost']} counted by its gap records) duplicated {c['duplicated']} gaps "
             f"{c['gaps']} latency p50 "
             f"{_us(c['latency_p50_us'])} p99 {_us(c['latency_p99_us'])} max "
             f"{_us(c['latency_max_us'])}; send->gateway RX p50 {_us(c['arrival_p50_us'])} "
