@@ -18,6 +18,7 @@ def _load_scenarios() -> None:
     from wsgw_bench import (  # noqa: F401
         books,
         books_api,
+        books_rest,
         conformance,
         failover,
         fanout,

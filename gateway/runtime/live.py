@@ -27,7 +27,10 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
+from dataplane.transports.base import parse_ws_url
+from dataplane.transports.http import get_threadsafe
 from gateway.groups.feed import GroupRouter, GroupSpec
 from gateway.runtime import protocol as rt
 from gateway.sessions import (
@@ -390,6 +393,30 @@ class LiveRuntime:
             running = session_id in self._running
         if running and topics:
             self._submit(self._apply(session_id, "unsubscribe", list(topics)))
+
+    def snapshot_fetcher(self, session_id: int) -> Callable[[str, float], bytes] | None:
+        """fetch(url, timeout) -> body for the REST book snapshots of a running dpdk
+        session: over the session's own engine, on its loop (issue #21: a venue the gateway
+        reaches only through the DPDK port); None for the others, whose snapshots the book
+        manager fetches through the kernel. The session's TLS settings (tls_ca_file,
+        tls_verify, tls_server_name) apply to a snapshot from its own host; another host's
+        certificate is checked against the system's CAs."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            loop = self._live_on.get(session) if session is not None else None
+        engine = session.engine if session is not None else None
+        if session is None or loop is None or engine is None:
+            return None
+        tls = session.config.tls
+        own_host = parse_ws_url(session.config.url).host
+
+        def fetch(url: str, timeout: float) -> bytes:
+            if urlsplit(url).hostname != own_host:
+                return get_threadsafe(loop, url, timeout, engine=engine)
+            return get_threadsafe(loop, url, timeout, engine=engine, ca_file=tls.ca_file,
+                                  verify=tls.verify, server_hostname=tls.server_name)  # fmt: skip
+
+        return fetch
 
     def metrics(self) -> rt.MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without

@@ -49,7 +49,7 @@ def test_cpu_scenarios(name: str) -> None:
 @pytest.mark.usefixtures("eal")
 @requires_dpdk
 @pytest.mark.dpdk
-@pytest.mark.parametrize("name", ["stream", "fanout", "conformance", "floor"])
+@pytest.mark.parametrize("name", ["stream", "fanout", "conformance", "floor", "books_rest"])
 def test_lab_scenarios(name: str) -> None:
     results = run(name)
     sane(results)
@@ -62,6 +62,8 @@ def test_lab_scenarios(name: str) -> None:
     if name == "floor":  # every contender answered (testpmd only where dpdk-dev is installed)
         answered = [m for m in results if m.metric.endswith("p50") and m.samples]
         assert len(answered) >= 3, [(m.contender, m.note) for m in results]
+    if name == "books_rest":  # every contender fetched the snapshot: p50 and p99 each
+        assert len(results) == 3 * 2 and all(m.samples for m in results), results
     if name == "fanout":  # a stalled consumer: p99 without / with, ring and /v1/stream
         stall = [m for m in results if "stall" in m.metric]
         assert len(stall) == 3 * 2 and all(m.samples for m in stall)
