@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -90,6 +91,8 @@ DPDK_STREAM_SINK = "wsgw dpdk -> /v1/stream, C sink"
 # Core NATS PUBs sent by the ring's writer (gateway.hub.nats_c), alternated with the sink's
 # thread publishing through nats-py (DPDK_NATS: WSGW_NATS_C's path off).
 DPDK_NATS_C = "wsgw dpdk -> NATS, C"
+# The same, C never handing back when busy (NatsConfig.c_busy_sends = 0).
+DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
 CONTENDERS = (
     DIRECT,
     DPDK_RING,
@@ -132,6 +135,7 @@ class Profile:
     switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
     stream_sink: bool = False  # /v1/stream frames sent by the ring's writer (gateway.hub.sink)
     nats_c: bool = False  # NATS PUBs sent by the ring's writer (gateway.hub.nats_c)
+    nats_busy_sends: int = -1  # NatsConfig.c_busy_sends (-1: its default)
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
@@ -164,6 +168,9 @@ CONTENDER_SPECS = {
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
+    DPDK_NATS_C_NO_HANDBACK: Contender(
+        DPDK_NATS_C_NO_HANDBACK, "dpdk", "nats", Profile(nats_c=True, nats_busy_sends=0)
+    ),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
     DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
@@ -446,6 +453,7 @@ class GatewayConfig:
     switch_interval_us: int = 0
     stream_sink: bool = False
     nats_c: bool = False
+    nats_busy_sends: int = -1
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -471,7 +479,10 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             from gateway.hub.nats import NatsConfig, NatsSink
 
             assert cfg.nats_url is not None
-            sink = NatsSink(NatsConfig(servers=[cfg.nats_url], c_path=cfg.nats_c)).start(10)
+            config = NatsConfig(servers=[cfg.nats_url], c_path=cfg.nats_c)
+            if cfg.nats_busy_sends >= 0:
+                config = dataclasses.replace(config, c_busy_sends=cfg.nats_busy_sends)
+            sink = NatsSink(config).start(10)
         hub = Hub(ring=RingWriter.create(cfg.ring, RING_CAPACITY, replace=True), nats=sink)
         undo.callback(hub.close)
         sid, stream_url = 1, ""
@@ -695,6 +706,7 @@ def running(
                 contender.profile.switch_interval_us,
                 contender.profile.stream_sink,
                 contender.profile.nats_c,
+                contender.profile.nats_busy_sends,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]
