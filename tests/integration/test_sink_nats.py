@@ -6,6 +6,7 @@ send, and records C sent before a hand-back that the follower reads late."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -86,9 +87,11 @@ def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -
 
 def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     server = NatsServer().start()
-    sink = NatsSink(
-        NatsConfig(servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True)
-    ).start(10)
+    config = NatsConfig(
+        servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True
+    )
+    # No busy hand-back: armed when the batches end (a hand-back holds C off for a while).
+    sink = NatsSink(dataclasses.replace(config, c_busy_sends=0)).start(10)
     hub = Hub(nats=sink)
     total = 0
 
