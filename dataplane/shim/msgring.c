@@ -639,10 +639,12 @@ WSGW_API int64_t wsgw_ring_write(wsgw_ring_writer *w, uint32_t session_id, uint3
     if (unlikely(rc != 0))
         return rc;
     uint64_t now = ts_ns ? 0 : now_ns(CLOCK_REALTIME);
+    wsgw_sink_burst_begin(); /* the NATS PUBs leave after the lock (sink.c) */
     writer_lock(w);
     append(w, &m, 1, now);
     int64_t seq = (int64_t)w->seq;
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return seq;
 }
 
@@ -661,8 +663,10 @@ WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ri
         return -EPIPE;
     }
     uint64_t first = w->seq + 1;
+    wsgw_sink_burst_begin(); /* the NATS PUBs of all slices in one send, after the lock */
     append(w, msgs, n, now);
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return (int64_t)first;
 }
 
@@ -692,6 +696,7 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
     /* Descriptors on the stack, WRITE_CHUNK at a time: no allocation on this path. */
     struct wsgw_ring_msg chunk[WRITE_CHUNK];
     const uint8_t *p = blob;
+    wsgw_sink_burst_begin(); /* the NATS PUBs of the call in one send, after the lock */
     writer_lock(w); /* the whole call: its messages get consecutive numbers */
     uint64_t first = w->seq + 1;
     for (uint32_t i = 0; i < n;) {
@@ -707,6 +712,7 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
         i += c;
     }
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return (int64_t)first;
 }
 

@@ -46,6 +46,20 @@ def test_cpu_scenarios(name: str) -> None:
         assert len(latency) == 2 * 2 * 4 * 3 and all(m.samples for m in latency)
 
 
+def test_fanout_sink_smoke() -> None:
+    """One stream beside 1 and 10 armed ones, the C sink on and off: every delivery made
+    (a missing one is noted), latency and the writer's time per record for each."""
+    results = run("fanout_sink")
+    sane(results)
+    assert "fanout_sink" not in [n for n, s in SCENARIOS.items() if s.in_all]
+    assert {m.contender for m in results} == {
+        "/v1/stream, C sink",
+        "/v1/stream, router writes (sink off)",
+    }
+    assert len(results) == 2 * 4 * 2 and all(len(m.samples) == 1 for m in results)
+    assert not [m.note for m in results if "missing" in m.note]
+
+
 @pytest.mark.usefixtures("eal")
 @requires_dpdk
 @pytest.mark.dpdk
