@@ -35,9 +35,9 @@ WSGW_API const char *wsgw_source_hash(void) { return WSGW_SOURCE_HASH; }
 /* RFC 1071 section 4.1, summed 32 bits at a time into a 64-bit accumulator: the carries
  * collect in the upper half and are folded once at the end. The sum does not depend on the
  * order of the words (RFC 1071 section 2(B)), so on x86-64 the bulk goes 32 bytes a step
- * through four 64-bit SSE2 lanes (each 32-bit word zero-extended, added): 2.7-2.9x faster (medians) on a
- * 1460 or 8960-byte segment than the scalar loop, where the engine verifies every segment
- * it takes (5 % of the engine loop's samples on a jumbo 1 KiB ingest). */
+ * through four 64-bit SSE2 lanes (each 32-bit word zero-extended, added): 2.7-2.9x faster
+ * (medians) on a 1460 or 8960-byte segment than the scalar loop, where the engine verifies
+ * every segment it takes (5 % of the engine loop's samples on a jumbo 1 KiB ingest). */
 WSGW_API uint32_t wsgw_csum_partial(const void *buf, size_t len, uint32_t sum)
 {
     const uint8_t *p = buf;
