@@ -6,23 +6,31 @@ tests build apps with their own database, runtime and fake host side by side.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Query, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 
 from api.auth import Principal, require_scope
 from api.schemas.common import ID_MAX
 from gateway.control import ControlPlane
 from gateway.host import HostManager
 from gateway.settings import Settings
+from gateway.store.models import Base
+from gateway.store.repository import Page
 
 IdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the id the entity was given")]
 
 #: The hard ceiling of `limit`; the configured api.page_limit_max is checked below it.
 LIMIT_CEILING = 10_000
+
+
+ListT = TypeVar("ListT", bound=BaseModel)
+M = TypeVar("M", bound=Base)
 
 
 async def get_control(request: Request) -> ControlPlane:
@@ -44,6 +52,11 @@ def get_settings(request: Request) -> Settings:
 class Pagination:
     offset: int
     limit: int
+
+    def of(self, model: type[ListT], result: Page[M], public: Callable[[M], Any]) -> ListT:
+        """A list route's answer: the page's rows made public, the total and this window."""
+        data = [public(row) for row in result.items]
+        return model(data=data, count=result.total, offset=self.offset, limit=self.limit)
 
 
 def pagination(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, NamedTuple
@@ -34,6 +34,7 @@ from dataplane.shim import (
     IdentityStruct,
     identity_dialect_code,
 )
+from dataplane.shim import ARB_UNREAD_FN as _UNREAD_FN
 from dataplane.shim import IDENTITY_NO_PREV as _ID_NO_PREV
 from dataplane.shim import IDENTITY_SEQUENCE as _ID_SEQUENCE
 from dataplane.shim import arbiter_library as lib
@@ -130,7 +131,9 @@ class CArbiter(Closing):
         max_topics: int = DEFAULT_MAX_TOPICS,
         arena_bytes: int = DEFAULT_ARENA_BYTES,
         max_hold_ns: int = DEFAULT_MAX_HOLD_NS,
+        unread: Callable[[int], bool] | None = None,
     ) -> None:
+        """unread: the reference's probe of a leg's input not offered yet (called from C)."""
         if not 1 <= legs <= MAX_LEGS:
             raise ValueError(f"a feed group has 1..{MAX_LEGS} legs, not {legs}")
         if hold_ns < 0 or max_held < 1:
@@ -146,6 +149,10 @@ class CArbiter(Closing):
         )
         self._handle = handle.value
         _check(self._lib.wsgw_arb_set_max_hold(self._handle, max_hold_ns), "max hold")
+        self._unread = None  # the C callback, kept alive while C may call it
+        if unread is not None:
+            self._unread = _UNREAD_FN(lambda _ctx, leg: int(bool(unread(leg))))
+            self._lib.wsgw_arb_set_unread_probe(self._handle, self._unread, None)
         self.legs = legs
         self.hold_ns = hold_ns
         self.max_hold_ns = max(hold_ns, max_hold_ns)
@@ -444,6 +451,16 @@ class CGroup(Closing):
     def set_live(self, leg: int, live: bool, now_ns: int) -> None:
         self._binding.set_live(leg, live, now_ns)
 
+    def set_leg_fd(self, leg: int, fd: int) -> None:
+        """The leg's kernel socket (-1: none): its unread bytes hold a due hole for it
+        (wsgw_group_set_leg_fd). Cleared by the caller before the socket closes."""
+        self._binding.set_leg_fd(leg, fd)
+
+    def set_leg_busy(self, leg: int, busy: bool) -> None:
+        """The leg's read loop is offering a batch (True) or done: the rest of the batch
+        counts as unread input meanwhile (wsgw_group_set_leg_busy)."""
+        self._binding.set_leg_busy(leg, busy)
+
     def expire(self, now_ns: int) -> None:
         self._binding.expire(now_ns)
 
@@ -464,6 +481,7 @@ class CGroup(Closing):
             "offers": int(raw.offers),
             "offer_ns": int(raw.offer_ns),
             "python_offers": int(raw.python_offers),
+            "unread_waits": int(raw.unread_waits),
             "leg_messages": [int(raw.leg_messages[i]) for i in legs],
             "leg_newest": [int(raw.leg_newest[i]) if raw.leg_messages[i] else None for i in legs],
             "leg_live": [bool(raw.leg_live[i]) for i in legs],

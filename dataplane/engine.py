@@ -42,6 +42,7 @@ from dataplane.samples import LatencySamples
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
+from dataplane.wire.ethernet import TAGGED_HEADER_LEN
 
 log = logging.getLogger("wsgw.engine")
 T = TypeVar("T")
@@ -186,7 +187,12 @@ class Engine:
         self.link = link
         self.config = config or EngineConfig()
         handle = port._live() if port is not None else 0
-        self.fastpath = FastPath(interface.ip, self.config.fastpath, handle)
+        self.fastpath = FastPath(
+            interface.ip,
+            self.config.fastpath,
+            handle,
+            frame_bytes=interface.mtu + TAGGED_HEADER_LEN,
+        )
         if port is not None and port.rx_wait_fd is not None:
             # A frame that lands during a back-off nap ends it (else it waits up to
             # sleep_max_ns: half of that on average, for a feed of a few messages a second).

@@ -145,7 +145,12 @@ def _frame_prefix(src_mac: bytes, dst_mac: bytes, src_ip: int, dst_ip: int, tcp_
 class FastPath:
     """One C engine: its flows, its polls, and the sync with the Python connections."""
 
-    def __init__(self, local_ip: int, config: FastPathConfig, port_handle: int = 0) -> None:
+    def __init__(
+        self, local_ip: int, config: FastPathConfig, port_handle: int = 0, frame_bytes: int = 2048
+    ) -> None:
+        """frame_bytes: the largest frame the port delivers (MTU + Ethernet header, rounded
+        up); the slow path's arena holds four bursts of them, so a burst of jumbo frames that
+        all leave the fast path (a handshake, a loss) is not dropped for want of room."""
         self.config = config
         self._ack_policy = ACK_POLICIES[config.ack_policy]
         self.local_ip = local_ip
@@ -154,7 +159,7 @@ class FastPath:
             local_ip=local_ip,
             burst=config.burst,
             max_flows=config.max_flows,
-            slow_arena_bytes=max(4 * config.burst * 2048, 1 << 18),
+            slow_arena_bytes=max(4 * config.burst * max(frame_bytes, 2048), 1 << 18),
             slow_max_frames=max(4 * config.burst, 256),
             verify_checksums=int(config.verify_checksums),
             idle_polls_before_sleep=config.idle_polls_before_sleep,

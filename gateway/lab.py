@@ -21,6 +21,11 @@ process or by two whose pids differ by less than 2 ** FANOUT_SAFE_BITS, the grou
 the indexes' XOR is zero in its low FANOUT_SAFE_BITS + 1 bits and not in the bits above,
 while two pids that close XOR to zero in bit FANOUT_SAFE_BITS only if they also do in every
 bit above it (see `fanout_group`). Beyond FANOUT_SLOTS labs at once the kernel picks.
+
+`mtu` (default 1500, an Ethernet link's) is set on every veth end, the kernel twin's too, so a
+jumbo lab compares the stack and a kernel client on links of the same frame size. Above 1500
+the vdev asks net_af_packet for frames that hold one (`framesz`, see `af_packet_frame_size`):
+its default 2048-byte frames would truncate the peer's segments.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ SUBNET_PREFIX = "198.18"
 FANOUT_SAFE_BITS = 10
 #: Labs that get a collision-free gateway interface index (at once, on one host).
 FANOUT_SLOTS = (1 << (15 - FANOUT_SAFE_BITS)) - 1
+ETHERNET_MTU = 1500
+MAX_MTU = 9000  # the usual jumbo frame; veth takes up to 65535, af_packet's frames get large
+#: net_af_packet's ring frames per block when the lab asks for larger frames (blocksz).
+AF_PACKET_FRAMES_PER_BLOCK = 4
+
+
+def af_packet_frame_size(mtu: int) -> int:
+    """The af_packet ring frame (framesz) for a link of this MTU: the frame, the tpacket2
+    header and sockaddr_ll before it (66 bytes to the MAC header) rounded up to 1 KiB. The
+    shim sizes its mbufs by the same rule (shim_port.c), as the PMD refuses a queue whose
+    frames do not fit one mbuf."""
+    return -(-(mtu + 128) // 1024) * 1024
 
 
 def fanout_group(pid: int, ifindex: int) -> int:
@@ -126,10 +143,14 @@ class Lab:
     kernel_client: bool = False  # a second namespace with a kernel TCP client (benchmarks)
     #: The gateway end's interface index; None: one of `lab_ifindexes()` (tests force one).
     gw_ifindex: int | None = None
+    #: Every veth end's MTU (module docstring); the DPDK port must be opened with it.
+    mtu: int = ETHERNET_MTU
 
     def __post_init__(self) -> None:
         if not (1 <= len(self.name) <= 10 and self.name.isalnum() and self.name.islower()):
             raise ValueError(f"lab name '{self.name}' must be 1-10 lower-case letters/digits")
+        if not ETHERNET_MTU <= self.mtu <= MAX_MTU:
+            raise ValueError(f"lab mtu {self.mtu} must be {ETHERNET_MTU}..{MAX_MTU}")
 
     @property
     def netns(self) -> str:
@@ -195,8 +216,13 @@ class Lab:
 
     @property
     def vdev(self) -> str:
-        """DPDK devargs for the gateway end (af_packet; qdisc bypass for lower latency)."""
-        return f"net_af_packet_{self.name},iface={self.gw_if},qdisc_bypass=1"
+        """DPDK devargs for the gateway end (af_packet; qdisc bypass for lower latency;
+        frames that hold the lab's MTU when it is above Ethernet's)."""
+        vdev = f"net_af_packet_{self.name},iface={self.gw_if},qdisc_bypass=1"
+        if self.mtu > ETHERNET_MTU:
+            frame = af_packet_frame_size(self.mtu)
+            vdev += f",framesz={frame},blocksz={frame * AF_PACKET_FRAMES_PER_BLOCK}"
+        return vdev
 
     # ---- state -----------------------------------------------------------------------------
     def netns_exists(self) -> bool:
@@ -234,6 +260,7 @@ class Lab:
             "dpdk_vdev": self.vdev,
         }
         if up:
+            info["mtu"] = int(Path(f"/sys/class/net/{self.gw_if}/mtu").read_text())
             info["gateway_mac"] = self.gw_mac()
             info["peer_mac"] = self.peer_mac()
         return info
@@ -258,7 +285,7 @@ class Lab:
             Path(f"/proc/sys/net/{key.format(self.gw_if)}").write_text(value)
         _run(["ip", "addr", "flush", "dev", self.gw_if])
         self._offloads_off([], self.gw_if)
-        _run(["ip", "link", "set", self.gw_if, "up"])
+        _run(["ip", "link", "set", self.gw_if, "mtu", str(self.mtu), "up"])
         # Peer end: the kernel TCP peer.
         ns = ["ip", "netns", "exec", self.netns]
         _run([*ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
@@ -267,7 +294,7 @@ class Lab:
         for extra in self.extra_peer_addresses:
             _run([*ns, "ip", "addr", "replace", extra, "dev", self.peer_if])
         self._offloads_off(ns, self.peer_if)
-        _run([*ns, "ip", "link", "set", self.peer_if, "up"])
+        _run([*ns, "ip", "link", "set", self.peer_if, "mtu", str(self.mtu), "up"])
         if self.kernel_client:
             self._up_kernel_client(ns)
 
@@ -321,8 +348,8 @@ class Lab:
         _run([*cns, "ip", "addr", "replace", f"{self.client_ip}/24", "dev", self.client_if])
         self._offloads_off(ns, self.peer_client_if)
         self._offloads_off(cns, self.client_if)
-        _run([*ns, "ip", "link", "set", self.peer_client_if, "up"])
-        _run([*cns, "ip", "link", "set", self.client_if, "up"])
+        _run([*ns, "ip", "link", "set", self.peer_client_if, "mtu", str(self.mtu), "up"])
+        _run([*cns, "ip", "link", "set", self.client_if, "mtu", str(self.mtu), "up"])
 
     @staticmethod
     def _offloads_off(prefix: list[str], iface: str) -> None:

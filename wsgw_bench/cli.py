@@ -18,6 +18,7 @@ def _load_scenarios() -> None:
     from wsgw_bench import (  # noqa: F401
         books,
         books_api,
+        books_rest,
         conformance,
         failover,
         fanout,
@@ -82,6 +83,15 @@ def bench(
     rate: Annotated[
         float | None, typer.Option(help="failover: messages/s over all topics", min=1)
     ] = None,
+    mtu: Annotated[
+        int,
+        typer.Option(
+            help="ingest: MTU of the lab's links, the DPDK one and the kernel twin alike "
+            "(9000: jumbo frames; the rows are named with it)",
+            min=1500,
+            max=9000,
+        ),
+    ] = 1500,
 ) -> None:
     _load_scenarios()
     if list_only:
@@ -107,6 +117,7 @@ def bench(
         restart_after=restart_after,
         out=out,
         rate=rate,
+        mtu=mtu,
     )
     results: list[core.Measurement] = []
     cond = core.conditions()

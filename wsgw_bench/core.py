@@ -65,6 +65,7 @@ class BenchOptions:
     restart_after: float | None = None  # seconds from a kill to the upstream's restart
     out: Path | None = None  # `--out DIR`: where a scenario may write files of its own
     rate: float | None = None  # msg/s, for scenarios that stream at a rate (`failover`)
+    mtu: int = 1500  # the lab links' MTU (`ingest`: 9000 gives jumbo frames on both links)
 
 
 def unique_lab_name(options: BenchOptions, prefix: str) -> str:

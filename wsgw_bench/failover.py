@@ -704,6 +704,10 @@ def _scaled(ns: float | None) -> float | None:
     return None if ns is None else ns / 1000
 
 
+def _ns(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ns"
+
+
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} us"
 
@@ -719,7 +723,10 @@ def summary(result: Result) -> str:
         ),
         f"{len(result.kills)} kills in {result.elapsed:.0f} s at {result.plan.rate:.0f} msg/s "
         f"(the simulator made {result.sent_rate:.0f} msg/s, dropped {result.slow_consumers} "
-        "connections as slow consumers)",
+        "connections as slow consumers); the reader was lapped by "
+        f"{result.lapped} records (not the group's gaps); arbitration "
+        f"{_ns(result.group.get('arbitration_ns_per_frame'))} a frame (median, in C); due "
+        f"holes held for a kernel leg's unread bytes: {result.group.get('unread_waits', 0)}",
     ]
     group = result.contenders[GROUP_CONTENDER]
     if group["lost"]:
@@ -732,7 +739,8 @@ def summary(result: Result) -> str:
     for name, c in result.contenders.items():
         lines.append(
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "
-            f"duplicated {c['duplicated']} gaps {c['gaps']} latency p50 "
+            f"({c['gap_lost']} counted by its gap records) duplicated {c['duplicated']} gaps "
+            f"{c['gaps']} latency p50 "
             f"{_us(c['latency_p50_us'])} p99 {_us(c['latency_p99_us'])} max "
             f"{_us(c['latency_max_us'])}; send->gateway RX p50 {_us(c['arrival_p50_us'])} "
             f"p99 {_us(c['arrival_p99_us'])}"

@@ -91,11 +91,12 @@ def _batch_for(rate: float) -> int:
     return max(1, int(rate // 1000)) if rate else 64
 
 
-def publish_to_hub(hub: Any, count: int, rate: float) -> int:
+def publish_to_hub(hub: Any, count: int, rate: float, took: list[int] | None = None) -> int:
     """The engine's side: publish_batch per batch, sleeping until each batch is due.
     Unpaced, the batches are made beforehand (their timestamps are not read), so the
     publisher costs the hub's process what the engine's hand-off costs, not the making of
-    payloads. Returns the time.time_ns() of the first publish."""
+    payloads. Returns the time.time_ns() of the first publish. took: gets the ns each paced
+    publish_batch took (the ring writer's time, the C sink's sends included)."""
     if not rate:
         now = time.time_ns()
         batches = [
@@ -113,9 +114,11 @@ def publish_to_hub(hub: Any, count: int, rate: float) -> int:
             time.sleep(wait)
         now = time.time_ns()
         first_ns = first_ns or now
-        hub.publish_batch(
-            [(SESSION, TOPIC, payload(now, i), now, i) for i in range(first, first + n)]
-        )
+        batch = [(SESSION, TOPIC, payload(now, i), now, i) for i in range(first, first + n)]
+        t0 = time.perf_counter_ns()
+        hub.publish_batch(batch)
+        if took is not None:
+            took.append(time.perf_counter_ns() - t0)
     return first_ns
 
 
@@ -916,3 +919,109 @@ def bench_fanout(options: BenchOptions) -> list[Measurement]:
     finally:
         gw.close()
     return results
+
+
+# ---- one stream among many armed ones: the C stream sink's fan-out ------------------------------
+SINK_ON, SINK_OFF = "/v1/stream, C sink", "/v1/stream, router writes (sink off)"
+SINK_SCENARIO = "fanout_sink"
+SINK_RATE = 1000.0  # msg/s, one record a publish (an engine poll that finds one message)
+SINK_SECONDS = 3.0
+SINK_WARMUP = 300  # messages before each timed run: every stream armed (sink on)
+
+
+def _run_sink_fanout(gw: Gateway, sink_on: bool, others: int, seconds: float) -> dict[str, Any]:
+    """One measured /v1/stream client beside `others` streams of the same topic, the sink
+    on or off: its latency samples and the ring writer's ns per record."""
+    count = int(SINK_RATE * seconds)
+    hub = gw.hub(ring_messages=count + SINK_WARMUP)
+    gw.app.state.stream_sink = sink_on
+    crowd: Workers | None = None
+    measured: Workers | None = None
+    try:
+        gw.app.state.hub = hub
+        crowd = Workers(ws_worker, gw.stream_url, others)
+        measured = Workers(ws_worker, gw.stream_url, 1)
+        _wait(lambda: len(hub.consumers()) == others + 1, f"{others + 1} stream consumers")
+        for w in (crowd, measured):
+            w.arm(SINK_WARMUP, False)
+        publish_to_hub(hub, SINK_WARMUP, SINK_RATE)
+        crowd.collect()
+        measured.collect()
+        crowd.arm(count, False)
+        measured.arm(count, True)
+        took: list[int] = []
+        publish_to_hub(hub, count, SINK_RATE, took)
+        got = measured.collect()
+        rest = crowd.collect()
+        lost = count * (others + 1) - sum(got["counts"]) - sum(rest["counts"])
+        return {"samples": sorted(got["samples"]), "took": took, "count": count, "lost": lost}
+    finally:
+        for workers in (measured, crowd):
+            if workers is not None:
+                workers.close()
+        gw.app.state.hub = None
+        hub.close()
+
+
+@scenario(
+    SINK_SCENARIO,
+    "one /v1/stream consumer beside 1, 10, 50 armed streams: the C stream sink on vs off",
+    in_all=False,
+)
+def bench_sink_fanout(options: BenchOptions) -> list[Measurement]:
+    """p50/p99 (publisher stamp -> the measured client) of one stream while N other streams
+    of the same topic are armed, and the ring writer's time per record (publish_batch, the
+    sink's sends in it), at SINK_RATE msg/s one record a publish; the sink on and off
+    alternate round by round."""
+    counts = (1, 10) if options.quick else (1, 10, 50)
+    seconds = 1.5 if options.quick else SINK_SECONDS
+    reps = 1 if options.quick else min(options.repetitions, 3)
+    gw = Gateway()
+    results: list[Measurement] = []
+    try:
+        for n in counts:
+            label = f"{n} other stream{'s' if n > 1 else ''}"
+            series = {
+                metric: {
+                    c: Measurement(
+                        SINK_SCENARIO, f"{label}: {metric}", c, unit, False, reference=c == SINK_OFF
+                    )
+                    for c in (SINK_OFF, SINK_ON)
+                }
+                for metric, unit in (
+                    ("latency p50", "us"),
+                    ("latency p99", "us"),
+                    ("writer time per record p50", "us"),
+                    ("writer time per record p99", "us"),
+                )
+            }
+            lost = dict.fromkeys((SINK_OFF, SINK_ON), 0)
+            for _, c in alternate(reps, [SINK_OFF, SINK_ON]):
+                out = _run_sink_fanout(gw, c == SINK_ON, n, seconds)
+                samples, took = out["samples"], sorted(out["took"])
+                series["latency p50"][c].samples.append(_pct(samples, 50) / 1e3)
+                series["latency p99"][c].samples.append(_pct(samples, 99) / 1e3)
+                series["writer time per record p50"][c].samples.append(_pct(took, 50) / 1e3)
+                series["writer time per record p99"][c].samples.append(_pct(took, 99) / 1e3)
+                lost[c] += out["lost"]
+                print(
+                    f"[{SINK_SCENARIO}] {label:16} {c:38} p50 {_pct(samples, 50) / 1e3:7.0f} "
+                    f"p99 {_pct(samples, 99) / 1e3:7.0f} us, writer {_pct(took, 50) / 1e3:5.1f}"
+                    f" / {_pct(took, 99) / 1e3:6.1f} us a record, lost {out['lost']}",
+                    flush=True,
+                )
+            for c, m in series["latency p50"].items():
+                m.note = f"{reps} rounds of {seconds:g} s at {SINK_RATE:g} msg/s" + (
+                    f"; {lost[c]} deliveries missing" if lost[c] else ""
+                )
+            for by in series.values():
+                results += by.values()
+    finally:
+        gw.close()
+    return results
+
+
+def _pct(ordered: list[int], p: float) -> float:
+    if not ordered:
+        return float("nan")
+    return float(ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))])

@@ -38,15 +38,20 @@ simulator dropping a slow consumer). Contenders alternate by round (`alternate`)
 a contender's turn the rates go up in order (the gateway and consumer stay up across
 them). Ratios are to the direct client.
 
-The low-latency contender runs the gateway with `latency_profile = "low-latency"` (the
+The low-latency contenders run the gateway with `latency_profile = "low-latency"` (the
 engine busy-polls, the ring advises readers to busy-wait) and its reader with that advice,
-as a deployment would; the others with the default, "economical".
+as a deployment would; the others with the default, "economical". The engine's busy poll
+takes a whole core: on a 2-vCPU machine that is half of it, shared with the simulator, the
+consumer, nats-server and the direct client, so those rows say what the profile costs
+there as much as what it gains. /v1/stream and NATS under it: the C stream sink on (the
+API's default) and NATS as the NATS sink publishes by default (`C_PATH_DEFAULT`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -66,6 +71,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway.hub.nats_c import C_PATH_DEFAULT
 from gateway.lab import Lab
 from gateway.settings import LATENCY_PROFILES
 from gateway.simulator.process import start_simulator
@@ -90,6 +96,11 @@ DPDK_STREAM_SINK = "wsgw dpdk -> /v1/stream, C sink"
 # Core NATS PUBs sent by the ring's writer (gateway.hub.nats_c), alternated with the sink's
 # thread publishing through nats-py (DPDK_NATS: WSGW_NATS_C's path off).
 DPDK_NATS_C = "wsgw dpdk -> NATS, C"
+# The same, C never handing back when busy (NatsConfig.c_busy_sends = 0).
+DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
+# /v1/stream (C sink) and NATS (the sink's default path) under the low-latency profile.
+DPDK_STREAM_LOWLAT = "wsgw dpdk -> /v1/stream, low-latency"
+DPDK_NATS_LOWLAT = "wsgw dpdk -> nats, low-latency"
 CONTENDERS = (
     DIRECT,
     DPDK_RING,
@@ -99,6 +110,8 @@ CONTENDERS = (
     DPDK_STREAM_SINK,
     DPDK_NATS,
     DPDK_NATS_C,
+    DPDK_STREAM_LOWLAT,
+    DPDK_NATS_LOWLAT,
 )
 # The in-process followers (/v1/stream, NATS) woken by the ring notifier's waiting thread
 # instead of the writer directly (gateway.hub.follower): the path before the direct wake-up,
@@ -132,6 +145,7 @@ class Profile:
     switch_interval_us: int = 0  # the gateway process's sys.setswitchinterval (0: Python's)
     stream_sink: bool = False  # /v1/stream frames sent by the ring's writer (gateway.hub.sink)
     nats_c: bool = False  # NATS PUBs sent by the ring's writer (gateway.hub.nats_c)
+    nats_busy_sends: int = -1  # NatsConfig.c_busy_sends (-1: its default)
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
@@ -164,6 +178,15 @@ CONTENDER_SPECS = {
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
+    DPDK_STREAM_LOWLAT: Contender(
+        DPDK_STREAM_LOWLAT, "dpdk", "stream", Profile("low-latency", stream_sink=True)
+    ),
+    DPDK_NATS_LOWLAT: Contender(
+        DPDK_NATS_LOWLAT, "dpdk", "nats", Profile("low-latency", nats_c=C_PATH_DEFAULT)
+    ),
+    DPDK_NATS_C_NO_HANDBACK: Contender(
+        DPDK_NATS_C_NO_HANDBACK, "dpdk", "nats", Profile(nats_c=True, nats_busy_sends=0)
+    ),
     DPDK_STREAM_THREAD: Contender(DPDK_STREAM_THREAD, "dpdk", "stream", NOTIFIER_THREAD),
     DPDK_NATS_THREAD: Contender(DPDK_NATS_THREAD, "dpdk", "nats", NOTIFIER_THREAD),
     DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
@@ -446,6 +469,7 @@ class GatewayConfig:
     switch_interval_us: int = 0
     stream_sink: bool = False
     nats_c: bool = False
+    nats_busy_sends: int = -1
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -471,7 +495,10 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             from gateway.hub.nats import NatsConfig, NatsSink
 
             assert cfg.nats_url is not None
-            sink = NatsSink(NatsConfig(servers=[cfg.nats_url], c_path=cfg.nats_c)).start(10)
+            config = NatsConfig(servers=[cfg.nats_url], c_path=cfg.nats_c)
+            if cfg.nats_busy_sends >= 0:
+                config = dataclasses.replace(config, c_busy_sends=cfg.nats_busy_sends)
+            sink = NatsSink(config).start(10)
         hub = Hub(ring=RingWriter.create(cfg.ring, RING_CAPACITY, replace=True), nats=sink)
         undo.callback(hub.close)
         sid, stream_url = 1, ""
@@ -695,6 +722,7 @@ def running(
                 contender.profile.switch_interval_us,
                 contender.profile.stream_sink,
                 contender.profile.nats_c,
+                contender.profile.nats_busy_sends,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

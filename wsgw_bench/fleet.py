@@ -47,6 +47,7 @@ import orjson
 from wsgw_bench.core import BenchOptions, Measurement, report_run, scenario, scenario_log
 from wsgw_bench.gateways import (
     ServeGateway,
+    closing_with_logs,
     create_sessions,
     fleet_env,
     jetstream_nats,
@@ -230,88 +231,86 @@ def run_fleet(plan: FleetPlan, log: Callable[[str], None]) -> FleetResult:
     tap = RingTap()
     simulator = start_simulator(None, 0, plan.rate, host="127.0.0.1", stdin=True)
     try:
-        assert simulator.stdout is not None
-        sim_port = int(json.loads(simulator.stdout.readline())["port"])
-        with postgres_cluster() as db_url:
+        with closing_with_logs(every, RuntimeError):
+            assert simulator.stdout is not None
+            sim_port = int(json.loads(simulator.stdout.readline())["port"])
+            with postgres_cluster() as db_url:
 
-            def start(name: str, incarnation: int) -> ServeGateway:
-                env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
-                node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env)
-                every.append(node)
-                node.start()
-                tap.add(node.ring)
-                nodes[name] = node
-                return node
+                def start(name: str, incarnation: int) -> ServeGateway:
+                    env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
+                    node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env)
+                    every.append(node)
+                    node.start()
+                    tap.add(node.ring)
+                    nodes[name] = node
+                    return node
 
-            for i in range(plan.nodes):  # the first migrates the database
-                start(f"n{i + 1}", 0)
-            sessions = create_sessions(nodes["n1"], sim_port, plan.sessions, TOPIC,
-                                       prefix="bench", placement={"zone": "lab"})  # fmt: skip
-            log(f"{plan.nodes} nodes ready, {plan.sessions} sessions started")
+                for i in range(plan.nodes):  # the first migrates the database
+                    start(f"n{i + 1}", 0)
+                sessions = create_sessions(nodes["n1"], sim_port, plan.sessions, TOPIC,
+                                           prefix="bench", placement={"zone": "lab"})  # fmt: skip
+                log(f"{plan.nodes} nodes ready, {plan.sessions} sessions started")
 
-            def owners() -> dict[int, str]:
-                leases = next(iter(n for n in nodes.values())).get("/v1/fleet/leases")["data"]
-                return {x["session_id"]: x["node"] for x in leases if x["live"]}
+                def owners() -> dict[int, str]:
+                    leases = next(iter(n for n in nodes.values())).get("/v1/fleet/leases")["data"]
+                    return {x["session_id"]: x["node"] for x in leases if x["live"]}
 
-            def settled() -> bool:
-                """Balanced (no node more than one above another) and every session's
-                messages flowing on its owner's ring."""
-                where = owners()
-                if sorted(where) != sessions:
-                    return False
-                load = [list(where.values()).count(n) for n in nodes]
-                if max(load) - min(load) > 1:
-                    return False
-                return all(tap.flowing(nodes[where[s]].ring.name, s, 0.5) for s in sessions)
+                def settled() -> bool:
+                    """Balanced (no node more than one above another) and every session's
+                    messages flowing on its owner's ring."""
+                    where = owners()
+                    if sorted(where) != sessions:
+                        return False
+                    load = [list(where.values()).count(n) for n in nodes]
+                    if max(load) - min(load) > 1:
+                        return False
+                    return all(tap.flowing(nodes[where[s]].ring.name, s, 0.5) for s in sessions)
 
-            names = sorted(nodes)
-            failed_over: set[tuple[str, int]] = set()  # (killed ring, session)
-            for k in range(plan.kills):
-                wait_for("the fleet settled (balanced, every session flowing)", settled, 180, 0.2)
-                where = owners()
-                victim = nodes[names[k % len(names)]]
-                moved = [s for s, n in where.items() if n == victim.name]
-                last_seq = {s: tap.last(victim.ring.name, s) for s in moved}
-                killed = time.monotonic()
-                victim.kill()
-                others = [n for n in nodes.values() if n is not victim]
-                first_on = _wait_moved(tap, others, moved, killed, 10 * plan.lease_s)
-                time.sleep(0.2)  # the tap has read the killed ring to its end
-                for sid in moved:
-                    _, took, first_seq = first_on[sid]
-                    last = tap.last(victim.ring.name, sid) or last_seq[sid]
-                    result.failover_s.append(took)
-                    if last is not None:
-                        result.lost_per_failover.append(max(0, first_seq - last[1] - 1))
-                result.moved_per_kill.append(len(moved))
-                failed_over.update((victim.ring.name, sid) for sid in moved)
-                log(f"kill -9 {victim.name}: {len(moved)} sessions moved in "
-                    f"{', '.join(f'{v[1]:.2f}' for v in first_on.values())} s")  # fmt: skip
-                victim.close()
-                start(victim.name, k + 1)  # back, on a ring of its own: it rebalances
-            wait_for("the fleet settled after the last restart", settled, 180, 0.2)
-            time.sleep(0.2)
-            for sid in sessions:
-                for ring_a, ring_b, seq_a, seq_b in tap.hand_overs(sid):
-                    last_on_a = tap.last(ring_a, sid)
-                    if (ring_a, sid) in failed_over and last_on_a and seq_a == last_on_a[1]:
-                        continue  # the end of a killed node's ring: counted as a failover
-                    lost = max(0, seq_b - seq_a - 1)
-                    result.lost_per_hand_over.append(lost)
-                    result.hand_overs.append((sid, ring_a, ring_b, lost))
-                pairs = {frozenset((a, b)) for s, a, b, _ in result.hand_overs if s == sid}
-                for rings in tap.duplicates(sid):
-                    if rings in pairs:
-                        result.overlap += 1
-                    else:
-                        result.duplicates += 1
-    except Exception as exc:
-        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
-        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+                names = sorted(nodes)
+                failed_over: set[tuple[str, int]] = set()  # (killed ring, session)
+                for k in range(plan.kills):
+                    wait_for(
+                        "the fleet settled (balanced, every session flowing)", settled, 180, 0.2
+                    )
+                    where = owners()
+                    victim = nodes[names[k % len(names)]]
+                    moved = [s for s, n in where.items() if n == victim.name]
+                    last_seq = {s: tap.last(victim.ring.name, s) for s in moved}
+                    killed = time.monotonic()
+                    victim.kill()
+                    others = [n for n in nodes.values() if n is not victim]
+                    first_on = _wait_moved(tap, others, moved, killed, 10 * plan.lease_s)
+                    time.sleep(0.2)  # the tap has read the killed ring to its end
+                    for sid in moved:
+                        _, took, first_seq = first_on[sid]
+                        last = tap.last(victim.ring.name, sid) or last_seq[sid]
+                        result.failover_s.append(took)
+                        if last is not None:
+                            result.lost_per_failover.append(max(0, first_seq - last[1] - 1))
+                    result.moved_per_kill.append(len(moved))
+                    failed_over.update((victim.ring.name, sid) for sid in moved)
+                    log(f"kill -9 {victim.name}: {len(moved)} sessions moved in "
+                        f"{', '.join(f'{v[1]:.2f}' for v in first_on.values())} s")  # fmt: skip
+                    victim.close()
+                    start(victim.name, k + 1)  # back, on a ring of its own: it rebalances
+                wait_for("the fleet settled after the last restart", settled, 180, 0.2)
+                time.sleep(0.2)
+                for sid in sessions:
+                    for ring_a, ring_b, seq_a, seq_b in tap.hand_overs(sid):
+                        last_on_a = tap.last(ring_a, sid)
+                        if (ring_a, sid) in failed_over and last_on_a and seq_a == last_on_a[1]:
+                            continue  # the end of a killed node's ring: counted as a failover
+                        lost = max(0, seq_b - seq_a - 1)
+                        result.lost_per_hand_over.append(lost)
+                        result.hand_overs.append((sid, ring_a, ring_b, lost))
+                    pairs = {frozenset((a, b)) for s, a, b, _ in result.hand_overs if s == sid}
+                    for rings in tap.duplicates(sid):
+                        if rings in pairs:
+                            result.overlap += 1
+                        else:
+                            result.duplicates += 1
     finally:
         tap.close()
-        for node in every:
-            node.close()
         simulator.kill()
         simulator.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -445,80 +444,78 @@ def run_bus(plan: FleetPlan, log: Callable[[str], None]) -> BusResult:
     nodes: dict[str, ServeGateway] = {}
     simulator = start_simulator(None, 0, plan.rate, host="127.0.0.1", stdin=True)
     try:
-        assert simulator.stdout is not None
-        sim_port = int(json.loads(simulator.stdout.readline())["port"])
-        with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
-            nats_settings = jetstream_nats(nats.url, STREAM)
+        with closing_with_logs(every, RuntimeError):
+            assert simulator.stdout is not None
+            sim_port = int(json.loads(simulator.stdout.readline())["port"])
+            with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
+                nats_settings = jetstream_nats(nats.url, STREAM)
 
-            def start(name: str, incarnation: int) -> None:
-                env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
-                node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env,
-                                    nats=nats_settings)  # fmt: skip
-                every.append(node)
-                node.start()
-                nodes[name] = node
+                def start(name: str, incarnation: int) -> None:
+                    env = fleet_env(db_url, name, plan.lease_s, {"zone": "lab"})
+                    node = ServeGateway(name, tmp, tag=f"{tag}i{incarnation}", env=env,
+                                        nats=nats_settings)  # fmt: skip
+                    every.append(node)
+                    node.start()
+                    nodes[name] = node
 
-            for i in range(plan.nodes):
-                start(f"n{i + 1}", 0)
-            first = nodes["n1"]
-            # legs 0 and 1, then two single sessions
-            sessions = create_sessions(first, sim_port, 4, TOPIC, prefix="bus",
-                                       placement={"zone": "lab"}, start=False)  # fmt: skip
-            legs, singles = sessions[:2], sessions[2:]
-            hub = group_hub_id(int(first.post("/v1/groups", {"name": "bus", "legs": legs})["id"]))
-            for sid in sessions:
-                first.post(f"/v1/sessions/{sid}/start")
+                for i in range(plan.nodes):
+                    start(f"n{i + 1}", 0)
+                first = nodes["n1"]
+                # legs 0 and 1, then two single sessions
+                sessions = create_sessions(first, sim_port, 4, TOPIC, prefix="bus",
+                                           placement={"zone": "lab"}, start=False)  # fmt: skip
+                legs, singles = sessions[:2], sessions[2:]
+                hub = group_hub_id(
+                    int(first.post("/v1/groups", {"name": "bus", "legs": legs})["id"])
+                )
+                for sid in sessions:
+                    first.post(f"/v1/sessions/{sid}/start")
 
-            def runs() -> dict[int, str]:
-                return {s: n.name for n in nodes.values() for s in n.connected()}
+                def runs() -> dict[int, str]:
+                    return {s: n.name for n in nodes.values() for s in n.connected()}
 
-            def settled() -> bool:
-                where = runs()
-                return set(where) == set(sessions) and where[legs[0]] != where[legs[1]]
+                def settled() -> bool:
+                    where = runs()
+                    return set(where) == set(sessions) and where[legs[0]] != where[legs[1]]
 
-            for k in range(plan.kills):
-                wait_for("the legs apart and every session connected", settled, 120, 0.2)
+                for k in range(plan.kills):
+                    wait_for("the legs apart and every session connected", settled, 120, 0.2)
+                    time.sleep(2.0)
+                    where = runs()
+                    victim = next(
+                        (n for n in nodes.values() if any(where[s] == n.name for s in singles)
+                         and any(where[s] == n.name for s in legs)),
+                        nodes[where[legs[0]]],
+                    )  # fmt: skip
+                    moved = [s for s in singles if where[s] == victim.name]
+                    victim.kill()
+                    its_legs = [s for s in legs if where[s] == victim.name]
+                    log(f"kill -9 {victim.name}: it ran leg(s) {its_legs} and single(s) {moved}")
+                    others = [n for n in nodes.values() if n is not victim]
+
+                    def elsewhere(others: list[ServeGateway] = others) -> bool:
+                        return set(sessions) <= {s for n in others for s in n.connected()}
+
+                    wait_for("the killed node's sessions elsewhere", elsewhere, 10 * plan.lease_s)
+                    victim.close()
+                    start(victim.name, k + 1)
+                    result.kills += 1
+                wait_for("the fleet settled after the last restart", settled, 120, 0.2)
                 time.sleep(2.0)
-                where = runs()
-                victim = next(
-                    (n for n in nodes.values() if any(where[s] == n.name for s in singles)
-                     and any(where[s] == n.name for s in legs)),
-                    nodes[where[legs[0]]],
-                )  # fmt: skip
-                moved = [s for s in singles if where[s] == victim.name]
-                victim.kill()
-                its_legs = [s for s in legs if where[s] == victim.name]
-                log(f"kill -9 {victim.name}: it ran leg(s) {its_legs} and single(s) {moved}")
-                others = [n for n in nodes.values() if n is not victim]
-
-                def elsewhere(others: list[ServeGateway] = others) -> bool:
-                    return set(sessions) <= {s for n in others for s in n.connected()}
-
-                wait_for("the killed node's sessions elsewhere", elsewhere, 10 * plan.lease_s)
-                victim.close()
-                start(victim.name, k + 1)
-                result.kills += 1
-            wait_for("the fleet settled after the last restart", settled, 120, 0.2)
-            time.sleep(2.0)
-            seqs = stream_sequences(nats.url, STREAM)
-            for sid, values in seqs.items():
-                if sid != hub and sid not in singles:
-                    continue
-                unique = set(values)
-                result.stored_twice += len(values) - len(unique)
-                lost = max(unique) - min(unique) + 1 - len(unique)
-                if sid == hub:
-                    result.group_lost += lost
-                    result.group_stored += len(unique)
-                else:
-                    result.single_lost += lost
-                    result.single_stored += len(unique)
-    except Exception as exc:
-        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
-        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+                seqs = stream_sequences(nats.url, STREAM)
+                for sid, values in seqs.items():
+                    if sid != hub and sid not in singles:
+                        continue
+                    unique = set(values)
+                    result.stored_twice += len(values) - len(unique)
+                    lost = max(unique) - min(unique) + 1 - len(unique)
+                    if sid == hub:
+                        result.group_lost += lost
+                        result.group_stored += len(unique)
+                    else:
+                        result.single_lost += lost
+                        result.single_stored += len(unique)
     finally:
-        for node in every:
-            node.close()
         simulator.kill()
         simulator.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -715,32 +712,28 @@ def run_bus_latency(
     every: list[ServeGateway] = []
     simulator = start_simulator(None, 0, rate, host="127.0.0.1", stdin=True)
     try:
-        assert simulator.stdout is not None
-        sim_port = int(json.loads(simulator.stdout.readline())["port"])
-        with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
-            subjects = {"fleet node": ("wsgwfleet", "LATFLEET"),
-                        "single gateway": ("wsgwone", "LATONE")}  # fmt: skip
-            envs = {"fleet node": fleet_env(db_url, "f1", 3.0, {}), "single gateway": {}}
-            gateways: dict[str, tuple[ServeGateway, int]] = {}
-            for contender, (prefix, stream) in subjects.items():
-                nats_settings = {**jetstream_nats(nats.url, stream), "subject_prefix": prefix}
-                node = ServeGateway(contender.split()[0], tmp, tag=tag, env=envs[contender],
-                                    nats=nats_settings)  # fmt: skip
-                every.append(node)
-                node.start()
-                (sid,) = create_sessions(node, sim_port, 1, TOPIC, prefix=prefix, start=False)
-                gateways[contender] = (node, sid)
-            tap = BusTap(nats.url, subjects)
-            try:
-                _alternate(gateways, tap, result, rounds, window_s, log)
-            finally:
-                tap.close()  # before the NATS server stops
-    except Exception as exc:
-        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in every)
-        raise RuntimeError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+        with closing_with_logs(every, RuntimeError):
+            assert simulator.stdout is not None
+            sim_port = int(json.loads(simulator.stdout.readline())["port"])
+            with NatsServer(jetstream=True) as nats, postgres_cluster() as db_url:
+                subjects = {"fleet node": ("wsgwfleet", "LATFLEET"),
+                            "single gateway": ("wsgwone", "LATONE")}  # fmt: skip
+                envs = {"fleet node": fleet_env(db_url, "f1", 3.0, {}), "single gateway": {}}
+                gateways: dict[str, tuple[ServeGateway, int]] = {}
+                for contender, (prefix, stream) in subjects.items():
+                    nats_settings = {**jetstream_nats(nats.url, stream), "subject_prefix": prefix}
+                    node = ServeGateway(contender.split()[0], tmp, tag=tag, env=envs[contender],
+                                        nats=nats_settings)  # fmt: skip
+                    every.append(node)
+                    node.start()
+                    (sid,) = create_sessions(node, sim_port, 1, TOPIC, prefix=prefix, start=False)
+                    gateways[contender] = (node, sid)
+                tap = BusTap(nats.url, subjects)
+                try:
+                    _alternate(gateways, tap, result, rounds, window_s, log)
+                finally:
+                    tap.close()  # before the NATS server stops
     finally:
-        for node in every:
-            node.close()
         simulator.kill()
         simulator.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)

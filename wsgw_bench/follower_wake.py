@@ -73,11 +73,8 @@ async def phase(
     else:
         writer = pace(rate, stop, lambda: ring.write(1, tid, b'{"p":1}', time.time_ns()))
     try:
-        await asyncio.sleep(seconds)
+        await paced_for(seconds, writer, stop)
     finally:
-        stop.set()
-        writer.join()
-        await asyncio.sleep(0.05)
         follower.stop()
     return sorted(lat[int(len(lat) * 0.1) :])  # the first tenth: the phase's warm-up
 
@@ -96,6 +93,17 @@ def pace(rate: float, stop: threading.Event, write: Callable[[], object]) -> thr
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+async def paced_for(seconds: float, writer: threading.Thread, stop: threading.Event) -> None:
+    """Let a phase's writer run for `seconds`, then stop it (also when the phase fails) and
+    give its last records 50 ms to arrive."""
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        stop.set()
+        writer.join()
+        await asyncio.sleep(0.05)
 
 
 class StampingWriter:
@@ -138,11 +146,8 @@ async def hub_phase(
             rate, stop, lambda: hub.publish_batch([(1, "t", b"{}", time.time_ns(), None)])
         )
         try:
-            await asyncio.sleep(seconds)
+            await paced_for(seconds, writer, stop)
         finally:
-            stop.set()
-            writer.join()
-            await asyncio.sleep(0.05)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

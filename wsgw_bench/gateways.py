@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,36 @@ class ServeGateway:
         self.kill()
         self.api.close()
         self.ring.unlink(missing_ok=True)
+
+
+def fleet_nodes(
+    db_url: str, nats: dict[str, Any], tmp: Path, names: Iterable[str], lease_s: float
+) -> list[ServeGateway]:
+    """Fleet nodes (not started) on one database, labelled zone=lab, each with its own copy
+    of the hub.nats settings `nats`."""
+    return [
+        ServeGateway(
+            name, tmp, env=fleet_env(db_url, name, lease_s, {"zone": "lab"}), nats=dict(nats)
+        )
+        for name in names
+    ]
+
+
+@contextlib.contextmanager
+def closing_with_logs(
+    nodes: Sequence[ServeGateway], error: type[Exception] = AssertionError
+) -> Iterator[None]:
+    """Run a fleet's block: a failure in it is raised again as `error` with every node's
+    log tail (a run fails on one node while the cause is often in another's log); the
+    nodes (those in the list when the block ends: it may grow) are closed after."""
+    try:
+        yield
+    except Exception as exc:
+        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in nodes)
+        raise error(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+    finally:
+        for node in nodes:
+            node.close()
 
 
 def create_sessions(

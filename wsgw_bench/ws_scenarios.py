@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.lab import Lab
-from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario
+from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
 from wsgw_bench.peers import REPO, PeerError, WsPeer, build, python_module
 from wsgw_bench.tls_peer import TlsPeer
 from wsgw_bench.ws_runner import (
@@ -239,13 +239,15 @@ class DpdkSide:
         self.lab = lab
         self._stats_before: dict[str, int] = {}
         eal = Eal.init(EalConfig())
-        self.port = eal.open_port(lab.vdev)
+        self.port = eal.open_port(lab.vdev, mtu=lab.mtu)
         try:
             self.engine = Engine.on_port(
                 self.port,
                 lab.gw_ip,
                 lab.netmask,
-                tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2),
+                mtu=lab.mtu,
+                # RFC 9293 section 3.7.1: the MSS we announce is the link's MTU - 40
+                tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.2, mss=lab.mtu - 40),
                 config=EngineConfig(fastpath=FastPathConfig()),
             )
             self.engine.start()
@@ -442,7 +444,7 @@ def _session(
 ) -> Iterator[tuple[Lab, WsPeer, DpdkSide | None]]:
     """The lab, the peer in it, and the DPDK side when a contender needs it (else a note);
     the TLS peer too when tls wants it (on the same CPU as the C peer), or tls.error."""
-    lab = Lab(options.lab_name, kernel_client=True)
+    lab = Lab(unique_lab_name(options, "ws"), kernel_client=True, mtu=options.mtu)
     lab.down()
     lab.up()
     peer: WsPeer | None = None
@@ -840,9 +842,12 @@ def ingest(options: BenchOptions) -> list[Measurement]:
     groups: list[dict[str, Measurement]] = []
     rate: dict[int, dict[str, Measurement]] = {}
     cpu: dict[int, dict[str, Measurement]] = {}
+    # A jumbo run's rows are its own (named with the MTU), never mixed with Ethernet's.
+    link = "" if options.mtu == 1500 else f", MTU {options.mtu}"
     for size in INGEST_SIZES:
-        rate[size] = _per_contender("ingest", f"msg/s {size_label(size)}", "msg/s", True, names)
-        cpu[size] = _per_contender("ingest", f"CPU/msg {size_label(size)}", "ns", False, names)
+        label = size_label(size) + link
+        rate[size] = _per_contender("ingest", f"msg/s {label}", "msg/s", True, names)
+        cpu[size] = _per_contender("ingest", f"CPU/msg {label}", "ns", False, names)
         groups += [rate[size], cpu[size]]
     checked: dict[str, int] = {}
     for c, results in _run_all(options, "ingest", contenders):

@@ -43,12 +43,7 @@ def group_public(control: ControlPlane, row: FeedGroupRow) -> GroupPublic:
 def list_groups(control: ControlDep, page: PageDep, _: AdminDep) -> GroupListPublic:
     """Every feed group, oldest first."""
     result = control.groups.page(page.offset, page.limit)
-    return GroupListPublic(
-        data=[group_public(control, g) for g in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return page.of(GroupListPublic, result, lambda g: group_public(control, g))
 
 
 @router.post(

@@ -38,12 +38,7 @@ def port_public(control: ControlPlane, port: PortRow) -> PortPublic:
 def list_ports(control: ControlDep, page: PageDep, _: AdminDep) -> PortListPublic:
     """Every configured port, oldest first."""
     result = control.ports.page(page.offset, page.limit)
-    return PortListPublic(
-        data=[port_public(control, p) for p in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return page.of(PortListPublic, result, lambda p: port_public(control, p))
 
 
 @router.post(

@@ -92,18 +92,8 @@ def list_sessions(
     to (all of them), as id, name, dialect, state and topics only."""
     result = control.sessions.page(page.offset, page.limit)
     if "admin" in caller.scopes:
-        return SessionListPublic(
-            data=[session_public(control, r) for r in result.items],
-            count=result.total,
-            offset=page.offset,
-            limit=page.limit,
-        )
-    return SessionSummaryListPublic(
-        data=[session_summary(control, r) for r in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+        return page.of(SessionListPublic, result, lambda r: session_public(control, r))
+    return page.of(SessionSummaryListPublic, result, lambda r: session_summary(control, r))
 
 
 @router.get("/dialects", response_model=DialectListPublic)
@@ -168,9 +158,4 @@ def list_session_events(
 ) -> SessionEventListPublic:
     """The session's history, newest first: what was asked and what the dataplane reported."""
     result = control.sessions.events(session_id, page.offset, page.limit)
-    return SessionEventListPublic(
-        data=[SessionEventPublic.model_validate(e) for e in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return page.of(SessionEventListPublic, result, SessionEventPublic.model_validate)

@@ -66,12 +66,7 @@ def list_subscriptions(
     unowned ones."""
     owner = None if "admin" in caller.scopes else (caller.token_id or 0)
     result = control.subscriptions.page(page.offset, page.limit, session_id, owner)
-    return SubscriptionListPublic(
-        data=[subscription_public(control, s) for s in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return page.of(SubscriptionListPublic, result, lambda s: subscription_public(control, s))
 
 
 @router.post(

@@ -20,12 +20,7 @@ router = APIRouter(
 @router.get("", response_model=TokenListPublic)
 def list_tokens(control: ControlDep, page: PageDep, _: AdminDep) -> TokenListPublic:
     result = control.tokens.page(page.offset, page.limit)
-    return TokenListPublic(
-        data=[TokenPublic.model_validate(t) for t in result.items],
-        count=result.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return page.of(TokenListPublic, result, TokenPublic.model_validate)
 
 
 @router.post("", response_model=TokenCreatedPublic, status_code=status.HTTP_201_CREATED)

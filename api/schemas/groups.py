@@ -93,6 +93,11 @@ class GroupFiguresPublic(PublicSchema):
     python_offers: int | None = Field(
         default=None, description="C path: frames offered from Python (kernel legs, odd frames)"
     )
+    unread_waits: int | None = Field(
+        default=None,
+        description="C path: times a due hole waited for a kernel leg whose socket still "
+        "held unread bytes (its read loop late)",
+    )
     legs: list[LegPublic]
 
 

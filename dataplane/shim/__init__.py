@@ -15,6 +15,7 @@ from dataplane.shim._bind_arbiter import LAG_SAMPLES as ARB_LAG_SAMPLES
 from dataplane.shim._bind_arbiter import MAX_LEGS as ARB_MAX_LEGS
 from dataplane.shim._bind_arbiter import NO_MISSING as ARB_NO_MISSING
 from dataplane.shim._bind_arbiter import NO_PREV as ARB_NO_PREV
+from dataplane.shim._bind_arbiter import UNREAD_FN as ARB_UNREAD_FN
 from dataplane.shim._bind_arbiter import lib as arbiter_library
 from dataplane.shim._bind_book import APPLIED as BOOK_APPLIED
 from dataplane.shim._bind_book import ASKS as BOOK_ASKS
@@ -152,6 +153,7 @@ __all__ = [
     "ARB_NO_MISSING",
     "ARB_NO_PREV",
     "ARB_OUT_FORMAT",
+    "ARB_UNREAD_FN",
     "BOOK_APPLIED",
     "BOOK_ASKS",
     "BOOK_BIDS",

@@ -62,6 +62,10 @@ class ArbTotals(ctypes.Structure):
     ]
 
 
+#: wsgw_arb_unread_fn: (ctx, leg) -> nonzero while the leg has input not offered yet.
+UNREAD_FN = ctypes.CFUNCTYPE(ctypes.c_int, _vp, _u32)
+
+
 PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_arb_create": (
         ctypes.c_int,
@@ -76,6 +80,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_arb_set_live": (ctypes.c_int, [_vp, _u32, ctypes.c_int, _i64]),
     "wsgw_arb_expire": (ctypes.c_int, [_vp, _i64]),
     "wsgw_arb_set_max_hold": (ctypes.c_int, [_vp, _i64]),
+    "wsgw_arb_set_unread_probe": (None, [_vp, UNREAD_FN, _vp]),
     "wsgw_arb_deadline": (ctypes.c_int, [_vp, ctypes.POINTER(_i64)]),
     "wsgw_arb_outputs": (_vp, [_vp]),
     "wsgw_arb_leg_stats": (ctypes.c_int, [_vp, _u32, ctypes.POINTER(ArbLegStats)]),

@@ -66,7 +66,7 @@ GROUP_GAP_BYTES = 512
 
 GROUP_STAT_FIELDS = (
     "delivered", "gaps", "lost", "below_floor", "not_told", "ring_errors", "expired",
-    "offer_ns", "offers", "cost_samples", "python_offers",
+    "offer_ns", "offers", "cost_samples", "python_offers", "unread_waits",
 )  # fmt: skip
 
 
@@ -118,6 +118,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
          ctypes.POINTER(IdentityStruct), ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64],
     ),
     "wsgw_group_set_live": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_int, ctypes.c_int64]),
+    "wsgw_group_set_leg_fd": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_int]),
+    "wsgw_group_set_leg_busy": (None, [_vp, ctypes.c_uint32, ctypes.c_int]),
     "wsgw_group_expire": (ctypes.c_int, [_vp, ctypes.c_int64]),
     "wsgw_group_deadline": (ctypes.c_int, [_vp, ctypes.POINTER(ctypes.c_int64)]),
     "wsgw_group_stats": (None, [_vp, ctypes.POINTER(GroupStats)]),
@@ -295,6 +297,14 @@ class GroupBinding:
     def set_live(self, leg: int, live: bool, now_ns: int) -> None:
         if self.handle:
             self._lib.wsgw_group_set_live(self.handle, leg, int(live), now_ns)
+
+    def set_leg_fd(self, leg: int, fd: int) -> None:
+        if self.handle:
+            self._lib.wsgw_group_set_leg_fd(self.handle, leg, fd)
+
+    def set_leg_busy(self, leg: int, busy: bool) -> None:
+        if self.handle:
+            self._lib.wsgw_group_set_leg_busy(self.handle, leg, int(busy))
 
     def expire(self, now_ns: int) -> None:
         if self.handle:

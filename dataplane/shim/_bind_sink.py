@@ -18,10 +18,18 @@ _u64p = ctypes.POINTER(ctypes.c_uint64)
 NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = range(9)
 REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topic", "busy")
 # wsgw_sink.h: the state's fields
-ST_ARMED, ST_NEXT_SEQ, ST_REST_LEN, ST_REASON, ST_ERRNO, ST_MESSAGES, ST_BYTES, ST_DISARMS = range(
-    8
-)
-ST_COUNT = 8
+(
+    ST_ARMED,
+    ST_NEXT_SEQ,
+    ST_REST_LEN,
+    ST_REASON,
+    ST_ERRNO,
+    ST_MESSAGES,
+    ST_BYTES,
+    ST_DISARMS,
+    ST_SENDS,
+) = range(9)
+ST_COUNT = 9
 MAX_SOCKETS = 1024
 MAX_TOPICS = 4096
 
@@ -41,6 +49,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
     "wsgw_sink_disarm": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
     "wsgw_sink_state": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
+    "wsgw_sink_burst_begin": (None, []),
+    "wsgw_sink_burst_end": (None, []),
     "wsgw_sink_take_rest": (
         ctypes.c_int64,
         [_vp, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64],
@@ -114,3 +124,13 @@ def take_rest(handle: int, slot: int, length: int) -> bytes:
     if rc < 0:
         raise ValueError(f"sink slot {slot}: take_rest {rc}")
     return buf.raw[:rc]
+
+
+def burst_begin() -> None:
+    """Open a burst in this thread (nests): NATS slots send what it writes at its end."""
+    library(KEEP_GIL).wsgw_sink_burst_begin()
+
+
+def burst_end() -> None:
+    """Close this thread's burst: the outermost end sends the NATS slots' buffers."""
+    library(KEEP_GIL).wsgw_sink_burst_end()

@@ -80,6 +80,8 @@ struct wsgw_arbiter {
     uint8_t *scratch;
     size_t scratch_len;
     size_t scratch_cap;
+    wsgw_arb_unread_fn unread; /* the caller's probe of a leg's unread input, or NULL */
+    void *unread_ctx;
     int scratch_used; /* outputs hold scratch offsets until the call ends */
     int failed;       /* an allocation failed in this call (-ENOMEM) */
 };
@@ -454,13 +456,38 @@ static int held_room(wsgw_arbiter *a, struct arb_topic *t)
     return 0;
 }
 
+/* Whether the due hole waits for a live leg that has not gone past it and still has unread
+ * input (the caller's probe): each such leg counts as arriving at now_ns, so the hole is due
+ * a hold later. Never from max_hold_ns after the hole opened. As the reference's
+ * _unread_waits: every such leg is asked, in leg order. */
+static int unread_waits(wsgw_arbiter *a, const struct arb_topic *t, int64_t now_ns)
+{
+    if (!a->unread || now_ns >= t->hole_since + a->max_hold_ns)
+        return 0;
+    int waits = 0;
+    for (uint32_t leg = 0; leg < a->legs; leg++) {
+        struct arb_leg *l = &a->leg[leg];
+        if (!l->live || ((t->newest_seen & (1u << leg)) && t->newest[leg] > t->last))
+            continue;
+        if (a->unread(a->unread_ctx, leg)) {
+            l->arrived_ns = now_ns;
+            l->has_arrived = 1;
+            waits = 1;
+        }
+    }
+    return waits;
+}
+
 static void expire_due(wsgw_arbiter *a, int64_t now_ns)
 {
     for (uint32_t i = 0; i < a->n_order; i++) {
         uint32_t topic = a->order[i];
         const struct arb_topic *t = &a->topics[topic];
-        while (t->has_hole && now_ns >= hole_due(a, t))
+        while (t->has_hole && now_ns >= hole_due(a, t)) {
+            if (unread_waits(a, t, now_ns))
+                break;
             declare_hole(a, topic);
+        }
     }
 }
 
@@ -688,6 +715,12 @@ int wsgw_arb_deadline(const wsgw_arbiter *a, int64_t *at)
     if (found)
         *at = best;
     return found;
+}
+
+void wsgw_arb_set_unread_probe(wsgw_arbiter *a, wsgw_arb_unread_fn fn, void *ctx)
+{
+    a->unread = fn;
+    a->unread_ctx = ctx;
 }
 
 int wsgw_arb_set_max_hold(wsgw_arbiter *a, int64_t max_hold_ns)

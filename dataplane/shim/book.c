@@ -495,6 +495,26 @@ enum {
     HAVE_QTY = 2048,
 };
 
+/* An object member's key into (k, klen), s->p then at its value; an escaped key marks the
+ * message unsupported (C matches keys as sent). -1 when the text is not JSON. */
+static int member_key(struct scan *s, const uint8_t **k, uint32_t *klen)
+{
+    int plain;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != '"' || read_string(s, k, klen, &plain))
+        return bad(s);
+    if (!plain)
+        s->unsupported = 1;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':')
+        return bad(s);
+    s->p++;
+    skip_ws(s);
+    if (s->p >= s->end)
+        return bad(s);
+    return 0;
+}
+
 /* A member reader: reads the value at s->p for key k and returns 0, or -1 on an error, or 1
  * when the key is not one it reads (the value is then skipped). */
 typedef int (*member_fn)(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
@@ -511,19 +531,9 @@ static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, membe
     for (;;) {
         const uint8_t *k;
         uint32_t klen;
-        int plain, rc;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
-            return bad(s);
-        if (!plain)
-            s->unsupported = 1;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':')
-            return bad(s);
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end)
-            return bad(s);
+        int rc;
+        if (member_key(s, &k, &klen))
+            return -1;
         rc = fn(s, b, m, k, klen);
         if (rc > 0)
             rc = skip_value(s, 2);
@@ -595,6 +605,40 @@ static int str_member(struct scan *s, struct msg *m, const uint8_t **out, uint32
     return skip_value(s, 2);
 }
 
+/* A top-level `data` member: an object (open '{') or an array of objects ('[') read by fn;
+ * another value marks the message unsupported and gives 1 (the caller skips it). */
+static int data_member(struct scan *s, struct wsgw_book *b, struct msg *m, char open, member_fn fn)
+{
+    if (*s->p != open) {
+        s->unsupported = 1;
+        return 1;
+    }
+    m->have |= HAVE_DATA;
+    return open == '{' ? read_object(s, b, m, fn) : read_objects(s, b, m, fn);
+}
+
+/* A top-level member's key and the bit that marks it seen (a table ends with a NULL key). */
+struct member_key {
+    const char *key;
+    unsigned bit;
+};
+
+/* The bit of key k in keys, 0 when it is none of them; a member seen twice marks the message
+ * unsupported (C reads each once, the Python decoder keeps the last). */
+static unsigned seen_once(struct scan *s, struct msg *m, const struct member_key *keys,
+                          const uint8_t *k, uint32_t klen)
+{
+    for (; keys->key; keys++) {
+        if (key_is(k, klen, keys->key)) {
+            if (m->seen & keys->bit)
+                s->unsupported = 1;
+            m->seen |= keys->bit;
+            return keys->bit;
+        }
+    }
+    return 0;
+}
+
 static int levels_member(struct scan *s, struct wsgw_book *b, struct msg *m, int side)
 {
     m->have |= side == WSGW_BOOK_BIDS ? HAVE_BIDS : HAVE_ASKS;
@@ -631,14 +675,8 @@ static int binance_top(struct scan *s, struct wsgw_book *b, struct msg *m, const
 {
     if (key_is(k, klen, "stream"))
         return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
-    if (key_is(k, klen, "data")) {
-        if (*s->p != '{') {
-            s->unsupported = 1;
-            return 1;
-        }
-        m->have |= HAVE_DATA;
-        return read_object(s, b, m, binance_data);
-    }
+    if (key_is(k, klen, "data"))
+        return data_member(s, b, m, '{', binance_data);
     return 1;
 }
 
@@ -704,14 +742,8 @@ static int okx_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uin
     }
     if (key_is(k, klen, "action"))
         return str_member(s, m, &m->action, &m->action_len, 0);
-    if (key_is(k, klen, "data")) {
-        if (*s->p != '[') {
-            s->unsupported = 1;
-            return 1;
-        }
-        m->have |= HAVE_DATA;
-        return read_objects(s, b, m, okx_book);
-    }
+    if (key_is(k, klen, "data"))
+        return data_member(s, b, m, '[', okx_book);
     return 1;
 }
 
@@ -747,14 +779,8 @@ static int bybit_top(struct scan *s, struct wsgw_book *b, struct msg *m, const u
         return str_member(s, m, &m->action, &m->action_len, 0);
     if (key_is(k, klen, "ts"))
         return int_member(s, m, &m->ts_ms, 0);
-    if (key_is(k, klen, "data")) {
-        if (*s->p != '{') {
-            s->unsupported = 1;
-            return 1;
-        }
-        m->have |= HAVE_DATA;
-        return read_object(s, b, m, bybit_data);
-    }
+    if (key_is(k, klen, "data"))
+        return data_member(s, b, m, '{', bybit_data);
     return 1;
 }
 
@@ -810,19 +836,9 @@ static int kraken_levels(struct scan *s, struct pending *pd)
                 for (;;) {
                     const uint8_t *k;
                     uint32_t klen;
-                    int plain, rc;
-                    skip_ws(s);
-                    if (s->p >= s->end || *s->p != '"' || read_string(s, &k, &klen, &plain))
-                        return bad(s);
-                    if (!plain)
-                        s->unsupported = 1;
-                    skip_ws(s);
-                    if (s->p >= s->end || *s->p != ':')
-                        return bad(s);
-                    s->p++;
-                    skip_ws(s);
-                    if (s->p >= s->end)
-                        return bad(s);
+                    int rc;
+                    if (member_key(s, &k, &klen))
+                        return -1;
                     if (key_is(k, klen, "price")) {
                         s->unsupported |= (have & HAVE_PRICE) != 0;
                         have |= HAVE_PRICE;
@@ -1033,21 +1049,12 @@ static int coinbase_changes(struct scan *s, struct wsgw_book *b)
 static int coinbase_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                         uint32_t klen)
 {
-    unsigned bit;
-    if (key_is(k, klen, "type"))
-        bit = HAVE_KIND;
-    else if (key_is(k, klen, "product_id"))
-        bit = HAVE_SYM;
-    else if (key_is(k, klen, "changes"))
-        bit = HAVE_BIDS;
-    else if (key_is(k, klen, "time"))
-        bit = HAVE_TS;
-    else
+    static const struct member_key keys[] = {
+        {"type", HAVE_KIND}, {"product_id", HAVE_SYM}, {"changes", HAVE_BIDS}, {"time", HAVE_TS},
+        {NULL, 0}};
+    switch (seen_once(s, m, keys, k, klen)) {
+    case 0:
         return 1;
-    if (m->seen & bit)
-        s->unsupported = 1;
-    m->seen |= bit;
-    switch (bit) {
     case HAVE_KIND:
         return str_member(s, m, &m->action, &m->action_len, HAVE_KIND);
     case HAVE_SYM:
@@ -1099,26 +1106,13 @@ static int bitstamp_data(struct scan *s, struct wsgw_book *b, struct msg *m, con
 static int bitstamp_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                         uint32_t klen)
 {
-    unsigned bit;
-    if (key_is(k, klen, "data"))
-        bit = HAVE_DATA;
-    else if (key_is(k, klen, "channel"))
-        bit = HAVE_KIND;
-    else if (key_is(k, klen, "event"))
-        bit = HAVE_ARG;
-    else
+    static const struct member_key keys[] = {
+        {"data", HAVE_DATA}, {"channel", HAVE_KIND}, {"event", HAVE_ARG}, {NULL, 0}};
+    unsigned bit = seen_once(s, m, keys, k, klen);
+    if (bit == 0)
         return 1;
-    if (m->seen & bit)
-        s->unsupported = 1;
-    m->seen |= bit;
-    if (bit == HAVE_DATA) {
-        if (*s->p != '{') {
-            s->unsupported = 1;
-            return 1;
-        }
-        m->have |= HAVE_DATA;
-        return read_object(s, b, m, bitstamp_data);
-    }
+    if (bit == HAVE_DATA)
+        return data_member(s, b, m, '{', bitstamp_data);
     if (bit == HAVE_ARG)
         return str_member(s, m, &m->action, &m->action_len, HAVE_ARG);
     if (str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND))

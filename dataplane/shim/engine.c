@@ -10,6 +10,7 @@
 
 #include "shim_internal.h"
 #include "wsgw_engine.h"
+#include "wsgw_sink.h"
 #include "wsgw_feed.h"
 
 #ifdef WSGW_HAVE_DPDK
@@ -1079,6 +1080,7 @@ static void feed_requests(struct wsgw_engine *e)
 static void run_feeds(struct wsgw_engine *e, uint64_t rx_ns, int finish)
 {
     uint64_t now = engine_now(e);
+    wsgw_sink_burst_begin(); /* the NATS PUBs of this burst's records: one send (sink.c) */
     for (uint32_t i = 0; i < e->touched_count; i++) {
         uint32_t slot = e->touched[i];
         struct wsgw_feed *feed = e->feeds[slot];
@@ -1100,6 +1102,7 @@ static void run_feeds(struct wsgw_engine *e, uint64_t rx_ns, int finish)
                 f->delivered_since_sync > taken ? f->delivered_since_sync - taken : 0;
         }
     }
+    wsgw_sink_burst_end();
 }
 
 /* 1: a touched flow has something for Python (bytes, slow-path segments, ACKs C took); a

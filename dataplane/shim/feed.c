@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 #include "shim_internal.h"
@@ -310,6 +311,10 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
     uint32_t taken = 0;
     const uint32_t mask = flow->ring_size - 1;
     const uint32_t max_payload = f->conf.max_payload;
+    /* A group's leg: the flow's bytes not yet offered are its unread input (the engine's
+     * thread may be preempted mid-burst while another leg's offers give holes up). */
+    if (f->group)
+        wsgw_group_set_leg_busy(f->group, f->leg, 1);
     for (;;) {
         uint32_t avail = flow->ring_head - flow->ring_tail;
         if (avail == 0)
@@ -420,8 +425,10 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
         break;
     }
     flush(f, &p);
-    if (f->group)
+    if (f->group) {
+        wsgw_group_set_leg_busy(f->group, f->leg, 0);
         group_burst_done(f->group);
+    }
     f->st.wire_bytes += taken;
     return taken;
 }
@@ -471,6 +478,12 @@ struct wsgw_group {
     struct group_key *keys;
     uint32_t n_keys;
     uint32_t down; /* legs told down, a bit each: live again at their next frame */
+    /* Each leg's kernel socket (-1: none, a DPDK leg): its unread bytes (FIONREAD) hold a
+     * hole for it (wsgw_arb_set_unread_probe), its Python reader being late. */
+    int leg_fd[WSGW_ARB_MAX_LEGS];
+    /* A leg's read loop is offering a batch (wsgw_group_set_leg_busy): the rest of it is
+     * in hand, not yet offered, its stamp possibly older than the hold. */
+    _Atomic int leg_busy[WSGW_ARB_MAX_LEGS];
     struct wsgw_group_stats st;
     /* Winners wait here until the burst (or the call) ends: one ring write for all, as the
      * plain feed does (a write may wake sleeping readers: a system call). Their payloads
@@ -511,6 +524,20 @@ WSGW_API void wsgw_group_release(wsgw_group *g)
 
 WSGW_API uint32_t wsgw_group_conf_size(void) { return (uint32_t)sizeof(struct wsgw_group_conf); }
 
+/* The arbiter's probe, under the group's lock (its calls run under it): whether the leg's
+ * read loop is offering a batch (the rest of it in hand) or its kernel socket holds bytes the
+ * loop has not read yet. At most one ioctl, asked only when a hole is due. */
+static int group_unread(void *ctx, uint32_t leg)
+{
+    wsgw_group *g = ctx;
+    int fd = g->leg_fd[leg], n = 0;
+    if (!atomic_load_explicit(&g->leg_busy[leg], memory_order_acquire) &&
+        (fd < 0 || ioctl(fd, FIONREAD, &n) != 0 || n <= 0))
+        return 0;
+    g->st.unread_waits++;
+    return 1;
+}
+
 WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **out)
 {
     *out = NULL;
@@ -545,6 +572,9 @@ WSGW_API int wsgw_group_create(const struct wsgw_group_conf *conf, wsgw_group **
     atomic_init(&g->refs, 1);
     for (uint32_t leg = 0; leg < conf->legs; leg++)
         g->st.leg_live[leg] = 1;
+    for (uint32_t leg = 0; leg < WSGW_ARB_MAX_LEGS; leg++)
+        g->leg_fd[leg] = -1;
+    wsgw_arb_set_unread_probe(g->arb, group_unread, g);
     wsgw_ring_writer_retain(conf->ring);
     *out = g;
     return 0;
@@ -849,6 +879,24 @@ WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t top
     group_flush(g);
     pthread_mutex_unlock(&g->lock);
     return rc;
+}
+
+WSGW_API int wsgw_group_set_leg_fd(wsgw_group *g, uint32_t leg, int fd)
+{
+    if (leg >= WSGW_ARB_MAX_LEGS)
+        return -EINVAL;
+    pthread_mutex_lock(&g->lock);
+    int rc = leg < g->conf.legs ? 0 : -EINVAL;
+    if (!rc)
+        g->leg_fd[leg] = fd < 0 ? -1 : fd;
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
+WSGW_API void wsgw_group_set_leg_busy(wsgw_group *g, uint32_t leg, int busy)
+{
+    if (leg < WSGW_ARB_MAX_LEGS)
+        atomic_store_explicit(&g->leg_busy[leg], busy != 0, memory_order_release);
 }
 
 WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t now_ns)

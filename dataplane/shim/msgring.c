@@ -197,6 +197,20 @@ static inline uint64_t page_round(uint64_t n)
     return (n + WSGW_RING_PAGE - 1) & ~(uint64_t)(WSGW_RING_PAGE - 1);
 }
 
+/* A zeroed block of size bytes aligned to, and padded to, whole cache lines (the writer's
+ * and the reader's fields are laid out by cache line); NULL, the error set, when out of
+ * memory. */
+static void *cacheline_zalloc(size_t size)
+{
+    size_t rounded = (size + WSGW_RING_CACHELINE - 1) & ~(size_t)(WSGW_RING_CACHELINE - 1);
+    void *p = aligned_alloc(WSGW_RING_CACHELINE, rounded);
+    if (p == NULL)
+        wsgw_set_error("out of memory");
+    else
+        memset(p, 0, size);
+    return p;
+}
+
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *timeout)
 {
     /* Shared (not FUTEX_PRIVATE): waiters and the waker are in different processes. */
@@ -381,15 +395,11 @@ WSGW_API int wsgw_ring_create(const char *path, uint64_t capacity, uint32_t max_
         wsgw_set_error("mmap ring (%llu bytes): %s", (unsigned long long)total, strerror(-rc));
         goto fail_fd;
     }
-    struct wsgw_ring_writer *w = aligned_alloc(WSGW_RING_CACHELINE,
-                                               (sizeof(*w) + WSGW_RING_CACHELINE - 1) &
-                                                   ~(size_t)(WSGW_RING_CACHELINE - 1));
+    struct wsgw_ring_writer *w = cacheline_zalloc(sizeof(*w));
     if (w == NULL) {
         rc = -ENOMEM;
-        wsgw_set_error("out of memory");
         goto fail_map;
     }
-    memset(w, 0, sizeof(*w));
     atomic_store(&w->refs, 1);
     w->ctl = (struct wsgw_ring_ctl *)map;
     w->wq = (struct wsgw_ring_waitq *)(map + WSGW_RING_PAGE);
@@ -629,10 +639,12 @@ WSGW_API int64_t wsgw_ring_write(wsgw_ring_writer *w, uint32_t session_id, uint3
     if (unlikely(rc != 0))
         return rc;
     uint64_t now = ts_ns ? 0 : now_ns(CLOCK_REALTIME);
+    wsgw_sink_burst_begin(); /* the NATS PUBs leave after the lock (sink.c) */
     writer_lock(w);
     append(w, &m, 1, now);
     int64_t seq = (int64_t)w->seq;
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return seq;
 }
 
@@ -651,8 +663,10 @@ WSGW_API int64_t wsgw_ring_write_batch(wsgw_ring_writer *w, const struct wsgw_ri
         return -EPIPE;
     }
     uint64_t first = w->seq + 1;
+    wsgw_sink_burst_begin(); /* the NATS PUBs of all slices in one send, after the lock */
     append(w, msgs, n, now);
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return (int64_t)first;
 }
 
@@ -682,6 +696,7 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
     /* Descriptors on the stack, WRITE_CHUNK at a time: no allocation on this path. */
     struct wsgw_ring_msg chunk[WRITE_CHUNK];
     const uint8_t *p = blob;
+    wsgw_sink_burst_begin(); /* the NATS PUBs of the call in one send, after the lock */
     writer_lock(w); /* the whole call: its messages get consecutive numbers */
     uint64_t first = w->seq + 1;
     for (uint32_t i = 0; i < n;) {
@@ -697,6 +712,7 @@ WSGW_API int64_t wsgw_ring_write_packed(wsgw_ring_writer *w, const uint8_t *blob
         i += c;
     }
     writer_unlock(w);
+    wsgw_sink_burst_end();
     return (int64_t)first;
 }
 
@@ -1100,15 +1116,11 @@ WSGW_API int wsgw_ring_attach(const char *path, int fd, uint32_t flags,
     if (rc != 0)
         goto fail_map;
 
-    struct wsgw_ring_reader *r = aligned_alloc(WSGW_RING_CACHELINE,
-                                               (sizeof(*r) + WSGW_RING_CACHELINE - 1) &
-                                                   ~(size_t)(WSGW_RING_CACHELINE - 1));
+    struct wsgw_ring_reader *r = cacheline_zalloc(sizeof(*r));
     if (r == NULL) {
         rc = -ENOMEM;
-        wsgw_set_error("out of memory");
         goto fail_map;
     }
-    memset(r, 0, sizeof(*r));
     r->ctl = ctl;
     r->cap = ctl->capacity;
     r->mask = r->cap - 1;
@@ -1672,17 +1684,30 @@ out:
     return rc;
 }
 
+/* What a bench read loop reads into: views for BENCH_BATCH_MAX messages and the payload
+ * arena; -ENOMEM, nothing kept, when short of memory. */
+static int bench_read_buffers(wsgw_ring_reader *r, struct wsgw_ring_view **views,
+                              uint8_t **arena, uint32_t *arena_size)
+{
+    *views = malloc(sizeof(**views) * BENCH_BATCH_MAX);
+    *arena_size = bench_arena_size(r);
+    *arena = malloc(*arena_size);
+    if (*views == NULL || *arena == NULL) {
+        free(*views);
+        free(*arena);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 WSGW_API int wsgw_ring_bench_read(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                   uint64_t result[4])
 {
-    struct wsgw_ring_view *views = malloc(sizeof(*views) * BENCH_BATCH_MAX);
-    uint32_t arena_size = bench_arena_size(r);
-    uint8_t *arena = malloc(arena_size);
-    if (views == NULL || arena == NULL) {
-        free(views);
-        free(arena);
+    struct wsgw_ring_view *views;
+    uint8_t *arena;
+    uint32_t arena_size;
+    if (bench_read_buffers(r, &views, &arena, &arena_size))
         return -ENOMEM;
-    }
     struct wsgw_ring_read_info info;
     uint64_t delivered = 0, lost = 0, bytes = 0, first = 0, last = 0;
     uint64_t deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
@@ -1789,14 +1814,11 @@ static uint64_t involuntary_switches(void)
 WSGW_API int wsgw_ring_bench_latency(wsgw_ring_reader *r, uint64_t n, int64_t timeout_ns,
                                      int64_t spin_ns, uint64_t *lat_ns, uint64_t result[9])
 {
-    struct wsgw_ring_view *views = malloc(sizeof(*views) * BENCH_BATCH_MAX);
-    uint32_t arena_size = bench_arena_size(r);
-    uint8_t *arena = malloc(arena_size);
-    if (views == NULL || arena == NULL) {
-        free(views);
-        free(arena);
+    struct wsgw_ring_view *views;
+    uint8_t *arena;
+    uint32_t arena_size;
+    if (bench_read_buffers(r, &views, &arena, &arena_size))
         return -ENOMEM;
-    }
     const uint64_t waits0 = r->st.waits, wakeups0 = r->st.wakeups, hits0 = r->st.spin_hits;
     struct wsgw_ring_read_info info;
     uint64_t delivered = 0, lost = 0, disorder = 0, wall0 = 0, cpu0 = 0, ivcsw0 = 0;

@@ -20,6 +20,7 @@ struct wsgw_port {
     char devname[RTE_DEV_NAME_MAX_LEN];
     struct rte_mempool *pool;
     uint16_t data_room;
+    uint16_t link_mtu;          /* != 0: the MTU the link has where ethdev cannot tell it */
     /* shim-side counters, summed with the PMD's in wsgw_port_stats */
     uint64_t tx_dropped, tx_nombuf, tx_oversize, rx_truncated;
 };

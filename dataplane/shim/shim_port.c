@@ -73,6 +73,31 @@ WSGW_API int wsgw_port_tx_burst(wsgw_port *p, const uint8_t *buf, const uint32_t
 #include <rte_mempool.h>
 #include <rte_version.h>
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The kernel interface's MTU behind a port that has one (af_packet: dev_info's if_index),
+ * or 0. */
+static uint32_t kernel_link_mtu(uint16_t port_id)
+{
+    struct rte_eth_dev_info info;
+    char name[IF_NAMESIZE];
+    if (rte_eth_dev_info_get(port_id, &info) != 0 || info.if_index == 0 ||
+        !if_indextoname(info.if_index, name))
+        return 0;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+    uint32_t mtu = ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > 0 ? (uint32_t)ifr.ifr_mtu : 0;
+    close(fd);
+    return mtu;
+}
+
 
 WSGW_API int wsgw_has_dpdk(void) { return 1; }
 WSGW_API const char *wsgw_dpdk_version(void) { return rte_version(); }
@@ -194,8 +219,14 @@ WSGW_API int wsgw_port_open(const char *devargs, const struct wsgw_port_conf *co
         socket = (int)rte_socket_id();
     char pool_name[RTE_MEMPOOL_NAMESIZE];
     snprintf(pool_name, sizeof(pool_name), "wsgw_mp%u", port_id);
+    /* One mbuf per frame, whatever the MTU: a jumbo frame must not need a chain (the
+     * engine's fast path reads single-segment mbufs), and the af_packet PMD refuses a
+     * queue whose frames (framesz, see gateway/lab.py `Lab.vdev`) exceed the data room. */
+    uint32_t room = RTE_MBUF_DEFAULT_DATAROOM;
+    if (conf->mtu && RTE_ALIGN_CEIL((uint32_t)conf->mtu + 128u, 1024u) > room)
+        room = RTE_ALIGN_CEIL((uint32_t)conf->mtu + 128u, 1024u);
     p->pool = rte_pktmbuf_pool_create(pool_name, conf->n_mbufs, conf->mbuf_cache, 0,
-                                      RTE_MBUF_DEFAULT_BUF_SIZE, socket);
+                                      (uint16_t)(room + RTE_PKTMBUF_HEADROOM), socket);
     if (!p->pool) {
         rc = -(rte_errno ? rte_errno : ENOMEM);
         wsgw_set_error("cannot create mempool of %u mbufs for '%s': %s", conf->n_mbufs,
@@ -230,6 +261,14 @@ WSGW_API int wsgw_port_open(const char *devargs, const struct wsgw_port_conf *co
     }
     if (conf->mtu) {
         rc = rte_eth_dev_set_mtu(port_id, conf->mtu);
+        /* DPDK 22.11's af_packet caps ethdev's MTU at 1500 (max_rx_pktlen 1518) though its
+         * ring frames (framesz) may hold more: a jumbo link whose kernel interface already
+         * has the MTU asked for (`wsgw lab up --mtu`) is taken at that MTU. */
+        if (rc == -EINVAL && conf->mtu > RTE_ETHER_MTU &&
+            kernel_link_mtu(port_id) == conf->mtu) {
+            p->link_mtu = conf->mtu;
+            rc = 0;
+        }
         if (rc < 0 && rc != -ENOTSUP) {
             wsgw_set_error("cannot set MTU %u on '%s': %s", conf->mtu, p->devname,
                            rte_strerror(-rc));
@@ -306,6 +345,8 @@ WSGW_API int wsgw_port_mac(const wsgw_port *p, uint8_t mac[6])
 
 WSGW_API int wsgw_port_mtu(const wsgw_port *p)
 {
+    if (p->link_mtu)
+        return p->link_mtu;
     uint16_t mtu;
     int rc = rte_eth_dev_get_mtu(p->port_id, &mtu);
     if (rc < 0) {

@@ -16,12 +16,16 @@
 #include "wsgw_sink.h"
 #include "wsgw_ws.h"
 
-/* Records looked at per sendmsg: at most four iovecs each (NATS: "PUB <subject>  ", the
- * length line, payload, CRLF), IOV_MAX (1024) in all. */
+/* Records looked at per sendmsg: two iovecs each (the WebSocket head, the payload), within
+ * IOV_MAX (1024). */
 #define CHUNK 256
-#define IOV_PER 4
+#define IOV_PER 2
 #define WS_HEAD_MAX 10
 #define NATS_LEN_MAX 16 /* "4294967295\r\n" */
+/* A NATS slot's PUBs wait in its buffer until the writer's burst ends (wsgw_sink_burst_end),
+ * at most this many bytes or this long (checked at each append), then go in one send. */
+#define OUT_FLUSH_BYTES (64u << 10)
+#define OUT_MAX_AGE_NS 1000000u
 
 struct sink_sock {
     int fd; /* the sink's dup; -1: a free slot */
@@ -42,6 +46,10 @@ struct sink_sock {
     uint32_t busy_sends; /* NATS: more sends than this in a millisecond hand back (0: never) */
     uint32_t win_sends;
     uint64_t win_start_ns;
+    uint8_t *out;     /* NATS: PUBs of whole records not sent yet (next_seq is past them) */
+    uint32_t out_len, out_cap;
+    uint64_t out_since_ns; /* when out was last empty */
+    uint64_t sends;   /* sendmsg calls that sent something */
 };
 
 struct wsgw_sink {
@@ -58,6 +66,18 @@ struct wsgw_sink {
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static wsgw_sink *registry;
 static atomic_uint registry_count;
+
+/* This thread's burst (wsgw_sink_burst_begin/end nest): while open, NATS PUBs wait in their
+ * slot's buffer; dirty: some did, so the end flushes. */
+static __thread uint32_t burst_depth;
+static __thread int burst_dirty;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form. */
 static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
@@ -94,8 +114,24 @@ static int wants(const struct sink_sock *k, uint32_t session_id, uint32_t tid)
     return bsearch(&tid, k->topics, k->ntopics, sizeof tid, cmp_u32) != NULL;
 }
 
+/* The NATS buffer from byte `sent` on becomes the rest (Python writes it first): its records
+ * are past next_seq already. No copy: the buffer itself moves. */
+static void out_to_rest(struct sink_sock *k, size_t sent)
+{
+    if (k->out_len == 0)
+        return;
+    uint32_t left = k->out_len - (uint32_t)sent;
+    if (sent)
+        memmove(k->out, k->out + sent, left);
+    k->rest = k->out;
+    k->rest_len = left;
+    k->out = NULL;
+    k->out_len = k->out_cap = 0;
+}
+
 static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
 {
+    out_to_rest(k, 0); /* never armed with a rest: disarmed, whatever is buffered is owed */
     if (k->armed) {
         k->armed = 0;
         s->armed--;
@@ -130,52 +166,33 @@ static uint8_t *rest_of(const struct iovec *iov, uint32_t n, size_t in, uint32_t
     return rest;
 }
 
-/* Send k its records of the chunk m[0..n) (numbered first on); heads[i]/hlen[i] are made on
- * first use (WebSocket heads, shared by the chunk's sockets). A NATS socket's records become
- * `PUB <subject>  <len>\r\n<payload>\r\n` (the bytes nats-py writes for a publish without
- * reply). Stops (disarmed) at a gap record of its session (NATS: of any session), a topic a
- * NATS socket was not told the subject of, or a short send. */
+/* Send the stream socket k its records of the chunk m[0..n) (numbered first on);
+ * heads[i]/hlen[i] are made on first use (WebSocket heads, shared by the chunk's sockets).
+ * Stops (disarmed) at a gap record of its session or a short send. */
 static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring_msg *m,
                        uint32_t n, uint64_t first, uint8_t (*heads)[WS_HEAD_MAX], uint8_t *hlen)
 {
-    static const char crlf[2] = {'\r', '\n'};
     struct iovec iov[IOV_PER * CHUNK];
     uint32_t idx[CHUNK];      /* the chunk index of each frame */
     uint32_t at[CHUNK + 1];   /* the first iovec of each frame */
-    char lens[CHUNK][NATS_LEN_MAX];
     uint32_t frames = 0, niov = 0, stop_at = UINT32_MAX, stop_reason = 0;
     size_t total = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (first + i < k->next_seq)
             continue; /* before its arm: Python's (never, as the arm is checked) */
-        if (m[i].topic_id == s->gap_tid && (k->nats || m[i].session_id == k->session_id)) {
+        if (m[i].topic_id == s->gap_tid && m[i].session_id == k->session_id) {
             stop_at = i; /* Python sends the notice (its own JSON), even to "every topic" */
             stop_reason = WSGW_SINK_GAP;
             break;
         }
+        if (!wants(k, m[i].session_id, m[i].topic_id))
+            continue;
         at[frames] = niov;
-        if (k->nats) {
-            uint32_t t = m[i].topic_id;
-            if (t >= k->npub || k->pub[t] == NULL) {
-                stop_at = i; /* Python publishes it and tells the subject */
-                stop_reason = WSGW_SINK_TOPIC;
-                break;
-            }
-            int l = snprintf(lens[frames], NATS_LEN_MAX, "%u\r\n", m[i].len);
-            iov[niov++] = (struct iovec){.iov_base = k->pub[t], .iov_len = k->pub_len[t]};
-            iov[niov++] = (struct iovec){.iov_base = lens[frames], .iov_len = (size_t)l};
-            iov[niov++] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
-            iov[niov++] = (struct iovec){.iov_base = (void *)crlf, .iov_len = 2};
-            total += k->pub_len[t] + (size_t)l + m[i].len + 2;
-        } else {
-            if (!wants(k, m[i].session_id, m[i].topic_id))
-                continue;
-            if (hlen[i] == 0)
-                hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
-            iov[niov++] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};
-            iov[niov++] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
-            total += hlen[i] + m[i].len;
-        }
+        if (hlen[i] == 0)
+            hlen[i] = (uint8_t)frame_head(heads[i], m[i].data, m[i].len);
+        iov[niov++] = (struct iovec){.iov_base = heads[i], .iov_len = hlen[i]};
+        iov[niov++] = (struct iovec){.iov_base = (void *)m[i].data, .iov_len = m[i].len};
+        total += hlen[i] + m[i].len;
         idx[frames++] = i;
     }
     at[frames] = niov;
@@ -193,6 +210,7 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
             return;
         }
         k->bytes += (uint64_t)sent;
+        k->sends++;
         if ((size_t)sent < total) {
             /* Find the frame the send cut: those before it went whole. */
             size_t done = 0;
@@ -234,13 +252,36 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         return;
     }
     k->next_seq = first + n;
-    if (k->busy_sends && frames > 0) {
-        /* Many small sends a millisecond cost the writer's thread more than the sink's
-         * thread batching them: hand back (the syscall and the receiver's loopback work run
-         * in the engine's thread here). */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Send a NATS slot's buffer (MSG_DONTWAIT): what does not go out becomes the rest, and the
+ * slot is disarmed (AGAIN, PARTIAL, ERROR: the connection is broken, Python finds out). */
+static void nats_flush(wsgw_sink *s, struct sink_sock *k)
+{
+    if (k->out_len == 0)
+        return;
+    ssize_t sent;
+    do
+        sent = send(k->fd, k->out, k->out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    if (sent < 0) {
+        int err = errno;
+        disarm(s, k, err == EAGAIN || err == EWOULDBLOCK ? WSGW_SINK_AGAIN : WSGW_SINK_ERROR, err);
+        return;
+    }
+    k->bytes += (uint64_t)sent;
+    k->sends++;
+    if ((size_t)sent < k->out_len) {
+        out_to_rest(k, (size_t)sent);
+        disarm(s, k, WSGW_SINK_PARTIAL, 0);
+        return;
+    }
+    k->out_len = 0;
+    if (k->busy_sends) {
+        /* Many sends a millisecond cost the writer's thread more than the sink's thread
+         * batching them: hand back (the syscall and the receiver's loopback work run in the
+         * writer's thread here). */
+        uint64_t now = mono_ns();
         if (now - k->win_start_ns >= 1000000u) {
             k->win_start_ns = now;
             k->win_sends = 0;
@@ -248,6 +289,92 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         if (++k->win_sends > k->busy_sends)
             disarm(s, k, WSGW_SINK_BUSY, 0);
     }
+}
+
+/* Room for need more bytes in k's buffer (0), or -ENOMEM. */
+static int out_reserve(struct sink_sock *k, size_t need)
+{
+    if (k->out_len + need <= k->out_cap)
+        return 0;
+    if (k->out_len + need > UINT32_MAX / 2)
+        return -ENOMEM;
+    uint32_t cap = k->out_cap ? k->out_cap : 4096;
+    while (cap < k->out_len + need)
+        cap *= 2;
+    uint8_t *p = realloc(k->out, cap);
+    if (p == NULL)
+        return -ENOMEM;
+    k->out = p;
+    k->out_cap = cap;
+    return 0;
+}
+
+/* A NATS slot's records of m[0..n) (numbered first on), every session's, as
+ * `PUB <subject>  <len>\r\n<payload>\r\n` (the bytes nats-py writes for a publish without
+ * reply), appended to its buffer; sent now outside a burst, at the burst's end inside one
+ * (or once the buffer is OUT_FLUSH_BYTES or OUT_MAX_AGE_NS old). Stops (disarmed, the
+ * buffer sent first) at any $gap record and at a topic it was not told the subject of. */
+static void nats_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring_msg *m,
+                       uint32_t n, uint64_t first)
+{
+    uint32_t stop_reason = 0, stop_at = 0;
+    int err = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (first + i < k->next_seq)
+            continue; /* before its arm: Python's (never, as the arm is checked) */
+        uint32_t t = m[i].topic_id;
+        if (t == s->gap_tid) {
+            stop_reason = WSGW_SINK_GAP; /* Python publishes the notice (its own JSON) */
+        } else if (t >= k->npub || k->pub[t] == NULL) {
+            stop_reason = WSGW_SINK_TOPIC; /* Python publishes it and tells the subject */
+        } else {
+            char len[NATS_LEN_MAX];
+            int l = snprintf(len, sizeof len, "%u\r\n", m[i].len);
+            size_t need = k->pub_len[t] + (size_t)l + m[i].len + 2;
+            if (out_reserve(k, need) != 0) {
+                nats_flush(s, k);
+                if (!k->armed)
+                    return; /* next_seq is this record: Python's */
+                if (out_reserve(k, need) != 0) {
+                    stop_reason = WSGW_SINK_ERROR;
+                    err = ENOMEM;
+                }
+            }
+            if (stop_reason == 0) {
+                if (k->out_len == 0)
+                    k->out_since_ns = burst_depth ? mono_ns() : 0;
+                uint8_t *o = k->out + k->out_len;
+                memcpy(o, k->pub[t], k->pub_len[t]);
+                o += k->pub_len[t];
+                memcpy(o, len, (size_t)l);
+                o += l;
+                memcpy(o, m[i].data, m[i].len);
+                o += m[i].len;
+                o[0] = '\r';
+                o[1] = '\n';
+                k->out_len += (uint32_t)need;
+                k->messages++;
+                k->next_seq = first + i + 1;
+                continue;
+            }
+        }
+        stop_at = i;
+        break;
+    }
+    if (stop_reason) {
+        nats_flush(s, k); /* what came before the stop goes first (or becomes the rest) */
+        k->next_seq = first + stop_at;
+        if (k->armed)
+            disarm(s, k, stop_reason, err);
+        return;
+    }
+    if (k->out_len == 0)
+        return;
+    if (burst_depth == 0 || k->out_len >= OUT_FLUSH_BYTES ||
+        mono_ns() - k->out_since_ns >= OUT_MAX_AGE_NS)
+        nats_flush(s, k);
+    else
+        burst_dirty = 1;
 }
 
 static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first)
@@ -259,7 +386,11 @@ static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, 
         memset(hlen, 0, c);
         for (uint32_t j = 0; j < s->used; j++) {
             struct sink_sock *k = &s->socks[j];
-            if (k->armed)
+            if (!k->armed)
+                continue;
+            if (k->nats)
+                nats_chunk(s, k, m + at, c, first + at);
+            else
                 send_chunk(s, k, m + at, c, first + at, heads, hlen);
         }
     }
@@ -277,6 +408,31 @@ void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg
         pthread_mutex_lock(&s->mu);
         if (s->armed)
             sink_write(s, m, n, first_seq);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+WSGW_API void wsgw_sink_burst_begin(void)
+{
+    burst_depth++;
+}
+
+WSGW_API void wsgw_sink_burst_end(void)
+{
+    if (burst_depth == 0 || --burst_depth != 0 || !burst_dirty)
+        return;
+    burst_dirty = 0;
+    if (atomic_load_explicit(&registry_count, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&registry_mu);
+    for (wsgw_sink *s = registry; s != NULL; s = s->next) {
+        pthread_mutex_lock(&s->mu);
+        for (uint32_t j = 0; j < s->used; j++) {
+            struct sink_sock *k = &s->socks[j];
+            if (k->armed && k->out_len)
+                nats_flush(s, k);
+        }
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&registry_mu);
@@ -308,6 +464,7 @@ static void free_sock(struct sink_sock *k)
         close(k->fd);
     free(k->topics);
     free(k->rest);
+    free(k->out);
     for (uint32_t t = 0; t < k->npub; t++)
         free(k->pub[t]);
     free(k->pub);
@@ -438,6 +595,7 @@ static void fill_state(const struct sink_sock *k, uint64_t *out)
     out[WSGW_SINK_ST_MESSAGES] = k->messages;
     out[WSGW_SINK_ST_BYTES] = k->bytes;
     out[WSGW_SINK_ST_DISARMS] = k->disarms;
+    out[WSGW_SINK_ST_SENDS] = k->sends;
 }
 
 static int state_op(wsgw_sink *s, int slot, uint64_t *out, int do_disarm)

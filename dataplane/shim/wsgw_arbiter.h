@@ -5,9 +5,12 @@
  * hole is held until a leg fills the hole, every live leg went past it, or it is due:
  * hold_ns after it opened and after the newest arrival of every live leg that has not gone
  * past it (a moving leg is waited for, a leg silent for hold_ns is not), max_hold_ns after it
- * opened at most; then the hole is reported lost. An offer counts its leg's arrival, then
- * gives up the holes due at its stamp, then is arbitrated; when no leg arrived for longer than
- * hold_ns (a stall of the gateway or the whole feed), every leg gets the hold afresh.
+ * opened at most; then the hole is reported lost. A due hole first asks the caller's probe
+ * (wsgw_arb_set_unread_probe) about each live leg that has not gone past it: one that still
+ * has unread input counts as arriving now (the hole waits a hold more, within max_hold_ns).
+ * An offer counts its leg's arrival, then gives up the holes due at its stamp, then is
+ * arbitrated; when no leg arrived for longer than hold_ns (a stall of the gateway or the whole
+ * feed), every leg gets the hold afresh.
  * Sans-IO: the caller passes each arrival and its clock.
  *
  * Outputs: each call (offer, offer_columns, set_live, expire) replaces the arbiter's output
@@ -97,6 +100,14 @@ WSGW_API int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t 
 WSGW_API int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns);
 /* The bound on a hole's wait (raised to hold_ns): 0 or -EINVAL. */
 WSGW_API int wsgw_arb_set_max_hold(wsgw_arbiter *a, int64_t max_hold_ns);
+/* Whether `leg` still has input its caller has not offered (bytes in its socket, a reader
+ * running late): nonzero yes. Called only when a hole is due, for each live leg that has not
+ * gone past it, in leg order, inside offer/expire (under the caller's own locks). */
+typedef int (*wsgw_arb_unread_fn)(void *ctx, uint32_t leg);
+/* The probe (NULL: none). A leg it says has unread input counts as arriving at the time of
+ * the call, so a due hole waits a hold more for it, never past max_hold_ns (the reference's
+ * `unread`). */
+WSGW_API void wsgw_arb_set_unread_probe(wsgw_arbiter *a, wsgw_arb_unread_fn fn, void *ctx);
 /* 1 and *at = when expire may have work (a moving leg pushes it later), 0 while nothing is
  * held. */
 WSGW_API int wsgw_arb_deadline(const wsgw_arbiter *a, int64_t *at);

@@ -141,6 +141,7 @@ struct wsgw_group_stats {
     uint64_t offers;        /* frames the engine's C feeds offered */
     uint64_t cost_samples;  /* engine offers timed (one in 16; wsgw_group_cost_samples) */
     uint64_t python_offers; /* frames Python offered (read loops: kernel legs, ...) */
+    uint64_t unread_waits;  /* due holes a leg's unread input held (per leg asked) */
     uint64_t leg_messages[WSGW_ARB_MAX_LEGS]; /* arrivals with an identity, per leg */
     int64_t leg_newest[WSGW_ARB_MAX_LEGS];    /* the id of each leg's newest arrival */
     uint64_t leg_live[WSGW_ARB_MAX_LEGS];
@@ -171,6 +172,13 @@ WSGW_API int wsgw_group_offer_identity(wsgw_group *g, uint32_t leg, uint32_t top
                                        const struct wsgw_identity *id, const uint8_t *payload,
                                        uint32_t len, int64_t ts_ns);
 WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t now_ns);
+/* The leg's kernel socket (-1: none): while it holds unread bytes, a hole that is due waits
+ * for the leg (its reader runs late), within the max hold (wsgw_arb_set_unread_probe). The
+ * caller clears it before the socket closes. 0 or -EINVAL. */
+WSGW_API int wsgw_group_set_leg_fd(wsgw_group *g, uint32_t leg, int fd);
+/* The leg's read loop offers a batch frame by frame (busy 1) or is done (0): meanwhile the
+ * rest of the batch counts as unread input, as the socket's bytes do. No lock. */
+WSGW_API void wsgw_group_set_leg_busy(wsgw_group *g, uint32_t leg, int busy);
 WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns);
 WSGW_API int wsgw_group_deadline(wsgw_group *g, int64_t *at);
 WSGW_API void wsgw_group_stats(wsgw_group *g, struct wsgw_group_stats *out);

@@ -55,6 +55,7 @@ enum {
     WSGW_SINK_ST_MESSAGES,   /* frames sent whole, in all */
     WSGW_SINK_ST_BYTES,      /* bytes sent, in all */
     WSGW_SINK_ST_DISARMS,    /* disarms by the sink (EAGAIN, partial, error, gap) */
+    WSGW_SINK_ST_SENDS,      /* sends that wrote something, in all */
     WSGW_SINK_ST_COUNT
 };
 
@@ -94,6 +95,15 @@ WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends);
  * whitespace), -ENOMEM. */
 WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
                                     const char *subject, uint32_t len);
+
+/* A writer's burst (one engine poll's feeds, one ring write call; they nest, per thread):
+ * NATS slots keep the PUBs of the records written inside it in their buffer and send them
+ * at its end, one send per connection (or earlier: a buffer of 64 KiB, or 1 ms old at the
+ * next append). The stream sockets send at once. Without a burst, every ring write is one
+ * (msgring.c opens one around each write call, outside the writer's lock, so those sends
+ * leave after the lock is released). */
+WSGW_API void wsgw_sink_burst_begin(void);
+WSGW_API void wsgw_sink_burst_end(void);
 
 /* For the ring's writer (msgring.c): after publishing records m[0..n), numbered first_seq
  * on. One relaxed load when the process has no sink. */

@@ -39,6 +39,7 @@ from typing import Any, cast
 
 from dataplane.errors import DataplaneError, TransportError, transport_error
 from dataplane.transports.base import WsUrl, parse_ws_url
+from dataplane.ws import events as ev
 from dataplane.ws.client import (
     CLOSE_ABNORMAL,
     CLOSE_INTERNAL_ERROR,
@@ -57,17 +58,6 @@ from dataplane.ws.errors import (
     TlsError,
     closed_error,
 )
-from dataplane.ws.events import (
-    Closed,
-    CloseReceived,
-    Handshake,
-    Message,
-    MessageBatch,
-    Ping,
-    Pong,
-    RejectedHandshake,
-    WsEvent,
-)
 from dataplane.ws.handshake import HeaderPairs
 from dataplane.ws.scan import BackendName
 from dataplane.ws.tls import TlsClient
@@ -79,7 +69,7 @@ DEFERRED_FAILURE_GRACE_S = 1.0
 _log = logging.getLogger(__name__)
 
 #: What `WsClientConnection.set_message_handler` takes: called with each message, in order.
-MessageHandler = Callable[[Message], None]
+MessageHandler = Callable[[ev.Message], None]
 
 
 class ConnectionProtocol(asyncio.Protocol):
@@ -131,11 +121,11 @@ class WsClientConnection:
         self._max_queue = max_queue
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._opened: asyncio.Future[Handshake] = self._loop.create_future()
+        self._opened: asyncio.Future[ev.Handshake] = self._loop.create_future()
         self._lost: asyncio.Future[None] = self._loop.create_future()
         # Queued data: Messages, and MessageBatches (runs of messages from one scan) that
         # recv() splits on demand; _queued counts messages, for max_queue.
-        self._messages: collections.deque[Message | MessageBatch] = collections.deque()
+        self._messages: collections.deque[ev.Message | ev.MessageBatch] = collections.deque()
         self._queued = 0
         self._recv_waiter: asyncio.Future[None] | None = None
         self._handler: MessageHandler | None = None
@@ -151,9 +141,9 @@ class WsClientConnection:
         self._local_close: tuple[int, str] | None = None
         #: What ended the connection below the WebSocket layer (a TLS or socket error).
         self.error: Exception | None = None
-        self.handshake: Handshake | None = None
-        self.close_received: CloseReceived | None = None
-        self.closed: Closed | None = None
+        self.handshake: ev.Handshake | None = None
+        self.close_received: ev.CloseReceived | None = None
+        self.closed: ev.Closed | None = None
         self.pings_received = 0
         self.messages_received = 0
         #: Called whenever every byte received is processed and every message was taken
@@ -196,7 +186,7 @@ class WsClientConnection:
         return transport.get_extra_info(name, default) if transport else default
 
     # ---- application API ------------------------------------------------------------------
-    async def recv(self) -> Message:
+    async def recv(self) -> ev.Message:
         """The next message; raises ConnectionClosed once the queue is empty and the
         connection is over."""
         if self._handler is not None:
@@ -205,24 +195,24 @@ class WsClientConnection:
             messages = self._messages
             if messages:
                 head = messages.popleft()
-                if type(head) is MessageBatch:
+                if type(head) is ev.MessageBatch:
                     split = head.messages()
                     head = split.pop(0)
                     messages.extendleft(reversed(split))
-                assert type(head) is Message
+                assert type(head) is ev.Message
                 self._queued -= 1
                 self._taken()
                 return head
             await self._wait_data()
 
-    async def recv_batch(self, max_messages: int) -> list[Message]:
+    async def recv_batch(self, max_messages: int) -> list[ev.Message]:
         """Wait for one message, then take every message already queued (up to
         max_messages) at once: consumers that handle bursts pay one wake-up per burst."""
         batch = [await self.recv()]
         messages = self._messages
         while messages and len(batch) < max_messages:
             head = messages.popleft()
-            if type(head) is MessageBatch:
+            if type(head) is ev.MessageBatch:
                 split = head.messages()
                 room = max_messages - len(batch)
                 if len(split) > room:
@@ -230,13 +220,13 @@ class WsClientConnection:
                     split = split[:room]
                 batch += split
             else:
-                assert type(head) is Message
+                assert type(head) is ev.Message
                 batch.append(head)
         self._queued -= len(batch) - 1
         self._taken()
         return batch
 
-    async def recv_frames(self) -> MessageBatch:
+    async def recv_frames(self) -> ev.MessageBatch:
         """The next run of messages as one `MessageBatch`, without a Python object per
         message: a batch from one scan of a read as it is, or the messages queued one by
         one (fragmented, compressed...) gathered into one. Raises ConnectionClosed like
@@ -251,14 +241,14 @@ class WsClientConnection:
         while not messages:
             await self._wait_data()
         head = messages.popleft()
-        if type(head) is MessageBatch:
+        if type(head) is ev.MessageBatch:
             batch = head
         else:
-            assert type(head) is Message
+            assert type(head) is ev.Message
             run = [head]
-            while messages and type(messages[0]) is Message:
+            while messages and type(messages[0]) is ev.Message:
                 run.append(messages.popleft())  # type: ignore[arg-type]
-            batch = MessageBatch.of(run)
+            batch = ev.MessageBatch.of(run)
         self._queued -= len(batch)
         self._taken()
         return batch
@@ -287,10 +277,10 @@ class WsClientConnection:
             if self._transport is not None:
                 self._transport.resume_reading()
 
-    def __aiter__(self) -> AsyncIterator[Message]:
+    def __aiter__(self) -> AsyncIterator[ev.Message]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[Message]:
+    async def _iterate(self) -> AsyncIterator[ev.Message]:
         """Messages until a clean close; an unclean end raises ConnectionClosedError."""
         while True:
             try:
@@ -320,7 +310,7 @@ class WsClientConnection:
         try:
             while messages and self._handler is not None:
                 head = messages.popleft()
-                run = head.messages() if type(head) is MessageBatch else [head]
+                run = head.messages() if type(head) is ev.MessageBatch else [head]
                 self._queued -= len(run)
                 rest = self._hand_over(run)  # type: ignore[arg-type]
                 messages.extendleft(reversed(rest))
@@ -329,7 +319,7 @@ class WsClientConnection:
             self._draining = False
         self._taken()
 
-    def _hand_over(self, run: list[Message]) -> list[Message]:
+    def _hand_over(self, run: list[ev.Message]) -> list[ev.Message]:
         """Each message of run to the handler of the moment, in order (a handler may
         replace or remove itself); returns the messages left once there is none (removed,
         or it raised), for the queue."""
@@ -476,7 +466,7 @@ class WsClientConnection:
         else:
             transport.write(self._ws.initiate())
 
-    def wait_open(self) -> asyncio.Future[Handshake]:
+    def wait_open(self) -> asyncio.Future[ev.Handshake]:
         """The opening handshake's outcome: the server's `Handshake`, or the error that
         ended the open (`HandshakeRejected`, a `TransportError`, a `TlsError`). The one
         future itself, not a shield: awaiting it costs no extra loop iteration, and a
@@ -532,7 +522,7 @@ class WsClientConnection:
         reader is woken, reading paused at max_queue, and a held failure scheduled."""
         for event in self._ws.events():
             kind = type(event)
-            if kind is Message:
+            if kind is ev.Message:
                 self.messages_received += 1
                 handler = self._handler
                 if handler is not None:
@@ -544,7 +534,7 @@ class WsClientConnection:
                 self._messages.append(event)  # type: ignore[arg-type]
                 self._queued += 1
                 continue
-            if kind is MessageBatch:
+            if kind is ev.MessageBatch:
                 count = len(event)  # type: ignore[arg-type]
                 self.messages_received += count
                 if self._handler is not None:
@@ -576,18 +566,18 @@ class WsClientConnection:
             self._deferred_deadline = self._loop.time() + DEFERRED_FAILURE_GRACE_S
             self._deferred_failure = self._loop.call_soon(self._fail_deferred_once_answered)
 
-    def _on_other_event(self, event: WsEvent) -> None:
+    def _on_other_event(self, event: ev.WsEvent) -> None:
         """Every event but the messages (taken inline by `_dispatch`, once per read): pings
         and pongs, the opening handshake's outcome, the close."""
-        if isinstance(event, Ping):
+        if isinstance(event, ev.Ping):
             self.pings_received += 1
-        elif isinstance(event, Pong):
+        elif isinstance(event, ev.Pong):
             self._on_pong(event.payload)
-        elif isinstance(event, Handshake):
+        elif isinstance(event, ev.Handshake):
             self.handshake = event
             if not self._opened.done():
                 self._opened.set_result(event)
-        elif isinstance(event, RejectedHandshake):
+        elif isinstance(event, ev.RejectedHandshake):
             self._fail_open(
                 HandshakeRejected(
                     f"WebSocket handshake rejected: {event.reason}",
@@ -599,9 +589,9 @@ class WsClientConnection:
                 )
             )
             self._abort()
-        elif isinstance(event, CloseReceived):
+        elif isinstance(event, ev.CloseReceived):
             self.close_received = event
-        elif isinstance(event, Closed):
+        elif isinstance(event, ev.Closed):
             self._on_closed(event)
 
     def _fail_deferred_once_answered(self) -> None:
@@ -639,7 +629,7 @@ class WsClientConnection:
             if key == payload:
                 break
 
-    def _on_closed(self, event: Closed) -> None:
+    def _on_closed(self, event: ev.Closed) -> None:
         self.closed = event
         self._wake_all()
         transport = self._transport
@@ -701,7 +691,7 @@ class WsClientConnection:
             self._ws.receive_data(b"")  # ended without a closing handshake: 1006
             self._dispatch()
         if self.closed is None:
-            self.closed = Closed(CLOSE_ABNORMAL, "connection lost", clean=False)
+            self.closed = ev.Closed(CLOSE_ABNORMAL, "connection lost", clean=False)
         if not self._opened.done():
             if isinstance(exc, TransportError):
                 self._fail_open(exc)

@@ -522,6 +522,45 @@ async def _open_dpdk(
     return connection
 
 
+async def open_tcp(
+    engine: Engine, host: str, port: int, protocol: asyncio.Protocol, *, timeout: float
+) -> EngineTransport:
+    """A TCP connection over the engine's stack for any asyncio protocol (the REST snapshot
+    client, dataplane.transports.http): the same connect as a WebSocket's, without the
+    WebSocket. Returns once TCP is up and protocol.connection_made has run; raises the
+    `TransportError` family as connect_dpdk does (the timeout as TransportTimeoutError)."""
+    loop = asyncio.get_running_loop()
+    remote_ip = _ipv4_literal(host)
+    literal = remote_ip is not None
+    if remote_ip is None:
+        remote_ip = await _resolve(host, port)
+    transport = EngineTransport(engine, loop, protocol)
+    established: asyncio.Future[None] = loop.create_future()
+    where = f"{host}:{port}"
+    connect = functools.partial(
+        _connect_on_engine, engine, transport, remote_ip, port, where, established, literal
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            if transport.direct:
+                connect()
+            else:
+                await asyncio.wrap_future(engine.call(connect))
+            await established
+    except BaseException as exc:
+        transport.abort()
+        if isinstance(exc, TransportError | LocalProtocolError):
+            raise
+        if isinstance(exc, TimeoutError):
+            raise TransportTimeoutError(f"connecting to {where} over DPDK timed out") from None
+        if isinstance(exc, OSError | DataplaneError):
+            raise transport_error(exc, where) from exc
+        raise
+    transport.made()
+    transport._read_directly()
+    return transport
+
+
 def _connect_on_engine(
     engine: Engine,
     transport: EngineTransport,

@@ -33,6 +33,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Sequence
 
+from dataplane.ws import events as ev
 from dataplane.ws.deflate import (
     Compressor,
     Decompressor,
@@ -41,17 +42,6 @@ from dataplane.ws.deflate import (
     MessageTooBig,
 )
 from dataplane.ws.errors import LocalProtocolError
-from dataplane.ws.events import (
-    Closed,
-    CloseReceived,
-    Handshake,
-    Message,
-    MessageBatch,
-    Ping,
-    Pong,
-    RejectedHandshake,
-    WsEvent,
-)
 from dataplane.ws.handshake import Accepted, ClientHandshake, HeaderPairs
 from dataplane.ws.scan import (
     BATCH_FULL,
@@ -219,7 +209,7 @@ class WsClient:
         self.messages_pending = False
         self._receive_ready = False  # the scanners exist (prepare_receive)
         self._mask = _masker(backend)
-        self._events: list[WsEvent] = []
+        self._events: list[ev.WsEvent] = []
         self._outgoing: list[bytes] = []
         # Receive buffer: reads not yet parsed, and how many bytes the next frame needs.
         self._chunks: list[bytes] = []
@@ -239,7 +229,7 @@ class WsClient:
         self._decompressor: Decompressor | None = None
         self._keys = b""
         self._key_pos = 0
-        self.handshake: Handshake | None = None
+        self.handshake: ev.Handshake | None = None
         self.close_code: int | None = None
         self.close_reason = ""
 
@@ -400,7 +390,7 @@ class WsClient:
         return header + key + self._mask(payload, key)
 
     # ---- input ------------------------------------------------------------------------
-    def events(self) -> Iterator[WsEvent]:
+    def events(self) -> Iterator[ev.WsEvent]:
         """The events produced by receive_data since the last call, oldest first."""
         if not self._events:
             return iter(())
@@ -436,7 +426,7 @@ class WsClient:
         outcome = self._handshake.receive_data(data)
         if outcome is None:
             return
-        if isinstance(outcome, RejectedHandshake):
+        if isinstance(outcome, ev.RejectedHandshake):
             self._move(_Trigger.REJECTED if data else _Trigger.EOF)
             self._events.append(outcome)
             return
@@ -460,7 +450,7 @@ class WsClient:
         self._move(_Trigger.EOF)
         self.close_code = CLOSE_ABNORMAL
         self.close_reason = "connection closed without a closing handshake"
-        self._events.append(Closed(CLOSE_ABNORMAL, self.close_reason, clean=False))
+        self._events.append(ev.Closed(CLOSE_ABNORMAL, self.close_reason, clean=False))
 
     def _feed(self, data: bytes) -> None:
         """Received bytes, after the handshake: every complete frame in them becomes events;
@@ -497,7 +487,7 @@ class WsClient:
                 if first == _FIN_BINARY or (
                     first == _FIN_TEXT and (payload.isascii() or _utf8_ok(payload))
                 ):
-                    self._events.append(Message(payload, first == _FIN_TEXT))
+                    self._events.append(ev.Message(payload, first == _FIN_TEXT))
                     self._buffered = 0
                     self._need = 0
                     return True
@@ -621,9 +611,9 @@ class WsClient:
                     # One message (a request's answer, a quiet feed): as the per-message
                     # API wants it, without a batch to split.
                     offset, size = _SPAN.unpack(spans)
-                    append(Message(buf[offset : offset + size], opcodes[0] == 1))
+                    append(ev.Message(buf[offset : offset + size], opcodes[0] == 1))
                 elif count:
-                    append(MessageBatch(buf, spans, opcodes))
+                    append(ev.MessageBatch(buf, spans, opcodes))
                 if why == BATCH_FULL:
                     continue
                 if why != BATCH_OTHER:
@@ -649,11 +639,11 @@ class WsClient:
             if first == _FIN_TEXT and size <= limit and self._frag_opcode is None:
                 payload = buf[offset : offset + size]
                 if payload.isascii() or _utf8_ok(payload):
-                    append(Message(payload, True))
+                    append(ev.Message(payload, True))
                     continue
                 return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
             if first == _FIN_BINARY and size <= limit and self._frag_opcode is None:
-                append(Message(buf[offset : offset + size], False))
+                append(ev.Message(buf[offset : offset + size], False))
                 continue
             if not self._slow_frame(info, buf, offset, size):
                 return False
@@ -685,10 +675,10 @@ class WsClient:
         if opcode == OP_PING:
             if self._state is ConnectionState.OPEN:
                 self._outgoing.append(self._frame(FIN | OP_PONG, payload))
-            self._events.append(Ping(payload))
+            self._events.append(ev.Ping(payload))
             return True
         if opcode == OP_PONG:
-            self._events.append(Pong(payload))
+            self._events.append(ev.Pong(payload))
             return True
         return self._receive_close(payload)
 
@@ -736,7 +726,7 @@ class WsClient:
         self._frag_size = 0
         if self._utf8 is not None:
             self._utf8.reset()
-        self._events.append(Message(payload, text))
+        self._events.append(ev.Message(payload, text))
         return True
 
     def _data_header_violation(self, first: int) -> str | None:
@@ -812,8 +802,8 @@ class WsClient:
         self._chunks = []
         self.close_code = code
         self.close_reason = reason
-        self._events.append(CloseReceived(code, reason))
-        self._events.append(Closed(code, reason, clean=True))
+        self._events.append(ev.CloseReceived(code, reason))
+        self._events.append(ev.Closed(code, reason, clean=True))
         return False
 
     def _fail(self, code: int, reason: str) -> bool:
@@ -826,7 +816,7 @@ class WsClient:
             and self._state is ConnectionState.OPEN
             and (
                 self.messages_pending
-                or any(type(event) in (Message, MessageBatch) for event in self._events)
+                or any(type(event) in (ev.Message, ev.MessageBatch) for event in self._events)
             )
         ):
             self._deferred = (code, reason)
@@ -842,7 +832,7 @@ class WsClient:
         self._chunks = []
         self.close_code = code
         self.close_reason = reason
-        self._events.append(Closed(code, reason, clean=False, failure=True))
+        self._events.append(ev.Closed(code, reason, clean=False, failure=True))
         return False
 
 

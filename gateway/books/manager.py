@@ -40,11 +40,13 @@ group's `$gap` (a message every leg lost) resets them: a leg that drops or recon
 not, since the other legs carry the stream on. The events go out under the leg's session id,
 where the subscription's consumers read them.
 
-REST snapshots are fetched through the host's kernel (urllib), never over a session's DPDK
-port. A normalized subscription of a REST venue's book topic on a DPDK session is refused
-at create when the kernel cannot get the venue's snapshot (`snapshot_unreachable` fetches
-one as a resync would): on a host whose only route to the venue is the DPDK port its books
-would stay stale for good.
+REST snapshots go over the session's own transport: a running dpdk session's through its
+engine, on its loop (the runtime's `snapshot_fetcher`, dataplane.transports.http), so a
+venue reached only through the DPDK port serves its books too; the others through the
+kernel (urllib). A failed fetch (nothing listens, a reset, a timeout, TLS, a non-200, a
+truncated body) is retried with backoff. A normalized subscription of a REST venue's book
+topic is refused at create only when books.snapshot_urls has no base for the venue
+(`snapshot_unreachable`): nothing could ever sync its books.
 
 The per-message path in C (`c_path`, on by default): books of the venues done in C
 (gateway.books.book.C_VENUES) are C books, and the records of one ring read that belong to
@@ -75,6 +77,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dataplane.errors import DataplaneError
 from dataplane.ring import Gap, RingClosedError, RingError, RingReader
 from dataplane.shim import BOOK_OUT_BINARY, BOOK_OUT_JSON
 from gateway.books.book import C_VENUES
@@ -94,9 +97,6 @@ UPSTREAM_GAP = "upstream_gap"
 #: checks is not asked in a loop); doubled per failed fetch up to RESYNC_BACKOFF_MAX.
 RESYNC_INTERVAL = 0.2
 RESYNC_BACKOFF_MAX = 10.0
-#: The longest a create waits for the check's snapshot (snapshot_unreachable), and its depth.
-REACH_TIMEOUT_S = 2.0
-REACH_LIMIT = 5
 #: How long the reader waits for records before it looks at its other work (resyncs and
 #: periodic snapshots are due at this grain, so it is also the shortest snapshot interval).
 READ_TIMEOUT = 0.1
@@ -310,34 +310,18 @@ class BookManager:
             if self._reader is not None:
                 self._reader.set_topics(wanted)
 
-    def snapshot_unreachable(self, venue: str, transport: str, topics: Sequence[str]) -> str | None:
-        """Why the books of these topics of a `venue` session on `transport` could not get
-        their REST snapshots (None: they can, or need none). Only DPDK sessions are checked
-        (a kernel session reaches its venue through the kernel already), by fetching one
-        snapshot the way a resync does and reading it as the venue's: a TCP connect or an
-        HTTP answer alone proves little behind a proxy."""
-        if venue not in REST_VENUES or transport != "dpdk" or not self.available:
+    def snapshot_unreachable(self, venue: str, topics: Sequence[str]) -> str | None:
+        """Why the books of these topics of a `venue` session could never get their REST
+        snapshots (None: they can, or need none): books.snapshot_urls has no base for the
+        venue. Nothing is fetched here: every session fetches over its own transport (a
+        dpdk session's over its engine), which may not be up yet, and a venue that fails
+        now is retried."""
+        if venue not in REST_VENUES or not self.available:
             return None
         symbols = [s for s in (_rest_symbol(venue, t) for t in topics) if s]
-        if not symbols:
-            return None  # no book topic
-        url = self._snapshot_url(venue, symbols[0], limit=REACH_LIMIT)
-        if url is None:
+        if symbols and self._snapshot_url(venue, symbols[0]) is None:
             return f"books.snapshot_urls has no {venue} base: its books would never sync"
-        rest = getattr(make_normalizer(venue), "rest_snapshot", None)
-        try:
-            body = self._fetch(url, min(self.config.snapshot_timeout_s, REACH_TIMEOUT_S))
-            if rest is None or rest(body, symbols[0], time.time_ns()) is None:
-                raise ValueError("not a book snapshot")
-            return None
-        except (OSError, ValueError) as exc:  # msgspec's errors are ValueErrors
-            error = str(exc) or type(exc).__name__
-        return (
-            f"{venue} books sync from a REST snapshot, which this gateway fetches through the "
-            f"host's kernel, not over the session's DPDK port; fetching {url} through the "
-            f"kernel failed ({error}): set books.snapshot_urls.{venue} to a base the kernel "
-            "reaches, or subscribe with format raw"
-        )
+        return None
 
     def forget_session(self, session_id: int) -> None:
         """The session is deleted: its books go, and its resync counts with them (a deleted
@@ -701,12 +685,15 @@ class BookManager:
         return f"{base}/api/v2/order_book/{urllib.parse.quote(symbol.lower())}/"
 
     def _fetch_snapshot(self, book: _Book, url: str) -> None:
-        """On the REST pool: the snapshot's bytes (None when the request failed)."""
+        """On the REST pool: the snapshot's bytes (None when the request failed), over the
+        session's transport when the runtime has one for it (snapshot_fetcher)."""
+        over = getattr(self.runtime, "snapshot_fetcher", None)
+        fetch = (over(book.session_id) if over is not None else None) or self._fetch
         try:
-            body: bytes | None = self._fetch(url, self.config.snapshot_timeout_s)
+            body: bytes | None = fetch(url, self.config.snapshot_timeout_s)
             error = ""
-        except (OSError, ValueError) as exc:
-            body, error = None, f"{url}: {exc}"
+        except (OSError, ValueError, DataplaneError) as exc:  # the http module's: typed
+            body, error = None, f"{url}: {type(exc).__name__}: {exc}"
         self._snapshots.put((book, body, time.time_ns(), error))
         reader = self._reader
         if reader is not None:

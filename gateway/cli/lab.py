@@ -8,24 +8,30 @@ from typing import Annotated
 import typer
 
 from gateway.cli.common import LabName, fail
-from gateway.lab import Lab, LabError, list_labs
+from gateway.lab import ETHERNET_MTU, Lab, LabError, list_labs
 
 app = typer.Typer(
     help="The network lab: a peer namespace joined by a veth pair", no_args_is_help=True
 )
 
 
-def _lab(name: str) -> Lab:
+def _lab(name: str, mtu: int = ETHERNET_MTU) -> Lab:
     try:
-        return Lab(name)
+        return Lab(name, mtu=mtu)
     except ValueError as exc:
         fail(str(exc), 2)
 
 
 @app.command("up")
-def lab_up(name: LabName = "wsgw") -> None:
+def lab_up(
+    name: LabName = "wsgw",
+    mtu: Annotated[
+        int,
+        typer.Option(help="MTU of every veth end (9000: jumbo frames; open the port with it)"),
+    ] = ETHERNET_MTU,
+) -> None:
     """Create the lab (idempotent) and print its addresses."""
-    lab = _lab(name)
+    lab = _lab(name, mtu)
     try:
         lab.up()
     except (LabError, OSError) as exc:

@@ -135,22 +135,21 @@ class SubscriptionService(RowService[SubscriptionRow]):
     def _check_snapshots(
         self, values: Mapping[str, Any], *, session_id: int = 0, subscription_id: int = 0
     ) -> None:
-        """A normalized subscription whose books could never get their REST snapshot is
-        refused (BookManager.snapshot_unreachable). Called before the write transaction:
-        the check may fetch a snapshot for up to 2 s, and must not hold the writes up."""
+        """A normalized subscription whose books could never get their REST snapshot (no
+        snapshot base for the venue) is refused (BookManager.snapshot_unreachable)."""
         if self.books is None or values.get("format") != "normalized":
             return
 
-        def facts(s: Any) -> tuple[str, str, list[str]]:
+        def facts(s: Any) -> tuple[str, list[str]]:
             sub = SubscriptionRepository(s).get(subscription_id) if subscription_id else None
             session = SessionRepository(s).get(sub.session_id if sub else session_id)
             topics = values.get("topics")
             if topics is not None:
                 topics = upstream_topics(session.dialect, topics)
-            return session.dialect, session.transport, list(topics or (sub.topics if sub else []))
+            return session.dialect, list(topics or (sub.topics if sub else []))
 
-        dialect, transport, topics = self.tx.read(facts)
-        why = self.books.snapshot_unreachable(dialect, transport, topics)
+        dialect, topics = self.tx.read(facts)
+        why = self.books.snapshot_unreachable(dialect, topics)
         if why is not None:
             raise InvalidError(why, "format")
 

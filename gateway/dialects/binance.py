@@ -14,21 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.dialects.base import (
-    INFO,
-    RECONNECT,
-    UNKNOWN,
-    Ack,
-    Classified,
-    Data,
-    Dialect,
-    DialectError,
-    Error,
-    Limits,
-    Message,
-    Other,
-    json_text,
-)
+from gateway.dialects import base
 from gateway.dialects.jsonscan import TopicPaths
 
 # Event type of the raw endpoint (/ws) -> stream suffix, for events that are not wrapped.
@@ -42,10 +28,10 @@ _RAW_EVENTS = {
 }
 
 
-class BinanceDialect(Dialect):
+class BinanceDialect(base.Dialect):
     name = "binance"
     path = "/stream"
-    limits = Limits(
+    limits = base.Limits(
         max_topics_per_connection=1024,
         max_topics_per_request=200,  # not documented; keeps one request well under 8 KB
         requests_per_second=5.0,
@@ -57,7 +43,7 @@ class BinanceDialect(Dialect):
     def normalize(self, topic: str) -> str:
         symbol, sep, stream = topic.partition("@")
         if not sep or not symbol or not stream or any(c.isspace() or c == "/" for c in topic):
-            raise DialectError(f"binance: {topic!r} is not a stream name like btcusdt@trade")
+            raise base.DialectError(f"binance: {topic!r} is not a stream name like btcusdt@trade")
         # Symbols are lower case; the stream part keeps its case (kline_1M is a month).
         return f"{symbol.lower()}@{stream}"
 
@@ -66,47 +52,47 @@ class BinanceDialect(Dialect):
             return self.path
         return f"{self.path}?streams=" + "/".join(self.normalize(t) for t in topics)
 
-    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[base.Message]:
         method = {"subscribe": "SUBSCRIBE", "unsubscribe": "UNSUBSCRIBE"}[op]
         self._track(request_id, op, topics)
-        return [json_text({"method": method, "params": topics, "id": request_id})]
+        return [base.json_text({"method": method, "params": topics, "id": request_id})]
 
-    def list_subscriptions_message(self) -> Message:
+    def list_subscriptions_message(self) -> base.Message:
         request_id = next(self._ids)
         self._track(request_id, "list", ())
-        return json_text({"method": "LIST_SUBSCRIPTIONS", "id": request_id})
+        return base.json_text({"method": "LIST_SUBSCRIPTIONS", "id": request_id})
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
         stream = self._str(raw, s, b)
-        return Data(stream) if stream else None
+        return base.Data(stream) if stream else None
 
-    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
+    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
-            return Other(UNKNOWN, type(obj).__name__)
+            return base.Other(base.UNKNOWN, type(obj).__name__)
         stream = obj.get("stream")
         if isinstance(stream, str) and "data" in obj:
-            return Data(stream)
+            return base.Data(stream)
         request_id = obj.get("id")
         error = obj.get("error")
         if isinstance(error, dict) or ("code" in obj and "msg" in obj):
             body = error if isinstance(error, dict) else obj
             rid, _, topics = self._settle(request_id)
-            return Error(str(body.get("msg", "")), rid, topics, body.get("code"))
+            return base.Error(str(body.get("msg", "")), rid, topics, body.get("code"))
         if "result" in obj and request_id is not None:
             rid, op, topics = self._settle(request_id)
             result = obj["result"]
             if isinstance(result, list):
-                return Ack(rid, topics, "list", tuple(str(r) for r in result))
-            return Ack(rid, topics, op or "subscribe")
+                return base.Ack(rid, topics, "list", tuple(str(r) for r in result))
+            return base.Ack(rid, topics, op or "subscribe")
         event = obj.get("e")
         if event == "serverShutdown":
-            return Other(RECONNECT, "serverShutdown")
+            return base.Other(base.RECONNECT, "serverShutdown")
         if isinstance(event, str) and isinstance(obj.get("s"), str):
             suffix = _RAW_EVENTS.get(event)
             if event == "kline" and isinstance(obj.get("k"), dict):
                 suffix = f"kline_{obj['k'].get('i')}"
             if suffix:
-                return Data(f"{obj['s'].lower()}@{suffix}")
+                return base.Data(f"{obj['s'].lower()}@{suffix}")
         if isinstance(event, str):
-            return Other(INFO, event)
-        return Other(UNKNOWN, json_text(obj)[:80])
+            return base.Other(base.INFO, event)
+        return base.Other(base.UNKNOWN, base.json_text(obj)[:80])

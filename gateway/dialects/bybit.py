@@ -12,29 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.dialects.base import (
-    UNKNOWN,
-    Ack,
-    Classified,
-    Data,
-    Dialect,
-    DialectError,
-    Error,
-    Heartbeat,
-    Limits,
-    Message,
-    Other,
-    json_text,
-)
+from gateway.dialects import base
 from gateway.dialects.jsonscan import TopicPaths
 
 KEEPALIVE_S = 20.0
 
 
-class BybitDialect(Dialect):
+class BybitDialect(base.Dialect):
     name = "bybit"
     path = "/v5/public/spot"
-    limits = Limits(
+    limits = base.Limits(
         max_topics_per_request=10, max_request_bytes=21_000, requests_per_second=10.0, burst=5
     )
     topic_paths = TopicPaths.of("topic")
@@ -43,35 +30,35 @@ class BybitDialect(Dialect):
     def normalize(self, topic: str) -> str:
         parts = topic.split(".")
         if len(parts) < 2 or not all(parts) or any(c.isspace() for c in topic):
-            raise DialectError(f"bybit: {topic!r} is not a topic like publicTrade.BTCUSDT")
+            raise base.DialectError(f"bybit: {topic!r} is not a topic like publicTrade.BTCUSDT")
         return ".".join(parts[:-1]) + "." + parts[-1].upper()
 
-    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[base.Message]:
         self._track(str(request_id), op, topics)
-        return [json_text({"req_id": str(request_id), "op": op, "args": topics})]
+        return [base.json_text({"req_id": str(request_id), "op": op, "args": topics})]
 
-    def keepalive(self) -> tuple[float, Message] | None:
-        return KEEPALIVE_S, json_text({"op": "ping"})
+    def keepalive(self) -> tuple[float, base.Message] | None:
+        return KEEPALIVE_S, base.json_text({"op": "ping"})
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
         topic = self._str(raw, s, b)
-        return Data(topic) if topic else None
+        return base.Data(topic) if topic else None
 
-    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
+    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
-            return Other(UNKNOWN, type(obj).__name__)
+            return base.Other(base.UNKNOWN, type(obj).__name__)
         topic = obj.get("topic")
         if isinstance(topic, str) and "data" in obj:
-            return Data(topic)
+            return base.Data(topic)
         op = obj.get("op")
         if op in ("ping", "pong"):
-            return Heartbeat()
+            return base.Heartbeat()
         if op in ("subscribe", "unsubscribe"):
             req_id = obj.get("req_id") or None
             rid, sent_op, topics = self._settle(req_id)
             if obj.get("success") is False:
-                return Error(str(obj.get("ret_msg", "")), rid, topics)
-            return Ack(rid, topics, sent_op or str(op))
+                return base.Error(str(obj.get("ret_msg", "")), rid, topics)
+            return base.Ack(rid, topics, sent_op or str(op))
         if obj.get("success") is False:
-            return Error(str(obj.get("ret_msg", "")), obj.get("req_id") or None)
-        return Other(UNKNOWN, str(op))
+            return base.Error(str(obj.get("ret_msg", "")), obj.get("req_id") or None)
+        return base.Other(base.UNKNOWN, str(op))

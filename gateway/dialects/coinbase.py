@@ -13,21 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.dialects.base import (
-    INFO,
-    UNKNOWN,
-    Ack,
-    Classified,
-    Data,
-    Dialect,
-    DialectError,
-    Error,
-    Heartbeat,
-    Limits,
-    Message,
-    Other,
-    json_text,
-)
+from gateway.dialects import base
 from gateway.dialects.jsonscan import TopicPaths
 
 #: Message type -> the channel that carries it.
@@ -50,10 +36,10 @@ _TYPE_CHANNEL_RAW = {k.encode(): v for k, v in TYPE_CHANNEL.items()}
 _LEVEL2 = ("level2", "level2_batch")
 
 
-class CoinbaseDialect(Dialect):
+class CoinbaseDialect(base.Dialect):
     name = "coinbase"
     path = "/"
-    limits = Limits(requests_per_second=8.0, burst=10)
+    limits = base.Limits(requests_per_second=8.0, burst=10)
     topic_paths = TopicPaths.of("type", "product_id")
 
     def __init__(self, *, backend: str = "auto") -> None:
@@ -63,10 +49,12 @@ class CoinbaseDialect(Dialect):
     def normalize(self, topic: str) -> str:
         channel, sep, product = topic.partition(":")
         if not sep or not channel or not product or any(c.isspace() for c in topic):
-            raise DialectError(f"coinbase: {topic!r} is not channel:PRODUCT like matches:BTC-USD")
+            raise base.DialectError(
+                f"coinbase: {topic!r} is not channel:PRODUCT like matches:BTC-USD"
+            )
         return f"{channel.lower()}:{product.upper()}"
 
-    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[base.Message]:
         by_channel: dict[str, list[str]] = {}
         for topic in topics:
             channel, _, product = topic.partition(":")
@@ -78,7 +66,7 @@ class CoinbaseDialect(Dialect):
                     self._level2_batch.discard(product)
         channels = [{"name": ch, "product_ids": products} for ch, products in by_channel.items()]
         self._track(request_id, op, topics)
-        return [json_text({"type": op, "channels": channels})]
+        return [base.json_text({"type": op, "channels": channels})]
 
     def _channel(self, msg_type: str, product: str) -> str | None:
         channel = TYPE_CHANNEL.get(msg_type)
@@ -86,7 +74,7 @@ class CoinbaseDialect(Dialect):
             return "level2_batch"
         return channel
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
         msg_type = self._raw(raw, s, b)
         product = self._str(raw, s, b + 3)
         if msg_type is None or not product:
@@ -95,35 +83,35 @@ class CoinbaseDialect(Dialect):
         if channel is not None:
             if channel == "level2" and product in self._level2_batch:
                 channel = "level2_batch"
-            return Data(f"{channel}:{product}")
+            return base.Data(f"{channel}:{product}")
         if msg_type == b"heartbeat":
-            return Heartbeat(f"heartbeat:{product}")
+            return base.Heartbeat(f"heartbeat:{product}")
         return None
 
-    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
+    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
-            return Other(UNKNOWN, type(obj).__name__)
+            return base.Other(base.UNKNOWN, type(obj).__name__)
         msg_type = obj.get("type")
         product = obj.get("product_id")
         if isinstance(msg_type, str) and isinstance(product, str):
             channel = self._channel(msg_type, product)
             if channel is not None:
-                return Data(f"{channel}:{product}")
+                return base.Data(f"{channel}:{product}")
             if msg_type == "heartbeat":
-                return Heartbeat(f"heartbeat:{product}")
+                return base.Heartbeat(f"heartbeat:{product}")
         if msg_type == "subscriptions":
             active = []
             for entry in obj.get("channels", []):
                 if isinstance(entry, dict):
                     active += [f"{entry.get('name')}:{p}" for p in entry.get("product_ids", [])]
             rid, op, topics = self._settle(None)
-            return Ack(rid, topics, op or "subscribe", tuple(active))
+            return base.Ack(rid, topics, op or "subscribe", tuple(active))
         if msg_type == "error":
             rid, _, topics = self._settle(None)
             reason = str(obj.get("message", "error"))
             if obj.get("reason"):
                 reason = f"{reason}: {obj['reason']}"
-            return Error(reason, rid, topics)
+            return base.Error(reason, rid, topics)
         if msg_type == "status":
-            return Other(INFO, "status")
-        return Other(UNKNOWN, str(msg_type))
+            return base.Other(base.INFO, "status")
+        return base.Other(base.UNKNOWN, str(msg_type))

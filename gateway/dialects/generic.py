@@ -13,22 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.dialects.base import (
-    UNKNOWN,
-    Ack,
-    Classified,
-    Data,
-    Dialect,
-    DialectError,
-    Error,
-    Heartbeat,
-    Limits,
-    Message,
-    Other,
-    get_path,
-    has_path,
-    json_text,
-)
+from gateway.dialects import base
 from gateway.dialects.jsonscan import TopicPaths, parse_path
 
 
@@ -42,8 +27,8 @@ class Match:
     def test(self, obj: Any) -> bool:
         path = parse_path(self.path)
         if self.value is None:
-            return has_path(obj, path)
-        return bool(get_path(obj, path) == self.value)
+            return base.has_path(obj, path)
+        return bool(base.get_path(obj, path) == self.value)
 
 
 @dataclass(frozen=True)
@@ -62,19 +47,19 @@ class GenericConfig:
     error_reason_path: str | None = "error"
     keepalive_message: str | None = None
     keepalive_interval: float = 0.0
-    limits: Limits = field(default_factory=Limits)
+    limits: base.Limits = field(default_factory=base.Limits)
 
     def __post_init__(self) -> None:
         for template in (self.subscribe, self.unsubscribe):
             if ("{topic}" in template) == ("{topics}" in template):
-                raise DialectError(
+                raise base.DialectError(
                     f"template {template!r} needs exactly one of {{topic}}, {{topics}}"
                 )
         if self.keepalive_message is not None and self.keepalive_interval <= 0:
-            raise DialectError("a keepalive message needs a positive interval")
+            raise base.DialectError("a keepalive message needs a positive interval")
 
 
-class GenericDialect(Dialect):
+class GenericDialect(base.Dialect):
     name = "generic"
     topic_paths = TopicPaths.of("topic")
 
@@ -92,24 +77,24 @@ class GenericDialect(Dialect):
         self.name = self.config.name  # type: ignore[misc]
         super().__init__(backend=backend)
 
-    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[base.Message]:
         template = self.config.subscribe if op == "subscribe" else self.config.unsubscribe
         self._track(request_id, op, topics)
         if "{topics}" in template:
-            text = template.replace("{topics}", json_text(topics))
+            text = template.replace("{topics}", base.json_text(topics))
             return [text.replace("{id}", str(request_id))]
-        out: list[Message] = []
+        out: list[base.Message] = []
         for topic in topics:
-            text = template.replace("{topic}", json_text(topic)[1:-1])
+            text = template.replace("{topic}", base.json_text(topic)[1:-1])
             out.append(text.replace("{id}", str(request_id)))
         return out
 
-    def keepalive(self) -> tuple[float, Message] | None:
+    def keepalive(self) -> tuple[float, base.Message] | None:
         if self.config.keepalive_message is None:
             return None
         return self.config.keepalive_interval, self.config.keepalive_message
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
         parts = []
         for i in range(len(self._topic_parts)):
             text = self._str(raw, s, b + 3 * i)
@@ -118,24 +103,23 @@ class GenericDialect(Dialect):
             parts.append(text)
         if self.config.data_presence and not s[b + 3 * len(self._topic_parts) + 2]:
             return None
-        return Data(self.config.topic_join.join(parts))
+        return base.Data(self.config.topic_join.join(parts))
 
-    def _classify_obj(self, obj: Any) -> Classified:
+    def _classify_obj(self, obj: Any) -> base.Classified:
         cfg = self.config
-        parts = [get_path(obj, p) for p in self._topic_parts]
-        is_data = cfg.data_presence is None or has_path(obj, parse_path(cfg.data_presence))
+        parts = [base.get_path(obj, p) for p in self._topic_parts]
+        is_data = cfg.data_presence is None or base.has_path(obj, parse_path(cfg.data_presence))
         if is_data and parts and all(isinstance(p, str) and p for p in parts):
-            return Data(cfg.topic_join.join(str(p) for p in parts))
-        request_id = get_path(obj, parse_path(cfg.id_path)) if cfg.id_path else None
+            return base.Data(cfg.topic_join.join(str(p) for p in parts))
+        request_id = base.get_path(obj, parse_path(cfg.id_path)) if cfg.id_path else None
         if cfg.error is not None and cfg.error.test(obj):
-            reason = (
-                get_path(obj, parse_path(cfg.error_reason_path)) if cfg.error_reason_path else None
-            )
+            path = cfg.error_reason_path
+            reason = base.get_path(obj, parse_path(path)) if path else None
             rid, _, topics = self._settle(request_id)
-            return Error(str(reason if reason is not None else "error"), rid, topics)
+            return base.Error(str(reason if reason is not None else "error"), rid, topics)
         if cfg.ack is not None and cfg.ack.test(obj):
             rid, op, topics = self._settle(request_id)
-            return Ack(rid, topics, op or "subscribe")
+            return base.Ack(rid, topics, op or "subscribe")
         if cfg.heartbeat is not None and cfg.heartbeat.test(obj):
-            return Heartbeat()
-        return Other(UNKNOWN, json_text(obj)[:80])
+            return base.Heartbeat()
+        return base.Other(base.UNKNOWN, base.json_text(obj)[:80])

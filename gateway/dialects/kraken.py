@@ -18,21 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.dialects.base import (
-    INFO,
-    UNKNOWN,
-    Ack,
-    Classified,
-    Data,
-    Dialect,
-    DialectError,
-    Error,
-    Heartbeat,
-    Limits,
-    Message,
-    Other,
-    json_text,
-)
+from gateway.dialects import base
 from gateway.dialects.jsonscan import TopicPaths
 
 #: The depths Kraken v2 `book` takes (docs.kraken.com/api/docs/websocket-v2/book).
@@ -50,10 +36,10 @@ def book_depth(topic: str) -> int | None:
     return None
 
 
-class KrakenDialect(Dialect):
+class KrakenDialect(base.Dialect):
     name = "kraken"
     path = "/v2"
-    limits = Limits(requests_per_second=5.0, burst=5)
+    limits = base.Limits(requests_per_second=5.0, burst=5)
     topic_paths = TopicPaths.of("channel", "data[0].symbol")
 
     def __init__(self, *, backend: str = "auto") -> None:
@@ -64,22 +50,24 @@ class KrakenDialect(Dialect):
     def normalize(self, topic: str) -> str:
         channel, sep, symbol = topic.partition(":")
         if not sep or not channel or "/" not in symbol or any(c.isspace() for c in topic):
-            raise DialectError(f"kraken: {topic!r} is not channel:BASE/QUOTE like trade:BTC/USD")
+            raise base.DialectError(
+                f"kraken: {topic!r} is not channel:BASE/QUOTE like trade:BTC/USD"
+            )
         channel = channel.lower()
         if channel.startswith("book."):
             depth = channel[5:]
             if not depth.isdigit() or int(depth) not in BOOK_DEPTHS:
-                raise DialectError(
+                raise base.DialectError(
                     f"kraken: {topic!r}: the book depth is one of "
                     f"{', '.join(map(str, BOOK_DEPTHS))} (book.100:BTC/USD)"
                 )
             channel = "book" if int(depth) == BOOK_DEFAULT_DEPTH else f"book.{int(depth)}"
         return f"{channel}:{symbol.upper()}"
 
-    def _data(self, channel: str, symbol: str) -> Data:
+    def _data(self, channel: str, symbol: str) -> base.Data:
         if channel == "book":
-            return Data(self._book_topics.get(symbol) or f"book:{symbol}")
-        return Data(f"{channel}:{symbol}")
+            return base.Data(self._book_topics.get(symbol) or f"book:{symbol}")
+        return base.Data(f"{channel}:{symbol}")
 
     def _group(self, topics: list[str]) -> list[list[str]]:
         by_channel: dict[str, list[str]] = {}
@@ -87,7 +75,7 @@ class KrakenDialect(Dialect):
             by_channel.setdefault(topic.partition(":")[0], []).append(topic)
         return list(by_channel.values())
 
-    def _render(self, op: str, topics: list[str], request_id: int) -> list[Message]:
+    def _render(self, op: str, topics: list[str], request_id: int) -> list[base.Message]:
         channel = topics[0].partition(":")[0]
         symbols = [t.partition(":")[2] for t in topics]
         self._track(request_id, op, topics)
@@ -99,9 +87,9 @@ class KrakenDialect(Dialect):
                 params["depth"] = depth
             if op == "subscribe":
                 self._book_topics.update(zip(symbols, topics, strict=True))
-        return [json_text({"method": op, "params": params, "req_id": request_id})]
+        return [base.json_text({"method": op, "params": params, "req_id": request_id})]
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
         channel = self._str(raw, s, b)
         if channel is None:
             return None
@@ -109,12 +97,12 @@ class KrakenDialect(Dialect):
         if symbol:
             return self._data(channel, symbol)
         if channel == "heartbeat":
-            return Heartbeat()
+            return base.Heartbeat()
         return None
 
-    def _classify_obj(self, obj: Any) -> Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
+    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         if not isinstance(obj, dict):
-            return Other(UNKNOWN, type(obj).__name__)
+            return base.Other(base.UNKNOWN, type(obj).__name__)
         channel = obj.get("channel")
         if isinstance(channel, str):
             data = obj.get("data")
@@ -122,11 +110,11 @@ class KrakenDialect(Dialect):
             if isinstance(first, dict) and isinstance(first.get("symbol"), str):
                 return self._data(channel, first["symbol"])
             if channel == "heartbeat":
-                return Heartbeat()
-            return Other(INFO, channel)
+                return base.Heartbeat()
+            return base.Other(base.INFO, channel)
         method = obj.get("method")
         if method == "pong":
-            return Heartbeat()
+            return base.Heartbeat()
         if method in ("subscribe", "unsubscribe"):
             result = obj["result"] if isinstance(obj.get("result"), dict) else {}
             symbol = result.get("symbol", obj.get("symbol"))
@@ -139,8 +127,8 @@ class KrakenDialect(Dialect):
             rid, op = self._settle_topic(rid, topic)
             topics = (topic,) if topic else ()
             if obj.get("success") is False or "error" in obj:
-                return Error(str(obj.get("error", "request failed")), rid, topics)
-            return Ack(rid, topics, op or str(method))
+                return base.Error(str(obj.get("error", "request failed")), rid, topics)
+            return base.Ack(rid, topics, op or str(method))
         if "error" in obj:
-            return Error(str(obj["error"]), obj.get("req_id"))
-        return Other(UNKNOWN, str(method))
+            return base.Error(str(obj["error"]), obj.get("req_id"))
+        return base.Other(base.UNKNOWN, str(method))

@@ -28,6 +28,12 @@ Per topic key, linked messages (prev given):
   (the gateway, or the whole feed, stalled: both legs' frames come late, in bursts, one
   leg's burst first) every leg gets the hold afresh from that arrival. `max_hold_ns` after it
   opened, the hole is due whatever: a leg that is slow forever cannot stall the stream.
+  Before a hole that is due goes, the caller's `unread` probe is asked about each live leg
+  that has not gone past it: a leg that still has input the caller has not offered (bytes in
+  its socket: its reader runs late, as a Python read loop does on a loaded machine while the
+  engine's leg keeps arriving) is counted as arriving now, so the hole waits another hold
+  for it (within max_hold_ns); the failover bench's false losses after session 10 were
+  holes given up while the kernel leg's socket held the missing message unread.
   Then a `Lost` (first missing, count where the link tells it) and the held messages go out
   in order.
 
@@ -41,7 +47,7 @@ consumers lost the stream there, and a book of it recovers only from a snapshot 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
@@ -134,7 +140,10 @@ class Arbiter(Generic[P]):
         max_held: int = DEFAULT_MAX_HELD,
         won_window: int = 8192,
         max_hold_ns: int = DEFAULT_MAX_HOLD_NS,
+        unread: Callable[[int], bool] | None = None,
     ) -> None:
+        """unread: whether a leg still has input not offered yet (module doc); asked only
+        when a hole is due, of the legs it may wait for. None: no leg ever has."""
         if legs < 1:
             raise ValueError(f"a feed group has at least 1 leg, not {legs}")
         if hold_ns < 0 or max_held < 1:
@@ -152,6 +161,7 @@ class Arbiter(Generic[P]):
         self.duplicates = 0
         self._topics: dict[Hashable, _Topic[P]] = {}
         self._tiebreak = 0
+        self._unread = unread
 
     # ---- input --------------------------------------------------------------------------
     def offer(
@@ -220,6 +230,8 @@ class Arbiter(Generic[P]):
         out: list[Output] = []
         for key, topic in self._topics.items():
             while (due := self._due(topic)) is not None and now_ns >= due:
+                if self._unread_waits(topic, now_ns):
+                    break
                 self._declare_hole(key, topic, out)
         return out
 
@@ -287,6 +299,22 @@ class Arbiter(Generic[P]):
                 continue
             due = max(due, arrived + self.hold_ns)
         return min(due, since + self.max_hold_ns)
+
+    def _unread_waits(self, topic: _Topic[P], now_ns: int) -> bool:
+        """Whether the due hole waits for a live leg that has not gone past it and still has
+        unread input (the probe): each such leg counts as arriving at now_ns, so the hole is
+        due a hold later. Never from max_hold_ns after the hole opened."""
+        probe = self._unread
+        since = topic.hole_since
+        if probe is None or since is None or now_ns >= since + self.max_hold_ns:
+            return False
+        waits = False
+        last = topic.last
+        for leg in range(self.legs):
+            if self.live[leg] and topic.newest.get(leg, last) <= last and probe(leg):
+                self.arrived_ns[leg] = now_ns
+                waits = True
+        return waits
 
     def _every_live_leg_passed(self, topic: _Topic[P]) -> bool:
         """Whether no live leg can still bring the message after `last`: each one has

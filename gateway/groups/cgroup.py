@@ -15,7 +15,9 @@ order.
 
 Holes expire in C at every offer once their deadline passed (inside the arbiter, after that
 offer's own arrival counted), and on a timer here (every half hold time) when the legs are
-silent.
+silent; a leg with unread input holds a due hole for it (asked in C): a kernel leg's socket
+that still holds unread bytes (FIONREAD; leg_input), or a batch a read loop is offering
+frame by frame here.
 """
 
 from __future__ import annotations
@@ -112,24 +114,31 @@ class CFeedGroup:
         leg = self._leg_of[messages[0][0]]
         group, identity, hub_id = self.group, self._identity, self.hub_id
         loose: list[Published] = []
-        for _, topic, raw, ts, _ in messages:
-            data = bytes(raw)
-            topic_id = self._topic_id(topic)
-            if topic_id and group.offer(leg, topic_id, topic, data, ts):
-                continue
-            found = identity(data)
-            if (
-                topic_id
-                and type(found) is Identity
-                and found.kind != HASH
-                and group.offer_identity(
-                    leg, topic_id, topic, (found.topic, found.id, found.prev), data, ts
-                )
-            ):
-                continue
-            if type(found) is Identity and found.kind != HASH:
-                log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
-            loose.append((hub_id, topic, raw, ts, None))
+        # One C call a frame: meanwhile the engine's leg may give holes up, and the rest of
+        # this batch (stamped when it was read, maybe longer than the hold ago) is this
+        # leg's unread input.
+        group.set_leg_busy(leg, True)
+        try:
+            for _, topic, raw, ts, _ in messages:
+                data = bytes(raw)
+                topic_id = self._topic_id(topic)
+                if topic_id and group.offer(leg, topic_id, topic, data, ts):
+                    continue
+                found = identity(data)
+                if (
+                    topic_id
+                    and type(found) is Identity
+                    and found.kind != HASH
+                    and group.offer_identity(
+                        leg, topic_id, topic, (found.topic, found.id, found.prev), data, ts
+                    )
+                ):
+                    continue
+                if type(found) is Identity and found.kind != HASH:
+                    log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
+                loose.append((hub_id, topic, raw, ts, None))
+        finally:
+            group.set_leg_busy(leg, False)
         if loose:
             if leg == 0:
                 self.passed_through += len(loose)
@@ -148,6 +157,11 @@ class CFeedGroup:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
+
+    def leg_input(self, session_id: int, fd: int) -> None:
+        """The leg's kernel socket (-1: none, or closed): while it holds unread bytes, a
+        hole that is due waits for the leg (C asks FIONREAD; wsgw_group_set_leg_fd)."""
+        self.group.set_leg_fd(self._leg_of[session_id], fd)
 
     def _topic_id(self, topic: str) -> int:
         """The ring topic id of the group's topic (0: the ring's table is full)."""
@@ -229,6 +243,8 @@ class CFeedGroup:
             # median of the timed ones; a message costs two frames: its copies on two legs)
             "arbitration_ns_per_frame": group.cost_p50(),
             "engine_offers": offers,
+            # due holes a kernel leg's unread socket bytes held (each such leg asked)
+            "unread_waits": stats["unread_waits"],
             "python_offers": stats["python_offers"],
             "legs": legs,
         }

@@ -18,6 +18,10 @@ This is the Python path, the reference: groups whose dialect has a C identity an
 is a hub with a ring run on gateway.groups.cgroup.CFeedGroup instead (arbitration in C, on the
 engine's path for DPDK legs), unless the router is told `c_path=False`.
 
+A leg on a kernel socket tells its group that socket (GroupRouter.leg_input, from the
+session): while the socket holds unread bytes (FIONREAD), a hole that is due waits for that
+leg, its read loop being late (the arbiter's `unread` probe; in C for CFeedGroup).
+
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
 its next batch marks it live again. A `Lost` is published as a gap of the group with the
 missing count. Holes that no leg fills expire at the next offer past their deadline (the
@@ -26,9 +30,12 @@ arbiter does it, once that offer's own arrival counted) and on a timer on the ru
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import logging
+import termios
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +55,19 @@ GROUP_HUB_BASE = 1 << 30
 #: Topic keys (identity topics) a group arbitrates at most; more pass through from leg 0.
 MAX_GROUP_TOPICS = 4096
 DEFAULT_HOLD_MS = 20
+
+
+def socket_unread(fd: int) -> bool:
+    """Whether the kernel socket `fd` holds bytes not read yet (FIONREAD); False when it
+    cannot tell (closed)."""
+    if fd < 0:
+        return False
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except OSError:
+        return False
+    return count[0] > 0
 
 
 def group_hub_id(group_id: int) -> int:
@@ -101,8 +121,12 @@ class FeedGroup:
         self._sink = sink
         self._loop = loop
         self._identity = identity_for(spec.dialect)
+        self._leg_fd = [-1] * len(spec.legs)  # each leg's kernel socket (leg_input)
         self._arbiter = CArbiter(
-            len(spec.legs), hold_ns=spec.hold_ms * 1_000_000, max_topics=MAX_GROUP_TOPICS
+            len(spec.legs),
+            hold_ns=spec.hold_ms * 1_000_000,
+            max_topics=MAX_GROUP_TOPICS,
+            unread=self._unread,
         )
         self._leg_of = {sid: leg for leg, sid in enumerate(spec.legs)}
         self._keys: dict[str, int] = {}
@@ -181,6 +205,14 @@ class FeedGroup:
             self._down.add(leg)
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
             self._ask_timer()
+
+    def leg_input(self, session_id: int, fd: int) -> None:
+        """The leg's kernel socket (-1: none, or closed): its unread bytes hold holes."""
+        self._leg_fd[self._leg_of[session_id]] = fd
+
+    def _unread(self, leg: int) -> bool:
+        """The arbiter's probe (under the lock, only when a hole is due)."""
+        return socket_unread(self._leg_fd[leg])
 
     # ---- the timer (the runtime's loop) ------------------------------------------------
     def expire(self, now_ns: int | None = None) -> None:
@@ -340,6 +372,7 @@ class GroupRouter:
         self._c_path = c_path
         self._by_leg: dict[int, AnyGroup] = {}
         self.groups: dict[int, AnyGroup] = {}
+        self._leg_fds: dict[int, int] = {}  # session id -> its kernel socket (leg_input)
 
     def is_leg(self, session_id: int) -> bool:
         return session_id in self._by_leg
@@ -399,6 +432,8 @@ class GroupRouter:
         self.groups[spec.id] = group
         for sid in spec.legs:
             self._by_leg[sid] = group
+            if sid in self._leg_fds:
+                group.leg_input(sid, self._leg_fds[sid])
         return group
 
     def _new_group(self, spec: GroupSpec, floors: dict[str, int] | None) -> AnyGroup:
@@ -426,6 +461,17 @@ class GroupRouter:
             if self._by_leg.get(sid) is group:
                 del self._by_leg[sid]
         group.close()
+
+    def leg_input(self, session_id: int, fd: int) -> None:
+        """A session's kernel socket (-1: it closes): a leg's unread bytes hold its group's
+        holes (module doc). Kept for a group that takes the session as a leg later."""
+        if fd < 0:
+            self._leg_fds.pop(session_id, None)
+        else:
+            self._leg_fds[session_id] = fd
+        group = self._by_leg.get(session_id)
+        if group is not None:
+            group.leg_input(session_id, fd)
 
     def leg_down(self, session_id: int, reason: str) -> None:
         """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""

@@ -398,8 +398,11 @@ class NatsSink:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
+                # Read before the drain: a stop during a drain that had read before the last
+                # writes gets one more drain (they were lost at the stop otherwise).
+                stopping = self._stopping
                 await self._drain()
-                if self._stopping:
+                if stopping:
                     break
             await self._settle(STOP_SETTLE_S)
         finally:

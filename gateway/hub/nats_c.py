@@ -4,10 +4,13 @@ Without it a record reaches NATS through the sink thread's wake-up, a Python rea
 and nats-py's flusher task. With it the thread that writes the record (the engine's C feed,
 the hub's publisher) sends `PUB <subject>  <len>\\r\\n<payload>\\r\\n` on the sink's NATS
 connection right after the write (dataplane/shim/sink.c, the stream sink's machinery), and
-the sink's thread is off the path. Plain (core) publishing only: JetStream's acked
-publishing, headers (HPUB) and TLS stay on nats-py (NatsSink decides: `c_path_usable`).
-Off by default (`WSGW_NATS_C=1` or `NatsConfig(c_path=True)` turn it on): faster at 100
-and 1k msg/s, slower at 10k (docs/PERFORMANCE.md).
+the sink's thread is off the path. C sends once per burst of the writer, not per record:
+the PUBs of an engine poll's feeds (or of one ring write call) wait in the slot's buffer
+and leave in one send when the burst ends, after the ring writer's lock (sink.c,
+`wsgw_sink_burst_end`). Plain (core) publishing only: JetStream's acked publishing,
+headers (HPUB) and TLS stay on nats-py (NatsSink decides: `c_path_usable`). Off by
+default (`WSGW_NATS_C=1` or `NatsConfig(c_path=True)` turn it on): faster at 100 and 1k
+msg/s, not reliably at 10k on the shared 2-vCPU machine (docs/PERFORMANCE.md).
 
 Why a connection of its own, not nats-py's socket: nats-py writes from its flusher task at
 any time (PING, its pending buffer), so C could only write on that socket with nats-py
@@ -62,7 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("wsgw.hub.nats")
 
 #: Whether the plain NATS sink publishes from C: off unless WSGW_NATS_C=1, as at 10k msg/s
-#: it was slower than nats-py in every window measured (docs/PERFORMANCE.md).
+#: it did not beat nats-py in every run, even sending once per burst (docs/PERFORMANCE.md).
 C_PATH_DEFAULT = os.environ.get("WSGW_NATS_C", "0") == "1"
 #: While armed with records read that C may not have sent yet: look again this soon.
 RECHECK_S = 0.002

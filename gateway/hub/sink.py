@@ -34,6 +34,7 @@ ST_NEXT_SEQ = c.ST_NEXT_SEQ
 ST_REST_LEN = c.ST_REST_LEN
 ST_REASON = c.ST_REASON
 ST_MESSAGES = c.ST_MESSAGES
+ST_SENDS = c.ST_SENDS
 REASONS = c.REASONS
 #: Why the sink stopped (its state's ST_REASON)
 PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = (
@@ -145,4 +146,4 @@ class SinkSocket:
 
 
 #: The state of a socket whose sink is gone (the hub closed): not armed, resume anywhere.
-_GONE = (0, 0, 0, c.PYTHON, 0, 0, 0, 0)
+_GONE = (0, 0, 0, c.PYTHON, 0, 0, 0, 0, 0)

@@ -10,21 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.runtime.protocol import (
-    NOT_ATTACHED,
-    EngineState,
-    EngineStatus,
-    EventSink,
-    MetricsSnapshot,
-    PortSpec,
-    PortState,
-    PortStatus,
-    RuntimeEvent,
-    SessionSpec,
-    SessionState,
-    SessionStatus,
-    known_dialects,
-)
+from gateway.runtime import protocol as rt
 
 
 class DetachedRuntime:
@@ -37,30 +23,30 @@ class DetachedRuntime:
 
     def __init__(self, dialects: Sequence[str] | None = None) -> None:
         self._lock = threading.Lock()
-        self._dialects = tuple(dialects) if dialects is not None else known_dialects()
-        self._sink: EventSink | None = None
-        self.ports: dict[int, PortSpec] = {}
-        self.sessions: dict[int, SessionSpec] = {}
+        self._dialects = tuple(dialects) if dialects is not None else rt.known_dialects()
+        self._sink: rt.EventSink | None = None
+        self.ports: dict[int, rt.PortSpec] = {}
+        self.sessions: dict[int, rt.SessionSpec] = {}
         self.topics: dict[int, list[str]] = {}
         self._since: dict[int, float] = {}
         #: Every call, in order, as (method, argument): what the control plane asked.
         self.calls: list[tuple[str, object]] = []
         self.closed = False
 
-    def engine_status(self) -> EngineStatus:
-        return EngineStatus(EngineState.DETACHED, NOT_ATTACHED)
+    def engine_status(self) -> rt.EngineStatus:
+        return rt.EngineStatus(rt.EngineState.DETACHED, rt.NOT_ATTACHED)
 
     def dialects(self) -> Sequence[str]:
         return self._dialects
 
-    def set_event_sink(self, sink: EventSink | None) -> None:
+    def set_event_sink(self, sink: rt.EventSink | None) -> None:
         self._sink = sink
 
-    def port_up(self, port: PortSpec) -> PortStatus:
+    def port_up(self, port: rt.PortSpec) -> rt.PortStatus:
         with self._lock:
             self.calls.append(("port_up", port))
             self.ports[port.id] = port
-        return PortStatus(port.id, PortState.CONFIGURED, NOT_ATTACHED)
+        return rt.PortStatus(port.id, rt.PortState.CONFIGURED, rt.NOT_ATTACHED)
 
     def port_down(self, port_id: int) -> None:
         with self._lock:
@@ -70,12 +56,14 @@ class DetachedRuntime:
     def port_counters(self, port_id: int) -> dict[str, Any] | None:
         return None  # no engine: nothing counts
 
-    def port_status(self, port_id: int) -> PortStatus:
+    def port_status(self, port_id: int) -> rt.PortStatus:
         with self._lock:
             known = port_id in self.ports
-        return PortStatus(port_id, PortState.CONFIGURED if known else PortState.DOWN, NOT_ATTACHED)
+        return rt.PortStatus(
+            port_id, rt.PortState.CONFIGURED if known else rt.PortState.DOWN, rt.NOT_ATTACHED
+        )
 
-    def start_session(self, session: SessionSpec) -> SessionStatus:
+    def start_session(self, session: rt.SessionSpec) -> rt.SessionStatus:
         with self._lock:
             self.calls.append(("start_session", session))
             self.sessions[session.id] = session
@@ -83,7 +71,7 @@ class DetachedRuntime:
         self._emit(session.id)
         return self.session_status(session.id)
 
-    def stop_session(self, session_id: int) -> SessionStatus:
+    def stop_session(self, session_id: int) -> rt.SessionStatus:
         with self._lock:
             self.calls.append(("stop_session", session_id))
             known = self.sessions.pop(session_id, None) is not None
@@ -92,12 +80,12 @@ class DetachedRuntime:
             self._emit(session_id)
         return self.session_status(session_id)
 
-    def session_status(self, session_id: int) -> SessionStatus:
+    def session_status(self, session_id: int) -> rt.SessionStatus:
         with self._lock:
-            return SessionStatus(
+            return rt.SessionStatus(
                 session_id,
-                SessionState.CONFIGURED,
-                NOT_ATTACHED,
+                rt.SessionState.CONFIGURED,
+                rt.NOT_ATTACHED,
                 self._since.get(session_id),
                 tuple(self.topics.get(session_id, ())),
             )
@@ -123,8 +111,8 @@ class DetachedRuntime:
             if not self.topics[session_id]:
                 del self.topics[session_id]
 
-    def metrics(self) -> MetricsSnapshot:
-        return MetricsSnapshot(time.time())
+    def metrics(self) -> rt.MetricsSnapshot:
+        return rt.MetricsSnapshot(time.time())
 
     def close(self) -> None:
         with self._lock:
@@ -139,4 +127,4 @@ class DetachedRuntime:
     def _emit(self, session_id: int) -> None:
         sink = self._sink
         if sink is not None:
-            sink(RuntimeEvent(session_id, "state", NOT_ATTACHED, {"state": "configured"}))
+            sink(rt.RuntimeEvent(session_id, "state", rt.NOT_ATTACHED, {"state": "configured"}))

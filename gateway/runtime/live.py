@@ -27,24 +27,12 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import urlsplit
 
+from dataplane.transports.base import parse_ws_url
+from dataplane.transports.http import get_threadsafe
 from gateway.groups.feed import GroupRouter, GroupSpec
-from gateway.runtime.protocol import (
-    EngineState,
-    EngineStatus,
-    EventSink,
-    Metric,
-    MetricsSnapshot,
-    PortSpec,
-    PortState,
-    PortStatus,
-    RuntimeEvent,
-    RuntimeRefusedError,
-    SessionSpec,
-    SessionState,
-    SessionStatus,
-    known_dialects,
-)
+from gateway.runtime import protocol as rt
 from gateway.sessions import (
     STATE,
     MessageSink,
@@ -69,15 +57,15 @@ LOOP_GONE = "the engine loop of its port is gone (the port went down or its thre
 NO_ENGINE_SESSION = "dpdk sessions need the engine; run with an engine, or use the kernel transport"
 
 #: A session's own state -> the control plane's coarser one (the fine state is in reason).
-RUNTIME_STATE: dict[State, SessionState] = {
-    State.NEW: SessionState.CONNECTING,
-    State.CONNECTING: SessionState.CONNECTING,
-    State.SUBSCRIBING: SessionState.CONNECTED,
-    State.STREAMING: SessionState.CONNECTED,
-    State.BACKOFF: SessionState.RECONNECTING,
-    State.STOPPING: SessionState.STOPPING,
-    State.STOPPED: SessionState.STOPPED,
-    State.FAILED: SessionState.FAILED,
+RUNTIME_STATE: dict[State, rt.SessionState] = {
+    State.NEW: rt.SessionState.CONNECTING,
+    State.CONNECTING: rt.SessionState.CONNECTING,
+    State.SUBSCRIBING: rt.SessionState.CONNECTED,
+    State.STREAMING: rt.SessionState.CONNECTED,
+    State.BACKOFF: rt.SessionState.RECONNECTING,
+    State.STOPPING: rt.SessionState.STOPPING,
+    State.STOPPED: rt.SessionState.STOPPED,
+    State.FAILED: rt.SessionState.FAILED,
 }
 
 #: Counters exported per session: (counter name, metric kind, help).
@@ -105,13 +93,13 @@ class EngineHook(Protocol):
     """What LiveRuntime needs from the DPDK side; whoever owns the engine implements it
     and passes a factory (called once, on the first port or dpdk session)."""
 
-    def status(self) -> EngineStatus: ...
+    def status(self) -> rt.EngineStatus: ...
 
-    def port_up(self, port: PortSpec) -> PortStatus: ...
+    def port_up(self, port: rt.PortSpec) -> rt.PortStatus: ...
 
     def port_down(self, port_id: int) -> None: ...
 
-    def port_status(self, port_id: int) -> PortStatus: ...
+    def port_status(self, port_id: int) -> rt.PortStatus: ...
 
     def engine_for(self, port_id: int | None) -> Engine:
         """The engine `connect_dpdk(url, engine=...)` takes, for a session that
@@ -127,7 +115,7 @@ class EngineHook(Protocol):
 
 
 EngineFactory = Callable[[], EngineHook]
-ConfigFactory = Callable[[SessionSpec], SessionConfig]
+ConfigFactory = Callable[[rt.SessionSpec], SessionConfig]
 
 
 class LiveRuntime:
@@ -156,14 +144,14 @@ class LiveRuntime:
         self._engine_factory = engine_factory
         self._engine: EngineHook | None = None
         self._session_config: ConfigFactory = session_config or SessionConfig.from_spec
-        self._dialects = tuple(dialects) if dialects is not None else known_dialects()
+        self._dialects = tuple(dialects) if dialects is not None else rt.known_dialects()
         self._stop_timeout = stop_timeout_s
         self._per_topic = per_topic_metrics
         self._lock = threading.Lock()
-        self._event_sink: EventSink | None = None
+        self._event_sink: rt.EventSink | None = None
         self._running: set[int] = set()  # started and not stopped (the wanted state)
         self._topics: dict[int, dict[str, None]] = {}
-        self._status: dict[int, SessionStatus] = {}
+        self._status: dict[int, rt.SessionStatus] = {}
         self._sessions: dict[int, UpstreamSession] = {}  # written on the loop, under the lock
         self._live_on: dict[UpstreamSession, asyncio.AbstractEventLoop] = {}  # with _sessions
         # One lock per session, on the runtime's loop: its commands run in the API's order.
@@ -182,27 +170,27 @@ class LiveRuntime:
         self._groups = GroupRouter(self._sink, self._loop, c_path=groups_in_c)
 
     # ---- Runtime: engine and ports ------------------------------------------------------
-    def engine_status(self) -> EngineStatus:
+    def engine_status(self) -> rt.EngineStatus:
         if self._closed:
-            return EngineStatus(EngineState.DETACHED, "runtime closed")
+            return rt.EngineStatus(rt.EngineState.DETACHED, "runtime closed")
         if not self._thread.is_alive():
-            return EngineStatus(EngineState.FAILED, "the session loop thread died")
+            return rt.EngineStatus(rt.EngineState.FAILED, "the session loop thread died")
         with self._lock:
             details: dict[str, Any] = {"sessions": len(self._sessions), "loop": "running"}
             engine = self._engine
         if engine is not None:
             status = engine.status()
-            return EngineStatus(status.state, status.reason, {**details, **status.details})
+            return rt.EngineStatus(status.state, status.reason, {**details, **status.details})
         reason = "kernel transport only: no DPDK engine"
-        return EngineStatus(EngineState.RUNNING, reason, {**details, "dpdk": False})
+        return rt.EngineStatus(rt.EngineState.RUNNING, reason, {**details, "dpdk": False})
 
     def dialects(self) -> Sequence[str]:
         return self._dialects
 
-    def set_event_sink(self, sink: EventSink | None) -> None:
+    def set_event_sink(self, sink: rt.EventSink | None) -> None:
         self._event_sink = sink
 
-    def port_up(self, port: PortSpec) -> PortStatus:
+    def port_up(self, port: rt.PortSpec) -> rt.PortStatus:
         status = self._engine_hook(NO_ENGINE).port_up(port)
         self._publish_engine_cpu()
         return status
@@ -214,9 +202,9 @@ class LiveRuntime:
             # Sessions that ran on that port's engine loop went with it: say so.
             self._reap_if_any_loop_closed(wait=self._stop_timeout)
 
-    def port_status(self, port_id: int) -> PortStatus:
+    def port_status(self, port_id: int) -> rt.PortStatus:
         if self._engine is None:
-            return PortStatus(port_id, PortState.DOWN, "no DPDK engine in this runtime")
+            return rt.PortStatus(port_id, rt.PortState.DOWN, "no DPDK engine in this runtime")
         return self._engine.port_status(port_id)
 
     def port_counters(self, port_id: int) -> dict[str, Any] | None:
@@ -224,7 +212,7 @@ class LiveRuntime:
             return None
         try:
             engine = self._engine.engine_for(port_id)
-        except RuntimeRefusedError:  # the port is not up
+        except rt.RuntimeRefusedError:  # the port is not up
             return None
         out: dict[str, Any] = {"cpu_seconds": engine.cpu_seconds()}
         counters = {
@@ -261,24 +249,24 @@ class LiveRuntime:
             if self._engine is not None:
                 return self._engine
             if self._engine_factory is None:
-                raise RuntimeRefusedError(refusal)
+                raise rt.RuntimeRefusedError(refusal)
             try:
                 self._engine = self._engine_factory()
-            except RuntimeRefusedError:
+            except rt.RuntimeRefusedError:
                 raise
             except Exception as exc:
-                raise RuntimeRefusedError(f"the DPDK engine did not start: {exc}") from exc
+                raise rt.RuntimeRefusedError(f"the DPDK engine did not start: {exc}") from exc
             return self._engine
 
     # ---- Runtime: sessions --------------------------------------------------------------
-    def start_session(self, session: SessionSpec) -> SessionStatus:
+    def start_session(self, session: rt.SessionSpec) -> rt.SessionStatus:
         """Validate now (RuntimeRefusedError for what cannot work), connect in the
         background; starting a running session returns its status."""
         self._check_open()
         try:
             config = self._session_config(session)
         except (SessionConfigError, ValueError) as exc:
-            raise RuntimeRefusedError(f"session {session.name or session.id}: {exc}") from None
+            raise rt.RuntimeRefusedError(f"session {session.name or session.id}: {exc}") from None
         engine: Engine | None = None
         loop = self._loop
         if config.transport == "dpdk":
@@ -298,8 +286,8 @@ class LiveRuntime:
             revived = sid in self._removed
             self._removed.discard(sid)
             self._running.add(sid)
-            status = SessionStatus(
-                sid, SessionState.CONNECTING, "starting", time.time(), self._held(sid)
+            status = rt.SessionStatus(
+                sid, rt.SessionState.CONNECTING, "starting", time.time(), self._held(sid)
             )
             self._status[sid] = status
             resume_gap = self._resume_gaps.pop(sid, None)
@@ -310,7 +298,7 @@ class LiveRuntime:
                     revive(sid)
         try:
             self._submit(self._start(sid, config, engine, loop, resume_gap))
-        except RuntimeRefusedError:
+        except rt.RuntimeRefusedError:
             with self._lock:  # closed meanwhile: nothing started
                 self._running.discard(sid)
                 if self._status.get(sid) is status:
@@ -328,16 +316,16 @@ class LiveRuntime:
         with self._lock:
             self._resume_gaps[session_id] = reason
 
-    def stop_session(self, session_id: int) -> SessionStatus:
+    def stop_session(self, session_id: int) -> rt.SessionStatus:
         """Ask the session to close (1000) and return; its topics are kept."""
         self._check_open()
         with self._lock:
             if session_id not in self._running:
                 return self._status_locked(session_id)
             self._running.discard(session_id)
-            status = SessionStatus(
+            status = rt.SessionStatus(
                 session_id,
-                SessionState.STOPPING,
+                rt.SessionState.STOPPING,
                 "stop requested",
                 time.time(),
                 self._held(session_id),
@@ -355,10 +343,10 @@ class LiveRuntime:
             self._running.discard(session_id)
             if session_id in self._status:
                 status = self._status[session_id]
-                if status.state not in (SessionState.STOPPED, SessionState.FAILED):
-                    self._status[session_id] = SessionStatus(
+                if status.state not in (rt.SessionState.STOPPED, rt.SessionState.FAILED):
+                    self._status[session_id] = rt.SessionStatus(
                         session_id,
-                        SessionState.STOPPING,
+                        rt.SessionState.STOPPING,
                         "stopping: the session is being deleted",
                         time.time(),
                         self._held(session_id),
@@ -374,12 +362,12 @@ class LiveRuntime:
             given_up.set()
             if session_id in self._removed:
                 return
-        raise RuntimeRefusedError(
+        raise rt.RuntimeRefusedError(
             f"session {session_id} did not stop within {self._stop_timeout:g} s: it is "
             "still stopping; delete it again once it has stopped"
         )
 
-    def session_status(self, session_id: int) -> SessionStatus:
+    def session_status(self, session_id: int) -> rt.SessionStatus:
         self._reap_if_any_loop_closed(wait=1.0)
         with self._lock:
             return self._status_locked(session_id)
@@ -406,34 +394,60 @@ class LiveRuntime:
         if running and topics:
             self._submit(self._apply(session_id, "unsubscribe", list(topics)))
 
-    def metrics(self) -> MetricsSnapshot:
+    def snapshot_fetcher(self, session_id: int) -> Callable[[str, float], bytes] | None:
+        """fetch(url, timeout) -> body for the REST book snapshots of a running dpdk
+        session: over the session's own engine, on its loop (issue #21: a venue the gateway
+        reaches only through the DPDK port); None for the others, whose snapshots the book
+        manager fetches through the kernel. The session's TLS settings (tls_ca_file,
+        tls_verify, tls_server_name) apply to a snapshot from its own host; another host's
+        certificate is checked against the system's CAs."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+            loop = self._live_on.get(session) if session is not None else None
+        engine = session.engine if session is not None else None
+        if session is None or loop is None or engine is None:
+            return None
+        tls = session.config.tls
+        own_host = parse_ws_url(session.config.url).host
+
+        def fetch(url: str, timeout: float) -> bytes:
+            if urlsplit(url).hostname != own_host:
+                return get_threadsafe(loop, url, timeout, engine=engine)
+            return get_threadsafe(loop, url, timeout, engine=engine, ca_file=tls.ca_file,
+                                  verify=tls.verify, server_hostname=tls.server_name)  # fmt: skip
+
+        return fetch
+
+    def metrics(self) -> rt.MetricsSnapshot:
         """Per-session counters (wsgw_dataplane_session_*{session=...}), read without
         waiting on the loop: counters are copied atomically (SessionCounters.snapshot)."""
         self._reap_if_any_loop_closed(wait=1.0)
         with self._lock:
             sessions = list(self._sessions.items())
-        out: list[Metric] = [
-            Metric("sessions_live", "gauge", float(len(sessions)), "Sessions with a task")
+        out: list[rt.Metric] = [
+            rt.Metric("sessions_live", "gauge", float(len(sessions)), "Sessions with a task")
         ]
         for sid, session in sessions:
             labels = {"session": str(sid)}
             counters = session.counters.snapshot()
             for name, kind, text in _COUNTERS:
-                out.append(Metric(f"session_{name}", kind, float(counters[name]), text, labels))
+                out.append(rt.Metric(f"session_{name}", kind, float(counters[name]), text, labels))
             text = "Failed opens and lost connections, by kind (refused, reset, timeout, ...)"
             for kind, count in counters["failures"].items():
                 kind_labels = {"session": str(sid), "kind": kind}
-                out.append(Metric("session_failures", "counter", float(count), text, kind_labels))
+                out.append(
+                    rt.Metric("session_failures", "counter", float(count), text, kind_labels)
+                )
             rtt = counters["last_rtt_s"]
             if rtt is not None:
                 text = "Round trip of the last answered WebSocket ping"
-                out.append(Metric("session_rtt_seconds", "gauge", float(rtt), text, labels))
+                out.append(rt.Metric("session_rtt_seconds", "gauge", float(rtt), text, labels))
             if self._per_topic:
                 text = "Data messages received per topic"
                 for topic, count in counters["topic_messages"].items():
                     topic_labels = {"session": str(sid), "topic": topic}
                     out.append(
-                        Metric(
+                        rt.Metric(
                             "session_topic_messages", "counter", float(count), text, topic_labels
                         )
                     )
@@ -443,10 +457,10 @@ class LiveRuntime:
             for q in (0.5, 0.9, 0.99):
                 value = samples[min(int(q * len(samples)), len(samples) - 1)] / 1e9
                 out.append(
-                    Metric("message_latency_seconds", "gauge", value, text, {"quantile": str(q)})
+                    rt.Metric("message_latency_seconds", "gauge", value, text, {"quantile": str(q)})
                 )
         out += self._group_metrics()
-        return MetricsSnapshot(time.time(), tuple(out))
+        return rt.MetricsSnapshot(time.time(), tuple(out))
 
     # ---- feed groups (gateway.groups.feed) ---------------------------------------------
     def set_group(self, spec: GroupSpec) -> None:
@@ -473,8 +487,8 @@ class LiveRuntime:
             status = self._status.get(sid)
         return str(status.state) if status is not None else "stopped"
 
-    def _group_metrics(self) -> list[Metric]:
-        out: list[Metric] = []
+    def _group_metrics(self) -> list[rt.Metric]:
+        out: list[rt.Metric] = []
         for group_id in list(self._groups.groups):
             figures = self.group_figures(group_id)
             if figures is None:
@@ -486,24 +500,30 @@ class LiveRuntime:
                 ("lost", "Messages every leg missed (where the exchange's ids tell)"),
                 ("duplicates", "Copies dropped: a leg brought a message another leg won"),
             ):
-                out.append(Metric(f"group_{name}", "counter", float(figures[name]), text, labels))
+                out.append(
+                    rt.Metric(f"group_{name}", "counter", float(figures[name]), text, labels)
+                )
             cost = figures.get("arbitration_ns_per_frame")
             if cost is not None:  # a group arbitrated in C on the engine's path
                 text = "Median cost of a frame on the engine's path (C identity, arbiter, staging)"
-                out.append(Metric("group_arbitration_seconds", "gauge", cost / 1e9, text, labels))
+                out.append(
+                    rt.Metric("group_arbitration_seconds", "gauge", cost / 1e9, text, labels)
+                )
             for leg in figures["legs"]:
                 leg_labels = {"group": str(group_id), "session": str(leg["session_id"])}
                 text = "Messages this leg brought first"
-                out.append(Metric("group_leg_won", "counter", float(leg["won"]), text, leg_labels))
+                out.append(
+                    rt.Metric("group_leg_won", "counter", float(leg["won"]), text, leg_labels)
+                )
                 text = "Copies this leg brought after another leg"
                 out.append(
-                    Metric("group_leg_late", "counter", float(leg["late"]), text, leg_labels)
+                    rt.Metric("group_leg_late", "counter", float(leg["late"]), text, leg_labels)
                 )
                 text = "Lag of the leg's late copies behind the winner"
                 for q, key in (("0.5", "lag_p50_ns"), ("0.99", "lag_p99_ns")):
                     if leg[key] is not None:
                         out.append(
-                            Metric(
+                            rt.Metric(
                                 "group_leg_lag_seconds",
                                 "gauge",
                                 leg[key] / 1e9,
@@ -513,10 +533,10 @@ class LiveRuntime:
                         )
                 text = "1 while the arbiter waits for this leg (it is live), else 0"
                 value = 1.0 if leg["live"] else 0.0
-                out.append(Metric("group_leg_live", "gauge", value, text, leg_labels))
+                out.append(rt.Metric("group_leg_live", "gauge", value, text, leg_labels))
                 text = "The leg session's state (label), always 1"
                 state_labels = {**leg_labels, "state": str(leg["state"])}
-                out.append(Metric("group_leg_state", "gauge", 1.0, text, state_labels))
+                out.append(rt.Metric("group_leg_state", "gauge", 1.0, text, state_labels))
         return out
 
     def sessions_snapshot(self) -> dict[int, dict[str, Any]]:
@@ -526,7 +546,7 @@ class LiveRuntime:
         try:
             future = self._submit(self._snapshots())
             result: dict[int, dict[str, Any]] = future.result(timeout=1.0)
-        except (concurrent.futures.TimeoutError, RuntimeError, RuntimeRefusedError):
+        except (concurrent.futures.TimeoutError, RuntimeError, rt.RuntimeRefusedError):
             return {}
         return result
 
@@ -553,19 +573,19 @@ class LiveRuntime:
     # ---- internals (API side) -----------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeRefusedError("the runtime is closed")
+            raise rt.RuntimeRefusedError("the runtime is closed")
 
     def _held(self, session_id: int) -> tuple[str, ...]:
         return tuple(self._topics.get(session_id, ()))
 
-    def _status_locked(self, session_id: int) -> SessionStatus:
+    def _status_locked(self, session_id: int) -> rt.SessionStatus:
         status = self._status.get(session_id)
         if status is None:
-            return SessionStatus(
-                session_id, SessionState.STOPPED, "not started", None, self._held(session_id)
+            return rt.SessionStatus(
+                session_id, rt.SessionState.STOPPED, "not started", None, self._held(session_id)
             )
         session = self._sessions.get(session_id)
-        return SessionStatus(
+        return rt.SessionStatus(
             status.session_id,
             status.state,
             status.reason,
@@ -583,7 +603,7 @@ class LiveRuntime:
                 return
         try:
             self._submit(self._reap()).result(timeout=wait)
-        except (concurrent.futures.TimeoutError, RuntimeRefusedError):
+        except (concurrent.futures.TimeoutError, rt.RuntimeRefusedError):
             log.warning("sessions of a closed engine loop not settled yet")
 
     def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
@@ -591,7 +611,7 @@ class LiveRuntime:
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         except RuntimeError:  # the loop is closed
             coro.close()
-            raise RuntimeRefusedError("the runtime is closed") from None
+            raise rt.RuntimeRefusedError("the runtime is closed") from None
         future.add_done_callback(_log_failure)
         return future
 
@@ -687,7 +707,7 @@ class LiveRuntime:
             if session is not None:
                 self._forget_locked(sid, session)
             self._running.discard(sid)
-            self._settle_locked(sid, SessionState.FAILED, f"failed: {reason}")
+            self._settle_locked(sid, rt.SessionState.FAILED, f"failed: {reason}")
 
     async def _create(
         self,
@@ -711,8 +731,8 @@ class LiveRuntime:
                 feed_path="python" if leg else None,
             )
         except (SessionConfigError, ValueError) as exc:
-            self._settle(sid, SessionState.FAILED, f"failed: {exc}")
-            self._forward(RuntimeEvent(sid, STATE, str(exc), {"state": str(State.FAILED)}))
+            self._settle(sid, rt.SessionState.FAILED, f"failed: {exc}")
+            self._forward(rt.RuntimeEvent(sid, STATE, str(exc), {"state": str(State.FAILED)}))
             return
         session.on_event = partial(self._on_event, session)
         with self._lock:
@@ -753,7 +773,7 @@ class LiveRuntime:
                 with self._lock:
                     if sid not in self._running:
                         self._settle_locked(
-                            sid, SessionState.STOPPED, "stopped: stopped by request"
+                            sid, rt.SessionState.STOPPED, "stopped: stopped by request"
                         )
 
     async def _remove(self, sid: int, given_up: threading.Event) -> None:
@@ -763,7 +783,7 @@ class LiveRuntime:
             await self._end_current(sid, "the session is being deleted")
             with self._lock:
                 if given_up.is_set():
-                    self._settle_locked(sid, SessionState.STOPPED, "stopped: delete timed out")
+                    self._settle_locked(sid, rt.SessionState.STOPPED, "stopped: delete timed out")
                     return
                 self._removed.add(sid)
                 self._running.discard(sid)
@@ -826,7 +846,7 @@ class LiveRuntime:
                     self._forget_locked(sid, session)
                     if sid in self._running:
                         self._running.discard(sid)
-                        self._settle_locked(sid, SessionState.FAILED, f"failed: {LOOP_GONE}")
+                        self._settle_locked(sid, rt.SessionState.FAILED, f"failed: {LOOP_GONE}")
 
     def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
         if self._sessions.get(sid) is session:
@@ -855,18 +875,18 @@ class LiveRuntime:
             "session_state": str(event.state),
             "connection": event.connection,
         }
-        self._forward(RuntimeEvent(sid, event.kind, event.reason, details, event.at))
+        self._forward(rt.RuntimeEvent(sid, event.kind, event.reason, details, event.at))
 
-    def _settle(self, sid: int, state: SessionState, reason: str) -> None:
+    def _settle(self, sid: int, state: rt.SessionState, reason: str) -> None:
         with self._lock:
             self._settle_locked(sid, state, reason)
 
-    def _settle_locked(self, sid: int, state: SessionState, reason: str) -> None:
-        self._status[sid] = SessionStatus(sid, state, reason, time.time(), self._held(sid))
-        if state is SessionState.FAILED:
+    def _settle_locked(self, sid: int, state: rt.SessionState, reason: str) -> None:
+        self._status[sid] = rt.SessionStatus(sid, state, reason, time.time(), self._held(sid))
+        if state is rt.SessionState.FAILED:
             self._running.discard(sid)
 
-    def _forward(self, event: RuntimeEvent) -> None:
+    def _forward(self, event: rt.RuntimeEvent) -> None:
         sink = self._event_sink
         if sink is None or event.session_id in self._removed:
             return  # a deleted session's late event belongs to no session

@@ -261,6 +261,11 @@ class UpstreamSession:
         return min(states, key=PROGRESS.__getitem__) if states else State.NEW
 
     @property
+    def engine(self) -> Engine | None:
+        """The DPDK engine a dpdk session's connections go through (None: the kernel's)."""
+        return self._engine
+
+    @property
     def topics(self) -> tuple[str, ...]:
         """Active topics (normalised), in the order they were subscribed."""
         return tuple(self._wanted)
@@ -583,6 +588,7 @@ class UpstreamSession:
             link.seq.resume_from(previous)  # a jump across the reconnect is counted too
         topics = list(link.topics)
         self._attach_feed(link, conn, dialect)
+        self._tell_input(conn)
         self._move(
             link,
             State.SUBSCRIBING,
@@ -605,6 +611,7 @@ class UpstreamSession:
             if closing is not None:
                 await asyncio.gather(closing, return_exceptions=True)
             had_topics = bool(link.sent)
+            self._tell_input(None)
             self._pull_feed(link)
             link.closed()
         detail = f"close code {code}" + (f" ({why})" if why else "")
@@ -815,6 +822,18 @@ class UpstreamSession:
         link.wake.set()
 
     # ---- the C feed path ----------------------------------------------------------------------
+    def _tell_input(self, conn: WebSocketConnection | None) -> None:
+        """A feed group's leg tells its group the kernel socket it reads (None: it is
+        done): while that socket holds unread bytes, the group's holes wait for this leg,
+        whose read loop runs late under load (GroupRouter.leg_input; issue #19)."""
+        tell = getattr(self._sink, "leg_input", None)
+        if not callable(tell):
+            return
+        extra = getattr(conn, "get_extra_info", None)  # None: no connection (it is done)
+        sock = extra("socket") if callable(extra) else None
+        fileno = getattr(sock, "fileno", None)
+        tell(self.id, fileno() if callable(fileno) else -1)
+
     def _attach_feed(self, link: _Link, conn: WebSocketConnection, dialect: Dialect) -> None:
         """Give the connection a C feed when the engine asks for one and nothing here needs
         Python per message: a plain ws:// DPDK connection without compression, a dialect

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -76,6 +76,19 @@ class Prices:
     @staticmethod
     def size(seq: int) -> str:
         return f"0.{(seq * 104729) % 100_000 + 1:05d}"
+
+
+class Tick(NamedTuple):
+    """What a venue's trade/book/snapshot message is made of: the topic, its channel and
+    symbol, the message number, its time (ns) and a made-up price and size."""
+
+    topic: str
+    ch: str
+    sym: str
+    seq: int
+    ts: int
+    px: str
+    sz: str
 
 
 class Feed(ABC):
@@ -160,33 +173,36 @@ class Feed(ABC):
             info = self._topics[topic] = (channel, symbol, channel in self.trade_channels)
         return info
 
+    def _tick(self, topic: str, seq: int, ts_ns: int) -> tuple[Tick, bool]:
+        """Message seq of topic as the venue methods take it, and whether it is a trade."""
+        channel, symbol, is_trade = self._info(topic)
+        px, size = self.prices.price(symbol, seq), self.prices.size(seq)
+        return Tick(topic, channel, symbol, seq, ts_ns, px, size), is_trade
+
     def render(self, topic: str, seq: int, ts_ns: int, book: SimBook | None = None) -> bytes:
         """The data message number seq of topic, as UTF-8 JSON. A book topic's message is
         update seq of its book: `book` (a publisher's), else one kept here per topic."""
-        channel, symbol, is_trade = self._info(topic)
-        px = self.prices.price(symbol, seq)
-        size = self.prices.size(seq)
+        tick, is_trade = self._tick(topic, seq, ts_ns)
         if is_trade:
-            body = self.trade(topic, channel, symbol, seq, ts_ns, px, size)
+            body = self.trade(tick)
         else:
             if book is None:
                 book = self._own_book(topic)
             if book is not None:
                 book.advance_to(seq, ts_ns)
-            body = self.book(topic, channel, symbol, seq, ts_ns, px, size, book)
+            body = self.book(tick, book)
         return f'{body[:-1]},"sim_seq":{seq},"sim_ts":{ts_ns}}}'.encode()
 
     def render_snapshot(
         self, topic: str, seq: int, ts_ns: int, book: SimBook | None = None
     ) -> bytes | None:
         """The snapshot a new subscriber gets in place of update seq (the book after it)."""
-        channel, symbol, _ = self._info(topic)
         if book is None:
             book = self._own_book(topic)
         if book is None:
             return None
         book.advance_to(seq, ts_ns)
-        body = self.snapshot(topic, channel, symbol, seq, ts_ns, book)
+        body = self.snapshot(self._tick(topic, seq, ts_ns)[0], book)
         if body is None:
             return None
         return f'{body[:-1]},"sim_seq":{seq},"sim_ts":{ts_ns}}}'.encode()
@@ -202,26 +218,14 @@ class Feed(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
         """A trade message (JSON object text)."""
 
     @abstractmethod
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """A book message (JSON object text): update seq of sim, or a made-up level."""
 
-    def snapshot(
-        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
-    ) -> str | None:
+    def snapshot(self, t: Tick, sim: SimBook) -> str | None:
         """The topic's snapshot message (snapshot_channels)."""
         return None
 
@@ -354,7 +358,8 @@ class BinanceFeed(Feed):
     def reconnect_notice(self) -> str | None:
         return dumps({"e": "serverShutdown", "E": time.time_ns() // 1_000_000})
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        topic, ch, sym, seq, ts, px, sz = t
         ms = ts // 1_000_000
         data = (
             f'{{"e":"{ch}","E":{ms},"s":"{sym.upper()}","t":{seq},"p":"{px}","q":"{sz}",'
@@ -362,19 +367,10 @@ class BinanceFeed(Feed):
         )
         return f'{{"stream":"{topic.removeprefix(FUTURES)}","data":{data}}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """Diff depth: update seq is `U` = `u` = seq (futures: `pu` = seq - 1); partial
         depth: the top N with `lastUpdateId`; bookTicker: the best levels with `u`."""
+        topic, ch, sym, seq, ts = t.topic, t.ch, t.sym, t.seq, t.ts
         assert sim is not None
         ms = ts // 1_000_000
         stream = topic.removeprefix(FUTURES)
@@ -478,7 +474,8 @@ class CoinbaseFeed(Feed):
             if t.startswith("heartbeat:")
         ]
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        ch, sym, seq, ts, px, sz = t.ch, t.sym, t.seq, t.ts, t.px, t.sz
         side = "buy" if seq % 2 else "sell"
         if ch == "ticker":
             return (
@@ -492,18 +489,9 @@ class CoinbaseFeed(Feed):
             f'"product_id":"{sym}","size":"{sz}","price":"{px}","side":"{side}"}}'
         )
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """level2: a snapshot to each new subscriber, then l2updates (no sequence)."""
+        sym, ts = t.sym, t.ts
         assert sim is not None
         bids, asks = sim.changes
         changes = [f'["buy","{p}","{q}"]' for p, q in bids]
@@ -513,9 +501,8 @@ class CoinbaseFeed(Feed):
             f'"time":"{iso(ts)}"}}'
         )
 
-    def snapshot(
-        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
-    ) -> str | None:
+    def snapshot(self, t: Tick, sim: SimBook) -> str | None:
+        sym, ts = t.sym, t.ts
         bids, asks = sim.top()
         return (
             f'{{"type":"snapshot","product_id":"{sym}","bids":{pairs(bids)},'
@@ -613,7 +600,8 @@ class KrakenFeed(Feed):
     def heartbeat(self, current: Collection[str]) -> list[str]:
         return [dumps({"channel": "heartbeat"})] if current else []
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        ch, sym, seq, ts, px, sz = t.ch, t.sym, t.seq, t.ts, t.px, t.sz
         side = "buy" if seq % 2 else "sell"
         if ch == "ticker":
             item = f'{{"symbol":"{sym}","bid":{px},"ask":{px},"last":{px},"volume":{sz}}}'
@@ -624,26 +612,16 @@ class KrakenFeed(Feed):
         )
         return f'{{"channel":"trade","type":"update","data":[{item}]}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """v2 book: a snapshot of the top 10 to each new subscriber, then updates that keep
         to the top 10, each with the CRC32 of the top 10 after it."""
+        sym, ts = t.sym, t.ts
         assert sim is not None
         return self._book_message("update", sym, ts, *sim.changes, sim.kraken_checksum())
 
-    def snapshot(
-        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
-    ) -> str | None:
-        bids, asks = sim.top(self.book_window(ch))
+    def snapshot(self, t: Tick, sim: SimBook) -> str | None:
+        sym, ts = t.sym, t.ts
+        bids, asks = sim.top(self.book_window(t.ch))
         return self._book_message("snapshot", sym, ts, bids, asks, sim.kraken_checksum())
 
     @staticmethod
@@ -706,7 +684,8 @@ class OkxFeed(Feed):
         msg = "The connection will soon be closed for a service upgrade. Please reconnect."
         return dumps({"event": "notice", "code": "64008", "msg": msg, "connId": "0"})
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        ch, sym, seq, ts, px, sz = t.ch, t.sym, t.seq, t.ts, t.px, t.sz
         ms = ts // 1_000_000
         arg = f'{{"channel":"{ch}","instId":"{sym}"}}'
         if ch == "tickers":
@@ -720,29 +699,19 @@ class OkxFeed(Feed):
             )
         return f'{{"arg":{arg},"data":[{item}]}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """books: a snapshot to each new subscriber, then updates with seqId = seq,
         prevSeqId = seq - 1 and the signed CRC32 of the top 25; books5 and bbo-tbt: the
         top 5 or 1 in every message."""
+        ch, sym, seq, ts = t.ch, t.sym, t.seq, t.ts
         assert sim is not None
         if ch == "books":
             return self._book_message(ch, sym, seq, seq - 1, ts, *sim.changes, sim, "update")
         bids, asks = sim.top(5 if ch == "books5" else 1)
         return self._book_message(ch, sym, seq, seq - 1, ts, bids, asks, sim, "")
 
-    def snapshot(
-        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
-    ) -> str | None:
+    def snapshot(self, t: Tick, sim: SimBook) -> str | None:
+        ch, sym, seq, ts = t.ch, t.sym, t.seq, t.ts
         return self._book_message(ch, sym, seq, -1, ts, *sim.top(), sim, "snapshot")
 
     @staticmethod
@@ -820,7 +789,8 @@ class BybitFeed(Feed):
             ),
         )
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        topic, ch, sym, seq, ts, px, sz = t
         ms = ts // 1_000_000
         if ch == "tickers":
             data = f'{{"symbol":"{sym}","lastPrice":"{px}","volume24h":"{sz}"}}'
@@ -831,25 +801,15 @@ class BybitFeed(Feed):
         )
         return f'{{"topic":"{topic}","type":"snapshot","ts":{ms},"data":[{item}]}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """orderbook.N: a snapshot to each new subscriber, then deltas with u = seq that
         keep to the top N."""
+        topic, sym, seq, ts = t.topic, t.sym, t.seq, t.ts
         assert sim is not None
         return self._book_message(topic, "delta", sym, seq, ts, *sim.changes)
 
-    def snapshot(
-        self, topic: str, ch: str, sym: str, seq: int, ts: int, sim: SimBook
-    ) -> str | None:
+    def snapshot(self, t: Tick, sim: SimBook) -> str | None:
+        topic, ch, sym, seq, ts = t.topic, t.ch, t.sym, t.seq, t.ts
         bids, asks = sim.top(self.book_window(ch))
         return self._book_message(topic, "snapshot", sym, seq, ts, bids, asks)
 
@@ -908,7 +868,8 @@ class BitstampFeed(Feed):
     def reconnect_notice(self) -> str | None:
         return dumps({"event": "bts:request_reconnect", "channel": "", "data": ""})
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        topic, seq, ts, px, sz = t.topic, t.seq, t.ts, t.px, t.sz
         data = (
             f'{{"id":{seq},"timestamp":"{ts // 1_000_000_000}","amount":{sz},"amount_str":"{sz}",'
             f'"price":{px},"price_str":"{px}","type":{seq % 2},"microtimestamp":"{ts // 1000}",'
@@ -916,19 +877,10 @@ class BitstampFeed(Feed):
         )
         return f'{{"data":{data},"channel":"{topic}","event":"trade"}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
+    def book(self, t: Tick, sim: SimBook | None) -> str:
         """diff_order_book: the changes, stamped by a strictly increasing microtimestamp
         (the REST snapshot's is the last one it holds); order_book: the top 100."""
+        topic, ch, seq, ts, px, sz = t.topic, t.ch, t.seq, t.ts, t.px, t.sz
         if sim is None:  # live_orders: one made-up order
             data = (
                 f'{{"timestamp":"{ts // 1_000_000_000}","microtimestamp":"{ts // 1000}",'
@@ -993,22 +945,13 @@ class GenericFeed(Feed):
             lambda _, reason: dumps({"error": reason, "id": rid}),
         )
 
-    def trade(self, topic: str, ch: str, sym: str, seq: int, ts: int, px: str, sz: str) -> str:
+    def trade(self, t: Tick) -> str:
+        topic, seq, px, sz = t.topic, t.seq, t.px, t.sz
         side = "buy" if seq % 2 else "sell"
         return f'{{"topic":"{topic}","price":"{px}","size":"{sz}","side":"{side}"}}'
 
-    def book(
-        self,
-        topic: str,
-        ch: str,
-        sym: str,
-        seq: int,
-        ts: int,
-        px: str,
-        sz: str,
-        sim: SimBook | None,
-    ) -> str:
-        return self.trade(topic, ch, sym, seq, ts, px, sz)
+    def book(self, t: Tick, sim: SimBook | None) -> str:
+        return self.trade(t)
 
 
 FEEDS: dict[str, type[Feed]] = {

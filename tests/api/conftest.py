@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from api.app import create_app
-from gateway.runtime import DetachedRuntime
+from gateway.control import ControlPlane
+from gateway.runtime import DetachedRuntime, build_runtime
 from gateway.settings import Settings
 from tests.host.fakesys import FakeHost
 from wsgw_bench.servers import PgServer, PostgresUnavailable, postgres_server
@@ -104,6 +105,26 @@ def make_settings(tmp_path: Path, url: str, **overrides: object) -> Settings:
     }
     data.update(overrides)
     return Settings(**data)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def make_plane(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
+    """make_plane(name, **settings): a ControlPlane on the test's PostgreSQL database with its
+    own state under tmp_path/name and the runtime its settings build (a fleet node's when
+    they enable the fleet); every one shut down after the test, newest first."""
+    planes: list[ControlPlane] = []
+
+    def make(name: str, **overrides: object) -> ControlPlane:
+        settings = make_settings(tmp_path / name, pg_url, **overrides)
+        plane = ControlPlane(settings, build_runtime(settings))
+        planes.append(plane)
+        return plane
+
+    try:
+        yield make
+    finally:
+        for plane in reversed(planes):
+            plane.shutdown()
 
 
 @pytest.fixture

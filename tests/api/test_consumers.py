@@ -22,6 +22,7 @@ from gateway.hub import Hub
 from gateway.runtime import DetachedRuntime
 from tests.api.conftest import BASE_URL, WS_BASE, make_settings
 from tests.host.fakesys import FakeHost
+from tests.utils.consumers import IdleReader
 
 
 class Gw:
@@ -109,22 +110,7 @@ def test_a_stream_is_listed_and_an_operator_closes_it_with_1008(gw: Gw) -> None:
 
 
 def test_a_reader_in_another_process_is_listed_with_its_lag_and_closed(gw: Gw) -> None:
-    code = (
-        "from dataplane.ring import RingReader, RingEvictedError\n"
-        f"r = RingReader.attach({gw.ring!r}, reader_name='pricer')\n"
-        "print('attached', flush=True)\n"
-        "input()\n"  # read nothing until told: the lag grows
-        "try:\n"
-        "    while True: r.read_batch(timeout=None)\n"
-        "except RingEvictedError as exc:\n"
-        "    print('evicted:', exc, flush=True)\n"
-    )
-    reader = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert reader.stdout is not None and reader.stdin is not None
-        assert reader.stdout.readline().strip() == "attached"
+    with IdleReader(gw.ring, "pricer") as reader:
         ring = gw.hub.ring
         assert ring is not None
         for i in range(5):
@@ -153,15 +139,8 @@ def test_a_reader_in_another_process_is_listed_with_its_lag_and_closed(gw: Gw) -
         assert (
             gw.client.delete(path, params={"pid": reader.pid}, headers=gw.admin).status_code == 204
         )
-        reader.stdin.write("go\n")
-        reader.stdin.flush()
-        assert reader.stdout.readline().startswith(
-            "evicted: ring read: this ring reader was closed"
-        )
-        assert reader.wait(10) == 0
-    finally:
-        reader.kill()
-        reader.wait()
+        evicted = reader.read_until_evicted()
+        assert evicted.startswith("evicted: ring read: this ring reader was closed")
     assert reader.pid not in [r["pid"] for r in gw.consumers()["ring"]["readers"]]
 
 

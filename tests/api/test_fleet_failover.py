@@ -24,7 +24,13 @@ import pytest
 
 from dataplane.ring import RingEvent, RingMessage, RingReader
 from gateway.simulator.process import local_simulator
-from wsgw_bench.gateways import ServeGateway, create_sessions, fleet_env, wait_for
+from wsgw_bench.gateways import (
+    ServeGateway,
+    closing_with_logs,
+    create_sessions,
+    fleet_env,
+    wait_for,
+)
 
 LEASE_S = 3.0
 TICK_S = LEASE_S / 3
@@ -87,7 +93,7 @@ def test_three_nodes_fail_over_fence_and_drain(pg_url: str, simulator: int, tmp_
         print(f"{time.monotonic() - started:6.2f} s  {what}", flush=True)
 
     nodes: list[Node] = []
-    try:
+    with closing_with_logs(nodes):
         # The first node migrates the database; the others join it at head.
         for i in range(NODES):
             node = Node(f"n{i + 1}", pg_url, tmp_path, f"fl{os.getpid()}")
@@ -195,9 +201,3 @@ def test_three_nodes_fail_over_fence_and_drain(pg_url: str, simulator: int, tmp_
         assert listed[survivor.name]["draining"] is True
         assert listed[survivor.name]["sessions"] == 0
         assert listed[paused.name]["sessions"] == SESSIONS
-    except Exception as exc:  # with the nodes' logs
-        logs = "\n".join(f"--- {n.log.name}\n{n.tail()}" for n in nodes)
-        raise AssertionError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
-    finally:
-        for node in nodes:
-            node.close()

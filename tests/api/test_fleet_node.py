@@ -7,42 +7,27 @@ checked is who runs them, not their feed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from gateway.control import ControlPlane
 from gateway.fleet.node import FleetNode, FleetRuntime
-from gateway.runtime import SessionState, build_runtime
-from tests.api.conftest import make_settings
+from gateway.runtime import SessionState
 from tests.api.test_fleet_failover import wait_for
 
 LEASE_S = 1.5
 
 
 @pytest.fixture
-def make_node(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., ControlPlane]]:
-    planes: list[ControlPlane] = []
-
+def make_node(make_plane: Callable[..., ControlPlane]) -> Callable[..., ControlPlane]:
     def make(name: str, labels: dict[str, str], lease_s: float = LEASE_S) -> ControlPlane:
-        settings = make_settings(
-            tmp_path / name,
-            pg_url,
-            hub={"gateway": f"t{name}", "ring": False},
-            fleet={"enabled": True, "node": name, "labels": labels, "lease_s": lease_s},
-        )
-        runtime = build_runtime(settings)
-        assert isinstance(runtime, FleetRuntime)
-        plane = ControlPlane(settings, runtime)
-        planes.append(plane)
+        fleet = {"enabled": True, "node": name, "labels": labels, "lease_s": lease_s}
+        plane = make_plane(name, hub={"gateway": f"t{name}", "ring": False}, fleet=fleet)
+        assert isinstance(plane.runtime, FleetRuntime)
         return plane
 
-    try:
-        yield make
-    finally:
-        for plane in reversed(planes):
-            plane.shutdown()
+    return make
 
 
 def fleet_runtime(plane: ControlPlane) -> FleetRuntime:
@@ -72,6 +57,21 @@ def session(plane: ControlPlane, name: str, placement: dict[str, str]) -> int:
         }
     )
     return row.id
+
+
+def running_on_b(
+    make_node: Callable[[str, dict[str, str]], ControlPlane],
+) -> tuple[ControlPlane, ControlPlane, int]:
+    """Nodes a (zone x) and b (zone y) started, and a session placed in zone y started
+    through a's API: (a, b, the session), once b runs it."""
+    a = make_node("a", {"zone": "x"})
+    a.start()
+    b = make_node("b", {"zone": "y"})
+    b.start()
+    sid = session(a, "on-b", {"zone": "y"})
+    a.sessions.start(sid)
+    wait_for("b running the session", lambda: here(b) == {sid})
+    return a, b, sid
 
 
 def test_placement_restore_start_and_drain(
@@ -154,13 +154,7 @@ def test_subscriptions_changed_on_any_node_reach_the_owner(
     """A subscription created, changed and deleted through the API of a node that does not
     run the session reaches the node that does within a tick; the owner subscribes it. A
     stop and a start there reach it too."""
-    a = make_node("a", {"zone": "x"})
-    a.start()
-    b = make_node("b", {"zone": "y"})
-    b.start()
-    sid = session(a, "on-b", {"zone": "y"})
-    a.sessions.start(sid)
-    wait_for("b running the session", lambda: here(b) == {sid})
+    a, b, sid = running_on_b(make_node)
 
     def topics_on_b() -> tuple[str, ...]:
         return fleet_runtime(b).session_status(sid).topics
@@ -207,13 +201,7 @@ def test_a_session_changed_through_another_node_restarts_with_its_new_configurat
 ) -> None:
     """Stopped, changed and started again through node a's API while its owner b does not
     tick (b's tick lock held): b's next tick restarts it with the stored configuration."""
-    a = make_node("a", {"zone": "x"})
-    a.start()
-    b = make_node("b", {"zone": "y"})
-    b.start()
-    sid = session(a, "on-b", {"zone": "y"})
-    a.sessions.start(sid)
-    wait_for("b running the session", lambda: here(b) == {sid})
+    a, b, sid = running_on_b(make_node)
     with fleet_node(b)._lock:  # b between two ticks
         a.sessions.stop(sid)
         a.sessions.update(sid, {"url": "ws://127.0.0.1:10/other", "name": "renamed"})

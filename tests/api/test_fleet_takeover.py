@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,9 +19,8 @@ from gateway.control import ControlPlane
 from gateway.fleet.leases import LeaseStore
 from gateway.fleet.node import FleetNode, FleetRuntime
 from gateway.hub.core import Hub
-from gateway.runtime import build_runtime
 from gateway.simulator.process import local_simulator
-from tests.api.conftest import BASE_URL, make_settings
+from tests.api.conftest import BASE_URL
 from tests.api.test_fleet_failover import wait_for
 
 LEASE_S = 1.5
@@ -36,25 +34,12 @@ def simulator() -> Iterator[int]:
 
 
 @pytest.fixture
-def make_node(pg_url: str, tmp_path: Path) -> Iterator[Callable[[str], ControlPlane]]:
-    planes: list[ControlPlane] = []
-
+def make_node(make_plane: Callable[..., ControlPlane]) -> Callable[[str], ControlPlane]:
     def make(name: str) -> ControlPlane:
-        settings = make_settings(
-            tmp_path / name,
-            pg_url,
-            hub={"gateway": f"tk{name}"},
-            fleet={"enabled": True, "node": name, "lease_s": LEASE_S},
-        )
-        plane = ControlPlane(settings, build_runtime(settings))
-        planes.append(plane)
-        return plane
+        fleet = {"enabled": True, "node": name, "lease_s": LEASE_S}
+        return make_plane(name, hub={"gateway": f"tk{name}"}, fleet=fleet)
 
-    try:
-        yield make
-    finally:
-        for plane in reversed(planes):
-            plane.shutdown()
+    return make
 
 
 def fleet_node(plane: ControlPlane) -> FleetNode:

@@ -23,7 +23,13 @@ from gateway.simulator.process import local_simulator
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.gateways import ServeGateway, create_sessions, fleet_env, jetstream_nats
+from wsgw_bench.gateways import (
+    ServeGateway,
+    closing_with_logs,
+    create_sessions,
+    fleet_nodes,
+    jetstream_nats,
+)
 from wsgw_bench.servers import NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(
@@ -77,62 +83,52 @@ def test_an_owner_kill_and_a_stale_owner_store_each_trade_once(
     pg_url: str, simulator: int, tmp_path: Path
 ) -> None:
     with NatsServer(jetstream=True) as nats:
-        nodes = []
-        for name in ("n1", "n2", "n3"):
-            env = fleet_env(pg_url, name, LEASE_S, {"zone": "lab"})
-            settings = jetstream_nats(nats.url, STREAM) | {"headers": True}  # Wsgw-Gen
-            node = ServeGateway(name, tmp_path, env=env, nats=settings)
-            nodes.append(node)
+        settings = jetstream_nats(nats.url, STREAM) | {"headers": True}  # Wsgw-Gen
+        nodes = fleet_nodes(pg_url, settings, tmp_path, ("n1", "n2", "n3"), LEASE_S)
         consumer = Consumer(nats.url, "fleet", stream=STREAM, session="all")
         wire: Subscriber | None = None  # every copy any node publishes (core NATS)
         try:
-            for node in nodes:  # the first migrates the database
-                node.start()
-            first = nodes[0]
-            wait_until(lambda: isinstance(stored(nats.url), list), 20)
-            consumer.start()
-            wire = Subscriber(nats.url, [f"wsgw.*.{TOPIC}"])
-            sessions = create_sessions(first, simulator, SESSIONS, TOPIC, prefix="js",
-                                       placement={"zone": "lab"})  # fmt: skip
-            wait_until(lambda: all(len(owners(nodes).get(s, [])) == 1 for s in sessions), 60)
-            wait_until(lambda: len(stored(nats.url)) >= 300, 30)
+            with closing_with_logs(nodes):
+                for node in nodes:  # the first migrates the database
+                    node.start()
+                first = nodes[0]
+                wait_until(lambda: isinstance(stored(nats.url), list), 20)
+                consumer.start()
+                wire = Subscriber(nats.url, [f"wsgw.*.{TOPIC}"])
+                sessions = create_sessions(first, simulator, SESSIONS, TOPIC, prefix="js",
+                                           placement={"zone": "lab"})  # fmt: skip
+                wait_until(lambda: all(len(owners(nodes).get(s, [])) == 1 for s in sessions), 60)
+                wait_until(lambda: len(stored(nats.url)) >= 300, 30)
 
-            where = owners(nodes)
-            victim = next(n for n in nodes if any(where[s] == [n.name] for s in sessions))
-            others = [n for n in nodes if n is not victim]
-            victim.kill()  # kill -9 an owner
-            wait_until(lambda: set(sessions) <= set(owners(others)), 6 * LEASE_S)
+                where = owners(nodes)
+                victim = next(n for n in nodes if any(where[s] == [n.name] for s in sessions))
+                others = [n for n in nodes if n is not victim]
+                victim.kill()  # kill -9 an owner
+                wait_until(lambda: set(sessions) <= set(owners(others)), 6 * LEASE_S)
 
-            where = owners(others)
-            paused = next(n for n in others if any(where[s] == [n.name] for s in sessions))
-            survivor = next(n for n in others if n is not paused)
-            held = {s for s in sessions if where[s] == [paused.name]}
-            assert paused.proc is not None
-            os.kill(paused.proc.pid, signal.SIGSTOP)  # past its lease, holding messages
-            wait_until(lambda: held <= survivor.connected(), 6 * LEASE_S)
-            time.sleep(LEASE_S)
-            os.kill(paused.proc.pid, signal.SIGCONT)
-            wait_until(lambda: not (paused.connected() & held), 6 * LEASE_S)
-            time.sleep(2.0)
-            for node in nodes:
-                node.kill()
-            in_stream = stored(nats.url)
-            consumer.wait_for(len(in_stream))
-            time.sleep(0.5)  # nothing more comes
-            got = [x for x in consumer.got if ":" in x]  # not "restart" (each node a run)
-            wire.close()
-            published = len(wire.got)
-        except Exception as exc:
-            logs = "\n".join(f"--- {n.name}\n{n.tail()}" for n in nodes)
-            raise AssertionError(f"{type(exc).__name__}: {exc}\n{logs}") from exc
+                where = owners(others)
+                paused = next(n for n in others if any(where[s] == [n.name] for s in sessions))
+                survivor = next(n for n in others if n is not paused)
+                held = {s for s in sessions if where[s] == [paused.name]}
+                assert paused.proc is not None
+                os.kill(paused.proc.pid, signal.SIGSTOP)  # past its lease, holding messages
+                wait_until(lambda: held <= survivor.connected(), 6 * LEASE_S)
+                time.sleep(LEASE_S)
+                os.kill(paused.proc.pid, signal.SIGCONT)
+                wait_until(lambda: not (paused.connected() & held), 6 * LEASE_S)
+                time.sleep(2.0)
+                for node in nodes:
+                    node.kill()
+                in_stream = stored(nats.url)
+                consumer.wait_for(len(in_stream))
+                time.sleep(0.5)  # nothing more comes
+                got = [x for x in consumer.got if ":" in x]  # not "restart" (each node a run)
+                wire.close()
+                published = len(wire.got)
         finally:
             if wire is not None:
                 wire.close()
             consumer.kill()
-            for node in nodes:
-                if node.proc is not None and node.proc.poll() is None:
-                    os.kill(node.proc.pid, signal.SIGCONT)
-                node.close()
     per_session: dict[str, list[int]] = defaultdict(list)
     for item in in_stream:
         session, trade = item.split(":")

@@ -46,10 +46,24 @@ def test_cpu_scenarios(name: str) -> None:
         assert len(latency) == 2 * 2 * 4 * 3 and all(m.samples for m in latency)
 
 
+def test_fanout_sink_smoke() -> None:
+    """One stream beside 1 and 10 armed ones, the C sink on and off: every delivery made
+    (a missing one is noted), latency and the writer's time per record for each."""
+    results = run("fanout_sink")
+    sane(results)
+    assert "fanout_sink" not in [n for n, s in SCENARIOS.items() if s.in_all]
+    assert {m.contender for m in results} == {
+        "/v1/stream, C sink",
+        "/v1/stream, router writes (sink off)",
+    }
+    assert len(results) == 2 * 4 * 2 and all(len(m.samples) == 1 for m in results)
+    assert not [m.note for m in results if "missing" in m.note]
+
+
 @pytest.mark.usefixtures("eal")
 @requires_dpdk
 @pytest.mark.dpdk
-@pytest.mark.parametrize("name", ["stream", "fanout", "conformance", "floor"])
+@pytest.mark.parametrize("name", ["stream", "fanout", "conformance", "floor", "books_rest"])
 def test_lab_scenarios(name: str) -> None:
     results = run(name)
     sane(results)
@@ -62,6 +76,8 @@ def test_lab_scenarios(name: str) -> None:
     if name == "floor":  # every contender answered (testpmd only where dpdk-dev is installed)
         answered = [m for m in results if m.metric.endswith("p50") and m.samples]
         assert len(answered) >= 3, [(m.contender, m.note) for m in results]
+    if name == "books_rest":  # every contender fetched the snapshot: p50 and p99 each
+        assert len(results) == 3 * 2 and all(m.samples for m in results), results
     if name == "fanout":  # a stalled consumer: p99 without / with, ring and /v1/stream
         stall = [m for m in results if "stall" in m.metric]
         assert len(stall) == 3 * 2 and all(m.samples for m in stall)

@@ -20,26 +20,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.core import Metric as PromMetric
 from prometheus_client.registry import Collector
 
-from gateway.runtime import (
-    DetachedRuntime,
-    EngineState,
-    EngineStatus,
-    Metric,
-    MetricsSnapshot,
-    PortSpec,
-    PortState,
-    PortStatus,
-    RuntimeEvent,
-    SessionSpec,
-    SessionState,
-    SessionStatus,
-)
+from gateway import runtime as rt
 
 FAIL_MARK = "fail"
 FAIL_REASON = "TLS handshake failed: certificate verify failed (self-signed certificate)"
 
 
-class SimulatedRuntime(DetachedRuntime):
+class SimulatedRuntime(rt.DetachedRuntime):
     """Sessions connect at once (those whose name contains 'fail' fail, with a reason);
     every figure the dashboard shows is reported and changes every second."""
 
@@ -47,21 +34,21 @@ class SimulatedRuntime(DetachedRuntime):
         super().__init__()
         self.rate = rate_per_session
         self.t0 = time.monotonic()
-        self._state: dict[int, SessionState] = {}
+        self._state: dict[int, rt.SessionState] = {}
         self._started_at: dict[int, float] = {}
         self._sim_lock = threading.Lock()
 
-    def engine_status(self) -> EngineStatus:
-        return EngineStatus(EngineState.RUNNING, None, {"lcores": "1-2", "mode": "simulated"})
+    def engine_status(self) -> rt.EngineStatus:
+        return rt.EngineStatus(rt.EngineState.RUNNING, None, {"lcores": "1-2", "mode": "simulated"})
 
-    def port_up(self, port: PortSpec) -> PortStatus:
+    def port_up(self, port: rt.PortSpec) -> rt.PortStatus:
         super().port_up(port)
-        return PortStatus(port.id, PortState.UP)
+        return rt.PortStatus(port.id, rt.PortState.UP)
 
-    def port_status(self, port_id: int) -> PortStatus:
+    def port_status(self, port_id: int) -> rt.PortStatus:
         with self._lock:
             known = port_id in self.ports
-        return PortStatus(port_id, PortState.UP if known else PortState.DOWN)
+        return rt.PortStatus(port_id, rt.PortState.UP if known else rt.PortState.DOWN)
 
     def port_counters(self, port_id: int) -> dict[str, Any] | None:
         """What api/routes/engine_ports.py reads of a running port: the engine's counters
@@ -122,18 +109,20 @@ class SimulatedRuntime(DetachedRuntime):
         link = {"speed_mbps": 10_000, "up": 1, "full_duplex": 1}
         return {"engine": engine, "cpu_seconds": 0.42 * t, "nic": nic, "link": link}
 
-    def start_session(self, session: SessionSpec) -> SessionStatus:
+    def start_session(self, session: rt.SessionSpec) -> rt.SessionStatus:
         with self._sim_lock:
             failed = FAIL_MARK in session.name
-            self._state[session.id] = SessionState.FAILED if failed else SessionState.CONNECTED
+            self._state[session.id] = (
+                rt.SessionState.FAILED if failed else rt.SessionState.CONNECTED
+            )
             self._started_at[session.id] = time.monotonic()
         super().start_session(session)  # records the call and emits the event below
         return self.session_status(session.id)
 
-    def stop_session(self, session_id: int) -> SessionStatus:
+    def stop_session(self, session_id: int) -> rt.SessionStatus:
         with self._sim_lock:
             if session_id in self._state:
-                self._state[session_id] = SessionState.STOPPED
+                self._state[session_id] = rt.SessionState.STOPPED
             self._started_at.pop(session_id, None)
         super().stop_session(session_id)
         return self.session_status(session_id)
@@ -143,16 +132,16 @@ class SimulatedRuntime(DetachedRuntime):
         if sink is None:
             return
         status = self.session_status(session_id)
-        sink(RuntimeEvent(session_id, "state", status.reason, {"state": str(status.state)}))
+        sink(rt.RuntimeEvent(session_id, "state", status.reason, {"state": str(status.state)}))
 
-    def session_status(self, session_id: int) -> SessionStatus:
+    def session_status(self, session_id: int) -> rt.SessionStatus:
         base = super().session_status(session_id)
         with self._sim_lock:
-            state = self._state.get(session_id, SessionState.STOPPED)
-        reason = FAIL_REASON if state is SessionState.FAILED else None
-        return SessionStatus(session_id, state, reason, base.since, base.topics)
+            state = self._state.get(session_id, rt.SessionState.STOPPED)
+        reason = FAIL_REASON if state is rt.SessionState.FAILED else None
+        return rt.SessionStatus(session_id, state, reason, base.since, base.topics)
 
-    def metrics(self) -> MetricsSnapshot:
+    def metrics(self) -> rt.MetricsSnapshot:
         now = time.monotonic()
         t = now - self.t0
         wave = math.sin(t / 2.0)
@@ -160,27 +149,27 @@ class SimulatedRuntime(DetachedRuntime):
             running = {
                 sid: now - at
                 for sid, at in self._started_at.items()
-                if self._state.get(sid) is SessionState.CONNECTED
+                if self._state.get(sid) is rt.SessionState.CONNECTED
             }
         with self._lock:
             ports = list(self.ports)
             topics = {sid: list(held) for sid, held in self.topics.items()}
-        metrics: list[Metric] = []
+        metrics: list[rt.Metric] = []
         metrics += _lcores(wave)
         total_msgs = sum(self.rate * up * (1 + 0.2 * wave) for up in running.values())
         metrics += [
-            Metric("fastpath_segments", "counter", int(total_msgs * 0.97)),
-            Metric("slowpath_segments", "counter", int(total_msgs * 0.03) + 12),
+            rt.Metric("fastpath_segments", "counter", int(total_msgs * 0.97)),
+            rt.Metric("slowpath_segments", "counter", int(total_msgs * 0.03) + 12),
         ]
         for sid, up in sorted(running.items()):
             labels = {"session": str(sid)}
             messages = int(self.rate * up * (1 + 0.2 * wave))
             metrics += [
-                Metric("session_messages", "counter", messages, "", labels),
-                Metric("session_bytes", "counter", messages * 120, "", labels),
-                Metric("session_rtt_seconds", "gauge", 0.0011 + 0.0004 * wave, "", labels),
-                Metric("session_reconnects", "counter", 1, "", labels),
-                Metric("session_gaps", "counter", 0, "", labels),
+                rt.Metric("session_messages", "counter", messages, "", labels),
+                rt.Metric("session_bytes", "counter", messages * 120, "", labels),
+                rt.Metric("session_rtt_seconds", "gauge", 0.0011 + 0.0004 * wave, "", labels),
+                rt.Metric("session_reconnects", "counter", 1, "", labels),
+                rt.Metric("session_gaps", "counter", 0, "", labels),
             ]
             # The messages split over the session's topics, the first twice the others.
             held = topics.get(sid, [])
@@ -188,10 +177,12 @@ class SimulatedRuntime(DetachedRuntime):
             for topic, share in zip(held, shares, strict=True):
                 count = int(messages * share / sum(shares))
                 topic_labels = {"session": str(sid), "topic": topic}
-                metrics.append(Metric("session_topic_messages", "counter", count, "", topic_labels))
+                metrics.append(
+                    rt.Metric("session_topic_messages", "counter", count, "", topic_labels)
+                )
         for q, base in (("0.5", 40e-6), ("0.9", 95e-6), ("0.99", 310e-6)):
             metrics.append(
-                Metric(
+                rt.Metric(
                     "message_latency_seconds",
                     "gauge",
                     base * (1 + 0.3 * wave),
@@ -203,13 +194,13 @@ class SimulatedRuntime(DetachedRuntime):
             labels = {"port": str(pid)}
             packets = int(2000 * t)
             metrics += [
-                Metric("port_rx_packets", "counter", packets, "", labels),
-                Metric("port_tx_packets", "counter", packets // 2, "", labels),
-                Metric("port_rx_bytes", "counter", packets * 180, "", labels),
-                Metric("port_tx_bytes", "counter", packets * 66, "", labels),
-                Metric("port_rx_dropped", "counter", 3, "", labels),
+                rt.Metric("port_rx_packets", "counter", packets, "", labels),
+                rt.Metric("port_tx_packets", "counter", packets // 2, "", labels),
+                rt.Metric("port_rx_bytes", "counter", packets * 180, "", labels),
+                rt.Metric("port_tx_bytes", "counter", packets * 66, "", labels),
+                rt.Metric("port_rx_dropped", "counter", 3, "", labels),
             ]
-        return MetricsSnapshot(time.time(), tuple(metrics))
+        return rt.MetricsSnapshot(time.time(), tuple(metrics))
 
     def published(self) -> int:
         """Messages the sessions have received so far (what a hub would have published)."""
@@ -251,8 +242,8 @@ class SimulatedHubMetrics(Collector):
         yield from (connected, lag, delivered, dropped, disconnects)
 
 
-def _lcores(wave: float) -> list[Metric]:
+def _lcores(wave: float) -> list[rt.Metric]:
     return [
-        Metric("lcore_busy_ratio", "gauge", 0.42 + 0.1 * wave, "", {"lcore": "1"}),
-        Metric("lcore_busy_ratio", "gauge", 0.08, "", {"lcore": "2"}),
+        rt.Metric("lcore_busy_ratio", "gauge", 0.42 + 0.1 * wave, "", {"lcore": "1"}),
+        rt.Metric("lcore_busy_ratio", "gauge", 0.08, "", {"lcore": "2"}),
     ]

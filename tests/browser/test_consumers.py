@@ -7,8 +7,6 @@ RingEvictedError); a consume token gets neither the page nor the route."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -19,6 +17,7 @@ from websockets.sync.client import connect
 from dataplane.ring import RingWriter, ring_path
 from gateway.hub import Hub
 from tests.browser.conftest import Dashboard, Server, StartServer
+from tests.utils.consumers import IdleReader
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing")
 expect = sync_api.expect
@@ -55,79 +54,59 @@ def test_a_stream_is_listed_and_closed_from_the_page(
         ).json()
     ws_url = server.url.replace("http", "ws", 1)
     query = f"session={session['id']}&topics=t1,t2&consumer=pricer-9&envelope=1"
-    code = (
-        "from dataplane.ring import RingReader, RingEvictedError\n"
-        f"r = RingReader.attach({ring!r}, reader_name='risk-7')\n"
-        "print('attached', flush=True)\n"
-        "input()\n"  # reads nothing until told: its lag is what the hub wrote meanwhile
-        "try:\n"
-        "    while True: r.read_batch(timeout=None)\n"
-        "except RingEvictedError:\n"
-        "    print('evicted', flush=True)\n"
-    )
-    reader = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
     d = open_dashboard(server)
-    try:
-        assert reader.stdout is not None
-        assert reader.stdout.readline().strip() == "attached"
-        with connect(
+    with (
+        IdleReader(ring, "risk-7") as reader,
+        connect(
             f"{ws_url}/v1/stream?{query}",
             additional_headers={"Authorization": f"Bearer {server.token}"},
-        ) as ws:
-            assert orjson.loads(ws.recv(timeout=10))["type"] == "subscribed"
-            d.login()
-            d.page.locator("#nav").get_by_role("link", name="Consumers").click()
-            row = d.page.locator('#consumers-table tr[data-name="pricer-9"]')
-            expect(row).to_contain_text("t1, t2")
-            expect(row.locator('[data-label="Session"]')).to_contain_text(str(session["id"]))
-            expect(row.locator('[data-label="Lag"]')).to_contain_text("0 / 4,096 msg")
-            expect(d.page.locator("#consumers-ring")).to_contain_text(str(ring_path(ring)))
-            expect(d.page.locator('#ring-followers tr[data-kind="stream"]')).to_have_count(1)
-            hub_ring = server.app.state.hub.ring
-            for i in range(7):
-                hub_ring.write(1, 0, b"tick %d" % i)
-            ring_row = d.page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
-            expect(ring_row.locator('[data-label="Reader"]')).to_have_text("risk-7")
-            expect(ring_row.locator('[data-label="Lag"]')).to_have_text("7 msg")
-            expect(ring_row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
-            expect(d.page.locator(f'#ring-processes tr[data-pid="{reader.pid}"]')).to_have_count(0)
-            # the stream's follower: listed as the gateway's own, with no Close
-            own = d.page.locator(f'#ring-readers tr[data-pid="{os.getpid()}"]')
-            expect(own.first).to_contain_text("(gateway)")
-            expect(own.locator('button[data-action="close-reader"]')).to_have_count(0)
-            expect(d.page.locator("#consumers-nats")).to_contain_text("Not configured")
-            d.screenshot("consumers")
+        ) as ws,
+    ):
+        assert orjson.loads(ws.recv(timeout=10))["type"] == "subscribed"
+        d.login()
+        d.page.locator("#nav").get_by_role("link", name="Consumers").click()
+        row = d.page.locator('#consumers-table tr[data-name="pricer-9"]')
+        expect(row).to_contain_text("t1, t2")
+        expect(row.locator('[data-label="Session"]')).to_contain_text(str(session["id"]))
+        expect(row.locator('[data-label="Lag"]')).to_contain_text("0 / 4,096 msg")
+        expect(d.page.locator("#consumers-ring")).to_contain_text(str(ring_path(ring)))
+        expect(d.page.locator('#ring-followers tr[data-kind="stream"]')).to_have_count(1)
+        hub_ring = server.app.state.hub.ring
+        for i in range(7):
+            hub_ring.write(1, 0, b"tick %d" % i)
+        ring_row = d.page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
+        expect(ring_row.locator('[data-label="Reader"]')).to_have_text("risk-7")
+        expect(ring_row.locator('[data-label="Lag"]')).to_have_text("7 msg")
+        expect(ring_row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
+        expect(d.page.locator(f'#ring-processes tr[data-pid="{reader.pid}"]')).to_have_count(0)
+        # the stream's follower: listed as the gateway's own, with no Close
+        own = d.page.locator(f'#ring-readers tr[data-pid="{os.getpid()}"]')
+        expect(own.first).to_contain_text("(gateway)")
+        expect(own.locator('button[data-action="close-reader"]')).to_have_count(0)
+        expect(d.page.locator("#consumers-nats")).to_contain_text("Not configured")
+        d.screenshot("consumers")
 
-            close = row.locator('button[data-action="close"]')
-            close.click()
-            expect(close).to_have_text("Confirm close")
-            close.click()
-            with pytest.raises(ConnectionClosed) as closed:
-                ws.recv(timeout=10)
-            assert closed.value.rcvd is not None
-            assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
-                1008,
-                "closed by operator 'browser'",
-            )
-            expect(d.page.locator("#consumers-table tbody tr")).to_have_count(0)
-            expect(d.page.locator("#consumers-empty")).to_have_text("No open stream.")
+        close = row.locator('button[data-action="close"]')
+        close.click()
+        expect(close).to_have_text("Confirm close")
+        close.click()
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+            1008,
+            "closed by operator 'browser'",
+        )
+        expect(d.page.locator("#consumers-table tbody tr")).to_have_count(0)
+        expect(d.page.locator("#consumers-empty")).to_have_text("No open stream.")
 
-            close_reader = ring_row.locator('button[data-action="close-reader"]')
-            close_reader.click()
-            expect(close_reader).to_have_text("Confirm close")
-            close_reader.click()
-            expect(ring_row.locator("[data-closing]")).to_be_visible()
-            assert reader.stdin is not None
-            reader.stdin.write("read\n")
-            reader.stdin.flush()
-            assert reader.stdout.readline().strip() == "evicted"
-            assert reader.wait(10) == 0
-            expect(ring_row).to_have_count(0)
-    finally:
-        reader.kill()
-        reader.wait()
+        close_reader = ring_row.locator('button[data-action="close-reader"]')
+        close_reader.click()
+        expect(close_reader).to_have_text("Confirm close")
+        close_reader.click()
+        expect(ring_row.locator("[data-closing]")).to_be_visible()
+        assert reader.read_until_evicted().startswith("evicted: ")
+        expect(ring_row).to_have_count(0)
     assert d.errors == [], d.errors
 
     phone = open_dashboard(server, "phone")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +31,7 @@ from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.browser.conftest import Dashboard, Server, UvicornThread
 from tests.conftest import requires_dpdk
+from tests.utils.consumers import IdleReader
 from tests.utils.prometheus import running_prometheus, wait_for_samples
 
 if TYPE_CHECKING:
@@ -375,61 +374,42 @@ def test_ring_readers_and_prometheus_history_of_the_real_gateway(
     hub = app_hub(gw.server.app)
     assert hub is not None and hub.ring is not None
     ring = str(hub.ring.path)
-    code = (
-        "from dataplane.ring import RingReader, RingEvictedError\n"
-        f"r = RingReader.attach({ring!r}, reader_name='lab-reader')\n"
-        "print('attached', flush=True)\n"
-        "input()\n"
-        "try:\n"
-        "    while True: r.read_batch(timeout=None)\n"
-        "except RingEvictedError:\n"
-        "    print('evicted', flush=True)\n"
-    )
-    reader = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        with running_prometheus([gw.server.url.removeprefix("http://")]) as prometheus:
-            settings = gw.server.app.state.settings
-            gw.server.app.state.settings = settings.model_copy(
-                update={"api": settings.api.model_copy(update={"prometheus_url": prometheus})}
-            )
-            assert reader.stdout is not None and reader.stdin is not None
-            assert reader.stdout.readline().strip() == "attached"
-            d = open_dashboard(gw.server)
-            page = d.page
-            d.open("#/consumers")
-            row = page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
-            expect(row.locator('[data-label="Reader"]')).to_have_text("lab-reader")
-            lag = row.locator('[data-label="Lag"]')
-            expect(lag).to_have_text(re.compile(r"^[1-9][\d,]* msg$"), timeout=STREAMING_MS)
-            first = lag.text_content()
-            expect(lag).not_to_have_text(first or "", timeout=STREAMING_MS)  # the feed goes on
-            expect(row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
-            d.screenshot("consumers-real")
-            close = row.locator('button[data-action="close-reader"]')
-            close.click()
-            close.click()
-            expect(row.locator("[data-closing]")).to_be_visible()
-            reader.stdin.write("read\n")
-            reader.stdin.flush()
-            assert reader.stdout.readline().strip() == "evicted"
-            assert reader.wait(10) == 0
-            expect(row).to_have_count(0)
+    with (
+        IdleReader(ring, "lab-reader") as reader,
+        running_prometheus([gw.server.url.removeprefix("http://")]) as prometheus,
+    ):
+        settings = gw.server.app.state.settings
+        gw.server.app.state.settings = settings.model_copy(
+            update={"api": settings.api.model_copy(update={"prometheus_url": prometheus})}
+        )
+        d = open_dashboard(gw.server)
+        page = d.page
+        d.open("#/consumers")
+        row = page.locator(f'#ring-readers tr[data-pid="{reader.pid}"]')
+        expect(row.locator('[data-label="Reader"]')).to_have_text("lab-reader")
+        lag = row.locator('[data-label="Lag"]')
+        expect(lag).to_have_text(re.compile(r"^[1-9][\d,]* msg$"), timeout=STREAMING_MS)
+        first = lag.text_content()
+        expect(lag).not_to_have_text(first or "", timeout=STREAMING_MS)  # the feed goes on
+        expect(row.locator('[data-label="Dropped"]')).to_have_text("0 msg")
+        d.screenshot("consumers-real")
+        close = row.locator('button[data-action="close-reader"]')
+        close.click()
+        close.click()
+        expect(row.locator("[data-closing]")).to_be_visible()
+        assert reader.read_until_evicted().startswith("evicted: ")
+        expect(row).to_have_count(0)
 
-            # rate() needs two scrapes in its window: points 5 s apart, a few of them
-            wait_for_samples(prometheus, "wsgw_dataplane_session_messages_total", 15)
-            d.go("#/charts")
-            page.locator("#chart-ranges").get_by_role("button", name="15 min").click()
-            info = page.locator("#charts-info")
-            expect(info).to_contain_text("The gateway's history from Prometheus")
-            chart = page.locator('figure[data-chart="Messages/s"] svg')
-            line = chart.locator('path.line[data-series="msgRate"]')
-            expect(line).to_have_attribute("d", re.compile(r"^M[\d.,]+L"))  # a line, not a dot
-            legend = page.locator('figure[data-chart="Messages/s"] .legend strong').first
-            expect(legend).to_have_text(re.compile(r"^(?!0$)[\d.,]+[kMG]?$"), timeout=20_000)
-            d.screenshot("charts-prometheus-real")
-            assert d.errors == [], d.errors
-    finally:
-        reader.kill()
-        reader.wait()
+        # rate() needs two scrapes in its window: points 5 s apart, a few of them
+        wait_for_samples(prometheus, "wsgw_dataplane_session_messages_total", 15)
+        d.go("#/charts")
+        page.locator("#chart-ranges").get_by_role("button", name="15 min").click()
+        info = page.locator("#charts-info")
+        expect(info).to_contain_text("The gateway's history from Prometheus")
+        chart = page.locator('figure[data-chart="Messages/s"] svg')
+        line = chart.locator('path.line[data-series="msgRate"]')
+        expect(line).to_have_attribute("d", re.compile(r"^M[\d.,]+L"))  # a line, not a dot
+        legend = page.locator('figure[data-chart="Messages/s"] .legend strong').first
+        expect(legend).to_have_text(re.compile(r"^(?!0$)[\d.,]+[kMG]?$"), timeout=20_000)
+        d.screenshot("charts-prometheus-real")
+        assert d.errors == [], d.errors

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.utils.shm import leftovers, module_prefix, removed_after, test_ring_name
+from wsgw_bench.servers import NatsServer
 
 
 @pytest.fixture
@@ -50,3 +51,10 @@ def procs() -> Iterator[list[SpawnProcess]]:
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
             p.join(10)
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    """A nats-server of the test's own (loopback, free port), stopped after it."""
+    with NatsServer() as server:
+        yield server

@@ -4,7 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
+
+import pytest
+
+from wsgw_bench.servers import nats_server_binary
+
+#: The mark of a test module that runs a real nats-server of its own.
+needs_nats = pytest.mark.skipif(
+    nats_server_binary() is None,
+    reason="nats-server is not installed (apt-get install nats-server)",
+)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s")
+        time.sleep(0.01)
 
 
 class Subscriber:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -104,10 +105,13 @@ HEAD_START = 100  # updates before the session subscribes (a stale snapshot can 
 class SimProcess:
     """The simulator child: commands on its stdin, one JSON answer a line on its stdout."""
 
-    def __init__(self, proc: subprocess.Popen[str], host: str, port: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], host: str, port: int, lab: Lab | None = None
+    ) -> None:
         self.proc = proc
         self.host = host
         self.port = port
+        self.lab = lab  # it runs in the lab's peer namespace: reached from there only
         assert proc.stdout is not None
         json.loads(proc.stdout.readline())  # the server description after `ready`
 
@@ -153,12 +157,12 @@ def free_port() -> int:
 
 def start_sim(lab: Lab | None, port: int) -> SimProcess:
     proc = start_simulator(lab, port, 0, stdin=True)
-    return SimProcess(proc, lab.peer_ip if lab is not None else "127.0.0.1", port)
+    return SimProcess(proc, lab.peer_ip if lab is not None else "127.0.0.1", port, lab)
 
 
 # ---- the gateway ------------------------------------------------------------------------------
 def session_config(spec: SessionSpec) -> SessionConfig:
-    return fast_config(spec.url, spec.dialect, transport=spec.transport)
+    return fast_config(spec.url, spec.dialect, transport=spec.transport, tls=spec.tls)
 
 
 def start_gateway(
@@ -233,8 +237,12 @@ def sim_rest_book(sim: SimProcess, venue: Venue) -> tuple[list[list[str]], list[
     """Binance: the live book the simulator serves by REST (its own, not a replay)."""
     path = "/fapi/v1/depth" if venue.futures else "/api/v3/depth"
     url = f"{sim.base}/binance{path}?symbol={venue.symbol}&limit=1000"
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        body = json.loads(answer.read())
+    if sim.lab is not None:  # read in the peer namespace, where the kernel reaches it
+        get = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1]).read().decode())"
+        body = json.loads(sim.lab.exec([sys.executable, "-c", get, url]).stdout)
+    else:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            body = json.loads(answer.read())
     return body["bids"], body["asks"]
 
 

@@ -15,6 +15,7 @@ from dataplane.ring import RingWriter, ring_name
 from gateway.normalize import BookReset
 from gateway.normalize.schema import encode
 from tests.integration.test_books_sim import VENUES, free_port, start_gateway, start_sim, until
+from tests.utils.consumers import write_until_exit
 
 TOPIC = "book:BTC/USD"
 
@@ -30,17 +31,14 @@ def test_consume_normalized_prints_decoded_events_of_either_encoding() -> None:
                    "--session", "3", "-t", TOPIC, "--normalized", "--count", "4",
                    "--timeout", "20"]  # fmt: skip
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # It starts at the newest message whenever it attaches: write until it has had four.
-        i = 0
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
+
+        def write(i: int) -> None:
             reset = BookReset("kraken", "BTC/USD", "checksum", i)
             encoding, topic = ("json", as_json) if i % 2 == 0 else ("binary", as_binary)
             writer.write(3, topic, encode(reset, encoding))
             writer.write(3, raw, b'{"channel":"book"}')  # not asked for
-            i += 1
-            time.sleep(0.02)
-        out, err = proc.communicate(timeout=30)
+
+        out, err = write_until_exit(proc, write)
     finally:
         writer.close()
     assert proc.returncode == 0, err

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from dataplane.ring import RingWriter, ring_name
+from tests.utils.consumers import write_until_exit
 
 
 def test_consume_prints_the_chosen_topics_from_the_ring() -> None:
@@ -37,15 +37,9 @@ def test_consume_prints_the_chosen_topics_from_the_ring() -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        # The consumer starts at the newest message, whenever it attaches: write until it
-        # has had its three (no fixed wait for the attach, which a loaded machine outlasts).
-        i = 0
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            writer.write(3, btc if i % 2 == 0 else eth, f'{{"n":{i}}}'.encode())
-            i += 1
-            time.sleep(0.02)
-        out, err = proc.communicate(timeout=30)
+        out, err = write_until_exit(
+            proc, lambda i: writer.write(3, btc if i % 2 == 0 else eth, f'{{"n":{i}}}'.encode())
+        )
     finally:
         writer.close()
     assert proc.returncode == 0, err

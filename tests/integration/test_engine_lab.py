@@ -8,6 +8,7 @@ generous (shared 2-core machines); `wsgw bench` reports the precise figures.
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import statistics
 import subprocess
@@ -25,7 +26,7 @@ from dataplane.stack.socket import TcpSocket
 from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab
 from gateway.settings import Settings
-from tests.conftest import requires_dpdk
+from tests.conftest import fresh_lab, requires_dpdk
 from tests.integration.test_stack_kernel import MB, PEER_SERVER
 from wsgw_bench.peer_server import payload
 
@@ -229,3 +230,35 @@ def test_the_receive_window_stays_within_the_rx_queue(eal, lab: Lab) -> None:  #
         port.close()
         server.kill()
         server.wait()
+
+
+def test_a_jumbo_lab_streams_in_jumbo_segments_on_the_fast_path(eal) -> None:  # type: ignore[no-untyped-def]
+    """MTU 9000 on the veth (`Lab(mtu=...)`), the port opened with it: the stack announces
+    an MSS of 8960 (RFC 9293 section 3.7.1), the peer sends segments that large, the PMD's
+    frames and the shim's mbufs hold them whole, and C takes them on the fast path."""
+    from dataplane.stack.tcp import TcpConfig
+
+    with fresh_lab(f"j{os.getpid() % 100000}", mtu=9000) as lab:
+        port = eal.open_port(lab.vdev, mtu=lab.mtu)
+        eng = Engine.on_port(
+            port,
+            lab.gw_ip,
+            lab.netmask,
+            mtu=lab.mtu,
+            tcp_config=TcpConfig(recv_buffer=4 << 20, time_wait=0.5, mss=lab.mtu - 40),
+        )
+        try:
+            assert port.mtu == 9000
+            eng.start()
+            size = 40 * MB
+            sink = stream_from_kernel(eng, lab, size, 7021)
+            assert sink.done.wait(120), f"received {sink.count} of {size}"
+            assert sink.sock.error is None and sink.count == size
+            assert sink.digest.digest() == hashlib.sha256(payload(size, 4)).digest()
+            stats = eng.fastpath.stats()
+            assert stats["fast_bytes"] > 0.8 * size
+            # jumbo segments, not 1448-byte ones: fewer than a sixth of Ethernet's count
+            assert stats["fast_bytes"] / stats["fast_segments"] > 4 * 1460
+        finally:
+            eng.close()
+            port.close()

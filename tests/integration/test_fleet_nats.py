@@ -4,26 +4,12 @@ here (None) carries none. Against a real nats-server of our own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from gateway.hub import Hub
 from gateway.hub.nats import NatsConfig, NatsSink
-from tests.integration.nats_helpers import Subscriber
-from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from tests.integration.nats_helpers import Subscriber, needs_nats, wait_until
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
-
-
-@pytest.fixture
-def nats_server() -> Iterator[NatsServer]:
-    with NatsServer() as server:
-        yield server
+pytestmark = needs_nats
 
 
 def test_headers_carry_the_lease_generation(nats_server: NatsServer) -> None:

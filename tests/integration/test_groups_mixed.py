@@ -156,6 +156,17 @@ class Mixed:
         self.upstream.reset(leg)
         wait_for(lambda: self.downs(leg) > downs, f"leg {leg} reset")
 
+    def back_after_both_reset(self, downs: list[int]) -> None:
+        """Both legs went down (each past its `downs` count), came back and caught up, and
+        the group's gap is in."""
+        wait_for(
+            lambda: all(self.downs(leg) > n for leg, n in zip(self.legs, downs, strict=True)),
+            "both legs reset",
+        )
+        self.caught_up()
+        wait_for(lambda: (self.pull(), bool(self.ring_seen.gaps))[1], "the group's gap")
+        self.caught_up()
+
     def set_links(self, state: str) -> None:
         """Both peer-side veths (the DPDK leg's and the kernel twin's) `up` or `down`."""
         for iface in (self.lab.peer_if, self.lab.peer_client_if):
@@ -277,13 +288,7 @@ def test_both_legs_down_is_one_gap_with_the_count_neither_leg_got(mixed: Mixed) 
             mixed.upstream.reset_group()
         finally:
             mixed.set_links("up")
-        wait_for(
-            lambda: all(mixed.downs(leg) > n for leg, n in zip(mixed.legs, downs, strict=True)),
-            "both legs reset",
-        )
-        mixed.caught_up()
-        wait_for(lambda: (mixed.pull(), bool(mixed.ring_seen.gaps))[1], "the group's gap")
-        mixed.caught_up()
+        mixed.back_after_both_reset(downs)
         last = mixed.ring_seen.seqs[-1]
         wait_for(lambda: bool(consumer.seen.seqs) and consumer.seen.seqs[-1] >= last, "the stream")
     finally:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +23,13 @@ from dataplane.ring import SHM_DIR, RingWriter
 from gateway.hub import Hub, ring_topic
 from gateway.hub.names import nats_gap_subject, nats_subject
 from gateway.hub.nats import NatsConfig, NatsSink
-from tests.integration.nats_helpers import Subscriber
-from wsgw_bench.servers import NatsServer, ServerThread, gateway_app, nats_server_binary
+from tests.integration.nats_helpers import Subscriber, needs_nats, wait_until
+from wsgw_bench.servers import NatsServer, ServerThread, gateway_app
 
 RING = f"wsgw-test-{os.getpid()}-ringwriters"
 LONG = "depth@" + "x" * 80  # its ring name is shortened (hash suffix)
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {check}")
-        time.sleep(0.005)
+pytestmark = needs_nats
 
 
 @pytest.fixture
@@ -120,7 +108,7 @@ def test_records_written_to_the_ring_directly_reach_streams_and_nats(
 
     try:
         every, some, epoch = asyncio.run(run())
-        wait_until(lambda: len(bus.got) == 9)
+        wait_until(lambda: len(bus.got) == 9, 20)
     finally:
         bus.close()
 

@@ -6,35 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable, Iterator
-
-import pytest
 
 from gateway.hub import Hub
 from gateway.hub.names import nats_subject
 from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
-from tests.integration.nats_helpers import Subscriber
-from wsgw_bench.servers import NatsServer, free_port, nats_server_binary
+from tests.integration.nats_helpers import Subscriber, needs_nats, wait_until
+from wsgw_bench.servers import NatsServer, free_port
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
-
-
-@pytest.fixture
-def nats_server() -> Iterator[NatsServer]:
-    with NatsServer() as server:
-        yield server
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s")
-        time.sleep(0.01)
+pytestmark = needs_nats
 
 
 def test_messages_and_gaps_reach_their_subjects_in_order(nats_server: NatsServer) -> None:

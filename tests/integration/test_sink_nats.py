@@ -1,13 +1,16 @@
 """Core NATS publishing from C (gateway.hub.nats_c) against a real nats-server: the same
 messages, subjects and order as nats-py's sink, a server restart (C disarmed, the records
 of the outage published on the new connection), and a server that stops reading (C stops
-at EAGAIN, Python writes the rest, nothing lost or reordered)."""
+at EAGAIN, Python writes the rest, nothing lost or reordered); a burst of records in one
+send, and records C sent before a hand-back that the follower reads late."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -15,8 +18,10 @@ import pytest
 
 from dataplane.ring import RingWriter
 from gateway.hub import Hub
+from gateway.hub.follower import READ_BATCH
 from gateway.hub.nats import NatsConfig, NatsSink
 from gateway.hub.nats_c import BUSY_HOLD_S
+from gateway.hub.sink import BUSY, ST_ARMED, ST_MESSAGES, ST_REASON, ST_SENDS
 from tests.integration.nats_helpers import Subscriber
 from tests.integration.test_nats_sink import wait_until
 from wsgw_bench.servers import NatsServer, nats_server_binary
@@ -62,6 +67,12 @@ def received(c_path: bool, url: str) -> tuple[list[tuple[str, bytes]], NatsSink]
     return [(s, d) for s, d, _ in sub.got], sink
 
 
+def all_once_in_order(sub: Subscriber, sink: NatsSink, n: int) -> None:
+    """The subscriber got messages 0..n-1 once each, in order, and the sink dropped none."""
+    assert [int(d.partition(b":")[0]) for _, d, _ in sub.got] == list(range(n))
+    assert sink.stats.published == n and sum(sink.dropped.values()) == 0
+
+
 def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -> None:
     by_c, c_sink = received(True, nats_server.url)
     by_py, py_sink = received(False, nats_server.url)
@@ -82,9 +93,11 @@ def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -
 
 def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     server = NatsServer().start()
-    sink = NatsSink(
-        NatsConfig(servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True)
-    ).start(10)
+    config = NatsConfig(
+        servers=[server.url], reconnect_wait_s=0.2, connect_timeout_s=0.5, c_path=True
+    )
+    # No busy hand-back: armed when the batches end (a hand-back holds C off for a while).
+    sink = NatsSink(dataclasses.replace(config, c_busy_sends=0)).start(10)
     hub = Hub(nats=sink)
     total = 0
 
@@ -181,5 +194,80 @@ def test_c_hands_back_when_busy_and_takes_over_again(nats_server: NatsServer) ->
     finally:
         sub.close()
         hub.close()
-    assert [int(d) for _, d, _ in sub.got] == list(range(2002))
-    assert sink.stats.published == 2002 and sum(sink.dropped.values()) == 0
+    all_once_in_order(sub, sink, 2002)
+
+
+def hold_loop(sink: NatsSink) -> threading.Event:
+    """Hold the sink's loop (its follower reads nothing) until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(20)
+
+    sink.loop.call_soon_threadsafe(hold)
+    assert held.wait(5)
+    return release
+
+
+def test_a_burst_of_many_records_is_one_send(nats_server: NatsServer) -> None:
+    """One hub batch of 1000 records (one ring write: one burst) leaves C in one send."""
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=0)).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed and len(sub.got) == 1)
+        slot = sink._c.slot
+        assert slot is not None
+        before = slot.state()
+        hub.publish_batch([(1, "t", b"%d" % i, 0, None) for i in range(1, 1001)])
+        after = slot.state()
+        assert after[ST_ARMED] == 1
+        assert after[ST_SENDS] - before[ST_SENDS] == 1
+        assert after[ST_MESSAGES] - before[ST_MESSAGES] == 1000
+        wait_until(lambda: len(sub.got) == 1001)
+    finally:
+        sub.close()
+        hub.close()
+    all_once_in_order(sub, sink, 1001)
+
+
+def test_records_c_sent_before_a_busy_hand_back_are_not_sent_again_when_read_late(
+    nats_server: NatsServer,
+) -> None:
+    """The reorder the feed bench caught once: C sends records, hands back (busy) while the
+    sink's follower is behind, and Python must not publish the records C sent that the
+    follower reads only after the take-back (more than one read batch of them here)."""
+    sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=1)).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    release = None
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: sink._c is not None and sink._c.armed and len(sub.got) == 1)
+        c = sink._c
+        assert c is not None and c.slot is not None
+        release = hold_loop(sink)
+        total = 1 + 3 * READ_BATCH // 2
+        hub.publish_batch([(1, "t", b"%d" % i, 0, None) for i in range(1, total)])
+        for _ in range(1000):  # single records, sent by C one a time, until it hands back
+            hub.publish_batch([(1, "t", b"%d" % total, 0, None)])
+            total += 1
+            if not c.slot.state()[ST_ARMED]:
+                break
+        state = c.slot.state()
+        assert (state[ST_ARMED], state[ST_REASON]) == (0, BUSY)
+        assert state[ST_MESSAGES] >= total - 1 > READ_BATCH  # C's, unread by the follower
+        hub.publish_batch([(1, "t", b"%d" % i, 0, None) for i in range(total, total + 500)])
+        total += 500
+        release.set()
+        wait_until(lambda: len(sub.got) >= total)
+        time.sleep(0.2)  # anything sent twice arrives too
+    finally:
+        if release is not None:
+            release.set()
+        sub.close()
+        hub.close()
+    all_once_in_order(sub, sink, total)
+    assert sink.c_disarms.get("busy", 0) >= 1

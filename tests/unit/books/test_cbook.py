@@ -12,6 +12,7 @@ mutated input: a typed status and nothing applied, or the same result as the Pyt
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
 import msgspec
@@ -30,7 +31,10 @@ from tests.unit.books.messages import (
     Change,
     binance_depth,
     binance_rest,
+    bitstamp_diff,
     bybit_book,
+    coinbase_update,
+    kraken_book,
     mutated,
     okx_book,
 )
@@ -45,7 +49,14 @@ from wsgw_bench.books import sim_stream
 
 BOTH = BOOK_OUT_JSON | BOOK_OUT_BINARY
 NORMALIZER = make_normalizer("binance")
-SYMBOLS = {"binance": "BTCUSDT", "okx": "BTC-USDT", "bybit": "BTCUSDT"}
+SYMBOLS = {
+    "binance": "BTCUSDT",
+    "okx": "BTC-USDT",
+    "bybit": "BTCUSDT",
+    "coinbase": "BTC-USD",
+    "kraken": "BTC/USD",
+    "bitstamp": "btcusd",
+}
 
 
 class Twins:
@@ -127,6 +138,7 @@ odd_levels = st.tuples(
     st.sampled_from(["1", "0", "1e-8", "5.", "0.1234567890123456789"]),
 )
 changes = st.lists(st.tuples(texts, sizes), max_size=5)
+snapshots = st.lists(st.tuples(texts, sizes), max_size=30)
 #: Mostly in order; sometimes a break (+1, +2) or a repeat (-1, -3).
 offsets = st.sampled_from([0] * 12 + [1, 2, -1, -3])
 steps = st.lists(
@@ -148,7 +160,7 @@ def plain(level: tuple[str, str]) -> bool:
 
 
 @settings(max_examples=150, deadline=None)
-@given(snap=st.lists(st.tuples(texts, sizes), max_size=30), stream=steps)
+@given(snap=snapshots, stream=steps)
 def test_c_path_equals_python_path_at_every_step(
     snap: list[Change],
     stream: list[tuple[str, int, int, list[Change], list[Change], Change]],
@@ -188,20 +200,23 @@ def test_futures_pu_rule_in_c() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "venue", "options"),
+    ("name", "venue", "options", "by_python"),
     [
-        ("binance", "binance", {}),
-        ("binance-futures", "binance", {}),
-        ("okx", "okx", {}),
-        ("bybit", "bybit", {"depth": 50}),
+        ("binance", "binance", {}, 1),
+        ("binance-futures", "binance", {}, 1),
+        ("okx", "okx", {}, 1),
+        ("bybit", "bybit", {"depth": 50}, 1),
+        ("coinbase", "coinbase", {}, 0),
+        ("kraken", "kraken", {"depth": 10}, 0),
+        ("bitstamp", "bitstamp", {}, 1),
     ],
 )
 def test_simulator_streams_c_python_and_cryptofeed_agree(
-    name: str, venue: str, options: dict[str, int]
+    name: str, venue: str, options: dict[str, int], by_python: int
 ) -> None:
-    """The simulator's own messages (OKX with its CRC32 on each): the C path, the Python
-    path and cryptofeed's book hold the same levels after every message, and nearly all of
-    them go through C."""
+    """The simulator's own messages (OKX and Kraken with a CRC32 on each): the C path, the
+    Python path and cryptofeed's book hold the same levels after every message, and all of
+    them but `by_python` (the one that joins the book by the Python rule) go through C."""
     snap, updates = sim_stream(name, 600)
     twins = Twins(venue, **options)
     twins.snapshot(snap.decode())
@@ -215,7 +230,7 @@ def test_simulator_streams_c_python_and_cryptofeed_agree(
                 while len(levels) > options["depth"]:
                     del levels[levels.index(options["depth"])[0]]
         assert ours_as_decimals(twins.c) == theirs(reference)
-    assert twins.fast >= len(updates) - 1
+    assert twins.fast >= len(updates) - by_python
     assert not twins.c.resyncs
 
 
@@ -246,7 +261,7 @@ def okx_expected(twins: Twins, bids: list[Change], asks: list[Change]) -> int:
 @settings(max_examples=80, deadline=None)
 @given(
     venue=st.sampled_from(["okx", "bybit"]),
-    snap=st.lists(st.tuples(texts, sizes), max_size=30),
+    snap=snapshots,
     stream=st.lists(
         st.tuples(offsets, st.sampled_from([True] * 12 + [False]), changes, changes),
         min_size=1,
@@ -359,44 +374,105 @@ def c_state(book: CBook) -> tuple[int, bytes, bytes]:
     return book.seq, book.top_json(0, 100), book.top_json(1, 100)
 
 
-GOOD = binance_depth(1001, 1001, [("10.5", "1"), ("10.4", "0")], [("11.25", "3.5")]).encode()
+@dataclass(frozen=True)
+class Parsed:
+    """A venue's good update for the parser tests: the joined book it applies to holds one
+    bid (10.4 x 2), at sequence `seq` (None: the venue has none) and subscribed `depth`
+    (Kraken's, whose checksum C checks after applying); `alphabet` is what mutations
+    write; `ts_ns`, the venue time C must read from it."""
+
+    venue: str
+    good: bytes
+    alphabet: bytes
+    seq: int | None = None
+    depth: int | None = None
+    ts_ns: int | None = None
+
+    def joined_book(self) -> CBook:
+        book = CBook(self.venue, SYMBOLS[self.venue])
+        book.update(0, msgspec.json.encode([("10.4", "2")]))
+        if self.depth is not None:
+            book.set_depth(self.depth)
+        if self.seq is not None:
+            book.seq = self.seq
+        book.set_joined(True)
+        return book
 
 
-def test_every_prefix_is_refused_and_applies_nothing() -> None:
+BIDS: list[Change] = [("10.5", "1"), ("10.4", "0")]
+ASKS: list[Change] = [("11.25", "3.5")]
+PARSED = [
+    Parsed("binance", binance_depth(1001, 1001, BIDS, ASKS).encode(), b"eE", seq=1000),
+    Parsed("coinbase", coinbase_update(BIDS, ASKS).encode(), b"eEZT"),
+    Parsed(
+        "kraken",
+        kraken_book("update", BIDS, ASKS, 0).replace('"checksum":0,', "").encode(),
+        b"eEZT",
+        depth=10,
+        ts_ns=1_696_613_755_440_295_000,
+    ),
+    Parsed(
+        "bitstamp",
+        bitstamp_diff(1_659_626_705_010_758, BIDS, ASKS).encode(),
+        b"_eE",
+        seq=1_000,
+        ts_ns=1_659_626_705_010_758_000,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PARSED, ids=[p.venue for p in PARSED])
+def test_every_prefix_is_refused_and_applies_nothing(case: Parsed) -> None:
     """Byte at a time: every proper prefix of a message gives a typed error, and the book is
-    untouched; the whole message applies."""
-    book = joined_book([("10.4", "2")])
+    untouched; the whole message applies, as the very bytes the Python path encodes."""
+    book = case.joined_book()
     before = c_state(book)
-    for end in range(len(GOOD)):
-        status, as_json, _ = book.on_message(GOOD[:end], 0, BOTH)
-        assert BOOK_STATUS_NAMES[status] in ("malformed", "unsupported"), GOOD[:end]
+    for end in range(len(case.good)):
+        status, as_json, _ = book.on_message(case.good[:end], 0, BOTH)
+        assert BOOK_STATUS_NAMES[status] in ("malformed", "unsupported"), case.good[:end]
         assert as_json == b""
         assert c_state(book) == before
-    status, _, _ = book.on_message(GOOD, 0, BOTH)
+    status, as_json, as_binary = book.on_message(case.good, 3, BOTH)
     assert BOOK_STATUS_NAMES[status] == "applied"
+    (event,) = make_normalizer(case.venue).normalize(case.good, 3)
+    assert isinstance(event, BookDelta)
+    assert as_json == encode_json(event) and as_binary == encode_binary(event)
+    if case.seq is not None:
+        assert book.seq == event.seq
+    if case.ts_ns is not None:
+        assert event.venue_ts_ns == case.ts_ns
 
 
+@pytest.mark.parametrize("case", PARSED, ids=[p.venue for p in PARSED])
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
-def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
+def test_mutated_messages_are_refused_or_read_as_python_reads_them(
+    case: Parsed, data: st.DataObject
+) -> None:
     """Random edits of a good message: C either refuses it (a typed status, the book as it
-    was) or applies exactly the levels the Python normalizer reads from it."""
-    raw = mutated(data, GOOD, b'"[]{},:0159.-eE\\ xu\x00\xff')
-    book = joined_book([("10.4", "2")])
+    was; a checksum found wrong after applying, with a depth) or applies exactly the levels
+    the Python normalizer reads from it."""
+    raw = mutated(data, case.good, b'"[]{},:0159.-\\ xu\x00\xff' + case.alphabet)
+    book = case.joined_book()
     before = c_state(book)
     status, as_json, as_binary = book.on_message(raw, 3, BOTH)
     name = BOOK_STATUS_NAMES[status]
     if name != "applied":
-        assert c_state(book) == before
+        if not (name == "checksum" and case.depth is not None):
+            assert c_state(book) == before
         return
-    (event,) = NORMALIZER.normalize(raw, 3)
+    (event,) = make_normalizer(case.venue).normalize(raw, 3)
     assert isinstance(event, BookDelta)
     assert as_json == encode_json(event) and as_binary == encode_binary(event)
-    python = make_sync("binance", "BTCUSDT")
-    python.book.apply([Level("10.4", "2")], [])
-    python.book.apply(event.bids, event.asks)
-    assert book.top_json(0, 100) == msgspec.json.encode(python.book.bids.levels(100))
-    assert book.top_json(1, 100) == msgspec.json.encode(python.book.asks.levels(100))
+    python = OrderBook()
+    python.apply([Level("10.4", "2")], [])
+    python.apply(event.bids, event.asks)
+    if case.depth is not None:
+        python.truncate(case.depth)
+    assert book.top_json(0, 100) == msgspec.json.encode(python.bids.levels(100))
+    assert book.top_json(1, 100) == msgspec.json.encode(python.asks.levels(100))
+    if case.seq is not None:
+        assert book.seq == event.seq
 
 
 @pytest.mark.parametrize(

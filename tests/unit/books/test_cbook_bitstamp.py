@@ -1,43 +1,22 @@
 """Bitstamp `diff_order_book` diffs in C (book.c) against the Python path and cryptofeed,
 message by message (tests/unit/books/test_cbook.py's Twins): the same outcomes (buffered
 before the REST snapshot, dropped when not newer than it, out of order when older than the
-last applied), books and encoded deltas; truncated or mutated messages either refused
-(nothing applied) or read as Python reads them."""
+last applied), books and encoded deltas; what C declines. The simulator stream, truncated
+and mutated messages: test_cbook.py, parametrized by venue."""
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from order_book import OrderBook as CryptofeedBook
 
 from dataplane.shim import BOOK_STATUS_NAMES, CBook
-from gateway.books.book import OrderBook
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
-from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
-from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest, mutated
-from tests.unit.books.test_cbook import BOTH, SYMBOLS, Twins, odd_levels, sizes, texts
-from tests.unit.books.test_differential import cf_apply, ours_as_decimals, theirs
-from wsgw_bench.books import sim_stream
+from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
+from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
 
-SYMBOLS.setdefault("bitstamp", "btcusd")
 BITSTAMP = make_normalizer("bitstamp")
-
-
-def test_simulator_stream_c_python_and_cryptofeed_agree() -> None:
-    snap, updates = sim_stream("bitstamp", 600)
-    twins = Twins("bitstamp")
-    twins.snapshot(snap.decode())
-    reference = CryptofeedBook()
-    cf_apply("bitstamp", reference, snap.decode())
-    for raw in updates:
-        twins.message(raw)
-        cf_apply("bitstamp", reference, raw.decode())
-        assert ours_as_decimals(twins.c) == theirs(reference)
-    assert twins.fast >= len(updates) - 1  # the first one joins the book by the Python rule
-    assert not twins.c.resyncs
 
 
 def test_an_older_diff_is_out_of_order_by_the_python_rule() -> None:
@@ -54,13 +33,13 @@ def test_an_older_diff_is_out_of_order_by_the_python_rule() -> None:
 
 @settings(max_examples=120, deadline=None)
 @given(
-    snap=st.lists(st.tuples(texts, sizes), max_size=30),
+    snap=snapshots,
     stream=st.lists(
         st.tuples(
             st.sampled_from(["diff"] * 12 + ["snapshot", "odd"]),
             st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
-            st.lists(st.tuples(texts, sizes), max_size=5),
-            st.lists(st.tuples(texts, sizes), max_size=5),
+            changes,
+            changes,
             odd_levels,
         ),
         min_size=1,
@@ -87,56 +66,7 @@ def test_c_path_equals_python_path_at_every_step(
         twins.message(bitstamp_diff(us, bids, asks).encode())
 
 
-# ---- the parser ----------------------------------------------------------------------------
-def joined_book() -> CBook:
-    book = CBook("bitstamp", "btcusd")
-    book.update(0, msgspec.json.encode([("10.4", "2")]))
-    book.seq = 1_000
-    book.set_joined(True)
-    return book
-
-
-def c_state(book: CBook) -> tuple[int, bytes, bytes]:
-    return book.seq, book.top_json(0, 100), book.top_json(1, 100)
-
-
 GOOD = bitstamp_diff(1_659_626_705_010_758, [("10.5", "1"), ("10.4", "0")], [("11.25", "3.5")])
-GOOD_RAW = GOOD.encode()
-
-
-def test_every_prefix_is_refused_and_applies_nothing() -> None:
-    book = joined_book()
-    before = c_state(book)
-    for end in range(len(GOOD_RAW)):
-        status, as_json, _ = book.on_message(GOOD_RAW[:end], 0, BOTH)
-        assert BOOK_STATUS_NAMES[status] in ("malformed", "unsupported"), GOOD_RAW[:end]
-        assert as_json == b"" and c_state(book) == before
-    status, as_json, as_binary = book.on_message(GOOD_RAW, 3, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "applied"
-    (event,) = BITSTAMP.normalize(GOOD_RAW, 3)
-    assert as_json == encode_json(event) and as_binary == encode_binary(event)
-    assert book.seq == 1_659_626_705_010_758
-
-
-@settings(max_examples=400, deadline=None)
-@given(data=st.data())
-def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
-    raw = mutated(data, GOOD_RAW, b'"[]{},:0159.-_eE\\ xu\x00\xff')
-    book = joined_book()
-    before = c_state(book)
-    status, as_json, as_binary = book.on_message(raw, 3, BOTH)
-    if BOOK_STATUS_NAMES[status] != "applied":
-        assert c_state(book) == before
-        return
-    (event,) = BITSTAMP.normalize(raw, 3)
-    assert isinstance(event, BookDelta)
-    assert as_json == encode_json(event) and as_binary == encode_binary(event)
-    python = OrderBook()
-    python.apply([Level("10.4", "2")], [])
-    python.apply(event.bids, event.asks)
-    assert book.top_json(0, 100) == msgspec.json.encode(python.bids.levels(100))
-    assert book.top_json(1, 100) == msgspec.json.encode(python.asks.levels(100))
-    assert book.seq == event.seq
 
 
 @pytest.mark.parametrize(

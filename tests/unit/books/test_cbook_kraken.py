@@ -1,34 +1,30 @@
 """Kraken v2 `book` updates in C (book.c) against the Python path and cryptofeed, message
 by message: the same outcomes, books, resets and encoded deltas (tests/unit/books/
 test_cbook.py's Twins), Kraken's published checksum example, its depth truncation, and
-truncated or mutated messages either refused (nothing applied) or read as Python reads them.
+what C declines. The simulator stream, truncated and mutated messages: test_cbook.py,
+parametrized by venue.
 """
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from order_book import OrderBook as CryptofeedBook
 
 from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.books.book import OrderBook, kraken_checksum
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
-from gateway.normalize.schema import BookDelta, Level, encode_binary, encode_json
-from tests.unit.books.messages import Change, kraken_book, mutated
-from tests.unit.books.test_cbook import BOTH, SYMBOLS, Twins, sizes, texts
+from gateway.normalize.schema import Level
+from tests.unit.books.messages import Change, kraken_book
+from tests.unit.books.test_cbook import BOTH, Twins, sizes, texts
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
     KRAKEN_DOC_CHECKSUM,
     kraken_doc_message,
 )
-from tests.unit.books.test_differential import cf_apply, ours_as_decimals, theirs
-from wsgw_bench.books import sim_stream
 
-SYMBOLS.setdefault("kraken", "BTC/USD")
 KRAKEN = make_normalizer("kraken")
 
 
@@ -40,22 +36,6 @@ def expected_checksum(twins: Twins, bids: list[Change], asks: list[Change]) -> i
     book.apply([Level(*b) for b in bids], [Level(*a) for a in asks])
     book.truncate(twins.py.depth or 10_000)
     return kraken_checksum(book)
-
-
-def test_simulator_stream_c_python_and_cryptofeed_agree() -> None:
-    """The simulator's Kraken messages (a CRC32 on each, depth 10): the three books agree
-    after every message and all the updates go through C."""
-    snap, updates = sim_stream("kraken", 600)
-    twins = Twins("kraken", depth=10)
-    twins.snapshot(snap.decode())
-    reference = CryptofeedBook()
-    cf_apply("kraken", reference, snap.decode())
-    for raw in updates:
-        twins.message(raw)
-        cf_apply("kraken", reference, raw.decode())
-        assert ours_as_decimals(twins.c) == theirs(reference)
-    assert twins.fast == len(updates)
-    assert not twins.c.resyncs
 
 
 def test_documentation_checksum_in_c() -> None:
@@ -138,62 +118,6 @@ def test_c_path_equals_python_path_at_every_step(
         elif kind != "odd":
             raw = raw.replace('"checksum":0', f'"checksum":{expected_checksum(twins, bids, asks)}')
         twins.message(raw.encode())
-
-
-# ---- the parser ----------------------------------------------------------------------------
-def joined_book() -> CBook:
-    book = CBook("kraken", "BTC/USD")
-    book.update(0, msgspec.json.encode([("10.4", "2")]))
-    book.set_depth(10)
-    book.set_joined(True)
-    return book
-
-
-def c_state(book: CBook) -> tuple[int, bytes, bytes]:
-    return book.seq, book.top_json(0, 100), book.top_json(1, 100)
-
-
-GOOD = (
-    kraken_book("update", [("10.5", "1"), ("10.4", "0")], [("11.25", "3.5")], 0)
-    .replace('"checksum":0,', "")
-    .encode()
-)
-
-
-def test_every_prefix_is_refused_and_applies_nothing() -> None:
-    book = joined_book()
-    before = c_state(book)
-    for end in range(len(GOOD)):
-        status, as_json, _ = book.on_message(GOOD[:end], 0, BOTH)
-        assert BOOK_STATUS_NAMES[status] in ("malformed", "unsupported"), GOOD[:end]
-        assert as_json == b"" and c_state(book) == before
-    status, as_json, as_binary = book.on_message(GOOD, 3, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "applied"
-    (event,) = KRAKEN.normalize(GOOD, 3)
-    assert as_json == encode_json(event) and as_binary == encode_binary(event)
-    assert event.venue_ts_ns == 1_696_613_755_440_295_000
-
-
-@settings(max_examples=400, deadline=None)
-@given(data=st.data())
-def test_mutated_messages_are_refused_or_read_as_python_reads_them(data: st.DataObject) -> None:
-    raw = mutated(data, GOOD, b'"[]{},:0159.-eEZT\\ xu\x00\xff')
-    book = joined_book()
-    before = c_state(book)
-    status, as_json, as_binary = book.on_message(raw, 3, BOTH)
-    if BOOK_STATUS_NAMES[status] != "applied":
-        if BOOK_STATUS_NAMES[status] != "checksum":  # applied, then found wrong
-            assert c_state(book) == before
-        return
-    (event,) = KRAKEN.normalize(raw, 3)
-    assert isinstance(event, BookDelta)
-    assert as_json == encode_json(event) and as_binary == encode_binary(event)
-    python = OrderBook()
-    python.apply([Level("10.4", "2")], [])
-    python.apply(event.bids, event.asks)
-    python.truncate(10)
-    assert book.top_json(0, 100) == msgspec.json.encode(python.bids.levels(100))
-    assert book.top_json(1, 100) == msgspec.json.encode(python.asks.levels(100))
 
 
 @pytest.mark.parametrize(

@@ -21,19 +21,7 @@ from gateway.normalize import BookSnapshot, make_normalizer
 from gateway.simulator.books import kraken_checksum as sim_kraken_checksum
 from gateway.simulator.books import okx_checksum as sim_okx_checksum
 from gateway.simulator.feeds import FEEDS, FUTURES, Feed
-from tests.unit.books.messages import (
-    Change,
-    RefBook,
-    binance_depth,
-    binance_rest,
-    bitstamp_diff,
-    bitstamp_rest,
-    bybit_book,
-    coinbase_snapshot,
-    coinbase_update,
-    kraken_book,
-    okx_book,
-)
+from tests.unit.books import messages
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
@@ -133,48 +121,52 @@ def build_stream(
 ) -> Stream:
     """Raw messages: the snapshot (or a REST snapshot maker) then the updates."""
 
-    def split(change: list[tuple[bool, int, str]]) -> tuple[list[Change], list[Change]]:
+    def split(
+        change: list[tuple[bool, int, str]],
+    ) -> tuple[list[messages.Change], list[messages.Change]]:
         bids = [(price_text(venue, n), s) for is_bid, n, s in change if is_bid]
         asks = [(price_text(venue, n + 500), s) for is_bid, n, s in change if not is_bid]
         return bids, asks
 
     snap_bids, snap_asks = split([c for c in snap if c[2].strip("0.")])
-    ref = RefBook(depth=10 if venue == "kraken" else None)
+    ref = messages.RefBook(depth=10 if venue == "kraken" else None)
     ref.apply(snap_bids, snap_asks)
     raws: list[str] = []
     rest: Callable[[], BookSnapshot] | None = None
     normalizer = make_normalizer(venue)
     if venue == "binance":
-        text = binance_rest(1000, snap_bids, snap_asks)
+        text = messages.binance_rest(1000, snap_bids, snap_asks)
         rest = lambda: normalizer.rest_snapshot(text, "BTCUSDT", 0)  # type: ignore[attr-defined]  # noqa: E731
         raws.append(text)
     elif venue == "bitstamp":
-        text = bitstamp_rest(1000, snap_bids, snap_asks)
+        text = messages.bitstamp_rest(1000, snap_bids, snap_asks)
         rest = lambda: normalizer.rest_snapshot(text, "btcusd", 0)  # type: ignore[attr-defined]  # noqa: E731
         raws.append(text)
     elif venue == "kraken":
-        raws.append(kraken_book("snapshot", snap_bids, snap_asks, ref.kraken_checksum()))
+        raws.append(messages.kraken_book("snapshot", snap_bids, snap_asks, ref.kraken_checksum()))
     elif venue == "okx":
-        raws.append(okx_book("snapshot", 1000, -1, snap_bids, snap_asks, ref.okx_checksum()))
+        raws.append(
+            messages.okx_book("snapshot", 1000, -1, snap_bids, snap_asks, ref.okx_checksum())
+        )
     elif venue == "bybit":
-        raws.append(bybit_book("snapshot", 1000, snap_bids, snap_asks))
+        raws.append(messages.bybit_book("snapshot", 1000, snap_bids, snap_asks))
     else:
-        raws.append(coinbase_snapshot(snap_bids, snap_asks))
+        raws.append(messages.coinbase_snapshot(snap_bids, snap_asks))
     for i, change in enumerate(updates, start=1001):
         bids, asks = split(change)
         ref.apply(bids, asks)
         if venue == "binance":
-            raws.append(binance_depth(i, i, bids, asks))
+            raws.append(messages.binance_depth(i, i, bids, asks))
         elif venue == "bitstamp":
-            raws.append(bitstamp_diff(i, bids, asks))
+            raws.append(messages.bitstamp_diff(i, bids, asks))
         elif venue == "kraken":
-            raws.append(kraken_book("update", bids, asks, ref.kraken_checksum()))
+            raws.append(messages.kraken_book("update", bids, asks, ref.kraken_checksum()))
         elif venue == "okx":
-            raws.append(okx_book("update", i, i - 1, bids, asks, ref.okx_checksum()))
+            raws.append(messages.okx_book("update", i, i - 1, bids, asks, ref.okx_checksum()))
         elif venue == "bybit":
-            raws.append(bybit_book("delta", i, bids, asks))
+            raws.append(messages.bybit_book("delta", i, bids, asks))
         else:
-            raws.append(coinbase_update(bids, asks))
+            raws.append(messages.coinbase_update(bids, asks))
     return raws, rest
 
 

@@ -24,16 +24,7 @@ from dataplane.shim import EngineBinding, FlowStruct
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpOptions, TcpRepr
-from tests.unit.engine.test_fastpath_c import (
-    LOCAL_IP,
-    LOCAL_MAC,
-    LPORT,
-    REMOTE_IP,
-    REMOTE_MAC,
-    RPORT,
-    make_engine,
-    register,
-)
+from tests.unit.engine import test_fastpath_c as fp
 
 ACK, PSH, FIN, RST, SYN, URG, ECE = (
     TcpFlags.ACK,
@@ -71,11 +62,13 @@ def frame(
 ) -> bytes:
     """A segment from the peer, Ethernet to payload; seq/ack taken modulo 2**32."""
     options = TcpOptions(timestamp=(tsval & MASK, tsecr)) if tsval is not None else TcpOptions()
-    tcp = TcpRepr(RPORT, LPORT, seq & MASK, ack & MASK, flags, window, options, payload).emit(
-        REMOTE_IP, LOCAL_IP
+    tcp = TcpRepr(fp.RPORT, fp.LPORT, seq & MASK, ack & MASK, flags, window, options, payload).emit(
+        fp.REMOTE_IP, fp.LOCAL_IP
     )
-    ip = Ipv4Repr(src=REMOTE_IP, dst=LOCAL_IP, protocol=PROTO_TCP, payload_len=len(tcp)).emit(tcp)
-    out = EthernetRepr(LOCAL_MAC, REMOTE_MAC, 0x0800).emit(ip)
+    ip = Ipv4Repr(src=fp.REMOTE_IP, dst=fp.LOCAL_IP, protocol=PROTO_TCP, payload_len=len(tcp)).emit(
+        tcp
+    )
+    out = EthernetRepr(fp.LOCAL_MAC, fp.REMOTE_MAC, 0x0800).emit(ip)
     if corrupt:  # flip a checksum bit: the IP header still verifies, the TCP one does not
         out = out[: TCP_CSUM_AT + 1] + bytes([out[TCP_CSUM_AT + 1] ^ 1]) + out[TCP_CSUM_AT + 2 :]
     return out
@@ -93,7 +86,7 @@ def acks_flow(
     space: int = 1 << 16,
 ) -> tuple[int, FlowStruct]:
     """A flow as an export with `acks_in_c` leaves it: SND.NXT - SND.UNA bytes in flight."""
-    slot, flow = register(
+    slot, flow = fp.register(
         engine, rcv_nxt=rcv_nxt & MASK, snd_una=snd_una & MASK, window=window, ts=ts, space=space
     )
     flow.snd_nxt = snd_nxt & MASK
@@ -103,10 +96,7 @@ def acks_flow(
 
 @pytest.fixture
 def engine() -> Iterator[EngineBinding]:
-    e = make_engine()
-    e.set_time(VIRTUAL_NOW_NS)
-    yield e
-    e.destroy()
+    yield from fp.engine_at(VIRTUAL_NOW_NS)
 
 
 def run(engine: EngineBinding, frames: list[bytes]) -> tuple[list[bytes], list[int]]:
@@ -350,11 +340,15 @@ def test_the_followers_alone_are_taken(engine: EngineBinding) -> None:
 
 def test_another_flows_slow_frame_does_not_hold_this_one(engine: EngineBinding) -> None:
     _, flow = acks_flow(engine)
-    other = engine.flow_add(REMOTE_IP, RPORT + 1, LPORT, 1 << 12)
+    other = engine.flow_add(fp.REMOTE_IP, fp.RPORT + 1, fp.LPORT, 1 << 12)
     assert other >= 0  # registered, not active: its frames are slow
-    tcp = TcpRepr(RPORT + 1, LPORT, 1, 1, ACK, 100, TcpOptions(), b"z").emit(REMOTE_IP, LOCAL_IP)
-    ip = Ipv4Repr(src=REMOTE_IP, dst=LOCAL_IP, protocol=PROTO_TCP, payload_len=len(tcp)).emit(tcp)
-    theirs = EthernetRepr(LOCAL_MAC, REMOTE_MAC, 0x0800).emit(ip)
+    tcp = TcpRepr(fp.RPORT + 1, fp.LPORT, 1, 1, ACK, 100, TcpOptions(), b"z").emit(
+        fp.REMOTE_IP, fp.LOCAL_IP
+    )
+    ip = Ipv4Repr(src=fp.REMOTE_IP, dst=fp.LOCAL_IP, protocol=PROTO_TCP, payload_len=len(tcp)).emit(
+        tcp
+    )
+    theirs = EthernetRepr(fp.LOCAL_MAC, fp.REMOTE_MAC, 0x0800).emit(ip)
     slow, _ = run(engine, [theirs, frame(RCV_NXT, ack=5100)])
     assert slow == [theirs]
     assert flow.snd_una == 5100 and flow.slow_pending == 0
@@ -733,7 +727,7 @@ starts = st.builds(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start=starts, specs=st.lists(specs_strategy, min_size=1, max_size=8))
 def test_c_decides_as_the_rule_says(start: Start, specs: list[Spec]) -> None:
-    engine = make_engine()
+    engine = fp.make_engine()
     try:
         engine.set_time(VIRTUAL_NOW_NS)
         check(engine, start, specs)

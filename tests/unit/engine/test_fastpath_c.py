@@ -8,6 +8,7 @@ that is not the C under test.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,18 @@ def make_engine(**overrides: int) -> EngineBinding:
     return engine
 
 
-@pytest.fixture
-def engine():  # type: ignore[no-untyped-def]
+def engine_at(now_ns: int | None = None) -> Iterator[EngineBinding]:
+    """A fixture's engine (at virtual time now_ns when given), destroyed after the test."""
     e = make_engine()
+    if now_ns is not None:
+        e.set_time(now_ns)
     yield e
     e.destroy()
+
+
+@pytest.fixture
+def engine() -> Iterator[EngineBinding]:
+    yield from engine_at()
 
 
 def register(

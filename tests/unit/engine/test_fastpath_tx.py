@@ -20,18 +20,7 @@ from dataplane.shim import EngineBinding, FlowStruct, load
 from dataplane.wire.ethernet import EthernetRepr
 from dataplane.wire.ipv4 import PROTO_TCP, Ipv4Repr
 from dataplane.wire.tcp import TcpFlags, TcpRepr
-from tests.unit.engine.test_fastpath_c import (
-    LOCAL_IP,
-    LOCAL_MAC,
-    LPORT,
-    REMOTE_IP,
-    REMOTE_MAC,
-    RPORT,
-    make_engine,
-    parse_ack,
-    register,
-    segment,
-)
+from tests.unit.engine import test_fastpath_c as fp
 
 MASK = 0xFFFFFFFF
 NOW_NS = 7_654_321_000_000  # the engine's virtual clock: TSval = NOW_NS / 1 ms + ts_offset
@@ -44,15 +33,12 @@ DATA = TcpFlags.ACK | TcpFlags.PSH
 
 @pytest.fixture
 def engine() -> Iterator[EngineBinding]:
-    e = make_engine()
-    e.set_time(NOW_NS)
-    yield e
-    e.destroy()
+    yield from fp.engine_at(NOW_NS)
 
 
 def flow_for_tx(engine: EngineBinding, **kwargs: int) -> tuple[int, FlowStruct]:
     ts = bool(kwargs.pop("ts", True))
-    slot, flow = register(engine, snd_una=SND_NXT, ts=ts, **kwargs)
+    slot, flow = fp.register(engine, snd_una=SND_NXT, ts=ts, **kwargs)
     flow.ts_offset = TS_OFFSET
     flow.active = FLOW_DATA | FLOW_ACKS
     return slot, flow
@@ -95,11 +81,11 @@ def test_the_segment_parses_with_the_wire_layer(engine: EngineBinding) -> None:
     (raw,) = engine.take_tx()
     assert len(raw) == TEMPLATE_TS + len(payload)
     eth, ip, tcp = parse(raw)
-    assert (eth.src, eth.dst, eth.ethertype) == (LOCAL_MAC, REMOTE_MAC, 0x0800)
-    assert (ip.src, ip.dst, ip.protocol) == (LOCAL_IP, REMOTE_IP, PROTO_TCP)
+    assert (eth.src, eth.dst, eth.ethertype) == (fp.LOCAL_MAC, fp.REMOTE_MAC, 0x0800)
+    assert (ip.src, ip.dst, ip.protocol) == (fp.LOCAL_IP, fp.REMOTE_IP, PROTO_TCP)
     assert ip.payload_len == 32 + len(payload)  # the IPv4 total length was rewritten
     assert (ip.ttl, ip.ident, ip.dont_fragment) == (64, 0, True)
-    assert (tcp.src_port, tcp.dst_port) == (LPORT, RPORT)
+    assert (tcp.src_port, tcp.dst_port) == (fp.LPORT, fp.RPORT)
     assert (tcp.seq, tcp.ack) == (SND_NXT, RCV_NXT)
     assert tcp.flags == DATA
     assert tcp.window == 512  # 65536 bytes free, scaled by 2**7
@@ -129,7 +115,7 @@ def test_the_segment_dissects_in_scapy_with_checksums_it_agrees_with(
     segment_bytes = raw[34:]
     zeroed = segment_bytes[:16] + b"\x00\x00" + segment_bytes[18:]
     assert tcp.chksum == scapy_inet.in4_chksum(6, ip, zeroed)
-    assert (tcp.sport, tcp.dport, tcp.seq, tcp.ack) == (LPORT, RPORT, SND_NXT, RCV_NXT)
+    assert (tcp.sport, tcp.dport, tcp.seq, tcp.ack) == (fp.LPORT, fp.RPORT, SND_NXT, RCV_NXT)
     assert str(tcp.flags) == "PA"
     assert tcp.window == 512 and tcp.dataofs == 8
     assert tcp.options == [("NOP", None), ("NOP", None), ("Timestamp", (ts_now(), 100))]
@@ -179,7 +165,7 @@ def test_sequence_numbers_wrap(engine: EngineBinding) -> None:
 def test_the_receive_side_is_in_the_segment(engine: EngineBinding) -> None:
     """ACK = RCV.NXT and TSecr = TS.Recent as C has them after taking data."""
     slot, flow = flow_for_tx(engine)
-    engine.inject([segment(RCV_NXT, b"hello", tsval=4321, ack=SND_NXT)])
+    engine.inject([fp.segment(RCV_NXT, b"hello", tsval=4321, ack=SND_NXT)])
     engine.poll(0, 0)
     assert engine.flow_read(slot) == b"hello"
     send(engine, slot, b"reply")
@@ -209,7 +195,7 @@ def test_only_the_data_bit_is_enough_to_send(engine: EngineBinding) -> None:
 
 def test_a_pending_delayed_ack_is_settled(engine: EngineBinding) -> None:
     slot, flow = flow_for_tx(engine)  # policy "delayed"
-    engine.inject([segment(RCV_NXT, b"tick", ack=SND_NXT)])
+    engine.inject([fp.segment(RCV_NXT, b"tick", ack=SND_NXT)])
     engine.poll(0, 0)
     assert engine.take_tx() == []
     deadline = int(flow.ack_deadline_ns)
@@ -232,9 +218,9 @@ def test_after_settling_c_owes_acks_again_for_new_data(engine: EngineBinding) ->
     slot, _ = flow_for_tx(engine, policy=2)  # immediate
     send(engine, slot, b"q")
     engine.take_tx()
-    engine.inject([segment(RCV_NXT, b"answer", ack=SND_NXT + 1)])
+    engine.inject([fp.segment(RCV_NXT, b"answer", ack=SND_NXT + 1)])
     engine.poll(0, 0)
-    (ack,) = [parse_ack(raw) for raw in engine.take_tx()]
+    (ack,) = [fp.parse_ack(raw) for raw in engine.take_tx()]
     assert ack.flags == TcpFlags.ACK and ack.ack == RCV_NXT + 6 and ack.seq == SND_NXT + 1
 
 
@@ -255,7 +241,7 @@ def test_the_window_is_the_one_c_puts_in_its_acks(
     """The same state gives a C ACK and a C data segment the same window field."""
     windows = []
     for kind in ("ack", "data"):
-        engine = make_engine()
+        engine = fp.make_engine()
         try:
             engine.set_time(NOW_NS)
             slot, flow = flow_for_tx(engine, space=space, wscale=wscale, ring=1 << 17)
@@ -280,7 +266,9 @@ def test_the_window_is_the_one_c_puts_in_its_acks(
 
 def refused(engine: EngineBinding, slot: int, payload: bytes, code: int) -> None:
     """The send fails with -code and changes nothing."""
-    flow = engine.flow(slot) if engine.flow_lookup(REMOTE_IP, RPORT, LPORT) == slot else None
+    flow = (
+        engine.flow(slot) if engine.flow_lookup(fp.REMOTE_IP, fp.RPORT, fp.LPORT) == slot else None
+    )
     before = (int(flow.snd_nxt), int(flow.ack_deadline_ns)) if flow is not None else None
     stats = engine.stats()
     assert send(engine, slot, payload) == -code
@@ -314,7 +302,7 @@ def test_an_unknown_or_deleted_slot_refuses(engine: EngineBinding) -> None:
 
 
 def test_a_flow_without_a_template_refuses(engine: EngineBinding) -> None:
-    slot = engine.flow_add(REMOTE_IP, RPORT, LPORT, 1 << 12)
+    slot = engine.flow_add(fp.REMOTE_IP, fp.RPORT, fp.LPORT, 1 << 12)
     engine.flow(slot).active = FLOW_DATA
     refused(engine, slot, b"x", errno.ENOENT)
 
@@ -377,7 +365,7 @@ def test_tx_flush_without_a_port_keeps_the_captured_frames(engine: EngineBinding
 def test_any_state_and_size_gives_a_valid_segment(
     rcv_nxt: int, snd_nxt: int, ts_recent: int, ts_offset: int, ts: bool, size: int, fill: int
 ) -> None:
-    engine = make_engine()
+    engine = fp.make_engine()
     try:
         engine.set_time(NOW_NS)
         slot, flow = flow_for_tx(engine, rcv_nxt=rcv_nxt, ts=ts)

@@ -256,6 +256,34 @@ class Schedule:
     max_hold_ns: int
     events: list[tuple[Any, ...]]  # ("offer", Arrival) | ("live", leg, live, t) | ("tick", t)
     batch_sizes: list[int]
+    unread: list[list[bool]] | None  # per leg, the probe's answers in turn (then False)
+
+    def probe(self) -> Probe | None:
+        return None if self.unread is None else Probe(self.unread)
+
+
+class Probe:
+    """A leg's unread input as a scripted answer per question, each leg's in turn (so the
+    two implementations must ask the same questions in the same order to agree)."""
+
+    def __init__(self, answers: list[list[bool]]) -> None:
+        self.answers = [iter(a) for a in answers]
+        self.asked: list[int] = []
+
+    def __call__(self, leg: int) -> bool:
+        self.asked.append(leg)
+        return next(self.answers[leg], False)
+
+
+def make_pair(s: Schedule) -> tuple[dict[str, Any], Probe | None]:
+    probe = s.probe()
+    return {
+        "hold_ns": s.hold_ns,
+        "max_held": s.max_held,
+        "won_window": s.won_window,
+        "max_hold_ns": s.max_hold_ns,
+        "unread": probe,
+    }, probe
 
 
 @st.composite
@@ -305,19 +333,19 @@ def schedules(draw: st.DrawFn) -> Schedule:
     timeline.sort()
     events = [event for _, _, event in timeline]
     batch_sizes = [rng.randint(1, 64) for _ in events]
-    return Schedule(legs, hold_ns, max_held, won_window, max_hold_ns, events, batch_sizes)
+    unread = None
+    if draw(st.booleans()):
+        unread = [[rng.random() < 0.6 for _ in range(rng.randint(0, 12))] for _ in range(legs)]
+    return Schedule(legs, hold_ns, max_held, won_window, max_hold_ns, events, batch_sizes, unread)
 
 
-def run_reference(s: Schedule) -> tuple[Arbiter[bytes], list[tuple[Any, ...]], list[list[Any]]]:
+def run_reference(
+    s: Schedule,
+) -> tuple[Arbiter[bytes], list[tuple[Any, ...]], list[list[Any]], Probe | None]:
     """Feed the reference, calling expire whenever its deadline comes before the next event:
-    the calls made (so C gets the very same) and each call's outputs."""
-    ref: Arbiter[bytes] = Arbiter(
-        s.legs,
-        hold_ns=s.hold_ns,
-        max_held=s.max_held,
-        won_window=s.won_window,
-        max_hold_ns=s.max_hold_ns,
-    )
+    the calls made (so C gets the very same), each call's outputs and the probe it asked."""
+    kwargs, probe = make_pair(s)
+    ref: Arbiter[bytes] = Arbiter(s.legs, **kwargs)
     calls: list[tuple[Any, ...]] = []
     outputs: list[list[Any]] = []
     for event in s.events:
@@ -335,19 +363,15 @@ def run_reference(s: Schedule) -> tuple[Arbiter[bytes], list[tuple[Any, ...]], l
     while ref.deadline is not None:
         calls.append(("tick", ref.deadline))
         outputs.append(ref.expire(ref.deadline))
-    return ref, calls, outputs
+    return ref, calls, outputs, probe
 
 
-def run_c_batched(s: Schedule, calls: Sequence[tuple[Any, ...]]) -> tuple[CArbiter, list[Any]]:
+def run_c_batched(
+    s: Schedule, calls: Sequence[tuple[Any, ...]]
+) -> tuple[CArbiter, list[Any], Probe | None]:
     """The same calls on C, consecutive offers in offer_many batches of drawn sizes."""
-    arb = CArbiter(
-        s.legs,
-        hold_ns=s.hold_ns,
-        max_held=s.max_held,
-        won_window=s.won_window,
-        max_hold_ns=s.max_hold_ns,
-        max_topics=2,
-    )
+    kwargs, probe = make_pair(s)
+    arb = CArbiter(s.legs, max_topics=2, **kwargs)
     out: list[Any] = []
     pending: list[Arrival] = []
     sizes = iter([*s.batch_sizes, *[64] * (len(calls) + 1)])
@@ -366,7 +390,7 @@ def run_c_batched(s: Schedule, calls: Sequence[tuple[Any, ...]]) -> tuple[CArbit
         else:
             out += arb.expire(call[1])
     out += arb.offer_many(pending)
-    return arb, out
+    return arb, out, probe
 
 
 def assert_same_figures(ref: Arbiter[bytes], arb: CArbiter) -> None:
@@ -387,25 +411,14 @@ def assert_same_figures(ref: Arbiter[bytes], arb: CArbiter) -> None:
 @settings(max_examples=250, deadline=None)
 @given(schedules())
 def test_c_and_the_reference_give_the_same_outputs_and_figures(s: Schedule) -> None:
-    ref, calls, ref_outputs = run_reference(s)
+    ref, calls, ref_outputs, ref_probe = run_reference(s)
     expected = norm(o for outs in ref_outputs for o in outs)
 
     # one call at a time: each call's outputs and the deadline after it
-    single = CArbiter(
-        s.legs,
-        hold_ns=s.hold_ns,
-        max_held=s.max_held,
-        won_window=s.won_window,
-        max_hold_ns=s.max_hold_ns,
-        max_topics=2,
-    )
-    replay: Arbiter[bytes] = Arbiter(
-        s.legs,
-        hold_ns=s.hold_ns,
-        max_held=s.max_held,
-        won_window=s.won_window,
-        max_hold_ns=s.max_hold_ns,
-    )
+    kwargs, single_probe = make_pair(s)
+    single = CArbiter(s.legs, max_topics=2, **kwargs)
+    kwargs, _ = make_pair(s)
+    replay: Arbiter[bytes] = Arbiter(s.legs, **kwargs)
     for call, ref_out in zip(calls, ref_outputs, strict=True):
         if call[0] == "offer":
             got = single.offer(*call[1])
@@ -419,8 +432,12 @@ def test_c_and_the_reference_give_the_same_outputs_and_figures(s: Schedule) -> N
         assert norm(got) == norm(ref_out), call
         assert single.deadline == replay.deadline
     assert_same_figures(ref, single)
+    if ref_probe is not None:
+        assert single_probe is not None and single_probe.asked == ref_probe.asked
 
-    batched, got_batched = run_c_batched(s, calls)
+    batched, got_batched, batched_probe = run_c_batched(s, calls)
     assert norm(got_batched) == expected
     assert_same_figures(ref, batched)
+    if ref_probe is not None:
+        assert batched_probe is not None and batched_probe.asked == ref_probe.asked
     assert batched.held == 0 and batched.totals().arena_free == batched.arena_bytes // 128 * 128

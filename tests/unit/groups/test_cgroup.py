@@ -6,6 +6,7 @@ legs skip), give the same ring records: payloads, order, and gaps with their cou
 from __future__ import annotations
 
 import random
+import socket
 import time
 from typing import Any
 
@@ -249,3 +250,72 @@ def test_a_tapped_group_also_publishes_each_legs_copies_as_they_arrived(c_path: 
         reader.close()
         hub.close()
         ring.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+def test_a_kernel_legs_unread_socket_bytes_hold_a_due_hole_until_they_are_read(
+    c_path: bool,
+) -> None:
+    """The failover bench's false losses after session 10: leg B (a kernel socket) brings 3,
+    but its read loop runs late while leg A's frames keep coming. B told its group the
+    socket (leg_input): while it holds unread bytes a hole that is due waits; once they are
+    read and B brings nothing, the hole goes a hold after B's last arrival; the router keeps
+    the socket for a group that is changed."""
+    side = Side(c_path=c_path, hold_ms=20)
+    mine, peer = socket.socketpair()
+    try:
+        side.router.leg_input(B, mine.fileno())
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(B, [1, 2], t0))
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing on A: 4 held
+        peer.sendall(b"B's frames, not read yet")
+        # due at A's frame (B silent 30 ms), but B's socket holds bytes: B counts as
+        # arriving at 30 ms, the hole is due at 50 ms
+        side.router.publish_batch(batch(A, [5], t0 + 30_000_000))
+        side.group.expire(t0 + 40_000_000)
+        assert [r[2] for r in side.records()] == [trade(1), trade(2)]  # 4, 5 held for B
+        side.group.expire(t0 + 50_000_000)  # due again: still unread, held to 70 ms
+        assert side.records() == []
+        mine.recv(1024)  # B's loop reads: 3 was not in it after all
+        side.group.expire(t0 + 69_000_000)
+        assert side.records() == []
+        side.group.expire(t0 + 70_000_000)
+        records = side.records()
+        assert [r[0] for r in records] == ["gap", HUB_ID, HUB_ID] and records[0][3] == 1
+        figures = side.group.figures()
+        assert figures["gaps"] == 1
+        if c_path:
+            assert side.group.group.stats()["unread_waits"] >= 1
+        side.router.leg_input(B, -1)  # the socket closes: no longer asked
+        side.router.publish_batch(batch(A, [7], t0 + 80_000_000))  # 6 missing: 7 held
+        peer.sendall(b"more")
+        side.group.expire(t0 + 100_000_000)
+        assert [r[0] for r in side.records()] == ["gap", HUB_ID]
+    finally:
+        mine.close()
+        peer.close()
+        side.close()
+
+
+def test_a_batch_a_read_loop_is_offering_holds_a_due_hole_for_its_leg() -> None:
+    """C groups take a read loop's batch one frame per call: between two of them the engine's
+    leg may give a hole up, while the rest of the batch, stamped when it was read (longer
+    than the hold ago, on a loaded machine), brings the missing message. While a batch is
+    being offered its leg counts as having unread input."""
+    side = Side(c_path=True, hold_ms=20)
+    try:
+        group = side.group
+        assert isinstance(group, CFeedGroup)
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(B, [1, 2], t0))
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing on A: 4 held
+        group.group.set_leg_busy(1, True)  # B's loop is in the middle of a batch
+        side.router.publish_batch(batch(A, [5], t0 + 15_000_000))
+        side.router.publish_batch(batch(A, [6], t0 + 30_000_000))  # due, but B is busy
+        assert [r[2] for r in side.records()] == [trade(1), trade(2)]
+        group.group.set_leg_busy(1, False)
+        side.router.publish_batch(batch(B, [3], t0 + 1_000_000))  # the batch's stamp
+        assert [r[2] for r in side.records()] == [trade(i) for i in (3, 4, 5, 6)]
+        assert group.figures()["gaps"] == 0 and group.figures()["unread_waits"] == 1
+    finally:
+        side.close()

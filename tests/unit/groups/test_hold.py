@@ -32,24 +32,31 @@ def stream(leg: int, ids: Iterable[int], lag_ms: int) -> list[tuple[int, int, in
     return [((i + lag_ms) * MS, leg, i) for i in ids]
 
 
-def run(arb: Any, arrivals: list[tuple[int, int, int]]) -> tuple[list[Any], list[int]]:
+def run(
+    arb: Any, arrivals: list[tuple[int, int, int]], clock: list[int] | None = None
+) -> tuple[list[Any], list[int]]:
     """Arrivals in time order, expire whenever the deadline comes first (as the engine and
-    the timer do): every output, and the times holes were given up at."""
+    the timer do): every output, and the times holes were given up at. clock[0]: the time
+    of the call being made (what an unread probe looks at)."""
     heapq.heapify(arrivals)
     out: list[Any] = []
     expired_at: list[int] = []
+    clock = clock if clock is not None else [0]
     while arrivals:
         at, leg, i = arrivals[0]
         deadline = arb.deadline
         if deadline is not None and deadline <= at:
+            clock[0] = deadline
             got = arb.expire(deadline)
             out += got
             if losses(got):
                 expired_at.append(deadline)
             continue
         heapq.heappop(arrivals)
+        clock[0] = at
         out += arb.offer(leg, 0, i, i - 1, b"%d/%d" % (leg, i), at)
     while (deadline := arb.deadline) is not None:
+        clock[0] = deadline
         got = arb.expire(deadline)
         out += got
         expired_at.append(deadline)
@@ -223,3 +230,98 @@ def test_after_a_stall_a_leg_that_stays_silent_is_still_given_up_a_hold_later(
     out, expired_at = run_stalled(arb, stall(arrivals, 23, 40, first_leg=0), 23, 40)
     assert losses(out) == [(19, 21, 1)] and expired_at == [40 * MS + 23_000 + 5 * MS]
     assert delivered(out) == [i for i in range(1, 61) if i != 20]
+
+
+# ---- a leg's unread input (the reader runs late) -----------------------------------------------
+
+
+class ReaderPause:
+    """Leg `leg`'s reader does not run from start_ms to end_ms: what reached its socket
+    meanwhile is offered at end_ms (a burst), and the probe says it has unread input while
+    any of it waits. Records which legs it was asked about."""
+
+    def __init__(self, leg: int, start_ms: int, end_ms: int) -> None:
+        self.leg, self.start, self.end = leg, start_ms * MS, end_ms * MS
+        self.clock = [0]
+        self.waiting: list[tuple[int, int]] = []  # (reached the socket, read) of the burst
+        self.asked: set[int] = set()
+
+    def delay(self, arrivals: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        out = []
+        for at, leg, i in arrivals:
+            if leg == self.leg and self.start <= at <= self.end:
+                read_at = self.end + i * 1_000
+                self.waiting.append((at, read_at))
+                at = read_at
+            out.append((at, leg, i))
+        return out
+
+    def __call__(self, leg: int) -> bool:
+        self.asked.add(leg)
+        now = self.clock[0]
+        return leg == self.leg and any(at <= now < read for at, read in self.waiting)
+
+
+@IMPLEMENTATIONS
+def test_a_hole_waits_for_a_leg_whose_unread_input_holds_the_missing_message(
+    make: Factory,
+) -> None:
+    """The kernel leg (1, 8 ms behind) brings 20, but its reader pauses from 15 to 60 ms
+    while leg 0 (the engine's) keeps arriving: without the probe the hole opened at 21 ms is
+    given up at 26 ms (leg 1 silent for the 5 ms hold); with it, leg 1's socket holds unread
+    bytes, the hole waits, and the burst read at 60 ms fills it."""
+    ids = range(1, 61)
+    a = stream(0, (i for i in ids if i != 20), 0)
+    pause = ReaderPause(1, 15, 60)
+    arrivals = a + pause.delay(stream(1, ids, 8))
+    blind_out, blind_expired = run(make(2, hold_ns=5 * MS), list(arrivals))
+    assert losses(blind_out) == [(19, 21, 1)] and blind_expired == [26 * MS]
+    arb = make(2, hold_ns=5 * MS, unread=pause)
+    out, expired_at = run(arb, arrivals, pause.clock)
+    assert losses(out) == [] and expired_at == [] and arb.lost_total == 0
+    assert delivered(out) == list(ids)
+    assert pause.asked == {1}  # leg 0 went past the hole: it is not asked
+
+
+@IMPLEMENTATIONS
+def test_once_the_unread_input_is_read_the_hole_waits_a_hold_after_the_legs_last_arrival(
+    make: Factory,
+) -> None:
+    """Leg 1's reader pauses from 15 to 60 ms, and leg 1 itself stops at its message 16
+    (23 ms): its unread input is read at 60 ms without 20, the probe then says nothing is
+    left, and the hole goes a hold after that burst's last arrival."""
+    a = stream(0, (i for i in range(1, 81) if i != 20), 0)
+    pause = ReaderPause(1, 15, 60)
+    arb = make(2, hold_ns=5 * MS, unread=pause)
+    out, expired_at = run(arb, a + pause.delay(stream(1, range(1, 17), 8)), pause.clock)
+    last_read = 60 * MS + 16 * 1_000  # the burst's last
+    assert losses(out) == [(19, 21, 1)] and expired_at == [last_read + 5 * MS]
+    assert delivered(out) == [i for i in range(1, 81) if i != 20]
+
+
+@IMPLEMENTATIONS
+def test_max_hold_bounds_the_wait_for_unread_input(make: Factory) -> None:
+    """Leg 1's reader pauses from 15 to 200 ms; max_hold 12 ms: the hole opened at 21 ms is
+    given up at 33 ms although leg 1 still has unread input, and its late copy is dropped."""
+    ids = range(1, 121)
+    a = stream(0, (i for i in ids if i != 20), 0)
+    pause = ReaderPause(1, 15, 200)
+    arb = make(2, hold_ns=5 * MS, max_hold_ns=12 * MS, unread=pause)
+    out, expired_at = run(arb, a + pause.delay(stream(1, ids, 8)), pause.clock)
+    assert losses(out) == [(19, 21, 1)] and expired_at == [33 * MS]
+    assert delivered(out) == [i for i in ids if i != 20]
+
+
+@IMPLEMENTATIONS
+def test_a_down_leg_with_unread_input_is_not_waited_for(make: Factory) -> None:
+    """A leg told down (its connection reset) is not asked: its unread bytes are of a
+    connection that is gone."""
+    pause = ReaderPause(1, 0, 1000)
+    pause.waiting.append((0, 1000 * MS))
+    arb = make(2, hold_ns=5 * MS, unread=pause)
+    out = arb.offer(0, 0, 1, 0, b"a1", 0) + arb.offer(1, 0, 1, 0, b"b1", 0)
+    out += arb.set_live(1, False, 1 * MS)
+    out += arb.offer(0, 0, 3, 2, b"a3", 2 * MS)  # a hole at 2
+    pause.clock[0] = 7 * MS
+    out += arb.expire(7 * MS)
+    assert losses(out) == [(1, 3, 1)] and 1 not in pause.asked

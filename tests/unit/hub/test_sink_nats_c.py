@@ -1,18 +1,23 @@
 """The C sink's NATS slots alone (sink.c, gateway.hub.sink) on a socketpair: the bytes are
 nats-py's PUB without reply (gateway.hub.nats_c.pub), every session's records go out, and C
-stops at a topic it has no subject for, at any $gap record, and exactly at a full socket."""
+stops at a topic it has no subject for, at any $gap record, and exactly at a full socket;
+the records of a burst leave in one send at its end."""
 
 from __future__ import annotations
 
 import socket
 
+import pytest
+
 from dataplane.ring import RingWriter
+from dataplane.shim import stream_sink as c
 from gateway.hub.nats_c import pub
 from gateway.hub.sink import (
     GAP,
     ST_ARMED,
     ST_NEXT_SEQ,
     ST_REASON,
+    ST_SENDS,
     TOPIC,
     StreamSink,
 )
@@ -69,5 +74,69 @@ def test_a_full_socket_stops_the_nats_slot_exactly(
         resume = state[ST_NEXT_SEQ]
         got += b"".join(pub("s.1.a", payloads[s]) for s in range(resume, first + 200))
         assert got == b"".join(pub("s.1.a", payloads[s]) for s in range(first, first + 200))
+    finally:
+        sink.close()
+
+
+def test_a_burst_goes_out_in_one_send_at_its_end(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """The records of one burst (an engine poll's feeds: several ring writes) wait in the
+    slot's buffer and leave in one send when the burst ends; a write call outside a burst
+    is a burst of its own (one send for its 300 records)."""
+    gap, a, b = (ring.register_topic(n) for n in ("$gap", "1:a", "2:b"))
+    sink = StreamSink(ring.handle, gap)
+    try:
+        entry = sink.add_nats(pair[0].fileno())
+        assert entry.subject(a, b"s.1.a") and entry.subject(b, b"s.2.b")
+        assert entry.arm(ring.last_seq + 1)
+        sends = entry.state()[ST_SENDS]
+        c.burst_begin()
+        try:
+            c.burst_begin()  # bursts nest: the outermost end sends
+            for i in range(50):
+                ring.write(1, a, b"%d" % i)
+                ring.write(2, b, b"%d" % i)
+            c.burst_end()
+            pair[1].setblocking(False)
+            with pytest.raises(BlockingIOError):
+                pair[1].recv(1)  # nothing sent inside the burst
+            state = entry.state()
+            assert (state[ST_ARMED], state[ST_SENDS]) == (1, sends)
+            assert state[ST_NEXT_SEQ] == ring.last_seq + 1  # buffered: C's, not Python's
+        finally:
+            c.burst_end()
+        assert entry.state()[ST_SENDS] == sends + 1
+        want = b"".join(pub("s.1.a", b"%d" % i) + pub("s.2.b", b"%d" % i) for i in range(50))
+        assert drain(pair[1]) == want
+        ring.write_batch([(1, a, b"x%d" % i) for i in range(300)])
+        assert entry.state()[ST_SENDS] == sends + 2
+        assert drain(pair[1]) == b"".join(pub("s.1.a", b"x%d" % i) for i in range(300))
+    finally:
+        sink.close()
+
+
+def test_a_python_disarm_inside_a_burst_hands_the_buffer_over_as_the_rest(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """What C buffered and had not sent when Python takes the socket back is the rest:
+    Python writes it first, then resumes at next_seq, so every record goes once, in order."""
+    gap, a = ring.register_topic("$gap"), ring.register_topic("1:a")
+    sink = StreamSink(ring.handle, gap)
+    try:
+        entry = sink.add_nats(pair[0].fileno())
+        assert entry.subject(a, b"s.1.a") and entry.arm(ring.last_seq + 1)
+        c.burst_begin()
+        try:
+            first = ring.write(1, a, b"one")
+            ring.write(1, a, b"two")
+            state = entry.disarm()
+        finally:
+            c.burst_end()
+        ring.write(1, a, b"three")  # disarmed: Python's
+        assert (state[ST_ARMED], state[ST_NEXT_SEQ]) == (0, first + 2)
+        assert drain(pair[1]) == b""  # the end sent nothing: the slot was not armed
+        assert entry.take_rest(state) == pub("s.1.a", b"one") + pub("s.1.a", b"two")
+        assert entry.arm(ring.last_seq + 1)
     finally:
         sink.close()

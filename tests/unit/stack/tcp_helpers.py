@@ -229,3 +229,42 @@ def conn_close_wait(cfg: TcpConfig | None = None) -> TcpConnection:
 def conn_last_ack(cfg: TcpConfig | None = None) -> TcpConnection:
     """Passive close: we closed after the peer, our FIN (at LOCAL_SEQ + 1) is out."""
     return _close(conn_close_wait(cfg), PEER + 1, TcpState.LAST_ACK)
+
+
+#: What the test_tcp_* modules take with `from tcp_helpers import *`.
+__all__ = [
+    "ACK",
+    "DATA",
+    "FIN",
+    "LOCAL_IP",
+    "LOCAL_PORT",
+    "LOCAL_SEQ",
+    "NO_OPTIONS",
+    "PEER",
+    "PEER_SYN_OPTIONS",
+    "PSH",
+    "REMOTE_IP",
+    "REMOTE_PORT",
+    "REMOTE_SEQ",
+    "RST",
+    "SYN",
+    "check",
+    "config",
+    "conn_close_wait",
+    "conn_closed",
+    "conn_closing",
+    "conn_established",
+    "conn_fin_wait_1",
+    "conn_fin_wait_2",
+    "conn_last_ack",
+    "conn_syn_received",
+    "conn_syn_sent",
+    "conn_time_wait",
+    "recv",
+    "recv_nothing",
+    "recv_one",
+    "seg",
+    "send",
+    "synack",
+    "with_payload",
+]

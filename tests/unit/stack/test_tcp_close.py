@@ -9,29 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    FIN,
-    LOCAL_SEQ,
-    PSH,
-    REMOTE_SEQ,
-    RST,
-    SYN,
-    check,
-    config,
-    conn_close_wait,
-    conn_closing,
-    conn_established,
-    conn_fin_wait_1,
-    conn_fin_wait_2,
-    conn_last_ack,
-    conn_time_wait,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConnection, TcpResetError, TcpState, TcpStateError
 

@@ -3,24 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    FIN,
-    LOCAL_SEQ,
-    PEER,
-    PSH,
-    REMOTE_SEQ,
-    RST,
-    check,
-    config,
-    conn_established,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpState, TcpStateError
 from dataplane.wire.tcp import TcpOptions

@@ -7,21 +7,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tcp_helpers import (
-    LOCAL_SEQ,
-    REMOTE_SEQ,
-    config,
-    conn_close_wait,
-    conn_closing,
-    conn_established,
-    conn_fin_wait_1,
-    conn_fin_wait_2,
-    conn_last_ack,
-    conn_syn_received,
-    conn_syn_sent,
-    conn_time_wait,
-    seg,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpStateError
 from dataplane.wire.tcp import TcpFlags, TcpOptions

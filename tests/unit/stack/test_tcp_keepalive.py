@@ -3,20 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    PEER,
-    RST,
-    check,
-    config,
-    conn_established,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
 

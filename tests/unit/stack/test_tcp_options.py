@@ -3,24 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    PEER,
-    REMOTE_SEQ,
-    RST,
-    SYN,
-    check,
-    config,
-    conn_established,
-    conn_syn_sent,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-    synack,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConnection, TcpState
 from dataplane.wire.tcp import TcpOptions

@@ -4,24 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    LOCAL_SEQ,
-    PEER,
-    PSH,
-    REMOTE_SEQ,
-    SYN,
-    check,
-    config,
-    conn_established,
-    conn_syn_sent,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConfig, TcpConnection, TcpState, TcpTimeoutError
 from dataplane.wire.tcp import TcpOptions

@@ -5,27 +5,7 @@ from __future__ import annotations
 import errno
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    FIN,
-    LOCAL_IP,
-    LOCAL_PORT,
-    PEER,
-    PSH,
-    REMOTE_IP,
-    REMOTE_PORT,
-    RST,
-    SYN,
-    check,
-    conn_closed,
-    conn_established,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import (
     IsnGenerator,

@@ -3,27 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    FIN,
-    LOCAL_IP,
-    LOCAL_PORT,
-    LOCAL_SEQ,
-    PSH,
-    REMOTE_IP,
-    REMOTE_PORT,
-    REMOTE_SEQ,
-    RST,
-    SYN,
-    check,
-    config,
-    conn_syn_received,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import (
     TcpConnection,
@@ -32,7 +12,7 @@ from dataplane.stack.tcp import (
     TcpStateError,
     TcpTimeoutError,
 )
-from dataplane.wire.tcp import TcpOptions
+from dataplane.wire.tcp import TcpFlags, TcpOptions
 
 
 def test_from_syn_answers_with_syn_ack() -> None:
@@ -215,9 +195,10 @@ def conn_listen() -> TcpConnection:
     return conn
 
 
-def test_listen_ignores_rst() -> None:
+@pytest.mark.parametrize("flags", [RST, FIN], ids=["rst is ignored", "no syn is dropped"])
+def test_listen_stays_silent(flags: TcpFlags) -> None:
     conn = conn_listen()
-    send(conn, seg(REMOTE_SEQ, 0, RST))
+    send(conn, seg(REMOTE_SEQ, 0, flags))
     assert conn.state is TcpState.LISTEN
     recv_nothing(conn)
 
@@ -227,13 +208,6 @@ def test_listen_answers_an_ack_with_a_reset() -> None:
     send(conn, seg(REMOTE_SEQ, 777, ACK, payload=b"stray"))
     check(recv_one(conn), seq=777, flags=RST)
     assert conn.state is TcpState.LISTEN
-
-
-def test_listen_drops_segments_without_syn() -> None:
-    conn = conn_listen()
-    send(conn, seg(REMOTE_SEQ, 0, FIN))
-    assert conn.state is TcpState.LISTEN
-    recv_nothing(conn)
 
 
 def test_listen_syn_goes_to_syn_received() -> None:

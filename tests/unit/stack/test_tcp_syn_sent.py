@@ -5,24 +5,7 @@ from __future__ import annotations
 import errno
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    FIN,
-    LOCAL_SEQ,
-    PSH,
-    REMOTE_SEQ,
-    RST,
-    SYN,
-    check,
-    config,
-    conn_closed,
-    conn_syn_sent,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import (
     TcpRefusedError,

@@ -4,25 +4,7 @@ SWS avoidance, zero windows and the persist timer."""
 from __future__ import annotations
 
 import pytest
-from tcp_helpers import (
-    ACK,
-    DATA,
-    FIN,
-    LOCAL_SEQ,
-    PEER,
-    REMOTE_SEQ,
-    SYN,
-    check,
-    config,
-    conn_closed,
-    conn_established,
-    recv,
-    recv_nothing,
-    recv_one,
-    seg,
-    send,
-    synack,
-)
+from tcp_helpers import *
 
 from dataplane.stack.tcp import TcpConnection, TcpState, TcpTimeoutError
 from dataplane.wire.tcp import TcpOptions
