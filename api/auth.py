@@ -14,12 +14,13 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from gateway.control import ControlPlane
 from gateway.settings import Settings
@@ -159,7 +160,8 @@ def bearer_secret(authorization: str | None) -> str | None:
 
 def identify(state: Any, client: str, secret: str | None) -> Principal:
     """Who is calling, from the app's state (settings, control plane, limiter), the client's
-    address and the bearer secret; raises AuthFailed. Blocking (a database read)."""
+    address and the bearer secret; raises AuthFailed. Blocking (a database read, unless the
+    token was verified within auth.token_cache_s: gateway.control.tokens)."""
     settings: Settings = state.settings
     if settings.auth.mode == "none":
         if not is_loopback(client):
@@ -171,7 +173,7 @@ def identify(state: Any, client: str, secret: str | None) -> Principal:
     if not secret:
         raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     control: ControlPlane = state.control
-    token = control.tokens.authenticate(secret)
+    token = control.tokens.verify(secret)
     if token is None:
         limiter: AuthFailureLimiter = state.auth_limiter
         wait = limiter.retry_after(client)
@@ -185,7 +187,18 @@ def identify(state: Any, client: str, secret: str | None) -> Principal:
         limiter.failed(client)
         log.info("failed authentication from %s", client)
         raise _unauthorized("invalid or revoked token")
-    return Principal(token.name, frozenset(token.scopes), token.id)
+    return Principal(token.name, token.scopes, token.id)
+
+
+def known(state: Any, client: str, secret: str | None) -> Principal | None:
+    """`identify` when it needs no database (auth off, or a token verified within
+    auth.token_cache_s), else None; raises AuthFailed as identify does."""
+    settings: Settings = state.settings
+    if settings.auth.mode == "none" or not secret:
+        return identify(state, client, secret)
+    control: ControlPlane = state.control
+    token = control.tokens.cached(secret)
+    return None if token is None else Principal(token.name, token.scopes, token.id)
 
 
 def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
@@ -200,16 +213,32 @@ def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) 
     return principal
 
 
-def require_scope(scope: str) -> Callable[..., Principal]:
+async def _caller_async(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
+    """`_caller` on the event loop: a thread hop only when the database must be read."""
+    found = getattr(request.state, "principal", None)
+    if isinstance(found, Principal):
+        return found
+    secret = credentials.credentials.strip() if credentials else None
+    client = request.client.host if request.client else ""
+    principal = known(request.app.state, client, secret)
+    if principal is None:
+        principal = await run_in_threadpool(identify, request.app.state, client, secret)
+    request.state.principal = principal
+    return principal
+
+
+def require_scope(scope: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency that admits a caller holding `scope` (401 without a token, 403 without
     the scope, 429 after too many failures)."""
     assert scope in SCOPES
 
-    def dependency(
+    async def dependency(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
-        principal = _caller(request, credentials)
+        principal = await _caller_async(request, credentials)
         if scope not in principal.scopes:
             raise AuthFailed(
                 status.HTTP_403_FORBIDDEN,
@@ -261,17 +290,17 @@ def is_admin_or_anonymous(
         raise
 
 
-def require_any_scope(*scopes: str) -> Callable[..., Principal]:
+def require_any_scope(*scopes: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency that admits a caller holding any of `scopes` (a route that answers each
     scope with what it may see, e.g. the sessions a consume token may subscribe to)."""
     assert scopes
     assert set(scopes) <= set(SCOPES)
 
-    def dependency(
+    async def dependency(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
     ) -> Principal:
-        principal = _caller(request, credentials)
+        principal = await _caller_async(request, credentials)
         if not principal.scopes & set(scopes):
             raise AuthFailed(
                 status.HTTP_403_FORBIDDEN,

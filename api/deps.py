@@ -33,7 +33,7 @@ ListT = TypeVar("ListT", bound=BaseModel)
 M = TypeVar("M", bound=Base)
 
 
-def get_control(request: Request) -> ControlPlane:
+async def get_control(request: Request) -> ControlPlane:
     control: ControlPlane = request.app.state.control
     return control
 
@@ -90,9 +90,10 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
-def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: Request) -> None:
     """A query parameter the route does not take is a 422, as an unknown body field is:
-    `?limt=10` silently ignored would page with the default."""
+    `?limt=10` silently ignored would page with the default. (async: it never blocks, so
+    it takes no thread hop; nor does get_control.)"""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:

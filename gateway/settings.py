@@ -519,6 +519,14 @@ class AuthSettings(BaseModel):
     last_used_resolution_s: float = Field(
         default=60.0, ge=0, description="how often a token's last_used time is written"
     )
+    token_cache_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="a verified token is trusted this long without a database read (0: read "
+        "every time); a revocation made elsewhere (`wsgw token revoke`, another gateway) takes "
+        "effect within it, one through this gateway's API at once",
+    )
     failure_limit: int = Field(
         default=10,
         ge=1,

@@ -5,21 +5,24 @@ A book is kept per symbol for the book topics that a normalized subscription hol
 sequence are one state of the book.
 
 `/v1/books/{session}/snapshots` sets a session's periodic book snapshots (admin scope: they
-go to every consumer of the session's normalized topics). The setting lives in the running
-gateway (BookManager.set_snapshots); it is not stored, so a restart forgets it and the
-sessions go back to the gateway's default (books.periodic_interval_ms, periodic_depth).
+go to every consumer of the session's normalized topics). The setting is stored and applied
+(gateway.control.books), so a restart keeps it; a session without one follows the gateway's
+default (books.periodic_interval_ms, periodic_depth).
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath, KnownQuery
 from api.schemas.books import MAX_DEPTH, BookPublic, BookSnapshotsPublic, BookSnapshotsSettings
 from api.schemas.common import responses
-from gateway.books.manager import BookManager, SnapshotPolicy
+from gateway.books.manager import BookManager, BooksBusy, BookView, SnapshotPolicy
+from gateway.control import ControlPlane
 
 router = APIRouter(
     prefix="/v1/books",
@@ -80,7 +83,8 @@ def put_snapshots(
     sequence) every interval_ms, in order with its deltas, so that a consumer who joins
     late rebuilds the book from a snapshot and the deltas after it."""
     control.sessions.get(session_id)
-    control.books.set_snapshots(session_id, SnapshotPolicy(body.interval_ms / 1000, body.depth))
+    policy = SnapshotPolicy(body.interval_ms / 1000, body.depth)
+    control.book_snapshots.set(session_id, policy)
     return _snapshots_public(control.books, session_id)
 
 
@@ -91,7 +95,33 @@ def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep)
     """The session's own setting goes: its books are published by the gateway's default
     (books.periodic_interval_ms; none unless set)."""
     control.sessions.get(session_id)
-    control.books.set_snapshots(session_id, None)
+    control.book_snapshots.set(session_id, None)
+
+
+#: Books read on the event loop up to this depth a side (a few tens of us); deeper ones,
+#: and any read while the reader thread holds the books, go to the threadpool.
+INLINE_DEPTH = 500
+_encode = msgspec.json.Encoder().encode
+
+
+def book_json(view: BookView) -> bytes:
+    """The BookPublic document of a view, encoded once by msgspec (a Level is a [price,
+    size] array already): no pydantic model is built for the answer."""
+    return _encode(
+        {
+            "session_id": view.session_id,
+            "venue": view.venue,
+            "symbol": view.symbol,
+            "topic": view.topic,
+            "seq": view.seq,
+            "stale": view.stale,
+            "bids": view.bids,
+            "asks": view.asks,
+            "updated_ns": view.updated_ns,
+            "resyncs": view.resyncs,
+            "last_reset_reason": view.last_reset.reason if view.last_reset else None,
+        }
+    )
 
 
 @router.get(
@@ -99,7 +129,7 @@ def delete_snapshots(session_id: IdPath, control: ControlDep, _caller: AdminDep)
     response_model=BookPublic,
     responses=responses(404),
 )
-def get_book(
+async def get_book(
     session_id: IdPath,
     symbol: Symbol,
     control: ControlDep,
@@ -110,37 +140,36 @@ def get_book(
     ] = None,
 ) -> Response:
     """The session's local book of a symbol: its levels, sequence and whether it is stale."""
-    books = control.books
-    view = books.view(session_id, symbol, depth)
-    if view is None:
-        control.sessions.get(session_id)  # 404 when there is no such session
-        known = books.symbols(session_id)
-        if not books.available:
-            hint = "this gateway runs no dataplane (no hub ring to follow), so it keeps no books"
-        elif known:
-            hint = f"books of session {session_id}: {', '.join(known)}"
-        else:
-            hint = (
-                f"session {session_id} keeps no book yet: subscribe a book topic with "
-                '"format": "normalized" (POST /v1/subscriptions); the book appears with its '
-                "first update"
-            )
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND, f"no book of {symbol!r} in session {session_id}: {hint}"
-        )
     # A book is kept only for a live session (a deleted one's go with it): no database
-    # read on this path. The answer is serialized once, by pydantic, not validated again.
-    book = BookPublic(
-        session_id=view.session_id,
-        venue=view.venue,
-        symbol=view.symbol,
-        topic=view.topic,
-        seq=view.seq,
-        stale=view.stale,
-        bids=[(lv.price, lv.size) for lv in view.bids],
-        asks=[(lv.price, lv.size) for lv in view.asks],
-        updated_ns=view.updated_ns,
-        resyncs=view.resyncs,
-        last_reset_reason=view.last_reset.reason if view.last_reset else None,
+    # read on this path, and no thread hop for a shallow read of books not being updated.
+    books = control.books
+    try:
+        if depth is None or depth > INLINE_DEPTH:
+            raise BooksBusy
+        view = books.view(session_id, symbol, depth, wait=False)
+    except BooksBusy:
+        view = await run_in_threadpool(books.view, session_id, symbol, depth)
+    if view is None:
+        await run_in_threadpool(_no_book, control, session_id, symbol)
+    assert view is not None
+    return Response(book_json(view), media_type="application/json")
+
+
+def _no_book(control: ControlPlane, session_id: int, symbol: str) -> None:
+    """The 404 of a book the session does not keep (blocking: the session is read)."""
+    control.sessions.get(session_id)  # 404 when there is no such session
+    books = control.books
+    known = books.symbols(session_id)
+    if not books.available:
+        hint = "this gateway runs no dataplane (no hub ring to follow), so it keeps no books"
+    elif known:
+        hint = f"books of session {session_id}: {', '.join(known)}"
+    else:
+        hint = (
+            f"session {session_id} keeps no book yet: subscribe a book topic with "
+            '"format": "normalized" (POST /v1/subscriptions); the book appears with its '
+            "first update"
+        )
+    raise HTTPException(
+        status.HTTP_404_NOT_FOUND, f"no book of {symbol!r} in session {session_id}: {hint}"
     )
-    return Response(book.model_dump_json(), media_type="application/json")

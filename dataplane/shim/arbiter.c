@@ -26,6 +26,7 @@ struct arb_topic {
     int64_t hole_since;
     int has_hole;
     int exists;
+    int after_loss; /* a loss was declared; no unlinked message delivered since */
     uint32_t newest_seen; /* bit per leg: newest[leg] is set */
     int64_t newest[WSGW_ARB_MAX_LEGS];
     /* winners' arrivals, a ring in delivery order (so `this` ascending) */
@@ -352,6 +353,7 @@ static void lost(wsgw_arbiter *a, uint32_t topic, int64_t after, int64_t before,
 {
     if (missing != WSGW_ARB_NO_MISSING)
         a->lost += missing;
+    a->topics[topic].after_loss = 1;
     struct wsgw_arb_out *o = out_slot(a);
     if (!o)
         return;
@@ -525,12 +527,18 @@ static int offer_one(wsgw_arbiter *a, uint32_t leg, uint32_t topic, int64_t this
         t->newest[leg] = this_id;
         t->newest_seen |= bit;
     }
+    if (this_id <= t->last && prev == WSGW_ARB_NO_PREV && t->after_loss) {
+        t->last = this_id - 1; /* a snapshot after a loss: start afresh (arbiter.py) */
+        t->won_count = t->won_next = 0;
+    }
 again:
     if (this_id <= t->last) {
         late(a, leg, t, this_id, now_ns);
         return 0;
     }
     if (prev == WSGW_ARB_NO_PREV || prev == t->last) {
+        if (prev == WSGW_ARB_NO_PREV)
+            t->after_loss = 0;
         deliver(a, topic, this_id, payload, len, src, leg, now_ns);
         release(a, topic);
         return 0;

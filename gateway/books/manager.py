@@ -82,6 +82,7 @@ from dataplane.ring import Gap, RingClosedError, RingError, RingReader
 from dataplane.shim import BOOK_OUT_BINARY, BOOK_OUT_JSON
 from gateway.books.book import C_VENUES
 from gateway.books.sync import Action, BookSync, make_sync
+from gateway.dialects.kraken import book_depth as kraken_book_depth
 from gateway.hub.names import RING_GAP_TOPIC, normalized_topic, ring_topic
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, Event, Level, encode
 from gateway.normalize.venues import NORMALIZERS, Normalizer, make_normalizer
@@ -178,6 +179,10 @@ class SnapshotPolicy:
             raise ValueError(f"interval_s {self.interval_s} is not in [{READ_TIMEOUT}, 3600]")
         if self.depth is not None and self.depth < 1:
             raise ValueError(f"depth {self.depth} is not >= 1")
+
+
+class BooksBusy(Exception):
+    """The books are being updated right now (BookManager.view with wait False)."""
 
 
 @dataclass(frozen=True)
@@ -378,10 +383,15 @@ class BookManager:
         self._reader = self._thread = self._executor = None
 
     # ---- reading (any thread) -----------------------------------------------------------
-    def view(self, session_id: int, symbol: str, depth: int | None = None) -> BookView | None:
+    def view(
+        self, session_id: int, symbol: str, depth: int | None = None, *, wait: bool = True
+    ) -> BookView | None:
         """The book of `symbol` in the session (its venue's spelling; case is ignored when
-        nothing matches exactly), None when the session keeps none."""
-        with self._lock:
+        nothing matches exactly), None when the session keeps none. wait False: BooksBusy at
+        once while the reader thread holds the books (an event loop must not wait for it)."""
+        if not self._lock.acquire(blocking=wait):
+            raise BooksBusy
+        try:
             book = self._find(session_id, symbol)
             if book is None:
                 return None
@@ -406,6 +416,8 @@ class BookManager:
                 resyncs,
                 sync.last_reset,
             )
+        finally:
+            self._lock.release()
 
     def _find(self, session_id: int, symbol: str) -> _Book | None:
         books = [b for b in self._books.values() if b.session_id == session_id]
@@ -528,14 +540,15 @@ class BookManager:
                 self._stale(book, feed, outcome.reason, outcome.detail, stamps[k], out)
 
     def _record(self, record: Any, out: list[_Out]) -> None:
-        if type(record) is Gap:
+        if type(record) is Gap:  # this reader lost records: no session reconnects for it
             for sid in list(self._feeds):
-                self._session_gap(sid, time.time_ns(), out)
+                self._session_gap(sid, time.time_ns(), out, resync=True)
             return
         _, hub_id, name, ts, payload, _ = record
         if name == RING_GAP_TOPIC:
             for sid in self._followers.get(hub_id, ()):
-                self._session_gap(sid, ts, out)
+                # a group's gap is a loss of every leg: none of them reconnects for it
+                self._session_gap(sid, ts, out, resync=hub_id != sid)
             return
         for sid, topic in self._names.get(name, ()):
             feed = self._feeds.get(sid)
@@ -595,8 +608,9 @@ class BookManager:
             out.append((book.session_id, book.topic, book.sync.last_reset, ts))
         self._schedule(book)
 
-    def _session_gap(self, sid: int, ts: int, out: list[_Out]) -> None:
-        """Messages of the session may be missing: its books cannot be trusted."""
+    def _session_gap(self, sid: int, ts: int, out: list[_Out], *, resync: bool = False) -> None:
+        """Messages of the session may be missing: its books cannot be trusted. resync: ask
+        for a snapshot now (no reconnect of the session will bring one)."""
         for book in [b for b in self._books.values() if b.session_id == sid]:
             sync = book.sync
             if not sync.synced and not sync.buffers:
@@ -607,7 +621,7 @@ class BookManager:
             sync.last_reset = reset
             book.gap_resets += 1
             out.append((sid, book.topic, reset, ts))
-            if sync.buffers:
+            if sync.buffers or resync:
                 self._schedule(book, now=True)
             # the others: the session resubscribes as it reconnects, and the venue's
             # snapshot comes with it
@@ -756,12 +770,18 @@ def _book_c_available() -> bool:
 
 
 def sync_options(venue: str, topic: str) -> dict[str, Any]:
-    """The BookSync options a topic implies: Bybit's `orderbook.N.SYMBOL` shows N levels a
-    side (a level pushed out of them gets no delete: the book truncates to N itself)."""
+    """The BookSync options a topic implies: the levels a side the subscription shows (a
+    level pushed out of them gets no delete: the book truncates to them itself). Bybit's
+    `orderbook.N.SYMBOL`: N; Kraken's `book.N:SYMBOL`: N, `book:SYMBOL` 10 (its checksum is
+    of the top 10 of the truncated book either way)."""
     if venue == "bybit":
         parts = topic.split(".")
         if len(parts) == 3 and parts[0] == "orderbook" and parts[1].isdigit():
             return {"depth": int(parts[1])}
+    if venue == "kraken":
+        depth = kraken_book_depth(topic)
+        if depth is not None:
+            return {"depth": depth}
     return {}
 
 

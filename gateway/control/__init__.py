@@ -6,6 +6,7 @@ store and the runtime, one module per entity.
     subscriptions.py  SubscriptionService: topics ref-counted upstream
     tokens.py         TokenService: secrets shown once, authentication
     groups.py         GroupService: feed groups (legs of one dialect, one group per session)
+    books.py          BookSnapshotService: periodic book snapshot settings, stored and restored
     restore.py        the restart guarantee: what was open is handed back at start
     events.py         runtime events written to the store off the caller's thread
     health.py         readiness

@@ -11,6 +11,7 @@ import logging
 from datetime import timedelta
 
 from gateway.books.manager import BookManager, BooksConfig
+from gateway.control.books import BookSnapshotService
 from gateway.control.events import EventWriter
 from gateway.control.groups import GroupService
 from gateway.control.health import Readiness, readiness
@@ -56,9 +57,14 @@ class ControlPlane:
             self.tx, self.runtime, settings.hub.gateway, self.books
         )
         self.sessions.on_delete.append(self.books.forget_session)
+        self.book_snapshots = BookSnapshotService(self.tx, self.books)
         self.groups = GroupService(self.tx, self.runtime)
         self.groups.on_legs_change.append(self.subscriptions.retell_books)
-        self.tokens = TokenService(self.tx, timedelta(seconds=settings.auth.last_used_resolution_s))
+        self.tokens = TokenService(
+            self.tx,
+            timedelta(seconds=settings.auth.last_used_resolution_s),
+            settings.auth.token_cache_s,
+        )
         self.started = False
         self.restored: RestoreReport | None = None
 
@@ -71,6 +77,7 @@ class ControlPlane:
         self.runtime.set_event_sink(self.events.put)
         self.groups.restore()  # before the sessions: legs publish through their group
         self.subscriptions.restore_books()  # before the topics: no first snapshot is missed
+        self.book_snapshots.restore()
         self.restored = restore(self.tx, self.runtime)
         self.started = True
         return self.restored

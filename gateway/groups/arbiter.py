@@ -39,7 +39,9 @@ Per topic key, linked messages (prev given):
 
 Unlinked messages (prev None) are delivered when `this > last` and dropped otherwise (no gap
 can be told). The first message of a key sets where the stream starts (nothing before it
-is a loss).
+is a loss). After a loss on a key, its next unlinked message (a venue's snapshot, as a
+resubscribe brings it: OKX `books`) restarts the key even when `this <= last`: the group's
+consumers lost the stream there, and a book of it recovers only from a snapshot (issue #21).
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class _Topic(Generic[P]):
     # heap of (this, prev, leg, payload, arrived_ns, tiebreak)
     hole_since: int | None = None  # when the oldest hole opened (ns)
     newest: dict[int, int] = field(default_factory=dict)  # leg -> its newest `this` here
+    after_loss: bool = False  # a loss was declared; no unlinked message delivered since
 
 
 class Arbiter(Generic[P]):
@@ -189,10 +192,14 @@ class Arbiter(Generic[P]):
         newest = topic.newest.get(leg)
         if newest is None or this > newest:
             topic.newest[leg] = this
+        if this <= topic.last and prev is None and topic.after_loss:
+            topic.last, topic.won_ns = this - 1, {}  # a snapshot after a loss: start afresh
         if this <= topic.last:
             self._late(leg, topic, this, now_ns)
             return []
         if prev is None or prev == topic.last:
+            if prev is None:
+                topic.after_loss = False
             out: list[Output] = [self._deliver(key, topic, this, payload, leg, now_ns)]
             self._release(key, topic, out)
             return out
@@ -264,6 +271,7 @@ class Arbiter(Generic[P]):
         this, prev, leg, payload, arrived, _ = heapq.heappop(topic.held)
         missing = prev - topic.last if prev is not None else None
         out.append(Lost(key, topic.last, this, missing))
+        topic.after_loss = True
         self.lost_total += missing or 0
         out.append(self._deliver(key, topic, this, payload, leg, arrived))
         self._release(key, topic, out)

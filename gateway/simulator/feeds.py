@@ -514,16 +514,18 @@ class CoinbaseFeed(Feed):
 class KrakenFeed(Feed):
     name = "kraken"
     trade_channels = frozenset({"trade", "ticker"})
-    book_channels = frozenset({"book"})
+    #: `book` at a depth other than 10 is the topic `book.N:SYMBOL` here, as in the
+    #: gateway's dialect (the request's `depth`; the messages' channel is `book`).
+    book_channels = frozenset({"book", "book.25", "book.100", "book.500", "book.1000"})
     model_channels = book_channels
     snapshot_channels = book_channels
     #: BTC/USD's precisions: price 1 decimal, qty 8 (v2 sends both as JSON numbers).
     style = BookStyle(price_places=1)
-    #: The subscription's depth (Kraken's default).
+    #: The subscription's depth when it gives none (Kraken's default).
     depth = 10
 
     def book_window(self, channel: str) -> int | None:
-        return self.depth
+        return int(channel[5:]) if channel.startswith("book.") else self.depth
 
     def split(self, topic: str) -> tuple[str, str] | None:
         channel, sep, symbol = topic.partition(":")
@@ -559,6 +561,12 @@ class KrakenFeed(Feed):
             error = {"error": f"Unsupported method {method}", "success": False, "req_id": rid}
             return Reply(send=[dumps(error)])
         channel = params.get("channel")
+        depth = params.get("depth", self.depth) if channel == "book" else None
+        if depth is not None and depth != self.depth:
+            if f"book.{depth}" not in self.book_channels:
+                error = {"error": f"Invalid depth {depth}", "success": False, "req_id": rid}
+                return Reply(send=[dumps(error)])
+            channel = f"book.{depth}"
         reply = Reply()
         for symbol in params.get("symbol") or []:
             topic = f"{channel}:{symbol}"
@@ -581,7 +589,10 @@ class KrakenFeed(Feed):
                     )
                 )
                 continue
-            result = {"channel": channel, "snapshot": channel == "book", "symbol": symbol}
+            result: dict[str, object] = {"channel": "book", "depth": depth, "snapshot": True}
+            if depth is None:
+                result = {"channel": channel, "snapshot": False}
+            result["symbol"] = symbol
             reply.send.append(dumps({**base, "result": result, "success": True}))
             (reply.subscribe if method == "subscribe" else reply.unsubscribe).append(topic)
         return reply
@@ -610,7 +621,7 @@ class KrakenFeed(Feed):
 
     def snapshot(self, t: Tick, sim: SimBook) -> str | None:
         sym, ts = t.sym, t.ts
-        bids, asks = sim.top(self.depth)
+        bids, asks = sim.top(self.book_window(t.ch))
         return self._book_message("snapshot", sym, ts, bids, asks, sim.kraken_checksum())
 
     @staticmethod

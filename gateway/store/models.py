@@ -298,3 +298,21 @@ class FeedGroupLegRow(Base):
         ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True, unique=True
     )
     position: Mapped[int] = mapped_column(Integer)
+
+
+class BookSnapshotsRow(Base):
+    """A session's own periodic book snapshots (PUT /v1/books/{session}/snapshots), handed
+    back to the books at start (gateway.control.books); none: the gateway's default."""
+
+    __tablename__ = "book_snapshot_settings"
+    __table_args__ = (
+        CheckConstraint("interval_ms >= 100", name="interval_ms_min"),
+        CheckConstraint("depth IS NULL OR depth >= 1", name="depth_positive"),
+    )
+
+    session_id: Mapped[int] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    interval_ms: Mapped[int] = mapped_column(Integer)
+    depth: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), default=utcnow, onupdate=utcnow)

@@ -123,3 +123,42 @@ def test_a_bad_default_stops_the_start_naming_it(
 ) -> None:
     with pytest.raises(ValidationError, match=field):
         make_settings(tmp_path, "sqlite://", books=books)
+
+
+def test_a_sessions_setting_survives_a_restart(
+    tmp_path: Path, db_url: str, fake_host: FakeHost
+) -> None:
+    """The control plane restarted on the same database (SQLite file, PostgreSQL) hands the
+    stored settings back to its books; a DELETE and a deleted session remove them for good."""
+    settings = make_settings(tmp_path, db_url)
+    body = {"name": "s", "url": "wss://x.example/", "dialect": "okx", "transport": "kernel"}
+
+    def started() -> tuple[TestClient, dict[str, str]]:
+        app = create_app(settings, DetachedRuntime(), host=fake_host.manager())
+        client = TestClient(app, client=("127.0.0.1", 50000), base_url=BASE_URL)
+        client.__enter__()
+        _, secret = app.state.control.tokens.create("admin", ["admin"])
+        return client, {"Authorization": f"Bearer {secret}"}
+
+    client, admin = started()
+    with client:
+        kept, cleared, deleted = (
+            client.post("/v1/sessions", json={**body, "name": n}, headers=admin).json()["id"]
+            for n in ("kept", "cleared", "deleted")
+        )
+        for sid in (kept, cleared, deleted):
+            r = client.put(path(sid), json={"interval_ms": 500, "depth": 20}, headers=admin)
+            assert r.status_code == 200, r.text
+        client.put(path(kept), json={"interval_ms": 750, "depth": 40}, headers=admin)  # changed
+        assert client.delete(path(cleared), headers=admin).status_code == 204
+        assert client.delete(f"/v1/sessions/{deleted}", headers=admin).status_code == 204
+
+    client, admin = started()
+    with client:
+        books = client.app.state.control.books  # type: ignore[attr-defined]
+        assert books.snapshot_policy(kept) == SnapshotPolicy(0.75, 40)
+        assert books.snapshot_policy(cleared) is None
+        assert books.snapshot_policy(deleted) is None
+        answer = client.get(path(kept), headers=admin).json()
+        assert (answer["interval_ms"], answer["depth"], answer["default"]) == (750, 40, False)
+        assert client.get(path(cleared), headers=admin).json()["default"] is True

@@ -9,10 +9,12 @@ id. Each leg in turn is killed while updates flow; the consumer gets no BookRese
 records no resync, and GET /v1/books equals the simulator's book. A message both legs lose
 (a gap of the group) does reset it: the group's losses still count.
 
-Not here: the book's recovery after that reset. OKX resyncs by resubscribing (the venue's
-snapshot on subscribe), and the group's arbiter drops that snapshot as a copy, since its
-seqId is one the group has delivered (gateway.dialects.identity: an OKX snapshot is
-SEQUENCE with prev None); the arbiter would have to pass a leg's snapshot through.
+After that reset the book recovers: OKX resyncs by resubscribing leg A (the venue's
+snapshot on subscribe). That snapshot's seqId is one the group has delivered already
+(gateway.dialects.identity: an OKX snapshot is SEQUENCE with prev None), so the arbiter
+would drop it as a copy; after a loss on the key it restarts the key from it instead
+(gateway.groups.arbiter), and the book manager asks for it itself, since no leg reconnects
+for a group's loss (BookManager._session_gap).
 """
 
 from __future__ import annotations
@@ -111,3 +113,16 @@ def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path
 
         until(reset_seen, "a BookReset after a loss of both legs")
         assert resets[0].reason in ("gap", "upstream_gap"), resets
+
+        # ... and the book recovers from leg A's resubscribe: the simulator's book again.
+        def recovered() -> bool:
+            nonlocal seq
+            if book_is(seq):
+                return True
+            seq = emit(sim, 1)  # the venue's stream goes on while the book resyncs
+            time.sleep(0.05)
+            return book_is(seq)
+
+        until(recovered, "the book after the group's loss (leg A resubscribed)")
+        got = gw.book(a, OKX.symbol)
+        assert not got["stale"] and got["resyncs"], got["resyncs"]

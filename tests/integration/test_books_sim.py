@@ -74,6 +74,9 @@ VENUES = {
         "binance", "btcusdt@depth@100ms", "/fstream/stream", "BTCUSDT", futures=True
     ),
     "kraken": Venue("kraken", "book:BTC/USD", "/v2", "BTC/USD", window=10),
+    # A deeper subscription (`depth` 100): the book keeps to 100 levels, the checksum is of
+    # the top 10 of them.
+    "kraken-100": Venue("kraken", "book.100:BTC/USD", "/v2", "BTC/USD", window=100),
     "okx": Venue("okx", "books:BTC-USDT", "/ws/v5/public", "BTC-USDT"),
     "bybit": Venue("bybit", "orderbook.50.BTCUSDT", "/v5/public/spot", "BTCUSDT", window=50),
     # Levels leave a 1-level window all the time, and Bybit sends no delete for them: the
@@ -88,6 +91,7 @@ FAULTS = [
     ("binance-futures", "drop", "gap"),
     ("binance-futures", "stale", "stale_snapshot"),
     ("kraken", "checksum", "checksum"),
+    ("kraken-100", "checksum", "checksum"),
     ("okx", "checksum", "checksum"),
     ("okx", "drop", "gap"),
     ("bybit", "drop", "gap"),
