@@ -573,72 +573,93 @@ class LagSampler:
         return out
 
 
+Sample = tuple[int, dict[str, tuple[int, int]], dict[str, tuple[int, ...]]]
+
+
+def sim_sockets(path: str) -> dict[str, tuple[int, ...]]:
+    """The simulator's established connections (/proc/PID/net/tcp of its namespace): per
+    peer "ip:port" (tx_queue: bytes not yet acknowledged, timer: 1 retransmission or 4
+    zero-window probe, retransmissions)."""
+    out: dict[str, tuple[int, ...]] = {}
+    with open(path) as table:
+        next(table)
+        for row in table:
+            f = row.split()
+            if not f[1].endswith(f":{SIM_PORT:04X}") or f[3] != "01":  # ESTABLISHED
+                continue
+            ip, port = f[2].split(":")
+            peer = ".".join(str(b) for b in reversed(bytes.fromhex(ip))) + f":{int(port, 16)}"
+            timer = int(f[5].split(":")[0], 16)
+            out[peer] = (int(f[4].split(":")[0], 16), timer, int(f[6], 16))
+    return out
+
+
+def cpu_clocks(paths: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Each task's (CPU ns, run-queue wait ns) from its /proc schedstat."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, path in paths.items():
+        try:
+            with open(path) as stat:
+                run, wait, _ = stat.read().split()
+        except (OSError, ValueError):
+            continue
+        out[name] = (int(run), int(wait))
+    return out
+
+
+def wire_sampler_main(conn: Connection, sim_tcp: str, clocks: dict[str, str], every: float) -> None:
+    """The sampling loop, a process of its own (no GIL shared with the gateway): samples
+    until told to stop, then sends them."""
+    samples: list[Sample] = []
+    conn.send("ready")
+    while not conn.poll(every):
+        try:
+            samples.append((time.time_ns(), cpu_clocks(clocks), sim_sockets(sim_tcp)))
+        except (OSError, StopIteration):
+            continue
+    conn.recv()
+    conn.send({"samples": samples})
+
+
 class WireSampler:
-    """Whose lateness a leg's silence is (issue #19): every `every` s, the simulator's TCP
-    sockets as its kernel sees them (/proc/PID/net/tcp of its namespace: per peer the bytes
-    not yet acknowledged, tx_queue, and the timer: 1 retransmission, 4 zero-window probe)
-    and the CPU time and run-queue wait (/proc/.../schedstat) of the simulator and of the
-    gateway's engine and session threads; every second the simulator's connections (peer ->
-    leg). Read from outside both, so a starved simulator or engine shows as its wait."""
+    """Whose lateness a leg's silence is (issue #19): every `every` s, from a process of
+    its own, the simulator's TCP sockets as its kernel sees them (`sim_sockets`) and the CPU
+    time and run-queue wait (schedstat) of the simulator and of the gateway's engine and
+    session threads; every second the simulator's connections (peer -> leg). Read from
+    outside both, so a starved simulator or engine shows as its wait."""
 
     def __init__(self, upstream: Upstream, every: float = 0.005) -> None:
         self.upstream = upstream
-        self.every = every
-        pid = upstream.proc.pid
-        self.sim_tcp = f"/proc/{pid}/net/tcp"
-        self.clocks = {"simulator": f"/proc/{pid}/schedstat"}
+        pid, me = upstream.proc.pid, os.getpid()
+        clocks = {"simulator": f"/proc/{pid}/schedstat"}
         for thread in threading.enumerate():
             if thread.name.startswith(("wsgw-engine", "wsgw-sessions")) and thread.native_id:
-                self.clocks[thread.name] = f"/proc/self/task/{thread.native_id}/schedstat"
+                clocks[thread.name] = f"/proc/{me}/task/{thread.native_id}/schedstat"
         #: (realtime ns, {clock: (run ns, wait ns)}, {peer: (tx_queue, timer, retransmits)})
-        self.samples: list[tuple[int, dict[str, tuple[int, int]], dict[str, tuple[int, ...]]]] = []
+        self.samples: list[Sample] = []
         self.legs: dict[str, str] = {}  # peer "ip:port" -> the simulator's leg name
         self._stamps: list[int] = []  # the samples' stamps, for bisect
+        self._child = Child(wire_sampler_main, f"/proc/{pid}/net/tcp", clocks, every)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="failover-wire", daemon=True)
         self._thread.start()
 
-    def _tcp(self) -> dict[str, tuple[int, ...]]:
-        out: dict[str, tuple[int, ...]] = {}
-        with open(self.sim_tcp) as table:
-            next(table)
-            for row in table:
-                f = row.split()
-                if not f[1].endswith(f":{SIM_PORT:04X}") or f[3] != "01":  # ESTABLISHED
-                    continue
-                ip, port = f[2].split(":")
-                peer = ".".join(str(b) for b in reversed(bytes.fromhex(ip))) + f":{int(port, 16)}"
-                timer = int(f[5].split(":")[0], 16)
-                out[peer] = (int(f[4].split(":")[0], 16), timer, int(f[6], 16))
-        return out
-
-    def _clocks(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for name, path in self.clocks.items():
-            try:
-                with open(path) as stat:
-                    run, wait, _ = stat.read().split()
-            except (OSError, ValueError):
-                continue
-            out[name] = (int(run), int(wait))
-        return out
-
     def _run(self) -> None:
-        next_legs = 0.0
-        while not self._stop.wait(self.every):
+        while not self._stop.wait(1.0):
             try:
-                self.samples.append((time.time_ns(), self._clocks(), self._tcp()))
-                if time.monotonic() >= next_legs:
-                    next_legs = time.monotonic() + 1.0
-                    for c in self.upstream.command("stats")["connections"]:
-                        if c.get("peer") and c.get("group") == GROUP:
-                            self.legs[c["peer"]] = c["leg"]
-            except (OSError, RuntimeError, StopIteration):
+                for c in self.upstream.command("stats")["connections"]:
+                    if c.get("peer") and c.get("group") == GROUP:
+                        self.legs[c["peer"]] = c["leg"]
+            except RuntimeError:
                 continue
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        try:
+            self.samples = self._child.results(60)["samples"]
+        finally:
+            self._child.close()
 
     def span(self, lo: int, hi: int) -> tuple[str, dict[str, Any]]:
         """lo..hi (realtime ns): each clock's CPU and run-queue wait (ms), per leg its
@@ -706,16 +727,23 @@ class WireSampler:
             f"{max(sender, default=0) / 1e6:.0f} ms); {len(on_way)} copies sent and delayed "
             f"on their way (longest {max((w[0] for w in on_way), default=0) / 1e6:.0f} ms)"
         ]
-        zero = retrans = unacked = 0
-        for _, t0, t1, _ in on_way:
-            seen = self.span(t0, t1)[1]["legs"].get(leg)
+        zero = retrans = unacked = covered = 0
+        starved: dict[str, int] = {}  # clock -> silences it waited for a CPU half of
+        for silent, t0, t1, _ in on_way:
+            facts = self.span(t0, t1)[1]
+            covered += facts["samples"] >= 2
+            for name, (_, wait) in facts["clocks"].items():
+                starved[name] = starved.get(name, 0) + (wait * 1e6 >= silent / 2)
+            seen = facts["legs"].get(leg)
             if seen:
                 zero += 4 in seen[1]
                 retrans += seen[2] > 0
                 unacked += seen[0] > 0
+        waits = ", ".join(f"{name} {n}" for name, n in sorted(starved.items()))
         lines.append(
-            f"  of the delayed: its socket held unacked bytes in {unacked}, a zero window "
-            f"in {zero}, retransmissions in {retrans}"
+            f"  of the delayed: sampled {covered}; its socket held unacked bytes in "
+            f"{unacked}, a zero window in {zero}, retransmissions in {retrans}; waited for a "
+            f"CPU half the silence or more: {waits}"
         )
         for silent, t0, t1, waited in sorted(on_way, reverse=True)[:WIRE_SILENCES_KEPT]:
             lines.append(

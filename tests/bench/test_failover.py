@@ -98,7 +98,10 @@ def test_a_leg_silence_is_told_the_simulators_or_on_the_way() -> None:
     lines = wire.survey("A", silences, [(200 * ms, 500 * ms)])
     assert lines[0].startswith("leg A: 3 silences > hold: 1 at its kills; 1 the simulator")
     assert "1 copies sent and delayed" in lines[0]
-    assert lines[1].endswith("unacked bytes in 1, a zero window in 1, retransmissions in 0")
+    assert "sampled 1; its socket held unacked bytes in 1, a zero window in 1, " in lines[1]
+    assert lines[1].endswith(
+        "retransmissions in 0; waited for a CPU half the silence or more: simulator 0"
+    )
 
 
 def _result(group: dict[str, int], single: dict[str, int], lapped: int = 0) -> Result:
