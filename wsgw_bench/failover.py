@@ -42,6 +42,8 @@ Duration: `--duration S`, else 10 minutes (--quick: 25 s); `--rate` msg/s over a
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import queue
@@ -91,6 +93,7 @@ SINGLE_CONTENDER = "single session"
 LEG_CONTENDERS = {sid: f"leg {name} ({transport})" for sid, name, transport in (LEG_A, LEG_B)}
 GAP_REASONS_KEPT = 8
 FALSE_LOSS_RUNS_KEPT = 40
+WIRE_SILENCES_KEPT = 6
 
 Log = Callable[[str], None]
 
@@ -293,13 +296,37 @@ def tally_consumer_main(
         group["lost_brought_by_a_leg"] = brought_by_a_leg(
             tallies[GROUP_CONTENDER], legs, starts or {}, ends
         )
+        runs: list[dict[str, Any]] = []
         group["false_loss_detail"] = false_loss_detail(
             tallies[GROUP_CONTENDER],
             {n: tallies[n] for n in LEG_CONTENDERS.values() if n in tallies},
             starts or {},
             ends,
+            runs,
         )
+        group["false_loss_runs"] = runs
+    for name in LEG_CONTENDERS.values():
+        if name in reports:
+            reports[name]["silences"] = leg_silences(tallies[name], DEFAULT_HOLD_MS * 1_000_000)
     conn.send({"lapped": lapped, "contenders": reports})
+
+
+def leg_silences(leg: Tally, longer_than_ns: int) -> list[tuple[int, int, int, int]]:
+    """Each time the leg brought nothing (on any topic) for longer than `longer_than_ns`:
+    (last arrival before, first after, the send stamps of those two messages; ns). Equal
+    send stamps' spacing and silence says the simulator sent nothing meanwhile; a short
+    spacing says the copies were sent and then waited on their way (issue #19)."""
+    pairs = sorted(
+        (r, t)
+        for topic, got in leg.received_ns.items()
+        for r, t in zip(got, leg.sent_ns.get(topic, array("q")), strict=False)
+        if r
+    )
+    return [
+        (a[0], b[0], a[1], b[1])
+        for a, b in itertools.pairwise(pairs)
+        if b[0] - a[0] > longer_than_ns
+    ]
 
 
 def brought_by_a_leg(
@@ -320,7 +347,11 @@ def brought_by_a_leg(
 
 
 def false_loss_detail(
-    group: Tally, legs: dict[str, Tally], starts: dict[str, int], ends: dict[str, int]
+    group: Tally,
+    legs: dict[str, Tally],
+    starts: dict[str, int],
+    ends: dict[str, int],
+    runs: list[dict[str, Any]] | None = None,
 ) -> list[str]:
     """Per run of messages the group lost but a leg brought (the first FALSE_LOSS_RUNS_KEPT):
     when the group declared the hole (its `$gap` record's stamp), and per leg when its copy
@@ -328,7 +359,7 @@ def false_loss_detail(
     run arrived, and its last arrival on any topic before the declaration: all in ms after
     the first lost message was sent. Tells which leg was waited for, and whether it was
     silent on the wire (its copies sent long before they arrived) or its frames merely
-    unread."""
+    unread. `runs`, if given, gets each run's stamps (ns) for `wire_detail`."""
     lines: list[str] = []
     for topic, end in sorted(ends.items()):
         mine = group.seen.get(topic, bytearray())
@@ -362,6 +393,7 @@ def false_loss_detail(
             parts = [
                 f"{topic} sim_seq {seq}..{index} ({index - first} lost): declared {ms(declared)}"
             ]
+            run: dict[str, Any] = {"sent": sent_at, "declared": declared, "legs": {}}
             for name, leg in legs.items():
                 got = leg.received_ns.get(topic, array("q"))
 
@@ -382,11 +414,14 @@ def false_loss_detail(
                     ),
                     default=0,
                 )
+                run["legs"][name] = {"silent_since": silent_since, "first": at(seq)}
                 parts.append(
                     f"{name}: before {ms(at(seq - 1))} first {ms(at(seq))} after "
                     f"{ms(at(after))} last arrival before the declaration {ms(silent_since)}"
                 )
             lines.append("; ".join(parts))
+            if runs is not None:
+                runs.append(run)
     return lines
 
 
@@ -405,6 +440,7 @@ class Upstream:
         # Its answers, line by line, read on a thread of their own: a select() on the
         # buffered pipe would miss a line already in the buffer.
         self.lines: queue.Queue[str | None] = queue.Queue()
+        self._asking = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="simulator-answers", daemon=True)
         self._reader.start()
         try:
@@ -420,7 +456,12 @@ class Upstream:
         self.lines.put(None)
 
     def command(self, line: str, timeout: float = 60.0) -> dict[str, Any]:
-        """Send one stdin command and return its answer (other lines are skipped)."""
+        """Send one stdin command and return its answer (other lines are skipped); one at a
+        time (the kills and the WireSampler ask from their own threads)."""
+        with self._asking:
+            return self._command(line, timeout)
+
+    def _command(self, line: str, timeout: float) -> dict[str, Any]:
         proc = self.proc
         assert proc.stdin is not None
         proc.stdin.write(line + "\n")
@@ -530,6 +571,188 @@ class LagSampler:
                 "lag_p99_worst_ns": float(ordered[-1]),
             }
         return out
+
+
+Sample = tuple[int, dict[str, tuple[int, int]], dict[str, tuple[int, ...]]]
+
+
+def sim_sockets(path: str) -> dict[str, tuple[int, ...]]:
+    """The simulator's established connections (/proc/PID/net/tcp of its namespace): per
+    peer "ip:port" (tx_queue: bytes not yet acknowledged, timer: 1 retransmission or 4
+    zero-window probe, retransmissions)."""
+    out: dict[str, tuple[int, ...]] = {}
+    with open(path) as table:
+        next(table)
+        for row in table:
+            f = row.split()
+            if not f[1].endswith(f":{SIM_PORT:04X}") or f[3] != "01":  # ESTABLISHED
+                continue
+            ip, port = f[2].split(":")
+            peer = ".".join(str(b) for b in reversed(bytes.fromhex(ip))) + f":{int(port, 16)}"
+            timer = int(f[5].split(":")[0], 16)
+            out[peer] = (int(f[4].split(":")[0], 16), timer, int(f[6], 16))
+    return out
+
+
+def cpu_clocks(paths: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Each task's (CPU ns, run-queue wait ns) from its /proc schedstat."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, path in paths.items():
+        try:
+            with open(path) as stat:
+                run, wait, _ = stat.read().split()
+        except (OSError, ValueError):
+            continue
+        out[name] = (int(run), int(wait))
+    return out
+
+
+def wire_sampler_main(conn: Connection, sim_tcp: str, clocks: dict[str, str], every: float) -> None:
+    """The sampling loop, a process of its own (no GIL shared with the gateway): samples
+    until told to stop, then sends them."""
+    samples: list[Sample] = []
+    conn.send("ready")
+    while not conn.poll(every):
+        try:
+            samples.append((time.time_ns(), cpu_clocks(clocks), sim_sockets(sim_tcp)))
+        except (OSError, StopIteration):
+            continue
+    conn.recv()
+    conn.send({"samples": samples})
+
+
+class WireSampler:
+    """Whose lateness a leg's silence is (issue #19): every `every` s, from a process of
+    its own, the simulator's TCP sockets as its kernel sees them (`sim_sockets`) and the CPU
+    time and run-queue wait (schedstat) of the simulator and of the gateway's engine and
+    session threads; every second the simulator's connections (peer -> leg). Read from
+    outside both, so a starved simulator or engine shows as its wait."""
+
+    def __init__(self, upstream: Upstream, every: float = 0.005) -> None:
+        self.upstream = upstream
+        pid, me = upstream.proc.pid, os.getpid()
+        clocks = {"simulator": f"/proc/{pid}/schedstat"}
+        for thread in threading.enumerate():
+            if thread.name.startswith(("wsgw-engine", "wsgw-sessions")) and thread.native_id:
+                clocks[thread.name] = f"/proc/{me}/task/{thread.native_id}/schedstat"
+        #: (realtime ns, {clock: (run ns, wait ns)}, {peer: (tx_queue, timer, retransmits)})
+        self.samples: list[Sample] = []
+        self.legs: dict[str, str] = {}  # peer "ip:port" -> the simulator's leg name
+        self._stamps: list[int] = []  # the samples' stamps, for bisect
+        self._child = Child(wire_sampler_main, f"/proc/{pid}/net/tcp", clocks, every)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="failover-wire", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                for c in self.upstream.command("stats")["connections"]:
+                    if c.get("peer") and c.get("group") == GROUP:
+                        self.legs[c["peer"]] = c["leg"]
+            except RuntimeError:
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        try:
+            self.samples = self._child.results(60)["samples"]
+        finally:
+            self._child.close()
+
+    def span(self, lo: int, hi: int) -> tuple[str, dict[str, Any]]:
+        """lo..hi (realtime ns): each clock's CPU and run-queue wait (ms), per leg its
+        socket's worst unacknowledged bytes, timers and retransmissions seen; as text and
+        as facts."""
+        if len(self._stamps) != len(self.samples):
+            self._stamps = [sample[0] for sample in self.samples]
+        stamps = self._stamps
+        window = self.samples[bisect.bisect_left(stamps, lo) : bisect.bisect_right(stamps, hi)]
+        facts: dict[str, Any] = {"samples": len(window), "clocks": {}, "legs": {}}
+        if len(window) < 2:
+            return f"{(hi - lo) / 1e6:.0f} ms: {len(window)} samples", facts
+        gap = max(b[0] - a[0] for a, b in itertools.pairwise(window))
+        text = [f"{(hi - lo) / 1e6:.0f} ms ({len(window)} samples, gap {gap / 1e6:.0f})"]
+        first, last = window[0][1], window[-1][1]
+        for name, (run_ns, wait_ns) in last.items():
+            if name in first:
+                cpu, wait = (run_ns - first[name][0]) / 1e6, (wait_ns - first[name][1]) / 1e6
+                facts["clocks"][name] = (cpu, wait)
+                text.append(f"{name} cpu {cpu:.0f} wait {wait:.0f}")
+        by_leg: dict[str, list[tuple[int, ...]]] = {}
+        for _, _, tcp in window:
+            for peer, row in tcp.items():
+                by_leg.setdefault(self.legs.get(peer, peer), []).append(row)
+        for leg, rows in sorted(by_leg.items()):
+            seen = (
+                max(r[0] for r in rows),
+                sorted({r[1] for r in rows if r[1]}),
+                max(r[2] for r in rows),
+            )
+            facts["legs"][leg] = seen
+            text.append(f"sock {leg} unacked max {seen[0]} timers {seen[1]} retrans max {seen[2]}")
+        return ", ".join(text), facts
+
+    def detail(self, run: dict[str, Any]) -> str:
+        """For one false-loss run: from the first lost message's send to the hole's
+        declaration, and from there to the waited leg's copy (`span`)."""
+        sent, declared = run["sent"], run["declared"]
+        late = max((leg["first"] for leg in run["legs"].values()), default=0) or declared
+        return (
+            f"send->declared {self.span(sent, declared)[0]} | "
+            f"declared->copy {self.span(declared, late)[0]}"
+        )
+
+    def survey(
+        self, leg: str, silences: list[tuple[int, int, int, int]], kills: list[tuple[int, int]]
+    ) -> list[str]:
+        """Whose lateness each silence of `leg` longer than the hold was, outside its kills
+        (realtime ns windows): the simulator's when the send stamps around it are spaced
+        like the silence (it sent nothing meanwhile), else the copies waited on their way:
+        in the simulator's socket (unacked bytes; a zero window: the gateway not reading;
+        retransmissions: a segment lost) or unacknowledged by a gateway not polling (its
+        engine/session thread's run-queue wait)."""
+        sender, on_way, killed = [], [], 0
+        for t0, t1, s0, s1 in silences:
+            if any(k0 <= t1 and t0 <= k1 for k0, k1 in kills):
+                killed += 1
+            elif s1 - s0 >= (t1 - t0) // 2:
+                sender.append(t1 - t0)
+            else:
+                on_way.append((t1 - t0, t0, t1, t1 - s1))
+        lines = [
+            f"leg {leg}: {len(silences)} silences > hold: {killed} at its kills; "
+            f"{len(sender)} the simulator sent nothing meanwhile (longest "
+            f"{max(sender, default=0) / 1e6:.0f} ms); {len(on_way)} copies sent and delayed "
+            f"on their way (longest {max((w[0] for w in on_way), default=0) / 1e6:.0f} ms)"
+        ]
+        zero = retrans = unacked = covered = 0
+        starved: dict[str, int] = {}  # clock -> silences it waited for a CPU half of
+        for silent, t0, t1, _ in on_way:
+            facts = self.span(t0, t1)[1]
+            covered += facts["samples"] >= 2
+            for name, (_, wait) in facts["clocks"].items():
+                starved[name] = starved.get(name, 0) + (wait * 1e6 >= silent / 2)
+            seen = facts["legs"].get(leg)
+            if seen:
+                zero += 4 in seen[1]
+                retrans += seen[2] > 0
+                unacked += seen[0] > 0
+        waits = ", ".join(f"{name} {n}" for name, n in sorted(starved.items()))
+        lines.append(
+            f"  of the delayed: sampled {covered}; its socket held unacked bytes in "
+            f"{unacked}, a zero window in {zero}, retransmissions in {retrans}; waited for a "
+            f"CPU half the silence or more: {waits}"
+        )
+        for silent, t0, t1, waited in sorted(on_way, reverse=True)[:WIRE_SILENCES_KEPT]:
+            lines.append(
+                f"  silent {silent / 1e6:.1f} ms, copy waited {waited / 1e6:.1f} ms after its "
+                f"send: {self.span(t0, t1)[0]}"
+            )
+        for silent in sorted(sender, reverse=True)[:WIRE_SILENCES_KEPT]:
+            lines.append(f"  silent {silent / 1e6:.1f} ms: the simulator sent nothing")
+        return lines
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -664,10 +887,12 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
             f"load {os.getloadavg()[0]:.1f}"
         )
         sampler = LagSampler(lambda: runtime.group_figures(GROUP_ID))
+        wire = WireSampler(upstream)
         try:
             kills = make_kills(plan, lab, upstream, start, log)
         finally:
             lag_seen = sampler.stop()
+            wire.stop()
         upstream.command("rate rate=0")  # the stream ends: the window closes here
         ends = upstream.sent()
         slow_consumers = upstream.slow_consumers()
@@ -688,6 +913,19 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         if not consumer.conn.poll(60):
             raise RuntimeError("the reader did not report")
         seen: dict[str, Any] = consumer.conn.recv()
+        group_seen = seen["contenders"].get(GROUP_CONTENDER, {})
+        group_seen["wire_detail"] = [
+            wire.detail(run) for run in group_seen.pop("false_loss_runs", [])
+        ]
+        start_rt = time.time_ns() - int((time.monotonic() - start) * 1e9)
+        for sid, leg, _ in (LEG_A, LEG_B):
+            report = seen["contenders"].get(LEG_CONTENDERS[sid], {})
+            windows = [
+                (start_rt + int(k.at * 1e9), start_rt + int((k.at + plan.link_down_for + 3) * 1e9))
+                for k in kills
+                if k.leg == leg
+            ]
+            report["wire_survey"] = wire.survey(leg, report.pop("silences", []), windows)
     return Result(
         plan,
         elapsed,
@@ -735,7 +973,13 @@ def summary(result: Result) -> str:
             f"  the group's {group['lost']} lost: {brought} brought by a leg (the hold gave up: "
             f"false losses), {group['lost'] - brought} by no leg (real holes)"
         )
-        lines.extend(f"    {line}" for line in group.get("false_loss_detail", []))
+        for line, wire in zip(
+            group.get("false_loss_detail", []), group.get("wire_detail", []), strict=False
+        ):
+            lines.extend((f"    {line}", f"      wire: {wire}"))
+    for sid, _, _ in (LEG_A, LEG_B):
+        survey = result.contenders.get(LEG_CONTENDERS[sid], {}).get("wire_survey", [])
+        lines.extend(f"  {line}" for line in survey)
     for name, c in result.contenders.items():
         lines.append(
             f"  {name:15} sent {c['expected']} delivered {c['delivered']} lost {c['lost']} "

@@ -25,7 +25,9 @@ from wsgw_bench.failover import (
     Kill,
     Result,
     Tally,
+    WireSampler,
     brought_by_a_leg,
+    leg_silences,
     plan_for,
     run_failover,
     schedule,
@@ -75,6 +77,31 @@ def test_a_loss_of_the_group_is_told_false_when_a_leg_brought_it() -> None:
         leg_b.message("t", seq, 0, 0)
     assert group.report({"t": 0}, {"t": 5})["lost"] == 2
     assert brought_by_a_leg(group, [leg_a, leg_b], {"t": 0}, {"t": 5}) == 1
+
+
+def test_a_leg_silence_is_told_the_simulators_or_on_the_way() -> None:
+    """Silences past the hold (ms): 0-100 the copy after it was sent at 1 ms (it waited on
+    its way: the leg's socket then held unacked bytes behind a zero window); 100-150 sent
+    at 150 (the simulator sent nothing meanwhile); 150-400 inside a kill's window."""
+    ms = 1_000_000
+    leg = Tally()
+    for seq, (received, sent) in enumerate(((0, 0), (100, 1), (150, 150), (400, 151)), 1):
+        leg.stamp("t", seq, received * ms + 1, sent * ms + 1)
+    silences = leg_silences(leg, 20 * ms)
+    assert [(s[0] // ms, s[1] // ms) for s in silences] == [(0, 100), (100, 150), (150, 400)]
+    wire = WireSampler.__new__(WireSampler)  # no sampling thread: made-up samples
+    wire.legs, wire._stamps = {"10.0.0.1:5": "A"}, []
+    wire.samples = [
+        (t * ms, {"simulator": (t * ms, 0)}, {"10.0.0.1:5": (900 if t < 100 else 0, 4, 0)})
+        for t in range(0, 400, 10)
+    ]
+    lines = wire.survey("A", silences, [(200 * ms, 500 * ms)])
+    assert lines[0].startswith("leg A: 3 silences > hold: 1 at its kills; 1 the simulator")
+    assert "1 copies sent and delayed" in lines[0]
+    assert "sampled 1; its socket held unacked bytes in 1, a zero window in 1, " in lines[1]
+    assert lines[1].endswith(
+        "retransmissions in 0; waited for a CPU half the silence or more: simulator 0"
+    )
 
 
 def _result(group: dict[str, int], single: dict[str, int], lapped: int = 0) -> Result:
