@@ -24,6 +24,7 @@ from typing import IO, Any, ClassVar, Self
 
 from dataplane.closing import Closing
 from gateway.lab import Lab
+from wsgw_bench.servers import stop_process
 
 # The bench runs from the source checkout (it is not in the wheel): the repository root.
 REPO = Path(__file__).resolve().parents[1]
@@ -104,13 +105,7 @@ def _start(lab: Lab | None, cmd: list[str], what: str, **kwargs: Any) -> subproc
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(3)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, 3)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()

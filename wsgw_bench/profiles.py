@@ -28,8 +28,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from wsgw_bench.servers import free_port, stop_process
 
 PROFILES = ("economical", "low-latency")
 SIM_PORT = 9443
@@ -84,12 +84,6 @@ class Phase:
     p999_us: float = 0.0
     load: float = 0.0  # the host's 1-minute load average at the phase's end (2 cores here)
     latencies_us: list[float] = field(default_factory=list, repr=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -146,7 +140,7 @@ def _gateway(
     profile: str, gateway: str, extra_env: dict[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     state = Path(tempfile.mkdtemp(prefix="wsgw-profiles-"))
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WSGW_")}
     env |= {
         "WSGW_LATENCY_PROFILE": profile,
@@ -178,12 +172,7 @@ def _gateway(
             time.sleep(0.2)
         yield proc, base
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 30)
         shutil.rmtree(state, ignore_errors=True)
         for leftover in Path("/dev/shm").glob(f"wsgw-{gateway}-*"):  # noqa: S108
             leftover.unlink(missing_ok=True)

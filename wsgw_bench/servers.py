@@ -127,6 +127,19 @@ def nats_server_binary() -> str | None:
     )
 
 
+def stop_process(proc: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM, and SIGKILL if it has not exited after `grace` seconds; returns once the
+    process is reaped (no zombie left behind). A process already gone is only reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for_port(port: int, timeout: float, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -177,13 +190,8 @@ class NatsServer:
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL); the folder stays until `cleanup`."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        if proc is not None:
+            stop_process(proc, 5)
 
     def cleanup(self) -> None:
         self.stop()

@@ -19,6 +19,7 @@ from api.app import create_app
 from gateway.control import ControlPlane
 from gateway.runtime import DetachedRuntime, build_runtime
 from gateway.settings import Settings
+from gateway.simulator.process import local_simulator
 from tests.host.fakesys import FakeHost
 from wsgw_bench.servers import PgServer, PostgresUnavailable, postgres_server
 
@@ -26,6 +27,14 @@ from wsgw_bench.servers import PgServer, PostgresUnavailable, postgres_server
 BASE_URL = "http://localhost"
 #: TestClient.websocket_connect joins a path to ws://testserver: give it this base instead.
 WS_BASE = "ws://localhost"
+
+
+@pytest.fixture
+def simulator(request: pytest.FixtureRequest) -> Iterator[int]:
+    """The feed simulator on loopback (yields its port), at the test module's SIM_RATE
+    messages per second (100 when the module sets none)."""
+    with local_simulator(getattr(request.module, "SIM_RATE", 100)) as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 
 from gateway.cli import app as CLI
 from gateway.store import migrate
+from wsgw_bench.servers import free_port
 
 runner = CliRunner()
 
@@ -73,12 +73,6 @@ def test_token_create_refuses_bad_input(env: str) -> None:
     assert result.exit_code == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 SERVE = "from gateway.cli import main; main()"
 
 
@@ -128,7 +122,7 @@ def db_url(sqlite_url: str) -> str:
 
 
 def test_serve_migrates_serves_and_stops_gracefully(tmp_path: Path, sqlite_url: str) -> None:
-    port = _free_port()
+    port = free_port()
     env = serve_env(tmp_path, sqlite_url, WSGW_HUB__GATEWAY=f"test{os.getpid()}")
     ring = Path(f"/dev/shm/wsgw-test{os.getpid()}-messages")
     made = subprocess.run(

@@ -17,13 +17,10 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from dataplane.ring import RingEvent, RingMessage, RingReader
-from gateway.simulator.process import local_simulator
 from wsgw_bench.gateways import (
     ServeGateway,
     closing_with_logs,
@@ -32,6 +29,7 @@ from wsgw_bench.gateways import (
     wait_for,
 )
 
+SIM_RATE = 50  # the simulator fixture's rate (tests/api/conftest.py)
 LEASE_S = 3.0
 TICK_S = LEASE_S / 3
 SESSIONS = 6
@@ -44,12 +42,6 @@ class Node(ServeGateway):
 
     def __init__(self, name: str, db_url: str, tmp: Path, tag: str) -> None:
         super().__init__(name, tmp, tag=tag, env=fleet_env(db_url, name, LEASE_S, {"zone": "lab"}))
-
-
-@pytest.fixture
-def simulator() -> Iterator[int]:
-    with local_simulator(50) as port:
-        yield port
 
 
 def owners(nodes: list[Node], sessions: list[int]) -> dict[int, list[str]]:

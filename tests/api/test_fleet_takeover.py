@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,18 +19,11 @@ from gateway.control import ControlPlane
 from gateway.fleet.leases import LeaseStore
 from gateway.fleet.node import FleetNode, FleetRuntime
 from gateway.hub.core import Hub
-from gateway.simulator.process import local_simulator
 from tests.api.conftest import BASE_URL
 from tests.api.test_fleet_failover import wait_for
 
 LEASE_S = 1.5
 TOPIC = "btcusdt@trade"
-
-
-@pytest.fixture
-def simulator() -> Iterator[int]:
-    with local_simulator(100) as port:
-        yield port
 
 
 @pytest.fixture

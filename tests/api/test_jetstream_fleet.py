@@ -14,13 +14,9 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from gateway.simulator.process import local_simulator
-from tests.integration.nats_helpers import Subscriber
+from tests.integration.nats_helpers import Subscriber, needs_nats
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
 from wsgw_bench.gateways import (
@@ -30,22 +26,13 @@ from wsgw_bench.gateways import (
     fleet_nodes,
     jetstream_nats,
 )
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
+pytestmark = needs_nats
 STREAM = "E2E"
 LEASE_S = 3.0
 SESSIONS = 3
 TOPIC = "btcusdt@trade"
-
-
-@pytest.fixture
-def simulator() -> Iterator[int]:
-    with local_simulator(100) as port:
-        yield port
 
 
 def stored(url: str) -> list[str]:

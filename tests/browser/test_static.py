@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ from api.routes import dashboard
 from gateway.runtime import DetachedRuntime
 from tests.api.conftest import BASE_URL
 from tests.browser.conftest import build_app, dashboard_settings, make_fake_host
+from wsgw_bench.servers import free_port, stop_process
 
 STATIC = Path(dashboard.__file__).resolve().parent.parent / "static"
 
@@ -164,7 +163,7 @@ def test_wsgw_serve_serves_the_dashboard(tmp_path: Path) -> None:
 
     if "dashboard" not in inspect.getsource(app_module):
         pytest.skip("api/app.py does not include api.routes.dashboard.router yet")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "WSGW_STATE_DIR": str(tmp_path / "state"),
@@ -194,15 +193,4 @@ def test_wsgw_serve_serves_the_dashboard(tmp_path: Path) -> None:
         assert "content-security-policy" in r.headers
         assert httpx.get(f"{url}/ui/js/main.js").status_code == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        stop_process(proc, 15)

@@ -19,7 +19,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from dataplane.dpdk import RUNTIME_DIR
 from gateway.lab import Lab
 from gateway.simulator.process import simulator_command
 from tests.conftest import requires_dpdk
+from wsgw_bench.servers import free_port
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 
@@ -181,12 +181,6 @@ def sim_seqs(frames: list[dict[str, Any]]) -> dict[str, list[int]]:
 
 def each_topic(count: int) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda frames: all(len(v) >= count for v in sim_seqs(frames).values())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_serve_killed_mid_stream_restores_everything_on_restart(lab: Lab, tmp_path: Path) -> None:

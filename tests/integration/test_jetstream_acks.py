@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.integration.nats_helpers import needs_nats
 from tests.integration.test_jetstream_durable import (
     SESSION,
     Gateway,
@@ -17,12 +18,9 @@ from tests.integration.test_jetstream_durable import (
     trade_id,
 )
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
+pytestmark = needs_nats
 
 
 @pytest.fixture

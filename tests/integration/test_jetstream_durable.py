@@ -23,13 +23,11 @@ from gateway.client.nats import NatsSource
 from gateway.dialects.identity import binance_identity
 from gateway.hub import Hub
 from gateway.hub.nats import JetStreamConfig, NatsConfig, NatsSink
+from tests.integration.nats_helpers import needs_nats
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
+pytestmark = needs_nats
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "MD"
 SESSION = 1

@@ -16,16 +16,13 @@ from pathlib import Path
 import pytest
 
 from gateway.simulator.process import local_simulator
-from tests.integration.nats_helpers import Subscriber
+from tests.integration.nats_helpers import Subscriber, needs_nats
 from tests.integration.test_jetstream_durable import Consumer
 from tests.integration.test_nats_sink import wait_until
 from wsgw_bench.gateways import ServeGateway, jetstream_nats
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
+pytestmark = needs_nats
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "E2E"
 TOPIC = "btcusdt@trade"

@@ -9,14 +9,7 @@ import pytest
 from gateway.dialects import make_dialect
 from gateway.sessions import State
 from gateway.simulator import SimConfig, Simulator
-from tests.integration.test_sessions_helpers import (
-    check_order,
-    counts,
-    fast_config,
-    running,
-    seqs,
-    until,
-)
+from tests.integration import test_sessions_helpers as sh
 from tests.integration.test_simulator_helpers import TOPICS, run
 
 PER_TOPIC = 40
@@ -28,17 +21,17 @@ def test_every_message_in_order(name: str) -> None:
         async with Simulator(SimConfig(rate=200.0)) as sim:
             url = sim.url(name, make_dialect(name).path)
             topics = TOPICS[name]
-            async with running(fast_config(url, name), topics) as (session, sink, events):
-                await until(lambda: counts(sink, list(session.topics))(PER_TOPIC))
+            async with sh.running(sh.fast_config(url, name), topics) as (session, sink, events):
+                await sh.until(lambda: sh.counts(sink, list(session.topics))(PER_TOPIC))
                 assert session.state is State.STREAMING
                 assert events.states() == ["connecting", "subscribing", "streaming"]
                 # The sim serves the session's spelling of each topic, one connection.
                 (conn,) = sim.connections.values()
                 assert conn.topics == set(session.topics)
             for topic in session.topics:
-                got = seqs(sink, topic)
+                got = sh.seqs(sink, topic)
                 assert got == list(range(1, len(got) + 1)), topic  # from the first, no gap
-            assert check_order(sink, list(session.topics)) == 0
+            assert sh.check_order(sink, list(session.topics)) == 0
             c = session.counters
             assert c.messages == len(sink.messages()) == sum(c.topic_messages.values())
             assert (c.gaps, c.reconnects, c.subscribe_errors) == (0, 0, 0)
@@ -54,12 +47,12 @@ def test_exchange_sequence_numbers_reach_the_sink(name: str, topic: str) -> None
     async def scenario() -> None:
         async with Simulator(SimConfig(rate=200.0)) as sim:
             url = sim.url(name, make_dialect(name).path)
-            config = fast_config(url, name, sequence_check=True)
-            async with running(config, [topic]) as (session, sink, _):
-                await until(lambda: counts(sink, [topic])(PER_TOPIC))
+            config = sh.fast_config(url, name, sequence_check=True)
+            async with sh.running(config, [topic]) as (session, sink, _):
+                await sh.until(lambda: sh.counts(sink, [topic])(PER_TOPIC))
             messages = sink.messages(topic)
             # The simulator's book updates carry seqId/prevSeqId (OKX), U/u (Binance) = seq.
-            assert [m[4] for m in messages] == seqs(sink, topic)
+            assert [m[4] for m in messages] == sh.seqs(sink, topic)
             assert session.counters.sequence_gaps == 0
 
     run(scenario())

@@ -9,32 +9,24 @@ import pytest
 
 from gateway.dialects import Ack, Data, Heartbeat, make_dialect
 from gateway.simulator import SimConfig, Simulator, wait_until
-from tests.integration.test_simulator_helpers import (
-    BAD_TOPICS,
-    SYMBOLS,
-    TOPICS,
-    client,
-    contiguous,
-    receive,
-    run,
-)
+from tests.integration import test_simulator_helpers as simh
 
-DIALECTS = list(TOPICS)
+DIALECTS = list(simh.TOPICS)
 PER_TOPIC = 40
 
 
 @pytest.mark.parametrize("name", DIALECTS)
 def test_subscribe_receive_in_order_unsubscribe(name: str) -> None:
-    topics = TOPICS[name]
+    topics = simh.TOPICS[name]
 
     async def scenario() -> None:
-        config = SimConfig(rate=400.0, heartbeat_interval=0.2, symbols=SYMBOLS)
+        config = SimConfig(rate=400.0, heartbeat_interval=0.2, symbols=simh.SYMBOLS)
         async with Simulator(config) as sim:
             dialect = make_dialect(name)
-            async with client(sim.url(name, dialect.connect_path())) as ws:
+            async with simh.client(sim.url(name, dialect.connect_path())) as ws:
                 for message in dialect.subscribe_messages(topics):
                     await ws.send(message)
-                got = await receive(
+                got = await simh.receive(
                     ws,
                     dialect,
                     lambda g: all(len(g.seqs[t]) >= PER_TOPIC for t in topics),
@@ -43,7 +35,7 @@ def test_subscribe_receive_in_order_unsubscribe(name: str) -> None:
                 for topic in topics:
                     seqs = got.seqs[topic]
                     assert seqs[0] == 1, (topic, seqs[:5])  # nothing before the subscription
-                    assert contiguous(seqs), (topic, seqs)
+                    assert simh.contiguous(seqs), (topic, seqs)
                 # Every request acked (per topic where the exchange acks per topic).
                 acked = {t for a in got.acks for t in a.topics}
                 assert acked == set(topics) or name in ("binance", "bybit", "generic")
@@ -57,33 +49,33 @@ def test_subscribe_receive_in_order_unsubscribe(name: str) -> None:
                 gone = topics[0]
                 for message in dialect.unsubscribe_messages([gone]):
                     await ws.send(message)
-                after = await receive(
+                after = await simh.receive(
                     ws, dialect, lambda g: any(a.op == "unsubscribe" for a in g.acks)
                 )
                 assert any(gone in a.topics or not a.topics for a in after.acks)
                 await wait_until(lambda: sim.stats()["subscribers"].get(f"{name}:{gone}") is None)
                 last = sim.sent(name, gone)
-                tail = await receive(ws, dialect, lambda g: len(g.seqs[topics[1]]) >= 10)
+                tail = await simh.receive(ws, dialect, lambda g: len(g.seqs[topics[1]]) >= 10)
                 assert all(s <= last for s in tail.seqs.get(gone, []))
             await wait_until(lambda: sim.counters.connections_open == 0)
             assert sim.counters.connections_total == 1
 
-    run(scenario())
+    simh.run(scenario())
 
 
 @pytest.mark.parametrize("name", DIALECTS)
 def test_unknown_symbol_is_an_error(name: str) -> None:
     async def scenario() -> None:
-        async with Simulator(SimConfig(rate=50.0, symbols=SYMBOLS)) as sim:
+        async with Simulator(SimConfig(rate=50.0, symbols=simh.SYMBOLS)) as sim:
             dialect = make_dialect(name)
-            async with client(sim.url(name, dialect.connect_path())) as ws:
-                for message in dialect.subscribe_messages([BAD_TOPICS[name]]):
+            async with simh.client(sim.url(name, dialect.connect_path())) as ws:
+                for message in dialect.subscribe_messages([simh.BAD_TOPICS[name]]):
                     await ws.send(message)
-                got = await receive(ws, dialect, lambda g: bool(g.errors), timeout=5)
+                got = await simh.receive(ws, dialect, lambda g: bool(g.errors), timeout=5)
                 assert got.errors[0].reason
                 assert not got.seqs
 
-    run(scenario())
+    simh.run(scenario())
 
 
 def test_binance_streams_in_the_url_and_list() -> None:
@@ -93,15 +85,17 @@ def test_binance_streams_in_the_url_and_list() -> None:
         async with Simulator(SimConfig(rate=200.0)) as sim:
             dialect = make_dialect("binance")
             topics = ["btcusdt@trade", "ethusdt@bookTicker"]
-            async with client(sim.url(None, dialect.connect_path(topics))) as ws:
-                got = await receive(ws, dialect, lambda g: all(len(g.seqs[t]) >= 5 for t in topics))
+            async with simh.client(sim.url(None, dialect.connect_path(topics))) as ws:
+                got = await simh.receive(
+                    ws, dialect, lambda g: all(len(g.seqs[t]) >= 5 for t in topics)
+                )
                 assert set(got.seqs) == set(topics)
                 await ws.send(dialect.list_subscriptions_message())
-                listed = await receive(ws, dialect, lambda g: bool(g.acks))
+                listed = await simh.receive(ws, dialect, lambda g: bool(g.acks))
                 assert listed.acks[0].op == "list"
                 assert set(listed.acks[0].active or ()) == set(topics)
 
-    run(scenario())
+    simh.run(scenario())
 
 
 def test_keepalives_answered() -> None:
@@ -115,12 +109,12 @@ def test_keepalives_answered() -> None:
                 assert keepalive is not None
                 interval, message = keepalive
                 assert 0 < interval < 30
-                async with client(sim.url(name, dialect.connect_path())) as ws:
+                async with simh.client(sim.url(name, dialect.connect_path())) as ws:
                     await ws.send(message)
-                    got = await receive(ws, dialect, lambda g: g.heartbeats > 0, timeout=3)
+                    got = await simh.receive(ws, dialect, lambda g: g.heartbeats > 0, timeout=3)
                     assert got.heartbeats == 1
 
-    run(scenario())
+    simh.run(scenario())
 
 
 def test_many_connections_share_a_topic() -> None:
@@ -129,16 +123,16 @@ def test_many_connections_share_a_topic() -> None:
     async def scenario() -> None:
         async with Simulator(SimConfig(rate=0.0)) as sim:
             dialects = [make_dialect("bybit") for _ in range(5)]
-            sockets = [await client(sim.url("bybit")) for _ in dialects]
+            sockets = [await simh.client(sim.url("bybit")) for _ in dialects]
             try:
                 for ws, d in zip(sockets, dialects, strict=True):
                     for m in d.subscribe_messages(["publicTrade.BTCUSDT"]):
                         await ws.send(m)
-                    await receive(ws, d, lambda g: bool(g.acks))
+                    await simh.receive(ws, d, lambda g: bool(g.acks))
                 sim.emit("bybit", "publicTrade.BTCUSDT", 25)
                 results = await asyncio.gather(
                     *[
-                        receive(ws, d, lambda g: len(g.seqs["publicTrade.BTCUSDT"]) >= 25)
+                        simh.receive(ws, d, lambda g: len(g.seqs["publicTrade.BTCUSDT"]) >= 25)
                         for ws, d in zip(sockets, dialects, strict=True)
                     ]
                 )
@@ -150,7 +144,7 @@ def test_many_connections_share_a_topic() -> None:
                 for ws in sockets:
                     await ws.close()
 
-    run(scenario())
+    simh.run(scenario())
 
 
 def test_rates_total_cap_and_bursts() -> None:
@@ -159,22 +153,24 @@ def test_rates_total_cap_and_bursts() -> None:
         async with Simulator(config) as sim:
             dialect = make_dialect("okx")
             topics = ["trades:BTC-USDT", "trades:ETH-USDT"]
-            async with client(sim.url("okx")) as ws:
+            async with simh.client(sim.url("okx")) as ws:
                 for m in dialect.subscribe_messages(topics):
                     await ws.send(m)
-                await receive(ws, dialect, lambda g: len(g.acks) == 2)
+                await simh.receive(ws, dialect, lambda g: len(g.acks) == 2)
                 start = asyncio.get_running_loop().time()
-                got = await receive(ws, dialect, lambda g: sum(map(len, g.seqs.values())) >= 100)
+                got = await simh.receive(
+                    ws, dialect, lambda g: sum(map(len, g.seqs.values())) >= 100
+                )
                 elapsed = asyncio.get_running_loop().time() - start
                 # 200/s shared by two topics: 100 messages take about half a second.
                 assert 0.3 < elapsed < 1.5, elapsed
                 assert abs(len(got.seqs[topics[0]]) - len(got.seqs[topics[1]])) <= 8
                 # Bursts on top of a zero rate: bursts only.
                 sim.set_rate(rate=0.0, burst_size=30, burst_interval=0.2)
-                burst = await receive(ws, dialect, lambda g: len(g.seqs[topics[0]]) >= 60)
-                assert contiguous(burst.seqs[topics[0]])
+                burst = await simh.receive(ws, dialect, lambda g: len(g.seqs[topics[0]]) >= 60)
+                assert simh.contiguous(burst.seqs[topics[0]])
 
-    run(scenario())
+    simh.run(scenario())
 
 
 @pytest.mark.parametrize(
@@ -190,15 +186,15 @@ def test_application_heartbeats(name: str, topic: str, beat: Heartbeat) -> None:
     async def scenario() -> None:
         async with Simulator(SimConfig(rate=0.0, heartbeat_interval=0.05)) as sim:
             dialect = make_dialect(name)
-            async with client(sim.url(name, dialect.path)) as ws:
+            async with simh.client(sim.url(name, dialect.path)) as ws:
                 for m in dialect.subscribe_messages([topic]):
                     await ws.send(m)
-                got = await receive(ws, dialect, lambda g: g.heartbeats >= 3)
+                got = await simh.receive(ws, dialect, lambda g: g.heartbeats >= 3)
                 assert isinstance(got.acks[0], Ack)
                 assert not any(isinstance(c, Data) for c in got.classified)
                 assert all(c == beat for c in got.classified if isinstance(c, Heartbeat))
 
-    run(scenario())
+    simh.run(scenario())
 
 
 def test_wss_with_generated_ca(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -209,12 +205,12 @@ def test_wss_with_generated_ca(tmp_path) -> None:  # type: ignore[no-untyped-def
             assert sim.url().startswith("wss://")
             dialect = make_dialect("kraken")
             context = sim.tls.client_context()
-            async with client(sim.url("kraken", dialect.path), ssl=context) as ws:
+            async with simh.client(sim.url("kraken", dialect.path), ssl=context) as ws:
                 for m in dialect.subscribe_messages(["trade:BTC/USD"]):
                     await ws.send(m)
-                got = await receive(ws, dialect, lambda g: len(g.seqs["trade:BTC/USD"]) >= 5)
-                assert contiguous(got.seqs["trade:BTC/USD"])
+                got = await simh.receive(ws, dialect, lambda g: len(g.seqs["trade:BTC/USD"]) >= 5)
+                assert simh.contiguous(got.seqs["trade:BTC/USD"])
         for name in ("ca.pem", "server.pem", "server.key"):
             assert (tmp_path / name).exists()
 
-    run(scenario())
+    simh.run(scenario())

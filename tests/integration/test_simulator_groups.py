@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from tests.integration.test_simulator_helpers import (
     run,
     sim_seq,
 )
+from wsgw_bench.servers import stop_process
 
 TOPIC = "btcusdt@trade"
 PATH = f"/stream?streams={TOPIC}"
@@ -326,9 +326,4 @@ def test_process_http_fault_on_one_leg() -> None:
         stats = command(cmd="stats")
         assert stats["counters"]["faults_fired"] == {"reset": 1}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)

@@ -22,14 +22,11 @@ from gateway.hub.follower import READ_BATCH
 from gateway.hub.nats import NatsConfig, NatsSink
 from gateway.hub.nats_c import BUSY_HOLD_S
 from gateway.hub.sink import BUSY, ST_ARMED, ST_MESSAGES, ST_REASON, ST_SENDS
-from tests.integration.nats_helpers import Subscriber
+from tests.integration.nats_helpers import Subscriber, needs_nats
 from tests.integration.test_nats_sink import wait_until
-from wsgw_bench.servers import NatsServer, nats_server_binary
+from wsgw_bench.servers import NatsServer
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (apt-get install nats-server)",
-)
+pytestmark = needs_nats
 
 TOPICS = ["btcusdt@trade", "BTC-USD.trades", "a*b"]
 

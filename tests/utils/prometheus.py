@@ -5,7 +5,6 @@ stopped and removed afterwards, also when the test fails."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from wsgw_bench.servers import free_port, stop_process
 
 BINARY = "prometheus"
 SCRAPE_INTERVAL_S = 1
@@ -26,12 +27,6 @@ def binary() -> str:
     if found is None:
         pytest.skip("no prometheus binary: `apt-get install prometheus` (make deps does)")
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -54,7 +49,7 @@ def running_prometheus(targets: list[str], job: str = "wsgw") -> Iterator[str]:
             f"    static_configs:\n      - targets: [{quoted}]\n"
         )
         for _attempt in range(3):
-            port = _free_port()
+            port = free_port()
             proc = subprocess.Popen(
                 [
                     exe,
@@ -79,12 +74,7 @@ def running_prometheus(targets: list[str], job: str = "wsgw") -> Iterator[str]:
         yield url
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            stop_process(proc, 15)
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
 

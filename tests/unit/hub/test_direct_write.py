@@ -37,15 +37,21 @@ async def reader(consumer: Consumer, got: list[int]) -> None:
         got += numbers(await consumer.get())
 
 
+async def waiting_reader(hub: Hub) -> tuple[RecordingWriter, list[int], asyncio.Task[None]]:
+    """One stream on topic "a" with a RecordingWriter, its task already waiting in get()."""
+    consumer = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100_000))
+    writer = RecordingWriter()
+    consumer.direct_writer = writer
+    from_task: list[int] = []
+    task = asyncio.create_task(reader(consumer, from_task))
+    await asyncio.sleep(0)  # the task waits in get()
+    return writer, from_task, task
+
+
 def test_a_waiting_reader_is_written_to_by_the_router_in_order() -> None:
     async def main() -> None:
         hub = Hub()
-        consumer = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100_000))
-        writer = RecordingWriter()
-        consumer.direct_writer = writer
-        from_task: list[int] = []
-        task = asyncio.create_task(reader(consumer, from_task))
-        await asyncio.sleep(0)  # the task waits in get()
+        writer, from_task, task = await waiting_reader(hub)
         for i in range(0, 50, 5):
             hub.publish_batch([msg(1, "a", j) for j in range(i, i + 5)])
             await settle(hub)
@@ -63,12 +69,7 @@ def test_a_waiting_reader_is_written_to_by_the_router_in_order() -> None:
 def test_the_task_takes_over_when_the_reader_is_paused_or_behind() -> None:
     async def main() -> None:
         hub = Hub()
-        consumer = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100_000))
-        writer = RecordingWriter()
-        consumer.direct_writer = writer
-        from_task: list[int] = []
-        task = asyncio.create_task(reader(consumer, from_task))
-        await asyncio.sleep(0)
+        writer, from_task, task = await waiting_reader(hub)
         hub.publish_batch([msg(1, "a", 0)])
         await settle(hub)
         writer.paused = True  # the connection stopped taking writes
