@@ -208,7 +208,9 @@ def hold_loop(sink: NatsSink) -> threading.Event:
 
 
 def test_a_burst_of_many_records_is_one_send(nats_server: NatsServer) -> None:
-    """One hub batch of 1000 records (one ring write: one burst) leaves C in one send."""
+    """One hub batch of 1000 records (one ring write: one burst) leaves C in one send, or
+    in a few where the machine stalls the burst past the buffer's 1 ms age bound
+    (OUT_MAX_AGE_NS): never one send per record."""
     sink = NatsSink(NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=0)).start(10)
     hub = Hub(nats=sink)
     sub = Subscriber(nats_server.url, ["wsgw.>"])
@@ -221,7 +223,7 @@ def test_a_burst_of_many_records_is_one_send(nats_server: NatsServer) -> None:
         hub.publish_batch([(1, "t", b"%d" % i, 0, None) for i in range(1, 1001)])
         after = slot.state()
         assert after[ST_ARMED] == 1
-        assert after[ST_SENDS] - before[ST_SENDS] == 1
+        assert 1 <= after[ST_SENDS] - before[ST_SENDS] <= 5
         assert after[ST_MESSAGES] - before[ST_MESSAGES] == 1000
         wait_until(lambda: len(sub.got) == 1001)
     finally:
