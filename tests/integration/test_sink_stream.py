@@ -399,7 +399,7 @@ def test_capped_at_n_with_n_plus_k_streams_each_gets_the_sink_off_bytes(gw: Gate
         try:
             consumers = gw.consumers()
             if on:
-                wait_until(lambda: sum(c.sink_armed for c in consumers) == cap, what="N armed")
+                wait_until(lambda: sum(c.sink_armed for c in gw.consumers()) == cap, what="N armed")
             with ArmedWatch(gw) as watch:
                 want = publish(gw, 0, 600, pause=0.001)
                 frames = [client.data_frames(len(want)) for client in clients]

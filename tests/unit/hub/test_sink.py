@@ -18,9 +18,9 @@ from gateway.cli.common import load_settings
 from gateway.hub.events import OP_BINARY, OP_TEXT, ws_frame
 from gateway.hub.sink import (
     AGAIN,
+    GAP,
     MAX_STREAMS_DEFAULT,
     MAX_STREAMS_LIMIT,
-    GAP,
     PARTIAL,
     ST_ARMED,
     ST_NEXT_SEQ,
