@@ -97,6 +97,7 @@ def create_app(
     registry.register(BooksCollector(control))
     app.state.hub = hub
     app.state.stream_sink = settings.api.stream_sink and SINK_DEFAULT
+    app.state.stream_sink_max = settings.api.stream_sink_max
     registry.register(HubCollector(lambda: stream.app_hub(app)))
     app.state.registry = registry
     app.state.history = History(control, registry)

@@ -442,6 +442,14 @@ class ApiSettings(BaseModel):
         "the ring record, in C (gateway.hub.sink); false: by the hub's router in Python. "
         "WSGW_STREAM_SINK=0 also turns it off",
     )
+    stream_sink_max: int = Field(
+        default=8,
+        ge=0,
+        le=1024,
+        description="most /v1/stream streams of a ring the sink serves at once (first armed, "
+        "first served; the others stay on the router): the writer (the engine's thread) "
+        "pays about 12 us per served stream per record. 0: the router serves every stream",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -922,24 +922,32 @@ def bench_fanout(options: BenchOptions) -> list[Measurement]:
 
 
 # ---- one stream among many armed ones: the C stream sink's fan-out ------------------------------
-SINK_ON, SINK_OFF = "/v1/stream, C sink", "/v1/stream, router writes (sink off)"
+SINK_ON, SINK_OFF = "/v1/stream, C sink, no cap", "/v1/stream, router writes (sink off)"
+SINK_CAP = "/v1/stream, C sink, cap 8 (default)"
 SINK_SCENARIO = "fanout_sink"
 SINK_RATE = 1000.0  # msg/s, one record a publish (an engine poll that finds one message)
 SINK_SECONDS = 3.0
 SINK_WARMUP = 300  # messages before each timed run: every stream armed (sink on)
+#: api.stream_sink_max of each contender (None: the sink off)
+SINK_MAX = {SINK_OFF: None, SINK_ON: 1024, SINK_CAP: 8}
 
 
-def _run_sink_fanout(gw: Gateway, sink_on: bool, others: int, seconds: float) -> dict[str, Any]:
-    """One measured /v1/stream client beside `others` streams of the same topic, the sink
-    on or off: its latency samples and the ring writer's ns per record."""
+def _run_sink_fanout(
+    gw: Gateway, sink_max: int | None, others: int, seconds: float
+) -> dict[str, Any]:
+    """One measured /v1/stream client (connected last) beside `others` streams of the same
+    topic, the sink off (None) or serving at most sink_max streams: its latency samples, the
+    ring writer's ns per record and how many streams the sink served at the end."""
     count = int(SINK_RATE * seconds)
     hub = gw.hub(ring_messages=count + SINK_WARMUP)
-    gw.app.state.stream_sink = sink_on
+    gw.app.state.stream_sink = sink_max is not None
+    gw.app.state.stream_sink_max = sink_max or 0
     crowd: Workers | None = None
     measured: Workers | None = None
     try:
         gw.app.state.hub = hub
         crowd = Workers(ws_worker, gw.stream_url, others)
+        _wait(lambda: len(hub.consumers()) == others, f"{others} stream consumers")
         measured = Workers(ws_worker, gw.stream_url, 1)
         _wait(lambda: len(hub.consumers()) == others + 1, f"{others + 1} stream consumers")
         for w in (crowd, measured):
@@ -953,8 +961,15 @@ def _run_sink_fanout(gw: Gateway, sink_on: bool, others: int, seconds: float) ->
         publish_to_hub(hub, count, SINK_RATE, took)
         got = measured.collect()
         rest = crowd.collect()
+        served = gw.server.call(lambda: sum(1 for c in hub.consumers() if c.sink_armed))
         lost = count * (others + 1) - sum(got["counts"]) - sum(rest["counts"])
-        return {"samples": sorted(got["samples"]), "took": took, "count": count, "lost": lost}
+        return {
+            "samples": sorted(got["samples"]),
+            "took": took,
+            "count": count,
+            "lost": lost,
+            "served": served,
+        }
     finally:
         for workers in (measured, crowd):
             if workers is not None:
@@ -965,17 +980,20 @@ def _run_sink_fanout(gw: Gateway, sink_on: bool, others: int, seconds: float) ->
 
 @scenario(
     SINK_SCENARIO,
-    "one /v1/stream consumer beside 1, 10, 50 armed streams: the C stream sink on vs off",
+    "one /v1/stream consumer beside 1, 10, 50 armed streams: the C stream sink off, "
+    "uncapped and capped at 8",
     in_all=False,
 )
 def bench_sink_fanout(options: BenchOptions) -> list[Measurement]:
-    """p50/p99 (publisher stamp -> the measured client) of one stream while N other streams
-    of the same topic are armed, and the ring writer's time per record (publish_batch, the
-    sink's sends in it), at SINK_RATE msg/s one record a publish; the sink on and off
-    alternate round by round."""
+    """p50/p99 (publisher stamp -> the measured client, the last to connect) of one stream
+    while N other streams of the same topic are open, and the ring writer's time per record
+    (publish_batch, the sink's sends in it), at SINK_RATE msg/s one record a publish; the
+    sink off, on without a cap and on with the default cap (api.stream_sink_max = 8: with
+    N >= 8 the measured stream is on the router) alternate round by round."""
     counts = (1, 10) if options.quick else (1, 10, 50)
     seconds = 1.5 if options.quick else SINK_SECONDS
     reps = 1 if options.quick else min(options.repetitions, 3)
+    contenders = [SINK_OFF, SINK_ON, SINK_CAP]
     gw = Gateway()
     results: list[Measurement] = []
     try:
@@ -986,7 +1004,7 @@ def bench_sink_fanout(options: BenchOptions) -> list[Measurement]:
                     c: Measurement(
                         SINK_SCENARIO, f"{label}: {metric}", c, unit, False, reference=c == SINK_OFF
                     )
-                    for c in (SINK_OFF, SINK_ON)
+                    for c in contenders
                 }
                 for metric, unit in (
                     ("latency p50", "us"),
@@ -995,9 +1013,9 @@ def bench_sink_fanout(options: BenchOptions) -> list[Measurement]:
                     ("writer time per record p99", "us"),
                 )
             }
-            lost = dict.fromkeys((SINK_OFF, SINK_ON), 0)
-            for _, c in alternate(reps, [SINK_OFF, SINK_ON]):
-                out = _run_sink_fanout(gw, c == SINK_ON, n, seconds)
+            lost = dict.fromkeys(contenders, 0)
+            for _, c in alternate(reps, contenders):
+                out = _run_sink_fanout(gw, SINK_MAX[c], n, seconds)
                 samples, took = out["samples"], sorted(out["took"])
                 series["latency p50"][c].samples.append(_pct(samples, 50) / 1e3)
                 series["latency p99"][c].samples.append(_pct(samples, 99) / 1e3)
@@ -1007,7 +1025,8 @@ def bench_sink_fanout(options: BenchOptions) -> list[Measurement]:
                 print(
                     f"[{SINK_SCENARIO}] {label:16} {c:38} p50 {_pct(samples, 50) / 1e3:7.0f} "
                     f"p99 {_pct(samples, 99) / 1e3:7.0f} us, writer {_pct(took, 50) / 1e3:5.1f}"
-                    f" / {_pct(took, 99) / 1e3:6.1f} us a record, lost {out['lost']}",
+                    f" / {_pct(took, 99) / 1e3:6.1f} us a record, sink served "
+                    f"{out['served']}/{n + 1}, lost {out['lost']}",
                     flush=True,
                 )
             for c, m in series["latency p50"].items():

@@ -23,7 +23,9 @@ also puts its socket in the ring writer's C sink, armed whenever it waits with n
 unwritten: the thread that writes a ring record sends the frame itself, without the loop's
 wake-up. The WebSocket library's own writes (pongs, close frames) go through a guard that
 takes the stream back from the sink first. `app.state.stream_sink = False` (or
-WSGW_STREAM_SINK=0) turns it off.
+WSGW_STREAM_SINK=0) turns it off. The sink serves at most `app.state.stream_sink_max`
+streams of a ring (api.stream_sink_max): each costs the writer a send per record; the
+others stay on the router until a place frees.
 """
 
 from __future__ import annotations
@@ -66,7 +68,13 @@ from gateway.hub.protocol import (
     CLOSE_UNAUTHORIZED,
     close_reason,
 )
-from gateway.hub.sink import SINK_DEFAULT, SinkError, SinkSocket, StreamSink
+from gateway.hub.sink import (
+    MAX_STREAMS_DEFAULT,
+    SINK_DEFAULT,
+    SinkError,
+    SinkSocket,
+    StreamSink,
+)
 from gateway.store.errors import InvalidError, NotFoundError
 from gateway.store.models import SessionRow
 from gateway.store.validate import check_topic
@@ -363,7 +371,8 @@ async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> No
     paths["wire" if wire else "asgi"] += 1  # which path streams took (tests check it)
     direct = getattr(state, "stream_direct", True)
     if wire and not envelope and getattr(state, "stream_sink", SINK_DEFAULT):
-        _attach_sink(wire, consumer, app_hub(websocket.app))
+        limit = getattr(state, "stream_sink_max", MAX_STREAMS_DEFAULT)
+        _attach_sink(wire, consumer, app_hub(websocket.app), limit)
     sender = (
         _pump_wire(wire, consumer, envelope, direct)
         if wire
@@ -555,6 +564,8 @@ class _SinkLink:
         return self.entry
 
     def arm(self, seq: int) -> bool:
+        if self.sink.room() == 0:  # full: no mutex the writer holds while it sends
+            return False
         entry = self.entry or self._enter()
         return entry is not None and entry.arm(seq)
 
@@ -612,7 +623,7 @@ def _raw_transport(wire: _Wire) -> asyncio.Transport:
     return transport.raw if isinstance(transport, _GuardedTransport) else transport
 
 
-def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None) -> None:
+def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None, limit: int) -> None:
     """Give a plain stream the sink (TLS and conflation stay on Python)."""
     transport = _raw_transport(wire)
     if (
@@ -625,6 +636,7 @@ def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None) -> None:
     sink = hub.stream_sink()
     if sink is None:
         return
+    sink.limit_streams(limit)
     consumer.sink = _SinkLink(sink, hub, consumer, wire, transport)
     wire.transport = _GuardedTransport(transport, consumer)  # type: ignore[assignment]
 

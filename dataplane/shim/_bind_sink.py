@@ -47,6 +47,8 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
+    "wsgw_sink_max_streams": (ctypes.c_int, [_vp, ctypes.c_uint32]),
+    "wsgw_sink_stream_room": (ctypes.c_uint32, [_vp]),
     "wsgw_sink_disarm": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
     "wsgw_sink_state": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
     "wsgw_sink_burst_begin": (None, []),
@@ -93,8 +95,19 @@ def remove(handle: int, slot: int) -> int:
 
 
 def arm(handle: int, slot: int, seq: int) -> int:
-    """0, or -EAGAIN (the ring already holds seq), -EBUSY, -EINVAL."""
+    """0, or -EAGAIN (the ring already holds seq), -EBUSY, -EDQUOT (max_streams armed),
+    -EINVAL."""
     return int(library(KEEP_GIL).wsgw_sink_arm(handle, slot, seq))
+
+
+def max_streams(handle: int, limit: int) -> int:
+    """At most limit stream sockets armed at once: how many are armed now, or -EINVAL."""
+    return int(library(KEEP_GIL).wsgw_sink_max_streams(handle, limit))
+
+
+def stream_room(handle: int) -> int:
+    """How many more stream sockets may be armed now (no mutex: a hint)."""
+    return int(library(KEEP_GIL).wsgw_sink_stream_room(handle))
 
 
 def _state(name: str, handle: int, slot: int) -> tuple[int, ...]:

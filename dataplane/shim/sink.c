@@ -57,6 +57,10 @@ struct wsgw_sink {
     uint32_t gap_tid;
     pthread_mutex_t mu; /* the table; taken by the writer's hook and by Python's calls */
     uint32_t armed;     /* sockets armed now (the hook's fast exit) */
+    /* Stream (not NATS) sockets armed now, and how many may be (arms beyond: -EDQUOT);
+     * written under mu, read without it by wsgw_sink_stream_room. */
+    atomic_uint streams_armed;
+    atomic_uint max_streams;
     uint32_t used;      /* slots in use, from 0 */
     struct sink_sock socks[WSGW_SINK_MAX_SOCKETS];
     struct wsgw_sink *next; /* the registry's list */
@@ -135,6 +139,8 @@ static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
     if (k->armed) {
         k->armed = 0;
         s->armed--;
+        if (!k->nats)
+            atomic_fetch_sub_explicit(&s->streams_armed, 1, memory_order_relaxed);
         if (reason != WSGW_SINK_PYTHON)
             k->disarms++;
     }
@@ -445,6 +451,7 @@ WSGW_API int wsgw_sink_open(wsgw_ring_writer *w, uint32_t gap_topic_id, wsgw_sin
         return -ENOMEM;
     s->w = w;
     s->gap_tid = gap_topic_id;
+    atomic_init(&s->max_streams, WSGW_SINK_MAX_SOCKETS);
     pthread_mutex_init(&s->mu, NULL);
     for (uint32_t i = 0; i < WSGW_SINK_MAX_SOCKETS; i++)
         s->socks[i].fd = -1;
@@ -566,6 +573,8 @@ WSGW_API int wsgw_sink_arm(wsgw_sink *s, int slot, uint64_t seq)
         rc = -EINVAL;
     } else if (k->rest_len != 0) {
         rc = -EBUSY;
+    } else if (!k->armed && !k->nats && atomic_load(&s->streams_armed) >= atomic_load(&s->max_streams)) {
+        rc = -EDQUOT; /* the writer's inline fan-out is bounded: this one stays on Python */
     } else if (!k->armed) {
         /* Under the mutex the hook takes after it published: a slice published before this
          * read is seen here (refused), one published after finds the socket armed. */
@@ -579,10 +588,30 @@ WSGW_API int wsgw_sink_arm(wsgw_sink *s, int slot, uint64_t seq)
             k->err = 0;
             k->next_seq = seq;
             s->armed++;
+            if (!k->nats)
+                atomic_fetch_add_explicit(&s->streams_armed, 1, memory_order_relaxed);
         }
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+WSGW_API int wsgw_sink_max_streams(wsgw_sink *s, uint32_t max_streams)
+{
+    if (max_streams > WSGW_SINK_MAX_SOCKETS)
+        return -EINVAL;
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->max_streams, max_streams); /* armed beyond a lowered cap: until disarmed */
+    int armed = (int)atomic_load(&s->streams_armed);
+    pthread_mutex_unlock(&s->mu);
+    return armed;
+}
+
+WSGW_API uint32_t wsgw_sink_stream_room(wsgw_sink *s)
+{
+    uint32_t max = atomic_load_explicit(&s->max_streams, memory_order_relaxed);
+    uint32_t armed = atomic_load_explicit(&s->streams_armed, memory_order_relaxed);
+    return armed < max ? max - armed : 0;
 }
 
 static void fill_state(const struct sink_sock *k, uint64_t *out)

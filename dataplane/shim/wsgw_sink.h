@@ -71,8 +71,17 @@ WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint
 /* Forget the slot (disarmed first) and close its fd. */
 WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot);
 /* Arm slot at seq: 0, -EAGAIN (the ring already holds seq: route it first), -EBUSY (a
- * rest is still to be taken), -EINVAL. */
+ * rest is still to be taken), -EDQUOT (a stream socket while max_streams stream sockets are
+ * armed: it stays on Python), -EINVAL. */
 WSGW_API int wsgw_sink_arm(wsgw_sink *s, int slot, uint64_t seq);
+/* At most max_streams stream (not NATS) sockets armed at once (default and maximum
+ * WSGW_SINK_MAX_SOCKETS): each costs the writer a send per record, so this bounds the
+ * writer's inline fan-out; first armed, first served. Lowering it disarms nobody. The number
+ * armed now (>= 0), or -EINVAL. */
+WSGW_API int wsgw_sink_max_streams(wsgw_sink *s, uint32_t max_streams);
+/* How many more stream sockets may be armed now, read without the sink's mutex (which the
+ * writer holds while it sends): a refused stream asks this before it tries again. */
+WSGW_API uint32_t wsgw_sink_stream_room(wsgw_sink *s);
 /* Disarm (if armed) and fill out[WSGW_SINK_ST_COUNT]. */
 WSGW_API int wsgw_sink_disarm(wsgw_sink *s, int slot, uint64_t *out);
 /* Fill out[WSGW_SINK_ST_COUNT], changing nothing. */

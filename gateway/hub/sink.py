@@ -15,6 +15,11 @@ or a gap record of the session; Python disarms before it writes anything itself 
 close). Python then resumes at the first record the sink did not send, the rest of a
 partial frame first. Plain frames only: envelope streams, conflating ones and TLS stay on
 Python. WSGW_STREAM_SINK=0 (or app.state.stream_sink = False) turns it off.
+
+The writer pays each armed stream's send on every record (about 12 us on loopback, the
+receiver's wake-up included), so the sink serves at most `api.stream_sink_max` streams per
+ring (MAX_STREAMS_DEFAULT), first armed first served; the others stay on the router and try
+to arm again only once a place is free (StreamSink.room, read without the writer's mutex).
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from dataplane.shim import stream_sink as c
 
 #: Whether /v1/stream uses the sink (api.routes.stream reads it into app.state.stream_sink).
 SINK_DEFAULT = os.environ.get("WSGW_STREAM_SINK", "1") != "0"
+
+#: Streams the sink serves per ring unless api.stream_sink_max says otherwise; the most.
+MAX_STREAMS_DEFAULT = 8
+MAX_STREAMS_LIMIT = c.MAX_SOCKETS
 
 #: The state's fields (wsgw_sink.h)
 ST_ARMED = c.ST_ARMED
@@ -61,6 +70,25 @@ class StreamSink:
             raise SinkError(-rc, f"stream sink: {os.strerror(-rc)}")
         self._lock = threading.Lock()  # close against the calls of other threads
         self.closed = False
+        self.max_streams = MAX_STREAMS_LIMIT
+        self.limit_streams(MAX_STREAMS_DEFAULT)
+
+    def limit_streams(self, limit: int) -> None:
+        """Arm at most limit stream sockets at once (NATS slots are not counted); lowering it
+        disarms nobody, later arms wait until fewer are armed."""
+        if limit == self.max_streams:
+            return
+        if not 0 <= limit <= MAX_STREAMS_LIMIT:
+            raise ValueError(f"stream sink: max streams {limit} not in 0..{MAX_STREAMS_LIMIT}")
+        with self._lock:
+            if not self.closed:
+                c.max_streams(self._handle, limit)
+            self.max_streams = limit
+
+    def room(self) -> int:
+        """How many more stream sockets may be armed now (a hint: no mutex taken)."""
+        with self._lock:
+            return 0 if self.closed else c.stream_room(self._handle)
 
     def add(self, fd: int, session_id: int, topic_ids: list[int]) -> SinkSocket:
         """A socket of session_id's topic ids ([]: all of the session), not armed."""
@@ -101,7 +129,8 @@ class SinkSocket:
         self.removed = False
 
     def arm(self, seq: int) -> bool:
-        """Arm at seq: False when the ring already holds seq (route it first) or when gone."""
+        """Arm at seq: False when the ring already holds seq (route it first), when the sink
+        serves its most streams already (the caller stays on the router) or when gone."""
         with self.sink._lock:
             if self.removed or self.sink.closed:
                 return False

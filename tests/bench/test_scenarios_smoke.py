@@ -47,16 +47,18 @@ def test_cpu_scenarios(name: str) -> None:
 
 
 def test_fanout_sink_smoke() -> None:
-    """One stream beside 1 and 10 armed ones, the C sink on and off: every delivery made
-    (a missing one is noted), latency and the writer's time per record for each."""
+    """One stream beside 1 and 10 other ones, the C sink off, uncapped and capped at 8:
+    every delivery made (a missing one is noted), latency and the writer's time per record
+    for each."""
     results = run("fanout_sink")
     sane(results)
     assert "fanout_sink" not in [n for n, s in SCENARIOS.items() if s.in_all]
     assert {m.contender for m in results} == {
-        "/v1/stream, C sink",
+        "/v1/stream, C sink, no cap",
+        "/v1/stream, C sink, cap 8 (default)",
         "/v1/stream, router writes (sink off)",
     }
-    assert len(results) == 2 * 4 * 2 and all(len(m.samples) == 1 for m in results)
+    assert len(results) == 2 * 4 * 3 and all(len(m.samples) == 1 for m in results)
     assert not [m.note for m in results if "missing" in m.note]
 
 

@@ -4,7 +4,10 @@ WebSocket clients that check every byte and every sequence number, and this thre
 engine (its `publish_batch` runs the sink's sends). With the sink on and off a client gets
 the same frames in the same order; a client that stops reading makes the sink stop
 (EAGAIN or a partial frame) and Python carry on exactly there; gaps, pings, disconnects
-and consumers coming and going while a stream is armed lose and reorder nothing."""
+and consumers coming and going while a stream is armed lose and reorder nothing. With the
+sink capped at N streams (api.stream_sink_max) and more open, C never serves more than N,
+every stream still gets the sink-off bytes, and a place a stream gives up goes to a waiting
+one."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import pytest
 
 from gateway.hub import Hub
 from gateway.hub.consumer import Consumer
-from gateway.hub.sink import AGAIN, GAP, PARTIAL
+from gateway.hub.sink import AGAIN, GAP, MAX_STREAMS_DEFAULT, PARTIAL, ST_ARMED
 from wsgw_bench.servers import ServerThread, gateway_app
 
 TOPICS = ["t0", "t1", "t2"]
@@ -64,8 +67,10 @@ def gw(
 @pytest.fixture(autouse=True)
 def sink_on(gw: Gateway) -> Iterator[None]:
     gw.app.state.stream_sink = True
+    gw.app.state.stream_sink_max = MAX_STREAMS_DEFAULT
     yield
     gw.app.state.stream_sink = True
+    gw.app.state.stream_sink_max = MAX_STREAMS_DEFAULT
     wait_until(lambda: not gw.consumers(), what="every stream to end")
 
 
@@ -340,3 +345,104 @@ def test_a_client_that_disconnects_mid_stream_costs_the_others_nothing(gw: Gatew
         wait_until(lambda: len(gw.consumers()) == 1, what="the leaver's consumer to end")
     finally:
         keeper.close()
+
+
+# ---- the cap: at most api.stream_sink_max streams in the sink -----------------------------------
+class ArmedWatch:
+    """Samples, from another thread, how many of the streams the C sink has armed (each
+    socket's own state, not the count the cap is checked against): its max."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self.most = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            armed = 0
+            for consumer in self.gw.consumers():
+                link: Any = consumer.sink
+                entry = getattr(link, "entry", None)
+                if entry is not None:
+                    armed += entry.state()[ST_ARMED]
+            self.most = max(self.most, armed)
+            self.samples += 1
+            time.sleep(0.0005)
+
+    def __enter__(self) -> ArmedWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def open_clients(gw: Gateway, count: int, **kwargs: Any) -> list[RawClient]:
+    """count clients of MINE, connected one after the other (their consumers in that order)."""
+    clients: list[RawClient] = []
+    for n in range(1, count + 1):
+        clients.append(RawClient(gw, query(gw), **kwargs))
+        wait_until(lambda n=n: len(gw.consumers()) == n, what=f"{n} consumers")  # type: ignore[misc]
+    return clients
+
+
+def test_capped_at_n_with_n_plus_k_streams_each_gets_the_sink_off_bytes(gw: Gateway) -> None:
+    cap, extra = 2, 3
+    got: dict[bool, list[list[bytes]]] = {}
+    for on in (True, False):
+        gw.app.state.stream_sink = on
+        gw.app.state.stream_sink_max = cap
+        clients = open_clients(gw, cap + extra)
+        try:
+            consumers = gw.consumers()
+            if on:
+                wait_until(lambda: sum(c.sink_armed for c in gw.consumers()) == cap, what="N armed")
+            with ArmedWatch(gw) as watch:
+                want = publish(gw, 0, 600, pause=0.001)
+                frames = [client.data_frames(len(want)) for client in clients]
+            assert all(numbers(f) == want for f in frames)
+            got[on] = [[raw for _, _, raw in f] for f in frames]
+            assert watch.samples > 0 and watch.most <= (cap if on else 0)
+            if on:  # first armed, first served: the rest never were
+                served = [c for c in consumers if c.sink_arms]
+                assert len(served) == cap and watch.most == cap
+        finally:
+            for client in clients:
+                client.close()
+        wait_until(lambda: not gw.consumers(), what="the streams to end")
+    assert got[True] == got[False]
+
+
+def test_a_stream_the_sink_hands_back_resumes_exactly_and_its_place_goes_to_a_waiting_one(
+    gw: Gateway,
+) -> None:
+    gw.app.state.stream_sink_max = 1
+    slow, fast = open_clients(gw, 2, rcvbuf=4096)
+    try:
+        first, second = gw.consumers()
+        wait_until(armed(first), what="the first stream to be armed")
+        with ArmedWatch(gw) as watch:
+            time.sleep(0.05)
+            assert not second.sink_armed and second.sink_arms == 0  # the cap is taken
+            # nobody reads: the first's socket fills, the sink stops in it (EAGAIN or a
+            # partial frame) and Python owes it the rest, the second one queues on Python
+            want = publish(gw, 0, 3000, pad=3000, batch=30)
+            wait_until(lambda: not first.sink_armed, what="the sink to stop")
+            assert set(first.sink_stops) <= {AGAIN, PARTIAL}, first.sink_stops
+            fast_frames = fast.data_frames(len(want))
+            # the second caught up while the first still has a backlog: it takes the place
+            wait_until(armed(second), what="the second stream to take the place")
+            slow_frames = slow.data_frames(len(want))
+            last = publish(gw, 3000, 60, pause=0.002)
+            assert numbers(fast.data_frames(len(last))) == last
+            assert numbers(slow.data_frames(len(last))) == last
+        assert numbers(slow_frames) == want
+        assert [raw for *_, raw in slow_frames] == [raw for *_, raw in fast_frames]
+        assert watch.most == 1
+        assert second.sink_armed and not first.sink_armed  # the place stays taken
+    finally:
+        slow.close()
+        fast.close()

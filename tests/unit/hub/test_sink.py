@@ -1,18 +1,26 @@
 """The C stream sink alone (gateway.hub.sink over dataplane/shim/sink.c), on a socketpair:
 the frames it sends are gateway.hub.events.ws_frame's, an arm is refused when the ring
 already holds its seq, and a full socket stops it exactly: what it sent, the rest of a
-frame it sent in part, and the seq Python resumes at add up to every frame once."""
+frame it sent in part, and the seq Python resumes at add up to every frame once; it arms
+at most its limit of stream sockets (NATS slots aside), first armed first served."""
 
 from __future__ import annotations
 
 import socket
+from contextlib import ExitStack
 from typing import Any
 
+import pytest
+import typer
+
 from dataplane.ring import RingWriter
+from gateway.cli.common import load_settings
 from gateway.hub.events import OP_BINARY, OP_TEXT, ws_frame
 from gateway.hub.sink import (
     AGAIN,
     GAP,
+    MAX_STREAMS_DEFAULT,
+    MAX_STREAMS_LIMIT,
     PARTIAL,
     ST_ARMED,
     ST_NEXT_SEQ,
@@ -124,3 +132,64 @@ def test_a_stream_of_every_topic_stops_at_its_sessions_gap_too(
         assert drain(pair[1]) == frame(b"one") + frame(b"two")
     finally:
         sink.close()
+
+
+def test_the_sink_arms_at_most_its_limit_of_streams_first_armed_first_served(
+    ring: RingWriter,
+) -> None:
+    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
+    sink = StreamSink(ring.handle, gap)
+    with ExitStack() as stack:
+        stack.callback(sink.close)
+        pairs = [socket.socketpair() for _ in range(4)]
+        for a, b in pairs:
+            stack.callback(a.close)
+            stack.callback(b.close)
+        assert sink.max_streams == MAX_STREAMS_DEFAULT and sink.room() == MAX_STREAMS_DEFAULT
+        sink.limit_streams(2)
+        entries = [sink.add(a.fileno(), 1, []) for a, _ in pairs[:3]]
+        nats = sink.add_nats(pairs[3][0].fileno())
+        seq = ring.last_seq + 1
+        assert entries[0].arm(seq) and entries[1].arm(seq)
+        assert sink.room() == 0
+        assert not entries[2].arm(seq)  # the third stays on Python
+        assert nats.arm(seq)  # NATS slots do not count
+        ring.write(1, topic, b"one")
+        assert [drain(b) for _, b in pairs[:3]] == [frame(b"one")] * 2 + [b""]
+        assert entries[2].state()[ST_ARMED] == 0
+        entries[0].disarm()  # a place frees: the waiting stream takes it
+        assert sink.room() == 1
+        seq = ring.last_seq + 1
+        assert entries[2].arm(seq) and not entries[0].arm(seq)
+        sink.limit_streams(1)  # lowered: the armed stay armed, nobody new arms
+        assert [e.state()[ST_ARMED] for e in entries] == [0, 1, 1] and sink.room() == 0
+        entries[1].disarm()
+        assert sink.room() == 0 and not entries[0].arm(seq)
+        sink.limit_streams(0)
+        entries[2].disarm()
+        assert sink.room() == 0 and not entries[2].arm(seq)
+        for bad in (-1, MAX_STREAMS_LIMIT + 1):
+            with pytest.raises(ValueError, match="max streams"):
+                sink.limit_streams(bad)
+
+
+@pytest.mark.parametrize("value", ["-1", "1025", "eight"])
+def test_a_bad_stream_sink_max_stops_startup_naming_it(
+    value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no wsgw.toml
+    monkeypatch.setenv("WSGW_API__STREAM_SINK_MAX", value)
+    with pytest.raises(typer.Exit) as exc:
+        load_settings()
+    assert exc.value.exit_code == 2
+    assert "api.stream_sink_max" in capsys.readouterr().err
+
+
+def test_stream_sink_max_defaults_to_the_sinks_and_takes_its_whole_range(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().api.stream_sink_max == MAX_STREAMS_DEFAULT
+    for value in (0, MAX_STREAMS_LIMIT):
+        monkeypatch.setenv("WSGW_API__STREAM_SINK_MAX", str(value))
+        assert load_settings().api.stream_sink_max == value
