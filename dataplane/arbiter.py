@@ -461,6 +461,11 @@ class CGroup(Closing):
         counts as unread input meanwhile (wsgw_group_set_leg_busy)."""
         self._binding.set_leg_busy(leg, busy)
 
+    def set_leg_queued(self, leg: int, queued: bool) -> None:
+        """The leg's reader holds frames read from its socket, not offered yet (True), or
+        none: they count as unread input (wsgw_group_set_leg_queued)."""
+        self._binding.set_leg_queued(leg, queued)
+
     def expire(self, now_ns: int) -> None:
         self._binding.expire(now_ns)
 

@@ -120,6 +120,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_group_set_live": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_int, ctypes.c_int64]),
     "wsgw_group_set_leg_fd": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.c_int]),
     "wsgw_group_set_leg_busy": (None, [_vp, ctypes.c_uint32, ctypes.c_int]),
+    "wsgw_group_set_leg_queued": (None, [_vp, ctypes.c_uint32, ctypes.c_int]),
     "wsgw_group_expire": (ctypes.c_int, [_vp, ctypes.c_int64]),
     "wsgw_group_deadline": (ctypes.c_int, [_vp, ctypes.POINTER(ctypes.c_int64)]),
     "wsgw_group_stats": (None, [_vp, ctypes.POINTER(GroupStats)]),
@@ -305,6 +306,10 @@ class GroupBinding:
     def set_leg_busy(self, leg: int, busy: bool) -> None:
         if self.handle:
             self._lib.wsgw_group_set_leg_busy(self.handle, leg, int(busy))
+
+    def set_leg_queued(self, leg: int, queued: bool) -> None:
+        if self.handle:
+            self._lib.wsgw_group_set_leg_queued(self.handle, leg, int(queued))
 
     def expire(self, now_ns: int) -> None:
         if self.handle:

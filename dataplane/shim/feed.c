@@ -484,6 +484,9 @@ struct wsgw_group {
     /* A leg's read loop is offering a batch (wsgw_group_set_leg_busy): the rest of it is
      * in hand, not yet offered, its stamp possibly older than the hold. */
     _Atomic int leg_busy[WSGW_ARB_MAX_LEGS];
+    /* A leg's reader holds frames read from its socket and not offered yet (a kernel leg's
+     * connection queue: FIONREAD no longer sees them; wsgw_group_set_leg_queued). */
+    _Atomic int leg_queued[WSGW_ARB_MAX_LEGS];
     struct wsgw_group_stats st;
     /* Winners wait here until the burst (or the call) ends: one ring write for all, as the
      * plain feed does (a write may wake sleeping readers: a system call). Their payloads
@@ -525,13 +528,15 @@ WSGW_API void wsgw_group_release(wsgw_group *g)
 WSGW_API uint32_t wsgw_group_conf_size(void) { return (uint32_t)sizeof(struct wsgw_group_conf); }
 
 /* The arbiter's probe, under the group's lock (its calls run under it): whether the leg's
- * read loop is offering a batch (the rest of it in hand) or its kernel socket holds bytes the
- * loop has not read yet. At most one ioctl, asked only when a hole is due. */
+ * read loop is offering a batch (the rest of it in hand), holds frames it read and has not
+ * offered (its connection's queue), or its kernel socket holds bytes the loop has not read
+ * yet. At most one ioctl, asked only when a hole is due. */
 static int group_unread(void *ctx, uint32_t leg)
 {
     wsgw_group *g = ctx;
     int fd = g->leg_fd[leg], n = 0;
     if (!atomic_load_explicit(&g->leg_busy[leg], memory_order_acquire) &&
+        !atomic_load_explicit(&g->leg_queued[leg], memory_order_acquire) &&
         (fd < 0 || ioctl(fd, FIONREAD, &n) != 0 || n <= 0))
         return 0;
     g->st.unread_waits++;
@@ -897,6 +902,12 @@ WSGW_API void wsgw_group_set_leg_busy(wsgw_group *g, uint32_t leg, int busy)
 {
     if (leg < WSGW_ARB_MAX_LEGS)
         atomic_store_explicit(&g->leg_busy[leg], busy != 0, memory_order_release);
+}
+
+WSGW_API void wsgw_group_set_leg_queued(wsgw_group *g, uint32_t leg, int queued)
+{
+    if (leg < WSGW_ARB_MAX_LEGS)
+        atomic_store_explicit(&g->leg_queued[leg], queued != 0, memory_order_release);
 }
 
 WSGW_API int wsgw_group_set_live(wsgw_group *g, uint32_t leg, int live, int64_t now_ns)

@@ -179,6 +179,10 @@ WSGW_API int wsgw_group_set_leg_fd(wsgw_group *g, uint32_t leg, int fd);
 /* The leg's read loop offers a batch frame by frame (busy 1) or is done (0): meanwhile the
  * rest of the batch counts as unread input, as the socket's bytes do. No lock. */
 WSGW_API void wsgw_group_set_leg_busy(wsgw_group *g, uint32_t leg, int busy);
+/* The leg's reader holds frames it read from its socket and has not offered yet (1: its
+ * connection queued them; 0: all offered): they count as unread input too, which FIONREAD
+ * no longer sees. No lock. */
+WSGW_API void wsgw_group_set_leg_queued(wsgw_group *g, uint32_t leg, int queued);
 WSGW_API int wsgw_group_expire(wsgw_group *g, int64_t now_ns);
 WSGW_API int wsgw_group_deadline(wsgw_group *g, int64_t *at);
 WSGW_API void wsgw_group_stats(wsgw_group *g, struct wsgw_group_stats *out);

@@ -149,6 +149,12 @@ class WsClientConnection:
         #: Called whenever every byte received is processed and every message was taken
         #: (the C feed path arms there: `EngineTransport.arm_feed`); None: nobody asks.
         self.on_idle: Callable[[], None] | None = None
+        #: Called with True when a read queued messages and with False when recv_frames
+        #: finds the queue empty again (every run it handed out was processed): a feed
+        #: group's leg counts queued messages as unread input, which its socket no longer
+        #: shows (gateway.groups.feed.GroupRouter.leg_queued); None: nobody asks.
+        self.on_queued: Callable[[bool], None] | None = None
+        self._told_queued = False
 
     # ---- properties ---------------------------------------------------------------------
     @property
@@ -238,6 +244,8 @@ class WsClientConnection:
             on_idle = self.on_idle
             if on_idle is not None and self._ws.at_message_boundary:
                 on_idle()  # every run handed out was processed by the caller
+            if self._told_queued:
+                self._tell_queued(False)
         while not messages:
             await self._wait_data()
         head = messages.popleft()
@@ -547,6 +555,8 @@ class WsClientConnection:
                 continue
             self._on_other_event(event)
         if self._messages:
+            if not self._told_queued and self.on_queued is not None:
+                self._tell_queued(True)
             waiter = self._recv_waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
@@ -565,6 +575,12 @@ class WsClientConnection:
             # (scheduled above) answers them before our close; at the latest after a grace.
             self._deferred_deadline = self._loop.time() + DEFERRED_FAILURE_GRACE_S
             self._deferred_failure = self._loop.call_soon(self._fail_deferred_once_answered)
+
+    def _tell_queued(self, queued: bool) -> None:
+        self._told_queued = queued
+        on_queued = self.on_queued
+        if on_queued is not None:
+            on_queued(queued)
 
     def _on_other_event(self, event: ev.WsEvent) -> None:
         """Every event but the messages (taken inline by `_dispatch`, once per read): pings

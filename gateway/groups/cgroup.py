@@ -163,6 +163,11 @@ class CFeedGroup:
         hole that is due waits for the leg (C asks FIONREAD; wsgw_group_set_leg_fd)."""
         self.group.set_leg_fd(self._leg_of[session_id], fd)
 
+    def leg_queued(self, session_id: int, queued: bool) -> None:
+        """The leg's connection holds frames read from its socket, not offered yet: they
+        hold a due hole as the socket's bytes do (wsgw_group_set_leg_queued)."""
+        self.group.set_leg_queued(self._leg_of[session_id], queued)
+
     def _topic_id(self, topic: str) -> int:
         """The ring topic id of the group's topic (0: the ring's table is full)."""
         topic_id = self._topic_ids.get(topic)

@@ -20,7 +20,11 @@ engine's path for DPDK legs), unless the router is told `c_path=False`.
 
 A leg on a kernel socket tells its group that socket (GroupRouter.leg_input, from the
 session): while the socket holds unread bytes (FIONREAD), a hole that is due waits for that
-leg, its read loop being late (the arbiter's `unread` probe; in C for CFeedGroup).
+leg, its read loop being late (the arbiter's `unread` probe; in C for CFeedGroup). So do the
+frames its connection already read from the socket and queued, not offered yet
+(GroupRouter.leg_queued): FIONREAD no longer counts them, and a loaded machine may hold the
+session thread off the CPU right after such a read (the failover bench's false losses with
+`unread_waits` 0: the probe found the socket just emptied).
 
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
 its next batch marks it live again. A `Lost` is published as a gap of the group with the
@@ -122,6 +126,7 @@ class FeedGroup:
         self._loop = loop
         self._identity = identity_for(spec.dialect)
         self._leg_fd = [-1] * len(spec.legs)  # each leg's kernel socket (leg_input)
+        self._leg_queued = [False] * len(spec.legs)  # frames read, not offered (leg_queued)
         self._arbiter = CArbiter(
             len(spec.legs),
             hold_ns=spec.hold_ms * 1_000_000,
@@ -210,9 +215,14 @@ class FeedGroup:
         """The leg's kernel socket (-1: none, or closed): its unread bytes hold holes."""
         self._leg_fd[self._leg_of[session_id]] = fd
 
+    def leg_queued(self, session_id: int, queued: bool) -> None:
+        """The leg's connection holds frames read from its socket, not offered yet: they
+        hold holes as the socket's bytes do."""
+        self._leg_queued[self._leg_of[session_id]] = queued
+
     def _unread(self, leg: int) -> bool:
         """The arbiter's probe (under the lock, only when a hole is due)."""
-        return socket_unread(self._leg_fd[leg])
+        return self._leg_queued[leg] or socket_unread(self._leg_fd[leg])
 
     # ---- the timer (the runtime's loop) ------------------------------------------------
     def expire(self, now_ns: int | None = None) -> None:
@@ -472,6 +482,13 @@ class GroupRouter:
         group = self._by_leg.get(session_id)
         if group is not None:
             group.leg_input(session_id, fd)
+
+    def leg_queued(self, session_id: int, queued: bool) -> None:
+        """A session's connection holds frames it read and has not offered (True) or none:
+        for a leg, unread input as its socket's bytes are (module doc)."""
+        group = self._by_leg.get(session_id)
+        if group is not None:
+            group.leg_queued(session_id, queued)
 
     def leg_down(self, session_id: int, reason: str) -> None:
         """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""

@@ -824,8 +824,9 @@ class UpstreamSession:
     # ---- the C feed path ----------------------------------------------------------------------
     def _tell_input(self, conn: WebSocketConnection | None) -> None:
         """A feed group's leg tells its group the kernel socket it reads (None: it is
-        done): while that socket holds unread bytes, the group's holes wait for this leg,
-        whose read loop runs late under load (GroupRouter.leg_input; issue #19)."""
+        done): while that socket holds unread bytes, or its connection holds messages read
+        from it and not yet offered, the group's holes wait for this leg, whose read loop
+        runs late under load (GroupRouter.leg_input and leg_queued; issue #19)."""
         tell = getattr(self._sink, "leg_input", None)
         if not callable(tell):
             return
@@ -833,6 +834,12 @@ class UpstreamSession:
         sock = extra("socket") if callable(extra) else None
         fileno = getattr(sock, "fileno", None)
         tell(self.id, fileno() if callable(fileno) else -1)
+        queued = getattr(self._sink, "leg_queued", None)
+        if callable(queued):
+            if isinstance(conn, WsClientConnection):
+                conn.on_queued = partial(queued, self.id)
+            else:
+                queued(self.id, False)  # done: nothing of it is held any more
 
     def _attach_feed(self, link: _Link, conn: WebSocketConnection, dialect: Dialect) -> None:
         """Give the connection a C feed when the engine asks for one and nothing here needs

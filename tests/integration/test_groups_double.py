@@ -121,3 +121,20 @@ def test_both_legs_down_in_turn_is_one_gap_with_the_count_neither_leg_got(mixed:
     figures = mixed.control.groups.figures(mixed.group_id)
     assert figures is not None
     assert figures["gaps"] == 1 and figures["lost"] == lost and figures["duplicates"] > 0
+
+
+def test_a_hole_waits_for_the_kernel_legs_unread_socket_while_its_loop_is_stalled(
+    mixed: Mixed,
+) -> None:
+    """The failover bench's false losses (FAILOVER12): leg B's socket held the copies unread
+    (its read loop, the session thread, waiting for a CPU) while leg A skipped them. With
+    the default 20 ms hold the hole is due long before B reads; B's unread socket bytes must
+    hold it (the unread rule), so B's copies fill it: no gap."""
+    hold(mixed, 20)
+    mixed.runtime._loop.call_soon_threadsafe(time.sleep, 0.8)  # the session thread stalls
+    time.sleep(0.1)
+    mixed.upstream.command(f"fault skip count=5 target=leg:{GROUP}/A")
+    time.sleep(1.2)
+    check(mixed, 3000)  # no gap although the hold is 20 ms: B's copies were at the door
+    figures = mixed.control.groups.figures(mixed.group_id)
+    assert figures is not None and figures["unread_waits"] >= 1

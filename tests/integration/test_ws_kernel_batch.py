@@ -6,6 +6,7 @@ frames; every message arrives once, in order, whichever receive API takes it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import ssl
 import struct
 from collections.abc import AsyncIterator, Coroutine
@@ -147,5 +148,30 @@ def test_every_message_arrives_once_in_order(
             assert ws.messages_received == len(expected)
             if how == "frames" and batch_receive:
                 assert max(sizes) > 100, sizes  # runs of frames came out whole
+
+    run(main())
+
+
+def test_on_queued_tells_when_a_read_queued_messages_and_when_all_were_taken() -> None:
+    """A feed group's kernel leg counts messages its connection read and queued as unread
+    input (its socket no longer shows them): `on_queued(True)` when a read queues messages,
+    `on_queued(False)` once recv_frames finds the queue empty again, alternately."""
+    wire, expected = script()
+
+    async def main() -> None:
+        async with flood_server(None, wire) as port:
+            ws = await connect_kernel(
+                f"ws://localhost:{port}/", connect_host="127.0.0.1", close_timeout=2.0
+            )
+            told: list[tuple[bool, int]] = []
+            ws.on_queued = lambda queued: told.append((queued, len(ws._messages)))
+            await asyncio.sleep(0.05)  # reads pile up in the queue, the socket drained
+            got = await take(ws, "frames", [])
+            await ws.wait_closed()
+            assert got == expected
+            assert told and told[0][0] is True
+            assert all(a[0] != b[0] for a, b in itertools.pairwise(told))
+            assert all(n > 0 for queued, n in told if queued)  # told with messages held
+            assert all(n == 0 for queued, n in told if not queued)
 
     run(main())

@@ -319,3 +319,36 @@ def test_a_batch_a_read_loop_is_offering_holds_a_due_hole_for_its_leg() -> None:
         assert group.figures()["gaps"] == 0 and group.figures()["unread_waits"] == 1
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+def test_frames_a_kernel_legs_connection_read_and_queued_hold_a_due_hole(c_path: bool) -> None:
+    """The failover bench's false losses that `unread_waits` missed (session 11): the kernel
+    leg's connection had read its socket empty (FIONREAD 0) and queued the frames, and the
+    session thread waited for a CPU before offering them. Frames queued and not offered
+    count as unread input as the socket's bytes do (GroupRouter.leg_queued)."""
+    side = Side(c_path=c_path, hold_ms=20)
+    mine, peer = socket.socketpair()
+    try:
+        side.router.leg_input(B, mine.fileno())  # registered, and empty: it was read
+        t0 = time.time_ns()
+        side.router.publish_batch(batch(B, [1, 2], t0))
+        side.router.publish_batch(batch(A, [1, 2, 4], t0))  # 3 missing on A: 4 held
+        side.router.leg_queued(B, True)  # B's connection read 3 and queued it
+        side.router.publish_batch(batch(A, [5], t0 + 30_000_000))  # due: B has input
+        side.group.expire(t0 + 60_000_000)
+        assert [r[2] for r in side.records()] == [trade(1), trade(2)]  # 4, 5 held for B
+        side.router.publish_batch(batch(B, [3], t0 + 70_000_000))  # B's loop offers it
+        side.router.leg_queued(B, False)
+        assert [r[2] for r in side.records()] == [trade(i) for i in (3, 4, 5)]
+        figures = side.group.figures()
+        assert figures["gaps"] == 0
+        if c_path:
+            assert figures["unread_waits"] >= 1
+        side.router.publish_batch(batch(A, [7], t0 + 80_000_000))  # 6 missing: 7 held
+        side.group.expire(t0 + 100_000_000)  # B's queue is empty: given up a hold on
+        assert [r[0] for r in side.records()] == ["gap", HUB_ID]
+    finally:
+        mine.close()
+        peer.close()
+        side.close()
