@@ -36,6 +36,7 @@ from dataplane.arbiter import CGroup
 from dataplane.ring import RingWriter
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.figures import leg_figures
+from gateway.groups.handover import Successor
 from gateway.hub.events import GapEvent
 from gateway.hub.names import RING_GAP_TOPIC
 from gateway.sessions.sink import MessageSink, Published
@@ -80,6 +81,7 @@ class CFeedGroup:
         self._topic_ids: dict[str, int] = {}
         self._lock = threading.Lock()  # the Python-side counters and the timer
         self._closed = False
+        self.successor = Successor()  # where batches that come after close go (set_group)
         self._timer: asyncio.TimerHandle | None = None
         self._floors = dict(floors or {})
         self._final_last: dict[str, int] | None = None
@@ -117,13 +119,17 @@ class CFeedGroup:
         # One C call a frame: meanwhile the engine's leg may give holes up, and the rest of
         # this batch (stamped when it was read, maybe longer than the hold ago) is this
         # leg's unread input.
+        late: Sequence[Published] = ()
         group.set_leg_busy(leg, True)
         try:
-            for _, topic, raw, ts, _ in messages:
+            for i, (_, topic, raw, ts, _) in enumerate(messages):
                 data = bytes(raw)
                 topic_id = self._topic_id(topic)
                 if topic_id and group.offer(leg, topic_id, topic, data, ts):
                     continue
+                if self._closed:  # refused because closed: the rest is the successor's
+                    late = messages[i:]
+                    break
                 found = identity(data)
                 if (
                     topic_id
@@ -145,6 +151,8 @@ class CFeedGroup:
                 self._sink.publish_batch(loose)
             else:
                 self.dropped_unidentified += len(loose)
+        if late:
+            self.successor.forward(late)
 
     def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
         """A leg lost messages (reconnect, went down): holes no longer wait for it; C marks

@@ -50,6 +50,7 @@ from dataplane.arbiter import CArbiter, Delivered, Lost, Output, has_c_identity
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.cgroup import CFeedGroup, c_group_sink
 from gateway.groups.figures import leg_figures
+from gateway.groups.handover import Successor
 from gateway.sessions.sink import MessageSink, Published
 
 log = logging.getLogger("wsgw.groups")
@@ -145,6 +146,7 @@ class FeedGroup:
         self._timer_at: int | None = None
         self._asked_at: int | None = None
         self._closed = False
+        self.successor = Successor()  # where batches that come after close go (set_group)
         legs = len(spec.legs)
         self.counters = GroupCounters(
             leg_gaps=[0] * legs, leg_messages=[0] * legs, leg_newest=[None] * legs
@@ -176,27 +178,41 @@ class FeedGroup:
                     continue
             loose.append((self.hub_id, topic, raw, ts, None))
         with self._lock:
-            if self._closed:
-                return
-            outputs: list[Output] = []
-            self.counters.below_floor += below_floor
-            if leg in self._down:
-                self._down.discard(leg)
-                outputs += self._arbiter.set_live(leg, True, messages[0][3])
-            if arrivals:
-                self.counters.leg_messages[leg] += len(arrivals)
-                self.counters.leg_newest[leg] = arrivals[-1][2]
-                outputs += self._arbiter.offer_many(arrivals)
-            if tapped:
-                self._sink.publish_batch(tapped)
-            self._emit(outputs)
-            if loose:
-                if leg == 0:
-                    self.counters.passed_through += len(loose)
-                    self._sink.publish_batch(loose)
-                else:
-                    self.counters.dropped_unidentified += len(loose)
-            self._ask_timer()
+            closed = self._closed
+            if not closed:
+                self._take(leg, messages[0][3], arrivals, below_floor, tapped, loose)
+        if closed:
+            self.successor.forward(messages)
+
+    def _take(
+        self,
+        leg: int,
+        first_ts: int,
+        arrivals: list[tuple[int, int, int, int | None, bytes, int]],
+        below_floor: int,
+        tapped: list[Published],
+        loose: list[Published],
+    ) -> None:
+        """Under the lock, the group open: a leg's identified batch through the arbiter."""
+        outputs: list[Output] = []
+        self.counters.below_floor += below_floor
+        if leg in self._down:
+            self._down.discard(leg)
+            outputs += self._arbiter.set_live(leg, True, first_ts)
+        if arrivals:
+            self.counters.leg_messages[leg] += len(arrivals)
+            self.counters.leg_newest[leg] = arrivals[-1][2]
+            outputs += self._arbiter.offer_many(arrivals)
+        if tapped:
+            self._sink.publish_batch(tapped)
+        self._emit(outputs)
+        if loose:
+            if leg == 0:
+                self.counters.passed_through += len(loose)
+                self._sink.publish_batch(loose)
+            else:
+                self.counters.dropped_unidentified += len(loose)
+        self._ask_timer()
 
     def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
         """A leg lost messages (reconnect, sequence break): holes no longer wait for it."""
@@ -444,6 +460,8 @@ class GroupRouter:
             self._by_leg[sid] = group
             if sid in self._leg_fds:
                 group.leg_input(sid, self._leg_fds[sid])
+        if old is not None:
+            old.successor.name(group)  # batches that reached the old form after its close
         return group
 
     def _new_group(self, spec: GroupSpec, floors: dict[str, int] | None) -> AnyGroup:
@@ -471,6 +489,7 @@ class GroupRouter:
             if self._by_leg.get(sid) is group:
                 del self._by_leg[sid]
         group.close()
+        group.successor.name(None)  # removed: late batches go nowhere, as the legs' do
 
     def leg_input(self, session_id: int, fd: int) -> None:
         """A session's kernel socket (-1: it closes): a leg's unread bytes hold its group's

@@ -199,6 +199,28 @@ def test_a_changed_group_starts_where_the_old_one_left_off() -> None:
 
 
 @pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("leg", [A, B], ids=["leg0", "leg1"])
+def test_a_batch_that_reaches_a_changed_groups_old_form_goes_to_the_new_one(
+    c_path: bool, leg: int
+) -> None:
+    """A read loop took the group from the router just before a change swapped it: its
+    batch reaches the closed old form. It must neither pass unarbitrated (a duplicate of what
+    the old form delivered; leg 0's frames used to) nor vanish (leg 1's used to): the new
+    form takes it, and its floors drop what the old form delivered."""
+    side = Side(c_path=c_path)
+    try:
+        side.router.publish_batch(batch(A, [1, 2, 3]))
+        old = side.group
+        side.router.set_group(GroupSpec(GROUP_ID, "g", (A, B), "binance", 50))
+        old.offer(batch(leg, [2, 3, 4, 5]))  # late: after the old form's close
+        side.router.publish_batch(batch(B if leg == A else A, [5, 6]))
+        ids = [orjson.loads(r[2])["data"]["t"] for r in side.records()]
+        assert ids == [1, 2, 3, 4, 5, 6]
+    finally:
+        side.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False], ids=["c", "python"])
 def test_downs_count_a_leg_going_down_once_however_many_changes_tell_it(c_path: bool) -> None:
     """A reset tells a gap, then backoff, then connecting: one down. The leg is up again at
     its next frame, and the next reset is the second."""
