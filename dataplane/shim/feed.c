@@ -800,12 +800,6 @@ static int group_take(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char
     return 1;
 }
 
-static inline uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* One frame: C identity, arbiter, staged winners (flush: written now). */
 static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,
@@ -816,7 +810,7 @@ static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const cha
      * arbiter): its cost goes to the samples, whose median the figures show. */
     int timed = !flush && (atomic_fetch_add_explicit(&g->offer_count, 1, memory_order_relaxed) %
                            GROUP_COST_EVERY) == 0;
-    uint64_t start = timed ? mono_ns() : 0;
+    uint64_t start = timed ? wsgw_monotonic_ns() : 0;
     struct wsgw_identity id;
     int told = wsgw_identity_scan(g->conf.dialect, payload, len, &id);
     pthread_mutex_lock(&g->lock);
@@ -832,7 +826,7 @@ static int group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const cha
     } else {
         g->st.offers++;
         if (timed) {
-            uint64_t spent = mono_ns() - start;
+            uint64_t spent = wsgw_monotonic_ns() - start;
             g->st.offer_ns += spent;
             g->cost[g->st.cost_samples % GROUP_COST_SAMPLES] = spent;
             g->st.cost_samples++;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "shim_internal.h"
+#include "wsgw_engine.h"
 #include "wsgw_sink.h"
 #include "wsgw_ws.h"
 
@@ -76,12 +77,6 @@ static atomic_uint registry_count;
 static __thread uint32_t burst_depth;
 static __thread int burst_dirty;
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form. */
 static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
@@ -287,7 +282,7 @@ static void nats_flush(wsgw_sink *s, struct sink_sock *k)
         /* Many sends a millisecond cost the writer's thread more than the sink's thread
          * batching them: hand back (the syscall and the receiver's loopback work run in the
          * writer's thread here). */
-        uint64_t now = mono_ns();
+        uint64_t now = wsgw_monotonic_ns();
         if (now - k->win_start_ns >= 1000000u) {
             k->win_start_ns = now;
             k->win_sends = 0;
@@ -348,7 +343,7 @@ static void nats_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
             }
             if (stop_reason == 0) {
                 if (k->out_len == 0)
-                    k->out_since_ns = burst_depth ? mono_ns() : 0;
+                    k->out_since_ns = burst_depth ? wsgw_monotonic_ns() : 0;
                 uint8_t *o = k->out + k->out_len;
                 memcpy(o, k->pub[t], k->pub_len[t]);
                 o += k->pub_len[t];
@@ -377,7 +372,7 @@ static void nats_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
     if (k->out_len == 0)
         return;
     if (burst_depth == 0 || k->out_len >= OUT_FLUSH_BYTES ||
-        mono_ns() - k->out_since_ns >= OUT_MAX_AGE_NS)
+        wsgw_monotonic_ns() - k->out_since_ns >= OUT_MAX_AGE_NS)
         nats_flush(s, k);
     else
         burst_dirty = 1;
