@@ -201,15 +201,25 @@ def known(state: Any, client: str, secret: str | None) -> Principal | None:
     return None if token is None else Principal(token.name, token.scopes, token.id)
 
 
-def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
-    """The request's principal: the one the body guard found before the body was read
-    (api.security), else identified now."""
+def _found(request: Request) -> Principal | None:
+    """The principal the body guard found before the body was read (api.security)."""
     found = getattr(request.state, "principal", None)
-    if isinstance(found, Principal):
-        return found
-    secret = credentials.credentials.strip() if credentials else None
-    principal = identify(request.app.state, request.client.host if request.client else "", secret)
-    request.state.principal = principal
+    return found if isinstance(found, Principal) else None
+
+
+def _client_and_secret(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> tuple[str, str | None]:
+    client = request.client.host if request.client else ""
+    return client, credentials.credentials.strip() if credentials else None
+
+
+def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    """The request's principal: the one the body guard found, else identified now."""
+    principal = _found(request)
+    if principal is None:
+        principal = identify(request.app.state, *_client_and_secret(request, credentials))
+        request.state.principal = principal
     return principal
 
 
@@ -217,15 +227,13 @@ async def _caller_async(
     request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
     """`_caller` on the event loop: a thread hop only when the database must be read."""
-    found = getattr(request.state, "principal", None)
-    if isinstance(found, Principal):
-        return found
-    secret = credentials.credentials.strip() if credentials else None
-    client = request.client.host if request.client else ""
-    principal = known(request.app.state, client, secret)
+    principal = _found(request)
     if principal is None:
-        principal = await run_in_threadpool(identify, request.app.state, client, secret)
-    request.state.principal = principal
+        client, secret = _client_and_secret(request, credentials)
+        principal = known(request.app.state, client, secret)
+        if principal is None:
+            principal = await run_in_threadpool(identify, request.app.state, client, secret)
+        request.state.principal = principal
     return principal
 
 
