@@ -14,9 +14,10 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from dataplane.transports.base import WebSocketConnection
+from dataplane.transports.connection import ConnectOptions
 from dataplane.transports.kernel import connect_kernel
 from dataplane.ws.errors import ConnectionClosed
 from dataplane.ws.events import Message
@@ -82,19 +83,19 @@ def tls_context(config: SessionConfig) -> ssl.SSLContext | None:
         ) from None
 
 
-def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> dict[str, Any]:
+def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> ConnectOptions:
     """The options both transports take (connect_host/connect_port are added per address)."""
-    return {
-        "subprotocols": config.subprotocols,
-        "extra_headers": config.extra_headers,
-        "deflate": config.compression,
-        "max_message_size": config.max_message_size,
-        "max_frame_size": config.max_frame_size,
-        "ssl_context": context,
-        "server_hostname": config.tls.server_name,
-        "open_timeout": config.open_timeout_s,
-        "close_timeout": config.close_timeout_s,
-    }
+    return ConnectOptions(
+        subprotocols=config.subprotocols,
+        extra_headers=config.extra_headers,
+        deflate=config.compression,
+        max_message_size=config.max_message_size,
+        max_frame_size=config.max_frame_size,
+        ssl_context=context,
+        server_hostname=config.tls.server_name,
+        open_timeout=config.open_timeout_s,
+        close_timeout=config.close_timeout_s,
+    )
 
 
 async def recv_batch(conn: WebSocketConnection, max_messages: int) -> list[Message]:
