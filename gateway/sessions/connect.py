@@ -85,17 +85,17 @@ def tls_context(config: SessionConfig) -> ssl.SSLContext | None:
 
 def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> ConnectOptions:
     """The options both transports take (connect_host/connect_port are added per address)."""
-    return ConnectOptions(
-        subprotocols=config.subprotocols,
-        extra_headers=config.extra_headers,
-        deflate=config.compression,
-        max_message_size=config.max_message_size,
-        max_frame_size=config.max_frame_size,
-        ssl_context=context,
-        server_hostname=config.tls.server_name,
-        open_timeout=config.open_timeout_s,
-        close_timeout=config.close_timeout_s,
-    )
+    return {
+        "subprotocols": config.subprotocols,
+        "extra_headers": config.extra_headers,
+        "deflate": config.compression,
+        "max_message_size": config.max_message_size,
+        "max_frame_size": config.max_frame_size,
+        "ssl_context": context,
+        "server_hostname": config.tls.server_name,
+        "open_timeout": config.open_timeout_s,
+        "close_timeout": config.close_timeout_s,
+    }
 
 
 async def recv_batch(conn: WebSocketConnection, max_messages: int) -> list[Message]:
