@@ -15,21 +15,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from fastapi import APIRouter, HTTPException, Path, Query, Response, status
+from fastapi import HTTPException, Path, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath, KnownQuery
+from api.deps import AdminDep, ConsumerDep, ControlDep, IdPath
+from api.routes import resource_router
 from api.schemas.books import MAX_DEPTH, BookPublic, BookSnapshotsPublic, BookSnapshotsSettings
 from api.schemas.common import responses
 from gateway.books.manager import BookManager, BooksBusy, BookView, SnapshotPolicy
 from gateway.control import ControlPlane
 
-router = APIRouter(
-    prefix="/v1/books",
-    tags=["books"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/books", "books")
 Symbol = Annotated[
     str,
     Path(

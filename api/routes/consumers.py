@@ -16,11 +16,12 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import Path, Query, Request, status
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminDep, KnownQuery
+from api.deps import AdminDep
+from api.routes import resource_router
 from api.routes.stream import app_hub
 from api.schemas.common import ID_MAX, responses
 from gateway.hub.inventory import (
@@ -33,12 +34,7 @@ from gateway.hub.inventory import (
 )
 from gateway.store.errors import NotFoundError
 
-router = APIRouter(
-    prefix="/v1/consumers",
-    tags=["consumers"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/consumers", "consumers")
 
 
 class StreamConsumerPublic(BaseModel):

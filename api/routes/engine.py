@@ -3,18 +3,11 @@ and its state (admin). The profile is a start-up setting: it is read here, never
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
-from api.deps import AdminDep, ControlDep, KnownQuery, SettingsDep
-from api.schemas.common import responses
+from api.deps import AdminDep, ControlDep, SettingsDep
+from api.routes import resource_router
 from api.schemas.engine import EngineConfigPublic
 
-router = APIRouter(
-    prefix="/v1/engine",
-    tags=["engine"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/engine", "engine")
 
 
 @router.get("", response_model=EngineConfigPublic)

@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from api.deps import AdminDep, ControlDep, KnownQuery
-from api.schemas.common import responses
+from api.deps import AdminDep, ControlDep
+from api.routes import resource_router
 
-router = APIRouter(
-    prefix="/v1/engine/ports",
-    tags=["engine"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/engine/ports", "engine")
 
 
 class PortCountersPublic(BaseModel):

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from fastapi import APIRouter
-
-from api.deps import AdminDep, ControlDep, KnownQuery
-from api.schemas.common import responses
+from api.deps import AdminDep, ControlDep
+from api.routes import resource_router
 from api.schemas.fleet import (
     DrainPublic,
     LeaseListPublic,
@@ -26,12 +24,7 @@ from gateway.fleet.node import FleetNode
 from gateway.fleet.placement import together
 from gateway.store.errors import ConflictError
 
-router = APIRouter(
-    prefix="/v1/fleet",
-    tags=["fleet"],
-    responses=responses(400, 401, 403, 409),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/fleet", "fleet", 409)
 
 
 def fleet_node(control: ControlPlane) -> FleetNode:

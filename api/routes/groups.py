@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import status
 
-from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
+from api.deps import AdminDep, ControlDep, IdPath, PageDep
+from api.routes import resource_router
 from api.schemas.common import responses
 from api.schemas.groups import (
     GroupCreate,
@@ -17,12 +18,7 @@ from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
 from gateway.store.models import FeedGroupRow
 
-router = APIRouter(
-    prefix="/v1/groups",
-    tags=["groups"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/groups", "groups")
 
 
 def group_public(control: ControlPlane, row: FeedGroupRow) -> GroupPublic:

@@ -10,23 +10,18 @@ import math
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminDep, KnownQuery
+from api.deps import AdminDep
 from api.history import MAX_POINTS, History, PrometheusError, PrometheusHistory, default_step
-from api.schemas.common import responses
+from api.routes import resource_router
 from gateway.store.errors import InvalidError
 
 log = logging.getLogger("wsgw.api.history")
 
-router = APIRouter(
-    prefix="/v1/history",
-    tags=["history"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/history", "history")
 
 
 class HistoryPublic(BaseModel):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import Path
 
-from api.deps import AdminDep, HostDep, KnownQuery
+from api.deps import AdminDep, HostDep
+from api.routes import resource_router
 from api.schemas.common import responses
 from api.schemas.host import (
     BindResultPublic,
@@ -18,12 +19,7 @@ from api.schemas.host import (
     NicPublic,
 )
 
-router = APIRouter(
-    prefix="/v1/host",
-    tags=["host"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/host", "host")
 
 PciAddress = Annotated[
     str,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import status
 
-from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
+from api.deps import AdminDep, ControlDep, IdPath, PageDep
+from api.routes import resource_router
 from api.schemas.common import responses
 from api.schemas.ports import (
     PortCreate,
@@ -16,12 +17,7 @@ from api.schemas.ports import (
 from gateway.control import ControlPlane
 from gateway.store.models import PortRow
 
-router = APIRouter(
-    prefix="/v1/ports",
-    tags=["ports"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/ports", "ports")
 
 
 def port_public(control: ControlPlane, port: PortRow) -> PortPublic:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, status
+from fastapi import Depends, status
 from pydantic import BaseModel, Field
 
 from api.auth import Principal, require_any_scope
-from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
+from api.deps import AdminDep, ControlDep, IdPath, PageDep
+from api.routes import resource_router
 from api.schemas.common import responses
 from api.schemas.sessions import (
     DialectListPublic,
@@ -26,12 +27,7 @@ from gateway.control import ControlPlane
 from gateway.runtime import SessionStatus
 from gateway.store.models import SessionRow
 
-router = APIRouter(
-    prefix="/v1/sessions",
-    tags=["sessions"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/sessions", "sessions")
 
 
 def status_public(status_: SessionStatus) -> SessionStatusPublic:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import Query, status
 
 from api.auth import Principal, check_subscription_owner
-from api.deps import ConsumerDep, ControlDep, IdPath, KnownQuery, PageDep
+from api.deps import ConsumerDep, ControlDep, IdPath, PageDep
+from api.routes import resource_router
 from api.schemas.common import ID_MAX, responses
 from api.schemas.subscriptions import (
     ConsumePublic,
@@ -21,12 +22,7 @@ from gateway.control.subscriptions import SubscriptionChange, delivered_topics
 from gateway.hub.names import ring_topics
 from gateway.store.models import SubscriptionRow
 
-router = APIRouter(
-    prefix="/v1/subscriptions",
-    tags=["subscriptions"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/subscriptions", "subscriptions")
 STREAM_PATH = "/v1/stream"
 
 

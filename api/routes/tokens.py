@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, status
+from fastapi import Request, status
 
-from api.deps import AdminDep, ControlDep, IdPath, KnownQuery, PageDep
+from api.deps import AdminDep, ControlDep, IdPath, PageDep
 from api.revocation import OpenStreams
+from api.routes import resource_router
 from api.schemas.common import responses
 from api.schemas.tokens import TokenCreate, TokenCreatedPublic, TokenListPublic, TokenPublic
 
-router = APIRouter(
-    prefix="/v1/tokens",
-    tags=["tokens"],
-    responses=responses(400, 401, 403),
-    dependencies=[KnownQuery],
-)
+router = resource_router("/v1/tokens", "tokens")
 
 
 @router.get("", response_model=TokenListPublic)

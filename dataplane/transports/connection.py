@@ -35,7 +35,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from dataplane.errors import DataplaneError, TransportError, transport_error
 from dataplane.transports.base import WsUrl, parse_ws_url
@@ -748,12 +748,47 @@ class WsClientConnection:
 Opener = Callable[..., Awaitable[WsClientConnection]]
 
 
+class ConnectOptions(TypedDict, total=False):
+    """The options both transports' connect functions take (`connect_kernel(url,
+    **options)`, `connect_dpdk(url, engine=..., **options)`), listed once so that they
+    stay the same and are type-checked in both; the defaults are `prepare_connection`'s.
+
+    ssl_context / ca_file: how the server's certificate is verified (default: the system's
+    CAs; verification is never off unless the context says so). server_hostname: the name
+    for SNI and certificate checks (default: the URL's host). connect_host/connect_port:
+    where to connect, when it is not the URL's host and port (a local tunnel, a test).
+    max_queue: messages held for recv() before the socket stops being read.
+    batch_receive: runs of plain data frames from one read are queued as one
+    `MessageBatch` (`recv_frames()` hands them out whole; `recv()` splits them)."""
+
+    subprotocols: Sequence[str]
+    extra_headers: HeaderPairs
+    origin: str | None
+    deflate: bool | DeflateOptions | None
+    max_message_size: int
+    max_frame_size: int
+    ssl_context: ssl.SSLContext | None
+    ca_file: str | os.PathLike[str] | None
+    server_hostname: str | None
+    connect_host: str | None
+    connect_port: int | None
+    open_timeout: float
+    close_timeout: float
+    max_queue: int
+    scan_backend: BackendName
+    batch_receive: bool
+
+
 class PendingConnection:
     """What `connect_kernel(...)` and `connect_dpdk(...)` return: await it for the open
     connection, or use it as `async with` (closed on the way out). Nothing happens until
-    then: the opener runs with url and options when awaited or entered."""
+    then: the opener runs with url and options when awaited or entered; an option no
+    transport takes is refused here, at the call."""
 
-    def __init__(self, url: str, options: dict[str, Any], opener: Opener) -> None:
+    def __init__(self, url: str, options: ConnectOptions, opener: Opener) -> None:
+        unknown = sorted(options.keys() - ConnectOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"unknown connect option(s): {', '.join(unknown)}")
         self._url = url
         self._options = options
         self._opener = opener
@@ -793,11 +828,13 @@ def prepare_connection(
     max_queue: int = 4096,
     scan_backend: BackendName = "auto",
     batch_receive: bool = True,
-    **_transport_options: Any,
+    connect_host: str | None = None,
+    connect_port: int | None = None,
 ) -> tuple[WsClientConnection, WsUrl, float]:
     """The sans-IO WebSocket (and TLS for wss://) wrapped in a connection object, not yet
     attached to any network: what every transport does before it opens TCP. Returns the
-    connection, the parsed URL and the opening-handshake timeout."""
+    connection, the parsed URL and the opening-handshake timeout. Takes every
+    `ConnectOptions` with its default (connect_host/connect_port are the opener's)."""
     target: WsUrl = parse_ws_url(url)
     ws = WsClient(
         target.host,

@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from dataplane.engine import Engine
 from dataplane.errors import (
@@ -55,6 +55,7 @@ from dataplane.stack.tcp_errors import TcpError
 from dataplane.transports.base import parse_ws_url
 from dataplane.transports.connection import (
     ConnectionProtocol,
+    ConnectOptions,
     PendingConnection,
     WsClientConnection,
     prepare_connection,
@@ -450,7 +451,11 @@ async def _resolve(host: str, port: int) -> int:
 
 
 async def _open_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float | None, **options: Any
+    url: str,
+    *,
+    engine: Engine,
+    connect_timeout: float | None,
+    **options: Unpack[ConnectOptions],
 ) -> WsClientConnection:
     target = parse_ws_url(url)
     if connect_timeout is None:
@@ -619,11 +624,16 @@ def _set(future: asyncio.Future[None], result: BaseException | None) -> None:
 
 
 def connect_dpdk(
-    url: str, *, engine: Engine, connect_timeout: float | None = None, **options: Any
+    url: str,
+    *,
+    engine: Engine,
+    connect_timeout: float | None = None,
+    **options: Unpack[ConnectOptions],
 ) -> PendingConnection:
     """Open a client WebSocket to url over the engine's user-space stack. Takes the same
-    options as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts) and raises
-    the same errors: the `TransportError` family (a TcpError chained as the cause).
+    `ConnectOptions` as `connect_kernel` (TLS, subprotocols, deflate, limits, timeouts)
+    and raises the same errors: the `TransportError` family (a TcpError chained as the
+    cause).
 
     connect_timeout: for TCP (SYN, ARP) to come up; default open_timeout, so a peer with
     no ARP reply or no route fails within the open's own timeout, never hangs it."""

@@ -15,114 +15,28 @@ The connection itself (`WsClientConnection`) is the one both transports share
 from __future__ import annotations
 
 import asyncio
-import os
-import ssl
-from collections.abc import Sequence
+from typing import Unpack
 
 from dataplane.errors import TransportError, TransportTimeoutError, transport_error
 from dataplane.transports.connection import (
     ConnectionProtocol,
+    ConnectOptions,
     PendingConnection,
     WsClientConnection,
     prepare_connection,
 )
-from dataplane.ws.client import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_MESSAGE_SIZE
-from dataplane.ws.deflate import DeflateOptions
-from dataplane.ws.handshake import HeaderPairs
-from dataplane.ws.scan import BackendName
 
 
-def connect_kernel(
-    url: str,
-    *,
-    subprotocols: Sequence[str] = (),
-    extra_headers: HeaderPairs = (),
-    origin: str | None = None,
-    deflate: bool | DeflateOptions | None = True,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-    ssl_context: ssl.SSLContext | None = None,
-    ca_file: str | os.PathLike[str] | None = None,
-    server_hostname: str | None = None,
-    connect_host: str | None = None,
-    connect_port: int | None = None,
-    open_timeout: float = 10.0,
-    close_timeout: float = 10.0,
-    max_queue: int = 4096,
-    scan_backend: BackendName = "auto",
-    batch_receive: bool = True,
-) -> PendingConnection:
-    """Open a client WebSocket to url (ws:// or wss://) over an OS TCP socket.
-
-    ssl_context / ca_file: how the server's certificate is verified (default: the system's
-    CAs; verification is never off unless the context says so). server_hostname: the name
-    for SNI and certificate checks (default: the URL's host). connect_host/connect_port:
-    where to connect, when it is not the URL's host and port (a local tunnel, a test).
-    max_queue: messages held for recv() before the socket stops being read.
-    batch_receive: runs of plain data frames from one read are queued as one
-    `MessageBatch` (`recv_frames()` hands them out whole; `recv()` splits them).
-    """
-    return PendingConnection(
-        url,
-        {
-            "subprotocols": subprotocols,
-            "extra_headers": extra_headers,
-            "origin": origin,
-            "deflate": deflate,
-            "max_message_size": max_message_size,
-            "max_frame_size": max_frame_size,
-            "ssl_context": ssl_context,
-            "ca_file": ca_file,
-            "server_hostname": server_hostname,
-            "connect_host": connect_host,
-            "connect_port": connect_port,
-            "open_timeout": open_timeout,
-            "close_timeout": close_timeout,
-            "max_queue": max_queue,
-            "scan_backend": scan_backend,
-            "batch_receive": batch_receive,
-        },
-        _open,
-    )
+def connect_kernel(url: str, **options: Unpack[ConnectOptions]) -> PendingConnection:
+    """Open a client WebSocket to url (ws:// or wss://) over an OS TCP socket, with the
+    `ConnectOptions` (TLS, subprotocols, deflate, limits, timeouts, where to connect)."""
+    return PendingConnection(url, options, _open)
 
 
-async def _open(
-    url: str,
-    *,
-    subprotocols: Sequence[str],
-    extra_headers: HeaderPairs,
-    origin: str | None,
-    deflate: bool | DeflateOptions | None,
-    max_message_size: int,
-    max_frame_size: int,
-    ssl_context: ssl.SSLContext | None,
-    ca_file: str | os.PathLike[str] | None,
-    server_hostname: str | None,
-    connect_host: str | None,
-    connect_port: int | None,
-    open_timeout: float,
-    close_timeout: float,
-    max_queue: int,
-    scan_backend: BackendName,
-    batch_receive: bool,
-) -> WsClientConnection:
-    connection, target, _ = prepare_connection(
-        url,
-        subprotocols=subprotocols,
-        extra_headers=extra_headers,
-        origin=origin,
-        deflate=deflate,
-        max_message_size=max_message_size,
-        max_frame_size=max_frame_size,
-        ssl_context=ssl_context,
-        ca_file=ca_file,
-        server_hostname=server_hostname,
-        open_timeout=open_timeout,
-        close_timeout=close_timeout,
-        max_queue=max_queue,
-        scan_backend=scan_backend,
-        batch_receive=batch_receive,
-    )
+async def _open(url: str, **options: Unpack[ConnectOptions]) -> WsClientConnection:
+    connection, target, open_timeout = prepare_connection(url, **options)
+    connect_host = options.get("connect_host")
+    connect_port = options.get("connect_port")
     loop = asyncio.get_running_loop()
     transport: asyncio.Transport | None = None
     try:

@@ -130,7 +130,8 @@ class Dialect(ABC):
     topic_paths: ClassVar[TopicPaths]
     #: True when _fast classifies every message whose path 0 is a non-empty plain JSON
     #: string (no escape) as Data of exactly that string: the C feed path (dataplane/feed.py)
-    #: may then take such messages of subscribed topics without asking the dialect.
+    #: may then take such messages of subscribed topics without asking the dialect. Set by
+    #: `PlainTopicDialect`, whose _fast is that rule.
     c_feed: ClassVar[bool] = False
 
     def __init__(self, *, backend: str = "auto") -> None:
@@ -281,7 +282,7 @@ class Dialect(ABC):
 
     @abstractmethod
     def _classify_obj(self, obj: Any) -> Classified:
-        """Classify a parsed message."""
+        """Classify a parsed message (any JSON value)."""
 
     # ---- helpers for _fast ----------------------------------------------------------------
     @staticmethod
@@ -302,6 +303,33 @@ class Dialect(ABC):
     @staticmethod
     def _escaped(s: Sequence[int], i: int) -> bool:
         return s[i + 2] == JSON_STRING_ESC
+
+
+class VenueDialect(Dialect):
+    """An exchange's own dialect: its messages are JSON objects, so any other JSON value is
+    Other(UNKNOWN) and `_classify_message` sorts the objects. (The generic dialect takes
+    any JSON value: its paths may start in an array.)"""
+
+    def _classify_obj(self, obj: Any) -> Classified:
+        if not isinstance(obj, dict):
+            return Other(UNKNOWN, type(obj).__name__)
+        return self._classify_message(obj)
+
+    @abstractmethod
+    def _classify_message(self, obj: dict[str, Any]) -> Classified:
+        """Classify a message that is a JSON object."""
+
+
+class PlainTopicDialect(VenueDialect):
+    """A venue whose data messages name their topic in one string, at path 0 (Binance's
+    `stream`, Bybit's `topic`): a plain (unescaped), non-empty string there is the topic,
+    so the C feed path may take such messages without asking the dialect (`c_feed`)."""
+
+    c_feed = True
+
+    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> Classified | None:
+        topic = self._str(raw, s, b)
+        return Data(topic) if topic else None
 
 
 def get_path(obj: Any, path: Sequence[str | int]) -> Any:

@@ -28,7 +28,7 @@ _RAW_EVENTS = {
 }
 
 
-class BinanceDialect(base.Dialect):
+class BinanceDialect(base.PlainTopicDialect):
     name = "binance"
     path = "/stream"
     limits = base.Limits(
@@ -38,7 +38,6 @@ class BinanceDialect(base.Dialect):
         burst=1,
     )
     topic_paths = TopicPaths.of("stream")
-    c_feed = True  # _fast: Data(the string at path 0) when it is one
 
     def normalize(self, topic: str) -> str:
         symbol, sep, stream = topic.partition("@")
@@ -62,13 +61,7 @@ class BinanceDialect(base.Dialect):
         self._track(request_id, "list", ())
         return base.json_text({"method": "LIST_SUBSCRIPTIONS", "id": request_id})
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
-        stream = self._str(raw, s, b)
-        return base.Data(stream) if stream else None
-
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         stream = obj.get("stream")
         if isinstance(stream, str) and "data" in obj:
             return base.Data(stream)

@@ -20,7 +20,7 @@ from gateway.dialects.jsonscan import TopicPaths
 KEEPALIVE_S = 10.0
 
 
-class BitstampDialect(base.Dialect):
+class BitstampDialect(base.VenueDialect):
     name = "bitstamp"
     path = "/"
     limits = base.Limits(max_topics_per_request=1, requests_per_second=10.0, burst=5)
@@ -46,9 +46,7 @@ class BitstampDialect(base.Dialect):
             return base.Data(channel)
         return None
 
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         event = obj.get("event")
         channel = obj.get("channel")
         if not isinstance(event, str):

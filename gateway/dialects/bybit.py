@@ -9,7 +9,6 @@ and 21,000 characters of args; no per-message rate is documented, so the pace is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from gateway.dialects import base
@@ -18,14 +17,13 @@ from gateway.dialects.jsonscan import TopicPaths
 KEEPALIVE_S = 20.0
 
 
-class BybitDialect(base.Dialect):
+class BybitDialect(base.PlainTopicDialect):
     name = "bybit"
     path = "/v5/public/spot"
     limits = base.Limits(
         max_topics_per_request=10, max_request_bytes=21_000, requests_per_second=10.0, burst=5
     )
     topic_paths = TopicPaths.of("topic")
-    c_feed = True  # _fast: Data(the string at path 0) when it is one
 
     def normalize(self, topic: str) -> str:
         parts = topic.split(".")
@@ -40,13 +38,7 @@ class BybitDialect(base.Dialect):
     def keepalive(self) -> tuple[float, base.Message] | None:
         return KEEPALIVE_S, base.json_text({"op": "ping"})
 
-    def _fast(self, raw: bytes, s: Sequence[int], b: int) -> base.Classified | None:
-        topic = self._str(raw, s, b)
-        return base.Data(topic) if topic else None
-
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:
         topic = obj.get("topic")
         if isinstance(topic, str) and "data" in obj:
             return base.Data(topic)

@@ -36,7 +36,7 @@ _TYPE_CHANNEL_RAW = {k.encode(): v for k, v in TYPE_CHANNEL.items()}
 _LEVEL2 = ("level2", "level2_batch")
 
 
-class CoinbaseDialect(base.Dialect):
+class CoinbaseDialect(base.VenueDialect):
     name = "coinbase"
     path = "/"
     limits = base.Limits(requests_per_second=8.0, burst=10)
@@ -88,9 +88,7 @@ class CoinbaseDialect(base.Dialect):
             return base.Heartbeat(f"heartbeat:{product}")
         return None
 
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:
         msg_type = obj.get("type")
         product = obj.get("product_id")
         if isinstance(msg_type, str) and isinstance(product, str):

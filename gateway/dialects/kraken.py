@@ -36,7 +36,7 @@ def book_depth(topic: str) -> int | None:
     return None
 
 
-class KrakenDialect(base.Dialect):
+class KrakenDialect(base.VenueDialect):
     name = "kraken"
     path = "/v2"
     limits = base.Limits(requests_per_second=5.0, burst=5)
@@ -100,9 +100,7 @@ class KrakenDialect(base.Dialect):
             return base.Heartbeat()
         return None
 
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
         channel = obj.get("channel")
         if isinstance(channel, str):
             data = obj.get("data")

@@ -21,7 +21,7 @@ from gateway.dialects.jsonscan import TopicPaths
 KEEPALIVE_S = 25.0
 
 
-class OkxDialect(base.Dialect):
+class OkxDialect(base.VenueDialect):
     name = "okx"
     path = "/ws/v5/public"
     # 480 per hour: a bucket of 50 refilled at 480/h (x0.8) never exceeds 480 in an hour.
@@ -72,9 +72,7 @@ class OkxDialect(base.Dialect):
         inst = self._str(raw, s, b + 3)
         return base.Data(f"{channel}:{inst}") if channel and inst else None
 
-    def _classify_obj(self, obj: Any) -> base.Classified:  # noqa: PLR0911 (a classifier: one return per message kind)
-        if not isinstance(obj, dict):
-            return base.Other(base.UNKNOWN, type(obj).__name__)
+    def _classify_message(self, obj: dict[str, Any]) -> base.Classified:
         arg = obj.get("arg") if isinstance(obj.get("arg"), dict) else None
         topic = None
         if arg is not None and isinstance(arg.get("channel"), str):

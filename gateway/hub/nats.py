@@ -95,15 +95,7 @@ class JetStreamConfig:
 
     def __post_init__(self) -> None:
         """Refuse what nats-server would refuse later, at start, with the setting's name."""
-        problems = jetstream_problems(
-            stream=self.stream,
-            max_bytes=self.max_bytes,
-            max_age_s=self.max_age_s,
-            max_msgs=self.max_msgs,
-            storage=self.storage,
-            replicas=self.replicas,
-            duplicate_window_s=self.duplicate_window_s,
-        )
+        problems = self._stream_problems()
         if self.ack_window < 0:
             problems.append(f"ack_window {self.ack_window}: 0 (no acks) or more")
         if self.ack_timeout_s <= 0:
@@ -113,38 +105,28 @@ class JetStreamConfig:
         if problems:
             raise ValueError("JetStream: " + "; ".join(problems))
 
-
-def jetstream_problems(
-    *,
-    stream: str,
-    max_bytes: int,
-    max_age_s: float,
-    max_msgs: int,
-    storage: str,
-    replicas: int,
-    duplicate_window_s: float,
-) -> list[str]:
-    """What is wrong with a stream's settings (empty: nothing), in the settings' words."""
-    problems = []
-    if not STREAM_NAME.fullmatch(stream):
-        problems.append(f"stream {stream!r}: 1-64 letters, digits, '_' or '-'")
-    for name, value in (("max_bytes", max_bytes), ("max_msgs", max_msgs)):
-        if value == 0 or value < -1:
-            problems.append(f"{name} {value}: -1 (unlimited) or a positive number")
-    if max_age_s < 0:
-        problems.append(f"max_age_s {max_age_s}: 0 (unlimited) or more")
-    if storage not in ("file", "memory"):
-        problems.append(f"storage {storage!r}: file or memory")
-    if not 1 <= replicas <= MAX_REPLICAS:
-        problems.append(f"replicas {replicas}: 1 to {MAX_REPLICAS}")
-    if duplicate_window_s <= 0:
-        problems.append(f"duplicate_window_s {duplicate_window_s}: more than 0")
-    elif max_age_s > 0 and duplicate_window_s > max_age_s:
-        problems.append(
-            f"duplicate_window_s {duplicate_window_s} exceeds max_age_s {max_age_s} "
-            "(the stream cannot remember ids longer than it keeps messages)"
-        )
-    return problems
+    def _stream_problems(self) -> list[str]:
+        """What nats-server would find wrong with the stream's settings (empty: nothing)."""
+        problems = []
+        if not STREAM_NAME.fullmatch(self.stream):
+            problems.append(f"stream {self.stream!r}: 1-64 letters, digits, '_' or '-'")
+        for name, value in (("max_bytes", self.max_bytes), ("max_msgs", self.max_msgs)):
+            if value == 0 or value < -1:
+                problems.append(f"{name} {value}: -1 (unlimited) or a positive number")
+        if self.max_age_s < 0:
+            problems.append(f"max_age_s {self.max_age_s}: 0 (unlimited) or more")
+        if self.storage not in ("file", "memory"):
+            problems.append(f"storage {self.storage!r}: file or memory")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            problems.append(f"replicas {self.replicas}: 1 to {MAX_REPLICAS}")
+        if self.duplicate_window_s <= 0:
+            problems.append(f"duplicate_window_s {self.duplicate_window_s}: more than 0")
+        elif 0 < self.max_age_s < self.duplicate_window_s:
+            problems.append(
+                f"duplicate_window_s {self.duplicate_window_s} exceeds max_age_s {self.max_age_s} "
+                "(the stream cannot remember ids longer than it keeps messages)"
+            )
+        return problems
 
 
 def message_id(sid: int, identity: object, run: str, seq: int) -> str:

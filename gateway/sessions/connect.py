@@ -14,9 +14,10 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from dataplane.transports.base import WebSocketConnection
+from dataplane.transports.connection import ConnectOptions
 from dataplane.transports.kernel import connect_kernel
 from dataplane.ws.errors import ConnectionClosed
 from dataplane.ws.events import Message
@@ -82,7 +83,7 @@ def tls_context(config: SessionConfig) -> ssl.SSLContext | None:
         ) from None
 
 
-def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> dict[str, Any]:
+def transport_options(config: SessionConfig, context: ssl.SSLContext | None) -> ConnectOptions:
     """The options both transports take (connect_host/connect_port are added per address)."""
     return {
         "subprotocols": config.subprotocols,

@@ -48,7 +48,7 @@ from dataplane.ring import RingWriter
 from dataplane.samples import LatencySamples
 from dataplane.shim import build_topic_spec
 from dataplane.transports.base import WebSocketConnection, parse_ws_url
-from dataplane.transports.connection import WsClientConnection
+from dataplane.transports.connection import ConnectOptions, WsClientConnection
 from dataplane.transports.dpdk import EngineTransport
 from dataplane.ws.errors import (
     ConnectionClosed,
@@ -236,7 +236,7 @@ class UpstreamSession:
         self._wanted: dict[str, None] = {}
         self._links: dict[int, _Link] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._options: dict[str, Any] = {}
+        self._options = ConnectOptions()
         self._started = False
         self._resume_gap = resume_gap
         self._unparsable_at: float | None = None  # self._clock() of the last unparsable frame

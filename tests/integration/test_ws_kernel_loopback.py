@@ -329,6 +329,12 @@ def test_rejected_handshake_is_typed_with_status_and_body() -> None:
     run(main())
 
 
+def test_an_unknown_option_is_refused_at_the_call() -> None:
+    """A misspelt option is a TypeError where it is written, not a default silently used."""
+    with pytest.raises(TypeError, match=r"unknown connect option.*open_timout"):
+        connect_kernel("ws://127.0.0.1:9/", open_timout=1.0)  # type: ignore[call-arg]
+
+
 def test_slow_reader_gets_every_message_in_order_with_backpressure() -> None:
     async def main() -> None:
         async with (
