@@ -286,6 +286,9 @@ class Tally:
         self.stopping = False
         self.t0 = self.t1 = 0
         self.last: dict[str, int] = {}
+        #: What happened to the consumer's connection since the last result (the NATS
+        #: subscriber's callbacks): reported with the next window, the warm-up included.
+        self.events: dict[str, int] = {}
         self._new_window()
         threading.Thread(target=self._control, name="feed-control", daemon=True).start()
 
@@ -319,6 +322,7 @@ class Tally:
         if last is not None:
             if seq > last + 1:
                 self.lost += seq - last - 1
+                self.note("seq jumps")  # one outage: one jump per topic
             elif seq <= last:
                 self.reordered += 1
         self.count += 1
@@ -326,6 +330,10 @@ class Tally:
         if read_ts:
             self.to_read.append(read_ts - sent)
             self.from_read.append(now - read_ts)
+
+    def note(self, event: str) -> None:
+        """Count an event of the consumer's connection (reported with the next window)."""
+        self.events[event] = self.events.get(event, 0) + 1
 
     def lap(self, now: int, lost: int) -> None:
         """The ring reader was lapped: `lost` records overwritten before it read them."""
@@ -346,9 +354,11 @@ class Tally:
                         "latency": self.latency.tobytes(),
                         "to_read": self.to_read.tobytes(),
                         "from_read": self.from_read.tobytes(),
+                        "events": self.events,
                     },
                 )
             )
+            self.events = {}
             self.t0 = self.t1 = 0
             self._new_window()
         if not self.t1 and self.pending:
@@ -432,17 +442,43 @@ def picows_consumer_main(conn: Connection, url: str, envelope: bool = False) -> 
     _run_async(_picows_consumer(conn, url, envelope))
 
 
+#: The bench's NATS subscriber's connection name, as nats-server's /connz shows it.
+NATS_CONSUMER_NAME = "wsgw-feed-consumer"
+
+
 async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
+    """A nats-py subscriber that records what happens to its connection: nats-server drops
+    a subscriber that does not keep up (a slow consumer: core NATS is at-most-once), which
+    shows here as a disconnect and reconnect, and in the server's /connz (`NatsMonitor`)."""
     import nats
+    from nats.errors import SlowConsumerError
 
     tally = Tally(conn)
-    see, clock = tally.see, time.time_ns
+    see, clock, note = tally.see, time.time_ns, tally.note
 
     async def on_msg(msg: Any) -> None:
         now = clock()  # the consumer's first line of code
         see(now, msg.data, binance_topic(msg.data))
 
-    nc = await nats.connect(url)
+    async def on_error(exc: Exception) -> None:
+        slow = isinstance(exc, SlowConsumerError)
+        note("consumer slow (client side)" if slow else f"consumer error {type(exc).__name__}")
+
+    async def on_disconnected() -> None:
+        note("consumer disconnects")
+
+    async def on_reconnected() -> None:
+        note("consumer reconnects")
+
+    nc = await nats.connect(
+        url,
+        name=NATS_CONSUMER_NAME,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.1,
+    )
     await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
     await nc.flush()
     conn.send(("ready", os.getpid()))
@@ -548,7 +584,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
                 break
             if cmd[0] != "metrics":
                 break
-            conn.send(("metrics", gateway_figures(runtime)))
+            conn.send(("metrics", {**gateway_figures(runtime), **nats_sink_figures(hub)}))
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
     with contextlib.suppress(OSError):
@@ -568,6 +604,126 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
         elif metric.name in ("session_reconnects", "session_gaps"):
             out[metric.name.removeprefix("session_")] += int(metric.value)
     return out
+
+
+def nats_sink_figures(hub: Any) -> dict[str, Any]:
+    """The NATS sink's own counters (what `wsgw_nats_*` metrics export), cumulative: "ring"
+    records written, "nats sent" (published, by C or nats-py), "nats dropped" by reason
+    (buffer_full: skipped past buffer_messages; disconnected: reconnect buffer full; ...),
+    "nats pending" (in the ring, not read by the sink yet), "nats reconnects"; {} without
+    a NATS sink."""
+    from gateway.hub.nats import NatsSink
+
+    sink = hub.nats
+    if not isinstance(sink, NatsSink):
+        return {}
+    return {
+        "ring": hub.published_total,
+        "nats sent": sink.stats.published,
+        "nats dropped": dict(sink.dropped),
+        "nats pending": sink.pending,
+        "nats reconnects": sink.stats.reconnects,
+    }
+
+
+class NatsMonitor:
+    """nats-server's monitoring endpoint (`-m`): /varz (server totals, slow_consumers) and
+    /connz?state=all (per connection, closed ones too, so a subscriber the server dropped
+    still counts). Messages the server took in from the sink's connection(s) ("wsgw") and
+    sent out to the bench's subscriber (NATS_CONSUMER_NAME), cumulative."""
+
+    def __init__(self, port: int, sink_name: str = "wsgw") -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.sink_name = sink_name
+
+    def _get(self, path: str) -> dict[str, Any]:
+        from urllib.request import urlopen
+
+        with urlopen(f"{self.base}{path}", timeout=5) as reply:  # noqa: S310 - our own server
+            data: dict[str, Any] = json.loads(reply.read())
+        return data
+
+    def snapshot(self) -> dict[str, int]:
+        varz = self._get("/varz")
+        out = {
+            "server in": 0,
+            "server out": 0,
+            "slow consumers": int(varz.get("slow_consumers", 0)),
+            "subscriber closed slow": 0,
+            "sink closed slow": 0,
+        }
+        connz = self._get("/connz?state=all&limit=100000")
+        for c in connz.get("connections") or []:
+            name = c.get("name", "")
+            slow = "slow consumer" in str(c.get("reason", "")).lower()
+            if name == self.sink_name:
+                out["server in"] += int(c.get("in_msgs", 0))
+                out["sink closed slow"] += slow
+            elif name == NATS_CONSUMER_NAME:
+                out["server out"] += int(c.get("out_msgs", 0))
+                out["subscriber closed slow"] += slow
+        return out
+
+
+#: The counts along a NATS contender's path, in order (`Window.hops`).
+NATS_HOPS = (
+    "sim emitted",
+    "sim written",
+    "ring",
+    "nats sent",
+    "server in",
+    "server out",
+    "consumer",
+)
+
+
+def nats_window(
+    before: dict[str, Any], after: dict[str, Any], received: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """A window's counts at each hop of the NATS path (deltas, NATS_HOPS) from the
+    simulator's (`Simulator.sent`), the gateway's (`nats_sink_figures`) and nats-server's
+    (`NatsMonitor`) counters taken together at its start and end, and its loss events by
+    where they happened: the sink ("nats sink dropped <reason>", its reconnects), the
+    server ("nats-server slow consumers": it dropped a subscriber that fell behind)."""
+    hops = {hop: after[hop] - before[hop] for hop in NATS_HOPS[:-1]}
+    hops["consumer"] = received
+    events = {
+        f"nats sink dropped {reason}": n - before["nats dropped"].get(reason, 0)
+        for reason, n in after["nats dropped"].items()
+    }
+    events["nats sink reconnects"] = after["nats reconnects"] - before["nats reconnects"]
+    for what in ("slow consumers", "subscriber closed slow", "sink closed slow"):
+        events[f"nats-server {what}"] = after[what] - before[what]
+    return hops, events
+
+
+def nats_loss_where(w: Window) -> str:
+    """Where a NATS contender's window lost messages, from its events and hops: upstream
+    (the simulator dropped the session, or it reconnected: messages the exchange made and
+    never wrote to it), the gateway's sink (its drop counters), nats-server (a slow
+    consumer); "unexplained" when none of them counted anything; "" without a loss."""
+    if not w.lost or not w.hops:
+        return ""
+    e, where = w.events, []
+    if e.get("dropped by the simulator") or e.get("reconnects"):
+        unsent = w.hops["sim emitted"] - w.hops["sim written"]
+        where.append(f"upstream, the exchange dropped the session ({unsent} made, not written)")
+    sink = sum(n for k, n in e.items() if k.startswith("nats sink dropped"))
+    if sink:
+        where.append(f"the gateway's NATS sink dropped {sink}")
+    if e.get("nats-server subscriber closed slow") or e.get("consumer disconnects"):
+        where.append("nats-server dropped the subscriber (slow consumer)")
+    if e.get("nats-server sink closed slow"):
+        where.append("nats-server dropped the gateway's connection (slow consumer)")
+    return "; ".join(where) or "unexplained"
+
+
+def _log_slow_consumers(nats: Any, log: Callable[[str], None]) -> None:
+    """nats-server's own lines about slow consumers (which connection, why), before its
+    folder goes."""
+    for line in nats.log_text.splitlines():
+        if "slow consumer" in line.lower():
+            log(f"nats-server: {line}")
 
 
 # ---- processes (this side) -----------------------------------------------------------------------
@@ -639,11 +795,26 @@ class Simulator:
     def slow_consumer_drops(self) -> int:
         """Connections the simulator dropped so far for a backlog over its limit (as an
         exchange drops a consumer that does not keep up)."""
+        return int(self._stats()["counters"]["slow_consumers"])
+
+    def sent(self) -> dict[str, int]:
+        """Data messages the simulator made ("sim emitted": the topics' sequence numbers, so
+        also those while no one subscribed) and wrote to connections ("sim written"); with
+        one subscriber the difference is what never left the exchange: the backlog of a
+        dropped slow consumer, the messages of a reconnect's outage."""
+        stats = self._stats()
+        return {
+            "sim emitted": sum(stats["sent_per_topic"].values()),
+            "sim written": int(stats["counters"]["data_messages"]),
+        }
+
+    def _stats(self) -> dict[str, Any]:
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
         self.proc.stdin.write("stats\n")
         self.proc.stdin.flush()
-        return int(json.loads(self.proc.stdout.readline())["counters"]["slow_consumers"])
+        stats: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return stats
 
     def close(self) -> None:
         self.proc.kill()
@@ -670,8 +841,13 @@ class Window:
     #: The gateway's session read -> handed to the hub, p50 in us (`gateway_figures`).
     handoff_p50: float = float("nan")
     #: What the window's losses came from: "lapped" (ring records the reader lost),
-    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer).
+    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer); NATS
+    #: contenders: the sink's drops and reconnects, nats-server's slow consumers, the
+    #: subscriber's disconnects (`nats_window`, `_nats_consumer`).
     events: dict[str, int] = field(default_factory=dict)
+    #: NATS contenders: messages counted at each hop in the window (NATS_HOPS), so a loss
+    #: shows where the count falls.
+    hops: dict[str, int] = field(default_factory=dict)
 
 
 def percentile(ordered: list[int], p: float) -> float:
@@ -752,7 +928,12 @@ def running(
 
 
 def measure_window(
-    plan: Plan, rate: float, sim: Simulator, consumer: Proc, gateway: Proc | None
+    plan: Plan,
+    rate: float,
+    sim: Simulator,
+    consumer: Proc,
+    gateway: Proc | None,
+    nats: NatsMonitor | None = None,
 ) -> Window:
     """Set the rate, let it settle, time one window."""
     sim.set_rate(rate)
@@ -772,16 +953,24 @@ def measure_window(
     time.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_before, gw_before = sim.slow_consumer_drops(), figures()
+    watch = nats is not None and "ring" in gw_before
+    path_before = {**gw_before, **sim.sent(), **nats.snapshot()} if watch and nats else None
     time.sleep(max(0.0, (t1 - time.time_ns()) / 1e9))
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_after, gw_after = sim.slow_consumer_drops(), figures()
+    path_after = {**gw_after, **sim.sent(), **nats.snapshot()} if path_before and nats else None
     result = consumer.expect("result", 30.0 + plan.measure, "the consumer's window")[1]
     seconds = (t1 - t0) / 1e9
     events = {
         "lapped": result["lapped"],
         "reconnects": gw_after["reconnects"] - gw_before["reconnects"],
         "dropped by the simulator": drops_after - drops_before,
+        **result["events"],
     }
+    hops: dict[str, int] = {}
+    if path_before is not None and path_after is not None:
+        hops, nats_events = nats_window(path_before, path_after, result["count"])
+        events.update(nats_events)
     return Window(
         rate,
         seconds,
@@ -794,6 +983,7 @@ def measure_window(
         {name: 100 * (after[name] - before[name]) / seconds for name in pids},
         gw_after["handoff"].get("0.5", float("nan")),
         events,
+        hops,
     )
 
 
@@ -821,7 +1011,7 @@ def run_feed(
         lab.up()
         sim = Simulator(lab, plan.rates[0])
         undo.callback(sim.close)
-        nats_url = None
+        nats_url, monitor = None, None
         if any(CONTENDER_SPECS[c].sink == "nats" for c in contenders):
             if nats_server_binary() is None:
                 log("no nats-server: the nats contenders are left out")
@@ -830,14 +1020,17 @@ def run_feed(
                     if name not in contenders:
                         del windows[name]
             else:
-                nats = NatsServer().start()
+                nats = NatsServer(monitor=True).start()
                 undo.callback(nats.cleanup)
+                undo.callback(_log_slow_consumers, nats, log)
                 nats_url = nats.url
+                assert nats.monitor_port is not None
+                monitor = NatsMonitor(nats.monitor_port)
         for k, (round_, name) in enumerate(alternate(plan.rounds, list(contenders))):
             spec = CONTENDER_SPECS[name]
             with running(spec, lab, nats_url, f"r{k}") as (consumer, gateway):
                 for rate in plan.rates:
-                    w = measure_window(plan, rate, sim, consumer, gateway)
+                    w = measure_window(plan, rate, sim, consumer, gateway, monitor)
                     windows[name].append(w)
                     log(
                         f"round {round_ + 1} {name:32} {rate:>8.0f} msg/s: got "
@@ -846,6 +1039,12 @@ def run_feed(
                         f"{w.reordered} cpu "
                         + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
                         + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
+                        + (
+                            " | " + " > ".join(f"{h} {n}" for h, n in w.hops.items())
+                            if w.hops
+                            else ""
+                        )
+                        + (f" | lost where: {where}" if (where := nats_loss_where(w)) else "")
                     )
     return windows
 
