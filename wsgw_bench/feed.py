@@ -451,6 +451,7 @@ async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
     a subscriber that does not keep up (a slow consumer: core NATS is at-most-once), which
     shows here as a disconnect and reconnect, and in the server's /connz (`NatsMonitor`)."""
     import nats
+    import orjson
     from nats.errors import SlowConsumerError
 
     tally = Tally(conn)
@@ -458,6 +459,9 @@ async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
 
     async def on_msg(msg: Any) -> None:
         now = clock()  # the consumer's first line of code
+        if msg.subject.endswith(".$gap"):  # the sink fell behind, or the session reconnected
+            note(f"$gap {orjson.loads(msg.data).get('reason')}")
+            return
         see(now, msg.data, binance_topic(msg.data))
 
     async def on_error(exc: Exception) -> None:
