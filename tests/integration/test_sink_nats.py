@@ -6,6 +6,7 @@ send, and records C sent before a hand-back that the follower reads late."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -207,6 +208,16 @@ def hold_loop(sink: NatsSink) -> threading.Event:
     return release
 
 
+@contextlib.contextmanager
+def loop_held(sink: NatsSink) -> Iterator[None]:
+    """The sink's loop held (`hold_loop`) for the block."""
+    release = hold_loop(sink)
+    try:
+        yield
+    finally:
+        release.set()
+
+
 def test_a_burst_of_many_records_is_one_send(nats_server: NatsServer) -> None:
     """One hub batch of 1000 records (one ring write: one burst) leaves C in one send, or
     in a few where the machine stalls the burst past the buffer's 1 ms age bound
@@ -292,15 +303,13 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
     sink = NatsSink(config).start(10)
     hub = Hub(nats=sink)
     sub = Subscriber(nats_server.url, ["wsgw.>"])
-    release = None
+    total = 3001  # records 0..3000
     try:
         hub.publish_batch([(1, "t", b"0", 0, None)])
         wait_until(lambda: len(sub.got) == 1 and (not c_path or bool(sink._c and sink._c.armed)))
-        release = hold_loop(sink)
-        total = 3001  # records 0..3000
-        for j in range(1, total, 10):
-            hub.publish_batch([(1, "t", b"%d" % k, 0, None) for k in range(j, j + 10)])
-        release.set()
+        with loop_held(sink):
+            for j in range(1, total, 10):
+                hub.publish_batch([(1, "t", b"%d" % k, 0, None) for k in range(j, j + 10)])
 
         def accounted() -> int:
             data = sum(1 for s, _, _ in sub.got if not s.endswith("$gap"))
@@ -310,8 +319,6 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
         wait_until(lambda: accounted() >= total)
         time.sleep(0.2)  # anything sent twice arrives too
     finally:
-        if release is not None:
-            release.set()
         sub.close()
         hub.close()
     data = [int(d) for s, d, _ in sub.got if not s.endswith("$gap")]
