@@ -639,6 +639,17 @@ class NatsMonitor:
     def __init__(self, port: int, sink_name: str = "wsgw") -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.sink_name = sink_name
+        self._carried: tuple[int, dict[str, Any]] | None = None
+
+    def carried(self, gateway_pid: int) -> dict[str, Any] | None:
+        """The last window's closing counters of this gateway process: the next window
+        counts from them, so a drop between two windows (the warm-up) is not missed."""
+        if self._carried is None or self._carried[0] != gateway_pid:
+            return None
+        return self._carried[1]
+
+    def carry(self, gateway_pid: int, counters: dict[str, Any]) -> None:
+        self._carried = (gateway_pid, counters)
 
     def _get(self, path: str) -> dict[str, Any]:
         from urllib.request import urlopen
@@ -686,7 +697,9 @@ def nats_window(
 ) -> tuple[dict[str, int], dict[str, int]]:
     """A window's counts at each hop of the NATS path (deltas, NATS_HOPS) from the
     simulator's (`Simulator.sent`), the gateway's (`nats_sink_figures`) and nats-server's
-    (`NatsMonitor`) counters taken together at its start and end, and its loss events by
+    (`NatsMonitor`) counters taken together at the end of the previous window of the same
+    gateway (its start for the first) and at its end, "consumer" in the window only, and
+    its loss events by
     where they happened: the sink ("nats sink dropped <reason>", its reconnects), the
     server ("nats-server slow consumers": it dropped a subscriber that fell behind)."""
     hops = {hop: after[hop] - before[hop] for hop in NATS_HOPS[:-1]}
@@ -696,6 +709,8 @@ def nats_window(
         for reason, n in after["nats dropped"].items()
     }
     events["nats sink reconnects"] = after["nats reconnects"] - before["nats reconnects"]
+    events["upstream: session dropped by the simulator"] = after["sim drops"] - before["sim drops"]
+    events["upstream: session reconnects"] = after["reconnects"] - before["reconnects"]
     for what in ("slow consumers", "subscriber closed slow", "sink closed slow"):
         events[f"nats-server {what}"] = after[what] - before[what]
     return hops, events
@@ -709,9 +724,12 @@ def nats_loss_where(w: Window) -> str:
     if not w.lost or not w.hops:
         return ""
     e, where = w.events, []
-    if e.get("dropped by the simulator") or e.get("reconnects"):
+    if any(e.get(k) for k in ("dropped by the simulator", "reconnects")) or any(
+        n for k, n in e.items() if k.startswith("upstream:")
+    ):
         unsent = w.hops["sim emitted"] - w.hops["sim written"]
-        where.append(f"upstream, the exchange dropped the session ({unsent} made, not written)")
+        made = f" ({unsent} made, not written, in the span)" if unsent > 0 else ""
+        where.append(f"upstream, the exchange dropped the session or it reconnected{made}")
     sink = sum(n for k, n in e.items() if k.startswith("nats sink dropped"))
     if sink:
         where.append(f"the gateway's NATS sink dropped {sink}")
@@ -810,6 +828,7 @@ class Simulator:
         return {
             "sim emitted": sum(stats["sent_per_topic"].values()),
             "sim written": int(stats["counters"]["data_messages"]),
+            "sim drops": int(stats["counters"]["slow_consumers"]),
         }
 
     def _stats(self) -> dict[str, Any]:
@@ -957,8 +976,9 @@ def measure_window(
     time.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_before, gw_before = sim.slow_consumer_drops(), figures()
-    watch = nats is not None and "ring" in gw_before
-    path_before = {**gw_before, **sim.sent(), **nats.snapshot()} if watch and nats else None
+    path_before = None
+    if nats is not None and gateway is not None and "ring" in gw_before:
+        path_before = nats.carried(gateway.pid) or {**gw_before, **sim.sent(), **nats.snapshot()}
     time.sleep(max(0.0, (t1 - time.time_ns()) / 1e9))
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_after, gw_after = sim.slow_consumer_drops(), figures()
@@ -972,7 +992,8 @@ def measure_window(
         **result["events"],
     }
     hops: dict[str, int] = {}
-    if path_before is not None and path_after is not None:
+    if path_before is not None and path_after is not None and nats and gateway:
+        nats.carry(gateway.pid, path_after)
         hops, nats_events = nats_window(path_before, path_after, result["count"])
         events.update(nats_events)
     return Window(

@@ -25,6 +25,7 @@ from wsgw_bench.servers import NatsServer
 def counters(**over: int) -> dict[str, object]:
     base: dict[str, object] = dict.fromkeys(NATS_HOPS[:-1], 0)
     base.update({"nats dropped": {"buffer_full": 0}, "nats reconnects": 0})
+    base.update({"sim drops": 0, "reconnects": 0})
     base.update(dict.fromkeys(("slow consumers", "subscriber closed slow", "sink closed slow"), 0))
     base.update(over)
     return base
@@ -44,7 +45,13 @@ def test_a_windows_hops_and_where_its_losses_happened() -> None:
     assert (hops["sim emitted"], hops["nats sent"], hops["consumer"]) == (500, 280, 200)
     assert events["nats sink dropped buffer_full"] == 10
     assert events["nats-server subscriber closed slow"] == 1
-    where = nats_loss_where(window(300, {**events, "dropped by the simulator": 1}, hops))
+    assert events["upstream: session dropped by the simulator"] == 0
+    where = nats_loss_where(window(300, events, hops))
+    assert "upstream" not in where and "sink dropped 10" in where
+    after["sim drops"] = 1  # between two windows: counted from the last one's end
+    hops, events = nats_window(before, after, 200)
+    assert events["upstream: session dropped by the simulator"] == 1
+    where = nats_loss_where(window(300, events, hops))
     assert "upstream" in where and "200 made, not written" in where
     assert "sink dropped 10" in where and "nats-server dropped the subscriber" in where
     # Nothing counted a loss the subscriber saw: said so, not blamed on anyone.
