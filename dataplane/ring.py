@@ -125,7 +125,6 @@ MAX_READERS = RING_MAX_READERS
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
 _VIEW = struct.Struct(RING_VIEW_FORMAT)
-_view_at = _VIEW.unpack_from
 _new_tuple = tuple.__new__
 _CANCELED, _EINTR = -errno.ECANCELED, -errno.EINTR
 
@@ -912,12 +911,6 @@ class RingReader(Closing):
         views = _VIEW.iter_unpack(buf.views[: n * RING_VIEW_SIZE])
         upto = self._filter_upto
         if self._patterns is None or self._known <= upto:
-            if n == 1:  # a slow feed's batch: no slice, iterator or comprehension to make
-                seq, ts, sid, tid, off, ln = _view_at(buf.views)
-                events.append(
-                    _new_tuple(RingMessage, (seq, sid, names[tid], ts, arena[off : off + ln], tid))
-                )
-                return events
             # The hot path: one comprehension, no per-message branch.
             events += [
                 _new_tuple(RingMessage, (seq, sid, names[tid], ts, arena[off : off + ln], tid))
