@@ -1503,6 +1503,9 @@ WSGW_API int wsgw_ring_read_wait(wsgw_ring_reader *r, struct wsgw_ring_view *vie
                                  struct wsgw_ring_read_info *info, int64_t timeout_ns,
                                  int64_t spin_ns)
 {
+    struct wsgw_ring_read_info own;
+    if (info == NULL)
+        info = &own; /* what it says decides whether to wait, even when the caller ignores it */
     int n = wsgw_ring_read(r, views, max, arena, arena_size, info);
     if (n != 0 || timeout_ns == 0 || info->lost || info->closed)
         return n;

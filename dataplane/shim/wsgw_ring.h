@@ -378,7 +378,8 @@ WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spi
  * wake-up and the batch. Waits again while what came was all filtered out, until the
  * timeout. Returns what wsgw_ring_read returns (0 also after the timeout: one last read
  * found nothing), -ECANCELED (wsgw_ring_reader_interrupt, and nothing to report), -EINTR (a
- * signal: handle it and call again) or -ECONNABORTED; info->woke_ns stamps the wake-up. */
+ * signal: handle it and call again) or -ECONNABORTED; info->woke_ns stamps the wake-up
+ * (info may be NULL, as for wsgw_ring_read). */
 WSGW_API int wsgw_ring_read_wait(wsgw_ring_reader *r, struct wsgw_ring_view *views,
                                  uint32_t max, uint8_t *arena, uint32_t arena_size,
                                  struct wsgw_ring_read_info *info, int64_t timeout_ns,
