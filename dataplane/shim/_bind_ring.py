@@ -372,36 +372,22 @@ class ReadBuffers:
         self._arena_addr = ctypes.addressof(self._arena_c)
         self.max_batch = max_batch
         self.arena_size = arena_size
+        #: The read calls' arguments after max: the arena and the info.
+        self._rest = (self._arena_addr, arena_size, self._info_addr)
         self.views = memoryview(self._views).cast("B")
         self.info = memoryview(self._info).cast("B").cast("Q")
         self.arena = memoryview(self._arena)
         self.raw = self._arena
 
     def read(self, max_count: int) -> int:
-        return int(
-            self._read(
-                self._handle,
-                self._views_addr,
-                max_count,
-                self._arena_addr,
-                self.arena_size,
-                self._info_addr,
-            )
-        )
+        return int(self._read(self._handle, self._views_addr, max_count, *self._rest))
 
     def read_wait(self, max_count: int, timeout_ns: int, spin_ns: int) -> int:
         """read, and when nothing came, wait (GIL released) and read again: one call
         (wsgw_ring_read_wait)."""
         return int(
             self._read_wait(
-                self._handle,
-                self._views_addr,
-                max_count,
-                self._arena_addr,
-                self.arena_size,
-                self._info_addr,
-                timeout_ns,
-                spin_ns,
+                self._handle, self._views_addr, max_count, *self._rest, timeout_ns, spin_ns
             )
         )
 
