@@ -149,6 +149,7 @@ class Profile:
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
+    fused_read: bool = True  # the consumer's read waits and reads in one C call (issue #16)
 
     @property
     def reader_wait(self) -> str:
@@ -215,6 +216,8 @@ DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
 DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
 DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
 DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
+# The consumer client as before wsgw_ring_read_wait (issue #16): a wait call, then a read call.
+DPDK_RING_WAIT_THEN_READ = "wsgw dpdk -> ring, wait then read"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -231,6 +234,9 @@ CONTENDER_SPECS.update(
             DPDK_RING_HALT_POLL, "dpdk", "ring", Profile(halt_poll_ns=200_000)
         ),
         DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
+        DPDK_RING_WAIT_THEN_READ: Contender(
+            DPDK_RING_WAIT_THEN_READ, "dpdk", "ring", Profile(fused_read=False)
+        ),
     }
 )
 
@@ -361,12 +367,16 @@ def ring_consumer_main(
     topics: list[str],
     wait: str,
     cpu: int | Literal["engine"] | None = None,
+    fused_read: bool = True,
 ) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy (and
     pinned to `cpu` when given)."""
     from gateway.client import Client, Gap, RingMessage
+    from gateway.client.ring import RingSource
 
     with Client.attach(ring, topics=topics, wait=wait, cpu=cpu) as client:
+        assert isinstance(client.source, RingSource)
+        client.source.reader.fused_wait = fused_read
         tally = Tally(conn)
         conn.send(("ready", os.getpid()))
         read, see, clock = client.read, tally.see, time.time_ns
@@ -732,7 +742,12 @@ def running(
                 topics = ring_topics(sid, list(TOPICS), gaps=False)
                 profile = contender.profile
                 consumer = Proc(
-                    ring_consumer_main, ring, topics, profile.reader_wait, profile.reader_cpu
+                    ring_consumer_main,
+                    ring,
+                    topics,
+                    profile.reader_wait,
+                    profile.reader_cpu,
+                    profile.fused_read,
                 )
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
