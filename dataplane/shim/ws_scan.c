@@ -102,6 +102,23 @@ WSGW_API void wsgw_ws_mask(uint8_t *buf, size_t len, const uint8_t *key, size_t 
     wsgw_ws_mask_copy(buf, buf, len, key, phase);
 }
 
+/* Is c1 a second byte lead c may take? RFC 3629 section 4's table: 80..BF but for E0 (A0..,
+ * no overlong below U+0800), ED (..9F, no surrogates), F0 (90.., no overlong below U+10000)
+ * and F4 (..8F, nothing above U+10FFFF). */
+static inline int second_byte_ok(uint8_t c, uint8_t c1)
+{
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    return c1 >= lo && c1 <= hi;
+}
+
 /* RFC 3629 section 4 (Unicode 3-7 well-formed byte sequences); ASCII 8 bytes at a time. */
 static inline int utf8_valid(const uint8_t *s, size_t n)
 {
@@ -130,37 +147,14 @@ static inline int utf8_valid(const uint8_t *s, size_t n)
             continue;
         }
         if (c < 0xF0) {
-            if (n - i < 3)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if (c == 0xE0) { /* overlong below U+0800 */
-                if (c1 < 0xA0 || c1 > 0xBF)
-                    return 0;
-            } else if (c == 0xED) { /* surrogates U+D800..U+DFFF */
-                if (c1 < 0x80 || c1 > 0x9F)
-                    return 0;
-            } else if ((c1 & 0xC0) != 0x80) {
-                return 0;
-            }
-            if ((s[i + 2] & 0xC0) != 0x80)
+            if (n - i < 3 || !second_byte_ok(c, s[i + 1]) || (s[i + 2] & 0xC0) != 0x80)
                 return 0;
             i += 3;
             continue;
         }
         if (c < 0xF5) {
-            if (n - i < 4)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if (c == 0xF0) { /* overlong below U+10000 */
-                if (c1 < 0x90 || c1 > 0xBF)
-                    return 0;
-            } else if (c == 0xF4) { /* above U+10FFFF */
-                if (c1 < 0x80 || c1 > 0x8F)
-                    return 0;
-            } else if ((c1 & 0xC0) != 0x80) {
-                return 0;
-            }
-            if ((s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+            if (n - i < 4 || !second_byte_ok(c, s[i + 1]) || (s[i + 2] & 0xC0) != 0x80 ||
+                (s[i + 3] & 0xC0) != 0x80)
                 return 0;
             i += 4;
             continue;
