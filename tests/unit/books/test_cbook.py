@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import msgspec
 import pytest
@@ -141,16 +142,23 @@ changes = st.lists(st.tuples(texts, sizes), max_size=5)
 snapshots = st.lists(st.tuples(texts, sizes), max_size=30)
 #: Mostly in order; sometimes a break (+1, +2) or a repeat (-1, -3).
 offsets = st.sampled_from([0] * 12 + [1, 2, -1, -3])
-steps = st.lists(
-    st.tuples(
-        st.sampled_from(["update"] * 10 + ["snapshot", "odd"]),
-        offsets,
-        st.integers(0, 3),  # Binance: how many ids past U the update's u is
-        changes,
-        changes,
-        odd_levels,
-    ),
-    min_size=1,
+
+
+def message_streams(
+    kinds: list[str], *parts: st.SearchStrategy[Any], max_size: int = 30
+) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    """A venue's messages for the differential tests: 1 to max_size steps, each a kind drawn
+    from kinds (a repeated kind is drawn more often) and then one of each of parts."""
+    return st.lists(st.tuples(st.sampled_from(kinds), *parts), min_size=1, max_size=max_size)
+
+
+steps = message_streams(
+    ["update"] * 10 + ["snapshot", "odd"],
+    offsets,
+    st.integers(0, 3),  # Binance: how many ids past U the update's u is
+    changes,
+    changes,
+    odd_levels,
     max_size=40,
 )
 

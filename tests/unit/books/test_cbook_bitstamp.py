@@ -14,7 +14,14 @@ from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
-from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
+from tests.unit.books.test_cbook import (
+    BOTH,
+    Twins,
+    changes,
+    message_streams,
+    odd_levels,
+    snapshots,
+)
 
 BITSTAMP = make_normalizer("bitstamp")
 
@@ -34,16 +41,12 @@ def test_an_older_diff_is_out_of_order_by_the_python_rule() -> None:
 @settings(max_examples=120, deadline=None)
 @given(
     snap=snapshots,
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["diff"] * 12 + ["snapshot", "odd"]),
-            st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
-            changes,
-            changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["diff"] * 12 + ["snapshot", "odd"],
+        st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
+        changes,
+        changes,
+        odd_levels,
     ),
 )
 def test_c_path_equals_python_path_at_every_step(

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
-from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
+from tests.unit.books.test_cbook import (
+    BOTH,
+    Twins,
+    changes,
+    message_streams,
+    odd_levels,
+    snapshots,
+)
 
 COINBASE = make_normalizer("coinbase")
 
@@ -20,15 +26,8 @@ COINBASE = make_normalizer("coinbase")
 @settings(max_examples=120, deadline=None)
 @given(
     snap=snapshots,
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["update"] * 12 + ["snapshot", "odd", "other_side"]),
-            changes,
-            changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["update"] * 12 + ["snapshot", "odd", "other_side"], changes, changes, odd_levels
     ),
 )
 def test_c_path_equals_python_path_at_every_step(

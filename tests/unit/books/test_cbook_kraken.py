@@ -17,7 +17,7 @@ from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import Level
 from tests.unit.books.messages import Change, kraken_book
-from tests.unit.books.test_cbook import BOTH, Twins, sizes, texts
+from tests.unit.books.test_cbook import BOTH, Twins, message_streams, sizes, texts
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
@@ -74,15 +74,8 @@ odd_levels = st.tuples(
 @given(
     depth=st.sampled_from([3, 10, 25]),
     snap=st.lists(st.tuples(numbers, amounts), max_size=30),
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["update"] * 12 + ["wrong", "odd", "nocrc"]),
-            kraken_changes,
-            kraken_changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["update"] * 12 + ["wrong", "odd", "nocrc"], kraken_changes, kraken_changes, odd_levels
     ),
 )
 def test_c_path_equals_python_path_at_every_step(

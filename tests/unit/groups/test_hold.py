@@ -189,6 +189,20 @@ def run_stalled(
     return out, expired_at
 
 
+def stalled_hole(
+    make: Factory, last: int, leg1_last: int, stall_end_ms: int, first_leg: int
+) -> tuple[Any, list[Any], list[int]]:
+    """Leg 0 sends 1..last but 20, leg 1 (8 ms behind) 1..leg1_last; the process stalls from
+    23 ms to stall_end_ms (hold 5 ms) and first_leg's burst is read first. The arbiter, what
+    it gave out and when it gave holes up (run_stalled)."""
+    arb = make(2, hold_ns=5 * MS)
+    arrivals = stream(0, (i for i in range(1, last + 1) if i != 20), 0) + stream(
+        1, range(1, leg1_last + 1), 8
+    )
+    stalled = stall(arrivals, 23, stall_end_ms, first_leg=first_leg)
+    return (arb, *run_stalled(arb, stalled, 23, stall_end_ms))
+
+
 @IMPLEMENTATIONS
 def test_a_stall_after_which_the_waited_for_legs_burst_comes_first_loses_nothing(
     make: Factory,
@@ -197,9 +211,7 @@ def test_a_stall_after_which_the_waited_for_legs_burst_comes_first_loses_nothing
     engine stalled just over the hold; its first frame after the stall gave the hole up
     before its own arrival counted. Leg 1 (8 ms behind) fills leg 0's hole at 20 (opened at
     21 ms); the process stalls 23-30 ms (hold 5 ms), leg 1's burst is read first."""
-    arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 41) if i != 20), 0) + stream(1, range(1, 41), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 30, first_leg=1), 23, 30)
+    arb, out, expired_at = stalled_hole(make, 40, 40, 30, first_leg=1)
     assert losses(out) == [] and expired_at == []
     assert delivered(out) == list(range(1, 41)) and arb.lost_total == 0
 
@@ -211,9 +223,7 @@ def test_a_stall_after_which_the_other_legs_burst_comes_first_loses_nothing(
     """A process stall of 23-40 ms (hold 5 ms): both legs' frames arrive late, in bursts,
     leg 0's (the one past the hole) first. Nobody arrived for longer than the hold: the
     gateway stalled, not leg 1, so leg 1 gets the hold afresh and its burst fills the hole."""
-    arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 61) if i != 20), 0) + stream(1, range(1, 61), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 40, first_leg=0), 23, 40)
+    arb, out, expired_at = stalled_hole(make, 60, 60, 40, first_leg=0)
     assert losses(out) == [] and expired_at == []
     assert delivered(out) == list(range(1, 61)) and arb.lost_total == 0
 
@@ -225,9 +235,7 @@ def test_after_a_stall_a_leg_that_stays_silent_is_still_given_up_a_hold_later(
     """As above, but leg 1 died at its message 10 (18 ms): after the stall it brings nothing;
     the hole is given up a hold after the first frame of the bursts (leg 0's 23, read at
     40.023 ms), not waited for until max_hold."""
-    arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 61) if i != 20), 0) + stream(1, range(1, 11), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 40, first_leg=0), 23, 40)
+    _, out, expired_at = stalled_hole(make, 60, 10, 40, first_leg=0)
     assert losses(out) == [(19, 21, 1)] and expired_at == [40 * MS + 23_000 + 5 * MS]
     assert delivered(out) == [i for i in range(1, 61) if i != 20]
 

@@ -7,6 +7,7 @@ at most its limit of stream sockets (NATS slots aside), first armed first served
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -46,6 +47,37 @@ def overfill(
     return first, payloads, state
 
 
+def small_buffers(pair: tuple[socket.socket, socket.socket]) -> None:
+    """4 KiB each way: overfill's records fill the socket."""
+    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+
+def resumed(
+    sock: socket.socket,
+    entry: Any,
+    first: int,
+    payloads: dict[int, bytes],
+    state: Any,
+    encode: Callable[[bytes], bytes],
+) -> bytes:
+    """What the reader gets when Python takes over where C stopped after overfill: what C
+    sent, the rest of a record it sent in part, then encode(payload) from the seq Python
+    resumes at."""
+    got = drain(sock) + entry.take_rest(state)  # Python writes the rest first ...
+    resume = state[ST_NEXT_SEQ]
+    return got + b"".join(encode(payloads[s]) for s in range(resume, first + len(payloads)))
+
+
+def receive(sock: socket.socket, size: int) -> bytes:
+    """At least size bytes from sock (5 s at most for each read)."""
+    got = b""
+    sock.settimeout(5)
+    while len(got) < size:
+        got += sock.recv(1 << 20)
+    return got
+
+
 def frame(payload: bytes) -> bytes:
     try:
         payload.decode()
@@ -69,11 +101,7 @@ def test_frames_are_the_hubs_and_only_of_the_sockets_topics(
             ring.write(1, other, b"not mine")
             ring.write(2, mine, b"another session")
         want = b"".join(frame(p) for p in payloads)
-        got = b""
-        pair[1].settimeout(5)
-        while len(got) < len(want):
-            got += pair[1].recv(1 << 20)
-        assert got == want
+        assert receive(pair[1], len(want)) == want
         assert entry.state()[ST_ARMED] == 1
         seq = ring.write(1, gap, b"{}")  # a gap of its session: the sink stops there
         state = entry.state()
@@ -98,16 +126,13 @@ def drain(sock: socket.socket) -> bytes:
 def test_a_full_socket_stops_the_sink_exactly(
     ring: RingWriter, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    small_buffers(pair)
     gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
     sink = StreamSink(ring.handle, gap)
     try:
         entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
         first, payloads, state = overfill(ring, entry, topic)
-        got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
-        resume = state[ST_NEXT_SEQ]
-        got += b"".join(frame(payloads[s]) for s in range(resume, first + 200))  # ... then on
+        got = resumed(pair[1], entry, first, payloads, state, frame)
         assert got == b"".join(frame(payloads[s]) for s in range(first, first + 200))
         entry.remove()
     finally:

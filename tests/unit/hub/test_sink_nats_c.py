@@ -6,6 +6,7 @@ the records of a burst leave in one send at its end."""
 from __future__ import annotations
 
 import socket
+from functools import partial
 
 import pytest
 
@@ -21,7 +22,7 @@ from gateway.hub.sink import (
     TOPIC,
     StreamSink,
 )
-from tests.unit.hub.test_sink import drain, overfill
+from tests.unit.hub.test_sink import drain, overfill, receive, resumed, small_buffers
 
 
 def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
@@ -39,11 +40,7 @@ def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
             ring.write(1, a, p)
             ring.write(2, b, p)  # every session
         want = b"".join(pub("wsgw.1.a", p) + pub("wsgw.2.b", p) for p in payloads)
-        got = b""
-        pair[1].settimeout(5)
-        while len(got) < len(want):
-            got += pair[1].recv(1 << 20)
-        assert got == want
+        assert receive(pair[1], len(want)) == want
         new = ring.register_topic("1:new")
         seq = ring.write(1, new, b"z")  # no subject yet: Python's
         state = entry.state()
@@ -62,17 +59,14 @@ def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
 def test_a_full_socket_stops_the_nats_slot_exactly(
     ring: RingWriter, pair: tuple[socket.socket, socket.socket]
 ) -> None:
-    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    small_buffers(pair)
     gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
     sink = StreamSink(ring.handle, gap)
     try:
         entry = sink.add_nats(pair[0].fileno())
         assert entry.subject(topic, b"s.1.a")
         first, payloads, state = overfill(ring, entry, topic)
-        got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
-        resume = state[ST_NEXT_SEQ]
-        got += b"".join(pub("s.1.a", payloads[s]) for s in range(resume, first + 200))
+        got = resumed(pair[1], entry, first, payloads, state, partial(pub, "s.1.a"))
         assert got == b"".join(pub("s.1.a", payloads[s]) for s in range(first, first + 200))
     finally:
         sink.close()
