@@ -6,6 +6,21 @@
 #include "shim_internal.h"
 #include "wsgw_ws.h"
 
+/* RFC 6455 5.2: the payload length of the frame at p, whose 7-bit field is len7 (126: the
+ * next 16 bits, 127: the next 64, else len7 itself); p holds the whole header. */
+static inline uint64_t payload_len(const uint8_t *p, uint64_t len7)
+{
+    if (len7 == 126)
+        return (uint64_t)p[2] << 8 | p[3];
+    if (len7 == 127) {
+        uint64_t n = 0;
+        for (int i = 0; i < 8; i++)
+            n = n << 8 | p[2 + i];
+        return n;
+    }
+    return len7;
+}
+
 WSGW_API int wsgw_ws_scan(const uint8_t *buf, size_t start, size_t len, uint64_t *out,
                           uint32_t max_frames, uint64_t *tail)
 {
@@ -43,13 +58,7 @@ WSGW_API int wsgw_ws_scan(const uint8_t *buf, size_t start, size_t len, uint64_t
             need = hlen;
             break;
         }
-        if (plen == 126) {
-            plen = (uint64_t)p[2] << 8 | p[3];
-        } else if (plen == 127) {
-            plen = 0;
-            for (int i = 0; i < 8; i++)
-                plen = plen << 8 | p[2 + i];
-        }
+        plen = payload_len(p, plen);
         if (plen > avail - hlen) {
             /* Incomplete: report what the frame needs, saturating at UINT64_MAX. */
             need = plen > UINT64_MAX - hlen ? UINT64_MAX : plen + hlen;
@@ -219,13 +228,7 @@ WSGW_API int wsgw_ws_scan_batch(const uint8_t *buf, size_t start, size_t len, ui
             why = WSGW_WS_BATCH_PARTIAL;
             break;
         }
-        if (plen == 126) {
-            plen = (uint64_t)p[2] << 8 | p[3];
-        } else if (plen == 127) {
-            plen = 0;
-            for (int i = 0; i < 8; i++)
-                plen = plen << 8 | p[2 + i];
-        }
+        plen = payload_len(p, plen);
         if (plen > max_size) {
             why = WSGW_WS_BATCH_OTHER;
             break;
