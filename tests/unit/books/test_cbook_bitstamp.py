@@ -10,13 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
 from tests.unit.books.test_cbook import (
-    BOTH,
     Twins,
+    assert_declined,
     changes,
     message_streams,
     odd_levels,
@@ -87,8 +86,4 @@ GOOD = bitstamp_diff(1_659_626_705_010_758, [("10.5", "1"), ("10.4", "0")], [("1
 def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
     """Snapshots, other events, repeated members, microtimestamps C does not read as int()
     does, a missing side: nothing applied, the Python path decides."""
-    book = CBook("bitstamp", "btcusd")
-    book.set_joined(True)
-    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
-    assert as_json == b"" and book.count(0) == 0
+    assert_declined("bitstamp", raw)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
 from tests.unit.books.test_cbook import (
-    BOTH,
     Twins,
+    assert_declined,
     changes,
     message_streams,
     odd_levels,
@@ -71,8 +70,4 @@ def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
     """Snapshots, other types, a change of another shape, escapes, repeated members,
     timestamps C does not read exactly, a missing time, a number for a text: nothing
     applied, the Python path decides."""
-    book = CBook("coinbase", "BTC-USD")
-    book.set_joined(True)
-    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
-    assert as_json == b"" and book.count(0) == 0
+    assert_declined("coinbase", raw)

@@ -87,27 +87,23 @@ def frame(payload: bytes) -> bytes:
 
 
 def test_frames_are_the_hubs_and_only_of_the_sockets_topics(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     gap, mine, other = (ring.register_topic(n) for n in ("$gap", "1:a", "1:b"))
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add(pair[0].fileno(), 1, [mine])
-        assert not entry.arm(ring.last_seq + 2)  # a seq the ring does not hold yet: refused
-        assert entry.arm(ring.last_seq + 1)
-        payloads = [b"x" * n for n in (0, 1, 125, 126, 65535, 65536)] + [b"\xff\xfe", "é".encode()]
-        for p in payloads:
-            ring.write(1, mine, p)
-            ring.write(1, other, b"not mine")
-            ring.write(2, mine, b"another session")
-        want = b"".join(frame(p) for p in payloads)
-        assert receive(pair[1], len(want)) == want
-        assert entry.state()[ST_ARMED] == 1
-        seq = ring.write(1, gap, b"{}")  # a gap of its session: the sink stops there
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
-    finally:
-        sink.close()
+    entry = sink.add(pair[0].fileno(), 1, [mine])
+    assert not entry.arm(ring.last_seq + 2)  # a seq the ring does not hold yet: refused
+    assert entry.arm(ring.last_seq + 1)
+    payloads = [b"x" * n for n in (0, 1, 125, 126, 65535, 65536)] + [b"\xff\xfe", "é".encode()]
+    for p in payloads:
+        ring.write(1, mine, p)
+        ring.write(1, other, b"not mine")
+        ring.write(2, mine, b"another session")
+    want = b"".join(frame(p) for p in payloads)
+    assert receive(pair[1], len(want)) == want
+    assert entry.state()[ST_ARMED] == 1
+    seq = ring.write(1, gap, b"{}")  # a gap of its session: the sink stops there
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
 
 
 def drain(sock: socket.socket) -> bytes:
@@ -124,39 +120,31 @@ def drain(sock: socket.socket) -> bytes:
 
 
 def test_a_full_socket_stops_the_sink_exactly(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     small_buffers(pair)
-    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
-        first, payloads, state = overfill(ring, entry, topic)
-        got = resumed(pair[1], entry, first, payloads, state, frame)
-        assert got == b"".join(frame(payloads[s]) for s in range(first, first + 200))
-        entry.remove()
-    finally:
-        sink.close()
+    topic = ring.register_topic("1:a")
+    entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
+    first, payloads, state = overfill(ring, entry, topic)
+    got = resumed(pair[1], entry, first, payloads, state, frame)
+    assert got == b"".join(frame(payloads[s]) for s in range(first, first + 200))
+    entry.remove()
 
 
 def test_a_stream_of_every_topic_stops_at_its_sessions_gap_too(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add(pair[0].fileno(), 1, [])  # every topic of session 1
-        assert entry.arm(ring.last_seq + 1)
-        ring.write(1, topic, b"one")
-        ring.write(2, gap, b"{}")  # another session's gap: not its business
-        ring.write(1, topic, b"two")
-        seq = ring.write(1, gap, b"{}")
-        ring.write(1, topic, b"three")  # after the stop: Python's
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
-        assert drain(pair[1]) == frame(b"one") + frame(b"two")
-    finally:
-        sink.close()
+    entry = sink.add(pair[0].fileno(), 1, [])  # every topic of session 1
+    assert entry.arm(ring.last_seq + 1)
+    ring.write(1, topic, b"one")
+    ring.write(2, gap, b"{}")  # another session's gap: not its business
+    ring.write(1, topic, b"two")
+    seq = ring.write(1, gap, b"{}")
+    ring.write(1, topic, b"three")  # after the stop: Python's
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
+    assert drain(pair[1]) == frame(b"one") + frame(b"two")
 
 
 def test_the_sink_arms_at_most_its_limit_of_streams_first_armed_first_served(
