@@ -13,14 +13,8 @@ from hypothesis import strategies as st
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
-from tests.unit.books.test_cbook import (
-    Twins,
-    assert_declined,
-    changes,
-    message_streams,
-    odd_levels,
-    snapshots,
-)
+from tests.unit.books.strategies import changes, message_streams, odd_levels, snapshots
+from tests.unit.books.test_cbook import Twins, assert_declined
 
 BITSTAMP = make_normalizer("bitstamp")
 

@@ -10,14 +10,8 @@ from hypothesis import given, settings
 
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
-from tests.unit.books.test_cbook import (
-    Twins,
-    assert_declined,
-    changes,
-    message_streams,
-    odd_levels,
-    snapshots,
-)
+from tests.unit.books.strategies import changes, message_streams, odd_levels, snapshots
+from tests.unit.books.test_cbook import Twins, assert_declined
 
 COINBASE = make_normalizer("coinbase")
 

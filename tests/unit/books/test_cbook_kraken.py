@@ -16,7 +16,8 @@ from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import Level
 from tests.unit.books.messages import Change, kraken_book
-from tests.unit.books.test_cbook import Twins, assert_declined, message_streams, sizes, texts
+from tests.unit.books.strategies import message_streams, sizes, texts
+from tests.unit.books.test_cbook import Twins, assert_declined
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
