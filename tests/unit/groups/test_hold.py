@@ -33,11 +33,16 @@ def stream(leg: int, ids: Iterable[int], lag_ms: int) -> list[tuple[int, int, in
 
 
 def run(
-    arb: Any, arrivals: list[tuple[int, int, int]], clock: list[int] | None = None
+    arb: Any,
+    arrivals: list[tuple[int, int, int]],
+    clock: list[int] | None = None,
+    stall_ms: tuple[int, int] | None = None,
 ) -> tuple[list[Any], list[int]]:
     """Arrivals in time order, expire whenever the deadline comes first (as the engine and
     the timer do): every output, and the times holes were given up at. clock[0]: the time
-    of the call being made (what an unread probe looks at)."""
+    of the call being made (what an unread probe looks at). stall_ms=(start, end): no timer
+    runs during a process stall, so a deadline that fell in it is first seen by what runs at
+    its end (the bursts' offers, which expire holes due at their stamps)."""
     heapq.heapify(arrivals)
     out: list[Any] = []
     expired_at: list[int] = []
@@ -45,7 +50,13 @@ def run(
     while arrivals:
         at, leg, i = arrivals[0]
         deadline = arb.deadline
-        if deadline is not None and deadline <= at:
+        in_stall = (
+            stall_ms is not None
+            and deadline is not None
+            and stall_ms[0] * MS <= deadline
+            and at <= (stall_ms[1] + 1) * MS
+        )
+        if deadline is not None and deadline <= at and not in_stall:
             clock[0] = deadline
             got = arb.expire(deadline)
             out += got
@@ -163,44 +174,18 @@ def stall(
     return out
 
 
-def run_stalled(
-    arb: Any, arrivals: list[tuple[int, int, int]], start_ms: int, end_ms: int
-) -> tuple[list[Any], list[int]]:
-    """As `run`, but no timer runs during the stall: a deadline that fell in it is first seen
-    by what runs at its end (the bursts' offers, which expire holes due at their stamps)."""
-    heapq.heapify(arrivals)
-    out: list[Any] = []
-    expired_at: list[int] = []
-    while arrivals:
-        at, leg, i = arrivals[0]
-        deadline = arb.deadline
-        in_stall = deadline is not None and start_ms * MS <= deadline and at <= (end_ms + 1) * MS
-        if deadline is not None and deadline <= at and not in_stall:
-            got = arb.expire(deadline)
-            out += got
-            if losses(got):
-                expired_at.append(deadline)
-            continue
-        heapq.heappop(arrivals)
-        out += arb.offer(leg, 0, i, i - 1, b"%d/%d" % (leg, i), at)
-    while (deadline := arb.deadline) is not None:
-        out += arb.expire(deadline)
-        expired_at.append(deadline)
-    return out, expired_at
-
-
 def stalled_hole(
     make: Factory, last: int, leg1_last: int, stall_end_ms: int, first_leg: int
 ) -> tuple[Any, list[Any], list[int]]:
     """Leg 0 sends 1..last but 20, leg 1 (8 ms behind) 1..leg1_last; the process stalls from
     23 ms to stall_end_ms (hold 5 ms) and first_leg's burst is read first. The arbiter, what
-    it gave out and when it gave holes up (run_stalled)."""
+    it gave out and when it gave holes up (run)."""
     arb = make(2, hold_ns=5 * MS)
     arrivals = stream(0, (i for i in range(1, last + 1) if i != 20), 0) + stream(
         1, range(1, leg1_last + 1), 8
     )
     stalled = stall(arrivals, 23, stall_end_ms, first_leg=first_leg)
-    return (arb, *run_stalled(arb, stalled, 23, stall_end_ms))
+    return (arb, *run(arb, stalled, stall_ms=(23, stall_end_ms)))
 
 
 @pytest.mark.parametrize(
