@@ -394,20 +394,15 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
                 f->group_gone = group_closed(f->group);
                 goto stop;
             }
-            f->counts[slot->index]++;
-            f->st.messages++;
-            f->st.bytes += len;
-            f->st.last_message_ns = p.rx_rt;
-            flow->ring_tail += hlen + len;
-            taken += hlen + len;
-            continue;
+        } else {
+            if (payload == f->scratch)
+                scratch_busy = 1;
+            p.msgs[p.n++] = (struct wsgw_ring_msg){.data = payload, .len = len,
+                                                   .session_id = f->conf.session_id,
+                                                   .topic_id = slot->topic_id,
+                                                   .ts_ns = p.rx_rt};
         }
-        if (payload == f->scratch)
-            scratch_busy = 1;
-        p.msgs[p.n++] = (struct wsgw_ring_msg){.data = payload, .len = len,
-                                               .session_id = f->conf.session_id,
-                                               .topic_id = slot->topic_id,
-                                               .ts_ns = p.rx_rt};
+        /* taken, by the group or into the batch (a group's leg leaves p.n at 0) */
         f->counts[slot->index]++;
         f->st.messages++;
         f->st.bytes += len;

@@ -147,6 +147,12 @@ class SimProcess:
             if pipe is not None:
                 pipe.close()
 
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -199,11 +205,8 @@ def start_gateway(
 
 @pytest.fixture
 def sim() -> Iterator[SimProcess]:
-    proc = start_sim(None, free_port())
-    try:
+    with start_sim(None, free_port()) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture
