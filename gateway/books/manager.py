@@ -38,7 +38,11 @@ stream, under the group's hub id (gateway.groups.feed). A normalized subscriptio
 (`set_session(..., source=hub id)`) has its books built from that stream, and only the
 group's `$gap` (a message every leg lost) resets them: a leg that drops or reconnects does
 not, since the other legs carry the stream on. The events go out under the leg's session id,
-where the subscription's consumers read them.
+where the subscription's consumers read them. A book of a group's stream that resubscribes
+(any reason: a checksum mismatch, a break the group did not see, the group's own gap) has
+the group restart the topic first (the runtime's `restart_group_topic`): the venue's
+snapshot then re-bases the arbiter's key, where it would otherwise be dropped as a copy of
+what the group already delivered (gateway.groups.arbiter, `restart`).
 
 REST snapshots go over the session's own transport: a running dpdk session's through its
 engine, on its loop (the runtime's `snapshot_fetcher`, dataplane.transports.http), so a
@@ -665,6 +669,12 @@ class BookManager:
             self._executor.submit(self._fetch_snapshot, book, url)
         elif self.runtime is not None:
             # The venue sends a snapshot on subscribe; until then the sync ignores deltas.
+            feed = self._feeds.get(book.session_id)
+            restart = getattr(self.runtime, "restart_group_topic", None)
+            if feed is not None and feed.source != book.session_id and restart is not None:
+                # A group's leg: that snapshot is of what the group delivered, a copy to its
+                # arbiter unless the group restarts the topic first (module doc).
+                restart(book.session_id, book.topic)
             self.runtime.unsubscribe(book.session_id, [book.topic])
             self.runtime.subscribe(book.session_id, [book.topic])
 

@@ -166,6 +166,10 @@ class CFeedGroup:
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
 
+    def restart(self, topic: str) -> int:
+        """As FeedGroup.restart, in C (wsgw_group_restart)."""
+        return 0 if self._closed else self.group.restart(topic)
+
     def leg_input(self, session_id: int, fd: int) -> None:
         """The leg's kernel socket (-1: none, or closed): while it holds unread bytes, a
         hole that is due waits for the leg (C asks FIONREAD; wsgw_group_set_leg_fd)."""

@@ -227,6 +227,20 @@ class FeedGroup:
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
             self._ask_timer()
 
+    def restart(self, topic: str) -> int:
+        """A book of the group's stream on `topic` resubscribes: its linked keys restart at
+        their next unlinked message, the venue's snapshot (Arbiter.restart), and their
+        floors go (the arbiter's own `last` is past them). How many keys restarted."""
+        restarted = 0
+        with self._lock:
+            if self._closed:
+                return 0
+            for key, key_topic in enumerate(self._key_topics):
+                if key_topic == topic and self._arbiter.restart(key):
+                    self._floors.pop(self._key_names[key], None)
+                    restarted += 1
+        return restarted
+
     def leg_input(self, session_id: int, fd: int) -> None:
         """The leg's kernel socket (-1: none, or closed): its unread bytes hold holes."""
         self._leg_fd[self._leg_of[session_id]] = fd
@@ -508,6 +522,13 @@ class GroupRouter:
         group = self._by_leg.get(session_id)
         if group is not None:
             group.leg_queued(session_id, queued)
+
+    def restart(self, session_id: int, topic: str) -> int:
+        """A book of a leg's topic resubscribes for a reason its group did not see (a
+        checksum mismatch...): the group lets the snapshot it brings restart the topic's
+        keys (FeedGroup.restart). 0 for a session that is no leg."""
+        group = self._by_leg.get(session_id)
+        return group.restart(topic) if group is not None else 0
 
     def leg_down(self, session_id: int, reason: str) -> None:
         """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""

@@ -15,12 +15,21 @@ snapshot on subscribe). That snapshot's seqId is one the group has delivered alr
 would drop it as a copy; after a loss on the key it restarts the key from it instead
 (gateway.groups.arbiter), and the book manager asks for it itself, since no leg reconnects
 for a group's loss (BookManager._session_gap).
+
+A book found wrong with no loss of the group (both legs bring an update whose checksum is
+wrong) resubscribes too; the group restarts the topic for it (GroupRouter.restart), so the
+snapshot re-bases the arbiter's key without any loss, on the C group and on the Python path.
+The simulator's snapshot to a new subscriber takes the place of the next update (same
+seqId): leg A runs 50 ms behind B, so B's copy of that update is always delivered first and
+A's snapshot is a copy of it to the arbiter unless the topic restarted.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import pytest
 
 from gateway.normalize import BookReset
 from tests.integration.test_books_gateway import Gateway
@@ -126,3 +135,44 @@ def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path
         until(recovered, "the book after the group's loss (leg A resubscribed)")
         got = gw.book(a, OKX.symbol)
         assert not got["stale"] and got["resyncs"], got["resyncs"]
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_group_book_with_a_wrong_checksum_resyncs_without_a_loss(
+    tmp_path: Path, path: str
+) -> None:
+    with simulated_gateway(tmp_path, groups_in_c=path == "c") as (gw, sim):
+        emit(sim, 20)
+        a, _, group_id = open_group(gw, sim)
+        group = gw.control.groups.figures(group_id)
+        assert group is not None and group["path"] == path
+        armed = sim.command(cmd="fault", kind="delay", ms=50, target=f"leg:{GROUP}/A")
+        assert armed["armed"] == 1
+
+        def book_is(seq: int) -> bool:
+            r = gw.api.get(f"/v1/books/{a}/{OKX.symbol}")
+            got = r.json() if r.status_code == 200 else {}
+            return bool(got) and (got["bids"], got["asks"]) == sim_book(OKX, seq)
+
+        seq = emit(sim, 5)
+        until(lambda: book_is(seq), "the book of the group's stream")
+        # Both legs' copies of the next update carry a wrong checksum: the book is wrong,
+        # the group lost nothing.
+        armed = sim.command(cmd="fault", kind="checksum", target=f"group:{GROUP}")
+        assert armed["armed"] == 2
+        seq = emit(sim, 3)
+        until(lambda: "checksum" in gw.book(a, OKX.symbol)["resyncs"], "the checksum resync")
+
+        def recovered() -> bool:
+            nonlocal seq
+            if book_is(seq):
+                return True
+            seq = emit(sim, 1)  # the venue's stream goes on while the book resyncs
+            time.sleep(0.05)
+            return book_is(seq)
+
+        until(recovered, "the book after its checksum resync (leg A resubscribed)")
+        got = gw.book(a, OKX.symbol)
+        assert not got["stale"] and got["resyncs"] == {"checksum": 1}, got["resyncs"]
+        figures = gw.control.groups.figures(group_id)
+        assert figures is not None and figures["lost"] == 0 and figures["gaps"] == 0
