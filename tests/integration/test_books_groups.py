@@ -66,6 +66,27 @@ def open_group(gw: Gateway, sim: SimProcess) -> tuple[int, int, int]:
     return a, b, group_id
 
 
+def book_is(gw: Gateway, session_id: int, seq: int) -> bool:
+    """Whether the session's book (GET /v1/books) is the simulator's after update seq."""
+    r = gw.api.get(f"/v1/books/{session_id}/{OKX.symbol}")
+    got = r.json() if r.status_code == 200 else {}
+    return bool(got) and (got["bids"], got["asks"]) == sim_book(OKX, seq)
+
+
+def until_recovered(gw: Gateway, sim: SimProcess, session_id: int, seq: int, what: str) -> None:
+    """Until the book is the simulator's again, the venue's stream going on meanwhile."""
+
+    def recovered() -> bool:
+        nonlocal seq
+        if book_is(gw, session_id, seq):
+            return True
+        seq = emit(sim, 1)
+        time.sleep(0.05)
+        return book_is(gw, session_id, seq)
+
+    until(recovered, what)
+
+
 def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path) -> None:
     with simulated_gateway(tmp_path) as (gw, sim):
         emit(sim, 20)
@@ -82,13 +103,8 @@ def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path
                 if isinstance(event, BookReset):
                     resets.append(event)
 
-        def book_is(seq: int) -> bool:
-            r = gw.api.get(f"/v1/books/{a}/{OKX.symbol}")
-            got = r.json() if r.status_code == 200 else {}
-            return bool(got) and (got["bids"], got["asks"]) == sim_book(OKX, seq)
-
         seq = emit(sim, 5)
-        until(lambda: book_is(seq), "the book of the group's stream")
+        until(lambda: book_is(gw, a, seq), "the book of the group's stream")
         for leg in ("A", "B", "A"):
             armed = sim.command(cmd="fault", kind="reset", target=f"leg:{GROUP}/{leg}")
             assert armed["armed"] == 1
@@ -97,7 +113,7 @@ def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path
                 time.sleep(0.03)
             until(lambda: sim.subscribers(OKX) == 2, f"leg {leg} back")
             seq = emit(sim, 5)
-            until(lambda s=seq: book_is(s), f"the book after leg {leg} was killed")
+            until(lambda s=seq: book_is(gw, a, s), f"the book after leg {leg} was killed")
             pull()
 
         figures = gw.control.groups.figures(group_id)
@@ -124,15 +140,7 @@ def test_killing_a_leg_does_not_reset_a_book_of_the_groups_stream(tmp_path: Path
         assert resets[0].reason in ("gap", "upstream_gap"), resets
 
         # ... and the book recovers from leg A's resubscribe: the simulator's book again.
-        def recovered() -> bool:
-            nonlocal seq
-            if book_is(seq):
-                return True
-            seq = emit(sim, 1)  # the venue's stream goes on while the book resyncs
-            time.sleep(0.05)
-            return book_is(seq)
-
-        until(recovered, "the book after the group's loss (leg A resubscribed)")
+        until_recovered(gw, sim, a, seq, "the book after the group's loss (leg A resubscribed)")
         got = gw.book(a, OKX.symbol)
         assert not got["stale"] and got["resyncs"], got["resyncs"]
 
@@ -149,29 +157,15 @@ def test_a_group_book_with_a_wrong_checksum_resyncs_without_a_loss(
         armed = sim.command(cmd="fault", kind="delay", ms=50, target=f"leg:{GROUP}/A")
         assert armed["armed"] == 1
 
-        def book_is(seq: int) -> bool:
-            r = gw.api.get(f"/v1/books/{a}/{OKX.symbol}")
-            got = r.json() if r.status_code == 200 else {}
-            return bool(got) and (got["bids"], got["asks"]) == sim_book(OKX, seq)
-
         seq = emit(sim, 5)
-        until(lambda: book_is(seq), "the book of the group's stream")
+        until(lambda: book_is(gw, a, seq), "the book of the group's stream")
         # Both legs' copies of the next update carry a wrong checksum: the book is wrong,
         # the group lost nothing.
         armed = sim.command(cmd="fault", kind="checksum", target=f"group:{GROUP}")
         assert armed["armed"] == 2
         seq = emit(sim, 3)
         until(lambda: "checksum" in gw.book(a, OKX.symbol)["resyncs"], "the checksum resync")
-
-        def recovered() -> bool:
-            nonlocal seq
-            if book_is(seq):
-                return True
-            seq = emit(sim, 1)  # the venue's stream goes on while the book resyncs
-            time.sleep(0.05)
-            return book_is(seq)
-
-        until(recovered, "the book after its checksum resync (leg A resubscribed)")
+        until_recovered(gw, sim, a, seq, "the book after its checksum resync (A resubscribed)")
         got = gw.book(a, OKX.symbol)
         assert not got["stale"] and got["resyncs"] == {"checksum": 1}, got["resyncs"]
         figures = gw.control.groups.figures(group_id)
