@@ -85,6 +85,7 @@ class CFeedGroup:
         self._timer: asyncio.TimerHandle | None = None
         self._floors = dict(floors or {})
         self._final_last: dict[str, int] | None = None
+        self.passed_topics: set[str] = set()  # as FeedGroup's
         self.group = CGroup(
             ring.handle,
             hub_id=hub_id,
@@ -143,6 +144,7 @@ class CFeedGroup:
                 if type(found) is Identity and found.kind != HASH:
                     log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
                 loose.append((hub_id, topic, raw, ts, None))
+                self.passed_topics.add(topic)
         finally:
             group.set_leg_busy(leg, False)
         if loose:

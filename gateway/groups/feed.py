@@ -140,6 +140,7 @@ class FeedGroup:
         self._key_names: list[str] = []  # the identity topic of each key
         self._last: list[int | None] = []  # the last id delivered, per key
         self._floors = dict(floors or {})
+        self.passed_topics: set[str] = set()  # topics of frames passed through (no exchange id)
         self._down: set[int] = set()
         self._lock = threading.Lock()
         self._timer: asyncio.TimerHandle | None = None
@@ -177,6 +178,7 @@ class FeedGroup:
                     tap((sid, topic, raw, ts, None))
                     continue
             loose.append((self.hub_id, topic, raw, ts, None))
+            self.passed_topics.add(topic)
         with self._lock:
             closed = self._closed
             if not closed:
@@ -523,12 +525,16 @@ class GroupRouter:
         if group is not None:
             group.leg_queued(session_id, queued)
 
-    def restart(self, session_id: int, topic: str) -> int:
-        """A book of a leg's topic resubscribes for a reason its group did not see (a
-        checksum mismatch...): the group lets the snapshot it brings restart the topic's
-        keys (FeedGroup.restart). 0 for a session that is no leg."""
+    def resync(self, session_id: int, topic: str) -> int:
+        """A book of a leg's topic resubscribes (a checksum mismatch, any reason): the
+        session whose resubscribe brings the venue's snapshot into the group's stream. Its
+        own, once the group restarted the topic's keys (FeedGroup.restart); leg 0 where the
+        topic's frames carry no exchange id, since those pass through from leg 0 only and
+        another leg's snapshot would be dropped; the session itself for no leg."""
         group = self._by_leg.get(session_id)
-        return group.restart(topic) if group is not None else 0
+        if group is None or group.restart(topic) or topic not in group.passed_topics:
+            return session_id
+        return group.spec.legs[0]
 
     def leg_down(self, session_id: int, reason: str) -> None:
         """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""

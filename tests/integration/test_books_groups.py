@@ -33,56 +33,63 @@ import pytest
 
 from gateway.normalize import BookReset
 from tests.integration.test_books_gateway import Gateway
-from tests.integration.test_books_sim import VENUES, SimProcess, sim_book, until
+from tests.integration.test_books_sim import VENUES, SimProcess, Venue, sim_book, until
 from tests.integration.test_books_snapshots import simulated_gateway
 
 GROUP = "g"
 OKX = VENUES["okx"]
 
 
-def emit(sim: SimProcess, count: int) -> int:
+def emit(sim: SimProcess, count: int, venue: Venue = OKX) -> int:
     """count updates of the group's book topic; the last one's number."""
-    answer = sim.command(cmd="emit", dialect="okx", topic=OKX.topic, count=count, group=GROUP)
+    answer = sim.command(
+        cmd="emit", dialect=venue.dialect, topic=venue.topic, count=count, group=GROUP
+    )
     return int(answer["seq"])
 
 
-def open_group(gw: Gateway, sim: SimProcess) -> tuple[int, int, int]:
-    """Legs A and B, their group, a normalized subscription on A; (A, B, group id)."""
+def open_group(
+    gw: Gateway, sim: SimProcess, venue: Venue = OKX, normalized: int = 0
+) -> tuple[int, int, int]:
+    """Legs A and B, their group, a normalized subscription on leg `normalized` (A: 0) and
+    a raw one on the other; (A, B, group id)."""
     control = gw.control
     legs = []
     for name in ("A", "B"):
-        url = f"{sim.url(OKX)}?group={GROUP}&leg={name}"
-        values = {"name": f"leg{name}", "url": url, "dialect": "okx", "transport": "kernel"}
+        url = f"{sim.url(venue)}?group={GROUP}&leg={name}"
+        values = {"name": f"leg{name}", "url": url, "dialect": venue.dialect, "transport": "kernel"}
         legs.append(control.sessions.create(values).id)
-    group_id = control.groups.create({"name": "okx", "legs": legs, "hold_ms": 20}).id
-    a, b = legs
-    control.subscriptions.create(
-        {"session_id": a, "topics": [OKX.topic], "consumer": "c", "format": "normalized"}
-    )
-    control.subscriptions.create({"session_id": b, "topics": [OKX.topic], "consumer": "c"})
+    group_id = control.groups.create({"name": venue.dialect, "legs": legs, "hold_ms": 20}).id
+    for leg, sid in enumerate(legs):
+        values = {"session_id": sid, "topics": [venue.topic], "consumer": "c"}
+        if leg == normalized:
+            values["format"] = "normalized"
+        control.subscriptions.create(values)
     for sid in legs:
         control.sessions.start(sid)
-    until(lambda: sim.subscribers(OKX) == 2, "both legs' subscriptions")
-    return a, b, group_id
+    until(lambda: sim.subscribers(venue) == 2, "both legs' subscriptions")
+    return legs[0], legs[1], group_id
 
 
-def book_is(gw: Gateway, session_id: int, seq: int) -> bool:
+def book_is(gw: Gateway, session_id: int, seq: int, venue: Venue = OKX) -> bool:
     """Whether the session's book (GET /v1/books) is the simulator's after update seq."""
-    r = gw.api.get(f"/v1/books/{session_id}/{OKX.symbol}")
+    r = gw.api.get(f"/v1/books/{session_id}/{venue.symbol}")
     got = r.json() if r.status_code == 200 else {}
-    return bool(got) and (got["bids"], got["asks"]) == sim_book(OKX, seq)
+    return bool(got) and (got["bids"], got["asks"]) == sim_book(venue, seq)
 
 
-def until_recovered(gw: Gateway, sim: SimProcess, session_id: int, seq: int, what: str) -> None:
+def until_recovered(
+    gw: Gateway, sim: SimProcess, session_id: int, seq: int, what: str, venue: Venue = OKX
+) -> None:
     """Until the book is the simulator's again, the venue's stream going on meanwhile."""
 
     def recovered() -> bool:
         nonlocal seq
-        if book_is(gw, session_id, seq):
+        if book_is(gw, session_id, seq, venue):
             return True
-        seq = emit(sim, 1)
+        seq = emit(sim, 1, venue)
         time.sleep(0.05)
-        return book_is(gw, session_id, seq)
+        return book_is(gw, session_id, seq, venue)
 
     until(recovered, what)
 
@@ -170,3 +177,25 @@ def test_a_group_book_with_a_wrong_checksum_resyncs_without_a_loss(
         assert not got["stale"] and got["resyncs"] == {"checksum": 1}, got["resyncs"]
         figures = gw.control.groups.figures(group_id)
         assert figures is not None and figures["lost"] == 0 and figures["gaps"] == 0
+
+
+def test_a_kraken_group_book_on_leg_b_resyncs_through_leg_a(tmp_path: Path) -> None:
+    """Kraken's book messages carry no exchange id: the group passes them through from
+    leg A (leg 0) only, so a book whose normalized subscription is on leg B is leg A's
+    stream, and a snapshot leg B's resubscribe brought would be dropped; the group names
+    leg A as the one to resubscribe."""
+    kraken = VENUES["kraken"]
+    with simulated_gateway(tmp_path) as (gw, sim):
+        emit(sim, 20, kraken)
+        _, b, group_id = open_group(gw, sim, kraken, normalized=1)
+        seq = emit(sim, 5, kraken)
+        until(lambda: book_is(gw, b, seq, kraken), "the book of the group's stream")
+        armed = sim.command(cmd="fault", kind="checksum", target=f"group:{GROUP}")
+        assert armed["armed"] == 2
+        seq = emit(sim, 3, kraken)
+        until(lambda: "checksum" in gw.book(b, kraken.symbol)["resyncs"], "the checksum resync")
+        until_recovered(gw, sim, b, seq, "the book after its resync (leg A resubscribed)", kraken)
+        got = gw.book(b, kraken.symbol)
+        assert not got["stale"] and got["resyncs"] == {"checksum": 1}, got["resyncs"]
+        figures = gw.control.groups.figures(group_id)
+        assert figures is not None and figures["passed_through"] > 0  # leg A's frames

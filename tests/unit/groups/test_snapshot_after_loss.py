@@ -108,13 +108,15 @@ def test_only_keys_of_linked_messages_restart(make: Any) -> None:
     assert arb.restart(0) is True
 
 
-# ---- the groups: restart by the legs' topic name ----------------------------------------------
+# ---- the groups: restart by the legs' topic name, or leg 0 for frames with no id ---------------
 
 A, B = 21, 22
 GROUP_ID = 5
 HUB_ID = group_hub_id(GROUP_ID)
 BOOKS = "books:BTC-USDT"
 TRADES = "trades:BTC-USDT"
+TICKERS = "tickers:BTC-USDT"
+OKX_TICKER = b'{"arg":{"channel":"tickers","instId":"BTC-USDT"},"data":[{"last":"1"}]}'
 
 
 def okx_book(seq: int, prev: int) -> bytes:
@@ -151,13 +153,18 @@ def test_a_group_restarts_a_book_topic_for_the_resubscribe_snapshot(c_path: bool
         for sid in (A, B):
             offer(sid, BOOKS, [okx_book(10, -1), *[okx_book(i, i - 1) for i in range(11, 16)]])
             offer(sid, TRADES, [okx_trade(i) for i in range(1, 4)])
-        assert router.restart(99, BOOKS) == 0  # no leg
+        assert router.resync(99, BOOKS) == 99  # no leg: its own
         offer(A, BOOKS, [okx_book(15, -1)])  # a snapshot nobody asked for: a copy
-        assert router.restart(A, TRADES) == 0  # trades never restart
-        assert router.restart(A, BOOKS) == 1
+        assert group.restart(TRADES) == 0  # trades never restart
+        assert router.resync(A, BOOKS) == A  # the key restarted: A's own resubscribe
         offer(A, BOOKS, [okx_book(15, -1), okx_book(16, 15)])
         offer(B, BOOKS, [okx_book(16, 15)])
         offer(B, TRADES, [okx_trade(3)])
+        # Frames with no exchange id pass through from leg 0 (A) only: a book of them on
+        # leg B resyncs through A's resubscribe (B's snapshot would be dropped).
+        for sid in (A, B):
+            offer(sid, TICKERS, [OKX_TICKER])
+        assert router.resync(B, TICKERS) == A and router.resync(A, TICKERS) == A
         records = []
         for event in reader.poll():
             assert type(event) is RingMessage and event.topic != RING_GAP_TOPIC
@@ -170,6 +177,7 @@ def test_a_group_restarts_a_book_topic_for_the_resubscribe_snapshot(c_path: bool
             okx_book(16, 15),
         ]
         assert [p for t, p in records if t == TRADES] == [okx_trade(i) for i in range(1, 4)]
+        assert [p for t, p in records if t == TICKERS] == [OKX_TICKER]  # leg A's
     finally:
         router.remove_group(GROUP_ID)
         reader.close()
