@@ -627,6 +627,23 @@ WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, in
     return k == UINT32_MAX ? -ENOSPC : 0;
 }
 
+WSGW_API int wsgw_group_restart(wsgw_group *g, const char *topic, uint32_t len)
+{
+    int restarted = 0;
+    pthread_mutex_lock(&g->lock);
+    for (uint32_t k = 0; k < g->n_keys && !g->closed; k++) {
+        struct group_key *key = &g->keys[k];
+        if (key->name_len != len || memcmp(key->name, topic, len) != 0)
+            continue;
+        if (wsgw_arb_restart(g->arb, k) == 1) {
+            key->has_floor = 0;
+            restarted++;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return restarted;
+}
+
 /* The winners staged so far into the ring, in one write. Under the lock. */
 static void group_flush(wsgw_group *g)
 {

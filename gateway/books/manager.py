@@ -38,7 +38,13 @@ stream, under the group's hub id (gateway.groups.feed). A normalized subscriptio
 (`set_session(..., source=hub id)`) has its books built from that stream, and only the
 group's `$gap` (a message every leg lost) resets them: a leg that drops or reconnects does
 not, since the other legs carry the stream on. The events go out under the leg's session id,
-where the subscription's consumers read them.
+where the subscription's consumers read them. A book of a group's stream that resubscribes
+(any reason: a checksum mismatch, a break the group did not see, the group's own gap) asks
+the runtime first (`resync_group_topic`): the group restarts the topic, so the venue's
+snapshot re-bases the arbiter's key where it would otherwise be dropped as a copy of what
+the group already delivered (gateway.groups.arbiter, `restart`); for a topic whose frames
+carry no exchange id (Kraken's book), which pass through from leg 0 only, leg 0 is the one
+resubscribed.
 
 REST snapshots go over the session's own transport: a running dpdk session's through its
 engine, on its loop (the runtime's `snapshot_fetcher`, dataplane.transports.http), so a
@@ -665,8 +671,14 @@ class BookManager:
             self._executor.submit(self._fetch_snapshot, book, url)
         elif self.runtime is not None:
             # The venue sends a snapshot on subscribe; until then the sync ignores deltas.
-            self.runtime.unsubscribe(book.session_id, [book.topic])
-            self.runtime.subscribe(book.session_id, [book.topic])
+            sid, feed = book.session_id, self._feeds.get(book.session_id)
+            resync = getattr(self.runtime, "resync_group_topic", None)
+            if feed is not None and feed.source != sid and resync is not None:
+                # A group's leg: the group restarts the topic (that snapshot is of what it
+                # delivered) or names its leg 0 (frames with no id pass from it only).
+                sid = resync(sid, book.topic)
+            self.runtime.unsubscribe(sid, [book.topic])
+            self.runtime.subscribe(sid, [book.topic])
 
     def _snapshot_url(
         self, venue: str, symbol: str, *, futures: bool = False, limit: int | None = None

@@ -13,6 +13,7 @@ mutated input: a typed status and nothing applied, or the same result as the Pyt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import pytest
@@ -302,6 +303,33 @@ def test_batches_equal_single_messages() -> None:
         want += [single.py.on_event(e).action for e in events]  # type: ignore[arg-type]
     assert got == want
     assert same_state(single.py, batched)
+
+
+@pytest.mark.parametrize("venue", ["binance", "bitstamp"])
+def test_a_batch_gives_each_encoding_asked_for_and_empty_bytes_for_the_other(venue: str) -> None:
+    """on_raw_batch with JSON only (its fast path), MessagePack only and both: the bytes of
+    each encoding asked for are the ones both encodings give, the other is empty."""
+    snap, updates = sim_stream(venue, 300)
+    normalizer = make_normalizer(venue)
+    symbol = "BTCUSDT" if venue == "binance" else "btcusd"
+    got: dict[int, list[object]] = {}
+    for flags in (BOTH, BOOK_OUT_JSON, BOOK_OUT_BINARY):
+        sync: Any = make_sync(venue, symbol, key="c")
+        sync.on_snapshot(normalizer.rest_snapshot(snap, symbol, 7))  # type: ignore[attr-defined]
+        out: list[object] = []
+        got[flags] = out
+        for start in range(0, len(updates), 64):
+            burst = updates[start : start + 64]
+
+            def python_path(i: int, burst: list[bytes] = burst, sync: Any = sync) -> None:
+                for event in normalizer.normalize(burst[i], 5):
+                    sync.on_event(event)
+
+            out += sync.on_raw_batch(burst, [5] * len(burst), flags, python_path)
+    both = got[BOTH]
+    assert sum(r is not None for r in both) > 250  # C took nearly all of them
+    assert got[BOOK_OUT_JSON] == [r and (r[0], r[1], b"") for r in both]
+    assert got[BOOK_OUT_BINARY] == [r and (r[0], b"", r[2]) for r in both]
 
 
 def test_no_space_grows_the_buffer() -> None:
