@@ -24,7 +24,9 @@ symbol) first, and only what keeps a consumer's book right is published:
   plus the buffered deltas that follow it), with its sequence;
 - a session's `$gap` (a reconnect, a message the ring could not hold) makes its books stale
   too (reason `upstream_gap`): a REST book fetches again, the others wait for the snapshot
-  the resubscribe after the reconnect brings.
+  the resubscribe after the reconnect brings;
+- a book waiting for its venue's snapshot that gets updates and no snapshot (a resubscribe's
+  snapshot lost or never sent) resubscribes again, with backoff, until one comes.
 
 Periodic snapshots (`set_snapshots`, PUT /v1/books/{session}/snapshots): every
 `interval_s`, each synced book of the session is published as a `snapshot` event of its top
@@ -593,10 +595,22 @@ class BookManager:
         book.updated_ns = event.recv_ns
         if outcome.action is Action.APPLIED:
             out.append((sid, topic, event, event.recv_ns))
+            if isinstance(event, BookSnapshot):
+                book.failures = 0
         elif outcome.action is Action.RESYNC:
             self._stale(book, feed, outcome.reason, outcome.detail, event.recv_ns, out)
         elif outcome.action is Action.BUFFERED and not book.fetching and not book.resync_due:
             self._schedule(book, now=True)  # a REST book's first delta: get its snapshot
+        elif (
+            outcome.action is Action.IGNORED
+            and book.sync.waiting_for_snapshot
+            and not book.resync_due
+            and feed.venue not in REST_VENUES
+        ):
+            # Updates come but the resubscribe's snapshot has not (yet): ask again unless
+            # it comes meanwhile, with backoff, or the book would stay stale for good.
+            book.failures += 1
+            self._schedule(book)
 
     def _stale(
         self, book: _Book, feed: _Feed, reason: object, detail: str, ts: int, out: list[_Out]
@@ -641,7 +655,8 @@ class BookManager:
         for book in list(self._books.values()):
             if book.resync_due and book.resync_due <= now and not book.fetching:
                 book.resync_due = 0.0
-                self._resync(book)
+                if not book.sync.synced:  # a venue's snapshot may have come meanwhile
+                    self._resync(book)
 
     def _due_snapshots(self, out: list[_Out]) -> None:
         """The periodic snapshots that are due, after the batch's deltas: each one holds
