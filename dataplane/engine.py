@@ -197,6 +197,16 @@ class Engine:
             # A frame that lands during a back-off nap ends it (else it waits up to
             # sleep_max_ns: half of that on average, for a feed of a few messages a second).
             self.fastpath.set_rx_fd(port.rx_wait_fd)
+            fp = self.config.fastpath
+            if fp.poll_mode == "adaptive":
+                # So the naps start at the ceiling: short first naps (2, 4, 8 ... us after
+                # every burst) wait for nothing a frame would not end, and each is a wake-up.
+                # At 10k msg/s on a loaded machine they were ~7 wake-ups a burst, twice the
+                # CPU and 3-5x the run-queue wait, and the frame then waited in the run queue
+                # (issue #16, docs/PERFORMANCE.md "The engine's back-off").
+                self.fastpath.set_sleep(
+                    fp.idle_polls_before_sleep, fp.sleep_max_ns, fp.sleep_max_ns
+                )
         self.services: list[Service] = []
         self.counters = EngineCounters()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()

@@ -149,6 +149,9 @@ class Profile:
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
+    #: The engine's back-off set after its port is up: (empty polls before the first nap,
+    #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
+    engine_sleep: tuple[int, int] | None = None
 
     @property
     def reader_wait(self) -> str:
@@ -215,6 +218,9 @@ DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
 DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
 DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
 DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
+# The engine's back-off as it was before it started at its ceiling on an RX fd: after every
+# burst, naps of 2, 4, 8 ... us up to sleep_max_us (issue #16, before/after).
+DPDK_RING_STEPPED_NAPS = "wsgw dpdk -> ring, stepped naps (before)"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -231,6 +237,9 @@ CONTENDER_SPECS.update(
             DPDK_RING_HALT_POLL, "dpdk", "ring", Profile(halt_poll_ns=200_000)
         ),
         DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
+        DPDK_RING_STEPPED_NAPS: Contender(
+            DPDK_RING_STEPPED_NAPS, "dpdk", "ring", Profile(engine_sleep=(64, 2_000))
+        ),
     }
 )
 
@@ -470,6 +479,7 @@ class GatewayConfig:
     stream_sink: bool = False
     nats_c: bool = False
     nats_busy_sends: int = -1
+    engine_sleep: tuple[int, int] | None = None
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -531,6 +541,8 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         if cfg.transport == "dpdk":
             port_id, host = 1, lab.peer_ip
             runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
+            if cfg.engine_sleep is not None:
+                set_engine_sleep(runtime, port_id, *cfg.engine_sleep)
         runtime.subscribe(sid, list(TOPICS))
         url = f"ws://{host}:{SIM_PORT}/binance/stream"
         runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
@@ -555,6 +567,14 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         conn.send(("stopped", dict(counters)))
 
 
+def set_engine_sleep(runtime: Any, port_id: int, idle_polls: int, first_nap_ns: int) -> None:
+    """The port's engine backs off as told (on its own thread, at its next batch)."""
+    engine = runtime._engine.engine_for(port_id)
+    fastpath = engine.fastpath
+    ceiling = fastpath.config.sleep_max_ns
+    engine.call(lambda: fastpath.set_sleep(idle_polls, first_nap_ns, ceiling)).result(10)
+
+
 def gateway_figures(runtime: Any) -> dict[str, Any]:
     """From the runtime's metrics: "handoff", its in-gateway latency (session read ->
     handed to the hub, which writes the ring record before it returns) by quantile in us,
@@ -567,7 +587,64 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
             handoff[metric.labels["quantile"]] = metric.value * 1e6
         elif metric.name in ("session_reconnects", "session_gaps"):
             out[metric.name.removeprefix("session_")] += int(metric.value)
+    out["threads"] = thread_figures()
+    engines = getattr(runtime, "_engine", None)
+    details = engines.status().details if engines is not None else None
+    out["engine"] = {
+        k: v for k, v in (details or {}).get("port1", {}).items() if isinstance(v, int)
+    }
     return out
+
+
+def thread_figures() -> dict[str, tuple[int, int, int, int]]:
+    """Per thread of this process ("comm/tid"): CPU ns, run-queue wait ns and time slices
+    (/proc/self/task/*/schedstat), and voluntary context switches (its sleeps: wake-ups)."""
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            run, wait, slices = (int(x) for x in (task / "schedstat").read_text().split())
+            status = (task / "status").read_text()
+            voluntary = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+            out[f"{(task / 'comm').read_text().strip()}/{task.name}"] = (
+                run,
+                wait,
+                slices,
+                voluntary,
+            )
+    return out
+
+
+def engine_rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
+    """The engine's counters (`gateway_figures`) per second over a window; {} without one."""
+    e0, e1 = before.get("engine", {}), after.get("engine", {})
+    return {k: (v - e0.get(k, 0)) / seconds for k, v in e1.items()}
+
+
+def probe_lines(before: dict[str, Any], after: dict[str, Any], seconds: float) -> list[str]:
+    """What the gateway's threads and engine did in a window (`gateway_figures` before and
+    after): per thread CPU %, run-queue wait per second and wake-ups per second; the
+    engine's polls, naps (asked length), naps a frame ended, bursts and frames per burst."""
+    lines = []
+    t0, t1 = before.get("threads", {}), after.get("threads", {})
+    for name, (run, wait, _slices, vol) in sorted(t1.items()):
+        r0, w0, _s0, v0 = t0.get(name, (0, 0, 0, 0))
+        if run - r0 < 0.002 * seconds * 1e9:
+            continue  # under 0.2 % of a CPU: not on the path
+        lines.append(
+            f"  thread {name:24} cpu {100 * (run - r0) / seconds / 1e9:5.1f}% runq wait "
+            f"{(wait - w0) / seconds / 1e6:6.1f} ms/s wakes {(vol - v0) / seconds:8.0f}/s"
+        )
+    d = engine_rates(before, after, seconds)
+    if d:
+        naps, bursts = d.get("c_sleeps", 0.0), d.get("c_rx_bursts", 0.0)
+        lines.append(
+            f"  engine/s: polls {d.get('c_polls', 0.0):.0f} naps {naps:.0f} (asked "
+            f"{d.get('c_sleep_ns', 0.0) / max(naps, 1e-9) / 1e3:.0f} us each) ended by a frame "
+            f"{d.get('c_rx_wakes', 0.0):.0f} bursts {bursts:.0f} "
+            f"({d.get('c_rx_frames', 0.0) / max(bursts, 1e-9):.2f} frames each) empty polls "
+            f"{d.get('c_empty_polls', 0.0):.0f}"
+        )
+    return lines
 
 
 # ---- processes (this side) -----------------------------------------------------------------------
@@ -672,6 +749,10 @@ class Window:
     #: What the window's losses came from: "lapped" (ring records the reader lost),
     #: "reconnects" (of the session), "dropped by the simulator" (slow consumer).
     events: dict[str, int] = field(default_factory=dict)
+    #: The gateway's threads and engine in the window (`probe_lines`; printed with
+    #: WSGW_FEED_PROBE=1) and the engine's counters per second (`engine_rates`).
+    probe: list[str] = field(default_factory=list)
+    engine: dict[str, float] = field(default_factory=dict)
 
 
 def percentile(ordered: list[int], p: float) -> float:
@@ -723,6 +804,7 @@ def running(
                 contender.profile.stream_sink,
                 contender.profile.nats_c,
                 contender.profile.nats_busy_sends,
+                contender.profile.engine_sleep,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]
@@ -794,6 +876,8 @@ def measure_window(
         {name: 100 * (after[name] - before[name]) / seconds for name in pids},
         gw_after["handoff"].get("0.5", float("nan")),
         events,
+        probe_lines(gw_before, gw_after, seconds),
+        engine_rates(gw_before, gw_after, seconds),
     )
 
 
@@ -847,6 +931,9 @@ def run_feed(
                         + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
                         + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
                     )
+                    if os.environ.get("WSGW_FEED_PROBE"):
+                        for line in w.probe:
+                            log(line)
     return windows
 
 
