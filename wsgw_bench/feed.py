@@ -152,6 +152,8 @@ class Profile:
     #: The engine's back-off set after its port is up: (empty polls before the first nap,
     #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
     engine_sleep: tuple[int, int] | None = None
+    #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's).
+    engine_slice_us: int = 0
 
     @property
     def reader_wait(self) -> str:
@@ -221,6 +223,11 @@ DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
 # The engine's back-off as it was before it started at its ceiling on an RX fd: after every
 # burst, naps of 2, 4, 8 ... us up to sleep_max_us (issue #16, before/after).
 DPDK_RING_STEPPED_NAPS = "wsgw dpdk -> ring, stepped naps (before)"
+# The engine thread SCHED_FIFO (engine.sched_fifo_priority): a frame's wake-up preempts
+# whatever runs on the CPU instead of waiting in the run queue (needs CAP_SYS_NICE).
+DPDK_RING_FIFO = "wsgw dpdk -> ring, engine SCHED_FIFO"
+# The engine thread asks EEVDF for a 100 us slice (dataplane.sched): no privilege needed.
+DPDK_RING_SLICE = "wsgw dpdk -> ring, engine slice 100 us"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -240,6 +247,10 @@ CONTENDER_SPECS.update(
         DPDK_RING_STEPPED_NAPS: Contender(
             DPDK_RING_STEPPED_NAPS, "dpdk", "ring", Profile(engine_sleep=(64, 2_000))
         ),
+        DPDK_RING_FIFO: Contender(
+            DPDK_RING_FIFO, "dpdk", "ring", Profile(engine=(("sched_fifo_priority", 1),))
+        ),
+        DPDK_RING_SLICE: Contender(DPDK_RING_SLICE, "dpdk", "ring", Profile(engine_slice_us=100)),
     }
 )
 
@@ -480,6 +491,7 @@ class GatewayConfig:
     nats_c: bool = False
     nats_busy_sends: int = -1
     engine_sleep: tuple[int, int] | None = None
+    engine_slice_us: int = 0
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -543,6 +555,11 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
             if cfg.engine_sleep is not None:
                 set_engine_sleep(runtime, port_id, *cfg.engine_sleep)
+            if cfg.engine_slice_us:
+                from dataplane.sched import set_thread_slice
+
+                slice_ns = cfg.engine_slice_us * 1000
+                port_engine(runtime, port_id).call(lambda: set_thread_slice(slice_ns)).result(10)
         runtime.subscribe(sid, list(TOPICS))
         url = f"ws://{host}:{SIM_PORT}/binance/stream"
         runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
@@ -567,9 +584,14 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         conn.send(("stopped", dict(counters)))
 
 
+def port_engine(runtime: Any, port_id: int) -> Any:
+    """The DPDK engine (dataplane.engine.Engine) of one of the runtime's ports."""
+    return runtime._engine.engine_for(port_id)
+
+
 def set_engine_sleep(runtime: Any, port_id: int, idle_polls: int, first_nap_ns: int) -> None:
     """The port's engine backs off as told (on its own thread, at its next batch)."""
-    engine = runtime._engine.engine_for(port_id)
+    engine = port_engine(runtime, port_id)
     fastpath = engine.fastpath
     ceiling = fastpath.config.sleep_max_ns
     engine.call(lambda: fastpath.set_sleep(idle_polls, first_nap_ns, ceiling)).result(10)
@@ -634,6 +656,9 @@ def probe_lines(before: dict[str, Any], after: dict[str, Any], seconds: float) -
             f"  thread {name:24} cpu {100 * (run - r0) / seconds / 1e9:5.1f}% runq wait "
             f"{(wait - w0) / seconds / 1e6:6.1f} ms/s wakes {(vol - v0) / seconds:8.0f}/s"
         )
+    if t1:
+        names = sorted({name.split("/")[0] for name in t1})
+        lines.append(f"  threads {len(t1)}: {', '.join(names)}")
     d = engine_rates(before, after, seconds)
     if d:
         naps, bursts = d.get("c_sleeps", 0.0), d.get("c_rx_bursts", 0.0)
@@ -805,6 +830,7 @@ def running(
                 contender.profile.nats_c,
                 contender.profile.nats_busy_sends,
                 contender.profile.engine_sleep,
+                contender.profile.engine_slice_us,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

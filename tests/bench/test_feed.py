@@ -143,7 +143,8 @@ def test_the_probe_says_what_each_busy_thread_and_the_engine_did() -> None:
     }
     rates = engine_rates(before, after, 2.0)
     assert rates["c_sleeps"] == 1_000 and rates["c_polls"] == 50
-    thread, engine = probe_lines(before, after, 2.0)
+    thread, threads, engine = probe_lines(before, after, 2.0)
+    assert threads == "  threads 2: wsgw-api, wsgw-engine-1"
     assert "wsgw-engine-1/7" in thread and "cpu  10.0%" in thread
     assert "runq wait   25.0 ms/s" in thread and "wakes     1000/s" in thread
     assert "naps 1000 (asked 1000 us each)" in engine and "(3.00 frames each)" in engine
