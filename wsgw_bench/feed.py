@@ -152,8 +152,9 @@ class Profile:
     #: The engine's back-off set after its port is up: (empty polls before the first nap,
     #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
     engine_sleep: tuple[int, int] | None = None
-    #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's).
-    engine_slice_us: int = 0
+    #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's; None:
+    #: the engine's own, EngineConfig.slice_ns).
+    engine_slice_us: int | None = None
 
     @property
     def reader_wait(self) -> str:
@@ -220,14 +221,15 @@ DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
 DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
 DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
 DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
-# The engine's back-off as it was before it started at its ceiling on an RX fd: after every
-# burst, naps of 2, 4, 8 ... us up to sleep_max_us (issue #16, before/after).
+# The engine as it was before issue #16's changes: its back-off stepped up after every
+# burst (naps of 2, 4, 8 ... us up to sleep_max_us, where it now starts at the ceiling on
+# an RX fd) and the kernel's slice for its thread (it now asks for 100 us).
 DPDK_RING_STEPPED_NAPS = "wsgw dpdk -> ring, stepped naps (before)"
+# Only the slice as before (the naps at the ceiling): what each change brings.
+DPDK_RING_KERNEL_SLICE = "wsgw dpdk -> ring, kernel's slice"
 # The engine thread SCHED_FIFO (engine.sched_fifo_priority): a frame's wake-up preempts
 # whatever runs on the CPU instead of waiting in the run queue (needs CAP_SYS_NICE).
 DPDK_RING_FIFO = "wsgw dpdk -> ring, engine SCHED_FIFO"
-# The engine thread asks EEVDF for a 100 us slice (dataplane.sched): no privilege needed.
-DPDK_RING_SLICE = "wsgw dpdk -> ring, engine slice 100 us"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -245,12 +247,17 @@ CONTENDER_SPECS.update(
         ),
         DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
         DPDK_RING_STEPPED_NAPS: Contender(
-            DPDK_RING_STEPPED_NAPS, "dpdk", "ring", Profile(engine_sleep=(64, 2_000))
+            DPDK_RING_STEPPED_NAPS,
+            "dpdk",
+            "ring",
+            Profile(engine_sleep=(64, 2_000), engine_slice_us=0),
+        ),
+        DPDK_RING_KERNEL_SLICE: Contender(
+            DPDK_RING_KERNEL_SLICE, "dpdk", "ring", Profile(engine_slice_us=0)
         ),
         DPDK_RING_FIFO: Contender(
             DPDK_RING_FIFO, "dpdk", "ring", Profile(engine=(("sched_fifo_priority", 1),))
         ),
-        DPDK_RING_SLICE: Contender(DPDK_RING_SLICE, "dpdk", "ring", Profile(engine_slice_us=100)),
     }
 )
 
@@ -491,7 +498,7 @@ class GatewayConfig:
     nats_c: bool = False
     nats_busy_sends: int = -1
     engine_sleep: tuple[int, int] | None = None
-    engine_slice_us: int = 0
+    engine_slice_us: int | None = None
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -555,7 +562,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
             if cfg.engine_sleep is not None:
                 set_engine_sleep(runtime, port_id, *cfg.engine_sleep)
-            if cfg.engine_slice_us:
+            if cfg.engine_slice_us is not None:
                 from dataplane.sched import set_thread_slice
 
                 slice_ns = cfg.engine_slice_us * 1000

@@ -253,6 +253,23 @@ def test_busy_polling_engine_never_naps_on_its_rx_fd(eal, lab: Lab) -> None:  # 
         port.close()
 
 
+def test_the_engine_thread_runs_with_a_short_slice(engine: tuple[Engine, Lab]) -> None:
+    """The engine thread asks for EngineConfig.slice_ns (EEVDF): its wake-up on a frame
+    preempts instead of queueing; the other threads keep the kernel's slice."""
+    from dataplane.sched import thread_slice_ns
+
+    eng, _ = engine
+    try:
+        assert eng.native_id is not None
+        slice_ns = thread_slice_ns(eng.native_id)
+        if slice_ns is None:
+            pytest.skip("the kernel reports no se.slice (before 6.6)")
+        assert slice_ns == eng.config.slice_ns == 100_000
+        assert thread_slice_ns(threading.get_native_id()) != 100_000
+    finally:
+        eng.close()
+
+
 def test_the_receive_window_stays_within_the_rx_queue(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
     """A 4 MB receive buffer on a port whose af_packet ring holds 512 frames: the window
     the peer sees is what the ring holds in full segments, so a sender that fills it while
