@@ -224,6 +224,11 @@ class CArbiter(Closing):
         rc = self._lib.wsgw_arb_set_live(self._h, leg, int(live), now_ns)
         return self._outputs(_check(rc, "set_live"), ())
 
+    def restart(self, key: int) -> bool:
+        """The key's next unlinked message restarts it, as after a loss; False for a key
+        never seen or not linked (gateway.groups.arbiter.Arbiter.restart)."""
+        return _check(self._lib.wsgw_arb_restart(self._h, key), "restart") == 1
+
     def expire(self, now_ns: int) -> list[Output]:
         """Holes that are due (a moving leg is waited for) are losses."""
         return self._outputs(_check(self._lib.wsgw_arb_expire(self._h, now_ns), "expire"), ())
@@ -447,6 +452,11 @@ class CGroup(Closing):
 
     def floor(self, identity_topic: str, last: int) -> None:
         self._binding.floor(identity_topic.encode(), last)
+
+    def restart(self, topic: str) -> int:
+        """A book of the group's stream on `topic` (the legs' topic name) resubscribes: its
+        linked keys restart at their next unlinked message (wsgw_group_restart). How many."""
+        return self._binding.restart(topic.encode())
 
     def set_live(self, leg: int, live: bool, now_ns: int) -> None:
         self._binding.set_live(leg, live, now_ns)

@@ -39,6 +39,7 @@ from dataplane.errors import DataplaneError
 from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
 from dataplane.samples import LatencySamples
+from dataplane.sched import set_thread_slice
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
@@ -72,6 +73,11 @@ class EngineConfig:
     #: data frames of subscribed topics go from the flow's bytes to the ring inside the
     #: poll. "python": every frame goes through the session's read loop.
     feed_path: Literal["python", "c"] = "python"
+    #: The engine thread's scheduler slice (ns; EEVDF, Linux 6.12+, `dataplane.sched`) under
+    #: the default policy: a short one gives its wake-up an early deadline, so a frame's
+    #: wake-up preempts the task on the CPU instead of queueing behind it (issue #16). None:
+    #: the kernel's (1.4 ms on the lab machine).
+    slice_ns: int | None = 100_000
 
 
 @dataclass
@@ -197,6 +203,16 @@ class Engine:
             # A frame that lands during a back-off nap ends it (else it waits up to
             # sleep_max_ns: half of that on average, for a feed of a few messages a second).
             self.fastpath.set_rx_fd(port.rx_wait_fd)
+            fp = self.config.fastpath
+            if fp.poll_mode == "adaptive":
+                # So the naps start at the ceiling: short first naps (2, 4, 8 ... us after
+                # every burst) wait for nothing a frame would not end, and each is a wake-up.
+                # At 10k msg/s on a loaded machine they were ~7 wake-ups a burst, twice the
+                # CPU and 3-5x the run-queue wait, and the frame then waited in the run queue
+                # (issue #16, docs/PERFORMANCE.md "The engine's back-off").
+                self.fastpath.set_sleep(
+                    fp.idle_polls_before_sleep, fp.sleep_max_ns, fp.sleep_max_ns
+                )
         self.services: list[Service] = []
         self.counters = EngineCounters()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -613,6 +629,11 @@ class Engine:
                     sorted(isolated) or "none",
                 )
         priority = self.config.sched_fifo_priority
+        if priority is None and self.config.slice_ns:
+            try:
+                set_thread_slice(self.config.slice_ns)
+            except OSError as exc:  # an older kernel, another architecture: its slice then
+                log.info("engine thread keeps the kernel's slice: %s", exc)
         if priority is not None:
             try:
                 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))

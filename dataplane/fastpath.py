@@ -227,6 +227,11 @@ class FastPath:
         the back-off sleep ends when a frame arrives."""
         self._engine.set_rx_fd(-1 if fd is None else fd)
 
+    def set_sleep(self, idle_polls: int, first_nap_ns: int, max_nap_ns: int) -> None:
+        """The adaptive back-off: empty polls before the first nap, its length, and the
+        ceiling it doubles up to (0: never nap, busy polling)."""
+        self._engine.set_sleep(idle_polls, first_nap_ns, max_nap_ns)
+
     def expect_rx(self) -> None:
         """Python just transmitted: poll hard for the answer (see spin_after_tx_ns)."""
         self._engine.expect_rx(self.config.spin_after_tx_ns)

@@ -56,6 +56,7 @@ from dataplane.shim import (
     RING_INFO_LOST,
     RING_INFO_RESUME_SEQ,
     RING_INFO_TOPIC_COUNT,
+    RING_INFO_WOKE_NS,
     RING_LAYOUT,
     RING_MAGIC,
     RING_MAX_READERS,
@@ -125,6 +126,7 @@ MAX_READERS = RING_MAX_READERS
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
 _VIEW = struct.Struct(RING_VIEW_FORMAT)
 _new_tuple = tuple.__new__
+_CANCELED, _EINTR = -errno.ECANCELED, -errno.EINTR
 
 
 # ---- errors -----------------------------------------------------------------------------------
@@ -843,17 +845,42 @@ class RingReader(Closing):
         if limit < 1:
             raise ValueError(f"max must be at least 1, not {max}")
         deadline = None if timeout is None else time.monotonic() + timeout
+        fused = self.fused_wait
         while True:
-            with self._lock:
+            with self._lock:  # what is there now, keeping the GIL (the call is short)
                 events = self._read_locked(limit)
             if events or timeout == 0 or self._stop or self._closed_seen:
                 return events
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return events
-            if not self.wait(left):  # timed out or interrupted: one last look
+            if fused:
+                with self._lock:
+                    self._live()
+                    n = self._buf.read_wait(
+                        limit, -1 if left is None else int(left * 1e9), self.wait_policy.spin_ns
+                    )
+                    if n == _CANCELED:
+                        return events
+                    if n != _EINTR:  # a signal: let Python run its handler, read on
+                        events = self._events(n)
+                if events or self._stop or self._closed_seen:
+                    return events
+                if deadline is not None and time.monotonic() >= deadline:
+                    return events
+            elif not self.wait(left):  # timed out or interrupted: one last look
                 with self._lock:
                     return self._read_locked(limit)
+
+    #: read_batch's wait and read in one C call (wsgw_ring_read_wait: one ctypes crossing per
+    #: wake-up, none of this module's code between the wake-up and the batch). False: a
+    #: wait call, then a read call, as before issue #16 (kept for before/after benchmarks).
+    fused_wait = True
+
+    @property
+    def woke_ns(self) -> int:
+        """CLOCK_REALTIME when the last read's wait ended in C (0: it did not wait)."""
+        return self._buf.info[RING_INFO_WOKE_NS]
 
     def poll(self, max: int | None = None) -> list[RingEvent]:
         """What is there now, without waiting."""
@@ -861,8 +888,11 @@ class RingReader(Closing):
 
     def _read_locked(self, limit: int) -> list[RingEvent]:
         self._live()
+        return self._events(self._buf.read(limit))
+
+    def _events(self, n: int) -> list[RingEvent]:
+        """The events of the read (or read_wait) that returned n, under the lock."""
         buf = self._buf
-        n = buf.read(limit)
         if n < 0:
             raise _error(n, "ring read", RingCorruptError if n == -errno.EBADMSG else None)
         info = buf.info

@@ -68,7 +68,7 @@ from wsgw_bench.core import (
     scenario_log,
     unique_lab_name,
 )
-from wsgw_bench.faultsoak import session_counters
+from wsgw_bench.faultsoak import dpdk_runtime, session_counters, start_binance
 from wsgw_bench.feed import sim_tail
 from wsgw_bench.soak import Child, wait_until
 
@@ -815,15 +815,11 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
     raises, Ctrl-C included."""
     from functools import partial
 
-    from dataplane.ring import RingWriter
     from gateway.groups.feed import GroupSpec, group_hub_id
-    from gateway.hub import Hub, ring_topics
-    from gateway.runtime import PortSpec, SessionSpec, SessionState
-    from gateway.runtime.engines import DpdkEngines
-    from gateway.runtime.live import LiveRuntime
+    from gateway.hub import ring_topics
+    from gateway.runtime import PortSpec, SessionState
     from gateway.sessions import SessionConfig
     from gateway.sessions.config import ReconnectPolicy
-    from gateway.settings import Settings
     from gateway.simulator import with_group
 
     lab = Lab(lab_name, kernel_client=True)
@@ -842,17 +838,7 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         lab.up()
         upstream = Upstream(lab, plan.rate / len(TOPICS))
         undo.callback(upstream.close)
-        hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
-        undo.callback(hub.close)
-        settings = Settings()
-        with lab.client_threads():  # the session loop thread: kernel sockets in the twin
-            runtime = LiveRuntime(
-                hub,
-                engine_factory=lambda: DpdkEngines(settings),
-                session_config=session_config,
-                hub=hub,
-            )
-        undo.callback(runtime.close)
+        _, runtime = dpdk_runtime(undo, lab, ring_name, RING_CAPACITY, session_config)
         runtime.port_up(PortSpec(PORT_ID, "failover", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
         legs = (LEG_A[0], LEG_B[0])
         runtime.set_group(GroupSpec(GROUP_ID, "failover", legs, "binance", plan.hold_ms, tap=True))
@@ -861,12 +847,8 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         undo.callback(consumer.close)
         hosts = {"dpdk": lab.peer_ip, "kernel": lab.peer_client_ip}
         for sid, leg, transport in SESSIONS:
-            runtime.subscribe(sid, list(TOPICS))
             url = with_group(f"ws://{hosts[transport]}:{SIM_PORT}/binance/stream", GROUP, leg)
-            port_id = PORT_ID if transport == "dpdk" else None
-            runtime.start_session(
-                SessionSpec(sid, f"failover-{leg}", url, "binance", transport, port_id)
-            )
+            start_binance(runtime, sid, f"failover-{leg}", url, transport, TOPICS, PORT_ID)
 
         def counters() -> dict[str, dict[str, float]]:
             by_sid = session_counters(runtime)

@@ -49,7 +49,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -70,6 +70,7 @@ from wsgw_bench.core import (
 from wsgw_bench.soak import TOPICS, Child, sim_seq, wait_until
 
 if TYPE_CHECKING:
+    from gateway.hub import Hub
     from gateway.runtime.live import LiveRuntime
 
 SCENARIO = "faultsoak"
@@ -532,16 +533,55 @@ def _session_result(
 
 
 # ---- the run --------------------------------------------------------------------------------
+def dpdk_runtime(
+    undo: ExitStack, lab: Lab, ring_name: str, capacity: int, session_config: Any
+) -> tuple[Hub, LiveRuntime]:
+    """A hub on a new ring and a LiveRuntime with DPDK engines, its session loop in the lab's
+    client threads (kernel sockets in the twin); undo closes the runtime, then the hub."""
+    from dataplane.ring import RingWriter
+    from gateway.hub import Hub
+    from gateway.runtime.engines import DpdkEngines
+    from gateway.runtime.live import LiveRuntime
+    from gateway.settings import Settings
+
+    hub = Hub(ring=RingWriter.create(ring_name, capacity, replace=True))
+    undo.callback(hub.close)
+    settings = Settings()
+    with lab.client_threads():  # the session loop thread: kernel sockets in the twin
+        runtime = LiveRuntime(
+            hub,
+            engine_factory=lambda: DpdkEngines(settings),
+            session_config=session_config,
+            hub=hub,
+        )
+    undo.callback(runtime.close)
+    return hub, runtime
+
+
+def start_binance(
+    runtime: LiveRuntime,
+    sid: int,
+    name: str,
+    url: str,
+    transport: str,
+    topics: Sequence[str],
+    port_id: int,
+) -> None:
+    """Session sid on the simulator's binance stream at url over transport (a dpdk one on
+    the port port_id), subscribed to topics."""
+    from gateway.runtime import SessionSpec
+
+    runtime.subscribe(sid, list(topics))
+    port = port_id if transport == "dpdk" else None
+    runtime.start_session(SessionSpec(sid, name, url, "binance", transport, port))
+
+
 def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     """The whole run (module docstring); everything it made is gone when it returns or
     raises, Ctrl-C included."""
-    from dataplane.ring import RingWriter
-    from gateway.hub import Hub, ring_topics
-    from gateway.runtime import PortSpec, RuntimeEvent, SessionSpec
-    from gateway.runtime.engines import DpdkEngines
-    from gateway.runtime.live import LiveRuntime
+    from gateway.hub import ring_topics
+    from gateway.runtime import PortSpec, RuntimeEvent
     from gateway.sessions import GAP, SessionConfig
-    from gateway.settings import Settings
 
     lab = Lab(lab_name, kernel_client=True)
     ring_name = f"wsgw-faultsoak{os.getpid()}-messages"
@@ -559,17 +599,8 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
         lab.up()
         undo.callback(upstream.kill)
         upstream.start()
-        hub = Hub(ring=RingWriter.create(ring_name, RING_CAPACITY, replace=True))
-        undo.callback(hub.close)
-        settings = Settings()
-        with lab.client_threads():  # the session loop thread: kernel sockets in the twin
-            runtime = LiveRuntime(
-                hub,
-                engine_factory=lambda: DpdkEngines(settings),
-                session_config=partial(SessionConfig.from_spec, sequence_check=True),
-                hub=hub,
-            )
-        undo.callback(runtime.close)
+        session_config = partial(SessionConfig.from_spec, sequence_check=True)
+        _, runtime = dpdk_runtime(undo, lab, ring_name, RING_CAPACITY, session_config)
         runtime.set_event_sink(count_gap)
         runtime.port_up(
             PortSpec(PORT_ID, "faultsoak", lab.vdev, lab.gw_ip, lab.netmask, None, 1500)
@@ -579,12 +610,8 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
         undo.callback(consumer.close)
         hosts = {"dpdk": lab.peer_ip, "kernel": lab.peer_client_ip}
         for sid, transport in SESSIONS:
-            runtime.subscribe(sid, list(TOPICS))
             url = f"ws://{hosts[transport]}:{SIM_PORT}/binance/stream"
-            port_id = PORT_ID if transport == "dpdk" else None
-            runtime.start_session(
-                SessionSpec(sid, f"faultsoak-{transport}", url, "binance", transport, port_id)
-            )
+            start_binance(runtime, sid, f"faultsoak-{transport}", url, transport, TOPICS, PORT_ID)
         start = time.monotonic()
         monitor = Monitor(runtime, start, log, max(10.0, plan.duration / 20)).begin()
         undo.callback(monitor.stop)

@@ -149,6 +149,13 @@ class Profile:
     wait: str = ""  # the ring reader's wait policy when not the profile's
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
+    fused_read: bool = True  # the consumer's read waits and reads in one C call (issue #16)
+    #: The engine's back-off set after its port is up: (empty polls before the first nap,
+    #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
+    engine_sleep: tuple[int, int] | None = None
+    #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's; None:
+    #: the engine's own, EngineConfig.slice_ns).
+    engine_slice_us: int | None = None
 
     @property
     def reader_wait(self) -> str:
@@ -215,6 +222,17 @@ DPDK_RING_TOGETHER = "wsgw dpdk -> ring, engine and reader cpu 1"
 DIRECT_HALT_POLL = "direct picows, halt poll 200 us"
 DPDK_RING_HALT_POLL = "wsgw dpdk -> ring, halt poll 200 us"
 DPDK_RING_ADAPTIVE = "wsgw dpdk -> ring, adaptive reader"
+# The consumer client as before wsgw_ring_read_wait (issue #16): a wait call, then a read call.
+DPDK_RING_WAIT_THEN_READ = "wsgw dpdk -> ring, wait then read"
+# The engine as it was before issue #16's changes: its back-off stepped up after every
+# burst (naps of 2, 4, 8 ... us up to sleep_max_us, where it now starts at the ceiling on
+# an RX fd) and the kernel's slice for its thread (it now asks for 100 us).
+DPDK_RING_STEPPED_NAPS = "wsgw dpdk -> ring, stepped naps (before)"
+# Only the slice as before (the naps at the ceiling): what each change brings.
+DPDK_RING_KERNEL_SLICE = "wsgw dpdk -> ring, kernel's slice"
+# The engine thread SCHED_FIFO (engine.sched_fifo_priority): a frame's wake-up preempts
+# whatever runs on the CPU instead of waiting in the run queue (needs CAP_SYS_NICE).
+DPDK_RING_FIFO = "wsgw dpdk -> ring, engine SCHED_FIFO"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -231,6 +249,21 @@ CONTENDER_SPECS.update(
             DPDK_RING_HALT_POLL, "dpdk", "ring", Profile(halt_poll_ns=200_000)
         ),
         DPDK_RING_ADAPTIVE: Contender(DPDK_RING_ADAPTIVE, "dpdk", "ring", Profile(wait="adaptive")),
+        DPDK_RING_WAIT_THEN_READ: Contender(
+            DPDK_RING_WAIT_THEN_READ, "dpdk", "ring", Profile(fused_read=False)
+        ),
+        DPDK_RING_STEPPED_NAPS: Contender(
+            DPDK_RING_STEPPED_NAPS,
+            "dpdk",
+            "ring",
+            Profile(engine_sleep=(64, 2_000), engine_slice_us=0),
+        ),
+        DPDK_RING_KERNEL_SLICE: Contender(
+            DPDK_RING_KERNEL_SLICE, "dpdk", "ring", Profile(engine_slice_us=0)
+        ),
+        DPDK_RING_FIFO: Contender(
+            DPDK_RING_FIFO, "dpdk", "ring", Profile(engine=(("sched_fifo_priority", 1),))
+        ),
     }
 )
 
@@ -371,12 +404,16 @@ def ring_consumer_main(
     topics: list[str],
     wait: str,
     cpu: int | Literal["engine"] | None = None,
+    fused_read: bool = True,
 ) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy (and
     pinned to `cpu` when given)."""
     from gateway.client import Client, Gap, RingMessage
+    from gateway.client.ring import RingSource
 
     with Client.attach(ring, topics=topics, wait=wait, cpu=cpu) as client:
+        assert isinstance(client.source, RingSource)
+        client.source.reader.fused_wait = fused_read
         tally = Tally(conn)
         conn.send(("ready", os.getpid()))
         read, see, clock = client.read, tally.see, time.time_ns
@@ -510,6 +547,8 @@ class GatewayConfig:
     stream_sink: bool = False
     nats_c: bool = False
     nats_busy_sends: int = -1
+    engine_sleep: tuple[int, int] | None = None
+    engine_slice_us: int | None = None
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -571,6 +610,13 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         if cfg.transport == "dpdk":
             port_id, host = 1, lab.peer_ip
             runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
+            if cfg.engine_sleep is not None:
+                set_engine_sleep(runtime, port_id, *cfg.engine_sleep)
+            if cfg.engine_slice_us is not None:
+                from dataplane.sched import set_thread_slice
+
+                slice_ns = cfg.engine_slice_us * 1000
+                port_engine(runtime, port_id).call(lambda: set_thread_slice(slice_ns)).result(10)
         runtime.subscribe(sid, list(TOPICS))
         url = f"ws://{host}:{SIM_PORT}/binance/stream"
         runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
@@ -595,6 +641,19 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         conn.send(("stopped", dict(counters)))
 
 
+def port_engine(runtime: Any, port_id: int) -> Any:
+    """The DPDK engine (dataplane.engine.Engine) of one of the runtime's ports."""
+    return runtime._engine.engine_for(port_id)
+
+
+def set_engine_sleep(runtime: Any, port_id: int, idle_polls: int, first_nap_ns: int) -> None:
+    """The port's engine backs off as told (on its own thread, at its next batch)."""
+    engine = port_engine(runtime, port_id)
+    fastpath = engine.fastpath
+    ceiling = fastpath.config.sleep_max_ns
+    engine.call(lambda: fastpath.set_sleep(idle_polls, first_nap_ns, ceiling)).result(10)
+
+
 def gateway_figures(runtime: Any) -> dict[str, Any]:
     """From the runtime's metrics: "handoff", its in-gateway latency (session read ->
     handed to the hub, which writes the ring record before it returns) by quantile in us,
@@ -607,6 +666,12 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
             handoff[metric.labels["quantile"]] = metric.value * 1e6
         elif metric.name in ("session_reconnects", "session_gaps"):
             out[metric.name.removeprefix("session_")] += int(metric.value)
+    out["threads"] = thread_figures()
+    engines = getattr(runtime, "_engine", None)
+    details = engines.status().details if engines is not None else None
+    out["engine"] = {
+        k: v for k, v in (details or {}).get("port1", {}).items() if isinstance(v, int)
+    }
     return out
 
 
@@ -748,6 +813,60 @@ def _log_slow_consumers(nats: Any, log: Callable[[str], None]) -> None:
             log(f"nats-server: {line}")
 
 
+def thread_figures() -> dict[str, tuple[int, int, int, int]]:
+    """Per thread of this process ("comm/tid"): CPU ns, run-queue wait ns and time slices
+    (/proc/self/task/*/schedstat), and voluntary context switches (its sleeps: wake-ups)."""
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            run, wait, slices = (int(x) for x in (task / "schedstat").read_text().split())
+            status = (task / "status").read_text()
+            voluntary = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+            out[f"{(task / 'comm').read_text().strip()}/{task.name}"] = (
+                run,
+                wait,
+                slices,
+                voluntary,
+            )
+    return out
+
+
+def engine_rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
+    """The engine's counters (`gateway_figures`) per second over a window; {} without one."""
+    e0, e1 = before.get("engine", {}), after.get("engine", {})
+    return {k: (v - e0.get(k, 0)) / seconds for k, v in e1.items()}
+
+
+def probe_lines(before: dict[str, Any], after: dict[str, Any], seconds: float) -> list[str]:
+    """What the gateway's threads and engine did in a window (`gateway_figures` before and
+    after): per thread CPU %, run-queue wait per second and wake-ups per second; the
+    engine's polls, naps (asked length), naps a frame ended, bursts and frames per burst."""
+    lines = []
+    t0, t1 = before.get("threads", {}), after.get("threads", {})
+    for name, (run, wait, _slices, vol) in sorted(t1.items()):
+        r0, w0, _s0, v0 = t0.get(name, (0, 0, 0, 0))
+        if run - r0 < 0.002 * seconds * 1e9:
+            continue  # under 0.2 % of a CPU: not on the path
+        lines.append(
+            f"  thread {name:24} cpu {100 * (run - r0) / seconds / 1e9:5.1f}% runq wait "
+            f"{(wait - w0) / seconds / 1e6:6.1f} ms/s wakes {(vol - v0) / seconds:8.0f}/s"
+        )
+    if t1:
+        names = sorted({name.split("/")[0] for name in t1})
+        lines.append(f"  threads {len(t1)}: {', '.join(names)}")
+    d = engine_rates(before, after, seconds)
+    if d:
+        naps, bursts = d.get("c_sleeps", 0.0), d.get("c_rx_bursts", 0.0)
+        lines.append(
+            f"  engine/s: polls {d.get('c_polls', 0.0):.0f} naps {naps:.0f} (asked "
+            f"{d.get('c_sleep_ns', 0.0) / max(naps, 1e-9) / 1e3:.0f} us each) ended by a frame "
+            f"{d.get('c_rx_wakes', 0.0):.0f} bursts {bursts:.0f} "
+            f"({d.get('c_rx_frames', 0.0) / max(bursts, 1e-9):.2f} frames each) empty polls "
+            f"{d.get('c_empty_polls', 0.0):.0f}"
+        )
+    return lines
+
+
 # ---- processes (this side) -----------------------------------------------------------------------
 class Proc:
     """A child process driven through a pipe; its first message is ("ready", ...)."""
@@ -871,6 +990,10 @@ class Window:
     #: NATS contenders: messages counted at each hop in the window (NATS_HOPS), so a loss
     #: shows where the count falls.
     hops: dict[str, int] = field(default_factory=dict)
+    #: The gateway's threads and engine in the window (`probe_lines`; printed with
+    #: WSGW_FEED_PROBE=1) and the engine's counters per second (`engine_rates`).
+    probe: list[str] = field(default_factory=list)
+    engine: dict[str, float] = field(default_factory=dict)
 
 
 def percentile(ordered: list[int], p: float) -> float:
@@ -922,6 +1045,8 @@ def running(
                 contender.profile.stream_sink,
                 contender.profile.nats_c,
                 contender.profile.nats_busy_sends,
+                contender.profile.engine_sleep,
+                contender.profile.engine_slice_us,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]
@@ -931,7 +1056,12 @@ def running(
                 topics = ring_topics(sid, list(TOPICS), gaps=False)
                 profile = contender.profile
                 consumer = Proc(
-                    ring_consumer_main, ring, topics, profile.reader_wait, profile.reader_cpu
+                    ring_consumer_main,
+                    ring,
+                    topics,
+                    profile.reader_wait,
+                    profile.reader_cpu,
+                    profile.fused_read,
                 )
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
@@ -1009,6 +1139,8 @@ def measure_window(
         gw_after["handoff"].get("0.5", float("nan")),
         events,
         hops,
+        probe_lines(gw_before, gw_after, seconds),
+        engine_rates(gw_before, gw_after, seconds),
     )
 
 
@@ -1071,6 +1203,9 @@ def run_feed(
                         )
                         + (f" | lost where: {where}" if (where := nats_loss_where(w)) else "")
                     )
+                    if os.environ.get("WSGW_FEED_PROBE"):
+                        for line in w.probe:
+                            log(line)
     return windows
 
 

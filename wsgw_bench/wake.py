@@ -57,6 +57,7 @@ class Placement:
     halt_poll_ns: int | None = None  # None: the host's value, untouched
     wait: str = "futex"
     client: bool = False  # read with gateway.client.Client as a consumer does, not in C
+    fused: bool = True  # the client's read waits and reads in one C call (issue #16)
 
 
 PLACEMENTS = {
@@ -71,24 +72,51 @@ PLACEMENTS = {
     "same cpu, python client": Placement(WRITER_CPU, client=True),
     "other cpu, python client": Placement(1 - WRITER_CPU, client=True),
     "unpinned, python client": Placement(None, client=True),
+    # The client as before wsgw_ring_read_wait: a wait call, then a read call.
+    "same cpu, python client, wait then read": Placement(WRITER_CPU, client=True, fused=False),
+    "other cpu, python client, wait then read": Placement(1 - WRITER_CPU, client=True, fused=False),
+    "unpinned, python client, wait then read": Placement(None, client=True, fused=False),
 }
 
 
-def client_latencies(ring: str, count: int, wait: str, conn: Connection) -> list[int]:
+def client_latencies(
+    ring: str, count: int, wait: str, conn: Connection, fused: bool = True
+) -> tuple[list[int], list[int]]:
     """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
-    after it returns, minus each record's write stamp."""
+    after it returns, minus each record's write stamp. Also, per batch that waited, the
+    time from the wake-up to that first line: the C stamp of wsgw_ring_read_wait (fused),
+    else the stamp Python takes right after the wait call returns."""
     from gateway.client import Client, RingMessage
+    from gateway.client.ring import RingSource
 
     latencies: list[int] = []
+    after_wake: list[int] = []
     with Client.attach(ring, wait=wait) as client:
+        assert isinstance(client.source, RingSource)
+        reader = client.source.reader
+        reader.fused_wait = fused
+        woke = [0]
+        if not fused:
+            plain_wait = reader.wait
+
+            def stamped_wait(timeout: float | None = None, spin: float | None = None) -> bool:
+                ready = plain_wait(timeout, spin)
+                woke[0] = time.time_ns()
+                return ready
+
+            reader.wait = stamped_wait  # type: ignore[method-assign]
         conn.send("ready")
         while len(latencies) < count:
+            woke[0] = 0
             events = client.read(timeout=5.0)
             now = time.time_ns()
             if not events:
                 break
             latencies.extend(now - e.ts_ns for e in events if type(e) is RingMessage)
-    return latencies
+            stamp = reader.woke_ns if fused else woke[0]
+            if stamp:
+                after_wake.append(now - stamp)
+    return latencies, after_wake
 
 
 def reader_main(conn: Connection) -> None:
@@ -99,18 +127,18 @@ def reader_main(conn: Connection) -> None:
         cmd = conn.recv()
         if cmd is None:
             return
-        _, ring, count, cpu, wait, client = cmd
+        _, ring, count, cpu, wait, client, fused = cmd
         os.sched_setaffinity(0, {cpu} if cpu is not None else set(range(os.cpu_count() or 1)))
         if client:
             cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
-            lat = client_latencies(ring, count, wait, conn)
+            lat, after_wake = client_latencies(ring, count, wait, conn, fused)
             cpu_pct = 100 * (time.thread_time_ns() - cpu0) / (time.monotonic_ns() - wall0)
-            conn.send((lat, cpu_pct, count - len(lat)))
+            conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
         with RingReader.attach(ring, wait=wait) as reader:
             conn.send("ready")
             res = bench_c_latency(reader, count, 60.0)
-        conn.send((res.latencies_ns, res.cpu_percent, res.lost))
+        conn.send((res.latencies_ns, res.cpu_percent, res.lost, []))
 
 
 def one_run(conn: Connection, placement: Placement, rate: float, seconds: float) -> dict[str, Any]:
@@ -122,7 +150,17 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
         if placement.halt_poll_ns is not None:
             undo.enter_context(halt_poll_window(placement.halt_poll_ns))
         writer = undo.enter_context(RingWriter.create(name, 16 << 20, replace=True))
-        conn.send(("run", name, count, placement.reader_cpu, placement.wait, placement.client))
+        conn.send(
+            (
+                "run",
+                name,
+                count,
+                placement.reader_cpu,
+                placement.wait,
+                placement.client,
+                placement.fused,
+            )
+        )
         if not conn.poll(30) or conn.recv() != "ready":
             raise RuntimeError("the reader did not attach")
 
@@ -135,13 +173,16 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
         t.join()
         if not conn.poll(60):
             raise RuntimeError("the reader did not finish")
-        lat, cpu, lost = conn.recv()
+        lat, cpu, lost, after_wake = conn.recv()
     ordered = sorted(lat[max(1, count // 10) :])
+    woken = sorted(after_wake[len(after_wake) // 10 :])
     return {
         "p50": ordered[len(ordered) // 2] / 1e3,
         "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] / 1e3,
         "cpu": cpu,
         "lost": lost,
+        # wake-up -> the consumer's code, per batch that waited (Python clients only)
+        "wake_p50": woken[len(woken) // 2] / 1e3 if woken else float("nan"),
     }
 
 
@@ -165,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
                 results.setdefault((name, rate), []).append(out)
                 print(
                     f"{name:32} {rate:>7.0f} msg/s p50 {out['p50']:7.1f} p99 "
-                    f"{out['p99']:8.1f} us cpu {out['cpu']:.0f}%",
+                    f"{out['p99']:8.1f} us wake->code p50 {out['wake_p50']:6.1f} us "
+                    f"cpu {out['cpu']:.0f}%",
                     flush=True,
                 )
     finally:
@@ -178,10 +220,12 @@ def main(argv: list[str] | None = None) -> None:
         for name in names:
             runs = results.get((name, rate), [])
             if runs:
-                med = {k: statistics.median(r[k] for r in runs) for k in ("p50", "p99", "cpu")}
+                keys = ("p50", "p99", "cpu", "wake_p50")
+                med = {k: statistics.median(r[k] for r in runs) for k in keys}
                 print(
                     f"{rate:>7.0f} msg/s {name:32} p50 {med['p50']:7.1f} p99 "
-                    f"{med['p99']:8.1f} us reader cpu {med['cpu']:.0f}%",
+                    f"{med['p99']:8.1f} us wake->code p50 {med['wake_p50']:6.1f} us "
+                    f"reader cpu {med['cpu']:.0f}%",
                     flush=True,
                 )
 

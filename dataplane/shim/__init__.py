@@ -56,6 +56,7 @@ from dataplane.shim._bind_ring import INFO_CLOSED as RING_INFO_CLOSED
 from dataplane.shim._bind_ring import INFO_LOST as RING_INFO_LOST
 from dataplane.shim._bind_ring import INFO_RESUME_SEQ as RING_INFO_RESUME_SEQ
 from dataplane.shim._bind_ring import INFO_TOPIC_COUNT as RING_INFO_TOPIC_COUNT
+from dataplane.shim._bind_ring import INFO_WOKE_NS as RING_INFO_WOKE_NS
 from dataplane.shim._bind_ring import MAGIC as RING_MAGIC
 from dataplane.shim._bind_ring import MAX_READERS as RING_MAX_READERS
 from dataplane.shim._bind_ring import REC_HDR as RING_REC_HDR
@@ -185,6 +186,7 @@ __all__ = [
     "RING_INFO_LOST",
     "RING_INFO_RESUME_SEQ",
     "RING_INFO_TOPIC_COUNT",
+    "RING_INFO_WOKE_NS",
     "RING_LAYOUT",
     "RING_MAGIC",
     "RING_MAX_READERS",

@@ -79,6 +79,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "wsgw_arb_set_live": (ctypes.c_int, [_vp, _u32, ctypes.c_int, _i64]),
     "wsgw_arb_expire": (ctypes.c_int, [_vp, _i64]),
+    "wsgw_arb_restart": (ctypes.c_int, [_vp, _u32]),
     "wsgw_arb_set_max_hold": (ctypes.c_int, [_vp, _i64]),
     "wsgw_arb_set_unread_probe": (None, [_vp, UNREAD_FN, _vp]),
     "wsgw_arb_deadline": (ctypes.c_int, [_vp, ctypes.POINTER(_i64)]),

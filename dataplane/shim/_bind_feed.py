@@ -100,6 +100,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_group_release": (None, [_vp]),
     "wsgw_group_close": (None, [_vp]),
     "wsgw_group_floor": (ctypes.c_int, [_vp, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64]),
+    "wsgw_group_restart": (ctypes.c_int, [_vp, ctypes.c_char_p, ctypes.c_uint32]),
     "wsgw_group_offer": (
         ctypes.c_int,
         [_vp, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32,
@@ -294,6 +295,11 @@ class GroupBinding:
     def floor(self, topic: bytes, last: int) -> None:
         if self.handle:
             self._lib.wsgw_group_floor(self.handle, topic, len(topic), last)
+
+    def restart(self, topic: bytes) -> int:
+        if not self.handle:
+            return 0
+        return int(self._lib.wsgw_group_restart(self.handle, topic, len(topic)))
 
     def set_live(self, leg: int, live: bool, now_ns: int) -> None:
         if self.handle:

@@ -24,7 +24,7 @@ _u64p = ctypes.POINTER(ctypes.c_uint64)
 _vp = ctypes.c_void_p
 
 #: Must equal WSGW_RING_API / WSGW_RING_LAYOUT in wsgw_ring.h.
-RING_API = 4
+RING_API = 5
 RING_LAYOUT = 2
 
 F_REPLACE = 1
@@ -39,7 +39,7 @@ MAGIC = 0x474E495257475357
 #: struct wsgw_ring_view, unpacked with struct "<QQIIII"
 VIEW_FORMAT = "<QQIIII"
 VIEW_SIZE = 32
-#: struct wsgw_ring_read_info, read as u64[7]
+#: struct wsgw_ring_read_info, read as u64[8]
 (
     INFO_LOST,
     INFO_RESUME_SEQ,
@@ -48,8 +48,9 @@ VIEW_SIZE = 32
     INFO_TOPIC_COUNT,
     INFO_CLOSED,
     INFO_FILTERED,
-) = range(7)
-INFO_WORDS = 7
+    INFO_WOKE_NS,
+) = range(8)
+INFO_WORDS = 8
 
 RING_INFO_FIELDS = (
     "capacity",
@@ -174,6 +175,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(_vp)],
     ),
     "wsgw_ring_read": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32, _vp, ctypes.c_uint32, _vp]),
+    "wsgw_ring_read_wait": (
+        ctypes.c_int,
+        [_vp, _vp, ctypes.c_uint32, _vp, ctypes.c_uint32, _vp, ctypes.c_int64, ctypes.c_int64],
+    ),
     "wsgw_ring_wait": (ctypes.c_int, [_vp, ctypes.c_int64, ctypes.c_int64]),
     "wsgw_ring_reader_interrupt": (None, [_vp]),
     "wsgw_ring_reader_filter": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32, ctypes.c_uint32]),
@@ -357,6 +362,7 @@ class ReadBuffers:
     def __init__(self, handle: int, max_batch: int, arena_size: int) -> None:
         self._handle = handle
         self._read = library(KEEP_GIL).wsgw_ring_read
+        self._read_wait = library().wsgw_ring_read_wait  # may block: releases the GIL
         self._views = (_View * max_batch)()
         self._info = (ctypes.c_uint64 * INFO_WORDS)()
         self._arena = mmap.mmap(-1, arena_size)
@@ -366,20 +372,22 @@ class ReadBuffers:
         self._arena_addr = ctypes.addressof(self._arena_c)
         self.max_batch = max_batch
         self.arena_size = arena_size
+        #: The read calls' arguments after max: the arena and the info.
+        self._rest = (self._arena_addr, arena_size, self._info_addr)
         self.views = memoryview(self._views).cast("B")
         self.info = memoryview(self._info).cast("B").cast("Q")
         self.arena = memoryview(self._arena)
         self.raw = self._arena
 
     def read(self, max_count: int) -> int:
+        return int(self._read(self._handle, self._views_addr, max_count, *self._rest))
+
+    def read_wait(self, max_count: int, timeout_ns: int, spin_ns: int) -> int:
+        """read, and when nothing came, wait (GIL released) and read again: one call
+        (wsgw_ring_read_wait)."""
         return int(
-            self._read(
-                self._handle,
-                self._views_addr,
-                max_count,
-                self._arena_addr,
-                self.arena_size,
-                self._info_addr,
+            self._read_wait(
+                self._handle, self._views_addr, max_count, *self._rest, timeout_ns, spin_ns
             )
         )
 

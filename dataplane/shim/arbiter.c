@@ -26,7 +26,8 @@ struct arb_topic {
     int64_t hole_since;
     int has_hole;
     int exists;
-    int after_loss; /* a loss was declared; no unlinked message delivered since */
+    int after_loss; /* a loss was declared (or a restart asked); no unlinked since */
+    int linked;     /* a linked message (prev given) arrived: a book's topic, not trades' */
     uint32_t newest_seen; /* bit per leg: newest[leg] is set */
     int64_t newest[WSGW_ARB_MAX_LEGS];
     /* winners' arrivals, a ring in delivery order (so `this` ascending) */
@@ -527,6 +528,8 @@ static int offer_one(wsgw_arbiter *a, uint32_t leg, uint32_t topic, int64_t this
         t->newest[leg] = this_id;
         t->newest_seen |= bit;
     }
+    if (prev != WSGW_ARB_NO_PREV)
+        t->linked = 1;
     if (this_id <= t->last && prev == WSGW_ARB_NO_PREV && t->after_loss) {
         t->last = this_id - 1; /* a snapshot after a loss: start afresh (arbiter.py) */
         t->won_count = t->won_next = 0;
@@ -687,6 +690,17 @@ int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t now_ns)
         }
     }
     return call_end(a);
+}
+
+int wsgw_arb_restart(wsgw_arbiter *a, uint32_t topic)
+{
+    if (topic >= a->max_topics)
+        return -EINVAL;
+    struct arb_topic *t = &a->topics[topic];
+    if (!t->exists || !t->linked)
+        return 0;
+    t->after_loss = 1;
+    return 1;
 }
 
 int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns)

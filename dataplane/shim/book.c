@@ -29,6 +29,7 @@
  * REST snapshot in Python.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,19 @@ static inline int next_item(struct scan *s, uint8_t close)
     if (*s->p != close)
         return bad(s);
     s->p++;
+    return 0;
+}
+
+/* At an opening bracket: steps past it; 1 when `close` follows at once (the container is
+ * empty, its close read), else 0 (s->p at the first item). */
+static inline int open_container(struct scan *s, uint8_t close)
+{
+    s->p++;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        return 1;
+    }
     return 0;
 }
 
@@ -277,12 +291,8 @@ static int skip_literal(struct scan *s, const char *word, size_t n)
 /* After an opening bracket: the members up to the closing one. */
 static int skip_container(struct scan *s, int depth, uint8_t close)
 {
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == close) {
-        s->p++;
+    if (open_container(s, close))
         return 0;
-    }
     for (;;) {
         skip_ws(s);
         if (close == '}') {
@@ -392,6 +402,23 @@ static int pending_push(struct pending *pd, const struct parsed *lv)
     return 0;
 }
 
+/* A level read: onto pd when `plain` and both its numbers are plain decimals, else it marks
+ * the message unsupported (the Python path reads it). -1 when pd cannot grow: out of memory
+ * refuses the message whole. */
+static int take_level(struct scan *s, struct pending *pd, struct parsed *lv, int plain)
+{
+    if (!plain || decimal_shape(lv->p, lv->plen, &lv->pw, &lv->pf, &lv->pdot) ||
+        decimal_shape(lv->q, lv->qlen, &lv->sw, &lv->sf, &lv->sdot)) {
+        s->unsupported = 1;
+        return 0;
+    }
+    if (pending_push(pd, lv) == 0)
+        return 0;
+    s->err = E_MALFORMED;
+    wsgw_set_error("book: out of memory for %u levels", pd->n);
+    return -1;
+}
+
 /* At '[': `[["p","q"],...]` into pd. A value of another shape is skipped and marks the
  * message unsupported. */
 static int read_levels(struct scan *s, struct pending *pd, int depth)
@@ -400,12 +427,8 @@ static int read_levels(struct scan *s, struct pending *pd, int depth)
     pd->n = 0;
     if (s->p >= s->end || *s->p != '[')
         goto other;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
+    if (open_container(s, ']'))
         return 0;
-    }
     for (;;) {
         struct parsed lv;
         int plain_p, plain_q;
@@ -438,15 +461,8 @@ static int read_levels(struct scan *s, struct pending *pd, int depth)
         if (s->p >= s->end || *s->p != ']')
             goto other;
         s->p++;
-        if (!plain_p || !plain_q ||
-            decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
-            decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
-            s->unsupported = 1;
-        if (pending_push(pd, &lv)) {
-            s->err = E_MALFORMED; /* out of memory: refuse the message whole */
-            wsgw_set_error("book: out of memory for %u levels", pd->n);
+        if (take_level(s, pd, &lv, plain_p && plain_q))
             return -1;
-        }
         int sep = next_item(s, ']');
         if (sep <= 0)
             return sep;
@@ -520,48 +536,85 @@ static int member_key(struct scan *s, const uint8_t **k, uint32_t *klen)
 typedef int (*member_fn)(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                          uint32_t klen);
 
-static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, member_fn fn)
+/* How a venue's member is read: an integer or a string into struct msg, levels into a side's
+ * pending array, or a nested object ('{') or array of objects ('[') by another reader. */
+enum { F_INT, F_STR, F_BIDS, F_ASKS, F_NESTED };
+
+/* A member a venue sends as it stands: its key, how it is read and where it goes (the offset
+ * of a struct msg field, and of a string's length), the bit it sets in m->have. */
+struct field {
+    const char *key;
+    uint32_t klen;
+    uint8_t kind;
+    char open; /* F_NESTED: '{' or '[' */
+    uint16_t at, len_at;
+    unsigned bit;
+    const struct reader *nested;
+};
+
+#define INT_FIELD(key, member, bit)                                                              \
+    {key, sizeof(key) - 1, F_INT, 0, offsetof(struct msg, member), 0, bit, NULL}
+#define STR_FIELD(key, member, bit)                                                              \
+    {key, sizeof(key) - 1, F_STR, 0, offsetof(struct msg, member),                              \
+     offsetof(struct msg, member##_len), bit, NULL}
+#define LEVELS_FIELD(key, kind) {key, sizeof(key) - 1, kind, 0, 0, 0, 0, NULL}
+#define NESTED_FIELD(key, open, bit, reader) {key, sizeof(key) - 1, F_NESTED, open, 0, 0, bit, reader}
+#define END_FIELDS {NULL, 0, 0, 0, 0, 0, 0, NULL}
+
+/* A venue's object: the members in its table of fields (NULL-keyed at the end), then those fn
+ * reads (checks and shapes of the venue's own; fn may be NULL). */
+struct reader {
+    const struct field *fields;
+    member_fn fn;
+};
+
+static int read_member(struct scan *s, struct wsgw_book *b, struct msg *m, const struct reader *r,
+                       const uint8_t *k, uint32_t klen);
+
+/* The next member of the object whose '{' s->p was at when *started was 0: 1 with its key in
+ * (k, klen) and s->p at its value, 0 once the closing '}' is read, -1 when it is not JSON. */
+static inline int next_member(struct scan *s, int *started, const uint8_t **k, uint32_t *klen)
 {
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return 0;
-    }
-    for (;;) {
-        const uint8_t *k;
-        uint32_t klen;
-        int rc;
-        if (member_key(s, &k, &klen))
-            return -1;
-        rc = fn(s, b, m, k, klen);
-        if (rc > 0)
-            rc = skip_value(s, 2);
-        if (rc)
-            return -1;
+    if (!*started) {
+        *started = 1;
+        if (open_container(s, '}'))
+            return 0;
+    } else {
         int sep = next_item(s, '}');
         if (sep <= 0)
             return sep;
     }
+    return member_key(s, k, klen) ? -1 : 1;
+}
+
+static int read_object(struct scan *s, struct wsgw_book *b, struct msg *m, const struct reader *r)
+{
+    const uint8_t *k;
+    uint32_t klen;
+    int started = 0, rc;
+    while ((rc = next_member(s, &started, &k, &klen)) > 0) {
+        rc = read_member(s, b, m, r, k, klen);
+        if (rc > 0)
+            rc = skip_value(s, 2);
+        if (rc)
+            return -1;
+    }
+    return rc;
 }
 
 /* An array of objects (s->p at its '['), each read by fn and counted in m->items; any other
  * value in it is skipped and marks the message unsupported. */
-static int read_objects(struct scan *s, struct wsgw_book *b, struct msg *m, member_fn fn)
+static int read_objects(struct scan *s, struct wsgw_book *b, struct msg *m, const struct reader *r)
 {
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
+    if (open_container(s, ']'))
         return 0;
-    }
     for (;;) {
         skip_ws(s);
         if (s->p >= s->end)
             return bad(s);
         m->items++;
         if (*s->p == '{') {
-            if (read_object(s, b, m, fn))
+            if (read_object(s, b, m, r))
                 return -1;
         } else {
             s->unsupported = 1;
@@ -605,16 +658,16 @@ static int str_member(struct scan *s, struct msg *m, const uint8_t **out, uint32
     return skip_value(s, 2);
 }
 
-/* A top-level `data` member: an object (open '{') or an array of objects ('[') read by fn;
- * another value marks the message unsupported and gives 1 (the caller skips it). */
-static int data_member(struct scan *s, struct wsgw_book *b, struct msg *m, char open, member_fn fn)
+/* A nested member: an object or an array of objects, as f says, read by its reader; another
+ * value marks the message unsupported and gives 1 (the caller skips it). */
+static int nested_member(struct scan *s, struct wsgw_book *b, struct msg *m, const struct field *f)
 {
-    if (*s->p != open) {
+    if (*s->p != f->open) {
         s->unsupported = 1;
         return 1;
     }
-    m->have |= HAVE_DATA;
-    return open == '{' ? read_object(s, b, m, fn) : read_objects(s, b, m, fn);
+    m->have |= f->bit;
+    return f->open == '{' ? read_object(s, b, m, f->nested) : read_objects(s, b, m, f->nested);
 }
 
 /* A top-level member's key and the bit that marks it seen (a table ends with a NULL key). */
@@ -645,54 +698,63 @@ static int levels_member(struct scan *s, struct wsgw_book *b, struct msg *m, int
     return read_levels(s, &b->pending[side], 2);
 }
 
-/* Binance `data`: {"e":"depthUpdate","E":ms,"s":sym,"U":first,"u":last,["pu":prev,]"b":[],"a":[]} */
-static int binance_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
-                        uint32_t klen)
+/* Member k by r's table of fields, else by r->fn; 1 when neither reads it. */
+static int read_member(struct scan *s, struct wsgw_book *b, struct msg *m, const struct reader *r,
+                       const uint8_t *k, uint32_t klen)
 {
-    if (klen == 1) {
-        switch (k[0]) {
-        case 'E':
-            return int_member(s, m, &m->ts_ms, HAVE_TS);
-        case 'U':
-            return int_member(s, m, &m->first, HAVE_FIRST);
-        case 'u':
-            return int_member(s, m, &m->seq, HAVE_SEQ);
-        case 's':
-            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
-        case 'b':
+    for (const struct field *f = r->fields; f && f->key; f++) {
+        /* the first byte before memcmp: most keys are a letter or two (Binance, Bybit) */
+        if (f->klen != klen || f->key[0] != k[0] || memcmp(f->key + 1, k + 1, klen - 1) != 0)
+            continue;
+        uint8_t *at = (uint8_t *)m + f->at;
+        switch (f->kind) {
+        case F_INT:
+            return int_member(s, m, (int64_t *)(void *)at, f->bit);
+        case F_STR:
+            return str_member(s, m, (const uint8_t **)(void *)at,
+                              (uint32_t *)(void *)((uint8_t *)m + f->len_at), f->bit);
+        case F_BIDS:
             return levels_member(s, b, m, WSGW_BOOK_BIDS);
-        case 'a':
+        case F_ASKS:
             return levels_member(s, b, m, WSGW_BOOK_ASKS);
+        default:
+            return nested_member(s, b, m, f);
         }
     }
-    if (key_is(k, klen, "pu"))
-        return int_member(s, m, &m->prev, 0);
-    return 1;
+    return r->fn ? r->fn(s, b, m, k, klen) : 1;
 }
 
-static int binance_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
-                       uint32_t klen)
-{
-    if (key_is(k, klen, "stream"))
-        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
-    if (key_is(k, klen, "data"))
-        return data_member(s, b, m, '{', binance_data);
-    return 1;
-}
+/* Binance `data`: {"e":"depthUpdate","E":ms,"s":sym,"U":first,"u":last,["pu":prev,]"b":[],"a":[]} */
+static const struct field BINANCE_DATA[] = {
+    INT_FIELD("E", ts_ms, HAVE_TS),
+    INT_FIELD("U", first, HAVE_FIRST),
+    INT_FIELD("u", seq, HAVE_SEQ),
+    STR_FIELD("s", sym, HAVE_SYM),
+    LEVELS_FIELD("b", F_BIDS),
+    LEVELS_FIELD("a", F_ASKS),
+    INT_FIELD("pu", prev, 0),
+    END_FIELDS};
+static const struct reader BINANCE_DATA_READER = {BINANCE_DATA, NULL};
+
+static const struct field BINANCE_TOP[] = {
+    STR_FIELD("stream", kind, HAVE_KIND),
+    NESTED_FIELD("data", '{', HAVE_DATA, &BINANCE_DATA_READER),
+    END_FIELDS};
 
 /* OKX `books` data element: {"asks":[[p,q,"0",n]],"bids":[...],"ts":"ms","checksum":c,
  * "seqId":n,"prevSeqId":n} */
+static const struct field OKX_BOOK[] = {
+    LEVELS_FIELD("bids", F_BIDS),
+    LEVELS_FIELD("asks", F_ASKS),
+    INT_FIELD("seqId", seq, HAVE_SEQ),
+    INT_FIELD("prevSeqId", prev, 0),
+    END_FIELDS};
+
+/* OKX's "checksum" (null is None) and "ts" (ms as a string) */
 static int okx_book(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                     uint32_t klen)
 {
-    if (key_is(k, klen, "bids"))
-        return levels_member(s, b, m, WSGW_BOOK_BIDS);
-    if (key_is(k, klen, "asks"))
-        return levels_member(s, b, m, WSGW_BOOK_ASKS);
-    if (key_is(k, klen, "seqId"))
-        return int_member(s, m, &m->seq, HAVE_SEQ);
-    if (key_is(k, klen, "prevSeqId"))
-        return int_member(s, m, &m->prev, 0);
+    (void)b;
     if (key_is(k, klen, "checksum")) {
         if (*s->p == 'n') {
             m->have &= ~(unsigned)HAVE_CRC; /* None */
@@ -717,71 +779,56 @@ static int okx_book(struct scan *s, struct wsgw_book *b, struct msg *m, const ui
     }
     return 1;
 }
+static const struct reader OKX_BOOK_READER = {OKX_BOOK, okx_book};
 
-static int okx_arg(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
-                   uint32_t klen)
-{
-    (void)b;
-    if (key_is(k, klen, "channel"))
-        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
-    if (key_is(k, klen, "instId"))
-        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
-    return 1;
-}
+static const struct field OKX_ARG[] = {
+    STR_FIELD("channel", kind, HAVE_KIND),
+    STR_FIELD("instId", sym, HAVE_SYM),
+    END_FIELDS};
+static const struct reader OKX_ARG_READER = {OKX_ARG, NULL};
 
-static int okx_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
-                   uint32_t klen)
-{
-    if (key_is(k, klen, "arg")) {
-        if (*s->p != '{') {
-            s->unsupported = 1;
-            return 1;
-        }
-        m->have |= HAVE_ARG;
-        return read_object(s, b, m, okx_arg);
-    }
-    if (key_is(k, klen, "action"))
-        return str_member(s, m, &m->action, &m->action_len, 0);
-    if (key_is(k, klen, "data"))
-        return data_member(s, b, m, '[', okx_book);
-    return 1;
-}
+static const struct field OKX_TOP[] = {
+    NESTED_FIELD("arg", '{', HAVE_ARG, &OKX_ARG_READER),
+    STR_FIELD("action", action, 0),
+    NESTED_FIELD("data", '[', HAVE_DATA, &OKX_BOOK_READER),
+    END_FIELDS};
 
 /* Bybit `orderbook.N.SYM`: {"topic":..,"type":"delta","ts":ms,"data":{"s":..,"b":[],"a":[],
  * "u":n,"seq":n}} */
+static const struct field BYBIT_DATA[] = {
+    STR_FIELD("s", sym, HAVE_SYM),
+    LEVELS_FIELD("b", F_BIDS),
+    LEVELS_FIELD("a", F_ASKS),
+    INT_FIELD("u", seq, HAVE_SEQ),
+    END_FIELDS};
+
+/* Bybit's "seq" (the cross sequence): an integer, not kept */
 static int bybit_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                       uint32_t klen)
 {
     int64_t ignored;
-    if (klen == 1) {
-        switch (k[0]) {
-        case 's':
-            return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
-        case 'b':
-            return levels_member(s, b, m, WSGW_BOOK_BIDS);
-        case 'a':
-            return levels_member(s, b, m, WSGW_BOOK_ASKS);
-        case 'u':
-            return int_member(s, m, &m->seq, HAVE_SEQ);
-        }
-    }
-    if (key_is(k, klen, "seq"))
-        return int_member(s, m, &ignored, 0);
-    return 1;
+    (void)b;
+    return key_is(k, klen, "seq") ? int_member(s, m, &ignored, 0) : 1;
 }
+static const struct reader BYBIT_DATA_READER = {BYBIT_DATA, bybit_data};
 
-static int bybit_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
-                     uint32_t klen)
+static const struct field BYBIT_TOP[] = {
+    STR_FIELD("topic", kind, HAVE_KIND),
+    STR_FIELD("type", action, 0),
+    INT_FIELD("ts", ts_ms, 0),
+    NESTED_FIELD("data", '{', HAVE_DATA, &BYBIT_DATA_READER),
+    END_FIELDS};
+
+/* At a member's value that should be an array: 1 when its items follow (s->p past the '['),
+ * else 0 when it was empty or not an array (then skipped: the message is unsupported), or -1
+ * when the text is not JSON. */
+static int array_items(struct scan *s)
 {
-    if (key_is(k, klen, "topic"))
-        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
-    if (key_is(k, klen, "type"))
-        return str_member(s, m, &m->action, &m->action_len, 0);
-    if (key_is(k, klen, "ts"))
-        return int_member(s, m, &m->ts_ms, 0);
-    if (key_is(k, klen, "data"))
-        return data_member(s, b, m, '{', bybit_data);
-    return 1;
+    if (*s->p != '[') {
+        s->unsupported = 1;
+        return skip_value(s, 2) ? -1 : 0;
+    }
+    return !open_container(s, ']');
 }
 
 /* A plain JSON number's text, as decimal_shape takes it (else the message is unsupported). */
@@ -806,16 +853,9 @@ static int number_text(struct scan *s, const uint8_t **t, uint32_t *n)
 static int kraken_levels(struct scan *s, struct pending *pd)
 {
     pd->n = 0;
-    if (*s->p != '[') {
-        s->unsupported = 1;
-        return skip_value(s, 2);
-    }
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return 0;
-    }
+    int rc = array_items(s);
+    if (rc <= 0)
+        return rc;
     for (;;) {
         struct parsed lv;
         unsigned have = 0;
@@ -828,45 +868,26 @@ static int kraken_levels(struct scan *s, struct pending *pd)
             if (skip_value(s, 3))
                 return -1;
         } else {
-            s->p++;
-            skip_ws(s);
-            if (s->p < s->end && *s->p == '}')
-                s->p++;
-            else
-                for (;;) {
-                    const uint8_t *k;
-                    uint32_t klen;
-                    int rc;
-                    if (member_key(s, &k, &klen))
-                        return -1;
-                    if (key_is(k, klen, "price")) {
-                        s->unsupported |= (have & HAVE_PRICE) != 0;
-                        have |= HAVE_PRICE;
-                        rc = number_text(s, &lv.p, &lv.plen);
-                    } else if (key_is(k, klen, "qty")) {
-                        s->unsupported |= (have & HAVE_QTY) != 0;
-                        have |= HAVE_QTY;
-                        rc = number_text(s, &lv.q, &lv.qlen);
-                    } else {
-                        rc = skip_value(s, 3);
-                    }
-                    if (rc)
-                        return -1;
-                    int sep = next_item(s, '}');
-                    if (sep < 0)
-                        return -1;
-                    if (!sep)
-                        break;
+            const uint8_t *k;
+            uint32_t klen;
+            int started = 0;
+            while ((rc = next_member(s, &started, &k, &klen)) > 0) {
+                if (key_is(k, klen, "price")) {
+                    s->unsupported |= (have & HAVE_PRICE) != 0;
+                    have |= HAVE_PRICE;
+                    rc = number_text(s, &lv.p, &lv.plen);
+                } else if (key_is(k, klen, "qty")) {
+                    s->unsupported |= (have & HAVE_QTY) != 0;
+                    have |= HAVE_QTY;
+                    rc = number_text(s, &lv.q, &lv.qlen);
+                } else {
+                    rc = skip_value(s, 3);
                 }
-            if (have != (HAVE_PRICE | HAVE_QTY) || !lv.p || !lv.q ||
-                decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
-                decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
-                s->unsupported = 1;
-            else if (pending_push(pd, &lv)) {
-                s->err = E_MALFORMED;
-                wsgw_set_error("book: out of memory for %u levels", pd->n);
-                return -1;
+                if (rc)
+                    return -1;
             }
+            if (rc < 0 || take_level(s, pd, &lv, have == (HAVE_PRICE | HAVE_QTY) && lv.p && lv.q))
+                return -1;
         }
         int sep = next_item(s, ']');
         if (sep <= 0)
@@ -924,8 +945,6 @@ static int rfc3339_ns(const uint8_t *t, uint32_t n, int64_t *out)
 static int kraken_book(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                        uint32_t klen)
 {
-    if (key_is(k, klen, "symbol"))
-        return str_member(s, m, &m->sym, &m->sym_len, HAVE_SYM);
     if (key_is(k, klen, "bids")) {
         m->have |= HAVE_BIDS;
         return kraken_levels(s, &b->pending[WSGW_BOOK_BIDS]);
@@ -960,13 +979,18 @@ static int kraken_book(struct scan *s, struct wsgw_book *b, struct msg *m, const
     return 1;
 }
 
+static const struct field KRAKEN_BOOK[] = {STR_FIELD("symbol", sym, HAVE_SYM), END_FIELDS};
+static const struct reader KRAKEN_BOOK_READER = {KRAKEN_BOOK, kraken_book};
+
+static const struct field KRAKEN_TOP[] = {
+    STR_FIELD("channel", kind, HAVE_KIND),
+    STR_FIELD("type", action, 0),
+    END_FIELDS};
+
+/* Kraken's "data": a repeated one replaces the first */
 static int kraken_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                       uint32_t klen)
 {
-    if (key_is(k, klen, "channel"))
-        return str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND);
-    if (key_is(k, klen, "type"))
-        return str_member(s, m, &m->action, &m->action_len, 0);
     if (key_is(k, klen, "data")) {
         if (*s->p != '[') {
             s->unsupported = 1;
@@ -977,7 +1001,7 @@ static int kraken_top(struct scan *s, struct wsgw_book *b, struct msg *m, const 
         m->items = 0;
         m->ts_ns = 0;
         b->pending[0].n = b->pending[1].n = 0;
-        return read_objects(s, b, m, kraken_book);
+        return read_objects(s, b, m, &KRAKEN_BOOK_READER);
     }
     return 1;
 }
@@ -988,16 +1012,9 @@ static int coinbase_changes(struct scan *s, struct wsgw_book *b)
 {
     struct pending *bids = &b->pending[WSGW_BOOK_BIDS], *asks = &b->pending[WSGW_BOOK_ASKS];
     bids->n = asks->n = 0;
-    if (*s->p != '[') {
-        s->unsupported = 1;
-        return skip_value(s, 2);
-    }
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return 0;
-    }
+    int rc = array_items(s);
+    if (rc <= 0)
+        return rc;
     for (;;) {
         const uint8_t *start;
         const uint8_t *side = NULL;
@@ -1023,15 +1040,9 @@ static int coinbase_changes(struct scan *s, struct wsgw_book *b)
                 goto other;
             s->p++;
         }
-        if (!plain[0] || !plain[1] || !plain[2] ||
-            decimal_shape(lv.p, lv.plen, &lv.pw, &lv.pf, &lv.pdot) ||
-            decimal_shape(lv.q, lv.qlen, &lv.sw, &lv.sf, &lv.sdot))
-            s->unsupported = 1;
-        else if (pending_push(key_is(side, side_len, "buy") ? bids : asks, &lv)) {
-            s->err = E_MALFORMED;
-            wsgw_set_error("book: out of memory for %u levels", bids->n + asks->n);
+        if (take_level(s, key_is(side, side_len, "buy") ? bids : asks, &lv,
+                       plain[0] && plain[1] && plain[2]))
             return -1;
-        }
         goto next;
     other:
         s->p = start;
@@ -1075,13 +1086,15 @@ static int coinbase_top(struct scan *s, struct wsgw_book *b, struct msg *m, cons
 }
 
 /* Bitstamp `data`: {"timestamp":"s","microtimestamp":"us","bids":[..],"asks":[..]} */
+static const struct field BITSTAMP_DATA[] = {
+    LEVELS_FIELD("bids", F_BIDS),
+    LEVELS_FIELD("asks", F_ASKS),
+    END_FIELDS};
+
 static int bitstamp_data(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                          uint32_t klen)
 {
-    if (key_is(k, klen, "bids"))
-        return levels_member(s, b, m, WSGW_BOOK_BIDS);
-    if (key_is(k, klen, "asks"))
-        return levels_member(s, b, m, WSGW_BOOK_ASKS);
+    (void)b;
     if (key_is(k, klen, "microtimestamp")) {
         const uint8_t *t = NULL;
         uint32_t n = 0;
@@ -1103,6 +1116,11 @@ static int bitstamp_data(struct scan *s, struct wsgw_book *b, struct msg *m, con
     return 1;
 }
 
+static const struct reader BITSTAMP_DATA_READER = {BITSTAMP_DATA, bitstamp_data};
+/* read once (seen_once): so not in a table of Bitstamp's top level */
+static const struct field BITSTAMP_DATA_FIELD =
+    NESTED_FIELD("data", '{', HAVE_DATA, &BITSTAMP_DATA_READER);
+
 static int bitstamp_top(struct scan *s, struct wsgw_book *b, struct msg *m, const uint8_t *k,
                         uint32_t klen)
 {
@@ -1112,7 +1130,7 @@ static int bitstamp_top(struct scan *s, struct wsgw_book *b, struct msg *m, cons
     if (bit == 0)
         return 1;
     if (bit == HAVE_DATA)
-        return data_member(s, b, m, '{', bitstamp_data);
+        return nested_member(s, b, m, &BITSTAMP_DATA_FIELD);
     if (bit == HAVE_ARG)
         return str_member(s, m, &m->action, &m->action_len, HAVE_ARG);
     if (str_member(s, m, &m->kind, &m->kind_len, HAVE_KIND))
@@ -1706,8 +1724,16 @@ static int64_t kraken_checksum(const struct wsgw_book *b)
     return (int64_t)crc32_update(0, text, (size_t)(o - text));
 }
 
-static const member_fn TOP_READERS[] = {NULL, binance_top, okx_top, bybit_top, kraken_top,
-                                        coinbase_top, bitstamp_top};
+/* By venue (WSGW_BOOK_BINANCE = 1 ...): the top level of its messages. */
+static const struct reader TOP_READERS[] = {
+    {NULL, NULL},
+    {BINANCE_TOP, NULL},
+    {OKX_TOP, NULL},
+    {BYBIT_TOP, NULL},
+    {KRAKEN_TOP, kraken_top},
+    {NULL, coinbase_top},
+    {NULL, bitstamp_top},
+};
 
 WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t len, int64_t recv_ns,
                                   uint32_t flags, char *out, uint32_t cap, int64_t *info)
@@ -1718,7 +1744,7 @@ WSGW_API int wsgw_book_on_message(struct wsgw_book *b, const char *msg, uint32_t
     memset(info, 0, WSGW_BOOK_INFO_N * sizeof(*info));
     b->pending[0].n = b->pending[1].n = 0;
     skip_ws(&s);
-    if (s.p >= s.end || *s.p != '{' || read_object(&s, b, &m, TOP_READERS[b->venue]))
+    if (s.p >= s.end || *s.p != '{' || read_object(&s, b, &m, &TOP_READERS[b->venue]))
         return s.err == E_DEEP ? WSGW_BOOK_TOO_DEEP : WSGW_BOOK_MALFORMED;
     skip_ws(&s);
     if (s.p != s.end)

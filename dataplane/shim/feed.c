@@ -394,20 +394,15 @@ static uint32_t run(struct wsgw_feed *f, struct wsgw_flow *flow, uint64_t rx_mon
                 f->group_gone = group_closed(f->group);
                 goto stop;
             }
-            f->counts[slot->index]++;
-            f->st.messages++;
-            f->st.bytes += len;
-            f->st.last_message_ns = p.rx_rt;
-            flow->ring_tail += hlen + len;
-            taken += hlen + len;
-            continue;
+        } else {
+            if (payload == f->scratch)
+                scratch_busy = 1;
+            p.msgs[p.n++] = (struct wsgw_ring_msg){.data = payload, .len = len,
+                                                   .session_id = f->conf.session_id,
+                                                   .topic_id = slot->topic_id,
+                                                   .ts_ns = p.rx_rt};
         }
-        if (payload == f->scratch)
-            scratch_busy = 1;
-        p.msgs[p.n++] = (struct wsgw_ring_msg){.data = payload, .len = len,
-                                               .session_id = f->conf.session_id,
-                                               .topic_id = slot->topic_id,
-                                               .ts_ns = p.rx_rt};
+        /* taken, by the group or into the batch (a group's leg leaves p.n at 0) */
         f->counts[slot->index]++;
         f->st.messages++;
         f->st.bytes += len;
@@ -630,6 +625,23 @@ WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, in
     }
     pthread_mutex_unlock(&g->lock);
     return k == UINT32_MAX ? -ENOSPC : 0;
+}
+
+WSGW_API int wsgw_group_restart(wsgw_group *g, const char *topic, uint32_t len)
+{
+    int restarted = 0;
+    pthread_mutex_lock(&g->lock);
+    for (uint32_t k = 0; k < g->n_keys && !g->closed; k++) {
+        struct group_key *key = &g->keys[k];
+        if (key->name_len != len || memcmp(key->name, topic, len) != 0)
+            continue;
+        if (wsgw_arb_restart(g->arb, k) == 1) {
+            key->has_floor = 0;
+            restarted++;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return restarted;
 }
 
 /* The winners staged so far into the ring, in one write. Under the lock. */

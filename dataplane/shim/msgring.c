@@ -36,7 +36,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ring needs lock-free 64-bit ato
 _Static_assert(sizeof(struct wsgw_ring_rec) == WSGW_RING_REC_HDR, "record header is 32 bytes");
 _Static_assert(sizeof(struct wsgw_ring_topic) == 64, "topic entry is one cache line");
 _Static_assert(sizeof(struct wsgw_ring_view) == 32, "bindings unpack views as <QQIIII");
-_Static_assert(sizeof(struct wsgw_ring_read_info) == 7 * 8, "bindings read info as u64[7]");
+_Static_assert(sizeof(struct wsgw_ring_read_info) == 8 * 8, "bindings read info as u64[8]");
 _Static_assert(sizeof(struct wsgw_ring_reader_slot) == 128, "a reader slot is two lines");
 _Static_assert(WSGW_RING_READERS_OFFSET + WSGW_RING_MAX_READERS *
                    sizeof(struct wsgw_ring_reader_slot) == 2 * WSGW_RING_PAGE,
@@ -1340,6 +1340,7 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
                                                  memory_order_acquire);
         info->closed = state & WSGW_RING_STATE_CLOSED;
         info->filtered = filtered;
+        info->woke_ns = 0;
     }
     for (uint32_t k = 0; k < n; k++)
         r->st.bytes += views[k].len;
@@ -1494,6 +1495,43 @@ static int wait_policy(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns)
         rc = ready_or_closed(r);
         if (rc != 0)
             return rc;
+    }
+}
+
+WSGW_API int wsgw_ring_read_wait(wsgw_ring_reader *r, struct wsgw_ring_view *views,
+                                 uint32_t max, uint8_t *arena, uint32_t arena_size,
+                                 struct wsgw_ring_read_info *info, int64_t timeout_ns,
+                                 int64_t spin_ns)
+{
+    struct wsgw_ring_read_info own;
+    if (info == NULL)
+        info = &own; /* what it says decides whether to wait, even when the caller ignores it */
+    int n = wsgw_ring_read(r, views, max, arena, arena_size, info);
+    if (n != 0 || timeout_ns == 0 || info->lost || info->closed)
+        return n;
+    const uint64_t deadline = timeout_ns < 0 ? UINT64_MAX
+                                             : now_ns(CLOCK_MONOTONIC) + (uint64_t)timeout_ns;
+    for (;;) {
+        int64_t left = -1;
+        if (deadline != UINT64_MAX) {
+            uint64_t now = now_ns(CLOCK_MONOTONIC);
+            left = now >= deadline ? 0 : (int64_t)(deadline - now);
+        }
+        int rc = wsgw_ring_wait(r, left, spin_ns);
+        uint64_t woke = now_ns(CLOCK_REALTIME);
+        if (rc != 1 && rc != 0 && rc != -EPIPE && rc != -ECANCELED)
+            return rc; /* -EINTR, -ECONNABORTED, ... */
+        n = wsgw_ring_read(r, views, max, arena, arena_size, info);
+        if (n != 0 || info->lost || info->closed) {
+            if (n >= 0)
+                info->woke_ns = woke;
+            return n;
+        }
+        if (rc == -ECANCELED)
+            return rc; /* interrupted, and the last look found nothing */
+        /* Timed out; or ready, but all of it filtered out: wait on until the timeout. */
+        if (rc != 1 || left == 0)
+            return 0;
     }
 }
 

@@ -6,6 +6,21 @@
 #include "shim_internal.h"
 #include "wsgw_ws.h"
 
+/* RFC 6455 5.2: the payload length of the frame at p, whose 7-bit field is len7 (126: the
+ * next 16 bits, 127: the next 64, else len7 itself); p holds the whole header. */
+static inline uint64_t payload_len(const uint8_t *p, uint64_t len7)
+{
+    if (len7 == 126)
+        return (uint64_t)p[2] << 8 | p[3];
+    if (len7 == 127) {
+        uint64_t n = 0;
+        for (int i = 0; i < 8; i++)
+            n = n << 8 | p[2 + i];
+        return n;
+    }
+    return len7;
+}
+
 WSGW_API int wsgw_ws_scan(const uint8_t *buf, size_t start, size_t len, uint64_t *out,
                           uint32_t max_frames, uint64_t *tail)
 {
@@ -43,13 +58,7 @@ WSGW_API int wsgw_ws_scan(const uint8_t *buf, size_t start, size_t len, uint64_t
             need = hlen;
             break;
         }
-        if (plen == 126) {
-            plen = (uint64_t)p[2] << 8 | p[3];
-        } else if (plen == 127) {
-            plen = 0;
-            for (int i = 0; i < 8; i++)
-                plen = plen << 8 | p[2 + i];
-        }
+        plen = payload_len(p, plen);
         if (plen > avail - hlen) {
             /* Incomplete: report what the frame needs, saturating at UINT64_MAX. */
             need = plen > UINT64_MAX - hlen ? UINT64_MAX : plen + hlen;
@@ -102,6 +111,23 @@ WSGW_API void wsgw_ws_mask(uint8_t *buf, size_t len, const uint8_t *key, size_t 
     wsgw_ws_mask_copy(buf, buf, len, key, phase);
 }
 
+/* Is c1 a second byte lead c may take? RFC 3629 section 4's table: 80..BF but for E0 (A0..,
+ * no overlong below U+0800), ED (..9F, no surrogates), F0 (90.., no overlong below U+10000)
+ * and F4 (..8F, nothing above U+10FFFF). */
+static inline int second_byte_ok(uint8_t c, uint8_t c1)
+{
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    return c1 >= lo && c1 <= hi;
+}
+
 /* RFC 3629 section 4 (Unicode 3-7 well-formed byte sequences); ASCII 8 bytes at a time. */
 static inline int utf8_valid(const uint8_t *s, size_t n)
 {
@@ -130,37 +156,14 @@ static inline int utf8_valid(const uint8_t *s, size_t n)
             continue;
         }
         if (c < 0xF0) {
-            if (n - i < 3)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if (c == 0xE0) { /* overlong below U+0800 */
-                if (c1 < 0xA0 || c1 > 0xBF)
-                    return 0;
-            } else if (c == 0xED) { /* surrogates U+D800..U+DFFF */
-                if (c1 < 0x80 || c1 > 0x9F)
-                    return 0;
-            } else if ((c1 & 0xC0) != 0x80) {
-                return 0;
-            }
-            if ((s[i + 2] & 0xC0) != 0x80)
+            if (n - i < 3 || !second_byte_ok(c, s[i + 1]) || (s[i + 2] & 0xC0) != 0x80)
                 return 0;
             i += 3;
             continue;
         }
         if (c < 0xF5) {
-            if (n - i < 4)
-                return 0;
-            uint8_t c1 = s[i + 1];
-            if (c == 0xF0) { /* overlong below U+10000 */
-                if (c1 < 0x90 || c1 > 0xBF)
-                    return 0;
-            } else if (c == 0xF4) { /* above U+10FFFF */
-                if (c1 < 0x80 || c1 > 0x8F)
-                    return 0;
-            } else if ((c1 & 0xC0) != 0x80) {
-                return 0;
-            }
-            if ((s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+            if (n - i < 4 || !second_byte_ok(c, s[i + 1]) || (s[i + 2] & 0xC0) != 0x80 ||
+                (s[i + 3] & 0xC0) != 0x80)
                 return 0;
             i += 4;
             continue;
@@ -225,13 +228,7 @@ WSGW_API int wsgw_ws_scan_batch(const uint8_t *buf, size_t start, size_t len, ui
             why = WSGW_WS_BATCH_PARTIAL;
             break;
         }
-        if (plen == 126) {
-            plen = (uint64_t)p[2] << 8 | p[3];
-        } else if (plen == 127) {
-            plen = 0;
-            for (int i = 0; i < 8; i++)
-                plen = plen << 8 | p[2 + i];
-        }
+        plen = payload_len(p, plen);
         if (plen > max_size) {
             why = WSGW_WS_BATCH_OTHER;
             break;

@@ -96,6 +96,10 @@ WSGW_API int wsgw_arb_offer_columns(wsgw_arbiter *a, uint32_t n, const uint32_t 
                                     const uint8_t *payloads, const uint32_t *offsets);
 /* A leg went down (or came back): a down leg is not waited for. */
 WSGW_API int wsgw_arb_set_live(wsgw_arbiter *a, uint32_t leg, int live, int64_t now_ns);
+/* The topic's next unlinked message (a resubscribe's snapshot) restarts it even when its id
+ * was delivered, as after a loss (arbiter.py's restart): 1 done, 0 not (the topic never
+ * arrived, or its messages are not linked: trades never restart), -EINVAL. No outputs. */
+WSGW_API int wsgw_arb_restart(wsgw_arbiter *a, uint32_t topic);
 /* Holes that are due are losses: what they held goes out. */
 WSGW_API int wsgw_arb_expire(wsgw_arbiter *a, int64_t now_ns);
 /* The bound on a hole's wait (raised to hold_ns): 0 or -EINVAL. */

@@ -155,6 +155,11 @@ WSGW_API void wsgw_group_release(wsgw_group *g);
 WSGW_API void wsgw_group_close(wsgw_group *g);
 /* Copies up to `last` of this identity topic are not news (a previous form delivered them). */
 WSGW_API int wsgw_group_floor(wsgw_group *g, const char *topic, uint32_t len, int64_t last);
+/* A book of the group's stream on this topic (the legs' topic name) resubscribes: each of
+ * its identity topics whose messages are linked restarts at its next unlinked message (the
+ * venue's snapshot; wsgw_arb_restart), and a floor of it goes (the arbiter's own `last` is
+ * past it). Returns the keys restarted (0: none arrived yet, or none linked). */
+WSGW_API int wsgw_group_restart(wsgw_group *g, const char *topic, uint32_t len);
 /* One frame of `leg` (its ring topic id and topic name, for the record and a gap's reason):
  * 1 taken (arbitrated and written, or dropped as a copy), 0 C cannot tell (Python's), -errno. */
 WSGW_API int wsgw_group_offer(wsgw_group *g, uint32_t leg, uint32_t topic_id, const char *name,

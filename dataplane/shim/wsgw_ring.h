@@ -127,7 +127,7 @@
 
 #define WSGW_RING_MAGIC 0x474e495257475357ull /* "WSGWRING" as little-endian bytes */
 #define WSGW_RING_LAYOUT 2                    /* bumped on any change of the file layout */
-#define WSGW_RING_API 4                       /* bumped on any change of the C API below */
+#define WSGW_RING_API 5                       /* bumped on any change of the C API below */
 #define WSGW_RING_CACHELINE 64
 #define WSGW_RING_PAGE 4096
 #define WSGW_RING_ALIGN 8
@@ -230,6 +230,8 @@ struct wsgw_ring_read_info {
     uint64_t topic_count; /* highest topic id registered so far */
     uint64_t closed;      /* 1: the writer closed the ring (read before write_pos) */
     uint64_t filtered;    /* messages skipped by the topic filter in this call */
+    uint64_t woke_ns;     /* wsgw_ring_read_wait: CLOCK_REALTIME when its last wait ended
+                           * (0: it did not wait); wsgw_ring_read sets 0 */
 };
 
 /* A snapshot of the ring for status pages and tests. */
@@ -370,6 +372,18 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
  * spins as that flag says. Without write access to the wait page the sleep is a poll with
  * short sleeps. */
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
+/* wsgw_ring_read, and when that finds nothing (no message, no gap, not closed) and timeout_ns
+ * is not 0: wsgw_ring_wait(timeout_ns, spin_ns) and read again, in one call, so a consumer
+ * pays one crossing of its binding per wake-up and runs none of its own code between the
+ * wake-up and the batch. Waits again while what came was all filtered out, until the
+ * timeout. Returns what wsgw_ring_read returns (0 also after the timeout: one last read
+ * found nothing), -ECANCELED (wsgw_ring_reader_interrupt, and nothing to report), -EINTR (a
+ * signal: handle it and call again) or -ECONNABORTED; info->woke_ns stamps the wake-up
+ * (info may be NULL, as for wsgw_ring_read). */
+WSGW_API int wsgw_ring_read_wait(wsgw_ring_reader *r, struct wsgw_ring_view *views,
+                                 uint32_t max, uint8_t *arena, uint32_t arena_size,
+                                 struct wsgw_ring_read_info *info, int64_t timeout_ns,
+                                 int64_t spin_ns);
 /* Make a wait on r (in another thread) return -ECANCELED now, or the next one if none runs. */
 WSGW_API void wsgw_ring_reader_interrupt(wsgw_ring_reader *r);
 /* Deliver only the topic ids in ids[0..n) among ids 0..upto; ids above upto (registered after

@@ -24,7 +24,9 @@ symbol) first, and only what keeps a consumer's book right is published:
   plus the buffered deltas that follow it), with its sequence;
 - a session's `$gap` (a reconnect, a message the ring could not hold) makes its books stale
   too (reason `upstream_gap`): a REST book fetches again, the others wait for the snapshot
-  the resubscribe after the reconnect brings.
+  the resubscribe after the reconnect brings;
+- a book waiting for its venue's snapshot that gets updates and no snapshot (a resubscribe's
+  snapshot lost or never sent) resubscribes again, with backoff, until one comes.
 
 Periodic snapshots (`set_snapshots`, PUT /v1/books/{session}/snapshots): every
 `interval_s`, each synced book of the session is published as a `snapshot` event of its top
@@ -38,7 +40,13 @@ stream, under the group's hub id (gateway.groups.feed). A normalized subscriptio
 (`set_session(..., source=hub id)`) has its books built from that stream, and only the
 group's `$gap` (a message every leg lost) resets them: a leg that drops or reconnects does
 not, since the other legs carry the stream on. The events go out under the leg's session id,
-where the subscription's consumers read them.
+where the subscription's consumers read them. A book of a group's stream that resubscribes
+(any reason: a checksum mismatch, a break the group did not see, the group's own gap) asks
+the runtime first (`resync_group_topic`): the group restarts the topic, so the venue's
+snapshot re-bases the arbiter's key where it would otherwise be dropped as a copy of what
+the group already delivered (gateway.groups.arbiter, `restart`); for a topic whose frames
+carry no exchange id (Kraken's book), which pass through from leg 0 only, leg 0 is the one
+resubscribed.
 
 REST snapshots go over the session's own transport: a running dpdk session's through its
 engine, on its loop (the runtime's `snapshot_fetcher`, dataplane.transports.http), so a
@@ -587,10 +595,22 @@ class BookManager:
         book.updated_ns = event.recv_ns
         if outcome.action is Action.APPLIED:
             out.append((sid, topic, event, event.recv_ns))
+            if isinstance(event, BookSnapshot):
+                book.failures = 0
         elif outcome.action is Action.RESYNC:
             self._stale(book, feed, outcome.reason, outcome.detail, event.recv_ns, out)
         elif outcome.action is Action.BUFFERED and not book.fetching and not book.resync_due:
             self._schedule(book, now=True)  # a REST book's first delta: get its snapshot
+        elif (
+            outcome.action is Action.IGNORED
+            and book.sync.waiting_for_snapshot
+            and not book.resync_due
+            and feed.venue not in REST_VENUES
+        ):
+            # Updates come but the resubscribe's snapshot has not (yet): ask again unless
+            # it comes meanwhile, with backoff, or the book would stay stale for good.
+            book.failures += 1
+            self._schedule(book)
 
     def _stale(
         self, book: _Book, feed: _Feed, reason: object, detail: str, ts: int, out: list[_Out]
@@ -635,7 +655,8 @@ class BookManager:
         for book in list(self._books.values()):
             if book.resync_due and book.resync_due <= now and not book.fetching:
                 book.resync_due = 0.0
-                self._resync(book)
+                if not book.sync.synced:  # a venue's snapshot may have come meanwhile
+                    self._resync(book)
 
     def _due_snapshots(self, out: list[_Out]) -> None:
         """The periodic snapshots that are due, after the batch's deltas: each one holds
@@ -665,8 +686,14 @@ class BookManager:
             self._executor.submit(self._fetch_snapshot, book, url)
         elif self.runtime is not None:
             # The venue sends a snapshot on subscribe; until then the sync ignores deltas.
-            self.runtime.unsubscribe(book.session_id, [book.topic])
-            self.runtime.subscribe(book.session_id, [book.topic])
+            sid, feed = book.session_id, self._feeds.get(book.session_id)
+            resync = getattr(self.runtime, "resync_group_topic", None)
+            if feed is not None and feed.source != sid and resync is not None:
+                # A group's leg: the group restarts the topic (that snapshot is of what it
+                # delivered) or names its leg 0 (frames with no id pass from it only).
+                sid = resync(sid, book.topic)
+            self.runtime.unsubscribe(sid, [book.topic])
+            self.runtime.subscribe(sid, [book.topic])
 
     def _snapshot_url(
         self, venue: str, symbol: str, *, futures: bool = False, limit: int | None = None

@@ -40,9 +40,9 @@ import enum
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
-from dataplane.shim import BOOK_APPLIED, BOOK_CHECKSUM, BOOK_IGNORED
+from dataplane.shim import BOOK_APPLIED, BOOK_CHECKSUM, BOOK_IGNORED, BOOK_OUT_JSON
 from gateway.books.book import COrderBook, OrderBook, kraken_checksum, make_book, okx_checksum
 from gateway.normalize.schema import BookDelta, BookReset, BookSnapshot, TopOfBook
 
@@ -202,18 +202,24 @@ class BookSync:
                 start += 1
                 continue
             went, statuses, lens, data = book.c.on_batch(raws[start:], recv_ns[start:], flags)
-            # message i's JSON is data[ends[2i]:ends[2i+1]], its MessagePack up to ends[2i+2]
-            ends = list(accumulate(lens[: 2 * went], initial=0))
-            results += [
-                (
-                    APPLIED,
-                    data[ends[2 * i] : ends[2 * i + 1]],
-                    data[ends[2 * i + 1] : ends[2 * i + 2]],
-                )
-                if statuses[i] == BOOK_APPLIED
-                else _IGNORED_RAW
-                for i in range(went)
-            ]
+            if flags == BOOK_OUT_JSON and statuses[:went].count(BOOK_APPLIED) == went:
+                # The common run (every message applied, JSON only: the MessagePack lengths
+                # are 0): about half of Python's share per message in the general form.
+                spans = pairwise(accumulate(lens[: 2 * went : 2], initial=0))
+                results += [(APPLIED, data[a:b], b"") for a, b in spans]
+            else:
+                # message i's JSON is data[ends[2i]:ends[2i+1]], its MessagePack to ends[2i+2]
+                ends = list(accumulate(lens[: 2 * went], initial=0))
+                results += [
+                    (
+                        APPLIED,
+                        data[ends[2 * i] : ends[2 * i + 1]],
+                        data[ends[2 * i + 1] : ends[2 * i + 2]],
+                    )
+                    if statuses[i] == BOOK_APPLIED
+                    else _IGNORED_RAW
+                    for i in range(went)
+                ]
             start += went
             if start < n:
                 if statuses[went] == BOOK_CHECKSUM:  # applied: the Python rules resync

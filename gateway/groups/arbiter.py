@@ -42,6 +42,11 @@ can be told). The first message of a key sets where the stream starts (nothing b
 is a loss). After a loss on a key, its next unlinked message (a venue's snapshot, as a
 resubscribe brings it: OKX `books`) restarts the key even when `this <= last`: the group's
 consumers lost the stream there, and a book of it recovers only from a snapshot (issue #21).
+So does a key the caller `restart`s: a book of the group's stream found wrong for another
+reason (a checksum mismatch, a break the book saw and the group did not) resubscribes, and
+the venue's snapshot of what the group has delivered is news to it, not a copy. Only keys of
+linked messages (books) restart: an unlinked stream (trades) has no snapshot to restart
+from, and a copy of one of its messages would go out twice.
 """
 
 from __future__ import annotations
@@ -126,7 +131,8 @@ class _Topic(Generic[P]):
     # heap of (this, prev, leg, payload, arrived_ns, tiebreak)
     hole_since: int | None = None  # when the oldest hole opened (ns)
     newest: dict[int, int] = field(default_factory=dict)  # leg -> its newest `this` here
-    after_loss: bool = False  # a loss was declared; no unlinked message delivered since
+    after_loss: bool = False  # a loss was declared (or a restart asked); no unlinked since
+    linked: bool = False  # a linked message (prev given) arrived: a book's key, not trades'
 
 
 class Arbiter(Generic[P]):
@@ -192,6 +198,8 @@ class Arbiter(Generic[P]):
         newest = topic.newest.get(leg)
         if newest is None or this > newest:
             topic.newest[leg] = this
+        if prev is not None:
+            topic.linked = True
         if this <= topic.last and prev is None and topic.after_loss:
             topic.last, topic.won_ns = this - 1, {}  # a snapshot after a loss: start afresh
         if this <= topic.last:
@@ -214,6 +222,16 @@ class Arbiter(Generic[P]):
         if len(topic.held) > self.max_held or self._every_live_leg_passed(topic):
             self._declare_hole(key, topic, out)
         return out
+
+    def restart(self, key: Hashable) -> bool:
+        """The key's next unlinked message (the snapshot a resubscribe brings) restarts it,
+        as after a loss (module doc). False, and nothing changes, for a key that never
+        arrived or whose messages are not linked."""
+        topic = self._topics.get(key)
+        if topic is None or not topic.linked:
+            return False
+        topic.after_loss = True
+        return True
 
     def set_live(self, leg: int, live: bool, now_ns: int) -> list[Output]:
         """A leg went down (or came back): a down leg is not waited for."""

@@ -85,6 +85,7 @@ class CFeedGroup:
         self._timer: asyncio.TimerHandle | None = None
         self._floors = dict(floors or {})
         self._final_last: dict[str, int] | None = None
+        self.passed_topics: set[str] = set()  # as FeedGroup's
         self.group = CGroup(
             ring.handle,
             hub_id=hub_id,
@@ -143,6 +144,7 @@ class CFeedGroup:
                 if type(found) is Identity and found.kind != HASH:
                     log.debug("group %d: %s not arbitrated (keys full?)", self.spec.id, topic)
                 loose.append((hub_id, topic, raw, ts, None))
+                self.passed_topics.add(topic)
         finally:
             group.set_leg_busy(leg, False)
         if loose:
@@ -165,6 +167,10 @@ class CFeedGroup:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
+
+    def restart(self, topic: str) -> int:
+        """As FeedGroup.restart, in C (wsgw_group_restart)."""
+        return 0 if self._closed else self.group.restart(topic)
 
     def leg_input(self, session_id: int, fd: int) -> None:
         """The leg's kernel socket (-1: none, or closed): while it holds unread bytes, a

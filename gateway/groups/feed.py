@@ -140,6 +140,7 @@ class FeedGroup:
         self._key_names: list[str] = []  # the identity topic of each key
         self._last: list[int | None] = []  # the last id delivered, per key
         self._floors = dict(floors or {})
+        self.passed_topics: set[str] = set()  # topics of frames passed through (no exchange id)
         self._down: set[int] = set()
         self._lock = threading.Lock()
         self._timer: asyncio.TimerHandle | None = None
@@ -177,6 +178,7 @@ class FeedGroup:
                     tap((sid, topic, raw, ts, None))
                     continue
             loose.append((self.hub_id, topic, raw, ts, None))
+            self.passed_topics.add(topic)
         with self._lock:
             closed = self._closed
             if not closed:
@@ -226,6 +228,20 @@ class FeedGroup:
             self._down.add(leg)
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
             self._ask_timer()
+
+    def restart(self, topic: str) -> int:
+        """A book of the group's stream on `topic` resubscribes: its linked keys restart at
+        their next unlinked message, the venue's snapshot (Arbiter.restart), and their
+        floors go (the arbiter's own `last` is past them). How many keys restarted."""
+        restarted = 0
+        with self._lock:
+            if self._closed:
+                return 0
+            for key, key_topic in enumerate(self._key_topics):
+                if key_topic == topic and self._arbiter.restart(key):
+                    self._floors.pop(self._key_names[key], None)
+                    restarted += 1
+        return restarted
 
     def leg_input(self, session_id: int, fd: int) -> None:
         """The leg's kernel socket (-1: none, or closed): its unread bytes hold holes."""
@@ -508,6 +524,17 @@ class GroupRouter:
         group = self._by_leg.get(session_id)
         if group is not None:
             group.leg_queued(session_id, queued)
+
+    def resync(self, session_id: int, topic: str) -> int:
+        """A book of a leg's topic resubscribes (a checksum mismatch, any reason): the
+        session whose resubscribe brings the venue's snapshot into the group's stream. Its
+        own, once the group restarted the topic's keys (FeedGroup.restart); leg 0 where the
+        topic's frames carry no exchange id, since those pass through from leg 0 only and
+        another leg's snapshot would be dropped; the session itself for no leg."""
+        group = self._by_leg.get(session_id)
+        if group is None or group.restart(topic) or topic not in group.passed_topics:
+            return session_id
+        return group.spec.legs[0]
 
     def leg_down(self, session_id: int, reason: str) -> None:
         """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""

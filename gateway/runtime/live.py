@@ -394,6 +394,13 @@ class LiveRuntime:
         if running and topics:
             self._submit(self._apply(session_id, "unsubscribe", list(topics)))
 
+    def resync_group_topic(self, session_id: int, topic: str) -> int:
+        """A book of a session's topic resubscribes: the session to resubscribe, after its
+        feed group (if it is a leg) made ready for the snapshot (GroupRouter.resync; the
+        book manager, issue #21)."""
+        with self._lock:
+            return self._groups.resync(session_id, topic)
+
     def snapshot_fetcher(self, session_id: int) -> Callable[[str, float], bytes] | None:
         """fetch(url, timeout) -> body for the REST book snapshots of a running dpdk
         session: over the session's own engine, on its loop (issue #21: a venue the gateway

@@ -21,6 +21,12 @@ more data messages (0: at once). Kinds:
     stale      the next REST book snapshot (any connection: REST has none) is the book as it
                was `behind` updates ago, with that update's sequence (Binance lastUpdateId,
                Bitstamp microtimestamp)
+    unavailable  the next `count` REST book snapshots (any connection) answer 503: a
+               snapshot endpoint down for a while
+    nosnapshot the connection's next `count` subscribes to a book topic get no snapshot, only
+               the updates (Kraken, OKX, Bybit, Coinbase send one on subscribe)
+    reorder    the next data message leaves after the one that follows it (two swapped):
+               a Bitstamp diff older than the one before it
 
 A dropped book update is `skip` (the next one, `count=1`, or the one numbered `seq`).
 
@@ -51,9 +57,12 @@ KINDS = (
     "delay",
     "checksum",
     "stale",
+    "unavailable",
+    "nosnapshot",
+    "reorder",
 )
 #: Faults of the simulator rather than of a connection.
-SIMULATOR_KINDS = ("stale",)
+SIMULATOR_KINDS = ("stale", "unavailable")
 MALFORMED_VARIANTS = ("rsv", "utf8", "mask", "control")
 
 
@@ -71,7 +80,7 @@ class Fault:
     opcode: int = 3
     code: int = 1001
     reason: str = "simulated close"
-    count: int = 1  # skip: how many messages
+    count: int = 1  # skip, checksum, unavailable, nosnapshot: how many
     fraction: float = 0.0  # skip: the probability of each message (0: use count or seq)
     seq: int = 0  # skip: the message numbered seq (its sim_seq) on each topic
     behind: int = 50  # stale: how many updates the REST snapshot lags
@@ -138,6 +147,8 @@ class Fault:
             "close": f",code={self.code}",
             "delay": f",seconds={self.seconds}",
             "checksum": f",count={self.count}",
+            "unavailable": f",count={self.count}",
+            "nosnapshot": f",count={self.count}",
             "stale": f",behind={self.behind}",
             "skip": (
                 f",fraction={self.fraction}"

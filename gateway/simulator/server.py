@@ -71,6 +71,8 @@ from gateway.simulator.tls import TlsFiles, ensure_certs
 
 log = logging.getLogger("wsgw.simulator")
 _CHECKSUM = re.compile(rb'"checksum":(-?\d+)')
+#: An `unavailable` fault's answer (Binance's words for a 503).
+_UNAVAILABLE = b'{"code":-1008,"msg":"Service unavailable."}'
 
 DIALECTS = tuple(FEEDS)
 DEFAULT_GROUP = "default"
@@ -178,6 +180,9 @@ class SimConnection:
         self.skip_fraction = 0.0
         self.skip_seqs: set[int] = set()
         self.bad_checksums = 0  # book messages left to send with a wrong checksum
+        self.no_snapshots = 0  # book subscribes left to answer without a snapshot
+        self.reorder_next = 0  # data messages left to send after the one that follows
+        self.held: bytes | None = None  # the reordered message, sent after the next one
         #: Book topics whose next message is a snapshot (just subscribed).
         self.snapshot_due: set[str] = set()
         self._random = random.Random(conn_id)  # skip:fraction, reproducible per connection
@@ -197,19 +202,26 @@ class SimConnection:
         if self.bad_checksums and b'"checksum":' in message:
             self.bad_checksums -= 1
             message = _CHECKSUM.sub(lambda m: b'"checksum":%d' % (int(m[1]) ^ 1), message, 1)
-        if self.backlog or self.stalled_until or self.delay or self.ws.paused:
-            self._hold(message, True)
-        else:
-            self._write(message, True)
+        if self.reorder_next and self.held is None:
+            self.reorder_next -= 1
+            self.held = message
+            return
+        self._send(message, True)
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._send(held, True)
 
     def send_control(self, text: str | bytes) -> None:
         if self.closed:
             return
-        message = text.encode() if isinstance(text, str) else text
+        self._send(text.encode() if isinstance(text, str) else text, False)
+
+    def _send(self, message: bytes, data: bool) -> None:
+        """Now, or after what is held back (a backlog, a stall, a delay, a full socket)."""
         if self.backlog or self.stalled_until or self.delay or self.ws.paused:
-            self._hold(message, False)
+            self._hold(message, data)
         else:
-            self._write(message, False)
+            self._write(message, data)
 
     def _skips(self, seq: int) -> bool:
         if seq in self.skip_seqs:
@@ -335,6 +347,10 @@ class SimConnection:
             self._wake.set()
         elif fault.kind == "checksum":
             self.bad_checksums += fault.count
+        elif fault.kind == "nosnapshot":
+            self.no_snapshots += fault.count
+        elif fault.kind == "reorder":
+            self.reorder_next += 1
 
     def clear_faults(self) -> None:
         """Disarm pending faults and end the lasting ones (skips, delay)."""
@@ -343,6 +359,8 @@ class SimConnection:
         self.skip_fraction = 0.0
         self.skip_seqs.clear()
         self.bad_checksums = 0
+        self.no_snapshots = 0
+        self.reorder_next = 0
         self.delay = 0.0
 
     def abort(self) -> None:
@@ -457,9 +475,12 @@ class Simulator:
             f for f in self.config.faults if f.kind not in SIMULATOR_KINDS
         ]
         #: Stale REST snapshots to serve next: how far behind each is.
-        self.stale_snapshots: list[int] = [
-            f.behind for f in self.config.faults if f.kind in SIMULATOR_KINDS
-        ]
+        self.stale_snapshots: list[int] = []
+        #: REST snapshots left to answer 503 (an `unavailable` fault).
+        self.unavailable_snapshots = 0
+        for fault in self.config.faults:
+            if fault.kind in SIMULATOR_KINDS:
+                self._simulator_fault(fault)
         self._rebase = True
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -647,7 +668,10 @@ class Simulator:
         publisher = conn.group.publisher(conn.feed, topic)
         conn.topics.add(topic)
         if conn.feed.snapshot_first(topic):
-            conn.snapshot_due.add(topic)
+            if conn.no_snapshots:  # a nosnapshot fault: the updates only
+                conn.no_snapshots -= 1
+            else:
+                conn.snapshot_due.add(topic)
         if not publisher.subscribers and publisher.publishes:
             self._rebase = True
             self._wake_pump.set()
@@ -741,7 +765,7 @@ class Simulator:
         """Arm fault on connections: all (open now), next (the next to connect), every
         (each future one), or what `targets` takes. Returns how many."""
         if fault.kind in SIMULATOR_KINDS:
-            self.stale_snapshots.append(fault.behind)
+            self._simulator_fault(fault)
             return 1
         if target == "next":
             self._next_faults.append(fault)
@@ -754,8 +778,16 @@ class Simulator:
             conn.arm(fault)
         return len(chosen)
 
+    def _simulator_fault(self, fault: Fault) -> None:
+        """A fault of the REST snapshots (SIMULATOR_KINDS), for whoever asks next."""
+        if fault.kind == "stale":
+            self.stale_snapshots.append(fault.behind)
+        else:
+            self.unavailable_snapshots += fault.count
+
     def clear_faults(self) -> None:
         self.stale_snapshots.clear()
+        self.unavailable_snapshots = 0
         self._next_faults.clear()
         self._every_faults.clear()
         for conn in self.connections.values():
@@ -818,6 +850,7 @@ class Simulator:
                 "next": [f.describe() for f in self._next_faults],
                 "every": [f.describe() for f in self._every_faults],
                 "stale_snapshots": [f"stale:behind={n}" for n in self.stale_snapshots],
+                "unavailable_snapshots": self.unavailable_snapshots,
             },
         }
 
@@ -875,7 +908,8 @@ class Simulator:
         """A venue's REST book snapshot: GET [/<dialect>]/api/v3/depth?symbol=&limit=
         (Binance; /fapi/v1/depth for USD-M futures) or /api/v2/order_book/{pair}/
         (Bitstamp), of the topic's book in the group `group=` (default: the default one);
-        None when path is none of them. A pending `stale` fault answers with an old book."""
+        None when path is none of them. A pending `unavailable` fault answers 503, a `stale`
+        one with an old book."""
         parts = urlsplit(path)
         query = dict(parse_qsl(parts.query))
         segments = parts.path.lstrip("/").split("/", 1)
@@ -902,6 +936,10 @@ class Simulator:
             book = chosen.book
             if book is None:
                 return HTTPStatus.NOT_FOUND, b'{"code":-1121,"msg":"No book."}'
+            if self.unavailable_snapshots:
+                self.unavailable_snapshots -= 1
+                self.counters.faults_fired["unavailable"] += 1
+                return HTTPStatus.SERVICE_UNAVAILABLE, _UNAVAILABLE
             if self.stale_snapshots:
                 self.counters.faults_fired["stale"] += 1
                 seq, ts_us, bids, asks = book.stale(self.stale_snapshots.pop(0))

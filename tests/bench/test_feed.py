@@ -23,16 +23,20 @@ from wsgw_bench.feed import (
     DIRECT,
     DPDK_RING,
     DPDK_RING_LOWLAT,
+    DPDK_RING_STEPPED_NAPS,
     DPDK_STREAM_THREAD,
     KERNEL_RING,
+    Plan,
     Tally,
     Window,
     binance_topic,
+    engine_rates,
     main,
     measurements,
     percentile,
     plan_for,
     plot,
+    probe_lines,
     run_feed,
     sim_tail,
     summary,
@@ -117,6 +121,36 @@ def test_percentiles_and_the_report_of_made_up_windows(tmp_path: Path) -> None:
     assert "1.00x" in ring_100 and "split 0 + 0 us" in ring_100  # 400 ns: 0 us
 
 
+def test_the_probe_says_what_each_busy_thread_and_the_engine_did() -> None:
+    before = {
+        "threads": {"wsgw-engine-1/7": (0, 0, 0, 0), "wsgw-api/8": (1_000, 0, 1, 1)},
+        "engine": {"c_polls": 100, "c_sleeps": 0, "c_sleep_ns": 0, "c_rx_bursts": 0},
+    }
+    after = {
+        "threads": {
+            "wsgw-engine-1/7": (200_000_000, 50_000_000, 10, 2_000),  # 10 % over 2 s
+            "wsgw-api/8": (1_000, 0, 1, 1),  # idle: left out
+        },
+        "engine": {
+            "c_polls": 200,
+            "c_sleeps": 2_000,
+            "c_sleep_ns": 2_000_000_000,
+            "c_rx_wakes": 1_500,
+            "c_rx_bursts": 1_000,
+            "c_rx_frames": 3_000,
+            "c_empty_polls": 64_000,
+        },
+    }
+    rates = engine_rates(before, after, 2.0)
+    assert rates["c_sleeps"] == 1_000 and rates["c_polls"] == 50
+    thread, threads, engine = probe_lines(before, after, 2.0)
+    assert threads == "  threads 2: wsgw-api, wsgw-engine-1"
+    assert "wsgw-engine-1/7" in thread and "cpu  10.0%" in thread
+    assert "runq wait   25.0 ms/s" in thread and "wakes     1000/s" in thread
+    assert "naps 1000 (asked 1000 us each)" in engine and "(3.00 frames each)" in engine
+    assert engine_rates({}, {}, 1.0) == {} and probe_lines({}, {}, 1.0) == []
+
+
 def test_every_contender_is_known_by_its_name_and_a_wrong_one_is_refused() -> None:
     assert all(spec.name == name for name, spec in CONTENDER_SPECS.items())
     assert set(CONTENDERS) < set(CONTENDER_SPECS)  # the others: chosen by hand, not by CI
@@ -191,6 +225,9 @@ def test_the_figures_make_sense(quick_run: dict[str, list[Window]]) -> None:
                 else {"consumer", "gateway", "simulator"}
             )
             assert all(0 <= c <= 250 for c in w.cpu.values()), (name, w.cpu)
+            if CONTENDER_SPECS[name].transport == "dpdk":  # the engine's counters came along
+                assert w.engine["c_polls"] > 0 and w.engine["c_sleeps"] >= 0, name
+                assert any("wsgw-engine" in line for line in w.probe), (name, w.probe)
             if name in RING_CONTENDERS:  # the ring record's stamp splits the path
                 assert len(w.to_read) == len(w.from_read) == w.count
                 assert w.to_read[0] > 0 and w.from_read[0] >= 0, name
@@ -211,3 +248,23 @@ def test_make_bench_runs_it() -> None:
 
     _load_scenarios()
     assert SCENARIOS["feed"].in_all and SCENARIOS["feed"].needs_root
+
+
+@requires_dpdk
+@pytest.mark.dpdk
+def test_the_default_engine_naps_at_its_ceiling_and_the_stepped_contender_does_not() -> None:
+    """The before/after pair of issue #16: the default engine (an af_packet port, so an RX
+    fd) naps 1 ms at once, ended by the next frame; the "before" contender steps its naps
+    up from 2 us after every burst. Both deliver every message in order."""
+    plan = Plan((1000.0,), 0.5, 1.5, 1)
+    name = _lab_name()
+    try:
+        windows = run_feed(plan, name, (DPDK_RING, DPDK_RING_STEPPED_NAPS), log=lambda _: None)
+    finally:
+        assert not Lab(name, kernel_client=True).exists(), f"lab {name} left behind"
+    asked_us = {}
+    for contender, (w,) in windows.items():
+        assert (w.lost, w.reordered) == (0, 0) and w.count > 0, contender
+        asked_us[contender] = w.engine["c_sleep_ns"] / w.engine["c_sleeps"] / 1e3
+    assert asked_us[DPDK_RING] > 900  # the ceiling (1000 us), less naps cut by a deadline
+    assert asked_us[DPDK_RING_STEPPED_NAPS] < 600  # 2, 4, 8 ... us after every burst

@@ -42,9 +42,14 @@ def test_a_short_run_measures_each_placement(capsys: pytest.CaptureFixture[str])
             "--rounds",
             "1",
             "--contenders",
-            "same cpu;other cpu;other cpu, adaptive",
+            "same cpu;other cpu;other cpu, adaptive;same cpu, python client;"
+            "same cpu, python client, wait then read",
         ]
     )
     medians = capsys.readouterr().out.split("medians:")[1]
     for name in ("same cpu", "other cpu", "other cpu, adaptive"):
         assert f"2000 msg/s {name} " in medians
+    # the Python client, read and wait in one call or not, also says what its wake-up costs
+    for name in ("same cpu, python client", "same cpu, python client, wait then read"):
+        line = next(x for x in medians.splitlines() if f"2000 msg/s {name} " in x)
+        assert "wake->code p50 " in line and "nan" not in line

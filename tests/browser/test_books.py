@@ -27,11 +27,8 @@ KRAKEN = VENUES["kraken"]
 def sim() -> Iterator[SimProcess]:
     from tests.integration.test_books_sim import free_port
 
-    proc = start_sim(None, free_port())
-    try:
+    with start_sim(None, free_port()) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture(scope="module")

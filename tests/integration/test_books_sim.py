@@ -147,6 +147,12 @@ class SimProcess:
             if pipe is not None:
                 pipe.close()
 
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -170,13 +176,20 @@ def start_gateway(
     sim: SimProcess,
     engine_factory: EngineFactory | None = None,
     nats: NatsSink | None = None,
+    *,
+    groups_in_c: bool = True,
 ) -> tuple[Gateway, Callable[[], None]]:
     """A gateway whose REST snapshots come from the simulator (and whose hub publishes to
-    `nats`, a started sink, when given); returns it and its stop."""
+    `nats`, a started sink, when given); returns it and its stop. groups_in_c False: feed
+    groups on the Python path (the reference)."""
     ring = RingWriter.create(None, 1 << 24)
     hub = Hub(ring=ring, nats=nats)
     runtime = LiveRuntime(
-        hub, hub=hub, session_config=session_config, engine_factory=engine_factory
+        hub,
+        hub=hub,
+        session_config=session_config,
+        engine_factory=engine_factory,
+        groups_in_c=groups_in_c,
     )
     settings = local_settings(
         tmp_path, books={"snapshot_urls": {"binance": sim.base, "binance_futures": sim.base}}
@@ -199,11 +212,8 @@ def start_gateway(
 
 @pytest.fixture
 def sim() -> Iterator[SimProcess]:
-    proc = start_sim(None, free_port())
-    try:
+    with start_sim(None, free_port()) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture

@@ -122,13 +122,13 @@ class LateJoiner:
 
 @contextmanager
 def simulated_gateway(
-    tmp_path: Path, nats: NatsSink | None = None
+    tmp_path: Path, nats: NatsSink | None = None, *, groups_in_c: bool = True
 ) -> Iterator[tuple[Gateway, SimProcess]]:
     """The simulator and a gateway whose REST snapshots come from it (publishing to the
-    started NATS sink too, when given)."""
+    started NATS sink too, when given; groups in C unless groups_in_c is False)."""
     sim = start_sim(None, free_port())
     try:
-        gw, stop = start_gateway(tmp_path, sim, nats=nats)
+        gw, stop = start_gateway(tmp_path, sim, nats=nats, groups_in_c=groups_in_c)
         try:
             yield gw, sim
         finally:

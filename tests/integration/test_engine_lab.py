@@ -192,6 +192,84 @@ def test_a_frame_ends_the_back_off_sleep(eal, lab: Lab) -> None:  # type: ignore
         port.close()
 
 
+def test_with_an_rx_fd_the_back_off_naps_at_its_ceiling_at_once(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    """After a frame, an adaptive engine whose port has an RX fd naps at sleep_max at
+    once: a frame would end a shorter nap anyway, so stepping up from 2 us (2, 4, 8 ...)
+    is only wake-ups (issue #16: ~7 a burst at 10k msg/s, each a turn in the run queue).
+    Counted in a quiet window after a ping; the stepped back-off is the control."""
+    from dataplane.engine import EngineConfig
+    from dataplane.fastpath import FastPathConfig
+
+    ceiling = 200_000_000  # 200 ms: the stepped back-off needs 17 naps to reach it
+    port = eal.open_port(lab.vdev)
+    assert port.rx_wait_fd is not None, "the af_packet PMD's socket was not found"
+    config = EngineConfig(budget=1.0, fastpath=FastPathConfig(sleep_max_ns=ceiling))
+    eng = Engine.on_port(port, lab.gw_ip, lab.netmask, config=config)
+
+    def naps_after_a_ping() -> int:
+        before = eng.fastpath.stats()["sleeps"]
+        assert len(_ping_rtts_ms(lab, 1)) == 1
+        time.sleep(0.6)
+        return int(eng.fastpath.stats()["sleeps"] - before)
+
+    try:
+        eng.start()
+        _ping_rtts_ms(lab, 1)  # ARP resolved both ways
+        time.sleep(0.3)
+        at_ceiling = naps_after_a_ping()
+        stepped_config = config.fastpath
+        eng.call(
+            lambda: eng.fastpath.set_sleep(
+                stepped_config.idle_polls_before_sleep, stepped_config.sleep_min_ns, ceiling
+            )
+        ).result(5)
+        time.sleep(0.3)
+        stepped = naps_after_a_ping()
+        print(f"naps in 0.6 s after a ping: at the ceiling {at_ceiling}, stepped {stepped}")
+        assert at_ceiling <= 8  # 0.6 s / 200 ms, and a nap per frame that ends one
+        assert stepped >= 12  # the control: 2 us doubling to 200 ms
+    finally:
+        eng.close()
+        port.close()
+
+
+def test_busy_polling_engine_never_naps_on_its_rx_fd(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    """poll_mode busy keeps its ceiling of 0 (never a nap) with an RX fd: starting the
+    back-off at the ceiling must not turn busy polling into napping."""
+    from dataplane.engine import EngineConfig
+    from dataplane.fastpath import FastPathConfig
+
+    port = eal.open_port(lab.vdev)
+    config = EngineConfig(budget=0.05, fastpath=FastPathConfig(poll_mode="busy"))
+    eng = Engine.on_port(port, lab.gw_ip, lab.netmask, config=config)
+    try:
+        eng.start()
+        _ping_rtts_ms(lab, 2)
+        time.sleep(0.2)
+        stats = eng.fastpath.stats()
+        assert stats["sleeps"] == 0 and stats["empty_polls"] > 0
+    finally:
+        eng.close()
+        port.close()
+
+
+def test_the_engine_thread_runs_with_a_short_slice(engine: tuple[Engine, Lab]) -> None:
+    """The engine thread asks for EngineConfig.slice_ns (EEVDF): its wake-up on a frame
+    preempts instead of queueing; the other threads keep the kernel's slice."""
+    from dataplane.sched import thread_slice_ns
+
+    eng, _ = engine
+    try:
+        assert eng.native_id is not None
+        slice_ns = thread_slice_ns(eng.native_id)
+        if slice_ns is None:
+            pytest.skip("the kernel reports no se.slice (before 6.6)")
+        assert slice_ns == eng.config.slice_ns == 100_000
+        assert thread_slice_ns(threading.get_native_id()) != 100_000
+    finally:
+        eng.close()
+
+
 def test_the_receive_window_stays_within_the_rx_queue(eal, lab: Lab) -> None:  # type: ignore[no-untyped-def]
     """A 4 MB receive buffer on a port whose af_packet ring holds 512 frames: the window
     the peer sees is what the ring holds in full segments, so a sender that fills it while

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from dataplane.ring import RingMessage, RingReader, RingWriter
+from dataplane.ring import RingReader, RingWriter
 from gateway.groups.feed import GroupSpec, group_hub_id
 from gateway.hub import Hub
 from gateway.hub.names import RING_GAP_TOPIC, ring_topics
@@ -28,6 +28,7 @@ from gateway.simulator.process import running_simulator, send_command
 from tests.conftest import requires_dpdk
 from tests.integration.test_sessions_helpers import wait_for
 from tests.integration.test_sessions_runtime import quick
+from tests.utils.ring_records import records_of
 
 pytestmark = [requires_dpdk, pytest.mark.dpdk]
 SIM_PORT = 9610
@@ -62,10 +63,7 @@ class Consumer:
         self.records: list[Any] = []
 
     def pull(self) -> None:
-        for event in self.reader.poll():
-            assert type(event) is RingMessage, f"the reader was lapped: {event}"
-            if event.session_id != self.hub_id:
-                continue
+        for event in records_of(self.reader, self.hub_id):
             if event.topic == RING_GAP_TOPIC:
                 gap = orjson.loads(bytes(event.payload))
                 self.records.append(("gap", gap["lost"], gap["reason"]))

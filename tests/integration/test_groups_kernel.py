@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from api.app import create_app
-from dataplane.ring import RingMessage, RingReader, RingWriter
+from dataplane.ring import RingReader, RingWriter
 from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
 from gateway.hub import Hub
@@ -38,6 +39,7 @@ from tests.integration.test_sessions_helpers import (
     sim_seq,
     until,
 )
+from tests.utils.ring_records import records_of
 from wsgw_bench.servers import ServerThread
 
 TOPIC = "btcusdt@trade"
@@ -113,11 +115,7 @@ class Seen:
 
     def pull(self) -> None:
         assert self.gw.reader is not None
-        for event in self.gw.reader.poll():
-            if type(event) is not RingMessage:
-                raise AssertionError(f"the reader was lapped: {event}")
-            if event.session_id != self.gw.hub_id:
-                continue
+        for event in records_of(self.gw.reader, self.gw.hub_id):
             if event.topic == RING_GAP_TOPIC:
                 self.gaps.append(orjson.loads(bytes(event.payload)))
             else:
@@ -156,16 +154,23 @@ async def stream(sim: Simulator, count: int, per_tick: int = 5) -> int:
     return last
 
 
+@asynccontextmanager
+async def group_streaming(gw: Gateway) -> AsyncIterator[tuple[Simulator, Seen]]:
+    """A quiet simulator, the gateway's group open on it and its first 50 messages read."""
+    async with Simulator(SimConfig(rate=0.0, heartbeat_interval=0.0)) as sim:
+        await open_group(gw, sim)
+        seen = Seen(gw)
+        await seen.reach(await stream(sim, 50))
+        yield sim, seen
+
+
 def test_one_leg_reset_stalled_or_skipping_loses_nothing_and_repeats_nothing(
     gateway: Gateway,
 ) -> None:
     gw = gateway
 
     async def scenario() -> None:
-        async with Simulator(SimConfig(rate=0.0, heartbeat_interval=0.0)) as sim:
-            await open_group(gw, sim)
-            seen = Seen(gw)
-            await seen.reach(await stream(sim, 50))
+        async with group_streaming(gw) as (sim, seen):
             for leg in ("A", "B", "A", "B"):
                 other_sid = gw.legs[1] if leg == "A" else gw.legs[0]
                 assert sim.inject(Fault("reset"), f"leg:{GROUP}/{leg}") == 1
@@ -204,10 +209,7 @@ def test_a_message_both_legs_drop_is_one_gap_with_its_count(gateway: Gateway) ->
     gw = gateway
 
     async def scenario() -> None:
-        async with Simulator(SimConfig(rate=0.0, heartbeat_interval=0.0)) as sim:
-            await open_group(gw, sim)
-            seen = Seen(gw)
-            await seen.reach(await stream(sim, 50))
+        async with group_streaming(gw) as (sim, seen):
             missing = sim.sent("binance", TOPIC, GROUP) + 10
             assert sim.inject(Fault("skip", seq=missing), f"group:{GROUP}") == 2
             last = await stream(sim, 50)

@@ -25,7 +25,7 @@ import pytest
 from websockets.sync.client import connect
 
 from api.app import create_app
-from dataplane.ring import RingMessage, RingReader, RingWriter
+from dataplane.ring import RingReader, RingWriter
 from gateway.control import ControlPlane
 from gateway.groups.feed import group_hub_id
 from gateway.hub import Hub
@@ -40,6 +40,7 @@ from tests.conftest import fresh_lab, requires_dpdk
 from tests.integration.test_groups_helpers import create_group, group_reader
 from tests.integration.test_sessions_helpers import local_settings, wait_for
 from tests.integration.test_sessions_runtime import quick
+from tests.utils.ring_records import records_of
 from wsgw_bench.failover import GROUP, SIM_PORT, Upstream
 from wsgw_bench.servers import ServerThread
 
@@ -119,10 +120,7 @@ class Mixed:
         return group_hub_id(self.group_id)
 
     def pull(self) -> None:
-        for event in self.reader.poll():
-            assert type(event) is RingMessage, f"the reader was lapped: {event}"
-            if event.session_id != self.hub_id:
-                continue
+        for event in records_of(self.reader, self.hub_id):
             if event.topic == RING_GAP_TOPIC:
                 self.ring_seen.gap(orjson.loads(bytes(event.payload)))
             else:

@@ -13,7 +13,7 @@ mutated input: a typed status and nothing applied, or the same result as the Pyt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from typing import Any
 
 import msgspec
 import pytest
@@ -38,6 +38,7 @@ from tests.unit.books.messages import (
     mutated,
     okx_book,
 )
+from tests.unit.books.strategies import changes, message_streams, odd_levels, offsets, snapshots
 from tests.unit.books.test_checksums import (
     OKX_DOC_1,
     OKX_DOC_1_CHECKSUM,
@@ -117,40 +118,13 @@ def same_state(py: BookSync, c: BookSync) -> bool:
 
 
 # ---- hypothesis: streams with breaks, duplicates, new snapshots, odd texts -----------------
-def price(n: int, places: int) -> str:
-    return str(Decimal(n).scaleb(-places)) if places else str(n)
-
-
-#: Texts the C book holds (widening its scale), and some it cannot: the book then moves
-#: to Python and must go on identically.
-texts = st.one_of(
-    st.builds(price, st.integers(1, 4000), st.integers(0, 4)),
-    st.sampled_from(["0", "0.000", "0.00000000", "1.", "1234567.891"]),
-)
-sizes = st.one_of(
-    st.sampled_from(["0", "0.00000000", "1", "0.5", "2.50000000", "0.00000001", "300"]),
-    texts,
-)
-#: A level the C book cannot hold exactly (not a plain decimal, past 18 digits): rare in a
-#: stream, since the book then stays in Python until its next snapshot.
-odd_levels = st.tuples(
-    st.sampled_from([".5", "1e2", "00.5", "123456789012.1234567", "9" * 19, "100"]),
-    st.sampled_from(["1", "0", "1e-8", "5.", "0.1234567890123456789"]),
-)
-changes = st.lists(st.tuples(texts, sizes), max_size=5)
-snapshots = st.lists(st.tuples(texts, sizes), max_size=30)
-#: Mostly in order; sometimes a break (+1, +2) or a repeat (-1, -3).
-offsets = st.sampled_from([0] * 12 + [1, 2, -1, -3])
-steps = st.lists(
-    st.tuples(
-        st.sampled_from(["update"] * 10 + ["snapshot", "odd"]),
-        offsets,
-        st.integers(0, 3),  # Binance: how many ids past U the update's u is
-        changes,
-        changes,
-        odd_levels,
-    ),
-    min_size=1,
+steps = message_streams(
+    ["update"] * 10 + ["snapshot", "odd"],
+    offsets,
+    st.integers(0, 3),  # Binance: how many ids past U the update's u is
+    changes,
+    changes,
+    odd_levels,
     max_size=40,
 )
 
@@ -331,6 +305,33 @@ def test_batches_equal_single_messages() -> None:
     assert same_state(single.py, batched)
 
 
+@pytest.mark.parametrize("venue", ["binance", "bitstamp"])
+def test_a_batch_gives_each_encoding_asked_for_and_empty_bytes_for_the_other(venue: str) -> None:
+    """on_raw_batch with JSON only (its fast path), MessagePack only and both: the bytes of
+    each encoding asked for are the ones both encodings give, the other is empty."""
+    snap, updates = sim_stream(venue, 300)
+    normalizer = make_normalizer(venue)
+    symbol = "BTCUSDT" if venue == "binance" else "btcusd"
+    got: dict[int, list[object]] = {}
+    for flags in (BOTH, BOOK_OUT_JSON, BOOK_OUT_BINARY):
+        sync: Any = make_sync(venue, symbol, key="c")
+        sync.on_snapshot(normalizer.rest_snapshot(snap, symbol, 7))  # type: ignore[attr-defined]
+        out: list[object] = []
+        got[flags] = out
+        for start in range(0, len(updates), 64):
+            burst = updates[start : start + 64]
+
+            def python_path(i: int, burst: list[bytes] = burst, sync: Any = sync) -> None:
+                for event in normalizer.normalize(burst[i], 5):
+                    sync.on_event(event)
+
+            out += sync.on_raw_batch(burst, [5] * len(burst), flags, python_path)
+    both = got[BOTH]
+    assert sum(r is not None for r in both) > 250  # C took nearly all of them
+    assert got[BOOK_OUT_JSON] == [r and (r[0], r[1], b"") for r in both]
+    assert got[BOOK_OUT_BINARY] == [r and (r[0], b"", r[2]) for r in both]
+
+
 def test_no_space_grows_the_buffer() -> None:
     """A delta longer than the output buffer: the buffer grows, nothing is lost."""
     book = CBook("binance", "BTCUSDT", capacity=64)
@@ -499,11 +500,17 @@ def test_mutated_messages_are_refused_or_read_as_python_reads_them(
 def test_what_c_declines_goes_by_the_python_path(venue: str, raw: str) -> None:
     """Snapshots, other channels, fields of another type, escapes: a joined C book applies
     nothing and says so (on_raw then gives None: the Python path decides)."""
+    assert_declined(venue, raw)
+
+
+def assert_declined(venue: str, raw: str) -> None:
+    """A joined C book leaves raw to the Python path: unsupported, nothing encoded, nothing
+    applied, its sequence as it was (the venues' own tests use it too)."""
     book = CBook(venue, SYMBOLS[venue])
     book.set_joined(True)
     book.seq = 1
     status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported"
+    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
     assert as_json == b"" and book.count(0) == 0 and book.seq == 1
 
 

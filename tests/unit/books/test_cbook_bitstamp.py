@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, bitstamp_diff, bitstamp_rest
-from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
+from tests.unit.books.strategies import changes, message_streams, odd_levels, snapshots
+from tests.unit.books.test_cbook import Twins, assert_declined
 
 BITSTAMP = make_normalizer("bitstamp")
 
@@ -34,16 +34,12 @@ def test_an_older_diff_is_out_of_order_by_the_python_rule() -> None:
 @settings(max_examples=120, deadline=None)
 @given(
     snap=snapshots,
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["diff"] * 12 + ["snapshot", "odd"]),
-            st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
-            changes,
-            changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["diff"] * 12 + ["snapshot", "odd"],
+        st.sampled_from([1, 1, 1, 5, 0, -1, -20]),  # microseconds after the last
+        changes,
+        changes,
+        odd_levels,
     ),
 )
 def test_c_path_equals_python_path_at_every_step(
@@ -84,8 +80,4 @@ GOOD = bitstamp_diff(1_659_626_705_010_758, [("10.5", "1"), ("10.4", "0")], [("1
 def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
     """Snapshots, other events, repeated members, microtimestamps C does not read as int()
     does, a missing side: nothing applied, the Python path decides."""
-    book = CBook("bitstamp", "btcusd")
-    book.set_joined(True)
-    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
-    assert as_json == b"" and book.count(0) == 0
+    assert_declined("bitstamp", raw)

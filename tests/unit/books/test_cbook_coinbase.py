@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
-from tests.unit.books.test_cbook import BOTH, Twins, changes, odd_levels, snapshots
+from tests.unit.books.strategies import changes, message_streams, odd_levels, snapshots
+from tests.unit.books.test_cbook import Twins, assert_declined
 
 COINBASE = make_normalizer("coinbase")
 
@@ -20,15 +19,8 @@ COINBASE = make_normalizer("coinbase")
 @settings(max_examples=120, deadline=None)
 @given(
     snap=snapshots,
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["update"] * 12 + ["snapshot", "odd", "other_side"]),
-            changes,
-            changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["update"] * 12 + ["snapshot", "odd", "other_side"], changes, changes, odd_levels
     ),
 )
 def test_c_path_equals_python_path_at_every_step(
@@ -72,8 +64,4 @@ def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
     """Snapshots, other types, a change of another shape, escapes, repeated members,
     timestamps C does not read exactly, a missing time, a number for a text: nothing
     applied, the Python path decides."""
-    book = CBook("coinbase", "BTC-USD")
-    book.set_joined(True)
-    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
-    assert as_json == b"" and book.count(0) == 0
+    assert_declined("coinbase", raw)

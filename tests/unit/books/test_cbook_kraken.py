@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.shim import BOOK_STATUS_NAMES, CBook
 from gateway.books.book import OrderBook, kraken_checksum
 from gateway.books.sync import Reason
 from gateway.normalize import make_normalizer
 from gateway.normalize.schema import Level
 from tests.unit.books.messages import Change, kraken_book
-from tests.unit.books.test_cbook import BOTH, Twins, sizes, texts
+from tests.unit.books.strategies import message_streams, sizes, texts
+from tests.unit.books.test_cbook import Twins, assert_declined
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
@@ -74,15 +74,8 @@ odd_levels = st.tuples(
 @given(
     depth=st.sampled_from([3, 10, 25]),
     snap=st.lists(st.tuples(numbers, amounts), max_size=30),
-    stream=st.lists(
-        st.tuples(
-            st.sampled_from(["update"] * 12 + ["wrong", "odd", "nocrc"]),
-            kraken_changes,
-            kraken_changes,
-            odd_levels,
-        ),
-        min_size=1,
-        max_size=30,
+    stream=message_streams(
+        ["update"] * 12 + ["wrong", "odd", "nocrc"], kraken_changes, kraken_changes, odd_levels
     ),
 )
 def test_c_path_equals_python_path_at_every_step(
@@ -138,8 +131,4 @@ def test_c_path_equals_python_path_at_every_step(
 def test_what_c_declines_goes_by_the_python_path(raw: str) -> None:
     """Snapshots, other channels, more than one book, timestamps C does not read exactly,
     fields of another type or repeated: nothing applied, the Python path decides."""
-    book = CBook("kraken", "BTC/USD")
-    book.set_joined(True)
-    status, as_json, _ = book.on_message(raw.encode(), 5, BOTH)
-    assert BOOK_STATUS_NAMES[status] == "unsupported", raw
-    assert as_json == b"" and book.count(0) == 0
+    assert_declined("kraken", raw)

@@ -2,8 +2,9 @@
 reference (gateway.groups.arbiter.Arbiter): the reference's per-case tests again on C, the
 arena's byte budget (C only), and a differential property: any arrival schedule (legs,
 drops, delays and jitter in order per leg, duplicates, ranges, unlinked ids, legs going down
-and up, expiries at the deadline and at other times) gives the same outputs, in the same
-order, and the same figures on both."""
+and up, expiries at the deadline and at other times, restarts of a key and snapshots, unlinked
+messages with an id already delivered, issue #21) gives the same outputs, in the same order,
+and the same figures on both."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def norm(outputs: Iterable[Any]) -> list[tuple[Any, ...]]:
     """Either implementation's outputs as plain tuples (the tuple types differ by module)."""
     result: list[tuple[Any, ...]] = []
     for o in outputs:
-        if type(o).__name__ == "Delivered":
+        if type(o) is tuple:  # ("R", key, restarted): a restart's answer
+            result.append(o)
+        elif type(o).__name__ == "Delivered":
             result.append(("D", o.key, o.this, bytes(o.payload), o.leg, o.arrived_ns))
         else:
             assert type(o).__name__ == "Lost"
@@ -254,7 +257,8 @@ class Schedule:
     max_held: int
     won_window: int
     max_hold_ns: int
-    events: list[tuple[Any, ...]]  # ("offer", Arrival) | ("live", leg, live, t) | ("tick", t)
+    # ("offer", Arrival) | ("live", leg, live, t) | ("tick", t) | ("restart", key, t)
+    events: list[tuple[Any, ...]]
     batch_sizes: list[int]
     unread: list[list[bool]] | None  # per leg, the probe's answers in turn (then False)
 
@@ -323,7 +327,15 @@ def schedules(draw: st.DrawFn) -> Schedule:
                     timeline.append(
                         (at, len(timeline), ("offer", (leg, topic, this_id, prev_id, payload, at)))
                     )
+        for _ in range(rng.randint(0, 3)):  # snapshots (a resubscribe's) of any id so far
+            this_id = rng.choice(messages)[0]
+            t = rng.randrange(0, (n + 5) * MS)
+            snap = (rng.randrange(legs), topic, this_id, None, b"%d/snapshot/%d" % (topic, t), t)
+            timeline.append((t, len(timeline), ("offer", snap)))
     end = max((t for t, _, _ in timeline), default=0)
+    for _ in range(rng.randint(0, 3)):
+        t = rng.randrange(0, end + 1)
+        timeline.append((t, len(timeline), ("restart", rng.randrange(3), t)))  # key 2: none
     for _ in range(rng.randint(0, 3)):
         t = rng.randrange(0, end + 1)
         timeline.append((t, len(timeline), ("live", rng.randrange(legs), rng.random() < 0.4, t)))
@@ -358,6 +370,8 @@ def run_reference(
             outputs.append(ref.offer(*event[1]))
         elif event[0] == "live":
             outputs.append(ref.set_live(event[1], event[2], event[3]))
+        elif event[0] == "restart":
+            outputs.append([("R", event[1], ref.restart(event[1]))])
         else:
             outputs.append(ref.expire(event[1]))
     while ref.deadline is not None:
@@ -371,7 +385,7 @@ def run_c_batched(
 ) -> tuple[CArbiter, list[Any], Probe | None]:
     """The same calls on C, consecutive offers in offer_many batches of drawn sizes."""
     kwargs, probe = make_pair(s)
-    arb = CArbiter(s.legs, max_topics=2, **kwargs)
+    arb = CArbiter(s.legs, max_topics=3, **kwargs)
     out: list[Any] = []
     pending: list[Arrival] = []
     sizes = iter([*s.batch_sizes, *[64] * (len(calls) + 1)])
@@ -387,6 +401,8 @@ def run_c_batched(
         pending = []
         if call[0] == "live":
             out += arb.set_live(call[1], call[2], call[3])
+        elif call[0] == "restart":
+            out.append(("R", call[1], arb.restart(call[1])))
         else:
             out += arb.expire(call[1])
     out += arb.offer_many(pending)
@@ -416,7 +432,7 @@ def test_c_and_the_reference_give_the_same_outputs_and_figures(s: Schedule) -> N
 
     # one call at a time: each call's outputs and the deadline after it
     kwargs, single_probe = make_pair(s)
-    single = CArbiter(s.legs, max_topics=2, **kwargs)
+    single = CArbiter(s.legs, max_topics=3, **kwargs)
     kwargs, _ = make_pair(s)
     replay: Arbiter[bytes] = Arbiter(s.legs, **kwargs)
     for call, ref_out in zip(calls, ref_outputs, strict=True):
@@ -426,6 +442,9 @@ def test_c_and_the_reference_give_the_same_outputs_and_figures(s: Schedule) -> N
         elif call[0] == "live":
             got = single.set_live(call[1], call[2], call[3])
             replay.set_live(call[1], call[2], call[3])
+        elif call[0] == "restart":
+            got = [("R", call[1], single.restart(call[1]))]
+            replay.restart(call[1])
         else:
             got = single.expire(call[1])
             replay.expire(call[1])

@@ -33,11 +33,16 @@ def stream(leg: int, ids: Iterable[int], lag_ms: int) -> list[tuple[int, int, in
 
 
 def run(
-    arb: Any, arrivals: list[tuple[int, int, int]], clock: list[int] | None = None
+    arb: Any,
+    arrivals: list[tuple[int, int, int]],
+    clock: list[int] | None = None,
+    stall_ms: tuple[int, int] | None = None,
 ) -> tuple[list[Any], list[int]]:
     """Arrivals in time order, expire whenever the deadline comes first (as the engine and
     the timer do): every output, and the times holes were given up at. clock[0]: the time
-    of the call being made (what an unread probe looks at)."""
+    of the call being made (what an unread probe looks at). stall_ms=(start, end): no timer
+    runs during a process stall, so a deadline that fell in it is first seen by what runs at
+    its end (the bursts' offers, which expire holes due at their stamps)."""
     heapq.heapify(arrivals)
     out: list[Any] = []
     expired_at: list[int] = []
@@ -45,7 +50,13 @@ def run(
     while arrivals:
         at, leg, i = arrivals[0]
         deadline = arb.deadline
-        if deadline is not None and deadline <= at:
+        in_stall = (
+            stall_ms is not None
+            and deadline is not None
+            and stall_ms[0] * MS <= deadline
+            and at <= (stall_ms[1] + 1) * MS
+        )
+        if deadline is not None and deadline <= at and not in_stall:
             clock[0] = deadline
             got = arb.expire(deadline)
             out += got
@@ -163,59 +174,43 @@ def stall(
     return out
 
 
-def run_stalled(
-    arb: Any, arrivals: list[tuple[int, int, int]], start_ms: int, end_ms: int
-) -> tuple[list[Any], list[int]]:
-    """As `run`, but no timer runs during the stall: a deadline that fell in it is first seen
-    by what runs at its end (the bursts' offers, which expire holes due at their stamps)."""
-    heapq.heapify(arrivals)
-    out: list[Any] = []
-    expired_at: list[int] = []
-    while arrivals:
-        at, leg, i = arrivals[0]
-        deadline = arb.deadline
-        in_stall = deadline is not None and start_ms * MS <= deadline and at <= (end_ms + 1) * MS
-        if deadline is not None and deadline <= at and not in_stall:
-            got = arb.expire(deadline)
-            out += got
-            if losses(got):
-                expired_at.append(deadline)
-            continue
-        heapq.heappop(arrivals)
-        out += arb.offer(leg, 0, i, i - 1, b"%d/%d" % (leg, i), at)
-    while (deadline := arb.deadline) is not None:
-        out += arb.expire(deadline)
-        expired_at.append(deadline)
-    return out, expired_at
-
-
-@IMPLEMENTATIONS
-def test_a_stall_after_which_the_waited_for_legs_burst_comes_first_loses_nothing(
-    make: Factory,
-) -> None:
-    """The 3-minute failover run's false losses: the hole waited for the DPDK leg, whose
-    engine stalled just over the hold; its first frame after the stall gave the hole up
-    before its own arrival counted. Leg 1 (8 ms behind) fills leg 0's hole at 20 (opened at
-    21 ms); the process stalls 23-30 ms (hold 5 ms), leg 1's burst is read first."""
+def stalled_hole(
+    make: Factory, last: int, leg1_last: int, stall_end_ms: int, first_leg: int
+) -> tuple[Any, list[Any], list[int]]:
+    """Leg 0 sends 1..last but 20, leg 1 (8 ms behind) 1..leg1_last; the process stalls from
+    23 ms to stall_end_ms (hold 5 ms) and first_leg's burst is read first. The arbiter, what
+    it gave out and when it gave holes up (run)."""
     arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 41) if i != 20), 0) + stream(1, range(1, 41), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 30, first_leg=1), 23, 30)
-    assert losses(out) == [] and expired_at == []
-    assert delivered(out) == list(range(1, 41)) and arb.lost_total == 0
+    arrivals = stream(0, (i for i in range(1, last + 1) if i != 20), 0) + stream(
+        1, range(1, leg1_last + 1), 8
+    )
+    stalled = stall(arrivals, 23, stall_end_ms, first_leg=first_leg)
+    return (arb, *run(arb, stalled, stall_ms=(23, stall_end_ms)))
 
 
+@pytest.mark.parametrize(
+    ("last", "stall_end_ms", "first_leg"),
+    [
+        # The 3-minute failover run's false losses: the hole waited for the DPDK leg, whose
+        # engine stalled just over the hold; its first frame after the stall gave the hole
+        # up before its own arrival counted. The stall is 23-30 ms, leg 1's burst first.
+        pytest.param(40, 30, 1, id="the-waited-for-legs-burst-first"),
+        # A stall of 23-40 ms: leg 0's burst (the one past the hole) first. Nobody arrived
+        # for longer than the hold: the gateway stalled, not leg 1, so leg 1 gets the hold
+        # afresh and its burst fills the hole.
+        pytest.param(60, 40, 0, id="the-other-legs-burst-first"),
+    ],
+)
 @IMPLEMENTATIONS
-def test_a_stall_after_which_the_other_legs_burst_comes_first_loses_nothing(
-    make: Factory,
+def test_a_stall_loses_nothing_whichever_legs_burst_comes_first(
+    make: Factory, last: int, stall_end_ms: int, first_leg: int
 ) -> None:
-    """A process stall of 23-40 ms (hold 5 ms): both legs' frames arrive late, in bursts,
-    leg 0's (the one past the hole) first. Nobody arrived for longer than the hold: the
-    gateway stalled, not leg 1, so leg 1 gets the hold afresh and its burst fills the hole."""
-    arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 61) if i != 20), 0) + stream(1, range(1, 61), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 40, first_leg=0), 23, 40)
+    """Leg 1 (8 ms behind) is to fill leg 0's hole at 20 (opened at 21 ms) when the process
+    stalls for longer than the hold (5 ms): after the stall, whichever leg's burst is read
+    first, nothing is lost."""
+    arb, out, expired_at = stalled_hole(make, last, last, stall_end_ms, first_leg)
     assert losses(out) == [] and expired_at == []
-    assert delivered(out) == list(range(1, 61)) and arb.lost_total == 0
+    assert delivered(out) == list(range(1, last + 1)) and arb.lost_total == 0
 
 
 @IMPLEMENTATIONS
@@ -225,9 +220,7 @@ def test_after_a_stall_a_leg_that_stays_silent_is_still_given_up_a_hold_later(
     """As above, but leg 1 died at its message 10 (18 ms): after the stall it brings nothing;
     the hole is given up a hold after the first frame of the bursts (leg 0's 23, read at
     40.023 ms), not waited for until max_hold."""
-    arb = make(2, hold_ns=5 * MS)
-    arrivals = stream(0, (i for i in range(1, 61) if i != 20), 0) + stream(1, range(1, 11), 8)
-    out, expired_at = run_stalled(arb, stall(arrivals, 23, 40, first_leg=0), 23, 40)
+    _, out, expired_at = stalled_hole(make, 60, 10, 40, first_leg=0)
     assert losses(out) == [(19, 21, 1)] and expired_at == [40 * MS + 23_000 + 5 * MS]
     assert delivered(out) == [i for i in range(1, 61) if i != 20]
 

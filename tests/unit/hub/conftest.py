@@ -13,6 +13,7 @@ import pytest
 from dataplane.ring import RingWriter
 from gateway.hub import Hub
 from gateway.hub.events import Message
+from gateway.hub.sink import StreamSink
 from tests.utils.shm import leftovers, removed_after, test_ring_name
 
 PREFIX = f"wsgw-test-{os.getpid()}-hub-"
@@ -59,3 +60,12 @@ async def settle(hub: Hub, rounds: int = 5) -> None:
         await asyncio.sleep(0.001)
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+@pytest.fixture
+def sink(ring: RingWriter) -> Iterator[StreamSink]:
+    """The C stream sink on ring, its `$gap` topic registered first (the tests'
+    ring.register_topic("$gap") gives the same id); closed afterwards."""
+    stream_sink = StreamSink(ring.handle, ring.register_topic("$gap"))
+    yield stream_sink
+    stream_sink.close()

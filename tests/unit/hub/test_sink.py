@@ -7,6 +7,7 @@ at most its limit of stream sockets (NATS slots aside), first armed first served
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -46,6 +47,37 @@ def overfill(
     return first, payloads, state
 
 
+def small_buffers(pair: tuple[socket.socket, socket.socket]) -> None:
+    """4 KiB each way: overfill's records fill the socket."""
+    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+
+def resumed(
+    sock: socket.socket,
+    entry: Any,
+    first: int,
+    payloads: dict[int, bytes],
+    state: Any,
+    encode: Callable[[bytes], bytes],
+) -> bytes:
+    """What the reader gets when Python takes over where C stopped after overfill: what C
+    sent, the rest of a record it sent in part, then encode(payload) from the seq Python
+    resumes at."""
+    got = drain(sock) + entry.take_rest(state)  # Python writes the rest first ...
+    resume = state[ST_NEXT_SEQ]
+    return got + b"".join(encode(payloads[s]) for s in range(resume, first + len(payloads)))
+
+
+def receive(sock: socket.socket, size: int) -> bytes:
+    """At least size bytes from sock (5 s at most for each read)."""
+    got = b""
+    sock.settimeout(5)
+    while len(got) < size:
+        got += sock.recv(1 << 20)
+    return got
+
+
 def frame(payload: bytes) -> bytes:
     try:
         payload.decode()
@@ -55,31 +87,23 @@ def frame(payload: bytes) -> bytes:
 
 
 def test_frames_are_the_hubs_and_only_of_the_sockets_topics(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     gap, mine, other = (ring.register_topic(n) for n in ("$gap", "1:a", "1:b"))
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add(pair[0].fileno(), 1, [mine])
-        assert not entry.arm(ring.last_seq + 2)  # a seq the ring does not hold yet: refused
-        assert entry.arm(ring.last_seq + 1)
-        payloads = [b"x" * n for n in (0, 1, 125, 126, 65535, 65536)] + [b"\xff\xfe", "é".encode()]
-        for p in payloads:
-            ring.write(1, mine, p)
-            ring.write(1, other, b"not mine")
-            ring.write(2, mine, b"another session")
-        want = b"".join(frame(p) for p in payloads)
-        got = b""
-        pair[1].settimeout(5)
-        while len(got) < len(want):
-            got += pair[1].recv(1 << 20)
-        assert got == want
-        assert entry.state()[ST_ARMED] == 1
-        seq = ring.write(1, gap, b"{}")  # a gap of its session: the sink stops there
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
-    finally:
-        sink.close()
+    entry = sink.add(pair[0].fileno(), 1, [mine])
+    assert not entry.arm(ring.last_seq + 2)  # a seq the ring does not hold yet: refused
+    assert entry.arm(ring.last_seq + 1)
+    payloads = [b"x" * n for n in (0, 1, 125, 126, 65535, 65536)] + [b"\xff\xfe", "é".encode()]
+    for p in payloads:
+        ring.write(1, mine, p)
+        ring.write(1, other, b"not mine")
+        ring.write(2, mine, b"another session")
+    want = b"".join(frame(p) for p in payloads)
+    assert receive(pair[1], len(want)) == want
+    assert entry.state()[ST_ARMED] == 1
+    seq = ring.write(1, gap, b"{}")  # a gap of its session: the sink stops there
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
 
 
 def drain(sock: socket.socket) -> bytes:
@@ -96,42 +120,31 @@ def drain(sock: socket.socket) -> bytes:
 
 
 def test_a_full_socket_stops_the_sink_exactly(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
-    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
-        first, payloads, state = overfill(ring, entry, topic)
-        got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
-        resume = state[ST_NEXT_SEQ]
-        got += b"".join(frame(payloads[s]) for s in range(resume, first + 200))  # ... then on
-        assert got == b"".join(frame(payloads[s]) for s in range(first, first + 200))
-        entry.remove()
-    finally:
-        sink.close()
+    small_buffers(pair)
+    topic = ring.register_topic("1:a")
+    entry: SinkSocket = sink.add(pair[0].fileno(), 1, [])
+    first, payloads, state = overfill(ring, entry, topic)
+    got = resumed(pair[1], entry, first, payloads, state, frame)
+    assert got == b"".join(frame(payloads[s]) for s in range(first, first + 200))
+    entry.remove()
 
 
 def test_a_stream_of_every_topic_stops_at_its_sessions_gap_too(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add(pair[0].fileno(), 1, [])  # every topic of session 1
-        assert entry.arm(ring.last_seq + 1)
-        ring.write(1, topic, b"one")
-        ring.write(2, gap, b"{}")  # another session's gap: not its business
-        ring.write(1, topic, b"two")
-        seq = ring.write(1, gap, b"{}")
-        ring.write(1, topic, b"three")  # after the stop: Python's
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
-        assert drain(pair[1]) == frame(b"one") + frame(b"two")
-    finally:
-        sink.close()
+    entry = sink.add(pair[0].fileno(), 1, [])  # every topic of session 1
+    assert entry.arm(ring.last_seq + 1)
+    ring.write(1, topic, b"one")
+    ring.write(2, gap, b"{}")  # another session's gap: not its business
+    ring.write(1, topic, b"two")
+    seq = ring.write(1, gap, b"{}")
+    ring.write(1, topic, b"three")  # after the stop: Python's
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
+    assert drain(pair[1]) == frame(b"one") + frame(b"two")
 
 
 def test_the_sink_arms_at_most_its_limit_of_streams_first_armed_first_served(

@@ -6,6 +6,7 @@ the records of a burst leave in one send at its end."""
 from __future__ import annotations
 
 import socket
+from functools import partial
 
 import pytest
 
@@ -21,122 +22,99 @@ from gateway.hub.sink import (
     TOPIC,
     StreamSink,
 )
-from tests.unit.hub.test_sink import drain, overfill
+from tests.unit.hub.test_sink import drain, overfill, receive, resumed, small_buffers
 
 
 def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     gap, a, b = (ring.register_topic(n) for n in ("$gap", "1:a", "2:b"))
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add_nats(pair[0].fileno())
-        assert not entry.subject(a, b"has space") and not entry.subject(a, b"")
-        assert entry.subject(a, b"wsgw.1.a") and entry.subject(b, b"wsgw.2.b")
-        assert entry.arm(ring.last_seq + 1)
-        payloads = [b"", b"x", b"\xff\r\n", b"y" * 70000]
-        for p in payloads:
-            ring.write(1, a, p)
-            ring.write(2, b, p)  # every session
-        want = b"".join(pub("wsgw.1.a", p) + pub("wsgw.2.b", p) for p in payloads)
-        got = b""
-        pair[1].settimeout(5)
-        while len(got) < len(want):
-            got += pair[1].recv(1 << 20)
-        assert got == want
-        new = ring.register_topic("1:new")
-        seq = ring.write(1, new, b"z")  # no subject yet: Python's
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, TOPIC, seq)
-        entry.disarm()
-        assert entry.subject(new, b"wsgw.1.new") and entry.arm(ring.last_seq + 1)
-        ring.write(1, new, b"z2")
-        seq = ring.write(7, gap, b"{}")  # any session's gap: Python's
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
-        assert drain(pair[1]) == pub("wsgw.1.new", b"z2")
-    finally:
-        sink.close()
+    entry = sink.add_nats(pair[0].fileno())
+    assert not entry.subject(a, b"has space") and not entry.subject(a, b"")
+    assert entry.subject(a, b"wsgw.1.a") and entry.subject(b, b"wsgw.2.b")
+    assert entry.arm(ring.last_seq + 1)
+    payloads = [b"", b"x", b"\xff\r\n", b"y" * 70000]
+    for p in payloads:
+        ring.write(1, a, p)
+        ring.write(2, b, p)  # every session
+    want = b"".join(pub("wsgw.1.a", p) + pub("wsgw.2.b", p) for p in payloads)
+    assert receive(pair[1], len(want)) == want
+    new = ring.register_topic("1:new")
+    seq = ring.write(1, new, b"z")  # no subject yet: Python's
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, TOPIC, seq)
+    entry.disarm()
+    assert entry.subject(new, b"wsgw.1.new") and entry.arm(ring.last_seq + 1)
+    ring.write(1, new, b"z2")
+    seq = ring.write(7, gap, b"{}")  # any session's gap: Python's
+    state = entry.state()
+    assert (state[ST_ARMED], state[ST_REASON], state[ST_NEXT_SEQ]) == (0, GAP, seq)
+    assert drain(pair[1]) == pub("wsgw.1.new", b"z2")
 
 
 def test_a_full_socket_stops_the_nats_slot_exactly(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
-    pair[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    pair[1].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    gap, topic = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
-    try:
-        entry = sink.add_nats(pair[0].fileno())
-        assert entry.subject(topic, b"s.1.a")
-        first, payloads, state = overfill(ring, entry, topic)
-        got = drain(pair[1]) + entry.take_rest(state)  # Python writes the rest first ...
-        resume = state[ST_NEXT_SEQ]
-        got += b"".join(pub("s.1.a", payloads[s]) for s in range(resume, first + 200))
-        assert got == b"".join(pub("s.1.a", payloads[s]) for s in range(first, first + 200))
-    finally:
-        sink.close()
+    small_buffers(pair)
+    topic = ring.register_topic("1:a")
+    entry = sink.add_nats(pair[0].fileno())
+    assert entry.subject(topic, b"s.1.a")
+    first, payloads, state = overfill(ring, entry, topic)
+    got = resumed(pair[1], entry, first, payloads, state, partial(pub, "s.1.a"))
+    assert got == b"".join(pub("s.1.a", payloads[s]) for s in range(first, first + 200))
 
 
 def test_a_burst_goes_out_in_one_send_at_its_end(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     """The records of one burst (an engine poll's feeds: several ring writes) wait in the
     slot's buffer and leave in one send when the burst ends; a write call outside a burst
     is a burst of its own (one send for its 300 records)."""
-    gap, a, b = (ring.register_topic(n) for n in ("$gap", "1:a", "2:b"))
-    sink = StreamSink(ring.handle, gap)
+    a, b = ring.register_topic("1:a"), ring.register_topic("2:b")
+    entry = sink.add_nats(pair[0].fileno())
+    assert entry.subject(a, b"s.1.a") and entry.subject(b, b"s.2.b")
+    assert entry.arm(ring.last_seq + 1)
+    sends = entry.state()[ST_SENDS]
+    c.burst_begin()
     try:
-        entry = sink.add_nats(pair[0].fileno())
-        assert entry.subject(a, b"s.1.a") and entry.subject(b, b"s.2.b")
-        assert entry.arm(ring.last_seq + 1)
-        sends = entry.state()[ST_SENDS]
-        c.burst_begin()
-        try:
-            c.burst_begin()  # bursts nest: the outermost end sends
-            for i in range(50):
-                ring.write(1, a, b"%d" % i)
-                ring.write(2, b, b"%d" % i)
-            c.burst_end()
-            pair[1].setblocking(False)
-            with pytest.raises(BlockingIOError):
-                pair[1].recv(1)  # nothing sent inside the burst
-            state = entry.state()
-            assert (state[ST_ARMED], state[ST_SENDS]) == (1, sends)
-            assert state[ST_NEXT_SEQ] == ring.last_seq + 1  # buffered: C's, not Python's
-        finally:
-            c.burst_end()
-        assert entry.state()[ST_SENDS] == sends + 1
-        want = b"".join(pub("s.1.a", b"%d" % i) + pub("s.2.b", b"%d" % i) for i in range(50))
-        assert drain(pair[1]) == want
-        ring.write_batch([(1, a, b"x%d" % i) for i in range(300)])
-        assert entry.state()[ST_SENDS] == sends + 2
-        assert drain(pair[1]) == b"".join(pub("s.1.a", b"x%d" % i) for i in range(300))
+        c.burst_begin()  # bursts nest: the outermost end sends
+        for i in range(50):
+            ring.write(1, a, b"%d" % i)
+            ring.write(2, b, b"%d" % i)
+        c.burst_end()
+        pair[1].setblocking(False)
+        with pytest.raises(BlockingIOError):
+            pair[1].recv(1)  # nothing sent inside the burst
+        state = entry.state()
+        assert (state[ST_ARMED], state[ST_SENDS]) == (1, sends)
+        assert state[ST_NEXT_SEQ] == ring.last_seq + 1  # buffered: C's, not Python's
     finally:
-        sink.close()
+        c.burst_end()
+    assert entry.state()[ST_SENDS] == sends + 1
+    want = b"".join(pub("s.1.a", b"%d" % i) + pub("s.2.b", b"%d" % i) for i in range(50))
+    assert drain(pair[1]) == want
+    ring.write_batch([(1, a, b"x%d" % i) for i in range(300)])
+    assert entry.state()[ST_SENDS] == sends + 2
+    assert drain(pair[1]) == b"".join(pub("s.1.a", b"x%d" % i) for i in range(300))
 
 
 def test_a_python_disarm_inside_a_burst_hands_the_buffer_over_as_the_rest(
-    ring: RingWriter, pair: tuple[socket.socket, socket.socket]
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
 ) -> None:
     """What C buffered and had not sent when Python takes the socket back is the rest:
     Python writes it first, then resumes at next_seq, so every record goes once, in order."""
-    gap, a = ring.register_topic("$gap"), ring.register_topic("1:a")
-    sink = StreamSink(ring.handle, gap)
+    a = ring.register_topic("1:a")
+    entry = sink.add_nats(pair[0].fileno())
+    assert entry.subject(a, b"s.1.a") and entry.arm(ring.last_seq + 1)
+    c.burst_begin()
     try:
-        entry = sink.add_nats(pair[0].fileno())
-        assert entry.subject(a, b"s.1.a") and entry.arm(ring.last_seq + 1)
-        c.burst_begin()
-        try:
-            first = ring.write(1, a, b"one")
-            ring.write(1, a, b"two")
-            state = entry.disarm()
-        finally:
-            c.burst_end()
-        ring.write(1, a, b"three")  # disarmed: Python's
-        assert (state[ST_ARMED], state[ST_NEXT_SEQ]) == (0, first + 2)
-        assert drain(pair[1]) == b""  # the end sent nothing: the slot was not armed
-        assert entry.take_rest(state) == pub("s.1.a", b"one") + pub("s.1.a", b"two")
-        assert entry.arm(ring.last_seq + 1)
+        first = ring.write(1, a, b"one")
+        ring.write(1, a, b"two")
+        state = entry.disarm()
     finally:
-        sink.close()
+        c.burst_end()
+    ring.write(1, a, b"three")  # disarmed: Python's
+    assert (state[ST_ARMED], state[ST_NEXT_SEQ]) == (0, first + 2)
+    assert drain(pair[1]) == b""  # the end sent nothing: the slot was not armed
+    assert entry.take_rest(state) == pub("s.1.a", b"one") + pub("s.1.a", b"two")
+    assert entry.arm(ring.last_seq + 1)

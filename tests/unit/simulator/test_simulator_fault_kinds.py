@@ -22,6 +22,9 @@ def test_new_kinds_are_known() -> None:
         ("delay:us=500", Fault("delay", seconds=0.0005)),
         ("stall:ms=250", Fault("stall", seconds=0.25)),
         ("stall:seconds=2,ms=5", Fault("stall", seconds=2.0)),  # seconds wins
+        ("unavailable:count=3", Fault("unavailable", count=3)),  # the books' faults (#21)
+        ("nosnapshot,count=2", Fault("nosnapshot", count=2)),
+        ("reorder:after=4", Fault("reorder", after=4)),
     ],
 )
 def test_parse(text: str, expected: Fault) -> None:

@@ -1,0 +1,47 @@
+"""dataplane.sched: a thread asks the scheduler for a short slice and gets it (EEVDF kernels
+report it in /proc), other threads keep theirs; the kernel clamps it to its range."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dataplane.sched import SCHED_ATTR, set_thread_slice, thread_slice_ns
+
+
+def test_the_attr_is_the_kernels_first_size() -> None:
+    assert SCHED_ATTR.size == 56  # SCHED_ATTR_SIZE_VER1
+
+
+def test_a_thread_gets_the_slice_it_asks_for_and_only_it() -> None:
+    main_before = thread_slice_ns(threading.get_native_id())
+    if main_before is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    got: dict[str, int | None] = {}
+
+    def run() -> None:
+        set_thread_slice(100_000)
+        got["slice"] = thread_slice_ns(threading.get_native_id())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(5)
+    assert got["slice"] == 100_000
+    assert thread_slice_ns(threading.get_native_id()) == main_before
+
+
+def test_the_kernel_clamps_the_slice_to_its_range() -> None:
+    if thread_slice_ns(threading.get_native_id()) is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    got: list[int | None] = []
+
+    def run(slice_ns: int) -> None:
+        set_thread_slice(slice_ns)
+        got.append(thread_slice_ns(threading.get_native_id()))
+
+    for slice_ns in (10, 200_000_000):
+        thread = threading.Thread(target=run, args=(slice_ns,))
+        thread.start()
+        thread.join(5)
+    assert got == [100_000, 100_000_000]  # 0.1 ms to 100 ms
