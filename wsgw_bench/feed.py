@@ -350,14 +350,16 @@ class Tally:
         seq, sent = tail
         last = self.last.get(topic)
         self.last[topic] = max(seq, last or 0)
-        if not self.t0 <= now <= self.t1:
-            return
+        # Losses and reorders count wherever they show, the warm-up included (in the next
+        # window's result): one that shows between windows was missed before (issue #16).
         if last is not None:
             if seq > last + 1:
                 self.lost += seq - last - 1
                 self.note("seq jumps")  # one outage: one jump per topic
             elif seq <= last:
                 self.reordered += 1
+        if not self.t0 <= now <= self.t1:
+            return
         self.count += 1
         self.latency.append(now - sent)
         if read_ts:

@@ -5,16 +5,20 @@ the sink's own counter does, C path on and off."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from gateway.hub import Hub
 from gateway.hub.nats import NatsConfig, NatsSink
+from tests.bench.test_feed import _message
 from tests.integration.nats_helpers import needs_nats, wait_until
 from wsgw_bench.feed import (
     NATS_HOPS,
     NatsMonitor,
+    Tally,
     Window,
     nats_loss_where,
     nats_window,
@@ -58,6 +62,27 @@ def test_a_windows_hops_and_where_its_losses_happened() -> None:
     _, quiet = nats_window(before, counters(), 0)
     assert nats_loss_where(window(5, quiet, hops)) == "unexplained"
     assert nats_loss_where(window(0, quiet, hops)) == ""
+
+
+def test_a_loss_that_shows_in_the_warm_up_counts_in_the_next_window() -> None:
+    """A sequence jump seen before a window opens (the warm-up after a rate change: a
+    reconnect at 100k msg/s shows there) is that window's loss, not nobody's; the message
+    itself is not counted or timed."""
+    ours, theirs = mp.Pipe()
+    tally = Tally(ours)
+    theirs.send(("window", 1_000, 2_000))
+    deadline = time.monotonic() + 5
+    while not tally.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tally.tick(500)
+    tally.see(600, _message("a@trade", 1, 100), "a@trade")
+    tally.see(700, _message("a@trade", 50, 200), "a@trade")  # 48 lost, before the window
+    tally.see(1_100, _message("a@trade", 51, 1_000), "a@trade")
+    tally.tick(2_001)
+    kind, result = theirs.recv()
+    assert kind == "result"
+    assert (result["count"], result["lost"], result["events"]) == (1, 48, {"seq jumps": 1})
+    theirs.send(("stop",))
 
 
 @pytest.fixture
