@@ -783,14 +783,19 @@ def nats_window(
     return hops, events
 
 
-def nats_loss_where(w: Window) -> str:
+def nats_loss_where(w: Window, before: Window | None = None) -> str:
     """Where a NATS contender's window lost messages, from its events and hops: upstream
     (the simulator dropped the session, or it reconnected: messages the exchange made and
     never wrote to it), the gateway's sink (its drop counters), nats-server (a slow
-    consumer); "unexplained" when none of them counted anything; "" without a loss."""
+    consumer); "unexplained" when none of them counted anything; "" without a loss. A drop
+    at the end of a window shows as a jump in the next one: `before`'s (the same turn's
+    window before) events count too."""
     if not w.lost or not w.hops:
         return ""
-    e, where = w.events, []
+    e: dict[str, int] = dict(w.events)
+    for k, n in (before.events if before is not None else {}).items():
+        e[k] = e.get(k, 0) + n
+    where: list[str] = []
     if any(e.get(k) for k in ("dropped by the simulator", "reconnects")) or any(
         n for k, n in e.items() if k.startswith("upstream:")
     ):
@@ -1188,9 +1193,12 @@ def run_feed(
         for k, (round_, name) in enumerate(alternate(plan.rounds, list(contenders))):
             spec = CONTENDER_SPECS[name]
             with running(spec, lab, nats_url, f"r{k}") as (consumer, gateway):
+                before: Window | None = None
                 for rate in plan.rates:
                     w = measure_window(plan, rate, sim, consumer, gateway, monitor)
                     windows[name].append(w)
+                    where = nats_loss_where(w, before)
+                    before = w
                     log(
                         f"round {round_ + 1} {name:32} {rate:>8.0f} msg/s: got "
                         f"{w.count / w.seconds:8.0f} msg/s p50 {percentile(w.latency, 50):7.0f} "
@@ -1203,7 +1211,7 @@ def run_feed(
                             if w.hops
                             else ""
                         )
-                        + (f" | lost where: {where}" if (where := nats_loss_where(w)) else "")
+                        + (f" | lost where: {where}" if where else "")
                     )
                     if os.environ.get("WSGW_FEED_PROBE"):
                         for line in w.probe:

@@ -61,6 +61,9 @@ def test_a_windows_hops_and_where_its_losses_happened() -> None:
     # Nothing counted a loss the subscriber saw: said so, not blamed on anyone.
     _, quiet = nats_window(before, counters(), 0)
     assert nats_loss_where(window(5, quiet, hops)) == "unexplained"
+    # A drop at the end of the window before shows as this window's jump.
+    dropped_before = window(0, {"dropped by the simulator": 1}, hops)
+    assert nats_loss_where(window(5, quiet, hops), dropped_before).startswith("upstream")
     assert nats_loss_where(window(0, quiet, hops)) == ""
 
 
