@@ -319,6 +319,9 @@ class Tally:
         self.stopping = False
         self.t0 = self.t1 = 0
         self.last: dict[str, int] = {}
+        #: What happened to the consumer's connection since the last result (the NATS
+        #: subscriber's callbacks): reported with the next window, the warm-up included.
+        self.events: dict[str, int] = {}
         self._new_window()
         threading.Thread(target=self._control, name="feed-control", daemon=True).start()
 
@@ -347,18 +350,25 @@ class Tally:
         seq, sent = tail
         last = self.last.get(topic)
         self.last[topic] = max(seq, last or 0)
-        if not self.t0 <= now <= self.t1:
-            return
+        # Losses and reorders count wherever they show, the warm-up included (in the next
+        # window's result): one that shows between windows was missed before (issue #16).
         if last is not None:
             if seq > last + 1:
                 self.lost += seq - last - 1
+                self.note("seq jumps")  # one outage: one jump per topic
             elif seq <= last:
                 self.reordered += 1
+        if not self.t0 <= now <= self.t1:
+            return
         self.count += 1
         self.latency.append(now - sent)
         if read_ts:
             self.to_read.append(read_ts - sent)
             self.from_read.append(now - read_ts)
+
+    def note(self, event: str) -> None:
+        """Count an event of the consumer's connection (reported with the next window)."""
+        self.events[event] = self.events.get(event, 0) + 1
 
     def lap(self, now: int, lost: int) -> None:
         """The ring reader was lapped: `lost` records overwritten before it read them."""
@@ -379,9 +389,11 @@ class Tally:
                         "latency": self.latency.tobytes(),
                         "to_read": self.to_read.tobytes(),
                         "from_read": self.from_read.tobytes(),
+                        "events": self.events,
                     },
                 )
             )
+            self.events = {}
             self.t0 = self.t1 = 0
             self._new_window()
         if not self.t1 and self.pending:
@@ -469,17 +481,47 @@ def picows_consumer_main(conn: Connection, url: str, envelope: bool = False) -> 
     _run_async(_picows_consumer(conn, url, envelope))
 
 
+#: The bench's NATS subscriber's connection name, as nats-server's /connz shows it.
+NATS_CONSUMER_NAME = "wsgw-feed-consumer"
+
+
 async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
+    """A nats-py subscriber that records what happens to its connection: nats-server drops
+    a subscriber that does not keep up (a slow consumer: core NATS is at-most-once), which
+    shows here as a disconnect and reconnect, and in the server's /connz (`NatsMonitor`)."""
     import nats
+    import orjson
+    from nats.errors import SlowConsumerError
 
     tally = Tally(conn)
-    see, clock = tally.see, time.time_ns
+    see, clock, note = tally.see, time.time_ns, tally.note
 
     async def on_msg(msg: Any) -> None:
         now = clock()  # the consumer's first line of code
+        if msg.subject.endswith(".$gap"):  # the sink fell behind, or the session reconnected
+            note(f"$gap {orjson.loads(msg.data).get('reason')}")
+            return
         see(now, msg.data, binance_topic(msg.data))
 
-    nc = await nats.connect(url)
+    async def on_error(exc: Exception) -> None:
+        slow = isinstance(exc, SlowConsumerError)
+        note("consumer slow (client side)" if slow else f"consumer error {type(exc).__name__}")
+
+    async def on_disconnected() -> None:
+        note("consumer disconnects")
+
+    async def on_reconnected() -> None:
+        note("consumer reconnects")
+
+    nc = await nats.connect(
+        url,
+        name=NATS_CONSUMER_NAME,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.1,
+    )
     await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
     await nc.flush()
     conn.send(("ready", os.getpid()))
@@ -594,7 +636,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
                 break
             if cmd[0] != "metrics":
                 break
-            conn.send(("metrics", gateway_figures(runtime)))
+            conn.send(("metrics", {**gateway_figures(runtime), **nats_sink_figures(hub)}))
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
     with contextlib.suppress(OSError):
@@ -633,6 +675,149 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
         k: v for k, v in (details or {}).get("port1", {}).items() if isinstance(v, int)
     }
     return out
+
+
+def nats_sink_figures(hub: Any) -> dict[str, Any]:
+    """The NATS sink's own counters (what `wsgw_nats_*` metrics export), cumulative: "ring"
+    records written, "nats sent" (published, by C or nats-py), "nats dropped" by reason
+    (buffer_full: skipped past buffer_messages; disconnected: reconnect buffer full; ...),
+    "nats pending" (in the ring, not read by the sink yet), "nats reconnects"; {} without
+    a NATS sink."""
+    from gateway.hub.nats import NatsSink
+
+    sink = hub.nats
+    if not isinstance(sink, NatsSink):
+        return {}
+    return {
+        "ring": hub.published_total,
+        "nats sent": sink.stats.published,
+        "nats dropped": dict(sink.dropped),
+        "nats pending": sink.pending,
+        "nats reconnects": sink.stats.reconnects,
+    }
+
+
+class NatsMonitor:
+    """nats-server's monitoring endpoint (`-m`): /varz (server totals, slow_consumers) and
+    /connz?state=all (per connection, closed ones too, so a subscriber the server dropped
+    still counts). Messages the server took in from the sink's connection(s) ("wsgw") and
+    sent out to the bench's subscriber (NATS_CONSUMER_NAME), cumulative."""
+
+    def __init__(self, port: int, sink_name: str = "wsgw") -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.sink_name = sink_name
+        self._carried: tuple[int, dict[str, Any]] | None = None
+
+    def carried(self, gateway_pid: int) -> dict[str, Any] | None:
+        """The last window's closing counters of this gateway process: the next window
+        counts from them, so a drop between two windows (the warm-up) is not missed."""
+        if self._carried is None or self._carried[0] != gateway_pid:
+            return None
+        return self._carried[1]
+
+    def carry(self, gateway_pid: int, counters: dict[str, Any]) -> None:
+        self._carried = (gateway_pid, counters)
+
+    def _get(self, path: str) -> dict[str, Any]:
+        from urllib.request import urlopen
+
+        with urlopen(f"{self.base}{path}", timeout=5) as reply:  # noqa: S310 - our own server
+            data: dict[str, Any] = json.loads(reply.read())
+        return data
+
+    def snapshot(self) -> dict[str, int]:
+        varz = self._get("/varz")
+        out = {
+            "server in": 0,
+            "server out": 0,
+            "slow consumers": int(varz.get("slow_consumers", 0)),
+            "subscriber closed slow": 0,
+            "sink closed slow": 0,
+        }
+        connz = self._get("/connz?state=all&limit=100000")
+        for c in connz.get("connections") or []:
+            name = c.get("name", "")
+            slow = "slow consumer" in str(c.get("reason", "")).lower()
+            if name == self.sink_name:
+                out["server in"] += int(c.get("in_msgs", 0))
+                out["sink closed slow"] += slow
+            elif name == NATS_CONSUMER_NAME:
+                out["server out"] += int(c.get("out_msgs", 0))
+                out["subscriber closed slow"] += slow
+        return out
+
+
+#: The counts along a NATS contender's path, in order (`Window.hops`).
+NATS_HOPS = (
+    "sim emitted",
+    "sim written",
+    "ring",
+    "nats sent",
+    "server in",
+    "server out",
+    "consumer",
+)
+
+
+def nats_window(
+    before: dict[str, Any], after: dict[str, Any], received: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """A window's counts at each hop of the NATS path (deltas, NATS_HOPS) from the
+    simulator's (`Simulator.sent`), the gateway's (`nats_sink_figures`) and nats-server's
+    (`NatsMonitor`) counters taken together at the end of the previous window of the same
+    gateway (its start for the first) and at its end, "consumer" in the window only, and
+    its loss events by
+    where they happened: the sink ("nats sink dropped <reason>", its reconnects), the
+    server ("nats-server slow consumers": it dropped a subscriber that fell behind)."""
+    hops = {hop: after[hop] - before[hop] for hop in NATS_HOPS[:-1]}
+    hops["consumer"] = received
+    events = {
+        f"nats sink dropped {reason}": n - before["nats dropped"].get(reason, 0)
+        for reason, n in after["nats dropped"].items()
+    }
+    events["nats sink reconnects"] = after["nats reconnects"] - before["nats reconnects"]
+    events["upstream: session dropped by the simulator"] = after["sim drops"] - before["sim drops"]
+    events["upstream: session reconnects"] = after["reconnects"] - before["reconnects"]
+    for what in ("slow consumers", "subscriber closed slow", "sink closed slow"):
+        events[f"nats-server {what}"] = after[what] - before[what]
+    return hops, events
+
+
+def nats_loss_where(w: Window, before: Window | None = None) -> str:
+    """Where a NATS contender's window lost messages, from its events and hops: upstream
+    (the simulator dropped the session, or it reconnected: messages the exchange made and
+    never wrote to it), the gateway's sink (its drop counters), nats-server (a slow
+    consumer); "unexplained" when none of them counted anything; "" without a loss. A drop
+    at the end of a window shows as a jump in the next one: `before`'s (the same turn's
+    window before) events count too."""
+    if not w.lost or not w.hops:
+        return ""
+    e: dict[str, int] = dict(w.events)
+    for k, n in (before.events if before is not None else {}).items():
+        e[k] = e.get(k, 0) + n
+    where: list[str] = []
+    if any(e.get(k) for k in ("dropped by the simulator", "reconnects")) or any(
+        n for k, n in e.items() if k.startswith("upstream:")
+    ):
+        unsent = w.hops["sim emitted"] - w.hops["sim written"]
+        made = f" ({unsent} made, not written, in the span)" if unsent > 0 else ""
+        where.append(f"upstream, the exchange dropped the session or it reconnected{made}")
+    sink = sum(n for k, n in e.items() if k.startswith("nats sink dropped"))
+    if sink:
+        where.append(f"the gateway's NATS sink dropped {sink}")
+    if e.get("nats-server subscriber closed slow") or e.get("consumer disconnects"):
+        where.append("nats-server dropped the subscriber (slow consumer)")
+    if e.get("nats-server sink closed slow"):
+        where.append("nats-server dropped the gateway's connection (slow consumer)")
+    return "; ".join(where) or "unexplained"
+
+
+def _log_slow_consumers(nats: Any, log: Callable[[str], None]) -> None:
+    """nats-server's own lines about slow consumers (which connection, why), before its
+    folder goes."""
+    for line in nats.log_text.splitlines():
+        if "slow consumer" in line.lower():
+            log(f"nats-server: {line}")
 
 
 def thread_figures() -> dict[str, tuple[int, int, int, int]]:
@@ -758,11 +943,27 @@ class Simulator:
     def slow_consumer_drops(self) -> int:
         """Connections the simulator dropped so far for a backlog over its limit (as an
         exchange drops a consumer that does not keep up)."""
+        return int(self._stats()["counters"]["slow_consumers"])
+
+    def sent(self) -> dict[str, int]:
+        """Data messages the simulator made ("sim emitted": the topics' sequence numbers, so
+        also those while no one subscribed) and wrote to connections ("sim written"); with
+        one subscriber the difference is what never left the exchange: the backlog of a
+        dropped slow consumer, the messages of a reconnect's outage."""
+        stats = self._stats()
+        return {
+            "sim emitted": sum(stats["sent_per_topic"].values()),
+            "sim written": int(stats["counters"]["data_messages"]),
+            "sim drops": int(stats["counters"]["slow_consumers"]),
+        }
+
+    def _stats(self) -> dict[str, Any]:
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
         self.proc.stdin.write("stats\n")
         self.proc.stdin.flush()
-        return int(json.loads(self.proc.stdout.readline())["counters"]["slow_consumers"])
+        stats: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        return stats
 
     def close(self) -> None:
         self.proc.kill()
@@ -789,8 +990,13 @@ class Window:
     #: The gateway's session read -> handed to the hub, p50 in us (`gateway_figures`).
     handoff_p50: float = float("nan")
     #: What the window's losses came from: "lapped" (ring records the reader lost),
-    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer).
+    #: "reconnects" (of the session), "dropped by the simulator" (slow consumer); NATS
+    #: contenders: the sink's drops and reconnects, nats-server's slow consumers, the
+    #: subscriber's disconnects (`nats_window`, `_nats_consumer`).
     events: dict[str, int] = field(default_factory=dict)
+    #: NATS contenders: messages counted at each hop in the window (NATS_HOPS), so a loss
+    #: shows where the count falls.
+    hops: dict[str, int] = field(default_factory=dict)
     #: The gateway's threads and engine in the window (`probe_lines`; printed with
     #: WSGW_FEED_PROBE=1) and the engine's counters per second (`engine_rates`).
     probe: list[str] = field(default_factory=list)
@@ -882,7 +1088,12 @@ def running(
 
 
 def measure_window(
-    plan: Plan, rate: float, sim: Simulator, consumer: Proc, gateway: Proc | None
+    plan: Plan,
+    rate: float,
+    sim: Simulator,
+    consumer: Proc,
+    gateway: Proc | None,
+    nats: NatsMonitor | None = None,
 ) -> Window:
     """Set the rate, let it settle, time one window."""
     sim.set_rate(rate)
@@ -902,16 +1113,26 @@ def measure_window(
     time.sleep(max(0.0, (t0 - time.time_ns()) / 1e9))
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_before, gw_before = sim.slow_consumer_drops(), figures()
+    path_before = None
+    if nats is not None and gateway is not None and "ring" in gw_before:
+        path_before = nats.carried(gateway.pid) or {**gw_before, **sim.sent(), **nats.snapshot()}
     time.sleep(max(0.0, (t1 - time.time_ns()) / 1e9))
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     drops_after, gw_after = sim.slow_consumer_drops(), figures()
+    path_after = {**gw_after, **sim.sent(), **nats.snapshot()} if path_before and nats else None
     result = consumer.expect("result", 30.0 + plan.measure, "the consumer's window")[1]
     seconds = (t1 - t0) / 1e9
     events = {
         "lapped": result["lapped"],
         "reconnects": gw_after["reconnects"] - gw_before["reconnects"],
         "dropped by the simulator": drops_after - drops_before,
+        **result["events"],
     }
+    hops: dict[str, int] = {}
+    if path_before is not None and path_after is not None and nats and gateway:
+        nats.carry(gateway.pid, path_after)
+        hops, nats_events = nats_window(path_before, path_after, result["count"])
+        events.update(nats_events)
     return Window(
         rate,
         seconds,
@@ -924,6 +1145,7 @@ def measure_window(
         {name: 100 * (after[name] - before[name]) / seconds for name in pids},
         gw_after["handoff"].get("0.5", float("nan")),
         events,
+        hops,
         probe_lines(gw_before, gw_after, seconds),
         engine_rates(gw_before, gw_after, seconds),
     )
@@ -953,7 +1175,7 @@ def run_feed(
         lab.up()
         sim = Simulator(lab, plan.rates[0])
         undo.callback(sim.close)
-        nats_url = None
+        nats_url, monitor = None, None
         if any(CONTENDER_SPECS[c].sink == "nats" for c in contenders):
             if nats_server_binary() is None:
                 log("no nats-server: the nats contenders are left out")
@@ -962,15 +1184,21 @@ def run_feed(
                     if name not in contenders:
                         del windows[name]
             else:
-                nats = NatsServer().start()
+                nats = NatsServer(monitor=True).start()
                 undo.callback(nats.cleanup)
+                undo.callback(_log_slow_consumers, nats, log)
                 nats_url = nats.url
+                assert nats.monitor_port is not None
+                monitor = NatsMonitor(nats.monitor_port)
         for k, (round_, name) in enumerate(alternate(plan.rounds, list(contenders))):
             spec = CONTENDER_SPECS[name]
             with running(spec, lab, nats_url, f"r{k}") as (consumer, gateway):
+                before: Window | None = None
                 for rate in plan.rates:
-                    w = measure_window(plan, rate, sim, consumer, gateway)
+                    w = measure_window(plan, rate, sim, consumer, gateway, monitor)
                     windows[name].append(w)
+                    where = nats_loss_where(w, before)
+                    before = w
                     log(
                         f"round {round_ + 1} {name:32} {rate:>8.0f} msg/s: got "
                         f"{w.count / w.seconds:8.0f} msg/s p50 {percentile(w.latency, 50):7.0f} "
@@ -978,6 +1206,12 @@ def run_feed(
                         f"{w.reordered} cpu "
                         + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
                         + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
+                        + (
+                            " | " + " > ".join(f"{h} {n}" for h, n in w.hops.items())
+                            if w.hops
+                            else ""
+                        )
+                        + (f" | lost where: {where}" if where else "")
                     )
                     if os.environ.get("WSGW_FEED_PROBE"):
                         for line in w.probe:

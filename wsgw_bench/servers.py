@@ -155,13 +155,21 @@ def wait_for_port(port: int, timeout: float, host: str = "127.0.0.1") -> None:
 class NatsServer:
     """A nats-server of our own: `with NatsServer() as nats: connect to nats.url`."""
 
-    def __init__(self, *, jetstream: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        jetstream: bool = False,
+        port: int | None = None,
+        monitor: bool = False,
+    ) -> None:
         binary = nats_server_binary()
         if binary is None:
             raise FileNotFoundError("nats-server not found: apt-get install nats-server")
         self.binary = binary
         self.jetstream = jetstream
         self.port = port or free_port()
+        #: The HTTP monitoring port (`-m`: /varz, /connz), when asked for.
+        self.monitor_port = free_port() if monitor else None
         self.dir: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -175,6 +183,8 @@ class NatsServer:
         args = [self.binary, "-a", "127.0.0.1", "-p", str(self.port)]
         if self.jetstream:
             args += ["-js", "-sd", str(self.dir / "js")]
+        if self.monitor_port is not None:
+            args += ["-m", str(self.monitor_port)]
         log = (self.dir / "nats.log").open("ab")
         try:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

@@ -48,6 +48,7 @@ import orjson
 
 from dataplane.ring import Gap, RingEvent, RingWriter
 from gateway.dialects.identity import HASH, Identity, MessageIdentity
+from gateway.hub.events import gap_json
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
 from gateway.hub.nats_c import BUSY_SENDS, C_PATH_DEFAULT, CNatsConnection, c_path_usable
@@ -135,6 +136,11 @@ def message_id(sid: int, identity: object, run: str, seq: int) -> str:
     if type(identity) is Identity and identity.kind != HASH:
         return f"{sid}:{identity.topic}:{identity.id}"
     return f"{sid}@{run}:{seq}"
+
+
+#: The `$gap` reason when the sink fell more than buffer_messages behind the ring's writer
+#: and skipped records nobody had published.
+SINK_BEHIND = "nats_sink_behind"
 
 
 @dataclass(frozen=True)
@@ -249,6 +255,7 @@ class NatsSink:
                 self._gap_message,
                 stopping=lambda: self._stopping,
                 on_connected=self._c_connected,
+                behind=self._behind_messages,
             )
             if c_path_usable(config)
             else None
@@ -311,8 +318,11 @@ class NatsSink:
         """Messages that did not reach NATS, by reason."""
         s = self.stats
         follower = self._follower
+        skipped = 0 if follower is None else follower.dropped
+        if self._c is not None:  # what the follower skipped and C had not sent
+            skipped = self._c.skipped
         return {
-            "buffer_full": 0 if follower is None else follower.dropped,
+            "buffer_full": skipped,
             "not_connected": s.dropped_not_connected,
             "disconnected": s.dropped_disconnected,
             "error": s.dropped_error,
@@ -721,7 +731,12 @@ class NatsSink:
         while last > 0 and type(events[last]) is Gap:
             last -= 1
         for at, event in enumerate(events):
-            if type(event) is Gap:  # counted by the follower (buffer_full)
+            if type(event) is Gap:  # the sink fell behind (buffer_full): say so
+                for _, subject, data in self._behind_messages(event, event.lost):
+                    # Not a message of its own: a failure here loses nothing more.
+                    with contextlib.suppress(Exception):
+                        await publish(subject, data)
+                        stats.gaps += 1
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
             payload: bytes = view  # type: ignore[assignment]  # the follower copies: bytes
@@ -805,6 +820,23 @@ class NatsSink:
         except Exception as exc:
             self.stats.dropped_error += 1
             self.stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
+
+    def _behind_messages(self, gap: Gap, lost: int) -> list[tuple[int, str, bytes]]:
+        """`lost` records from gap.first_seq on that the sink skipped when it fell more than
+        buffer_messages behind, and nobody published: (session, subject, body) of a `$gap`
+        (reason SINK_BEHIND) for every session the sink has published, as the ring cannot
+        say whose they were (as /v1/stream consumers learn of their loop's overrun).
+        Without it a NATS subscriber could not tell the sink's drop from the exchange's
+        (issue #16)."""
+        now = time.time_ns()
+        return [
+            (
+                sid,
+                nats_gap_subject(self.prefix, sid),
+                gap_json(gap.first_seq, sid, lost, SINK_BEHIND, self._epoch_hex, {"ts_ns": now}),
+            )
+            for sid in sorted({sid for sid, _ in self._subjects})
+        ]
 
     def _gap_message(self, sid: int, seq: int, payload: bytes) -> tuple[str, bytes]:
         """A `$gap` record's subject and body, with the ring's sequence and the hub's epoch."""

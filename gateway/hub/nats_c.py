@@ -109,6 +109,7 @@ class CNatsConnection:
         gap_message: Callable[[int, int, bytes], tuple[str, bytes]],
         stopping: Callable[[], bool],
         on_connected: Callable[[], None],
+        behind: Callable[[Gap, int], list[tuple[int, str, bytes]]],
     ) -> None:
         self.config = config
         self.stats = stats
@@ -118,6 +119,8 @@ class CNatsConnection:
         self._gap_tid = -1
         self._stopping = stopping
         self._on_connected = on_connected
+        self._behind = behind
+        self.skipped = 0  # records the follower skipped (buffer_full) that C had not sent
         self.sock: socket.socket | None = None
         self.slot: SinkSocket | None = None
         self.armed = False
@@ -363,8 +366,14 @@ class CNatsConnection:
         sent = 0
         gap_tid = self._gap_tid
         for event in self.backlog:
-            if type(event) is Gap:
-                continue  # counted by the follower (buffer_full)
+            if type(event) is Gap:  # the follower skipped: lost only what C had not sent
+                lost = event.first_seq + event.lost - max(event.first_seq, self.sent_below)
+                if lost > 0:
+                    self.skipped += lost
+                    for _, subject, data in self._behind(event, lost):
+                        out += pub(subject, data)
+                        self.stats.gaps += 1
+                continue
             seq, sid, name, _ts, payload, tid = event  # type: ignore[misc]
             if seq < self.sent_below:
                 continue  # C's

@@ -6,6 +6,7 @@ send, and records C sent before a hand-back that the follower reads late."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -207,6 +208,16 @@ def hold_loop(sink: NatsSink) -> threading.Event:
     return release
 
 
+@contextlib.contextmanager
+def loop_held(sink: NatsSink) -> Iterator[None]:
+    """The sink's loop held (`hold_loop`) for the block."""
+    release = hold_loop(sink)
+    try:
+        yield
+    finally:
+        release.set()
+
+
 def test_a_burst_of_many_records_is_one_send(nats_server: NatsServer) -> None:
     """One hub batch of 1000 records (one ring write: one burst) leaves C in one send, or
     in a few where the machine stalls the burst past the buffer's 1 ms age bound
@@ -270,3 +281,54 @@ def test_records_c_sent_before_a_busy_hand_back_are_not_sent_again_when_read_lat
         hub.close()
     all_once_in_order(sub, sink, total)
     assert sink.c_disarms.get("busy", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    ("c_path", "busy_sends"),
+    [(False, 0), (True, 0), (True, 1)],
+    ids=["nats-py", "C armed throughout", "C handing back"],
+)
+def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
+    nats_server: NatsServer, c_path: bool, busy_sends: int
+) -> None:
+    """The sink's thread held while 3000 more records are written, its bound 100: its follower
+    skips ahead. What it skipped and nobody sent reaches the subscriber as a `$gap`
+    (reason "nats_sink_behind", as /v1/stream consumers learn of their loop's overrun) and
+    is counted as buffer_full; records C sent while armed are not lost and not counted,
+    however far behind the follower was (issue #16: the feed bench's sink drop counter
+    said 625k where the subscriber had no way to tell)."""
+    config = NatsConfig(
+        servers=[nats_server.url], c_path=c_path, c_busy_sends=busy_sends, buffer_messages=100
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    total = 3001  # records 0..3000
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: len(sub.got) == 1 and (not c_path or bool(sink._c and sink._c.armed)))
+        with loop_held(sink):
+            for j in range(1, total, 10):
+                hub.publish_batch([(1, "t", b"%d" % k, 0, None) for k in range(j, j + 10)])
+
+        def accounted() -> int:
+            data = sum(1 for s, _, _ in sub.got if not s.endswith("$gap"))
+            gaps = [json.loads(d) for s, d, _ in sub.got if s.endswith("$gap")]
+            return data + sum(g["lost"] for g in gaps)
+
+        wait_until(lambda: accounted() >= total)
+        time.sleep(0.2)  # anything sent twice arrives too
+    finally:
+        sub.close()
+        hub.close()
+    data = [int(d) for s, d, _ in sub.got if not s.endswith("$gap")]
+    gaps = [json.loads(d) for s, d, _ in sub.got if s.endswith("$gap")]
+    assert data == sorted(set(data))  # once each, in order
+    assert {(g["reason"], g["session"]) for g in gaps} <= {("nats_sink_behind", 1)}
+    skipped = sum(g["lost"] for g in gaps)
+    assert len(data) + skipped == total
+    assert sink.dropped["buffer_full"] == skipped
+    if c_path and not busy_sends:
+        assert skipped == 0 and data == list(range(total))
+    else:
+        assert skipped > 0  # the thread publishes, and fell behind
