@@ -225,6 +225,9 @@ class Engine:
         self._snapshot: dict[str, Any] = {}
         self._clock = clock
         self._loop_thread: int | None = None  # the thread of the event loop we run on
+        #: The thread we gave the short scheduler slice (its native id), so a loop's thread
+        #: gets its own slice back when the engine leaves it (`detach_loop`).
+        self._sliced_thread: int | None = None
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
@@ -440,6 +443,12 @@ class Engine:
             self.fastpath.flush_tx()  # segments C built that no poll sent yet
             self._publish()  # the counters as the loop leaves them
         self._loop_thread = None
+        if self._sliced_thread == threading.get_native_id():
+            # The loop's thread is the caller's (asyncio.Runner's, a test's main thread):
+            # leave it as it was found. 0 is the kernel's default slice again.
+            with contextlib.suppress(OSError):
+                set_thread_slice(0)
+            self._sliced_thread = None
         if not self.fastpath.closed:
             self.fastpath.set_extra_fd(None)
         if self.port is not None:
@@ -632,6 +641,7 @@ class Engine:
         if priority is None and self.config.slice_ns:
             try:
                 set_thread_slice(self.config.slice_ns)
+                self._sliced_thread = threading.get_native_id()
             except OSError as exc:  # an older kernel, another architecture: its slice then
                 log.info("engine thread keeps the kernel's slice: %s", exc)
         if priority is not None:

@@ -26,7 +26,7 @@ from dataplane.stack.socket import TcpSocket
 from dataplane.wire.addr import ip_to_int
 from gateway.lab import Lab
 from gateway.settings import Settings
-from tests.conftest import fresh_lab, requires_dpdk
+from tests.conftest import fresh_lab, requires_dpdk, run_in_loop
 from tests.integration.test_stack_kernel import MB, PEER_SERVER
 from wsgw_bench.peer_server import payload
 
@@ -251,6 +251,28 @@ def test_busy_polling_engine_never_naps_on_its_rx_fd(eal, lab: Lab) -> None:  # 
     finally:
         eng.close()
         port.close()
+
+
+def test_a_loop_thread_gets_its_own_slice_back(loop_engine) -> None:  # type: ignore[no-untyped-def]
+    """An engine run on the caller's event loop (this thread) gives the thread the short slice
+    while it runs and the kernel's back when the loop closes: a test's or an application's
+    main thread is left as it was found."""
+    from dataplane.sched import thread_slice_ns
+
+    eng, _ = loop_engine
+    me = threading.get_native_id()
+    before = thread_slice_ns(me)
+    if before is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    assert before != eng.config.slice_ns
+    during: list[int | None] = []
+
+    async def probe() -> None:
+        during.append(thread_slice_ns(me))
+
+    run_in_loop(eng, probe)
+    assert during == [eng.config.slice_ns]
+    assert thread_slice_ns(me) == before
 
 
 def test_the_engine_thread_runs_with_a_short_slice(engine: tuple[Engine, Lab]) -> None:
