@@ -606,14 +606,19 @@ class UpstreamSession:
             raise
         finally:
             keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
-            closing = link.closing
-            if closing is not None:
-                await asyncio.gather(closing, return_exceptions=True)
-            had_topics = bool(link.sent)
-            self._tell_input(None)
-            self._pull_feed(link)
-            link.closed()
+            try:
+                await asyncio.gather(keeper, return_exceptions=True)
+                closing = link.closing
+                if closing is not None:
+                    await asyncio.gather(closing, return_exceptions=True)
+            finally:
+                # Also when stop cancels this task during the waits above (a closing
+                # handshake the peer never answers, a loaded loop): the C feed's last
+                # counts and the group's input would be lost with the connection.
+                had_topics = bool(link.sent)
+                self._tell_input(None)
+                self._pull_feed(link)
+                link.closed()
         detail = f"close code {code}" + (f" ({why})" if why else "")
         reason = f"{link.close_reason}; {detail}" if link.close_reason else detail
         if link.close_reason and not link.reconnect_now:

@@ -518,3 +518,53 @@ def test_a_local_error_in_housekeeping_ends_the_connection_and_the_session_recon
         await s.stop()
 
     run(scenario())
+
+
+def test_a_stop_during_an_unanswered_closing_handshake_still_closes_the_books() -> None:
+    """The peer never answers our close (the feed went silent, then stop): stop cancels the
+    connection's task while it waits for that handshake. What the connection's end must do
+    still happens: the group hears its input is done (the C feed's last counts are taken
+    at the same place; losing them failed test_feed_path_dpdk under load)."""
+
+    class Unanswered(FakeConnection):
+        def get_extra_info(self, name: str) -> Any:
+            return types.SimpleNamespace(fileno=lambda: 7) if name == "socket" else None
+
+        async def close(self, code: int = 1000, reason: str = "") -> None:
+            self.close_calls.append((code, reason))
+            self._end(ConnectionClosed(1006))  # the read loop ends...
+            await asyncio.Event().wait()  # ...the handshake never does
+
+    class LegSink(RecordingSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inputs: list[int] = []
+
+        def leg_input(self, session_id: int, fd: int) -> None:
+            self.inputs.append(fd)
+
+    async def scenario() -> None:
+        conns: list[Unanswered] = []
+
+        async def connect(url: str, **options: Any) -> Unanswered:
+            conns.append(Unanswered(generic_responder()))
+            return conns[-1]
+
+        hb = HeartbeatConfig(ping_interval_s=None, dead_feed_timeout_s=0.05)
+        sink = LegSink()
+        s = UpstreamSession(
+            5,
+            config(heartbeat=hb, close_timeout_s=0.05),
+            sink,
+            topics=("a",),
+            connector=connect,
+            resolver=resolve_localhost,
+        )
+        s.start()
+        await until(lambda: bool(conns) and bool(conns[0].close_calls))  # declared dead
+        await asyncio.sleep(0.05)  # its task now waits for the closing handshake
+        await s.stop()
+        assert sink.inputs == [7, -1]
+        assert s.connections()[0]["state"] == "stopped"
+
+    run(scenario())
