@@ -39,7 +39,7 @@ from dataplane.errors import DataplaneError
 from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
 from dataplane.samples import LatencySamples
-from dataplane.sched import set_thread_slice
+from dataplane.sched import restore_thread_slice, set_thread_slice, thread_slice_ns
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
@@ -111,6 +111,7 @@ def engine_config_from(settings: Any) -> EngineConfig:
         sched_fifo_priority=settings.sched_fifo_priority,
         budget=settings.budget_us / 1e6,
         feed_path=getattr(settings, "feed_path", "python"),
+        slice_ns=getattr(settings, "slice_us", 100) * 1000 or None,
         fastpath=FastPathConfig(
             enabled=settings.fast_path,
             burst=settings.burst,
@@ -193,26 +194,26 @@ class Engine:
         self.link = link
         self.config = config or EngineConfig()
         handle = port._live() if port is not None else 0
+        rx_fd = port.rx_wait_fd if port is not None else None
+        fp = self.config.fastpath
+        if rx_fd is not None and fp.poll_mode == "adaptive":
+            # A frame that lands during a back-off nap ends it, so the naps start at the
+            # ceiling: short first naps (2, 4, 8 ... us after every burst) wait for nothing
+            # a frame would not end, and each is a wake-up. At 10k msg/s on a loaded machine
+            # they were ~7 wake-ups a burst, twice the CPU and 3-5x the run-queue wait, and
+            # the frame then waited in the run queue (issue #16, docs/PERFORMANCE.md "The
+            # engine's back-off"). The config says so: `fastpath.config.sleep_min_ns`.
+            fp = replace(fp, sleep_min_ns=fp.sleep_max_ns)
         self.fastpath = FastPath(
             interface.ip,
-            self.config.fastpath,
+            fp,
             handle,
             frame_bytes=interface.mtu + TAGGED_HEADER_LEN,
         )
-        if port is not None and port.rx_wait_fd is not None:
-            # A frame that lands during a back-off nap ends it (else it waits up to
-            # sleep_max_ns: half of that on average, for a feed of a few messages a second).
-            self.fastpath.set_rx_fd(port.rx_wait_fd)
-            fp = self.config.fastpath
-            if fp.poll_mode == "adaptive":
-                # So the naps start at the ceiling: short first naps (2, 4, 8 ... us after
-                # every burst) wait for nothing a frame would not end, and each is a wake-up.
-                # At 10k msg/s on a loaded machine they were ~7 wake-ups a burst, twice the
-                # CPU and 3-5x the run-queue wait, and the frame then waited in the run queue
-                # (issue #16, docs/PERFORMANCE.md "The engine's back-off").
-                self.fastpath.set_sleep(
-                    fp.idle_polls_before_sleep, fp.sleep_max_ns, fp.sleep_max_ns
-                )
+        if rx_fd is not None:
+            # Else a frame during a nap waits up to sleep_max_ns: half of that on average,
+            # for a feed of a few messages a second.
+            self.fastpath.set_rx_fd(rx_fd)
         self.services: list[Service] = []
         self.counters = EngineCounters()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -228,6 +229,7 @@ class Engine:
         #: The thread we gave the short scheduler slice (its native id), so a loop's thread
         #: gets its own slice back when the engine leaves it (`detach_loop`).
         self._sliced_thread: int | None = None
+        self._slice_before: int | None = None  # that thread's slice before the engine's
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
@@ -445,9 +447,9 @@ class Engine:
         self._loop_thread = None
         if self._sliced_thread == threading.get_native_id():
             # The loop's thread is the caller's (asyncio.Runner's, a test's main thread):
-            # leave it as it was found. 0 is the kernel's default slice again.
+            # leave it as it was found, with the kernel's slice or one it had asked for.
             with contextlib.suppress(OSError):
-                set_thread_slice(0)
+                restore_thread_slice(self._slice_before)
             self._sliced_thread = None
         if not self.fastpath.closed:
             self.fastpath.set_extra_fd(None)
@@ -640,8 +642,10 @@ class Engine:
         priority = self.config.sched_fifo_priority
         if priority is None and self.config.slice_ns:
             try:
+                native_id = threading.get_native_id()
+                self._slice_before = thread_slice_ns(native_id)
                 set_thread_slice(self.config.slice_ns)
-                self._sliced_thread = threading.get_native_id()
+                self._sliced_thread = native_id
             except OSError as exc:  # an older kernel, another architecture: its slice then
                 log.info("engine thread keeps the kernel's slice: %s", exc)
         if priority is not None:

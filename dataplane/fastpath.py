@@ -87,6 +87,8 @@ class FastPathConfig:
     verify_checksums: bool = True
     poll_mode: Literal["adaptive", "busy"] = "adaptive"
     idle_polls_before_sleep: int = 64
+    #: The first nap. dataplane.engine raises it to sleep_max_ns on ports whose socket
+    #: ends a nap when a frame lands (af_packet): short naps there only cost wake-ups.
     sleep_min_ns: int = 2_000
     sleep_max_ns: int = 1_000_000
     # After Python transmits (a SYN, a request, an echo) busy-poll this long before backing

@@ -12,6 +12,7 @@ import ctypes
 import os
 import platform
 import struct
+import threading
 from pathlib import Path
 
 #: sched_setattr's syscall number per architecture (no libc wrapper before glibc 2.41).
@@ -43,3 +44,12 @@ def thread_slice_ns(native_id: int) -> int | None:
         if line.startswith("se.slice"):
             return int(line.split(":")[1])
     return None
+
+
+def restore_thread_slice(previous_ns: int | None) -> None:
+    """Give the calling thread back the slice it had (`thread_slice_ns` before a
+    `set_thread_slice`): the kernel's default when that is what it was, else that value
+    asked again. OSError as `set_thread_slice`."""
+    set_thread_slice(0)  # 0: the kernel's default slice
+    if previous_ns is not None and thread_slice_ns(threading.get_native_id()) != previous_ns:
+        set_thread_slice(previous_ns)  # the thread had a slice of its own

@@ -133,6 +133,14 @@ class EngineSettings(BaseModel):
         "default: the latency profile's",
     )
     sleep_max_us: int = Field(default=1000, ge=1, le=100_000, description="back-off ceiling")
+    slice_us: int = Field(
+        default=100,
+        ge=0,
+        le=100_000,
+        description="the engine thread's scheduler slice (EEVDF, Linux 6.12+; the kernel "
+        "clamps it to 100-100000): a short one lets a frame's wake-up preempt the task on the "
+        "CPU instead of queueing behind it; 0: the kernel's; not used under SCHED_FIFO",
+    )
     burst: int = Field(default=32, ge=1, le=64, description="frames per RX burst")
     ack_policy: Literal["delayed", "every_second", "immediate"] = "delayed"
     delayed_ack_ms: float = Field(default=40.0, ge=0, le=500)

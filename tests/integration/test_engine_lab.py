@@ -205,6 +205,7 @@ def test_with_an_rx_fd_the_back_off_naps_at_its_ceiling_at_once(eal, lab: Lab) -
     assert port.rx_wait_fd is not None, "the af_packet PMD's socket was not found"
     config = EngineConfig(budget=1.0, fastpath=FastPathConfig(sleep_max_ns=ceiling))
     eng = Engine.on_port(port, lab.gw_ip, lab.netmask, config=config)
+    assert eng.fastpath.config.sleep_min_ns == ceiling  # what the C side does, said
 
     def naps_after_a_ping() -> int:
         before = eng.fastpath.stats()["sleeps"]
@@ -253,26 +254,32 @@ def test_busy_polling_engine_never_naps_on_its_rx_fd(eal, lab: Lab) -> None:  # 
         port.close()
 
 
-def test_a_loop_thread_gets_its_own_slice_back(loop_engine) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("own_slice", [None, 500_000], ids=["kernel's", "its own"])
+def test_a_loop_thread_gets_its_own_slice_back(loop_engine, own_slice: int | None) -> None:  # type: ignore[no-untyped-def]
     """An engine run on the caller's event loop (this thread) gives the thread the short slice
-    while it runs and the kernel's back when the loop closes: a test's or an application's
-    main thread is left as it was found."""
-    from dataplane.sched import thread_slice_ns
+    while it runs and gives back the slice it had when the loop closes, the kernel's or one
+    the application asked for: a test's or an application's main thread is left as found."""
+    from dataplane.sched import set_thread_slice, thread_slice_ns
 
     eng, _ = loop_engine
     me = threading.get_native_id()
-    before = thread_slice_ns(me)
-    if before is None:
+    if thread_slice_ns(me) is None:
         pytest.skip("the kernel reports no se.slice (before 6.6)")
-    assert before != eng.config.slice_ns
-    during: list[int | None] = []
+    try:
+        if own_slice is not None:
+            set_thread_slice(own_slice)
+        before = thread_slice_ns(me)
+        assert before != eng.config.slice_ns
+        during: list[int | None] = []
 
-    async def probe() -> None:
-        during.append(thread_slice_ns(me))
+        async def probe() -> None:
+            during.append(thread_slice_ns(me))
 
-    run_in_loop(eng, probe)
-    assert during == [eng.config.slice_ns]
-    assert thread_slice_ns(me) == before
+        run_in_loop(eng, probe)
+        assert during == [eng.config.slice_ns]
+        assert thread_slice_ns(me) == before
+    finally:
+        set_thread_slice(0)  # this thread as the test found it
 
 
 def test_the_engine_thread_runs_with_a_short_slice(engine: tuple[Engine, Lab]) -> None:

@@ -207,6 +207,17 @@ def test_isolated_means_the_first_isolated_online_cpu(
     assert engine_config_from(EngineSettings(cpu=2)).cpu == 2  # a CPU given stays
 
 
+@pytest.mark.usefixtures("clean_env")
+def test_the_engine_slice_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_config_from(Settings().engine).slice_ns == 100_000  # the default
+    monkeypatch.setenv("WSGW_ENGINE__SLICE_US", "0")
+    assert engine_config_from(Settings().engine).slice_ns is None  # the kernel's
+    monkeypatch.setenv("WSGW_ENGINE__SLICE_US", "250")
+    assert engine_config_from(Settings().engine).slice_ns == 250_000
+    with pytest.raises(ValueError, match="slice_us"):
+        EngineSettings(slice_us=-1)
+
+
 # ---- the ring header's wait hint ------------------------------------------------------------
 @pytest.mark.parametrize("policy", ["futex", "busy", "spin:250", "spin:0.5", "spin:10000000"])
 def test_wait_hint_round_trip(gateway: str, policy: str) -> None:

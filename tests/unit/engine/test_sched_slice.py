@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dataplane.sched import SCHED_ATTR, set_thread_slice, thread_slice_ns
+from dataplane.sched import SCHED_ATTR, restore_thread_slice, set_thread_slice, thread_slice_ns
 
 
 def test_the_attr_is_the_kernels_first_size() -> None:
@@ -45,3 +45,28 @@ def test_the_kernel_clamps_the_slice_to_its_range() -> None:
         thread.start()
         thread.join(5)
     assert got == [100_000, 100_000_000]  # 0.1 ms to 100 ms
+
+
+@pytest.mark.parametrize("own_slice", [None, 500_000])
+def test_a_thread_gets_back_the_slice_it_had(own_slice: int | None) -> None:
+    """restore_thread_slice: the kernel's default when the thread had it, else the slice
+    the thread had asked for itself (an engine on an application's loop must not take it)."""
+    if thread_slice_ns(threading.get_native_id()) is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    got: dict[str, int | None] = {}
+
+    def run() -> None:
+        me = threading.get_native_id()
+        if own_slice is not None:
+            set_thread_slice(own_slice)
+        before = got["before"] = thread_slice_ns(me)
+        set_thread_slice(100_000)
+        restore_thread_slice(before)
+        got["after"] = thread_slice_ns(me)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(5)
+    assert got["after"] == got["before"]
+    if own_slice is not None:
+        assert got["after"] == own_slice
