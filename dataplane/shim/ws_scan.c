@@ -21,16 +21,28 @@ static inline uint64_t payload_len(const uint8_t *p, uint64_t len7)
     return len7;
 }
 
+/* The arguments both scanners check alike: the window buf[start, len), the tail word, and
+ * room for max_frames results (have_out: the result arrays are there). Returns how many
+ * frames to scan at most (the count must fit the int result), or -EINVAL with the error
+ * set under the entry point's name. */
+static int64_t scan_limit(const char *fn, const uint8_t *buf, size_t start, size_t len,
+                          const uint64_t *tail, int have_out, uint32_t max_frames)
+{
+    if (unlikely(start > len || (buf == NULL && len != 0) || tail == NULL ||
+                 (!have_out && max_frames != 0))) {
+        wsgw_set_error("%s: bad arguments (start %zu, len %zu)", fn, start, len);
+        return -EINVAL;
+    }
+    return max_frames > INT_MAX ? INT_MAX : max_frames;
+}
+
 WSGW_API int wsgw_ws_scan(const uint8_t *buf, size_t start, size_t len, uint64_t *out,
                           uint32_t max_frames, uint64_t *tail)
 {
-    if (unlikely(start > len || (buf == NULL && len != 0) || tail == NULL ||
-                 (out == NULL && max_frames != 0))) {
-        wsgw_set_error("wsgw_ws_scan: bad arguments (start %zu, len %zu)", start, len);
-        return -EINVAL;
-    }
-    if (max_frames > INT_MAX)
-        max_frames = INT_MAX;
+    int64_t limit = scan_limit("wsgw_ws_scan", buf, start, len, tail, out != NULL, max_frames);
+    if (unlikely(limit < 0))
+        return (int)limit;
+    max_frames = (uint32_t)limit;
 
     size_t pos = start;
     uint32_t n = 0;
@@ -182,13 +194,11 @@ WSGW_API int wsgw_ws_scan_batch(const uint8_t *buf, size_t start, size_t len, ui
                                 uint64_t *spans, uint8_t *ops, uint32_t max_frames,
                                 uint64_t *tail)
 {
-    if (unlikely(start > len || (buf == NULL && len != 0) || tail == NULL ||
-                 ((spans == NULL || ops == NULL) && max_frames != 0))) {
-        wsgw_set_error("wsgw_ws_scan_batch: bad arguments (start %zu, len %zu)", start, len);
-        return -EINVAL;
-    }
-    if (max_frames > INT_MAX)
-        max_frames = INT_MAX;
+    int64_t limit = scan_limit("wsgw_ws_scan_batch", buf, start, len, tail,
+                               spans != NULL && ops != NULL, max_frames);
+    if (unlikely(limit < 0))
+        return (int)limit;
+    max_frames = (uint32_t)limit;
     size_t pos = start;
     uint32_t n = 0;
     uint64_t why = WSGW_WS_BATCH_END;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -27,15 +28,9 @@ PORT_RUNTIME_FIELDS = frozenset({"device", "ipv4", "netmask", "gateway", "mtu"})
 
 
 def port_spec(port: PortRow) -> PortSpec:
-    return PortSpec(
-        id=port.id,
-        name=port.name,
-        device=port.device,
-        ipv4=port.ipv4,
-        netmask=port.netmask,
-        gateway=port.gateway,
-        mtu=port.mtu,
-    )
+    """The runtime's view of a row: each PortSpec field is the row's column of that name
+    (a field added to PortSpec is a column, read here without another line)."""
+    return PortSpec(**{f.name: getattr(port, f.name) for f in fields(PortSpec)})
 
 
 def route_problem(port: PortRow, url: str) -> str | None:  # noqa: PLR0911 (one return per reason a route fails)

@@ -5,15 +5,14 @@ nothing is left behind."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gateway.lab import Lab
+from tests.bench.leftovers import assert_run_left_nothing
 from tests.conftest import requires_dpdk
 from wsgw_bench.core import BenchOptions
 from wsgw_bench.failover import (
@@ -34,7 +33,6 @@ from wsgw_bench.failover import (
 )
 
 QUICK = plan_for(BenchOptions(quick=True))
-NETNS_AT_START = os.readlink("/proc/self/ns/net")
 
 
 def test_plans_and_schedules() -> None:
@@ -180,6 +178,4 @@ def test_the_group_loses_nothing_and_the_single_session_what_it_must(quick_run: 
 @pytest.mark.dpdk
 @pytest.mark.usefixtures("eal")
 def test_the_run_leaves_nothing(quick_run: Result) -> None:
-    assert os.readlink("/proc/thread-self/ns/net") == NETNS_AT_START  # setns undone
-    assert not list(Path("/dev/shm").glob(f"wsgw-failover{os.getpid()}-*"))
-    json.dumps(quick_run.as_dict(), allow_nan=False)  # what `--out` writes
+    assert_run_left_nothing(quick_run, "wsgw-failover")

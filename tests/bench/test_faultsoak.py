@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.lab import Lab
+from tests.bench.leftovers import assert_run_left_nothing
 from tests.conftest import requires_dpdk
 from wsgw_bench.core import BenchOptions
 from wsgw_bench.faultsoak import (
@@ -36,7 +37,6 @@ from wsgw_bench.faultsoak import (
 )
 
 QUICK = plan_for(BenchOptions(quick=True))
-NETNS_AT_START = os.readlink("/proc/self/ns/net")
 
 
 # ---- the rules ----------------------------------------------------------------------------------
@@ -178,9 +178,7 @@ def test_quick_run_made_its_faults_and_left_nothing(quick_run: Result) -> None:
     kinds = [kind for kind, _, _ in quick_run.faults]
     assert kinds.count(KILL) == 2 and kinds.count(LINK) == 1
     assert len(quick_run.outages) == 3
-    assert os.readlink("/proc/thread-self/ns/net") == NETNS_AT_START  # setns undone
-    assert not list(Path("/dev/shm").glob(f"wsgw-faultsoak{os.getpid()}-*"))
-    json.dumps(quick_run.as_dict(), allow_nan=False)  # what `--out` writes
+    assert_run_left_nothing(quick_run, "wsgw-faultsoak")
 
 
 @requires_dpdk
