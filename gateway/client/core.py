@@ -73,7 +73,7 @@ from dataplane.ring import (
     WaitPolicy,
     ring_name,
 )
-from gateway.client.ring import ReaderCpu, RingSource, pin_reader
+from gateway.client.ring import READER_SLICE_NS, ReaderCpu, RingSource, pin_reader
 from gateway.normalize.schema import Event, decode, encoding_of
 
 
@@ -301,6 +301,7 @@ class Client:
         normalized: bool = False,
         name: str | None = None,
         cpu: ReaderCpu = None,
+        slice_ns: int | None = READER_SLICE_NS,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
@@ -312,10 +313,20 @@ class Client:
         decode normalized messages (module doc). name: how the gateway lists this reader in
         /v1/consumers and the dashboard (default: the process's name). cpu: pin the calling
         thread to this CPU, or "engine": to the CPU of the gateway's engine (gateway.client.
-        ring.pin_reader; a wake-up on the writer's CPU costs less than one across CPUs)."""
+        ring.pin_reader; a wake-up on the writer's CPU costs less than one across CPUs).
+        slice_ns: the scheduler slice of the thread that waits, from its first wait until the
+        client closes (RingReader.slice_ns: its wake-up preempts instead of queueing; None:
+        the thread's own)."""
         path = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
-            path, topics, copy=copy, start=start, max_batch=max_batch, wait=wait, reader_name=name
+            path,
+            topics,
+            copy=copy,
+            start=start,
+            max_batch=max_batch,
+            wait=wait,
+            reader_name=name,
+            slice_ns=slice_ns,
         )
         pin_reader(reader, cpu)
 
@@ -329,6 +340,7 @@ class Client:
                     max_batch=max_batch,
                     wait=wait,
                     reader_name=name,
+                    slice_ns=slice_ns,
                 )
             )
 
@@ -359,10 +371,11 @@ class Client:
         start_seq: int | None = None,
         durable: str | None = None,
         normalized: bool = False,
+        slice_ns: int | None = READER_SLICE_NS,
     ) -> Client:
-        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
-        and wait apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N] (token:
-        a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
+        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start,
+        wait and slice_ns apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N]
+        (token: a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
         subject prefix; jetstream and start_seq: resume from the stream; durable: a durable
         consumer that acks and resumes by itself, gateway.client.nats). session: the
         session whose topics `topics` names (ws and nats). normalized: decode normalized
@@ -381,6 +394,7 @@ class Client:
                 epoch=epoch,
                 follow=follow,
                 normalized=normalized,
+                slice_ns=slice_ns,
             )
         if parts.scheme in ("ws", "wss"):
             from gateway.client.stream import StreamSource, stream_url

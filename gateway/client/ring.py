@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from gateway.client.core import ClientEvent
 
 
+#: The scheduler slice a ring consumer's waiting thread asks for by default (Client.attach
+#: slice_ns; EEVDF, dataplane.sched): the engine's (EngineConfig.slice_ns), for the same
+#: reason: a thread that runs briefly per wake-up should not wait behind a 1.4 ms slice.
+READER_SLICE_NS = 100_000
+
 #: Client.attach(cpu=): a CPU number, or "engine": the CPU of the engine whose feed writes the
 #: ring, as the gateway publishes it in the ring's header (RingWriter.set_writer_cpu).
 ReaderCpu = int | Literal["engine"] | None

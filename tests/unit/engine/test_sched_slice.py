@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from dataplane.sched import SCHED_ATTR, set_thread_slice, thread_slice_ns
+from dataplane.sched import SCHED_ATTR, SliceLeases, set_slice_of, set_thread_slice, thread_slice_ns
 
 
 def test_the_attr_is_the_kernels_first_size() -> None:
@@ -45,3 +45,28 @@ def test_the_kernel_clamps_the_slice_to_its_range() -> None:
         thread.start()
         thread.join(5)
     assert got == [100_000, 100_000_000]  # 0.1 ms to 100 ms
+
+
+def test_a_lease_on_a_thread_that_ended_ends_quietly() -> None:
+    """The last lease of a thread gone meanwhile gives nothing back (its id may be another
+    process's thread by now) and raises nothing; leases of live threads count."""
+    if thread_slice_ns(threading.get_native_id()) is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    leases = SliceLeases()
+    ids: list[int] = []
+    thread = threading.Thread(target=lambda: ids.append(threading.get_native_id()))
+    thread.start()
+    thread.join(5)
+    assert not leases.hold(ids[0], 100_000)  # no such thread now: no lease
+    with pytest.raises(OSError):
+        set_slice_of(ids[0], 100_000)
+    me = threading.get_native_id()
+    before = thread_slice_ns(me)
+    try:
+        assert leases.hold(me, 300_000) and leases.hold(me, 100_000)
+        assert leases.held(me) == 2 and thread_slice_ns(me) == 300_000  # the first one's
+        leases.release(me)
+        assert thread_slice_ns(me) == 300_000
+    finally:
+        leases.release(me)
+    assert leases.held(me) == 0 and thread_slice_ns(me) == before
