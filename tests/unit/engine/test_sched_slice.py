@@ -4,6 +4,8 @@ report it in /proc), other threads keep theirs; the kernel clamps it to its rang
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +59,11 @@ def test_a_lease_on_a_thread_that_ended_ends_quietly() -> None:
     thread = threading.Thread(target=lambda: ids.append(threading.get_native_id()))
     thread.start()
     thread.join(5)
+    gone = Path(f"/proc/self/task/{ids[0]}")
+    for _ in range(1000):  # join returns a moment before the OS thread is gone
+        if not gone.exists():
+            break
+        time.sleep(0.001)
     assert not leases.hold(ids[0], 100_000)  # no such thread now: no lease
     with pytest.raises(OSError):
         set_slice_of(ids[0], 100_000)
