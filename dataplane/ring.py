@@ -893,7 +893,7 @@ class RingReader(Closing):
             if left is not None and left <= 0:
                 return events
             if self.slice_ns is not None:
-                self._take_slice()
+                self.hold_slice()
             if fused:
                 with self._lock:
                     self._live()
@@ -975,7 +975,7 @@ class RingReader(Closing):
         deadline = None if timeout is None else time.monotonic() + timeout
         spin_ns = self.wait_policy.spin_ns if spin is None else int(spin * 1e9)
         if self.slice_ns is not None and timeout != 0:
-            self._take_slice()
+            self.hold_slice()
         while True:
             if self._stop:
                 return False
@@ -989,8 +989,12 @@ class RingReader(Closing):
             if rc != -errno.EINTR:  # a signal: let Python run its handler, then wait on
                 raise _error(rc, "ring wait")
 
-    def _take_slice(self) -> None:
-        """The calling thread is about to wait: it gets slice_ns, once per thread."""
+    def hold_slice(self) -> None:
+        """The calling thread gets slice_ns (if set) until the reader ends, once per thread:
+        read_batch and wait call it before they wait; a thread woken by the one that waits
+        (an asyncio loop's) may call it too."""
+        if self.slice_ns is None:
+            return
         tid = threading.get_native_id()
         if tid in self._slice_tried:
             return

@@ -58,6 +58,12 @@ class Placement:
     wait: str = "futex"
     client: bool = False  # read with gateway.client.Client as a consumer does, not in C
     fused: bool = True  # the client's read waits and reads in one C call (issue #16)
+    #: The client's waiting thread's scheduler slice (Client.attach slice_ns): -1 the
+    #: client's default, None the thread's own (the kernel's 1.4 ms).
+    slice_ns: int | None = -1
+    #: A process spinning on the reader's CPU for the run (a busy neighbour: the woken
+    #: reader either preempts it or queues behind its slice).
+    hog: bool = False
 
 
 PLACEMENTS = {
@@ -76,22 +82,43 @@ PLACEMENTS = {
     "same cpu, python client, wait then read": Placement(WRITER_CPU, client=True, fused=False),
     "other cpu, python client, wait then read": Placement(1 - WRITER_CPU, client=True, fused=False),
     "unpinned, python client, wait then read": Placement(None, client=True, fused=False),
+    # The waiting thread's slice (session 13): the client's 100 us against the kernel's,
+    # alone and with a busy neighbour on the reader's CPU; the adaptive spin's cost.
+    "unpinned, python client, kernel's slice": Placement(None, client=True, slice_ns=None),
+    "other cpu, python client, hog": Placement(1 - WRITER_CPU, client=True, hog=True),
+    "other cpu, python client, hog, kernel's slice": Placement(
+        1 - WRITER_CPU, client=True, slice_ns=None, hog=True
+    ),
+    "unpinned, python client, adaptive:30": Placement(None, wait="adaptive:30", client=True),
 }
 
 
+def hog_main(cpu: int) -> None:
+    """Spin on `cpu` until killed (a neighbour that never sleeps)."""
+    os.sched_setaffinity(0, {cpu})
+    while True:
+        pass
+
+
 def client_latencies(
-    ring: str, count: int, wait: str, conn: Connection, fused: bool = True
+    ring: str,
+    count: int,
+    wait: str,
+    conn: Connection,
+    fused: bool = True,
+    slice_ns: int | None = -1,
 ) -> tuple[list[int], list[int]]:
     """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
     after it returns, minus each record's write stamp. Also, per batch that waited, the
     time from the wake-up to that first line: the C stamp of wsgw_ring_read_wait (fused),
     else the stamp Python takes right after the wait call returns."""
     from gateway.client import Client, RingMessage
-    from gateway.client.ring import RingSource
+    from gateway.client.ring import READER_SLICE_NS, RingSource
 
     latencies: list[int] = []
     after_wake: list[int] = []
-    with Client.attach(ring, wait=wait) as client:
+    reader_slice = READER_SLICE_NS if slice_ns == -1 else slice_ns
+    with Client.attach(ring, wait=wait, slice_ns=reader_slice) as client:
         assert isinstance(client.source, RingSource)
         reader = client.source.reader
         reader.fused_wait = fused
@@ -127,11 +154,11 @@ def reader_main(conn: Connection) -> None:
         cmd = conn.recv()
         if cmd is None:
             return
-        _, ring, count, cpu, wait, client, fused = cmd
+        _, ring, count, cpu, wait, client, fused, slice_ns = cmd
         os.sched_setaffinity(0, {cpu} if cpu is not None else set(range(os.cpu_count() or 1)))
         if client:
             cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
-            lat, after_wake = client_latencies(ring, count, wait, conn, fused)
+            lat, after_wake = client_latencies(ring, count, wait, conn, fused, slice_ns)
             cpu_pct = 100 * (time.thread_time_ns() - cpu0) / (time.monotonic_ns() - wall0)
             conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
@@ -150,6 +177,12 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
         if placement.halt_poll_ns is not None:
             undo.enter_context(halt_poll_window(placement.halt_poll_ns))
         writer = undo.enter_context(RingWriter.create(name, 16 << 20, replace=True))
+        if placement.hog:
+            assert placement.reader_cpu is not None, "a hog needs the reader's CPU"
+            hog = CTX.Process(target=hog_main, args=(placement.reader_cpu,), daemon=True)
+            hog.start()
+            undo.callback(hog.join, 10)
+            undo.callback(hog.kill)
         conn.send(
             (
                 "run",
@@ -159,6 +192,7 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
                 placement.wait,
                 placement.client,
                 placement.fused,
+                placement.slice_ns,
             )
         )
         if not conn.poll(30) or conn.recv() != "ready":

@@ -58,7 +58,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError as FutureCancelledError
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
@@ -258,6 +259,9 @@ class Client:
         if epoch is not None and source.epoch and epoch != source.epoch:
             self._pending.append(Restart(epoch, source.epoch))
         self._executor: ThreadPoolExecutor | None = None
+        #: aread's read in the waiting thread when aread was cancelled: what it read (the
+        #: reader's position moved past it) comes before anything read later.
+        self._inflight: Future[list[ClientEvent]] | None = None
         self._closed = False
 
     @property
@@ -465,6 +469,10 @@ class Client:
         that ended is replaced by the next run's as soon as there is one: [Restart]."""
         if self._pending:
             return self._take_pending()
+        if self._inflight is not None:
+            cancelled = self._collect_inflight(self._inflight.result)
+            if cancelled:
+                return cancelled
         events = self._deliver(self.source.read(max, timeout))
         if not events and self._reopen is not None and self.source.ended:
             switched = self._follow()
@@ -536,6 +544,27 @@ class Client:
                 return
 
     # ---- asyncio --------------------------------------------------------------------------
+    #: aread waits and reads in one call in its waiting thread when the source is a ring
+    #: (RingReader.read_batch: wsgw_ring_read_wait), so the loop gets the batch, not a
+    #: wake-up to read it itself. False: wait there, read on the loop (before session 13).
+    fused_aread = True
+
+    def _collect_inflight(self, result: Callable[[], list[ClientEvent]]) -> list[ClientEvent]:
+        """The events of a cancelled aread's read (result: its future's, once done)."""
+        self._inflight = None
+        try:
+            return self._deliver(result())
+        except FutureCancelledError:
+            return []  # it never started: nothing was read
+
+    async def _await_inflight(self) -> list[ClientEvent]:
+        """The events of a cancelled aread's read ([]: none), without blocking the loop."""
+        inflight = self._inflight
+        if inflight is None:
+            return []
+        await asyncio.wait([asyncio.wrap_future(inflight)])  # interrupted: returns soon
+        return self._collect_inflight(inflight.result)
+
     async def aread(
         self, max: int | None = None, timeout: float | None = None
     ) -> list[ClientEvent]:
@@ -543,8 +572,9 @@ class Client:
         client's own thread (it releases the GIL) and is interrupted on cancellation. With
         the spin policy the loop first polls for spin_us itself; with busy it polls in
         slices of BUSY_SLICE, letting the other tasks run between them."""
-        if self._pending:
-            return self._take_pending()
+        earlier = self._take_pending() if self._pending else await self._await_inflight()
+        if earlier:
+            return earlier
         deadline = None if timeout is None else time.monotonic() + timeout
         policy = self.source.wait_policy
         while True:
@@ -563,19 +593,35 @@ class Client:
                 left = min(left, deadline - time.monotonic())
                 if left <= 0:
                     return []
-            await self._await_source(left, policy)
+            events = await self._await_source(max, left, policy)
+            if events:
+                return events
 
-    async def _await_source(self, left: float, policy: WaitPolicy) -> None:
-        """Wait up to `left` s for the source as `policy` says (aread's docstring)."""
+    async def _await_source(
+        self, max: int | None, left: float, policy: WaitPolicy
+    ) -> list[ClientEvent]:
+        """Wait up to `left` s for the source as `policy` says (aread's docstring); what
+        the waiting thread read meanwhile (fused_aread), else [] (the caller reads)."""
         if policy.mode != "futex":
             spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
             if self.source.wait(spin, spin):
-                return
+                return []
             if policy.mode == "busy":
                 await asyncio.sleep(0)  # the other tasks' turn, then poll again
-                return
+                return []
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="wsgw-client-wait")
+        source = self.source
+        if self.fused_aread and isinstance(source, RingSource):
+            # The loop's thread is woken per batch too (by the waiting thread): its slice.
+            source.reader.hold_slice()
+            inflight = self._executor.submit(source.read, max, left)
+            try:
+                return self._deliver(await asyncio.wrap_future(inflight))
+            except asyncio.CancelledError:
+                source.interrupt()
+                self._inflight = inflight  # what it reads still comes first
+                raise
         future = asyncio.get_running_loop().run_in_executor(
             self._executor, self.source.wait, left, 0.0
         )
@@ -584,6 +630,7 @@ class Client:
         except asyncio.CancelledError:
             self.source.interrupt()
             raise
+        return []
 
     def __aiter__(self) -> AsyncIterator[ClientEvent]:
         return self._aiter()
