@@ -766,21 +766,8 @@ class RingReader(Closing):
         "auto" (or None): as the ring's writer recommends, futex when it says nothing.
         reader_name: how the gateway lists this reader (default: the process's name).
         slice_ns: the waiting thread's scheduler slice (RingReader.slice_ns; None: its own)."""
-        _check_library()
         path = ring_path(name)
-        rc, handle = ring_attach(os.fsencode(path), -1, cls._flags(start))
-        if rc < 0:
-            raise _error(rc, f"attach ring {path}")
-        return cls(
-            handle,
-            path,
-            topics,
-            copy=copy,
-            max_batch=max_batch,
-            wait=wait,
-            name=reader_name,
-            slice_ns=slice_ns,
-        )
+        return cls._open(path, -1, topics, start, copy, max_batch, wait, reader_name, slice_ns)
 
     @classmethod
     def attach_fd(
@@ -796,20 +783,30 @@ class RingReader(Closing):
         slice_ns: int | None = None,
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
+        return cls._open(None, fd, topics, start, copy, max_batch, wait, reader_name, slice_ns)
+
+    @classmethod
+    def _open(
+        cls,
+        path: Path | None,
+        fd: int,
+        topics: Iterable[str] | None,
+        start: Start,
+        copy: bool,
+        max_batch: int,
+        wait: WaitPolicy | str | None,
+        reader_name: str | None,
+        slice_ns: int | None,
+    ) -> RingReader:
+        """attach and attach_fd: the ring at path (fd -1) or by its descriptor (path None)."""
         _check_library()
-        rc, handle = ring_attach(None, fd, cls._flags(start))
+        rc, handle = ring_attach(None if path is None else os.fsencode(path), fd, cls._flags(start))
         if rc < 0:
-            raise _error(rc, f"attach ring fd {fd}")
+            raise _error(rc, f"attach ring {path if path is not None else f'fd {fd}'}")
         return cls(
-            handle,
-            None,
-            topics,
-            copy=copy,
-            max_batch=max_batch,
-            wait=wait,
-            name=reader_name,
+            handle, path, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name,
             slice_ns=slice_ns,
-        )
+        )  # fmt: skip
 
     @staticmethod
     def _flags(start: Start) -> int:

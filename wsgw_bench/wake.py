@@ -20,6 +20,7 @@ rate and the reader's CPU; figures are for reading, the machine's load moves the
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import multiprocessing as mp
 import os
@@ -64,6 +65,8 @@ class Placement:
     #: A process spinning on the reader's CPU for the run (a busy neighbour: the woken
     #: reader either preempts it or queues behind its slice).
     hog: bool = False
+    #: Read with `await client.aread()` on an asyncio loop (its wait in the client's thread).
+    aio: bool = False
 
 
 PLACEMENTS = {
@@ -90,6 +93,10 @@ PLACEMENTS = {
         1 - WRITER_CPU, client=True, slice_ns=None, hog=True
     ),
     "unpinned, python client, adaptive:30": Placement(None, wait="adaptive:30", client=True),
+    # Client.aread: the waiting thread reads and hands the batch over (fused_aread), against
+    # the waiting thread waking the loop to read (fused=False: the path before session 13).
+    "unpinned, asyncio client": Placement(None, client=True, aio=True),
+    "unpinned, asyncio client, wait then read": Placement(None, client=True, aio=True, fused=False),
 }
 
 
@@ -107,11 +114,13 @@ def client_latencies(
     conn: Connection,
     fused: bool = True,
     slice_ns: int | None = -1,
+    aio: bool = False,
 ) -> tuple[list[int], list[int]]:
     """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
     after it returns, minus each record's write stamp. Also, per batch that waited, the
     time from the wake-up to that first line: the C stamp of wsgw_ring_read_wait (fused),
-    else the stamp Python takes right after the wait call returns."""
+    else the stamp Python takes right after the wait call returns. aio: the same through
+    `await client.aread()` (fused: Client.fused_aread; the old path has no wake stamp)."""
     from gateway.client import Client, RingMessage
     from gateway.client.ring import READER_SLICE_NS, RingSource
 
@@ -132,6 +141,10 @@ def client_latencies(
                 return ready
 
             reader.wait = stamped_wait  # type: ignore[method-assign]
+        if aio:
+            client.fused_aread = fused
+            conn.send("ready")
+            return asyncio.run(_aread_latencies(client, count))
         conn.send("ready")
         while len(latencies) < count:
             woke[0] = 0
@@ -146,6 +159,23 @@ def client_latencies(
     return latencies, after_wake
 
 
+async def _aread_latencies(client: Any, count: int) -> tuple[list[int], list[int]]:
+    from gateway.client import RingMessage
+
+    reader = client.source.reader
+    latencies: list[int] = []
+    after_wake: list[int] = []
+    while len(latencies) < count:
+        events = await client.aread(timeout=5.0)
+        now = time.time_ns()
+        if not events:
+            break
+        latencies.extend(now - e.ts_ns for e in events if type(e) is RingMessage)
+        if client.fused_aread and reader.woke_ns:
+            after_wake.append(now - reader.woke_ns)
+    return latencies, after_wake
+
+
 def reader_main(conn: Connection) -> None:
     """Serve latency runs: ("run", ring, count, cpu, wait) -> the C reader's result."""
     from dataplane.ring import RingReader, bench_c_latency
@@ -154,12 +184,14 @@ def reader_main(conn: Connection) -> None:
         cmd = conn.recv()
         if cmd is None:
             return
-        _, ring, count, cpu, wait, client, fused, slice_ns = cmd
+        _, ring, count, cpu, wait, client, fused, slice_ns, aio = cmd
         os.sched_setaffinity(0, {cpu} if cpu is not None else set(range(os.cpu_count() or 1)))
         if client:
-            cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
-            lat, after_wake = client_latencies(ring, count, wait, conn, fused, slice_ns)
-            cpu_pct = 100 * (time.thread_time_ns() - cpu0) / (time.monotonic_ns() - wall0)
+            # asyncio: the loop's thread and the client's waiting thread, the whole process
+            cpu_ns = time.process_time_ns if aio else time.thread_time_ns
+            cpu0, wall0 = cpu_ns(), time.monotonic_ns()
+            lat, after_wake = client_latencies(ring, count, wait, conn, fused, slice_ns, aio)
+            cpu_pct = 100 * (cpu_ns() - cpu0) / (time.monotonic_ns() - wall0)
             conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
         with RingReader.attach(ring, wait=wait) as reader:
@@ -193,6 +225,7 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
                 placement.client,
                 placement.fused,
                 placement.slice_ns,
+                placement.aio,
             )
         )
         if not conn.poll(30) or conn.recv() != "ready":
