@@ -60,7 +60,8 @@ class Placement:
     client: bool = False  # read with gateway.client.Client as a consumer does, not in C
     fused: bool = True  # the client's read waits and reads in one C call (issue #16)
     #: The client's waiting thread's scheduler slice (Client.attach slice_ns): -1 the
-    #: client's default, None the thread's own (the kernel's 1.4 ms).
+    #: client's default, None the thread's own (the kernel's 1.4 ms). The C reader keeps
+    #: its own unless given a number.
     slice_ns: int | None = -1
     #: A process spinning on the reader's CPU for the run (a busy neighbour: the woken
     #: reader either preempts it or queues behind its slice).
@@ -93,6 +94,8 @@ PLACEMENTS = {
         1 - WRITER_CPU, client=True, slice_ns=None, hog=True
     ),
     "unpinned, python client, adaptive:30": Placement(None, wait="adaptive:30", client=True),
+    "other cpu, hog, slice 100 us": Placement(1 - WRITER_CPU, slice_ns=100_000, hog=True),
+    "other cpu, hog": Placement(1 - WRITER_CPU, hog=True),
     # Client.aread: the waiting thread reads and hands the batch over (fused_aread), against
     # the waiting thread waking the loop to read (fused=False: the path before session 13).
     "unpinned, asyncio client": Placement(None, client=True, aio=True),
@@ -194,7 +197,9 @@ def reader_main(conn: Connection) -> None:
             cpu_pct = 100 * (cpu_ns() - cpu0) / (time.monotonic_ns() - wall0)
             conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
-        with RingReader.attach(ring, wait=wait) as reader:
+        slice_ns = None if slice_ns == -1 else slice_ns
+        with RingReader.attach(ring, wait=wait, slice_ns=slice_ns) as reader:
+            reader.hold_slice()  # the C loop waits without read_batch: take it here
             conn.send("ready")
             res = bench_c_latency(reader, count, 60.0)
         conn.send((res.latencies_ns, res.cpu_percent, res.lost, []))

@@ -42,7 +42,10 @@ is the policy in use and `client.wait_origin` where it came from ("given", "gate
 "default"). The polling runs in C with the GIL released; under asyncio it runs on the loop's
 own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between them),
 because handing the wait to another thread and back would cost the very wake-up the policy
-avoids. The network transports wait on their sockets (futex-like).
+avoids; with futex the client's thread waits and reads, and hands the loop the batch. The
+network transports wait on their sockets (futex-like). The thread that waits on a ring (and
+an asyncio loop's) asks the scheduler for a short slice (`slice_ns`, 100 us; None: its own)
+until the client closes, so its wake-up preempts a busy neighbour instead of queueing.
 
 Normalized subscriptions (format "normalized") come as topics `<session>:norm:<topic>`
 (JSON) or `<session>:normbin:<topic>` (MessagePack), one gateway.normalize event each.
@@ -569,7 +572,9 @@ class Client:
         self, max: int | None = None, timeout: float | None = None
     ) -> list[ClientEvent]:
         """Up to max events without blocking the event loop: the futex wait runs in this
-        client's own thread (it releases the GIL) and is interrupted on cancellation. With
+        client's own thread (it releases the GIL), which reads the batch too (a ring,
+        fused_aread), and is interrupted on cancellation (a batch it read meanwhile is the
+        next aread's or read's). With
         the spin policy the loop first polls for spin_us itself; with busy it polls in
         slices of BUSY_SLICE, letting the other tasks run between them."""
         earlier = self._take_pending() if self._pending else await self._await_inflight()
