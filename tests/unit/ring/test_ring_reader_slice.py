@@ -185,3 +185,41 @@ def test_the_client_asks_for_its_default_and_can_be_told_not_to(
     assert (during, after) == (READER_SLICE_NS, before)
     before, during, after = in_thread(lambda: work(slice_ns=None))  # type: ignore[misc]
     assert during == before == after
+
+
+def test_slice_busy_ns_holds_the_slice_only_while_the_waits_are_long(
+    name: str, ring: RingWriter
+) -> None:
+    """Waits of 5 ms (nothing comes) take the slice; waits ended at once by a writer that
+    writes as soon as the reader sleeps let it go; the close gives it back either way."""
+
+    def work() -> list[int | None]:
+        seen = [my_slice()]
+        r = RingReader.attach(name, slice_ns=SLICE)
+        r.slice_busy_ns = 1_000_000  # held from 2 ms of average wait, let go under 1 ms
+        for _ in range(20):
+            r.read_batch(timeout=0.005)
+        seen.append(my_slice())
+        stop = threading.Event()
+
+        def answer() -> None:
+            while not stop.is_set():
+                if ring.info().waiters:
+                    ring.write(1, 0, b"x")
+                stop.wait(0.00001)
+
+        writer = threading.Thread(target=answer)
+        writer.start()
+        try:
+            for _ in range(100):
+                r.read_batch(timeout=1.0)
+        finally:
+            stop.set()
+            writer.join(10)
+        seen.append(my_slice())
+        r.close()
+        seen.append(my_slice())
+        return seen
+
+    before, slow, fast, after = in_thread(work)  # type: ignore[misc]
+    assert (slow, fast, after) == (SLICE, before, before)
