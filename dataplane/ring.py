@@ -701,7 +701,6 @@ class RingReader(Closing):
         #: Native ids of the threads that took this reader's slice (released on close).
         self._sliced: list[int] = []
         self._slice_tried: set[int] = set()
-        self._wait_avg_ns = 0
         try:
             #: How this reader waits, and where that came from (WaitOrigin).
             self.wait_policy, self.wait_origin = choose_wait(
@@ -890,23 +889,18 @@ class RingReader(Closing):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return events
-            paced = self.slice_ns is not None and self.slice_busy_ns > 0
-            if self.slice_ns is not None and not paced:
+            if self.slice_ns is not None:
                 self.hold_slice()
             if fused:
-                t0 = time.monotonic_ns() if paced else 0
                 with self._lock:
                     self._live()
                     n = self._buf.read_wait(
                         limit, -1 if left is None else int(left * 1e9), self.wait_policy.spin_ns
                     )
-                    waited = time.monotonic_ns() - t0 if paced else 0
                     if n == _CANCELED:
                         return events
                     if n != _EINTR:  # a signal: let Python run its handler, read on
                         events = self._events(n)
-                if paced:
-                    self._pace_slice(waited)
                 if events or self._stop or self._closed_seen:
                     return events
                 if deadline is not None and time.monotonic() >= deadline:
@@ -914,22 +908,6 @@ class RingReader(Closing):
             elif not self.wait(left):  # timed out or interrupted: one last look
                 with self._lock:
                     return self._read_locked(limit)
-
-    #: Hold slice_ns only while the feed is slow (an experiment, session 13): read_batch's
-    #: waits average (1/8 steps) at least twice this (ns), let go below it. 0: always.
-    slice_busy_ns = 0
-
-    def _pace_slice(self, waited: int) -> None:
-        avg = self._wait_avg_ns = self._wait_avg_ns - (self._wait_avg_ns >> 3) + (waited >> 3)
-        tid = threading.get_native_id()
-        held = tid in self._sliced
-        if not held and avg >= 2 * self.slice_busy_ns:
-            self.hold_slice()
-        elif held and avg < self.slice_busy_ns:
-            with self._lock:
-                if tid in self._sliced:
-                    self._sliced.remove(tid)
-                    SLICE_LEASES.release(tid)
 
     #: read_batch's wait and read in one C call (wsgw_ring_read_wait: one ctypes crossing per
     #: wake-up, none of this module's code between the wake-up and the batch). False: a
@@ -1015,13 +993,12 @@ class RingReader(Closing):
         if self.slice_ns is None:
             return
         tid = threading.get_native_id()
-        if tid in self._slice_tried or tid in self._sliced:
+        if tid in self._slice_tried:
             return
+        self._slice_tried.add(tid)  # refused (old kernel, not SCHED_OTHER): not again
         with self._lock:  # close releases the held ones under the lock
             if self._finalizer.alive and SLICE_LEASES.hold(tid, self.slice_ns or 0):
                 self._sliced.append(tid)
-            else:
-                self._slice_tried.add(tid)  # refused (old kernel, not SCHED_OTHER): not again
 
     def interrupt(self) -> None:
         """Make a wait blocked in another thread return False now (or the next wait, if none

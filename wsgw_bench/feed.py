@@ -153,8 +153,6 @@ class Profile:
     #: The ring consumer's waiting thread's scheduler slice, ns (Client.attach slice_ns;
     #: None: the thread's own, the kernel's 1.4 ms; -1: the client's default).
     reader_slice_ns: int | None = -1
-    #: RingReader.slice_busy_ns (0: the slice held always).
-    reader_slice_busy_ns: int = 0
     #: The engine's back-off set after its port is up: (empty polls before the first nap,
     #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
     engine_sleep: tuple[int, int] | None = None
@@ -243,7 +241,6 @@ DPDK_RING_FIFO = "wsgw dpdk -> ring, engine SCHED_FIFO"
 # spinning, a slow one's not waited for (idea 2 of the reader's wake-up).
 DPDK_RING_READER_KERNEL_SLICE = "wsgw dpdk -> ring, reader kernel's slice (before)"
 DPDK_RING_ADAPTIVE_30 = "wsgw dpdk -> ring, adaptive:30 reader"
-DPDK_RING_SLICE_WHILE_SLOW = "wsgw dpdk -> ring, reader slice while slow"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -277,9 +274,6 @@ CONTENDER_SPECS.update(
         ),
         DPDK_RING_READER_KERNEL_SLICE: Contender(
             DPDK_RING_READER_KERNEL_SLICE, "dpdk", "ring", Profile(reader_slice_ns=None)
-        ),
-        DPDK_RING_SLICE_WHILE_SLOW: Contender(
-            DPDK_RING_SLICE_WHILE_SLOW, "dpdk", "ring", Profile(reader_slice_busy_ns=250_000)
         ),
         DPDK_RING_ADAPTIVE_30: Contender(
             DPDK_RING_ADAPTIVE_30, "dpdk", "ring", Profile(wait="adaptive:30")
@@ -428,7 +422,6 @@ def ring_consumer_main(
     cpu: int | Literal["engine"] | None = None,
     fused_read: bool = True,
     slice_ns: int | None = -1,
-    slice_busy_ns: int = 0,
 ) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy (and
     pinned to `cpu` when given; slice_ns: Client.attach's, -1 its default)."""
@@ -439,7 +432,6 @@ def ring_consumer_main(
     with Client.attach(ring, topics=topics, wait=wait, cpu=cpu, slice_ns=reader_slice) as client:
         assert isinstance(client.source, RingSource)
         client.source.reader.fused_wait = fused_read
-        client.source.reader.slice_busy_ns = slice_busy_ns
         tally = Tally(conn)
         conn.send(("ready", os.getpid()))
         read, see, clock = client.read, tally.see, time.time_ns
@@ -1094,7 +1086,6 @@ def running(
                     profile.reader_cpu,
                     profile.fused_read,
                     profile.reader_slice_ns,
-                    profile.reader_slice_busy_ns,
                 )
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
