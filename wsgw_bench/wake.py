@@ -59,10 +59,9 @@ class Placement:
     wait: str = "futex"
     client: bool = False  # read with gateway.client.Client as a consumer does, not in C
     fused: bool = True  # the client's read waits and reads in one C call (issue #16)
-    #: The client's waiting thread's scheduler slice (Client.attach slice_ns): -1 the
-    #: client's default, None the thread's own (the kernel's 1.4 ms). The C reader keeps
-    #: its own unless given a number.
-    slice_ns: int | None = -1
+    #: The reader's waiting thread's scheduler slice (Client.attach slice_ns, RingReader's):
+    #: None, the default: the thread's own (the kernel's 1.4 ms).
+    slice_ns: int | None = None
     #: A process spinning on the reader's CPU for the run (a busy neighbour: the woken
     #: reader either preempts it or queues behind its slice).
     hog: bool = False
@@ -86,12 +85,12 @@ PLACEMENTS = {
     "same cpu, python client, wait then read": Placement(WRITER_CPU, client=True, fused=False),
     "other cpu, python client, wait then read": Placement(1 - WRITER_CPU, client=True, fused=False),
     "unpinned, python client, wait then read": Placement(None, client=True, fused=False),
-    # The waiting thread's slice (session 13): the client's 100 us against the kernel's,
+    # The waiting thread's slice (session 13): 100 us against the kernel's (the default),
     # alone and with a busy neighbour on the reader's CPU; the adaptive spin's cost.
-    "unpinned, python client, kernel's slice": Placement(None, client=True, slice_ns=None),
+    "unpinned, python client, slice 100 us": Placement(None, client=True, slice_ns=100_000),
     "other cpu, python client, hog": Placement(1 - WRITER_CPU, client=True, hog=True),
-    "other cpu, python client, hog, kernel's slice": Placement(
-        1 - WRITER_CPU, client=True, slice_ns=None, hog=True
+    "other cpu, python client, hog, slice 100 us": Placement(
+        1 - WRITER_CPU, client=True, slice_ns=100_000, hog=True
     ),
     "unpinned, python client, adaptive:30": Placement(None, wait="adaptive:30", client=True),
     "other cpu, hog, slice 100 us": Placement(1 - WRITER_CPU, slice_ns=100_000, hog=True),
@@ -116,7 +115,7 @@ def client_latencies(
     wait: str,
     conn: Connection,
     fused: bool = True,
-    slice_ns: int | None = -1,
+    slice_ns: int | None = None,
     aio: bool = False,
 ) -> tuple[list[int], list[int]]:
     """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
@@ -125,12 +124,11 @@ def client_latencies(
     else the stamp Python takes right after the wait call returns. aio: the same through
     `await client.aread()` (fused: Client.fused_aread; the old path has no wake stamp)."""
     from gateway.client import Client, RingMessage
-    from gateway.client.ring import READER_SLICE_NS, RingSource
+    from gateway.client.ring import RingSource
 
     latencies: list[int] = []
     after_wake: list[int] = []
-    reader_slice = READER_SLICE_NS if slice_ns == -1 else slice_ns
-    with Client.attach(ring, wait=wait, slice_ns=reader_slice) as client:
+    with Client.attach(ring, wait=wait, slice_ns=slice_ns) as client:
         assert isinstance(client.source, RingSource)
         reader = client.source.reader
         reader.fused_wait = fused
@@ -197,7 +195,6 @@ def reader_main(conn: Connection) -> None:
             cpu_pct = 100 * (cpu_ns() - cpu0) / (time.monotonic_ns() - wall0)
             conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
-        slice_ns = None if slice_ns == -1 else slice_ns
         with RingReader.attach(ring, wait=wait, slice_ns=slice_ns) as reader:
             reader.hold_slice()  # the C loop waits without read_batch: take it here
             conn.send("ready")

@@ -43,9 +43,9 @@ is the policy in use and `client.wait_origin` where it came from ("given", "gate
 own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between them),
 because handing the wait to another thread and back would cost the very wake-up the policy
 avoids; with futex the client's thread waits and reads, and hands the loop the batch. The
-network transports wait on their sockets (futex-like). The thread that waits on a ring (and
-an asyncio loop's) asks the scheduler for a short slice (`slice_ns`, 100 us; None: its own)
-until the client closes, so its wake-up preempts a busy neighbour instead of queueing.
+network transports wait on their sockets (futex-like). With `slice_ns` (READER_SLICE_NS,
+100 us) the thread that waits on a ring (and an asyncio loop's) asks the scheduler for that
+slice until the client closes, so its wake-up preempts a busy neighbour instead of queueing.
 
 Normalized subscriptions (format "normalized") come as topics `<session>:norm:<topic>`
 (JSON) or `<session>:normbin:<topic>` (MessagePack), one gateway.normalize event each.
@@ -77,7 +77,7 @@ from dataplane.ring import (
     WaitPolicy,
     ring_name,
 )
-from gateway.client.ring import READER_SLICE_NS, ReaderCpu, RingSource, pin_reader
+from gateway.client.ring import ReaderCpu, RingSource, pin_reader
 from gateway.normalize.schema import Event, decode, encoding_of
 
 
@@ -308,7 +308,7 @@ class Client:
         normalized: bool = False,
         name: str | None = None,
         cpu: ReaderCpu = None,
-        slice_ns: int | None = READER_SLICE_NS,
+        slice_ns: int | None = None,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
@@ -322,8 +322,8 @@ class Client:
         thread to this CPU, or "engine": to the CPU of the gateway's engine (gateway.client.
         ring.pin_reader; a wake-up on the writer's CPU costs less than one across CPUs).
         slice_ns: the scheduler slice of the thread that waits, from its first wait until the
-        client closes (RingReader.slice_ns: its wake-up preempts instead of queueing; None:
-        the thread's own)."""
+        client closes (RingReader.slice_ns: its wake-up preempts a busy neighbour instead of
+        queueing; gateway.client.ring.READER_SLICE_NS; None, the default: its own)."""
         path = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
             path,
@@ -378,7 +378,7 @@ class Client:
         start_seq: int | None = None,
         durable: str | None = None,
         normalized: bool = False,
-        slice_ns: int | None = READER_SLICE_NS,
+        slice_ns: int | None = None,
     ) -> Client:
         """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start,
         wait and slice_ns apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N]

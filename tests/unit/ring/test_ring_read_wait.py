@@ -18,7 +18,7 @@ PROMPT = 0.1
 
 
 def reader(name: str, fused: bool, topics: list[str] | None = None) -> RingReader:
-    """The new path as the client reads (one call, the waiting thread's short slice) or the
+    """The new path (one call, with the waiting thread given a short slice) or the
     old one (wait then read, the thread's own slice)."""
     r = RingReader.attach(
         name, topics, start="oldest", max_batch=16, slice_ns=READER_SLICE_NS if fused else None

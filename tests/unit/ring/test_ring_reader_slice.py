@@ -2,7 +2,7 @@
 that waits on a reader opened with slice_ns runs with that slice until the reader ends
 (close, from any thread, or garbage), then has its own again; a thread that only polls, a
 reader without slice_ns and a thread of another policy are left alone; the consumer client
-asks for READER_SLICE_NS unless told not to."""
+asks for a slice only when given one (READER_SLICE_NS: not its default)."""
 
 from __future__ import annotations
 
@@ -170,9 +170,7 @@ def test_a_bad_slice_is_refused_and_frees_the_reader(name: str, ring: RingWriter
     assert ring.readers() == []
 
 
-def test_the_client_asks_for_its_default_and_can_be_told_not_to(
-    name: str, ring: RingWriter
-) -> None:
+def test_the_client_keeps_the_threads_slice_unless_given_one(name: str, ring: RingWriter) -> None:
     def work(**kw: int | None) -> tuple[int | None, int | None, int | None]:
         before = my_slice()
         client = Client.attach(name, **kw)  # type: ignore[arg-type]
@@ -182,6 +180,7 @@ def test_the_client_asks_for_its_default_and_can_be_told_not_to(
         return before, during, my_slice()
 
     before, during, after = in_thread(work)  # type: ignore[misc]
-    assert (during, after) == (READER_SLICE_NS, before)
-    before, during, after = in_thread(lambda: work(slice_ns=None))  # type: ignore[misc]
     assert during == before == after
+    slice_ns = READER_SLICE_NS
+    before, during, after = in_thread(lambda: work(slice_ns=slice_ns))  # type: ignore[misc]
+    assert (during, after) == (READER_SLICE_NS, before)
