@@ -48,6 +48,7 @@ from typing import Literal, NamedTuple
 
 from dataplane.closing import Closing
 from dataplane.errors import DataplaneError
+from dataplane.sched import SLICE_LEASES
 from dataplane.shim import (
     RING_API,
     RING_F_REPLACE,
@@ -663,6 +664,14 @@ class RingWriter(Closing):
 
 
 # ---- reader -----------------------------------------------------------------------------------
+def _detach_reader(handle: int, sliced: list[int]) -> None:
+    """A reader's end (close or garbage): detach, and give its waiting threads their slice."""
+    ring_detach(handle)
+    for tid in sliced:
+        SLICE_LEASES.release(tid)
+    sliced.clear()
+
+
 Start = Literal["latest", "oldest"]
 
 
@@ -679,7 +688,19 @@ class RingReader(Closing):
         max_batch: int,
         wait: WaitPolicy | str | None = WAIT_AUTO,
         name: str | None = None,
+        slice_ns: int | None = None,
     ) -> None:
+        if slice_ns is not None and slice_ns <= 0:
+            ring_detach(handle)
+            raise ValueError(f"slice_ns must be > 0 or None, not {slice_ns}")
+        #: The scheduler slice (ns) a thread asks for from its first wait on this reader
+        #: until the reader closes (dataplane.sched, EEVDF): its wake-up from the futex
+        #: then preempts the task running on the CPU instead of queueing behind it for up
+        #: to that task's slice (1.4 ms by default). None: the thread's own slice.
+        self.slice_ns = slice_ns
+        #: Native ids of the threads that took this reader's slice (released on close).
+        self._sliced: list[int] = []
+        self._slice_tried: set[int] = set()
         try:
             #: How this reader waits, and where that came from (WaitOrigin).
             self.wait_policy, self.wait_origin = choose_wait(
@@ -713,7 +734,7 @@ class RingReader(Closing):
         self._patterns: list[str] | None = None
         self._wanted: set[int] = set()
         self._filter_upto = 0
-        self._finalizer = weakref.finalize(self, ring_detach, handle)
+        self._finalizer = weakref.finalize(self, _detach_reader, handle, self._sliced)
         self._refresh_topics(info["topic_count"])
         self.set_topics(topics)
         if name is not None:
@@ -736,21 +757,17 @@ class RingReader(Closing):
         max_batch: int = 1024,
         wait: WaitPolicy | str | None = WAIT_AUTO,
         reader_name: str | None = None,
+        slice_ns: int | None = None,
     ) -> RingReader:
         """Attach to the ring `name` (see ring_path). topics: names or shell patterns
         ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
         start: "latest" (only what comes next) or "oldest" (what is still in the ring).
         wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy"), or
         "auto" (or None): as the ring's writer recommends, futex when it says nothing.
-        reader_name: how the gateway lists this reader (default: the process's name)."""
-        _check_library()
+        reader_name: how the gateway lists this reader (default: the process's name).
+        slice_ns: the waiting thread's scheduler slice (RingReader.slice_ns; None: its own)."""
         path = ring_path(name)
-        rc, handle = ring_attach(os.fsencode(path), -1, cls._flags(start))
-        if rc < 0:
-            raise _error(rc, f"attach ring {path}")
-        return cls(
-            handle, path, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name
-        )
+        return cls._open(path, -1, topics, start, copy, max_batch, wait, reader_name, slice_ns)
 
     @classmethod
     def attach_fd(
@@ -763,15 +780,33 @@ class RingReader(Closing):
         max_batch: int = 1024,
         wait: WaitPolicy | str | None = WAIT_AUTO,
         reader_name: str | None = None,
+        slice_ns: int | None = None,
     ) -> RingReader:
         """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
+        return cls._open(None, fd, topics, start, copy, max_batch, wait, reader_name, slice_ns)
+
+    @classmethod
+    def _open(
+        cls,
+        path: Path | None,
+        fd: int,
+        topics: Iterable[str] | None,
+        start: Start,
+        copy: bool,
+        max_batch: int,
+        wait: WaitPolicy | str | None,
+        reader_name: str | None,
+        slice_ns: int | None,
+    ) -> RingReader:
+        """attach and attach_fd: the ring at path (fd -1) or by its descriptor (path None)."""
         _check_library()
-        rc, handle = ring_attach(None, fd, cls._flags(start))
+        rc, handle = ring_attach(None if path is None else os.fsencode(path), fd, cls._flags(start))
         if rc < 0:
-            raise _error(rc, f"attach ring fd {fd}")
+            raise _error(rc, f"attach ring {path if path is not None else f'fd {fd}'}")
         return cls(
-            handle, None, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name
-        )
+            handle, path, topics, copy=copy, max_batch=max_batch, wait=wait, name=reader_name,
+            slice_ns=slice_ns,
+        )  # fmt: skip
 
     @staticmethod
     def _flags(start: Start) -> int:
@@ -854,6 +889,8 @@ class RingReader(Closing):
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return events
+            if self.slice_ns is not None:
+                self.hold_slice()
             if fused:
                 with self._lock:
                     self._live()
@@ -934,6 +971,8 @@ class RingReader(Closing):
         futex when spin is given (0: no spin); releases the GIL meanwhile."""
         deadline = None if timeout is None else time.monotonic() + timeout
         spin_ns = self.wait_policy.spin_ns if spin is None else int(spin * 1e9)
+        if self.slice_ns is not None and timeout != 0:
+            self.hold_slice()
         while True:
             if self._stop:
                 return False
@@ -946,6 +985,20 @@ class RingReader(Closing):
                 return False
             if rc != -errno.EINTR:  # a signal: let Python run its handler, then wait on
                 raise _error(rc, "ring wait")
+
+    def hold_slice(self) -> None:
+        """The calling thread gets slice_ns (if set) until the reader ends, once per thread:
+        read_batch and wait call it before they wait; a thread woken by the one that waits
+        (an asyncio loop's) may call it too."""
+        if self.slice_ns is None:
+            return
+        tid = threading.get_native_id()
+        if tid in self._slice_tried:
+            return
+        self._slice_tried.add(tid)  # refused (old kernel, not SCHED_OTHER): not again
+        with self._lock:  # close releases the held ones under the lock
+            if self._finalizer.alive and SLICE_LEASES.hold(tid, self.slice_ns or 0):
+                self._sliced.append(tid)
 
     def interrupt(self) -> None:
         """Make a wait blocked in another thread return False now (or the next wait, if none

@@ -8,6 +8,7 @@ sched_setattr(2) with SCHED_OTHER and sched_runtime = the slice (the kernel clam
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -53,3 +54,70 @@ def restore_thread_slice(previous_ns: int | None) -> None:
     set_thread_slice(0)  # 0: the kernel's default slice
     if previous_ns is not None and thread_slice_ns(threading.get_native_id()) != previous_ns:
         set_thread_slice(previous_ns)  # the thread had a slice of its own
+
+
+def set_slice_of(native_id: int, slice_ns: int) -> None:
+    """set_thread_slice for another thread of this process, by its native id (its nice
+    kept). OSError when the kernel refuses, or when the id is no thread of this process
+    (a thread that ended: its id may be another process's by now)."""
+    if not Path(f"/proc/self/task/{native_id}").exists():
+        raise OSError(3, f"no thread {native_id} in this process")  # ESRCH
+    number = SYS_SCHED_SETATTR.get(platform.machine())
+    if number is None:
+        raise OSError(0, f"sched_setattr: unknown architecture {platform.machine()}")
+    nice = os.getpriority(os.PRIO_PROCESS, native_id)
+    attr = SCHED_ATTR.pack(SCHED_ATTR.size, SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, native_id, attr, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sched_setattr: {os.strerror(err)}")
+
+
+class SliceLeases:
+    """Short slices lent to threads of this process by several owners (ring readers, say),
+    each thread's own slice given back when its last lease ends: two readers waiting on one
+    thread, closed in any order, leave it as it was before the first. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: native id -> (leases held, the slice the thread had before the first)
+        self._held: dict[int, tuple[int, int]] = {}
+
+    def hold(self, native_id: int, slice_ns: int) -> bool:
+        """Give the thread slice_ns (the first lease sets it, later ones count). False,
+        and no lease, when the kernel reports no slice (before 6.6) or refuses it."""
+        with self._lock:
+            count, before = self._held.get(native_id, (0, 0))
+            if count == 0:
+                try:
+                    if os.sched_getscheduler(native_id) != os.SCHED_OTHER:
+                        return False  # sched_setattr would change its policy too
+                    current = thread_slice_ns(native_id)
+                    if current is None:
+                        return False
+                    set_slice_of(native_id, slice_ns)
+                except OSError:
+                    return False
+                before = current
+            self._held[native_id] = (count + 1, before)
+            return True
+
+    def release(self, native_id: int) -> None:
+        """End one lease; the last one gives the thread its slice back (a thread that
+        ended meanwhile is skipped)."""
+        with self._lock:
+            count, before = self._held.pop(native_id, (0, 0))
+            if count > 1:
+                self._held[native_id] = (count - 1, before)
+            elif count == 1:
+                with contextlib.suppress(OSError):
+                    set_slice_of(native_id, before)
+
+    def held(self, native_id: int) -> int:
+        """Leases the thread holds now."""
+        with self._lock:
+            return self._held.get(native_id, (0, 0))[0]
+
+
+#: The process's leases (ring readers' waiting threads: dataplane.ring.RingReader).
+SLICE_LEASES = SliceLeases()

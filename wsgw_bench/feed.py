@@ -71,6 +71,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
+from gateway.client.ring import READER_SLICE_NS
 from gateway.hub.nats_c import C_PATH_DEFAULT
 from gateway.lab import Lab
 from gateway.settings import LATENCY_PROFILES
@@ -150,6 +151,9 @@ class Profile:
     reader_cpu: int | Literal["engine"] | None = None  # Client.attach(cpu=)
     halt_poll_ns: int | None = None  # the guest's haltpoll window while it runs (wsgw_bench.wake)
     fused_read: bool = True  # the consumer's read waits and reads in one C call (issue #16)
+    #: The ring consumer's waiting thread's scheduler slice, ns (Client.attach slice_ns;
+    #: None, the client's default: the thread's own, the kernel's 1.4 ms).
+    reader_slice_ns: int | None = None
     #: The engine's back-off set after its port is up: (empty polls before the first nap,
     #: first nap ns), the ceiling kept (`FastPath.set_sleep`); None: the engine's own.
     engine_sleep: tuple[int, int] | None = None
@@ -233,6 +237,11 @@ DPDK_RING_KERNEL_SLICE = "wsgw dpdk -> ring, kernel's slice"
 # The engine thread SCHED_FIFO (engine.sched_fifo_priority): a frame's wake-up preempts
 # whatever runs on the CPU instead of waiting in the run queue (needs CAP_SYS_NICE).
 DPDK_RING_FIFO = "wsgw dpdk -> ring, engine SCHED_FIFO"
+# The consumer's waiting thread with a 100 us slice (Client.attach slice_ns, issue #16,
+# session 13; the default keeps the kernel's); and the adaptive spin with a short cap: a
+# busy feed's next record caught spinning, a slow one's not waited for.
+DPDK_RING_READER_SLICE = "wsgw dpdk -> ring, reader slice 100 us"
+DPDK_RING_ADAPTIVE_30 = "wsgw dpdk -> ring, adaptive:30 reader"
 ENGINE_CPU1 = (("cpu", 1),)
 CONTENDER_SPECS.update(
     {
@@ -263,6 +272,12 @@ CONTENDER_SPECS.update(
         ),
         DPDK_RING_FIFO: Contender(
             DPDK_RING_FIFO, "dpdk", "ring", Profile(engine=(("sched_fifo_priority", 1),))
+        ),
+        DPDK_RING_READER_SLICE: Contender(
+            DPDK_RING_READER_SLICE, "dpdk", "ring", Profile(reader_slice_ns=READER_SLICE_NS)
+        ),
+        DPDK_RING_ADAPTIVE_30: Contender(
+            DPDK_RING_ADAPTIVE_30, "dpdk", "ring", Profile(wait="adaptive:30")
         ),
     }
 )
@@ -407,13 +422,14 @@ def ring_consumer_main(
     wait: str,
     cpu: int | Literal["engine"] | None = None,
     fused_read: bool = True,
+    slice_ns: int | None = None,
 ) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy (and
-    pinned to `cpu` when given)."""
+    pinned to `cpu` when given; slice_ns: Client.attach's)."""
     from gateway.client import Client, Gap, RingMessage
     from gateway.client.ring import RingSource
 
-    with Client.attach(ring, topics=topics, wait=wait, cpu=cpu) as client:
+    with Client.attach(ring, topics=topics, wait=wait, cpu=cpu, slice_ns=slice_ns) as client:
         assert isinstance(client.source, RingSource)
         client.source.reader.fused_wait = fused_read
         tally = Tally(conn)
@@ -1069,6 +1085,7 @@ def running(
                     profile.reader_wait,
                     profile.reader_cpu,
                     profile.fused_read,
+                    profile.reader_slice_ns,
                 )
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)

@@ -20,6 +20,7 @@ rate and the reader's CPU; figures are for reading, the machine's load moves the
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import multiprocessing as mp
 import os
@@ -58,6 +59,14 @@ class Placement:
     wait: str = "futex"
     client: bool = False  # read with gateway.client.Client as a consumer does, not in C
     fused: bool = True  # the client's read waits and reads in one C call (issue #16)
+    #: The reader's waiting thread's scheduler slice (Client.attach slice_ns, RingReader's):
+    #: None, the default: the thread's own (the kernel's 1.4 ms).
+    slice_ns: int | None = None
+    #: A process spinning on the reader's CPU for the run (a busy neighbour: the woken
+    #: reader either preempts it or queues behind its slice).
+    hog: bool = False
+    #: Read with `await client.aread()` on an asyncio loop (its wait in the client's thread).
+    aio: bool = False
 
 
 PLACEMENTS = {
@@ -76,22 +85,50 @@ PLACEMENTS = {
     "same cpu, python client, wait then read": Placement(WRITER_CPU, client=True, fused=False),
     "other cpu, python client, wait then read": Placement(1 - WRITER_CPU, client=True, fused=False),
     "unpinned, python client, wait then read": Placement(None, client=True, fused=False),
+    # The waiting thread's slice (session 13): 100 us against the kernel's (the default),
+    # alone and with a busy neighbour on the reader's CPU; the adaptive spin's cost.
+    "unpinned, python client, slice 100 us": Placement(None, client=True, slice_ns=100_000),
+    "other cpu, python client, hog": Placement(1 - WRITER_CPU, client=True, hog=True),
+    "other cpu, python client, hog, slice 100 us": Placement(
+        1 - WRITER_CPU, client=True, slice_ns=100_000, hog=True
+    ),
+    "unpinned, python client, adaptive:30": Placement(None, wait="adaptive:30", client=True),
+    "other cpu, hog, slice 100 us": Placement(1 - WRITER_CPU, slice_ns=100_000, hog=True),
+    "other cpu, hog": Placement(1 - WRITER_CPU, hog=True),
+    # Client.aread: the waiting thread reads and hands the batch over (fused_aread), against
+    # the waiting thread waking the loop to read (fused=False: the path before session 13).
+    "unpinned, asyncio client": Placement(None, client=True, aio=True),
+    "unpinned, asyncio client, wait then read": Placement(None, client=True, aio=True, fused=False),
 }
 
 
+def hog_main(cpu: int) -> None:
+    """Spin on `cpu` until killed (a neighbour that never sleeps)."""
+    os.sched_setaffinity(0, {cpu})
+    while True:
+        pass
+
+
 def client_latencies(
-    ring: str, count: int, wait: str, conn: Connection, fused: bool = True
+    ring: str,
+    count: int,
+    wait: str,
+    conn: Connection,
+    fused: bool = True,
+    slice_ns: int | None = None,
+    aio: bool = False,
 ) -> tuple[list[int], list[int]]:
     """What the feed bench's ring consumer does: Client.read, time.time_ns() first thing
     after it returns, minus each record's write stamp. Also, per batch that waited, the
     time from the wake-up to that first line: the C stamp of wsgw_ring_read_wait (fused),
-    else the stamp Python takes right after the wait call returns."""
+    else the stamp Python takes right after the wait call returns. aio: the same through
+    `await client.aread()` (fused: Client.fused_aread; the old path has no wake stamp)."""
     from gateway.client import Client, RingMessage
     from gateway.client.ring import RingSource
 
     latencies: list[int] = []
     after_wake: list[int] = []
-    with Client.attach(ring, wait=wait) as client:
+    with Client.attach(ring, wait=wait, slice_ns=slice_ns) as client:
         assert isinstance(client.source, RingSource)
         reader = client.source.reader
         reader.fused_wait = fused
@@ -105,6 +142,10 @@ def client_latencies(
                 return ready
 
             reader.wait = stamped_wait  # type: ignore[method-assign]
+        if aio:
+            client.fused_aread = fused
+            conn.send("ready")
+            return asyncio.run(_aread_latencies(client, count))
         conn.send("ready")
         while len(latencies) < count:
             woke[0] = 0
@@ -119,6 +160,23 @@ def client_latencies(
     return latencies, after_wake
 
 
+async def _aread_latencies(client: Any, count: int) -> tuple[list[int], list[int]]:
+    from gateway.client import RingMessage
+
+    reader = client.source.reader
+    latencies: list[int] = []
+    after_wake: list[int] = []
+    while len(latencies) < count:
+        events = await client.aread(timeout=5.0)
+        now = time.time_ns()
+        if not events:
+            break
+        latencies.extend(now - e.ts_ns for e in events if type(e) is RingMessage)
+        if client.fused_aread and reader.woke_ns:
+            after_wake.append(now - reader.woke_ns)
+    return latencies, after_wake
+
+
 def reader_main(conn: Connection) -> None:
     """Serve latency runs: ("run", ring, count, cpu, wait) -> the C reader's result."""
     from dataplane.ring import RingReader, bench_c_latency
@@ -127,15 +185,18 @@ def reader_main(conn: Connection) -> None:
         cmd = conn.recv()
         if cmd is None:
             return
-        _, ring, count, cpu, wait, client, fused = cmd
+        _, ring, count, cpu, wait, client, fused, slice_ns, aio = cmd
         os.sched_setaffinity(0, {cpu} if cpu is not None else set(range(os.cpu_count() or 1)))
         if client:
-            cpu0, wall0 = time.thread_time_ns(), time.monotonic_ns()
-            lat, after_wake = client_latencies(ring, count, wait, conn, fused)
-            cpu_pct = 100 * (time.thread_time_ns() - cpu0) / (time.monotonic_ns() - wall0)
+            # asyncio: the loop's thread and the client's waiting thread, the whole process
+            cpu_ns = time.process_time_ns if aio else time.thread_time_ns
+            cpu0, wall0 = cpu_ns(), time.monotonic_ns()
+            lat, after_wake = client_latencies(ring, count, wait, conn, fused, slice_ns, aio)
+            cpu_pct = 100 * (cpu_ns() - cpu0) / (time.monotonic_ns() - wall0)
             conn.send((lat, cpu_pct, count - len(lat), after_wake))
             continue
-        with RingReader.attach(ring, wait=wait) as reader:
+        with RingReader.attach(ring, wait=wait, slice_ns=slice_ns) as reader:
+            reader.hold_slice()  # the C loop waits without read_batch: take it here
             conn.send("ready")
             res = bench_c_latency(reader, count, 60.0)
         conn.send((res.latencies_ns, res.cpu_percent, res.lost, []))
@@ -150,6 +211,12 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
         if placement.halt_poll_ns is not None:
             undo.enter_context(halt_poll_window(placement.halt_poll_ns))
         writer = undo.enter_context(RingWriter.create(name, 16 << 20, replace=True))
+        if placement.hog:
+            assert placement.reader_cpu is not None, "a hog needs the reader's CPU"
+            hog = CTX.Process(target=hog_main, args=(placement.reader_cpu,), daemon=True)
+            hog.start()
+            undo.callback(hog.join, 10)
+            undo.callback(hog.kill)
         conn.send(
             (
                 "run",
@@ -159,6 +226,8 @@ def one_run(conn: Connection, placement: Placement, rate: float, seconds: float)
                 placement.wait,
                 placement.client,
                 placement.fused,
+                placement.slice_ns,
+                placement.aio,
             )
         )
         if not conn.poll(30) or conn.recv() != "ready":

@@ -42,7 +42,10 @@ is the policy in use and `client.wait_origin` where it came from ("given", "gate
 "default"). The polling runs in C with the GIL released; under asyncio it runs on the loop's
 own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between them),
 because handing the wait to another thread and back would cost the very wake-up the policy
-avoids. The network transports wait on their sockets (futex-like).
+avoids; with futex the client's thread waits and reads, and hands the loop the batch. The
+network transports wait on their sockets (futex-like). With `slice_ns` (READER_SLICE_NS,
+100 us) the thread that waits on a ring (and an asyncio loop's) asks the scheduler for that
+slice until the client closes, so its wake-up preempts a busy neighbour instead of queueing.
 
 Normalized subscriptions (format "normalized") come as topics `<session>:norm:<topic>`
 (JSON) or `<session>:normbin:<topic>` (MessagePack), one gateway.normalize event each.
@@ -58,7 +61,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError as FutureCancelledError
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
@@ -258,6 +262,9 @@ class Client:
         if epoch is not None and source.epoch and epoch != source.epoch:
             self._pending.append(Restart(epoch, source.epoch))
         self._executor: ThreadPoolExecutor | None = None
+        #: aread's read in the waiting thread when aread was cancelled: what it read (the
+        #: reader's position moved past it) comes before anything read later.
+        self._inflight: Future[list[ClientEvent]] | None = None
         self._closed = False
 
     @property
@@ -301,6 +308,7 @@ class Client:
         normalized: bool = False,
         name: str | None = None,
         cpu: ReaderCpu = None,
+        slice_ns: int | None = None,
     ) -> Client:
         """Attach to a ring on this host: by gateway and ring name (wsgw-<gateway>-<ring> in
         /dev/shm), or by ring name or path alone. topics: names or shell patterns, None for
@@ -312,10 +320,20 @@ class Client:
         decode normalized messages (module doc). name: how the gateway lists this reader in
         /v1/consumers and the dashboard (default: the process's name). cpu: pin the calling
         thread to this CPU, or "engine": to the CPU of the gateway's engine (gateway.client.
-        ring.pin_reader; a wake-up on the writer's CPU costs less than one across CPUs)."""
+        ring.pin_reader; a wake-up on the writer's CPU costs less than one across CPUs).
+        slice_ns: the scheduler slice of the thread that waits, from its first wait until the
+        client closes (RingReader.slice_ns: its wake-up preempts a busy neighbour instead of
+        queueing; gateway.client.ring.READER_SLICE_NS; None, the default: its own)."""
         path = ring_name(gateway, ring) if gateway else ring
         reader = RingReader.attach(
-            path, topics, copy=copy, start=start, max_batch=max_batch, wait=wait, reader_name=name
+            path,
+            topics,
+            copy=copy,
+            start=start,
+            max_batch=max_batch,
+            wait=wait,
+            reader_name=name,
+            slice_ns=slice_ns,
         )
         pin_reader(reader, cpu)
 
@@ -329,6 +347,7 @@ class Client:
                     max_batch=max_batch,
                     wait=wait,
                     reader_name=name,
+                    slice_ns=slice_ns,
                 )
             )
 
@@ -359,10 +378,11 @@ class Client:
         start_seq: int | None = None,
         durable: str | None = None,
         normalized: bool = False,
+        slice_ns: int | None = None,
     ) -> Client:
-        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
-        and wait apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N] (token:
-        a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
+        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start,
+        wait and slice_ns apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N]
+        (token: a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
         subject prefix; jetstream and start_seq: resume from the stream; durable: a durable
         consumer that acks and resumes by itself, gateway.client.nats). session: the
         session whose topics `topics` names (ws and nats). normalized: decode normalized
@@ -381,6 +401,7 @@ class Client:
                 epoch=epoch,
                 follow=follow,
                 normalized=normalized,
+                slice_ns=slice_ns,
             )
         if parts.scheme in ("ws", "wss"):
             from gateway.client.stream import StreamSource, stream_url
@@ -451,6 +472,10 @@ class Client:
         that ended is replaced by the next run's as soon as there is one: [Restart]."""
         if self._pending:
             return self._take_pending()
+        if self._inflight is not None:
+            cancelled = self._collect_inflight(self._inflight.result)
+            if cancelled:
+                return cancelled
         events = self._deliver(self.source.read(max, timeout))
         if not events and self._reopen is not None and self.source.ended:
             switched = self._follow()
@@ -522,15 +547,39 @@ class Client:
                 return
 
     # ---- asyncio --------------------------------------------------------------------------
+    #: aread waits and reads in one call in its waiting thread when the source is a ring
+    #: (RingReader.read_batch: wsgw_ring_read_wait), so the loop gets the batch, not a
+    #: wake-up to read it itself. False: wait there, read on the loop (before session 13).
+    fused_aread = True
+
+    def _collect_inflight(self, result: Callable[[], list[ClientEvent]]) -> list[ClientEvent]:
+        """The events of a cancelled aread's read (result: its future's, once done)."""
+        self._inflight = None
+        try:
+            return self._deliver(result())
+        except FutureCancelledError:
+            return []  # it never started: nothing was read
+
+    async def _await_inflight(self) -> list[ClientEvent]:
+        """The events of a cancelled aread's read ([]: none), without blocking the loop."""
+        inflight = self._inflight
+        if inflight is None:
+            return []
+        await asyncio.wait([asyncio.wrap_future(inflight)])  # interrupted: returns soon
+        return self._collect_inflight(inflight.result)
+
     async def aread(
         self, max: int | None = None, timeout: float | None = None
     ) -> list[ClientEvent]:
         """Up to max events without blocking the event loop: the futex wait runs in this
-        client's own thread (it releases the GIL) and is interrupted on cancellation. With
+        client's own thread (it releases the GIL), which reads the batch too (a ring,
+        fused_aread), and is interrupted on cancellation (a batch it read meanwhile is the
+        next aread's or read's). With
         the spin policy the loop first polls for spin_us itself; with busy it polls in
         slices of BUSY_SLICE, letting the other tasks run between them."""
-        if self._pending:
-            return self._take_pending()
+        earlier = self._take_pending() if self._pending else await self._await_inflight()
+        if earlier:
+            return earlier
         deadline = None if timeout is None else time.monotonic() + timeout
         policy = self.source.wait_policy
         while True:
@@ -549,19 +598,35 @@ class Client:
                 left = min(left, deadline - time.monotonic())
                 if left <= 0:
                     return []
-            await self._await_source(left, policy)
+            events = await self._await_source(max, left, policy)
+            if events:
+                return events
 
-    async def _await_source(self, left: float, policy: WaitPolicy) -> None:
-        """Wait up to `left` s for the source as `policy` says (aread's docstring)."""
+    async def _await_source(
+        self, max: int | None, left: float, policy: WaitPolicy
+    ) -> list[ClientEvent]:
+        """Wait up to `left` s for the source as `policy` says (aread's docstring); what
+        the waiting thread read meanwhile (fused_aread), else [] (the caller reads)."""
         if policy.mode != "futex":
             spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
             if self.source.wait(spin, spin):
-                return
+                return []
             if policy.mode == "busy":
                 await asyncio.sleep(0)  # the other tasks' turn, then poll again
-                return
+                return []
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="wsgw-client-wait")
+        source = self.source
+        if self.fused_aread and isinstance(source, RingSource):
+            # The loop's thread is woken per batch too (by the waiting thread): its slice.
+            source.reader.hold_slice()
+            inflight = self._executor.submit(source.read, max, left)
+            try:
+                return self._deliver(await asyncio.wrap_future(inflight))
+            except asyncio.CancelledError:
+                source.interrupt()
+                self._inflight = inflight  # what it reads still comes first
+                raise
         future = asyncio.get_running_loop().run_in_executor(
             self._executor, self.source.wait, left, 0.0
         )
@@ -570,6 +635,7 @@ class Client:
         except asyncio.CancelledError:
             self.source.interrupt()
             raise
+        return []
 
     def __aiter__(self) -> AsyncIterator[ClientEvent]:
         return self._aiter()

@@ -12,6 +12,12 @@ if TYPE_CHECKING:
     from gateway.client.core import ClientEvent
 
 
+#: The scheduler slice to give a ring consumer's waiting thread (Client.attach slice_ns;
+#: EEVDF, dataplane.sched): the engine's (EngineConfig.slice_ns). Not the default: it paid
+#: at 1k msg/s and cost at 10k, and a consumer that is CPU-bound (catching up) yields more
+#: often with it (docs/PERFORMANCE.md, "session 13, the reader's wake-up").
+READER_SLICE_NS = 100_000
+
 #: Client.attach(cpu=): a CPU number, or "engine": the CPU of the engine whose feed writes the
 #: ring, as the gateway publishes it in the ring's header (RingWriter.set_writer_cpu).
 ReaderCpu = int | Literal["engine"] | None

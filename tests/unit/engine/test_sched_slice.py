@@ -4,10 +4,19 @@ report it in /proc), other threads keep theirs; the kernel clamps it to its rang
 from __future__ import annotations
 
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from dataplane.sched import SCHED_ATTR, restore_thread_slice, set_thread_slice, thread_slice_ns
+from dataplane.sched import (
+    SCHED_ATTR,
+    SliceLeases,
+    restore_thread_slice,
+    set_slice_of,
+    set_thread_slice,
+    thread_slice_ns,
+)
 
 
 def test_the_attr_is_the_kernels_first_size() -> None:
@@ -70,3 +79,33 @@ def test_a_thread_gets_back_the_slice_it_had(own_slice: int | None) -> None:
     assert got["after"] == got["before"]
     if own_slice is not None:
         assert got["after"] == own_slice
+
+
+def test_a_lease_on_a_thread_that_ended_ends_quietly() -> None:
+    """The last lease of a thread gone meanwhile gives nothing back (its id may be another
+    process's thread by now) and raises nothing; leases of live threads count."""
+    if thread_slice_ns(threading.get_native_id()) is None:
+        pytest.skip("the kernel reports no se.slice (before 6.6)")
+    leases = SliceLeases()
+    ids: list[int] = []
+    thread = threading.Thread(target=lambda: ids.append(threading.get_native_id()))
+    thread.start()
+    thread.join(5)
+    gone = Path(f"/proc/self/task/{ids[0]}")
+    for _ in range(1000):  # join returns a moment before the OS thread is gone
+        if not gone.exists():
+            break
+        time.sleep(0.001)
+    assert not leases.hold(ids[0], 100_000)  # no such thread now: no lease
+    with pytest.raises(OSError):
+        set_slice_of(ids[0], 100_000)
+    me = threading.get_native_id()
+    before = thread_slice_ns(me)
+    try:
+        assert leases.hold(me, 300_000) and leases.hold(me, 100_000)
+        assert leases.held(me) == 2 and thread_slice_ns(me) == 300_000  # the first one's
+        leases.release(me)
+        assert thread_slice_ns(me) == 300_000
+    finally:
+        leases.release(me)
+    assert leases.held(me) == 0 and thread_slice_ns(me) == before

@@ -12,12 +12,17 @@ import pytest
 from ring_helpers import RingModel, payload_for
 
 from dataplane.ring import Gap, RingEvent, RingMessage, RingReader, RingWriter
+from gateway.client.ring import READER_SLICE_NS
 
 PROMPT = 0.1
 
 
 def reader(name: str, fused: bool, topics: list[str] | None = None) -> RingReader:
-    r = RingReader.attach(name, topics, start="oldest", max_batch=16)
+    """The new path (one call, with the waiting thread given a short slice) or the
+    old one (wait then read, the thread's own slice)."""
+    r = RingReader.attach(
+        name, topics, start="oldest", max_batch=16, slice_ns=READER_SLICE_NS if fused else None
+    )
     r.fused_wait = fused
     return r
 
