@@ -373,6 +373,7 @@ class CNatsConnection:
                     for _, subject, data in self._behind(event, lost):
                         out += pub(subject, data)
                         self.stats.gaps += 1
+                        self.stats.behind_gaps += 1
                 continue
             seq, sid, name, _ts, payload, tid = event  # type: ignore[misc]
             if seq < self.sent_below:

@@ -16,10 +16,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
 
 from dataplane.ring import RingWriter
 from gateway.hub import Hub
 from gateway.hub.follower import READ_BATCH
+from gateway.hub.metrics import HubCollector
 from gateway.hub.nats import NatsConfig, NatsSink
 from gateway.hub.nats_c import BUSY_HOLD_S
 from gateway.hub.sink import BUSY, ST_ARMED, ST_MESSAGES, ST_REASON, ST_SENDS
@@ -63,6 +66,13 @@ def received(c_path: bool, url: str) -> tuple[list[tuple[str, bytes]], NatsSink]
         sub.close()
         hub.close()
     return [(s, d) for s, d, _ in sub.got], sink
+
+
+def registry_of(collector: Collector) -> CollectorRegistry:
+    """A registry of its own with the collector (what /metrics serves of it)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
 
 
 def all_once_in_order(sub: Subscriber, sink: NatsSink, n: int) -> None:
@@ -318,6 +328,7 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
 
         wait_until(lambda: accounted() >= total)
         time.sleep(0.2)  # anything sent twice arrives too
+        exported = generate_latest(registry_of(HubCollector(hub))).decode()
     finally:
         sub.close()
         hub.close()
@@ -325,6 +336,9 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
     gaps = [json.loads(d) for s, d, _ in sub.got if s.endswith("$gap")]
     assert data == sorted(set(data))  # once each, in order
     assert {(g["reason"], g["session"]) for g in gaps} <= {("nats_sink_behind", 1)}
+    # Every announcement the subscriber got is counted, and /metrics says so.
+    assert sink.stats.behind_gaps == len(gaps)
+    assert f"wsgw_nats_behind_gaps_total {float(len(gaps))}" in exported
     skipped = sum(g["lost"] for g in gaps)
     assert len(data) + skipped == total
     assert sink.dropped["buffer_full"] == skipped
