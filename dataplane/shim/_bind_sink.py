@@ -31,6 +31,7 @@ REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topi
 ) = range(9)
 ST_COUNT = 9
 MAX_SOCKETS = 1024
+LAG_SAMPLES = 1024  # WSGW_SINK_LAG_SAMPLES
 MAX_TOPICS = 4096
 
 PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
@@ -51,6 +52,10 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_sink_stream_room": (ctypes.c_uint32, [_vp]),
     "wsgw_sink_disarm": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
     "wsgw_sink_state": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
+    "wsgw_sink_lags": (
+        ctypes.c_uint32,
+        [_vp, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32, _u64p],
+    ),
     "wsgw_sink_burst_begin": (None, []),
     "wsgw_sink_burst_end": (None, []),
     "wsgw_sink_take_rest": (
@@ -137,6 +142,15 @@ def take_rest(handle: int, slot: int, length: int) -> bytes:
     if rc < 0:
         raise ValueError(f"sink slot {slot}: take_rest {rc}")
     return buf.raw[:rc]
+
+
+def lags(handle: int) -> tuple[int, list[int]]:
+    """(samples ever taken, the newest ones oldest first): per send, ns from its oldest
+    record's ring stamp to the send (wsgw_sink_lags)."""
+    out = (ctypes.c_uint32 * LAG_SAMPLES)()
+    total = ctypes.c_uint64()
+    n = int(library(KEEP_GIL).wsgw_sink_lags(handle, out, LAG_SAMPLES, ctypes.byref(total)))
+    return int(total.value), list(out[:n])
 
 
 def burst_begin() -> None:

@@ -90,6 +90,14 @@ WSGW_API int wsgw_sink_state(wsgw_sink *s, int slot, uint64_t *out);
  * its length, 0 when none, -ENOBUFS. */
 WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint64_t cap);
 
+/* The sink's lag samples: per send (stream or NATS), the time from its oldest record's ring
+ * stamp (ts_ns, CLOCK_REALTIME: the session's read) to the send, ns (capped at UINT32_MAX).
+ * Copies the newest min(cap, WSGW_SINK_LAG_SAMPLES) into out, oldest first; *total: samples
+ * ever taken. Returns the number copied. Records the writer stamped itself (ts_ns 0 given)
+ * take no sample. For the split of a consumer's latency (issue #16). */
+#define WSGW_SINK_LAG_SAMPLES 1024
+WSGW_API uint32_t wsgw_sink_lags(wsgw_sink *s, uint32_t *out, uint32_t cap, uint64_t *total);
+
 /* NATS (core, no JetStream: https://docs.nats.io/reference/reference-protocols/nats-protocol):
  * a connection Python opened (INFO/CONNECT done) whose records of every session the sink
  * sends as `PUB <subject>  <len>\r\n<payload>\r\n`. It stops (disarms) at any $gap record

@@ -111,6 +111,13 @@ class StreamSink:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
 
+    def lags(self) -> tuple[int, list[int]]:
+        """(sends ever sampled, the newest samples oldest first): per send, ns from its
+        oldest record's ring stamp (the session's read) to the send; the split of a
+        consumer's latency (wsgw bench feed). (0, []) once closed."""
+        with self._lock:
+            return (0, []) if self.closed else c.lags(self._handle)
+
     def close(self) -> None:
         """Stop sending (the writer never touches the sink again) and free it."""
         with self._lock:
