@@ -131,6 +131,10 @@ DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 # (Python's is 5 ms): before/after and the GIL's share (`--contenders`, not in `make bench`).
 DPDK_STREAM_TASK_HOP = "wsgw dpdk -> /v1/stream, task hop"
 DPDK_STREAM_SWITCH_500US = "wsgw dpdk -> /v1/stream, switch interval 0.5 ms"
+# The C sink's paths as before their followers parked (gateway.hub.follower.PARK off): the
+# API loop and the NATS sink's thread woken per ring record while the sink sends them all.
+DPDK_STREAM_SINK_NO_PARK = "wsgw dpdk -> /v1/stream, C sink, no park"
+DPDK_NATS_C_NO_PARK = "wsgw dpdk -> NATS, C, no park"
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class Profile:
     #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's; None:
     #: the engine's own, EngineConfig.slice_ns).
     engine_slice_us: int | None = None
+    park: bool = True  # followers park while the C sink sends all they feed
 
     @property
     def reader_wait(self) -> str:
@@ -211,6 +216,12 @@ CONTENDER_SPECS = {
     ),
     DPDK_STREAM_SWITCH_500US: Contender(
         DPDK_STREAM_SWITCH_500US, "dpdk", "stream", Profile(switch_interval_us=500)
+    ),
+    DPDK_STREAM_SINK_NO_PARK: Contender(
+        DPDK_STREAM_SINK_NO_PARK, "dpdk", "stream", Profile(stream_sink=True, park=False)
+    ),
+    DPDK_NATS_C_NO_PARK: Contender(
+        DPDK_NATS_C_NO_PARK, "dpdk", "nats", Profile(nats_c=True, park=False)
     ),
 }
 
@@ -551,6 +562,7 @@ class GatewayConfig:
     nats_busy_sends: int = -1
     engine_sleep: tuple[int, int] | None = None
     engine_slice_us: int | None = None
+    park: bool = True
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -565,6 +577,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
     from gateway.settings import Settings
 
     follower.DIRECT_WAKE = cfg.direct_wake
+    follower.PARK = cfg.park
     if cfg.switch_interval_us:
         sys.setswitchinterval(cfg.switch_interval_us / 1e6)
     lab = Lab(cfg.lab_name, kernel_client=True)
@@ -1088,6 +1101,7 @@ def running(
                 contender.profile.nats_busy_sends,
                 contender.profile.engine_sleep,
                 contender.profile.engine_slice_us,
+                contender.profile.park,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

@@ -47,6 +47,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
     ),
     "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_sink_wake_fd": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_int]),
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
     "wsgw_sink_max_streams": (ctypes.c_int, [_vp, ctypes.c_uint32]),
     "wsgw_sink_stream_room": (ctypes.c_uint32, [_vp]),
@@ -93,6 +94,12 @@ def nats_subject(handle: int, slot: int, topic_id: int, subject: bytes) -> int:
     return int(
         library(KEEP_GIL).wsgw_sink_nats_subject(handle, slot, topic_id, subject, len(subject))
     )
+
+
+def wake_fd(handle: int, slot: int, fd: int) -> int:
+    """The eventfd the sink writes when it stops sending to slot by itself (-1: none): 0 or
+    -errno."""
+    return int(library(KEEP_GIL).wsgw_sink_wake_fd(handle, slot, fd))
 
 
 def remove(handle: int, slot: int) -> int:

@@ -52,6 +52,7 @@ struct sink_sock {
     uint64_t out_since_ns; /* when out was last empty */
     uint64_t out_ts_ns;    /* the ring stamp of out's first record (the lag samples) */
     uint64_t sends;   /* sendmsg calls that sent something */
+    int wake_fd;      /* a dup of the follower's eventfd, written when the sink stops; -1 */
 };
 
 struct wsgw_sink {
@@ -151,8 +152,14 @@ static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
         s->armed--;
         if (!k->nats)
             atomic_fetch_sub_explicit(&s->streams_armed, 1, memory_order_relaxed);
-        if (reason != WSGW_SINK_PYTHON)
+        if (reason != WSGW_SINK_PYTHON) {
             k->disarms++;
+            if (k->wake_fd >= 0) { /* the parked follower's loop: Python's turn */
+                uint64_t one = 1;
+                ssize_t rc = write(k->wake_fd, &one, sizeof one);
+                (void)rc; /* EAGAIN: the counter is full, a wake-up is pending anyway */
+            }
+        }
     }
     k->reason = reason;
     k->err = err;
@@ -468,7 +475,7 @@ WSGW_API int wsgw_sink_open(wsgw_ring_writer *w, uint32_t gap_topic_id, wsgw_sin
     atomic_init(&s->max_streams, WSGW_SINK_MAX_SOCKETS);
     pthread_mutex_init(&s->mu, NULL);
     for (uint32_t i = 0; i < WSGW_SINK_MAX_SOCKETS; i++)
-        s->socks[i].fd = -1;
+        s->socks[i].fd = s->socks[i].wake_fd = -1;
     wsgw_ring_writer_retain(w);
     pthread_mutex_lock(&registry_mu);
     s->next = registry;
@@ -483,6 +490,8 @@ static void free_sock(struct sink_sock *k)
 {
     if (k->fd >= 0)
         close(k->fd);
+    if (k->wake_fd >= 0)
+        close(k->wake_fd);
     free(k->topics);
     free(k->rest);
     free(k->out);
@@ -492,6 +501,7 @@ static void free_sock(struct sink_sock *k)
     free(k->pub_len);
     memset(k, 0, sizeof(*k));
     k->fd = -1;
+    k->wake_fd = -1;
 }
 
 WSGW_API void wsgw_sink_close(wsgw_sink *s)
@@ -552,6 +562,7 @@ WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint
     struct sink_sock *k = &s->socks[i];
     memset(k, 0, sizeof(*k));
     k->fd = dup_fd;
+    k->wake_fd = -1;
     k->session_id = session_id;
     k->ntopics = n;
     k->topics = copy;
@@ -560,6 +571,27 @@ WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint
         s->used++;
     pthread_mutex_unlock(&s->mu);
     return (int)i;
+}
+
+WSGW_API int wsgw_sink_wake_fd(wsgw_sink *s, int slot, int fd)
+{
+    int dup_fd = -1;
+    if (fd >= 0 && (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return -errno;
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    if (k == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return -EINVAL;
+    }
+    int old = k->wake_fd;
+    k->wake_fd = dup_fd;
+    pthread_mutex_unlock(&s->mu);
+    if (old >= 0)
+        close(old);
+    return 0;
 }
 
 WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot)

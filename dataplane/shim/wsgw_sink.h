@@ -68,6 +68,11 @@ WSGW_API void wsgw_sink_close(wsgw_sink *s);
  * armed. Its slot (>= 0), or -ENOSPC, -EINVAL, -errno of dup. */
 WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint32_t *topics,
                            uint32_t n);
+/* When the sink stops sending to slot by itself (any reason but WSGW_SINK_PYTHON), it writes
+ * 1 to the eventfd fd (duplicated; -1: none): the loop that follows the ring for that socket
+ * need not be woken per record while the sink sends (gateway.hub.follower's park). 0, -EINVAL,
+ * -errno of dup. */
+WSGW_API int wsgw_sink_wake_fd(wsgw_sink *s, int slot, int fd);
 /* Forget the slot (disarmed first) and close its fd. */
 WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot);
 /* Arm slot at seq: 0, -EAGAIN (the ring already holds seq: route it first), -EBUSY (a

@@ -298,7 +298,8 @@ class NatsSink:
         except SinkError as exc:
             log.error("NATS sink in C unavailable (%s): the sink's thread publishes", exc)
             return
-        self._c.attach(self._c_sink, self._gap_tid)
+        assert self._follower is not None
+        self._c.attach(self._c_sink, self._gap_tid, self._follower.wake_fd)
 
     def _c_connected(self) -> None:
         self._ready.set()
@@ -316,9 +317,12 @@ class NatsSink:
 
     @property
     def pending(self) -> int:
-        """Messages in the ring the sink has not read yet."""
+        """Messages in the ring the sink has not published yet (0 while C is armed: the
+        ring's writer published them as it wrote them, the parked follower reads them later)."""
         follower = self._follower
-        return 0 if follower is None else follower.pending
+        if follower is None or (self._c is not None and self._c.armed):
+            return 0
+        return follower.pending
 
     @property
     def dropped(self) -> dict[str, int]:
@@ -704,7 +708,10 @@ class NatsSink:
                 await asyncio.sleep(0)
         finally:
             self._count_c()
-            follower.rearm()
+            if c.armed:  # C sends from here on: woken when it stops, not per record
+                follower.park()
+            else:
+                follower.rearm()
 
     def _count_c(self) -> None:
         c = self._c

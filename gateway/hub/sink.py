@@ -173,6 +173,15 @@ class SinkSocket:
                 return False
             return c.nats_subject(self.sink._handle, self.slot, topic_id, subject) == 0
 
+    def wake_on_stop(self, fd: int) -> bool:
+        """The sink writes 1 to the eventfd fd (a dup of it) when it stops sending by itself
+        (EAGAIN, a gap, ...; not a disarm of Python's): the follower of the ring may then
+        stay parked while the sink sends (gateway.hub.follower). False when refused."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.wake_fd(self.sink._handle, self.slot, fd) == 0
+
     def remove(self) -> None:
         """Forget the socket (its dup is closed; idempotent)."""
         with self.sink._lock:
