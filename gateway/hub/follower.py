@@ -25,8 +25,10 @@ Parked (`park`): while everything a follower feeds is sent by the ring writer's 
 woken per record at all: its wake-up only found the records the sink had sent, and on a
 2-vCPU machine it ran beside the consumer's own wake-up (issue #16: 3000-6000 wake-ups/s of
 the API loop at 10k-20k msg/s). The sink writes the follower's eventfd when it stops sending
-by itself (`SinkSocket.wake_on_stop`), Python's own take-backs `unpark`, and a timer
-(PARK_S) bounds how late the loop reads what the sink sent (counters, the lag bound).
+by itself (`SinkSocket.wake_on_stop`) and Python's own take-backs `unpark`. Parked, the loop
+reads what the sink sent every PARK_S (a tick, not tied to the records' arrival): a few
+hundred records at 20k msg/s, so no read holds the GIL long (a 50 ms tick's 1000 records
+did, and the engine's thread, which takes the GIL after every burst, waited for it).
 
 A follower more than `limit` messages behind the writer skips to the newest record and
 reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
@@ -59,8 +61,9 @@ READ_BATCH = 1024
 #: Whether followers are woken by the ring's writer directly (no waiting thread); a
 #: follower's `direct` argument overrides it. WSGW_RING_DIRECT_WAKE=0 turns it off.
 DIRECT_WAKE = os.environ.get("WSGW_RING_DIRECT_WAKE", "1") != "0"
-#: A parked follower reads the ring again this long after it parked at the latest.
-PARK_S = 0.05
+#: A parked follower's loop reads what the sink sent this often (and parks again while the
+#: sink still sends all).
+PARK_S = 0.01
 #: Whether followers park while the C sink sends all they feed; WSGW_FOLLOWER_PARK=0: never.
 PARK = os.environ.get("WSGW_FOLLOWER_PARK", "1") != "0"
 
@@ -206,14 +209,21 @@ class RingFollower:
 
     def park(self) -> None:
         """Done reading, and everything this follower feeds is sent by the C sink: no
-        wake-up per record until `unpark`, the sink's stop (it writes `wake_fd`) or PARK_S
-        from now (loop thread; a no-op when parked already, or PARK is off: `rearm`)."""
+        wake-up per record until `unpark` or the sink's stop (it writes `wake_fd`); the loop
+        reads again PARK_S from now, and parks again if the sink still sends all (loop
+        thread; a no-op when parked already; with PARK off: `rearm`)."""
         if not PARK:
             self.rearm()
             return
         if self._park is None and not self._halted:
-            self._park = self.loop.call_later(PARK_S, self.unpark)
+            self._park = self.loop.call_later(PARK_S, self._tick)
             self.parks += 1
+
+    def _tick(self) -> None:
+        """Parked: read what the sink sent (the reader parks again or rearms)."""
+        self._park = None
+        if not (self._stopping or self._halted):
+            self._on_wake()
 
     def unpark(self) -> None:
         """Woken per record again (loop thread; idempotent)."""
