@@ -135,6 +135,8 @@ DPDK_STREAM_SWITCH_500US = "wsgw dpdk -> /v1/stream, switch interval 0.5 ms"
 # API loop and the NATS sink's thread woken per ring record while the sink sends them all.
 DPDK_STREAM_SINK_NO_PARK = "wsgw dpdk -> /v1/stream, C sink, no park"
 DPDK_NATS_C_NO_PARK = "wsgw dpdk -> NATS, C, no park"
+# Parked with a shorter tick (gateway.hub.follower.PARK_S 2 ms instead of 10).
+DPDK_STREAM_SINK_TICK_2MS = "wsgw dpdk -> /v1/stream, C sink, park tick 2 ms"
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,7 @@ class Profile:
     #: the engine's own, EngineConfig.slice_ns).
     engine_slice_us: int | None = None
     park: bool = True  # followers park while the C sink sends all they feed
+    park_s: float = 0.0  # their tick when parked (0: follower.PARK_S)
 
     @property
     def reader_wait(self) -> str:
@@ -222,6 +225,9 @@ CONTENDER_SPECS = {
     ),
     DPDK_NATS_C_NO_PARK: Contender(
         DPDK_NATS_C_NO_PARK, "dpdk", "nats", Profile(nats_c=True, park=False)
+    ),
+    DPDK_STREAM_SINK_TICK_2MS: Contender(
+        DPDK_STREAM_SINK_TICK_2MS, "dpdk", "stream", Profile(stream_sink=True, park_s=0.002)
     ),
 }
 
@@ -563,6 +569,7 @@ class GatewayConfig:
     engine_sleep: tuple[int, int] | None = None
     engine_slice_us: int | None = None
     park: bool = True
+    park_s: float = 0.0
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -578,6 +585,8 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
 
     follower.DIRECT_WAKE = cfg.direct_wake
     follower.PARK = cfg.park
+    if cfg.park_s:
+        follower.PARK_S = cfg.park_s
     if cfg.switch_interval_us:
         sys.setswitchinterval(cfg.switch_interval_us / 1e6)
     lab = Lab(cfg.lab_name, kernel_client=True)
@@ -1102,6 +1111,7 @@ def running(
                 contender.profile.engine_sleep,
                 contender.profile.engine_slice_us,
                 contender.profile.park,
+                contender.profile.park_s,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]

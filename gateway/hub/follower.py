@@ -28,7 +28,9 @@ the API loop at 10k-20k msg/s). The sink writes the follower's eventfd when it s
 by itself (`SinkSocket.wake_on_stop`) and Python's own take-backs `unpark`. Parked, the loop
 reads what the sink sent every PARK_S (a tick, not tied to the records' arrival): a few
 hundred records at 20k msg/s, so no read holds the GIL long (a 50 ms tick's 1000 records
-did, and the engine's thread, which takes the GIL after every burst, waited for it).
+did, and the engine's thread, which takes the GIL after every burst, waited for it). Only
+below PARK_MAX_RATE records a second: above it the per-record wake-ups batch several
+records each, and parking measured worse at 20k msg/s (docs/PERFORMANCE.md, session 13).
 
 A follower more than `limit` messages behind the writer skips to the newest record and
 reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
@@ -42,6 +44,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -64,6 +67,8 @@ DIRECT_WAKE = os.environ.get("WSGW_RING_DIRECT_WAKE", "1") != "0"
 #: A parked follower's loop reads what the sink sent this often (and parks again while the
 #: sink still sends all).
 PARK_S = 0.01
+#: Above this many records a second (measured over PARK_S at least) a follower does not park.
+PARK_MAX_RATE = 5000
 #: Whether followers park while the C sink sends all they feed; WSGW_FOLLOWER_PARK=0: never.
 PARK = os.environ.get("WSGW_FOLLOWER_PARK", "1") != "0"
 
@@ -104,6 +109,9 @@ class RingFollower:
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._park: asyncio.TimerHandle | None = None  # parked: the timer that ends it
         self.parks = 0  # times parked (loop thread)
+        self._busy = False  # reading more than PARK_MAX_RATE records a second: no parking
+        self._rate_at = 0.0  # monotonic time and read_count of the rate's last estimate
+        self._rate_count = 0
         #: Woken by the writer's writes (True) or by a waiting thread (False).
         self.direct = DIRECT_WAKE if direct is None else direct
         if self.direct:
@@ -212,7 +220,12 @@ class RingFollower:
         wake-up per record until `unpark` or the sink's stop (it writes `wake_fd`); the loop
         reads again PARK_S from now, and parks again if the sink still sends all (loop
         thread; a no-op when parked already; with PARK off: `rearm`)."""
-        if not PARK:
+        now = time.monotonic()
+        if now - self._rate_at >= PARK_S:  # the rate since the last estimate
+            read = self.read_count - self._rate_count
+            self._busy = read > PARK_MAX_RATE * (now - self._rate_at)
+            self._rate_at, self._rate_count = now, self.read_count
+        if not PARK or self._busy:
             self.rearm()
             return
         if self._park is None and not self._halted:
