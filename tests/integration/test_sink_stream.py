@@ -455,6 +455,21 @@ def stream_follower(gw: Gateway) -> RingFollower:
     return router
 
 
+@contextlib.contextmanager
+def armed_stream(gw: Gateway) -> Iterator[tuple[RawClient, Consumer, RingFollower]]:
+    """A client whose stream is armed and got messages 0..2 from the sink; its router's
+    follower."""
+    client = RawClient(gw, query(gw))
+    try:
+        consumer = one_consumer(gw)
+        wait_until(armed(consumer), what="the sink to be armed")
+        first = publish(gw, 0, 3)
+        assert numbers(client.data_frames(len(first))) == first
+        yield client, consumer, stream_follower(gw)
+    finally:
+        client.close()
+
+
 def test_the_router_sleeps_while_the_sink_sends_all_and_its_stop_wakes_it(
     gw: Gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -462,13 +477,7 @@ def test_the_router_sleeps_while_the_sink_sends_all_and_its_stop_wakes_it(
     those wake-ups found only what the sink had sent, and took a CPU from the client); the
     sink's stop at a gap wakes it at once, not after the park's timer (60 s here)."""
     monkeypatch.setattr(follower_module, "PARK_S", 60.0)
-    client = RawClient(gw, query(gw))
-    try:
-        consumer = one_consumer(gw)
-        wait_until(armed(consumer), what="the sink to be armed")
-        follower = stream_follower(gw)
-        first = publish(gw, 0, 3)
-        assert numbers(client.data_frames(len(first))) == first
+    with armed_stream(gw) as (client, consumer, follower):
         wait_until(lambda: follower.parked, what="the router to park")
         wakeups = follower.wakeups
         more = publish(gw, 3, 300, batch=3, pause=0.001)  # 100 ring writes
@@ -489,8 +498,6 @@ def test_the_router_sleeps_while_the_sink_sends_all_and_its_stop_wakes_it(
         last = publish(gw, 333, 9)
         assert numbers(client.data_frames(len(last))) == last
         wait_until(lambda: follower.parked, what="the router to park again")
-    finally:
-        client.close()
 
 
 def test_above_the_park_rate_the_router_is_woken_per_record(
@@ -499,17 +506,9 @@ def test_above_the_park_rate_the_router_is_woken_per_record(
     """Past PARK_MAX_RATE records a second the router does not park (its wake-ups batch
     records then, and parked measured worse at 20k msg/s): every write wakes it."""
     monkeypatch.setattr(follower_module, "PARK_MAX_RATE", 0)  # any rate is past it
-    client = RawClient(gw, query(gw))
-    try:
-        consumer = one_consumer(gw)
-        wait_until(armed(consumer), what="the sink to be armed")
-        follower = stream_follower(gw)
-        first = publish(gw, 0, 3)
-        assert numbers(client.data_frames(len(first))) == first
+    with armed_stream(gw) as (client, consumer, follower):
         wakeups = follower.wakeups
         more = publish(gw, 3, 30, batch=3, pause=0.02)  # 10 writes, 20 ms apart
         assert numbers(client.data_frames(len(more))) == more
         wait_until(lambda: follower.wakeups >= wakeups + 5, what="wake-ups per write")
         assert not follower.parked and consumer.sink_armed
-    finally:
-        client.close()
