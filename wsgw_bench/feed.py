@@ -132,6 +132,12 @@ DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 # (Python's is 5 ms): before/after and the GIL's share (`--contenders`, not in `make bench`).
 DPDK_STREAM_TASK_HOP = "wsgw dpdk -> /v1/stream, task hop"
 DPDK_STREAM_SWITCH_500US = "wsgw dpdk -> /v1/stream, switch interval 0.5 ms"
+# The C sink's paths as before their followers parked (gateway.hub.follower.PARK off): the
+# API loop and the NATS sink's thread woken per ring record while the sink sends them all.
+DPDK_STREAM_SINK_NO_PARK = "wsgw dpdk -> /v1/stream, C sink, no park"
+DPDK_NATS_C_NO_PARK = "wsgw dpdk -> NATS, C, no park"
+# Parked with a shorter tick (gateway.hub.follower.PARK_S 2 ms instead of 10).
+DPDK_STREAM_SINK_TICK_2MS = "wsgw dpdk -> /v1/stream, C sink, park tick 2 ms"
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,8 @@ class Profile:
     #: The engine thread's scheduler slice, us (`dataplane.sched`; 0: the kernel's; None:
     #: the engine's own, EngineConfig.slice_ns).
     engine_slice_us: int | None = None
+    park: bool = True  # followers park while the C sink sends all they feed
+    park_s: float = 0.0  # their tick when parked (0: follower.PARK_S)
 
     @property
     def reader_wait(self) -> str:
@@ -215,6 +223,15 @@ CONTENDER_SPECS = {
     ),
     DPDK_STREAM_SWITCH_500US: Contender(
         DPDK_STREAM_SWITCH_500US, "dpdk", "stream", Profile(switch_interval_us=500)
+    ),
+    DPDK_STREAM_SINK_NO_PARK: Contender(
+        DPDK_STREAM_SINK_NO_PARK, "dpdk", "stream", Profile(stream_sink=True, park=False)
+    ),
+    DPDK_NATS_C_NO_PARK: Contender(
+        DPDK_NATS_C_NO_PARK, "dpdk", "nats", Profile(nats_c=True, park=False)
+    ),
+    DPDK_STREAM_SINK_TICK_2MS: Contender(
+        DPDK_STREAM_SINK_TICK_2MS, "dpdk", "stream", Profile(stream_sink=True, park_s=0.002)
     ),
 }
 
@@ -567,6 +584,8 @@ class GatewayConfig:
     nats_busy_sends: int = -1
     engine_sleep: tuple[int, int] | None = None
     engine_slice_us: int | None = None
+    park: bool = True
+    park_s: float = 0.0
 
 
 def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
@@ -581,6 +600,9 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
     from gateway.settings import Settings
 
     follower.DIRECT_WAKE = cfg.direct_wake
+    follower.PARK = cfg.park
+    if cfg.park_s:
+        follower.PARK_S = cfg.park_s
     if cfg.switch_interval_us:
         sys.setswitchinterval(cfg.switch_interval_us / 1e6)
     lab = Lab(cfg.lab_name, kernel_client=True)
@@ -652,7 +674,8 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
                 break
             if cmd[0] != "metrics":
                 break
-            conn.send(("metrics", {**gateway_figures(runtime), **nats_sink_figures(hub)}))
+            figures = {**gateway_figures(runtime), **nats_sink_figures(hub)}
+            conn.send(("metrics", {**figures, "sink lags": sink_lags(hub)}))
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
     with contextlib.suppress(OSError):
@@ -693,6 +716,18 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
     return out
 
 
+def sink_lags(hub: Any) -> tuple[int, list[int]]:
+    """The C sink's lag samples (`StreamSink.lags`: per send, ns from its oldest record's
+    ring stamp to the send): the hub's stream sink, else the NATS sink's C path; (0, [])
+    without either."""
+    nats = getattr(hub, "nats", None)
+    for sink in (hub._stream_sink, getattr(nats, "_c_sink", None)):
+        if sink is not None:
+            lags: tuple[int, list[int]] = sink.lags()
+            return lags
+    return 0, []
+
+
 def nats_sink_figures(hub: Any) -> dict[str, Any]:
     """The NATS sink's own counters (what `wsgw_nats_*` metrics export), cumulative: "ring"
     records written, "nats sent" (published, by C or nats-py), "nats dropped" by reason
@@ -704,13 +739,25 @@ def nats_sink_figures(hub: Any) -> dict[str, Any]:
     sink = hub.nats
     if not isinstance(sink, NatsSink):
         return {}
-    return {
+    out: dict[str, Any] = {
         "ring": hub.published_total,
         "nats sent": sink.stats.published,
         "nats dropped": dict(sink.dropped),
         "nats pending": sink.pending,
         "nats reconnects": sink.stats.reconnects,
     }
+    c = sink._c
+    if c is not None:  # the C path: who wrote what, C's sends and why it stopped
+        from gateway.hub.sink import ST_SENDS
+
+        slot = c.slot
+        out["nats c"] = {
+            "by C": c.c_published,
+            "by Python": c.python_messages,
+            "C sends": slot.state()[ST_SENDS] if slot is not None else 0,
+            **{f"disarm {reason}": n for reason, n in c.disarms.items()},
+        }
+    return out
 
 
 class NatsMonitor:
@@ -877,6 +924,12 @@ def probe_lines(before: dict[str, Any], after: dict[str, Any], seconds: float) -
     if t1:
         names = sorted({name.split("/")[0] for name in t1})
         lines.append(f"  threads {len(t1)}: {', '.join(names)}")
+    c0, c1 = before.get("nats c", {}), after.get("nats c", {})
+    if c1:
+        lines.append(
+            "  nats C/s: "
+            + " ".join(f"{k} {(n - c0.get(k, 0)) / seconds:.0f}" for k, n in sorted(c1.items()))
+        )
     d = engine_rates(before, after, seconds)
     if d:
         naps, bursts = d.get("c_sleeps", 0.0), d.get("c_rx_bursts", 0.0)
@@ -1017,6 +1070,9 @@ class Window:
     #: WSGW_FEED_PROBE=1) and the engine's counters per second (`engine_rates`).
     probe: list[str] = field(default_factory=list)
     engine: dict[str, float] = field(default_factory=dict)
+    #: The C sink's sends in the window (sorted, ns): the session's read -> the sink's send
+    #: of the record (`sink_lags`; at most the newest 1024).
+    sink_lag: list[int] = field(default_factory=list)
 
 
 def percentile(ordered: list[int], p: float) -> float:
@@ -1070,6 +1126,8 @@ def running(
                 contender.profile.nats_busy_sends,
                 contender.profile.engine_sleep,
                 contender.profile.engine_slice_us,
+                contender.profile.park,
+                contender.profile.park_s,
             )
             gateway = Proc(gateway_main, cfg)
             sid, stream_url = gateway.ready[1], gateway.ready[2]
@@ -1165,7 +1223,15 @@ def measure_window(
         hops,
         probe_lines(gw_before, gw_after, seconds),
         engine_rates(gw_before, gw_after, seconds),
+        window_lags(gw_before, gw_after),
     )
+
+
+def window_lags(before: dict[str, Any], after: dict[str, Any]) -> list[int]:
+    """The sink's lag samples taken between two `figures` (sorted ns)."""
+    (n0, _), (n1, samples) = before.get("sink lags", (0, [])), after.get("sink lags", (0, []))
+    new = min(n1 - n0, len(samples))
+    return sorted(samples[len(samples) - new :]) if new > 0 else []
 
 
 def run_feed(
@@ -1219,7 +1285,9 @@ def run_feed(
                     log(
                         f"round {round_ + 1} {name:32} {rate:>8.0f} msg/s: got "
                         f"{w.count / w.seconds:8.0f} msg/s p50 {percentile(w.latency, 50):7.0f} "
-                        f"p99 {percentile(w.latency, 99):7.0f} us lost {w.lost} reordered "
+                        f"p99 {percentile(w.latency, 99):7.0f} us"
+                        + (f" (read->sink {percentile(w.sink_lag, 50):.0f})" if w.sink_lag else "")
+                        + f" lost {w.lost} reordered "
                         f"{w.reordered} cpu "
                         + " ".join(f"{p} {c:.0f}%" for p, c in sorted(w.cpu.items()))
                         + "".join(f"; {cause} {n}" for cause, n in w.events.items() if n)
@@ -1255,6 +1323,7 @@ def measurements(plan: Plan, windows: dict[str, list[Window]]) -> list[Measureme
             ("send -> session read p50", "us", False, lambda w: percentile(w.to_read, 50)),
             ("session read -> consumer p50", "us", False, lambda w: percentile(w.from_read, 50)),
             ("session read -> hub p50", "us", False, lambda w: w.handoff_p50),
+            ("session read -> sink send p50", "us", False, lambda w: percentile(w.sink_lag, 50)),
             ("CPU gateway", "%", False, lambda w: w.cpu.get("gateway", float("nan"))),
             ("CPU consumer", "%", False, lambda w: w.cpu["consumer"]),
             ("CPU simulator", "%", False, lambda w: w.cpu["simulator"]),
@@ -1359,6 +1428,8 @@ def summary(plan: Plan, windows: dict[str, list[Window]]) -> list[str]:
                     f" split {med([percentile(w.to_read, 50) for w in at]):.0f}"
                     f" + {med([percentile(w.from_read, 50) for w in at]):.0f} us"
                 )
+            if at[0].sink_lag:
+                split += f" read->sink send {med([percentile(w.sink_lag, 50) for w in at]):.0f} us"
             cpu = " ".join(f"{p} {med([w.cpu[p] for w in at]):.0f}%" for p in sorted(at[0].cpu))
             lines.append(
                 f"{rate_label(rate):>10} {name:42} p50 {p50:6.0f}{ratio} p99 "

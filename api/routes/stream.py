@@ -528,6 +528,7 @@ class _SinkLink:
     ) -> None:
         self.sink = sink
         self.hub = hub
+        self.consumer = consumer
         self.session_id = consumer.session_id
         self.topics = consumer.topics
         self.wire = wire
@@ -558,6 +559,8 @@ class _SinkLink:
         sock = self.transport.get_extra_info("socket")
         try:
             self.entry = self.sink.add(sock.fileno(), self.session_id, ids)
+            if self.consumer.wake_fd >= 0:  # its stops wake the router (which may park)
+                self.entry.wake_on_stop(self.consumer.wake_fd)
         except (SinkError, OSError) as exc:
             log.warning("a stream stays on Python: %s", exc)
             self.failed = True

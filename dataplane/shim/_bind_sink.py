@@ -31,6 +31,7 @@ REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topi
 ) = range(9)
 ST_COUNT = 9
 MAX_SOCKETS = 1024
+LAG_SAMPLES = 1024  # WSGW_SINK_LAG_SAMPLES
 MAX_TOPICS = 4096
 
 PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
@@ -46,11 +47,16 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
     ),
     "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
+    "wsgw_sink_wake_fd": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_int]),
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
     "wsgw_sink_max_streams": (ctypes.c_int, [_vp, ctypes.c_uint32]),
     "wsgw_sink_stream_room": (ctypes.c_uint32, [_vp]),
     "wsgw_sink_disarm": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
     "wsgw_sink_state": (ctypes.c_int, [_vp, ctypes.c_int, _u64p]),
+    "wsgw_sink_lags": (
+        ctypes.c_uint32,
+        [_vp, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32, _u64p],
+    ),
     "wsgw_sink_burst_begin": (None, []),
     "wsgw_sink_burst_end": (None, []),
     "wsgw_sink_take_rest": (
@@ -88,6 +94,12 @@ def nats_subject(handle: int, slot: int, topic_id: int, subject: bytes) -> int:
     return int(
         library(KEEP_GIL).wsgw_sink_nats_subject(handle, slot, topic_id, subject, len(subject))
     )
+
+
+def wake_fd(handle: int, slot: int, fd: int) -> int:
+    """The eventfd the sink writes when it stops sending to slot by itself (-1: none): 0 or
+    -errno."""
+    return int(library(KEEP_GIL).wsgw_sink_wake_fd(handle, slot, fd))
 
 
 def remove(handle: int, slot: int) -> int:
@@ -137,6 +149,15 @@ def take_rest(handle: int, slot: int, length: int) -> bytes:
     if rc < 0:
         raise ValueError(f"sink slot {slot}: take_rest {rc}")
     return buf.raw[:rc]
+
+
+def lags(handle: int) -> tuple[int, list[int]]:
+    """(samples ever taken, the newest ones oldest first): per send, ns from its oldest
+    record's ring stamp to the send (wsgw_sink_lags)."""
+    out = (ctypes.c_uint32 * LAG_SAMPLES)()
+    total = ctypes.c_uint64()
+    n = int(library(KEEP_GIL).wsgw_sink_lags(handle, out, LAG_SAMPLES, ctypes.byref(total)))
+    return int(total.value), list(out[:n])
 
 
 def burst_begin() -> None:

@@ -50,7 +50,9 @@ struct sink_sock {
     uint8_t *out;     /* NATS: PUBs of whole records not sent yet (next_seq is past them) */
     uint32_t out_len, out_cap;
     uint64_t out_since_ns; /* when out was last empty */
+    uint64_t out_ts_ns;    /* the ring stamp of out's first record (the lag samples) */
     uint64_t sends;   /* sendmsg calls that sent something */
+    int wake_fd;      /* a dup of the follower's eventfd, written when the sink stops; -1 */
 };
 
 struct wsgw_sink {
@@ -63,6 +65,8 @@ struct wsgw_sink {
     atomic_uint streams_armed;
     atomic_uint max_streams;
     uint32_t used;      /* slots in use, from 0 */
+    uint64_t lag_n;     /* lag samples taken (wsgw_sink_lags) */
+    uint32_t lag[WSGW_SINK_LAG_SAMPLES];
     struct sink_sock socks[WSGW_SINK_MAX_SOCKETS];
     struct wsgw_sink *next; /* the registry's list */
 };
@@ -77,6 +81,18 @@ static atomic_uint registry_count;
 static __thread uint32_t burst_depth;
 static __thread int burst_dirty;
 
+
+/* A send went out: how long after its oldest record's ring stamp (CLOCK_REALTIME). */
+static void note_lag(wsgw_sink *s, uint64_t ts_ns)
+{
+    if (ts_ns == 0)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t now = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    uint64_t d = now > ts_ns ? now - ts_ns : 0;
+    s->lag[s->lag_n++ % WSGW_SINK_LAG_SAMPLES] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
 
 /* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form. */
 static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
@@ -136,8 +152,14 @@ static void disarm(wsgw_sink *s, struct sink_sock *k, uint32_t reason, int err)
         s->armed--;
         if (!k->nats)
             atomic_fetch_sub_explicit(&s->streams_armed, 1, memory_order_relaxed);
-        if (reason != WSGW_SINK_PYTHON)
+        if (reason != WSGW_SINK_PYTHON) {
             k->disarms++;
+            if (k->wake_fd >= 0) { /* the parked follower's loop: Python's turn */
+                uint64_t one = 1;
+                ssize_t rc = write(k->wake_fd, &one, sizeof one);
+                (void)rc; /* EAGAIN: the counter is full, a wake-up is pending anyway */
+            }
+        }
     }
     k->reason = reason;
     k->err = err;
@@ -212,6 +234,7 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         }
         k->bytes += (uint64_t)sent;
         k->sends++;
+        note_lag(s, m[idx[0]].ts_ns);
         if ((size_t)sent < total) {
             /* Find the frame the send cut: those before it went whole. */
             size_t done = 0;
@@ -272,6 +295,7 @@ static void nats_flush(wsgw_sink *s, struct sink_sock *k)
     }
     k->bytes += (uint64_t)sent;
     k->sends++;
+    note_lag(s, k->out_ts_ns);
     if ((size_t)sent < k->out_len) {
         out_to_rest(k, (size_t)sent);
         disarm(s, k, WSGW_SINK_PARTIAL, 0);
@@ -342,8 +366,10 @@ static void nats_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
                 }
             }
             if (stop_reason == 0) {
-                if (k->out_len == 0)
+                if (k->out_len == 0) {
                     k->out_since_ns = burst_depth ? wsgw_monotonic_ns() : 0;
+                    k->out_ts_ns = m[i].ts_ns;
+                }
                 uint8_t *o = k->out + k->out_len;
                 memcpy(o, k->pub[t], k->pub_len[t]);
                 o += k->pub_len[t];
@@ -449,7 +475,7 @@ WSGW_API int wsgw_sink_open(wsgw_ring_writer *w, uint32_t gap_topic_id, wsgw_sin
     atomic_init(&s->max_streams, WSGW_SINK_MAX_SOCKETS);
     pthread_mutex_init(&s->mu, NULL);
     for (uint32_t i = 0; i < WSGW_SINK_MAX_SOCKETS; i++)
-        s->socks[i].fd = -1;
+        s->socks[i].fd = s->socks[i].wake_fd = -1;
     wsgw_ring_writer_retain(w);
     pthread_mutex_lock(&registry_mu);
     s->next = registry;
@@ -464,6 +490,8 @@ static void free_sock(struct sink_sock *k)
 {
     if (k->fd >= 0)
         close(k->fd);
+    if (k->wake_fd >= 0)
+        close(k->wake_fd);
     free(k->topics);
     free(k->rest);
     free(k->out);
@@ -473,6 +501,7 @@ static void free_sock(struct sink_sock *k)
     free(k->pub_len);
     memset(k, 0, sizeof(*k));
     k->fd = -1;
+    k->wake_fd = -1;
 }
 
 WSGW_API void wsgw_sink_close(wsgw_sink *s)
@@ -533,6 +562,7 @@ WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint
     struct sink_sock *k = &s->socks[i];
     memset(k, 0, sizeof(*k));
     k->fd = dup_fd;
+    k->wake_fd = -1;
     k->session_id = session_id;
     k->ntopics = n;
     k->topics = copy;
@@ -541,6 +571,27 @@ WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint
         s->used++;
     pthread_mutex_unlock(&s->mu);
     return (int)i;
+}
+
+WSGW_API int wsgw_sink_wake_fd(wsgw_sink *s, int slot, int fd)
+{
+    int dup_fd = -1;
+    if (fd >= 0 && (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return -errno;
+    pthread_mutex_lock(&s->mu);
+    struct sink_sock *k = slot_of(s, slot);
+    if (k == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return -EINVAL;
+    }
+    int old = k->wake_fd;
+    k->wake_fd = dup_fd;
+    pthread_mutex_unlock(&s->mu);
+    if (old >= 0)
+        close(old);
+    return 0;
 }
 
 WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot)
@@ -666,6 +717,20 @@ WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint6
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+WSGW_API uint32_t wsgw_sink_lags(wsgw_sink *s, uint32_t *out, uint32_t cap, uint64_t *total)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->lag_n;
+    uint32_t k = n < WSGW_SINK_LAG_SAMPLES ? (uint32_t)n : WSGW_SINK_LAG_SAMPLES;
+    if (k > cap)
+        k = cap;
+    for (uint32_t j = 0; j < k; j++)
+        out[j] = s->lag[(n - k + j) % WSGW_SINK_LAG_SAMPLES];
+    *total = n;
+    pthread_mutex_unlock(&s->mu);
+    return k;
 }
 
 WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends)

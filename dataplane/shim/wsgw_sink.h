@@ -68,6 +68,11 @@ WSGW_API void wsgw_sink_close(wsgw_sink *s);
  * armed. Its slot (>= 0), or -ENOSPC, -EINVAL, -errno of dup. */
 WSGW_API int wsgw_sink_add(wsgw_sink *s, int fd, uint32_t session_id, const uint32_t *topics,
                            uint32_t n);
+/* When the sink stops sending to slot by itself (any reason but WSGW_SINK_PYTHON), it writes
+ * 1 to the eventfd fd (duplicated; -1: none): the loop that follows the ring for that socket
+ * need not be woken per record while the sink sends (gateway.hub.follower's park). 0, -EINVAL,
+ * -errno of dup. */
+WSGW_API int wsgw_sink_wake_fd(wsgw_sink *s, int slot, int fd);
 /* Forget the slot (disarmed first) and close its fd. */
 WSGW_API int wsgw_sink_remove(wsgw_sink *s, int slot);
 /* Arm slot at seq: 0, -EAGAIN (the ring already holds seq: route it first), -EBUSY (a
@@ -89,6 +94,14 @@ WSGW_API int wsgw_sink_state(wsgw_sink *s, int slot, uint64_t *out);
 /* Move the rest of a frame sent in part into buf (cap bytes at least state's REST_LEN):
  * its length, 0 when none, -ENOBUFS. */
 WSGW_API int64_t wsgw_sink_take_rest(wsgw_sink *s, int slot, uint8_t *buf, uint64_t cap);
+
+/* The sink's lag samples: per send (stream or NATS), the time from its oldest record's ring
+ * stamp (ts_ns, CLOCK_REALTIME: the session's read) to the send, ns (capped at UINT32_MAX).
+ * Copies the newest min(cap, WSGW_SINK_LAG_SAMPLES) into out, oldest first; *total: samples
+ * ever taken. Returns the number copied. Records the writer stamped itself (ts_ns 0 given)
+ * take no sample. For the split of a consumer's latency (issue #16). */
+#define WSGW_SINK_LAG_SAMPLES 1024
+WSGW_API uint32_t wsgw_sink_lags(wsgw_sink *s, uint32_t *out, uint32_t cap, uint64_t *total);
 
 /* NATS (core, no JetStream: https://docs.nats.io/reference/reference-protocols/nats-protocol):
  * a connection Python opened (INFO/CONNECT done) whose records of every session the sink

@@ -190,6 +190,10 @@ class Consumer:
         #: ring seq (everything before it was routed): what an arm needs.
         self.sink: SinkLink | None = None
         self.ring_next: Callable[[], int | None] | None = None
+        #: The router's follower: its eventfd (the sink writes it when it stops sending
+        #: here) and its unpark (Python takes the stream back): gateway.hub.follower's park.
+        self.wake_fd = -1
+        self.unpark: Callable[[], None] | None = None
         self.sink_armed = False
         self.sink_arms = 0  # times armed (tests and metrics)
         self.sink_takebacks = 0  # times Python disarmed it to write itself
@@ -362,6 +366,8 @@ class Consumer:
         then every record from that seq on, through the queue."""
         assert self.sink is not None
         self.sink_armed = False
+        if self.unpark is not None:  # the router routes here again, record by record
+            self.unpark()
         reason = state[3]
         self.sink_stops[reason] = self.sink_stops.get(reason, 0) + 1
         self.sink.write_rest(state)

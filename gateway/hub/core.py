@@ -117,6 +117,9 @@ class _Router:
     def add(self, consumer: Consumer) -> None:
         consumer.defer_flush = self._defer_flush
         consumer.ring_next = self._next_seq
+        consumer.wake_fd = self.follower.wake_fd
+        consumer.unpark = self.follower.unpark
+        self.follower.unpark()  # a new consumer is not armed: routed record by record
         self.consumers = [*self.consumers, consumer]
         self._routes = {}
         sid = consumer.session_id
@@ -162,9 +165,11 @@ class _Router:
         other tasks get their turn; the follower wakes it again for the rest) and route it."""
         follower = self.follower
         to_flush = self._to_flush = []
+        caught_up = False
         try:
             for _ in range(DISPATCH_ROUNDS):
                 events = follower.read()
+                caught_up = len(events) < READ_BATCH
                 if not events:
                     break
                 try:
@@ -181,7 +186,11 @@ class _Router:
                 except Exception:  # one broken connection must not stop the others
                     log.exception("hub: writing to %r failed", consumer)
                     consumer.cut(CLOSE_INTERNAL_ERROR, "internal error", "error")
-            follower.rearm()
+            consumers = self.consumers
+            if caught_up and consumers and all(c.sink_armed for c in consumers):
+                follower.park()  # the sink sends all: woken when one stops (or PARK_S)
+            else:
+                follower.rearm()
 
     def _next_seq(self) -> int | None:
         """The ring sequence this router reads next: everything before it was routed."""

@@ -20,6 +20,18 @@ Either way a loop has at most one wake-up pending, nothing spins while the loop 
 the records are read on the loop, at its own pace: a loop that stalls costs the writer
 nothing (one eventfd write per wake-up at most), it falls behind in the ring.
 
+Parked (`park`): while everything a follower feeds is sent by the ring writer's C sink (a
+/v1/stream router whose streams are all armed, the NATS sink with C armed), the loop is not
+woken per record at all: its wake-up only found the records the sink had sent, and on a
+2-vCPU machine it ran beside the consumer's own wake-up (issue #16: 3000-6000 wake-ups/s of
+the API loop at 10k-20k msg/s). The sink writes the follower's eventfd when it stops sending
+by itself (`SinkSocket.wake_on_stop`) and Python's own take-backs `unpark`. Parked, the loop
+reads what the sink sent every PARK_S (a tick, not tied to the records' arrival): a few
+hundred records at 20k msg/s, so no read holds the GIL long (a 50 ms tick's 1000 records
+did, and the engine's thread, which takes the GIL after every burst, waited for it). Only
+below PARK_MAX_RATE records a second: above it the per-record wake-ups batch several
+records each, and parking measured worse at 20k msg/s (docs/PERFORMANCE.md, session 13).
+
 A follower more than `limit` messages behind the writer skips to the newest record and
 reports what it skipped, as it reports being lapped by the writer: a `Gap` (lost, first
 seq) first in what `read` returns. Either way the loss is counted (`dropped`), never silent.
@@ -32,6 +44,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -51,6 +64,13 @@ READ_BATCH = 1024
 #: Whether followers are woken by the ring's writer directly (no waiting thread); a
 #: follower's `direct` argument overrides it. WSGW_RING_DIRECT_WAKE=0 turns it off.
 DIRECT_WAKE = os.environ.get("WSGW_RING_DIRECT_WAKE", "1") != "0"
+#: A parked follower's loop reads what the sink sent this often (and parks again while the
+#: sink still sends all).
+PARK_S = 0.01
+#: Above this many records a second (measured over PARK_S at least) a follower does not park.
+PARK_MAX_RATE = 5000
+#: Whether followers park while the C sink sends all they feed; WSGW_FOLLOWER_PARK=0: never.
+PARK = os.environ.get("WSGW_FOLLOWER_PARK", "1") != "0"
 
 
 class RingFollower:
@@ -87,6 +107,11 @@ class RingFollower:
         # its lag asked (a C call making a dict), not on every wake-up of a light feed.
         self._maybe_behind = True
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._park: asyncio.TimerHandle | None = None  # parked: the timer that ends it
+        self.parks = 0  # times parked (loop thread)
+        self._busy = False  # reading more than PARK_MAX_RATE records a second: no parking
+        self._rate_at = 0.0  # monotonic time and read_count of the rate's last estimate
+        self._rate_count = 0
         #: Woken by the writer's writes (True) or by a waiting thread (False).
         self.direct = DIRECT_WAKE if direct is None else direct
         if self.direct:
@@ -181,8 +206,49 @@ class RingFollower:
             self.read_count += len(events)
         return events
 
+    @property
+    def wake_fd(self) -> int:
+        """The eventfd the loop watches: written once, it wakes the loop (a parked one too)."""
+        return self._fd
+
+    @property
+    def parked(self) -> bool:
+        return self._park is not None
+
+    def park(self) -> None:
+        """Done reading, and everything this follower feeds is sent by the C sink: no
+        wake-up per record until `unpark` or the sink's stop (it writes `wake_fd`); the loop
+        reads again PARK_S from now, and parks again if the sink still sends all (loop
+        thread; a no-op when parked already; with PARK off: `rearm`)."""
+        now = time.monotonic()
+        if now - self._rate_at >= PARK_S:  # the rate since the last estimate
+            read = self.read_count - self._rate_count
+            self._busy = read > PARK_MAX_RATE * (now - self._rate_at)
+            self._rate_at, self._rate_count = now, self.read_count
+        if not PARK or self._busy:
+            self.rearm()
+            return
+        if self._park is None and not self._halted:
+            self._park = self.loop.call_later(PARK_S, self._tick)
+            self.parks += 1
+
+    def _tick(self) -> None:
+        """Parked: read what the sink sent (the reader parks again or rearms)."""
+        self._park = None
+        if not (self._stopping or self._halted):
+            self._on_wake()
+
+    def unpark(self) -> None:
+        """Woken per record again (loop thread; idempotent)."""
+        if self._park is not None:
+            self.rearm()
+
     def rearm(self) -> None:
-        """Done reading for now: the next record (or one still there) wakes the loop again."""
+        """Done reading for now: the next record (or one still there) wakes the loop again
+        (a parked follower is parked no more)."""
+        park, self._park = self._park, None
+        if park is not None:
+            park.cancel()
         with self._detach_lock:  # not while `halt` frees the notifier (the sink's stop)
             if not self._halted:
                 ring_notifier_rearm(self._notifier)

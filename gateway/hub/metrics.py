@@ -116,6 +116,11 @@ class HubCollector(Collector):
             yield nd
             yield _gauge("wsgw_nats_connected", "1 while connected to NATS", int(st.connected))
             yield _counter("wsgw_nats_reconnects", "Reconnections to NATS", st.reconnects)
+            yield _counter(
+                "wsgw_nats_behind_gaps",
+                "$gap messages (reason nats_sink_behind) announcing records the sink skipped",
+                st.behind_gaps,
+            )
             yield _gauge(
                 "wsgw_nats_pending",
                 "Messages in the ring the sink has not read yet",

@@ -9,7 +9,11 @@ flusher writes it to the socket in one go (batched flushes). Messages are droppe
 counted: before the first connection (`not_connected`), when the sink falls more than
 `buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
 reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
-(`disconnected`). nats-py reconnects by itself.
+(`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
+to subscribers as a `$gap` (reason `nats_sink_behind`) per session published. /metrics:
+`wsgw_nats_published_total`, `wsgw_nats_dropped_total{reason}`, `wsgw_nats_connected`,
+`wsgw_nats_reconnects_total`, `wsgw_nats_pending`, and `wsgw_nats_behind_gaps_total` (those
+`$gap` announcements; gateway.hub.metrics).
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
 connection and publishes with JetStream's acknowledgement, without waiting for each one: up
@@ -188,6 +192,9 @@ class NatsStats:
     dropped_disconnected: int = 0  # nats-py's reconnect buffer was full
     dropped_error: int = 0
     gaps: int = 0
+    #: `$gap` messages of reason SINK_BEHIND published (one per session per skip): the
+    #: sink's own drops as subscribers saw them announced (wsgw_nats_behind_gaps).
+    behind_gaps: int = 0
     connects: int = 0
     reconnects: int = 0
     disconnects: int = 0
@@ -291,7 +298,8 @@ class NatsSink:
         except SinkError as exc:
             log.error("NATS sink in C unavailable (%s): the sink's thread publishes", exc)
             return
-        self._c.attach(self._c_sink, self._gap_tid)
+        assert self._follower is not None
+        self._c.attach(self._c_sink, self._gap_tid, self._follower.wake_fd)
 
     def _c_connected(self) -> None:
         self._ready.set()
@@ -309,9 +317,12 @@ class NatsSink:
 
     @property
     def pending(self) -> int:
-        """Messages in the ring the sink has not read yet."""
+        """Messages in the ring the sink has not published yet (0 while C is armed: the
+        ring's writer published them as it wrote them, the parked follower reads them later)."""
         follower = self._follower
-        return 0 if follower is None else follower.pending
+        if follower is None or (self._c is not None and self._c.armed):
+            return 0
+        return follower.pending
 
     @property
     def dropped(self) -> dict[str, int]:
@@ -697,7 +708,10 @@ class NatsSink:
                 await asyncio.sleep(0)
         finally:
             self._count_c()
-            follower.rearm()
+            if c.armed:  # C sends from here on: woken when it stops, not per record
+                follower.park()
+            else:
+                follower.rearm()
 
     def _count_c(self) -> None:
         c = self._c
@@ -737,6 +751,7 @@ class NatsSink:
                     with contextlib.suppress(Exception):
                         await publish(subject, data)
                         stats.gaps += 1
+                        stats.behind_gaps += 1
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
             payload: bytes = view  # type: ignore[assignment]  # the follower copies: bytes

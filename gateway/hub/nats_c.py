@@ -117,6 +117,7 @@ class CNatsConnection:
         self._subject_of = subject_of
         self._gap_message = gap_message
         self._gap_tid = -1
+        self._wake_fd = -1
         self._stopping = stopping
         self._on_connected = on_connected
         self._behind = behind
@@ -136,10 +137,12 @@ class CNatsConnection:
         self._reader: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def attach(self, sink: StreamSink, gap_tid: int) -> None:
-        """The C sink of the ring the NATS sink follows (before the first record)."""
+    def attach(self, sink: StreamSink, gap_tid: int, wake_fd: int = -1) -> None:
+        """The C sink of the ring the NATS sink follows (before the first record); wake_fd:
+        the follower's eventfd, which C writes when it stops (the follower parks meanwhile)."""
         self._gap_tid = gap_tid
         self.sink = sink
+        self._wake_fd = wake_fd
 
     @property
     def c_published(self) -> int:
@@ -337,6 +340,8 @@ class CNatsConnection:
             return True
         if self.slot is None and self.sink is not None:
             self.slot = self.sink.add_nats(sock.fileno(), self.config.c_busy_sends)
+            if self._wake_fd >= 0:
+                self.slot.wake_on_stop(self._wake_fd)
         slot = self.slot
         if slot is None:  # no C sink: Python publishes all
             await self._write_backlog(None, sock)
@@ -373,6 +378,7 @@ class CNatsConnection:
                     for _, subject, data in self._behind(event, lost):
                         out += pub(subject, data)
                         self.stats.gaps += 1
+                        self.stats.behind_gaps += 1
                 continue
             seq, sid, name, _ts, payload, tid = event  # type: ignore[misc]
             if seq < self.sent_below:

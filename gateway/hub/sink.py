@@ -20,6 +20,11 @@ The writer pays each armed stream's send on every record (about 12 us on loopbac
 receiver's wake-up included), so the sink serves at most `api.stream_sink_max` streams per
 ring (MAX_STREAMS_DEFAULT), first armed first served; the others stay on the router and try
 to arm again only once a place is free (StreamSink.room, read without the writer's mutex).
+
+While the sink sends all a router's streams get, the router's loop parks (it is not woken
+per record, gateway.hub.follower): the sink writes the follower's eventfd when it stops by
+itself (`SinkSocket.wake_on_stop`). `StreamSink.lags` samples, per send, the time from the
+record's ring stamp to the send (the feed bench's split).
 """
 
 from __future__ import annotations
@@ -111,6 +116,13 @@ class StreamSink:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
 
+    def lags(self) -> tuple[int, list[int]]:
+        """(sends ever sampled, the newest samples oldest first): per send, ns from its
+        oldest record's ring stamp (the session's read) to the send; the split of a
+        consumer's latency (wsgw bench feed). (0, []) once closed."""
+        with self._lock:
+            return (0, []) if self.closed else c.lags(self._handle)
+
     def close(self) -> None:
         """Stop sending (the writer never touches the sink again) and free it."""
         with self._lock:
@@ -165,6 +177,15 @@ class SinkSocket:
             if self.removed or self.sink.closed:
                 return False
             return c.nats_subject(self.sink._handle, self.slot, topic_id, subject) == 0
+
+    def wake_on_stop(self, fd: int) -> bool:
+        """The sink writes 1 to the eventfd fd (a dup of it) when it stops sending by itself
+        (EAGAIN, a gap, ...; not a disarm of Python's): the follower of the ring may then
+        stay parked while the sink sends (gateway.hub.follower). False when refused."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.wake_fd(self.sink._handle, self.slot, fd) == 0
 
     def remove(self) -> None:
         """Forget the socket (its dup is closed; idempotent)."""

@@ -16,10 +16,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
 
 from dataplane.ring import RingWriter
 from gateway.hub import Hub
+from gateway.hub import follower as follower_module
 from gateway.hub.follower import READ_BATCH
+from gateway.hub.metrics import HubCollector
 from gateway.hub.nats import NatsConfig, NatsSink
 from gateway.hub.nats_c import BUSY_HOLD_S
 from gateway.hub.sink import BUSY, ST_ARMED, ST_MESSAGES, ST_REASON, ST_SENDS
@@ -63,6 +67,13 @@ def received(c_path: bool, url: str) -> tuple[list[tuple[str, bytes]], NatsSink]
         sub.close()
         hub.close()
     return [(s, d) for s, d, _ in sub.got], sink
+
+
+def registry_of(collector: Collector) -> CollectorRegistry:
+    """A registry of its own with the collector (what /metrics serves of it)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return registry
 
 
 def all_once_in_order(sub: Subscriber, sink: NatsSink, n: int) -> None:
@@ -318,6 +329,7 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
 
         wait_until(lambda: accounted() >= total)
         time.sleep(0.2)  # anything sent twice arrives too
+        exported = generate_latest(registry_of(HubCollector(hub))).decode()
     finally:
         sub.close()
         hub.close()
@@ -325,6 +337,9 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
     gaps = [json.loads(d) for s, d, _ in sub.got if s.endswith("$gap")]
     assert data == sorted(set(data))  # once each, in order
     assert {(g["reason"], g["session"]) for g in gaps} <= {("nats_sink_behind", 1)}
+    # Every announcement the subscriber got is counted, and /metrics says so.
+    assert sink.stats.behind_gaps == len(gaps)
+    assert f"wsgw_nats_behind_gaps_total {float(len(gaps))}" in exported
     skipped = sum(g["lost"] for g in gaps)
     assert len(data) + skipped == total
     assert sink.dropped["buffer_full"] == skipped
@@ -332,3 +347,44 @@ def test_records_the_sink_skips_when_behind_are_announced_and_counted_exactly(
         assert skipped == 0 and data == list(range(total))
     else:
         assert skipped > 0  # the thread publishes, and fell behind
+
+
+def test_the_sinks_thread_sleeps_while_c_sends_and_cs_stop_wakes_it(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While C is armed the sink's loop is not woken per record (issue #16: its wake-ups
+    found only what C had sent, beside nats-server's and the subscriber's own); C's stop at
+    a `$gap` record wakes it at once, not after the park's timer (60 s here)."""
+    monkeypatch.setattr(follower_module, "PARK_S", 60.0)
+    config = NatsConfig(servers=[nats_server.url], c_path=True, c_busy_sends=0)
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    sub = Subscriber(nats_server.url, ["wsgw.>"])
+    follower = sink._follower
+    assert follower is not None
+    try:
+        hub.publish_batch([(1, "t", b"0", 0, None)])
+        wait_until(lambda: len(sub.got) == 1 and bool(sink._c and sink._c.armed))
+        hub.publish_batch([(1, "t", b"1", 0, None)])
+        wait_until(lambda: follower.parked)
+        wakeups = follower.wakeups
+        for i in range(2, 102):
+            hub.publish_batch([(1, "t", b"%d" % i, 0, None)])
+            time.sleep(0.001)
+        wait_until(lambda: len(sub.got) == 102)
+        assert follower.wakeups == wakeups  # C sent them all, the loop slept
+        assert sink.pending == 0
+        hub.publish_gap(1, 3, "reconnect")
+        t0 = time.monotonic()
+        hub.publish_batch([(1, "t", b"%d" % i, 0, None) for i in range(102, 110)])
+        wait_until(lambda: len(sub.got) == 111, timeout=30)
+        assert time.monotonic() - t0 < 30  # woken by C's stop, not the timer
+        wait_until(lambda: bool(sink._c and sink._c.armed) and follower.parked)
+    finally:
+        sub.close()
+        hub.close()
+    subjects = [s for s, _, _ in sub.got]
+    assert subjects[102] == "wsgw.1.$gap" and subjects.count("wsgw.1.$gap") == 1
+    data = [int(d) for s, d, _ in sub.got if not s.endswith("$gap")]
+    assert data == list(range(110))
+    assert sink.c_disarms.get("gap") == 1

@@ -25,7 +25,9 @@ import orjson
 import pytest
 
 from gateway.hub import Hub
+from gateway.hub import follower as follower_module
 from gateway.hub.consumer import Consumer
+from gateway.hub.follower import RingFollower
 from gateway.hub.sink import AGAIN, GAP, MAX_STREAMS_DEFAULT, PARTIAL, ST_ARMED
 from wsgw_bench.servers import ServerThread, gateway_app
 
@@ -446,3 +448,67 @@ def test_a_stream_the_sink_hands_back_resumes_exactly_and_its_place_goes_to_a_wa
     finally:
         slow.close()
         fast.close()
+
+
+def stream_follower(gw: Gateway) -> RingFollower:
+    (router,) = [f for f in gw.hub.followers() if f.name == "stream"]
+    return router
+
+
+@contextlib.contextmanager
+def armed_stream(gw: Gateway) -> Iterator[tuple[RawClient, Consumer, RingFollower]]:
+    """A client whose stream is armed and got messages 0..2 from the sink; its router's
+    follower."""
+    client = RawClient(gw, query(gw))
+    try:
+        consumer = one_consumer(gw)
+        wait_until(armed(consumer), what="the sink to be armed")
+        first = publish(gw, 0, 3)
+        assert numbers(client.data_frames(len(first))) == first
+        yield client, consumer, stream_follower(gw)
+    finally:
+        client.close()
+
+
+def test_the_router_sleeps_while_the_sink_sends_all_and_its_stop_wakes_it(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While its only stream is armed the router's loop is not woken per record (issue #16:
+    those wake-ups found only what the sink had sent, and took a CPU from the client); the
+    sink's stop at a gap wakes it at once, not after the park's timer (60 s here)."""
+    monkeypatch.setattr(follower_module, "PARK_S", 60.0)
+    with armed_stream(gw) as (client, consumer, follower):
+        wait_until(lambda: follower.parked, what="the router to park")
+        wakeups = follower.wakeups
+        more = publish(gw, 3, 300, batch=3, pause=0.001)  # 100 ring writes
+        assert numbers(client.data_frames(len(more))) == more
+        assert follower.wakeups == wakeups  # the sink sent them all, the loop slept
+        seq = gw.hub.publish_gap(gw.session, 2, "reconnect")
+        after = publish(gw, 303, 30)
+        t0 = time.monotonic()
+        frames = []
+        while len(frames) < len(after) + 1:
+            _, data, _ = client.frame()
+            frames.append(orjson.loads(data))
+        assert time.monotonic() - t0 < 30  # woken by the sink's stop, not the timer
+        assert frames[0]["type"] == "gap" and frames[0]["seq"] == seq
+        assert [f["i"] for f in frames[1:]] == after
+        assert consumer.sink_stops.get(GAP) == 1
+        wait_until(armed(consumer), what="the sink to be armed again")
+        last = publish(gw, 333, 9)
+        assert numbers(client.data_frames(len(last))) == last
+        wait_until(lambda: follower.parked, what="the router to park again")
+
+
+def test_above_the_park_rate_the_router_is_woken_per_record(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past PARK_MAX_RATE records a second the router does not park (its wake-ups batch
+    records then, and parked measured worse at 20k msg/s): every write wakes it."""
+    monkeypatch.setattr(follower_module, "PARK_MAX_RATE", 0)  # any rate is past it
+    with armed_stream(gw) as (client, consumer, follower):
+        wakeups = follower.wakeups
+        more = publish(gw, 3, 30, batch=3, pause=0.02)  # 10 writes, 20 ms apart
+        assert numbers(client.data_frames(len(more))) == more
+        wait_until(lambda: follower.wakeups >= wakeups + 5, what="wake-ups per write")
+        assert not follower.parked and consumer.sink_armed

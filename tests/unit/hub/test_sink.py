@@ -7,6 +7,7 @@ at most its limit of stream sockets (NATS slots aside), first armed first served
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -206,3 +207,25 @@ def test_stream_sink_max_defaults_to_the_sinks_and_takes_its_whole_range(
     for value in (0, MAX_STREAMS_LIMIT):
         monkeypatch.setenv("WSGW_API__STREAM_SINK_MAX", str(value))
         assert load_settings().api.stream_sink_max == value
+
+
+def test_each_send_is_sampled_with_its_oldest_records_age(
+    ring: RingWriter, pair: tuple[socket.socket, socket.socket], sink: StreamSink
+) -> None:
+    """The lag samples (the feed bench's read -> sink send split): one per send, the time
+    from the ring stamp of the first record it carried; records written to no armed socket
+    take no sample, nor records the ring's writer stamped itself (no read stamp given)."""
+    topic = ring.register_topic("1:a")
+    ring.write(1, topic, b"before")  # no socket armed: no send, no sample
+    assert sink.lags() == (0, [])
+    entry = sink.add(pair[0].fileno(), 1, [])
+    assert entry.arm(ring.last_seq + 1)
+    stamp = time.time_ns() - 5_000_000  # read 5 ms ago
+    ring.write(1, topic, b"one", ts=stamp)
+    ring.write(1, topic, b"two", ts=time.time_ns())
+    ring.write(1, topic, b"three")  # the writer's stamp: sent, not sampled
+    total, samples = sink.lags()
+    assert total == 2 and len(samples) == 2
+    assert 5_000_000 <= samples[0] < 5_000_000 + 1_000_000_000
+    assert samples[1] < samples[0]
+    assert drain(pair[1]) == frame(b"one") + frame(b"two") + frame(b"three")
