@@ -39,7 +39,7 @@ from dataplane.errors import DataplaneError
 from dataplane.fastpath import FastPath, FastPathConfig
 from dataplane.links.base import Link, link_poll_at
 from dataplane.samples import LatencySamples
-from dataplane.sched import restore_thread_slice, set_thread_slice, thread_slice_ns
+from dataplane.sched import SLICE_LEASES
 from dataplane.stack.iface import Interface
 from dataplane.stack.tcp import TcpConfig
 from dataplane.wire.addr import ip_to_int
@@ -229,7 +229,6 @@ class Engine:
         #: The thread we gave the short scheduler slice (its native id), so a loop's thread
         #: gets its own slice back when the engine leaves it (`detach_loop`).
         self._sliced_thread: int | None = None
-        self._slice_before: int | None = None  # that thread's slice before the engine's
         self._dirty = False  # loop mode: the application wrote since the last flush
         self._in_batch = False  # between a poll and the end of its handling (no flush then)
         self._tx_held = False  # C's data segments held back behind Python's TX backlog
@@ -448,8 +447,7 @@ class Engine:
         if self._sliced_thread == threading.get_native_id():
             # The loop's thread is the caller's (asyncio.Runner's, a test's main thread):
             # leave it as it was found, with the kernel's slice or one it had asked for.
-            with contextlib.suppress(OSError):
-                restore_thread_slice(self._slice_before)
+            SLICE_LEASES.release(self._sliced_thread)
             self._sliced_thread = None
         if not self.fastpath.closed:
             self.fastpath.set_extra_fd(None)
@@ -611,6 +609,9 @@ class Engine:
         finally:
             if not self.fastpath.closed:
                 self._publish()  # the counters as the loop leaves them
+            if self._sliced_thread is not None:  # its lease ends with the thread
+                SLICE_LEASES.release(self._sliced_thread)
+                self._sliced_thread = None
             if self.port is not None:
                 self.port.eal.shim.thread_unregister()
 
@@ -641,13 +642,13 @@ class Engine:
                 )
         priority = self.config.sched_fifo_priority
         if priority is None and self.config.slice_ns:
-            try:
-                native_id = threading.get_native_id()
-                self._slice_before = thread_slice_ns(native_id)
-                set_thread_slice(self.config.slice_ns)
+            # A lease (as ring readers' waiting threads take): a loop's thread that also
+            # waits on a reader, the two ending in any order, gets its own slice back.
+            native_id = threading.get_native_id()
+            if SLICE_LEASES.hold(native_id, self.config.slice_ns):
                 self._sliced_thread = native_id
-            except OSError as exc:  # an older kernel, another architecture: its slice then
-                log.info("engine thread keeps the kernel's slice: %s", exc)
+            else:  # an older kernel, another architecture: its slice then
+                log.info("engine thread keeps the kernel's slice (refused or not reported)")
         if priority is not None:
             try:
                 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))

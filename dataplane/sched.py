@@ -27,13 +27,18 @@ SCHED_OTHER = 0
 def set_thread_slice(slice_ns: int) -> None:
     """Ask for a slice of slice_ns for the calling thread (SCHED_OTHER, its nice kept).
     OSError when the kernel refuses (or the architecture is unknown)."""
+    _set_slice(0, slice_ns)  # 0: the calling thread
+
+
+def _set_slice(tid: int, slice_ns: int) -> None:
+    """sched_setattr(tid) with SCHED_OTHER, the thread's nice and sched_runtime slice_ns."""
     number = SYS_SCHED_SETATTR.get(platform.machine())
     if number is None:
         raise OSError(0, f"sched_setattr: unknown architecture {platform.machine()}")
-    nice = os.getpriority(os.PRIO_PROCESS, 0)  # 0: the calling thread on Linux
+    nice = os.getpriority(os.PRIO_PROCESS, tid)  # a thread's own nice on Linux
     attr = SCHED_ATTR.pack(SCHED_ATTR.size, SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(number, 0, attr, 0) != 0:
+    if libc.syscall(number, tid, attr, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"sched_setattr: {os.strerror(err)}")
 
@@ -47,30 +52,22 @@ def thread_slice_ns(native_id: int) -> int | None:
     return None
 
 
-def restore_thread_slice(previous_ns: int | None) -> None:
-    """Give the calling thread back the slice it had (`thread_slice_ns` before a
-    `set_thread_slice`): the kernel's default when that is what it was, else that value
-    asked again. OSError as `set_thread_slice`."""
-    set_thread_slice(0)  # 0: the kernel's default slice
-    if previous_ns is not None and thread_slice_ns(threading.get_native_id()) != previous_ns:
-        set_thread_slice(previous_ns)  # the thread had a slice of its own
-
-
 def set_slice_of(native_id: int, slice_ns: int) -> None:
     """set_thread_slice for another thread of this process, by its native id (its nice
     kept). OSError when the kernel refuses, or when the id is no thread of this process
     (a thread that ended: its id may be another process's by now)."""
     if not Path(f"/proc/self/task/{native_id}").exists():
         raise OSError(3, f"no thread {native_id} in this process")  # ESRCH
-    number = SYS_SCHED_SETATTR.get(platform.machine())
-    if number is None:
-        raise OSError(0, f"sched_setattr: unknown architecture {platform.machine()}")
-    nice = os.getpriority(os.PRIO_PROCESS, native_id)
-    attr = SCHED_ATTR.pack(SCHED_ATTR.size, SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(number, native_id, attr, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"sched_setattr: {os.strerror(err)}")
+    _set_slice(native_id, slice_ns)
+
+
+def restore_slice_of(native_id: int, previous_ns: int | None) -> None:
+    """Give a thread of this process back the slice it had (`thread_slice_ns` before a
+    slice was set): the kernel's default when that is what it was, else that value asked
+    again. OSError as `set_slice_of`."""
+    set_slice_of(native_id, 0)  # 0: the kernel's default slice
+    if previous_ns is not None and thread_slice_ns(native_id) != previous_ns:
+        set_slice_of(native_id, previous_ns)  # the thread had a slice of its own
 
 
 class SliceLeases:
@@ -111,7 +108,7 @@ class SliceLeases:
                 self._held[native_id] = (count - 1, before)
             elif count == 1:
                 with contextlib.suppress(OSError):
-                    set_slice_of(native_id, before)
+                    restore_slice_of(native_id, before)
 
     def held(self, native_id: int) -> int:
         """Leases the thread holds now."""
@@ -119,5 +116,6 @@ class SliceLeases:
             return self._held.get(native_id, (0, 0))[0]
 
 
-#: The process's leases (ring readers' waiting threads: dataplane.ring.RingReader).
+#: The process's leases (ring readers' waiting threads, dataplane.ring.RingReader; the
+#: engine's thread, dataplane.engine.Engine).
 SLICE_LEASES = SliceLeases()

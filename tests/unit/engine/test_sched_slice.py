@@ -12,7 +12,7 @@ import pytest
 from dataplane.sched import (
     SCHED_ATTR,
     SliceLeases,
-    restore_thread_slice,
+    restore_slice_of,
     set_slice_of,
     set_thread_slice,
     thread_slice_ns,
@@ -58,7 +58,7 @@ def test_the_kernel_clamps_the_slice_to_its_range() -> None:
 
 @pytest.mark.parametrize("own_slice", [None, 500_000])
 def test_a_thread_gets_back_the_slice_it_had(own_slice: int | None) -> None:
-    """restore_thread_slice: the kernel's default when the thread had it, else the slice
+    """restore_slice_of: the kernel's default when the thread had it, else the slice
     the thread had asked for itself (an engine on an application's loop must not take it)."""
     if thread_slice_ns(threading.get_native_id()) is None:
         pytest.skip("the kernel reports no se.slice (before 6.6)")
@@ -70,7 +70,7 @@ def test_a_thread_gets_back_the_slice_it_had(own_slice: int | None) -> None:
             set_thread_slice(own_slice)
         before = got["before"] = thread_slice_ns(me)
         set_thread_slice(100_000)
-        restore_thread_slice(before)
+        restore_slice_of(me, before)
         got["after"] = thread_slice_ns(me)
 
     thread = threading.Thread(target=run)
