@@ -6,6 +6,7 @@ the records of a burst leave in one send at its end."""
 from __future__ import annotations
 
 import socket
+import time
 from functools import partial
 
 import pytest
@@ -23,6 +24,8 @@ from gateway.hub.sink import (
     StreamSink,
 )
 from tests.unit.hub.test_sink import drain, overfill, receive, resumed, small_buffers
+
+OUT_MAX_AGE_NS = 1_000_000  # sink.c's: a buffered PUB this old goes out inside a burst
 
 
 def test_pubs_are_nats_pys_bytes_and_stop_where_python_must_write(
@@ -69,32 +72,43 @@ def test_a_burst_goes_out_in_one_send_at_its_end(
 ) -> None:
     """The records of one burst (an engine poll's feeds: several ring writes) wait in the
     slot's buffer and leave in one send when the burst ends; a write call outside a burst
-    is a burst of its own (one send for its 300 records)."""
+    is a burst of its own (one send for its 300 records). A burst that a preemption made
+    longer than the buffer's age limit (OUT_MAX_AGE_NS, 1 ms) may send early, by design:
+    such a try is drained and made again (a loaded CI machine saw one)."""
     a, b = ring.register_topic("1:a"), ring.register_topic("2:b")
     entry = sink.add_nats(pair[0].fileno())
     assert entry.subject(a, b"s.1.a") and entry.subject(b, b"s.2.b")
     assert entry.arm(ring.last_seq + 1)
-    sends = entry.state()[ST_SENDS]
-    c.burst_begin()
-    try:
-        c.burst_begin()  # bursts nest: the outermost end sends
-        for i in range(50):
-            ring.write(1, a, b"%d" % i)
-            ring.write(2, b, b"%d" % i)
-        c.burst_end()
-        pair[1].setblocking(False)
-        with pytest.raises(BlockingIOError):
-            pair[1].recv(1)  # nothing sent inside the burst
-        state = entry.state()
-        assert (state[ST_ARMED], state[ST_SENDS]) == (1, sends)
-        assert state[ST_NEXT_SEQ] == ring.last_seq + 1  # buffered: C's, not Python's
-    finally:
-        c.burst_end()
-    assert entry.state()[ST_SENDS] == sends + 1
     want = b"".join(pub("s.1.a", b"%d" % i) + pub("s.2.b", b"%d" % i) for i in range(50))
-    assert drain(pair[1]) == want
+    pair[1].setblocking(False)
+    for _try in range(20):
+        sends = entry.state()[ST_SENDS]
+        c.burst_begin()
+        try:
+            c.burst_begin()  # bursts nest: the outermost end sends
+            began = time.monotonic_ns()
+            for i in range(50):
+                ring.write(1, a, b"%d" % i)
+                ring.write(2, b, b"%d" % i)
+            c.burst_end()
+            state = entry.state()
+            inside = time.monotonic_ns() - began < OUT_MAX_AGE_NS
+            if inside:
+                with pytest.raises(BlockingIOError):
+                    pair[1].recv(1)  # nothing sent inside the burst
+                assert (state[ST_ARMED], state[ST_SENDS]) == (1, sends)
+                assert state[ST_NEXT_SEQ] == ring.last_seq + 1  # buffered: C's, not Python's
+        finally:
+            c.burst_end()
+        assert drain(pair[1]) == want  # every record, once, in order, either way
+        if inside:
+            assert entry.state()[ST_SENDS] == sends + 1
+            break
+    else:
+        pytest.fail("no burst of 100 writes stayed under 1 ms in 20 tries")
+    sends = entry.state()[ST_SENDS]
     ring.write_batch([(1, a, b"x%d" % i) for i in range(300)])
-    assert entry.state()[ST_SENDS] == sends + 2
+    assert entry.state()[ST_SENDS] == sends + 1
     assert drain(pair[1]) == b"".join(pub("s.1.a", b"x%d" % i) for i in range(300))
 
 
