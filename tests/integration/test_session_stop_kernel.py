@@ -1,0 +1,83 @@
+"""A stop that comes while a connection waits for a closing handshake the peer never
+answers, over the kernel transport on loopback (the unit test of the same end runs on the
+in-memory connection, the C feed's counts on DPDK in test_feed_path_dpdk): the
+connection's end-of-life bookkeeping still runs, a feed group hears that the leg's input
+is done, and the peer sees the socket closed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.sessions import HeartbeatConfig, RecordingSink, UpstreamSession
+from tests.integration.test_sessions_helpers import fast_config, run, until
+from tests.integration.ws_upgrade import upgrade_response
+
+CLOSE_OPCODE = 0x8
+
+
+class LegSink(RecordingSink):
+    """A feed group's router as far as a leg's input goes (GroupRouter.leg_input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[int] = []
+
+    def leg_input(self, session_id: int, fd: int) -> None:
+        self.inputs.append(fd)
+
+
+class MutePeer:
+    """Upgrades, then reads and never writes: no data, no answer to a close frame."""
+
+    def __init__(self) -> None:
+        self.opcodes: list[int] = []
+        self.eof = asyncio.Event()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await upgrade_response(reader))
+        await writer.drain()
+        try:
+            while True:
+                head = await reader.readexactly(2)
+                length = head[1] & 0x7F
+                if length == 126:
+                    length = int.from_bytes(await reader.readexactly(2), "big")
+                elif length == 127:
+                    length = int.from_bytes(await reader.readexactly(8), "big")
+                await reader.readexactly(4 + length)  # the client's mask and payload
+                self.opcodes.append(head[0] & 0x0F)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.eof.set()
+        finally:
+            writer.close()
+
+
+def test_a_stop_during_an_unanswered_closing_handshake_closes_the_kernel_connection() -> None:
+    async def scenario() -> None:
+        peer = MutePeer()
+        server = await asyncio.start_server(peer.serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sink = LegSink()
+        hb = HeartbeatConfig(ping_interval_s=None, dead_feed_timeout_s=0.2)
+        session = UpstreamSession(
+            1,
+            fast_config(f"ws://127.0.0.1:{port}/ws", "binance", heartbeat=hb, close_timeout_s=1.0),
+            sink,
+            topics=("btcusdt@trade",),
+        )
+        try:
+            session.start()
+            await until(lambda: CLOSE_OPCODE in peer.opcodes)  # no data: declared dead
+            await asyncio.sleep(0.05)  # its task now waits for the closing handshake
+            assert len(sink.inputs) == 1 and sink.inputs[0] >= 0, sink.inputs
+            await asyncio.wait_for(session.stop(), 10)
+            assert sink.inputs[1:] == [-1]  # the group heard the leg's input is done
+            assert session.connections()[0]["state"] == "stopped"
+            await asyncio.wait_for(peer.eof.wait(), 5)  # the socket was closed
+            assert session.counters.connects == 1
+        finally:
+            await session.stop()
+            server.close()
+            await server.wait_closed()
+
+    run(scenario(), timeout=30)
