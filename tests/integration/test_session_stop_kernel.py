@@ -8,22 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.sessions import HeartbeatConfig, RecordingSink, UpstreamSession
+from gateway.sessions import HeartbeatConfig, UpstreamSession
 from tests.integration.test_sessions_helpers import fast_config, run, until
 from tests.integration.ws_upgrade import upgrade_response
+from tests.utils.leg_sink import LegSink
 
 CLOSE_OPCODE = 0x8
-
-
-class LegSink(RecordingSink):
-    """A feed group's router as far as a leg's input goes (GroupRouter.leg_input)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inputs: list[int] = []
-
-    def leg_input(self, session_id: int, fd: int) -> None:
-        self.inputs.append(fd)
 
 
 class MutePeer:

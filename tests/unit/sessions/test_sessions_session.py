@@ -37,6 +37,7 @@ from tests.unit.sessions.fakes import (
     resolve_localhost,
     until,
 )
+from tests.utils.leg_sink import LegSink
 
 T = TypeVar("T")
 QUIET = HeartbeatConfig(ping_interval_s=None, dead_feed_timeout_s=None)
@@ -534,14 +535,6 @@ def test_a_stop_during_an_unanswered_closing_handshake_still_closes_the_books() 
             self.close_calls.append((code, reason))
             self._end(ConnectionClosed(1006))  # the read loop ends...
             await asyncio.Event().wait()  # ...the handshake never does
-
-    class LegSink(RecordingSink):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inputs: list[int] = []
-
-        def leg_input(self, session_id: int, fd: int) -> None:
-            self.inputs.append(fd)
 
     async def scenario() -> None:
         conns: list[Unanswered] = []
