@@ -8,37 +8,33 @@ from __future__ import annotations
 
 import asyncio
 
+from wsproto.frame_protocol import FrameProtocol, Opcode
+
 from gateway.sessions import HeartbeatConfig, UpstreamSession
 from tests.integration.test_sessions_helpers import fast_config, run, until
 from tests.integration.ws_upgrade import upgrade_response
 from tests.utils.leg_sink import LegSink
-
-CLOSE_OPCODE = 0x8
 
 
 class MutePeer:
     """Upgrades, then reads and never writes: no data, no answer to a close frame."""
 
     def __init__(self) -> None:
-        self.opcodes: list[int] = []
+        self.opcodes: list[Opcode] = []
         self.eof = asyncio.Event()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(await upgrade_response(reader))
         await writer.drain()
+        frames = FrameProtocol(client=False, extensions=[])  # wsproto reads the client's frames
         try:
-            while True:
-                head = await reader.readexactly(2)
-                length = head[1] & 0x7F
-                if length == 126:
-                    length = int.from_bytes(await reader.readexactly(2), "big")
-                elif length == 127:
-                    length = int.from_bytes(await reader.readexactly(8), "big")
-                await reader.readexactly(4 + length)  # the client's mask and payload
-                self.opcodes.append(head[0] & 0x0F)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.eof.set()
+            while data := await reader.read(65536):
+                frames.receive_bytes(data)
+                self.opcodes.extend(frame.opcode for frame in frames.received_frames())
+        except ConnectionError:
+            pass
         finally:
+            self.eof.set()
             writer.close()
 
 
@@ -57,7 +53,7 @@ def test_a_stop_during_an_unanswered_closing_handshake_closes_the_kernel_connect
         )
         try:
             session.start()
-            await until(lambda: CLOSE_OPCODE in peer.opcodes)  # no data: declared dead
+            await until(lambda: Opcode.CLOSE in peer.opcodes)  # no data: declared dead
             await asyncio.sleep(0.05)  # its task now waits for the closing handshake
             assert len(sink.inputs) == 1 and sink.inputs[0] >= 0, sink.inputs
             await asyncio.wait_for(session.stop(), 10)
