@@ -15,9 +15,13 @@ from itertools import pairwise
 
 @dataclass
 class Ticks:
-    count: int = 0
     #: time.thread_time() of the loop's thread at each turn.
     cpu: list[float] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many turns the ticker had."""
+        return len(self.cpu)
 
     def longest_cpu_hold(self, end: float) -> float:
         """The most CPU the loop's thread used between two turns of the ticker, or from the
@@ -33,7 +37,6 @@ async def loop_ticks(interval: float) -> AsyncIterator[Ticks]:
 
     async def tick() -> None:
         while True:
-            ticks.count += 1
             ticks.cpu.append(time.thread_time())
             await asyncio.sleep(interval)
 
