@@ -334,7 +334,6 @@ def test_microbenchmarks_run(engine: EngineBinding) -> None:
     assert engine.bench_flow_lookup(1000) > 0
 
 
-
 def test_default_settings_ack_a_feeds_small_segments_at_once(engine: EngineBinding) -> None:
     """Two small segments (a feed's messages, together under two full-sized segments) are
     acknowledged at once under the gateway's default engine settings, not after the
