@@ -142,7 +142,15 @@ class EngineSettings(BaseModel):
         "CPU instead of queueing behind it; 0: the kernel's; not used under SCHED_FIFO",
     )
     burst: int = Field(default=32, ge=1, le=64, description="frames per RX burst")
-    ack_policy: Literal["delayed", "every_second", "immediate"] = "delayed"
+    ack_policy: Literal["delayed", "every_second", "immediate"] = Field(
+        default="every_second",
+        description="fast-path ACKs: every_second acknowledges every second segment whatever "
+        "its size (a feed's small messages too), the delayed-ACK timer only for an odd one; "
+        "delayed: every second full-sized segment, else after delayed_ack_ms, which stalled a "
+        "sender whose congestion window fell to a few segments (after its tail-loss probes, "
+        "BBR's PROBE_RTT) for delayed_ack_ms at a time (issue #16); immediate: once per RX "
+        "burst",
+    )
     delayed_ack_ms: float = Field(default=40.0, ge=0, le=500)
     fast_path: bool = Field(default=True, description="off: every segment through Python")
     verify_checksums: bool = True

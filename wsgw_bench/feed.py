@@ -127,6 +127,9 @@ DPDK_STREAM_ENVELOPE = "wsgw dpdk -> /v1/stream, envelope"
 DPDK_STREAM_ENVELOPE_THREAD = "wsgw dpdk -> /v1/stream, envelope, notifier thread"
 DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
 DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
+# The engine's ACK policy before issue #16's stall fix: "delayed" (every second full-sized
+# segment, else the 40 ms timer; the default is now every second segment whatever its size).
+DPDK_RING_DELAYED_ACK = "wsgw dpdk -> ring, delayed ACK"
 # /v1/stream as before the router wrote a waiting stream's frames itself (the stream's task
 # woken, one more turn of the loop), and with a 0.5 ms GIL switch interval in the gateway
 # (Python's is 5 ms): before/after and the GIL's share (`--contenders`, not in `make bench`).
@@ -217,6 +220,9 @@ CONTENDER_SPECS = {
     ),
     DPDK_RING_ENGINE_BUSY: Contender(
         DPDK_RING_ENGINE_BUSY, "dpdk", "ring", Profile(engine=(("poll_mode", "busy"),))
+    ),
+    DPDK_RING_DELAYED_ACK: Contender(
+        DPDK_RING_DELAYED_ACK, "dpdk", "ring", Profile(engine=(("ack_policy", "delayed"),))
     ),
     DPDK_STREAM_TASK_HOP: Contender(
         DPDK_STREAM_TASK_HOP, "dpdk", "stream", Profile(stream_direct=False)

@@ -332,3 +332,24 @@ def test_microbenchmarks_run(engine: EngineBinding) -> None:
     frames = [segment(1000 + i * 100, bytes(100), tsval=200 + i) for i in range(32)]
     assert engine.bench_fast_path(slot, frames, 3) > 0
     assert engine.bench_flow_lookup(1000) > 0
+
+
+def test_default_settings_ack_a_feeds_small_segments_at_once(engine: EngineBinding) -> None:
+    """Two small segments (a feed's messages, together under two full-sized segments) are
+    acknowledged at once under the gateway's default engine settings, not after the
+    delayed-ACK timer: a sender whose congestion window is down to a few segments (BBR's
+    PROBE_RTT keeps 4 for 200 ms every 10 s) sends nothing more until that ACK, so the
+    timer's 40 ms became 40 ms stalls of the feed (issue #16, docs/PERFORMANCE.md).
+    (FastPathConfig's own default stays "delayed": the dataplane's tests are written to it.)"""
+    from dataplane.engine import engine_config_from
+    from dataplane.fastpath import ACK_POLICIES
+    from gateway.settings import Settings
+
+    policy = engine_config_from(Settings().engine).fastpath.ack_policy
+    _, flow = register(engine, policy=ACK_POLICIES[policy])
+    engine.inject([segment(1000, b"a" * 200)])
+    poll(engine)
+    engine.inject([segment(1200, b"b" * 200)])
+    poll(engine)
+    assert [parse_ack(f).ack for f in engine.take_tx()] == [1400]
+    assert flow.ack_deadline_ns == 0
