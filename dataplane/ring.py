@@ -96,6 +96,7 @@ from dataplane.shim import (
     ring_set_filter,
     ring_set_wait_hint,
     ring_set_writer_cpu,
+    ring_spin_adaptive,
     ring_topic_name,
     ring_topic_register,
     ring_versions,
@@ -985,6 +986,20 @@ class RingReader(Closing):
                 return False
             if rc != -errno.EINTR:  # a signal: let Python run its handler, then wait on
                 raise _error(rc, "ring wait")
+
+    def spin_adaptive(self) -> bool:
+        """The spin of the adaptive policy (its cap: wait_policy.spin_us) without its sleep,
+        for a thread that must not sleep (an event loop) while another waits for it: True
+        when there is something to read (or the ring closed), False when nothing came or
+        the recent wait says not to spin (wsgw_ring_spin_adaptive); releases the GIL."""
+        cap_ns = max(1, int(self.wait_policy.spin_us * 1000))
+        with self._lock:
+            rc = ring_spin_adaptive(self._live(), cap_ns)
+        if rc in (1, -errno.EPIPE):
+            return True
+        if rc in (0, -errno.ECANCELED, -errno.EINTR):
+            return False
+        raise _error(rc, "ring spin")
 
     def hold_slice(self) -> None:
         """The calling thread gets slice_ns (if set) until the reader ends, once per thread:

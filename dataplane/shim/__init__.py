@@ -95,6 +95,7 @@ from dataplane.shim._bind_ring import seek as ring_seek
 from dataplane.shim._bind_ring import set_filter as ring_set_filter
 from dataplane.shim._bind_ring import set_wait_hint as ring_set_wait_hint
 from dataplane.shim._bind_ring import set_writer_cpu as ring_set_writer_cpu
+from dataplane.shim._bind_ring import spin_adaptive as ring_spin_adaptive
 from dataplane.shim._bind_ring import topic_name as ring_topic_name
 from dataplane.shim._bind_ring import topic_register as ring_topic_register
 from dataplane.shim._bind_ring import versions as ring_versions
@@ -272,6 +273,7 @@ __all__ = [
     "ring_set_filter",
     "ring_set_wait_hint",
     "ring_set_writer_cpu",
+    "ring_spin_adaptive",
     "ring_topic_name",
     "ring_topic_register",
     "ring_versions",

@@ -180,6 +180,7 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         [_vp, _vp, ctypes.c_uint32, _vp, ctypes.c_uint32, _vp, ctypes.c_int64, ctypes.c_int64],
     ),
     "wsgw_ring_wait": (ctypes.c_int, [_vp, ctypes.c_int64, ctypes.c_int64]),
+    "wsgw_ring_spin_adaptive": (ctypes.c_int, [_vp, ctypes.c_uint64]),
     "wsgw_ring_reader_interrupt": (None, [_vp]),
     "wsgw_ring_reader_filter": (ctypes.c_int, [_vp, _vp, ctypes.c_uint32, ctypes.c_uint32]),
     "wsgw_ring_reader_seek": (ctypes.c_int, [_vp, ctypes.c_int]),
@@ -395,6 +396,11 @@ class ReadBuffers:
 def wait(handle: int, timeout_ns: int, spin_ns: int) -> int:
     """Releases the GIL for the whole wait."""
     return int(library().wsgw_ring_wait(handle, timeout_ns, spin_ns))
+
+
+def spin_adaptive(handle: int, cap_ns: int) -> int:
+    """Releases the GIL for the spin (wsgw_ring_spin_adaptive)."""
+    return int(library().wsgw_ring_spin_adaptive(handle, cap_ns))
 
 
 def interrupt(handle: int) -> None:

@@ -1416,16 +1416,42 @@ static int wait_policy(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns)
 /* The adaptive policy (WSGW_RING_SPIN_ADAPTIVE): spin for twice the average wait when that
  * average is under the cap, else sleep at once; each wait that ends with data moves the
  * average 1/8 of the way to its own length (a timed-out wait counts its whole length). */
+static uint64_t adaptive_average(const wsgw_ring_reader *r, uint64_t cap)
+{
+    return r->wait_avg_ns ? r->wait_avg_ns : cap / 2; /* first wait: a short spin */
+}
+
+static int64_t adaptive_spin(uint64_t avg, uint64_t cap)
+{
+    return avg < cap ? (int64_t)(2 * avg < cap ? 2 * avg : cap) : 0;
+}
+
+static void adaptive_record(wsgw_ring_reader *r, uint64_t avg, uint64_t took)
+{
+    r->wait_avg_ns = avg - avg / 8 + took / 8 + 1; /* + 1: never back to "none yet" */
+}
+
 static int wait_adaptive(wsgw_ring_reader *r, int64_t timeout_ns, uint64_t cap)
 {
-    uint64_t avg = r->wait_avg_ns ? r->wait_avg_ns : cap / 2; /* first wait: a short spin */
-    int64_t spin = avg < cap ? (int64_t)(2 * avg < cap ? 2 * avg : cap) : 0;
+    uint64_t avg = adaptive_average(r, cap);
     uint64_t start = now_ns(CLOCK_MONOTONIC);
-    int rc = wait_policy(r, timeout_ns, spin > 0 ? spin : 0);
-    if ((rc == 1 || rc == 0) && timeout_ns != 0) { /* a poll (timeout 0) says nothing */
-        uint64_t took = now_ns(CLOCK_MONOTONIC) - start;
-        r->wait_avg_ns = avg - avg / 8 + took / 8 + 1; /* + 1: never back to "none yet" */
-    }
+    int rc = wait_policy(r, timeout_ns, adaptive_spin(avg, cap));
+    if ((rc == 1 || rc == 0) && timeout_ns != 0) /* a poll (timeout 0) says nothing */
+        adaptive_record(r, avg, now_ns(CLOCK_MONOTONIC) - start);
+    return rc;
+}
+
+WSGW_API int wsgw_ring_spin_adaptive(wsgw_ring_reader *r, uint64_t cap)
+{
+    cap &= WSGW_RING_WAIT_SPIN_MAX_NS;
+    uint64_t avg = adaptive_average(r, cap);
+    int64_t spin = adaptive_spin(avg, cap);
+    if (spin == 0)
+        return 0; /* a slow feed: the sleeping wait that follows, at once */
+    uint64_t start = now_ns(CLOCK_MONOTONIC);
+    int rc = wait_policy(r, spin, spin);
+    if (rc == 1) /* caught: a wait that short; a miss is the sleeping wait's to count */
+        adaptive_record(r, avg, now_ns(CLOCK_MONOTONIC) - start);
     return rc;
 }
 

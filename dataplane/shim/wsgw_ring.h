@@ -372,6 +372,12 @@ WSGW_API int wsgw_ring_read(wsgw_ring_reader *r, struct wsgw_ring_view *views, u
  * spins as that flag says. Without write access to the wait page the sleep is a poll with
  * short sleeps. */
 WSGW_API int wsgw_ring_wait(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
+/* The spinning half of the adaptive policy, for a reader that splits its wait between a
+ * thread that must not sleep (an event loop) and one that may: spins as
+ * WSGW_RING_SPIN_ADAPTIVE | cap would and never sleeps. 0 at once when the recent wait is
+ * over the cap (a slow feed: sleep elsewhere now), 0 also when nothing came within the
+ * spin, else as wsgw_ring_wait. A spin that catches data counts in the recent wait. */
+WSGW_API int wsgw_ring_spin_adaptive(wsgw_ring_reader *r, uint64_t cap);
 /* wsgw_ring_read, and when that finds nothing (no message, no gap, not closed) and timeout_ns
  * is not 0: wsgw_ring_wait(timeout_ns, spin_ns) and read again, in one call, so a consumer
  * pays one crossing of its binding per wake-up and runs none of its own code between the

@@ -575,8 +575,9 @@ class Client:
         client's own thread (it releases the GIL), which reads the batch too (a ring,
         fused_aread), and is interrupted on cancellation (a batch it read meanwhile is the
         next aread's or read's). With
-        the spin policy the loop first polls for spin_us itself; with busy it polls in
-        slices of BUSY_SLICE, letting the other tasks run between them."""
+        the spin policy the loop first polls for spin_us itself, with adaptive as long as
+        the recent wait says (a slow feed: not at all); with busy it polls in slices of
+        BUSY_SLICE, letting the other tasks run between them."""
         earlier = self._take_pending() if self._pending else await self._await_inflight()
         if earlier:
             return earlier
@@ -607,7 +608,12 @@ class Client:
     ) -> list[ClientEvent]:
         """Wait up to `left` s for the source as `policy` says (aread's docstring); what
         the waiting thread read meanwhile (fused_aread), else [] (the caller reads)."""
-        if policy.mode != "futex":
+        if policy.mode == "adaptive" and isinstance(self.source, RingSource):
+            # The loop spins as long as the recent wait says (a slow feed: not at all, so
+            # the loop idles), then the waiting thread sleeps.
+            if self.source.reader.spin_adaptive():
+                return []
+        elif policy.mode != "futex":
             spin = min(left, BUSY_SLICE if policy.mode == "busy" else policy.spin_us / 1e6)
             if self.source.wait(spin, spin):
                 return []

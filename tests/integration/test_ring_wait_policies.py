@@ -447,6 +447,41 @@ def test_async_busy_client_leaves_the_loop_to_other_tasks(name: str) -> None:
     assert ticks.longest_cpu_hold(end) < 0.05, ticks.cpu
 
 
+def test_an_async_adaptive_client_spins_only_for_a_feed_it_can_catch(name: str) -> None:
+    """The asyncio client keeps the adaptive policy on the loop's own spin: a feed every
+    20 ms, far over the 1 ms cap, stops the spinning after the first wait on both threads
+    (the loop and the one that sleeps). The loop once spun the whole cap before every wait:
+    30 messages, 30 ms of spin."""
+    count, cap_us = 30, 1000
+
+    def feed(writer: RingWriter) -> None:
+        for seq in range(count):
+            time.sleep(0.02)
+            writer.write(1, 0, payload_for(seq))
+
+    async def consume() -> tuple[list[bytes], dict[str, int]]:
+        got: list[bytes] = []
+        async with Client.attach(name, copy=True, wait=f"adaptive:{cap_us}") as client:
+            while len(got) < count:
+                events = await client.aread(timeout=10.0)
+                assert events, "the feed stopped"
+                got += [bytes(e.payload) for e in events if isinstance(e, RingMessage)]
+            assert client.source.wait_policy == WaitPolicy("adaptive", cap_us)
+            stats = client.source.reader.stats()
+        return got, stats
+
+    with RingWriter.create(name, 1 << 20) as writer:
+        feeder = threading.Thread(target=feed, args=(writer,))
+        feeder.start()
+        try:
+            got, stats = asyncio.run(consume())
+        finally:
+            feeder.join()
+    assert got == [payload_for(seq) for seq in range(count)]
+    assert stats["wakeups"] > 0
+    assert stats["spin_ns"] <= 3 * cap_us * 1000, stats  # the first waits' spins at most
+
+
 @pytest.mark.parametrize("policy", ["spin:50", "busy"])
 def test_consume_cli_takes_a_wait_policy(policy: str) -> None:
     gateway = f"cliw{os.getpid()}"
