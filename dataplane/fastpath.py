@@ -556,7 +556,8 @@ class FastPath:
         path. The flow is withdrawn after it and the connection is out of step with what
         C did: the caller aborts it. On the engine's thread only, and on an engine that
         carries nothing else meanwhile: other flows' slow-path frames (ARP too) are
-        dropped while it runs, and no Python runs for them."""
+        dropped while it runs, and no Python runs for them; so are the peer's copies of
+        an answer the flow has (its retransmission after this thread was off the CPU)."""
         slot = self._slots.get(id(conn))
         if slot is None:
             raise FastPathError("the connection is not on the fast path", errno.ENOENT)

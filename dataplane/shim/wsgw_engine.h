@@ -277,7 +277,9 @@ WSGW_API uint64_t wsgw_bench_flow_lookup(wsgw_engine *e, uint32_t iterations);
 /* Benchmark, C alone in the loop: send `frame` on the flow (a data segment from its
  * template), busy-poll the port until reply_len bytes are in its ring, take them (the last
  * round's into last_reply), `rounds` times; rtt_ns[i] is each round trip. Other flows'
- * slow-path frames that come meanwhile are dropped (counted: bench_dropped). The flow must be
+ * slow-path frames that come meanwhile are dropped (counted: bench_dropped), and so are the
+ * flow's own that repeat data it has (the peer's retransmission after this thread was off
+ * the CPU longer than the peer's timer: the next request acknowledges it). The flow must be
  * active with ACKs in C (a quiet, established connection). Its state then moves in C only:
  * Python must withdraw the flow and abort the connection afterwards. Returns rounds, or
  * -ETIMEDOUT, -EPROTO (a segment left the fast path, or more than the reply came), or

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -187,6 +188,46 @@ def test_the_c_echo_benchmark_loop(
         transport_of(ws).abort()
         with pytest.raises(FastPathError, match="not on the fast path"):
             engine.fastpath.bench_echo(conn, frame, len(reply), 1, 0.2)
+
+    run_in_loop(engine, main)
+
+
+def test_the_c_echo_benchmark_loop_outlasts_the_peers_retransmission(
+    loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
+) -> None:
+    """The benchmark's process off the CPU for 1 s mid-run (SIGSTOP from outside, as a
+    loaded machine does for 50-390 ms): the peer's kernel retransmits its unacknowledged
+    last answer (TLP, RTO at 200 ms), and the copy of data the flow already has is dropped
+    and counted, not a "Protocol error" (the CI flake of `test_rtt`); the stall shows as one
+    long round trip."""
+    from wsproto.frame_protocol import FrameProtocol
+
+    engine, lab = loop_engine
+    lab_spawn(websockets_server(lab, 8206))
+    payload = os.urandom(64)
+    frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(payload))
+    reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(payload))
+
+    async def main() -> None:
+        ws = await connect_dpdk(f"ws://{lab.peer_ip}:8206/", engine=engine, deflate=False)
+        await ws.send(payload)
+        assert (await ws.recv()).data == payload
+        await asyncio.sleep(0)
+        engine.flush(settle=True)
+        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        dropped = engine.fastpath.stats()["bench_dropped"]
+        pid = os.getpid()
+        pause = subprocess.Popen(
+            ["sh", "-c", f"sleep 0.1; kill -STOP {pid}; sleep 1; kill -CONT {pid}"]
+        )
+        try:
+            rtts, last = engine.fastpath.bench_echo(conn, frame, len(reply), 20_000, 5.0)
+        finally:
+            pause.wait(10)
+            transport_of(ws).abort()
+        assert last == reply
+        assert max(rtts) >= 0.9e9  # the round the pause fell in
+        assert engine.fastpath.stats()["bench_dropped"] > dropped  # the peer's copy
 
     run_in_loop(engine, main)
 
