@@ -146,6 +146,29 @@ def test_threaded_mode_still_works_after_the_loop(
         engine.stop()
 
 
+class EchoBench:
+    """A WebSocket to a kernel `websockets` echo server, quiet after one echo through
+    Python, and the frames of `FastPath.bench_echo` (from wsproto, an oracle nobody here
+    wrote): the masked request and the peer's answer."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        from wsproto.frame_protocol import FrameProtocol
+
+        self.engine, self.url = engine, url
+        self.payload = os.urandom(64)
+        self.frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(self.payload))
+        self.reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(self.payload))
+
+    async def open_quiet(self) -> tuple[Any, Any]:
+        """(the WebSocket, its connection) once the echo came back and ACKs settled."""
+        ws = await connect_dpdk(self.url, engine=self.engine, deflate=False)
+        await ws.send(self.payload)
+        assert (await ws.recv()).data == self.payload
+        await asyncio.sleep(0)
+        self.engine.flush(settle=True)
+        return ws, transport_of(ws)._sock.connection  # type: ignore[union-attr]
+
+
 def test_the_c_echo_benchmark_loop(
     loop_engine: tuple[Engine, Lab], lab_spawn: Callable[[list[str]], None]
 ) -> None:
@@ -153,35 +176,22 @@ def test_the_c_echo_benchmark_loop(
     rtt`): a kernel `websockets` server answers every frame it sends, the last answer is
     the frame wsproto builds for it; an answer that never comes whole times out, and the
     flow is withdrawn either way."""
-    from wsproto.frame_protocol import FrameProtocol
-
     from dataplane.fastpath import FastPathError
 
     engine, lab = loop_engine
     lab_spawn(websockets_server(lab, 8205))
-    payload = os.urandom(64)
-    frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(payload))
-    reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(payload))
-
-    async def open_quiet() -> Any:
-        ws = await connect_dpdk(f"ws://{lab.peer_ip}:8205/", engine=engine, deflate=False)
-        await ws.send(payload)
-        assert (await ws.recv()).data == payload
-        await asyncio.sleep(0)
-        engine.flush(settle=True)
-        return ws
+    bench = EchoBench(engine, f"ws://{lab.peer_ip}:8205/")
+    frame, reply = bench.frame, bench.reply
 
     async def main() -> None:
-        ws = await open_quiet()
-        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        ws, conn = await bench.open_quiet()
         rtts, last = engine.fastpath.bench_echo(conn, frame, len(reply), 200, 5.0)
         assert len(rtts) == 200 and all(0 < ns < 5 * 10**9 for ns in rtts)
         assert last == reply
         assert engine.fastpath.flows == 0  # withdrawn: C moved the state Python has
         transport_of(ws).abort()
 
-        ws = await open_quiet()
-        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        ws, conn = await bench.open_quiet()
         with pytest.raises(FastPathError, match="timed out"):
             engine.fastpath.bench_echo(conn, frame, len(reply) + 1, 3, 0.2)
         assert engine.fastpath.flows == 0
@@ -200,32 +210,25 @@ def test_the_c_echo_benchmark_loop_outlasts_the_peers_retransmission(
     last answer (TLP, RTO at 200 ms), and the copy of data the flow already has is dropped
     and counted, not a "Protocol error" (the CI flake of `test_rtt`); the stall shows as one
     long round trip."""
-    from wsproto.frame_protocol import FrameProtocol
-
     engine, lab = loop_engine
     lab_spawn(websockets_server(lab, 8206))
-    payload = os.urandom(64)
-    frame = bytes(FrameProtocol(client=True, extensions=[]).send_data(payload))
-    reply = bytes(FrameProtocol(client=False, extensions=[]).send_data(payload))
+    bench = EchoBench(engine, f"ws://{lab.peer_ip}:8206/")
 
     async def main() -> None:
-        ws = await connect_dpdk(f"ws://{lab.peer_ip}:8206/", engine=engine, deflate=False)
-        await ws.send(payload)
-        assert (await ws.recv()).data == payload
-        await asyncio.sleep(0)
-        engine.flush(settle=True)
-        conn = transport_of(ws)._sock.connection  # type: ignore[union-attr]
+        ws, conn = await bench.open_quiet()
         dropped = engine.fastpath.stats()["bench_dropped"]
         pid = os.getpid()
         pause = subprocess.Popen(
             ["sh", "-c", f"sleep 0.1; kill -STOP {pid}; sleep 1; kill -CONT {pid}"]
         )
         try:
-            rtts, last = engine.fastpath.bench_echo(conn, frame, len(reply), 20_000, 5.0)
+            rtts, last = engine.fastpath.bench_echo(
+                conn, bench.frame, len(bench.reply), 20_000, 5.0
+            )
         finally:
             pause.wait(10)
             transport_of(ws).abort()
-        assert last == reply
+        assert last == bench.reply
         assert max(rtts) >= 0.9e9  # the round the pause fell in
         assert engine.fastpath.stats()["bench_dropped"] > dropped  # the peer's copy
 
