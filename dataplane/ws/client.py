@@ -507,10 +507,9 @@ class WsClient:
             if len(words) < max_words:
                 break
         if start < len(buf):
-            self._hold_partial_frame(buf, start, need, pending)
-        else:
-            self._buffered = 0
-            self._need = 0
+            return self._hold_partial_frame(buf, start, need, pending)
+        self._buffered = 0
+        self._need = 0
         return True
 
     def _add_to_partial_frame(self, data: bytes) -> tuple[bytes, bytes] | None:
@@ -532,43 +531,42 @@ class WsClient:
         self._partial_utf8 = None
         return head, data[missing:]
 
-    def _hold_partial_frame(self, buf: bytes, start: int, need: int, pending: int) -> None:
+    def _hold_partial_frame(self, buf: bytes, start: int, need: int, pending: int) -> bool:
         """The incomplete frame at start: judged from its header before its payload is
         buffered (section 5.2 length, the frame size limit), then held until need bytes
         are in. need saturates at UINT64_MAX only for a length with the top bit set;
-        pending (the payload length) is UINT64_MAX while the header itself is partial."""
+        pending (the payload length) is UINT64_MAX while the header itself is partial.
+        False when the connection failed on it (nothing more of the read is ours)."""
         if need == UINT64_MAX or (pending != UINT64_MAX and pending >> 63):
-            self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
-            return
+            return self._fail(CLOSE_PROTOCOL_ERROR, "payload length with the top bit set")
         if pending != UINT64_MAX and pending > self.max_frame_size:
-            self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
-            return
+            return self._fail(CLOSE_TOO_BIG, f"frame of {pending} bytes exceeds the limit")
         self._chunks = [buf[start:] if start else buf]
         self._buffered = len(buf) - start
         self._need = need
-        if pending != UINT64_MAX:
-            self._watch_partial_text(buf, start)
+        return pending == UINT64_MAX or self._watch_partial_text(buf, start)
 
-    def _watch_partial_text(self, buf: bytes, start: int) -> None:
+    def _watch_partial_text(self, buf: bytes, start: int) -> bool:
         """The frame at start is incomplete but its header is in: when it carries text
         (an uncompressed text message, or a continuation of one), check the UTF-8 of the
         payload that is there, and of every read that adds to it, so that invalid text
         fails at once and not only once a frame of megabytes is whole (section 8.1,
-        "fail fast"; Autobahn 6.4.3, 6.4.4). The whole frame is checked again as usual."""
+        "fail fast"; Autobahn 6.4.3, 6.4.4). The whole frame is checked again as usual.
+        False when that text failed the connection."""
         first = buf[start]
         second = buf[start + 1]
         if second & 0x80 or first & (RSV1 | RSV2 | RSV3):
-            return  # masked or compressed or invalid: judged when the frame is whole
+            return True  # masked or compressed or invalid: judged when the frame is whole
         opcode = first & OPCODE
         carried: codecs.IncrementalDecoder | None = None
         if opcode == OP_TEXT and self._frag_opcode is None:
             pass
         elif opcode == OP_CONTINUATION and self._frag_opcode == OP_TEXT:
             if self._frag_compressed:
-                return
+                return True
             carried = self._utf8  # the state of the message's earlier fragments
         else:
-            return
+            return True
         length = second & 0x7F
         header = 4 if length == 126 else 10 if length == 127 else 2
         self._partial_text = True
@@ -576,20 +574,22 @@ class WsClient:
         if carried is not None and carried.getstate()[0]:
             utf8 = self._partial_utf8 = codecs.getincrementaldecoder("utf-8")()
             utf8.setstate(carried.getstate())
-        self._check_partial_text(buf[start + header :])
+        return self._check_partial_text(buf[start + header :])
 
-    def _check_partial_text(self, part: bytes) -> None:
+    def _check_partial_text(self, part: bytes) -> bool:
         """Feed more of a pending text frame to its UTF-8 check (`_watch_partial_text`);
-        an ASCII run with no sequence open needs no decoder."""
+        an ASCII run with no sequence open needs no decoder. False: the text failed the
+        connection."""
         utf8 = self._partial_utf8
         if utf8 is None:
             if part.isascii():
-                return
+                return True
             utf8 = self._partial_utf8 = codecs.getincrementaldecoder("utf-8")()
         try:
             utf8.decode(part)
         except UnicodeDecodeError:
-            self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+            return self._fail(CLOSE_INVALID_DATA, "text message is not valid UTF-8")
+        return True
 
     def _feed_batches(self, buf: bytes) -> int:
         """The batch path: one C scan gives the run of complete, final, unmasked, RSV-clear

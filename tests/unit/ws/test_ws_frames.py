@@ -313,6 +313,26 @@ def test_violation_while_closing_sends_no_second_close(backend: BackendName) -> 
 
 
 # ---- local misuse ------------------------------------------------------------------------
+@pytest.mark.parametrize("batch", [False, True])
+def test_an_oversized_frame_whose_header_was_held_fails_once(
+    backend: BackendName, batch: bool
+) -> None:
+    """One byte of a frame's header in a read, the rest of it and its payload in the next:
+    the header declares more than max_frame_size (section 5.2; 1009 from the header) and
+    nothing after it is read. The rest of that read was once scanned after the failure:
+    its payload, read as frames, raised LocalProtocolError ("cannot protocol failure in
+    state error"; found by test_ws_batch's hypothesis test)."""
+    client = open_raw(backend=backend, batch=batch, max_frame_size=100)
+    big = server_frame(2, b"a" * 200)  # 126-form length; 0x61 as a header: RSV bits set
+    events = feed(client, server_frame(2, b"first") + big[:1])
+    events += feed(client, big[1:] + server_frame(2, b"after"))
+    assert [e.data for e in events if isinstance(e, Message)] == [b"first"], events
+    assert isinstance(events[-1], Closed) and events[-1].code == 1009 and events[-1].failure
+    assert client.state is ConnectionState.ERROR
+    assert [f for f, _ in client_frames(client.data_to_send())] == [0x88]  # one close
+    assert feed(client, server_frame(2, b"late")) == []
+
+
 def test_sending_before_the_handshake_raises() -> None:
     client = WsClient("h")
     with pytest.raises(LocalProtocolError, match="connecting"):
