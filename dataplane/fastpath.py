@@ -77,12 +77,21 @@ class FastPathError(DataplaneError):
     """The C engine could not be created or a flow could not be registered."""
 
 
+#: When C acknowledges the data it takes (gateway setting engine.ack_policy): every_second
+#: every second segment whatever its size, the delayed-ACK timer for an odd one; delayed
+#: every second full-sized segment (RFC 5681 section 4.2), else the timer; immediate once
+#: per RX burst.
+AckPolicy = Literal["delayed", "every_second", "immediate"]
+
+
 @dataclass(frozen=True)
 class FastPathConfig:
     enabled: bool = True
     burst: int = 32
     max_flows: int = 64
-    ack_policy: Literal["delayed", "every_second", "immediate"] = "delayed"
+    #: every_second, not delayed: with delayed, a feed's small segments waited for the
+    #: timer whenever the sender's window was down to a few segments (issue #16).
+    ack_policy: AckPolicy = "every_second"
     delayed_ack: float = 0.040
     verify_checksums: bool = True
     poll_mode: Literal["adaptive", "busy"] = "adaptive"

@@ -339,13 +339,13 @@ def test_default_settings_ack_a_feeds_small_segments_at_once(engine: EngineBindi
     acknowledged at once under the gateway's default engine settings, not after the
     delayed-ACK timer: a sender whose congestion window is down to a few segments (BBR's
     PROBE_RTT keeps 4 for 200 ms every 10 s) sends nothing more until that ACK, so the
-    timer's 40 ms became 40 ms stalls of the feed (issue #16, docs/PERFORMANCE.md).
-    (FastPathConfig's own default stays "delayed": the dataplane's tests are written to it.)"""
+    timer's 40 ms became 40 ms stalls of the feed (issue #16, docs/PERFORMANCE.md)."""
     from dataplane.engine import engine_config_from
-    from dataplane.fastpath import ACK_POLICIES
+    from dataplane.fastpath import ACK_POLICIES, FastPathConfig
     from gateway.settings import Settings
 
     policy = engine_config_from(Settings().engine).fastpath.ack_policy
+    assert FastPathConfig().ack_policy == policy  # one default, the dataplane's too
     _, flow = register(engine, policy=ACK_POLICIES[policy])
     engine.inject([segment(1000, b"a" * 200)])
     poll(engine)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from dataplane.engine import Engine, EngineConfig
-from dataplane.fastpath import FastPathConfig
+from dataplane.fastpath import AckPolicy, FastPathConfig
 from dataplane.links.clock import VirtualClock
 from dataplane.links.faults import FaultConfig, FaultInjector
 from dataplane.links.memory import memory_link_pair
@@ -49,13 +49,16 @@ class Pair:
         seed: int = 1,
         engine_tcp: TcpConfig = TCP,
         peer_tcp: TcpConfig = TCP,
+        ack_policy: AckPolicy = "delayed",
     ) -> None:
+        """ack_policy: the scenarios built on this pair (test_lazy_settle's) time the
+        peer's FIN or RST against ACKs the delayed rule still holds."""
         self.clock = VirtualClock()
         a, b = memory_link_pair(clock=self.clock, latency=0.0005, mac_a=ENGINE_MAC, mac_b=PEER_MAC)
         self.engine_link = a
         self.peer_link = FaultInjector(b, faults, seed, clock=self.clock) if faults else b
         self.iface, self.peer_iface = iface_pair(engine_tcp, peer_tcp, seed=seed)
-        config = EngineConfig(fastpath=FastPathConfig(enabled=fast_path))
+        config = EngineConfig(fastpath=FastPathConfig(enabled=fast_path, ack_policy=ack_policy))
         self.engine = Engine(self.iface, link=a, clock=self.clock, config=config)
         self.peer = StackRunner(self.peer_iface, self.peer_link, self.clock)
         self.listener = self.peer_iface.listen(PORT)
