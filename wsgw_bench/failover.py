@@ -68,7 +68,7 @@ from wsgw_bench.core import (
     scenario_log,
     unique_lab_name,
 )
-from wsgw_bench.faultsoak import dpdk_runtime, session_counters, start_binance
+from wsgw_bench.faultsoak import dpdk_runtime, session_counters, start_binance, stop_sessions
 from wsgw_bench.feed import sim_tail
 from wsgw_bench.soak import Child, wait_until
 
@@ -817,7 +817,7 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
 
     from gateway.groups.feed import GroupSpec, group_hub_id
     from gateway.hub import ring_topics
-    from gateway.runtime import PortSpec, SessionState
+    from gateway.runtime import PortSpec
     from gateway.sessions import SessionConfig
     from gateway.sessions.config import ReconnectPolicy
     from gateway.simulator import with_group
@@ -884,13 +884,7 @@ def run_failover(plan: Plan, lab_name: str, log: Log = print) -> Result:
         for leg in group.get("legs", []):
             leg.update(lag_seen.get(leg["session_id"], {}))
         sessions = counters()
-        for sid, _, _ in SESSIONS:
-            runtime.stop_session(sid)
-        ended = (SessionState.STOPPED, SessionState.FAILED)
-        wait_until(
-            lambda: all(runtime.session_status(sid).state in ended for sid, _, _ in SESSIONS),
-            "the sessions to stop",
-        )
+        stop_sessions(runtime, [sid for sid, _, _ in SESSIONS])
         consumer.conn.send(("stop", ends))
         if not consumer.conn.poll(60):
             raise RuntimeError("the reader did not report")

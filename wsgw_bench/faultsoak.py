@@ -576,6 +576,17 @@ def start_binance(
     runtime.start_session(SessionSpec(sid, name, url, "binance", transport, port))
 
 
+def stop_sessions(runtime: LiveRuntime, sids: Sequence[int]) -> None:
+    """Stop the sessions sids and wait until each is stopped (or failed)."""
+    for sid in sids:
+        runtime.stop_session(sid)
+    ended = (SessionState.STOPPED, SessionState.FAILED)
+    wait_until(
+        lambda: all(runtime.session_status(sid).state in ended for sid in sids),
+        "the sessions to stop",
+    )
+
+
 def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
     """The whole run (module docstring); everything it made is gone when it returns or
     raises, Ctrl-C included."""
@@ -629,13 +640,7 @@ def run_faultsoak(plan: Plan, lab_name: str, log: Log = print) -> Result:
         monitor.sample()
         elapsed = time.monotonic() - start
         statuses = {sid: runtime.session_status(sid) for sid, _ in SESSIONS}
-        for sid, _ in SESSIONS:
-            runtime.stop_session(sid)
-        ended = (SessionState.STOPPED, SessionState.FAILED)
-        wait_until(
-            lambda: all(runtime.session_status(sid).state in ended for sid, _ in SESSIONS),
-            "the sessions to stop",
-        )
+        stop_sessions(runtime, [sid for sid, _ in SESSIONS])
         time.sleep(0.5)  # the last records reach the reader
         seen = consumer.results()
     sessions = []
