@@ -1413,9 +1413,6 @@ static int spin_phase(struct wsgw_ring_reader *r, uint64_t start, uint64_t spin_
 
 static int wait_policy(wsgw_ring_reader *r, int64_t timeout_ns, int64_t spin_ns);
 
-/* The adaptive policy (WSGW_RING_SPIN_ADAPTIVE): spin for twice the average wait when that
- * average is under the cap, else sleep at once; each wait that ends with data moves the
- * average 1/8 of the way to its own length (a timed-out wait counts its whole length). */
 static uint64_t adaptive_average(const wsgw_ring_reader *r, uint64_t cap)
 {
     return r->wait_avg_ns ? r->wait_avg_ns : cap / 2; /* first wait: a short spin */
@@ -1431,6 +1428,9 @@ static void adaptive_record(wsgw_ring_reader *r, uint64_t avg, uint64_t took)
     r->wait_avg_ns = avg - avg / 8 + took / 8 + 1; /* + 1: never back to "none yet" */
 }
 
+/* The adaptive policy (WSGW_RING_SPIN_ADAPTIVE): spin for twice the average wait when that
+ * average is under the cap, else sleep at once; each wait that ends with data moves the
+ * average 1/8 of the way to its own length (a timed-out wait counts its whole length). */
 static int wait_adaptive(wsgw_ring_reader *r, int64_t timeout_ns, uint64_t cap)
 {
     uint64_t avg = adaptive_average(r, cap);
