@@ -62,6 +62,7 @@ from gateway.simulator.faults import (
     SIMULATOR_KINDS,
     Fault,
     FaultError,
+    frame_header,
     malformed_frame,
     oversized_message,
     unknown_opcode_frame,
@@ -102,12 +103,17 @@ class SimConfig:
     enforce_limits: bool = False  # close connections that break the exchange's limits
     max_backlog: int = 100_000  # messages held for a connection before it is dropped
     max_message_size: int = 1 << 20  # incoming
+    #: The pump's shortest sleep (s): messages due within it go out together, one write
+    #: per connection (event loop timers have a resolution of 1 ms: a shorter sleep spins).
+    pump_tick: float = 0.001
 
     def __post_init__(self) -> None:
         if self.dialect not in FEEDS:
             raise ValueError(f"unknown dialect {self.dialect!r}; known: {', '.join(FEEDS)}")
         if self.rate < 0 or (self.total_rate is not None and self.total_rate < 0):
             raise ValueError("rates must not be negative")
+        if self.pump_tick <= 0:
+            raise ValueError("pump_tick must be positive")
 
 
 @dataclass
@@ -188,6 +194,11 @@ class SimConnection:
         self._random = random.Random(conn_id)  # skip:fraction, reproducible per connection
         self.closed = False
         self.incoming: deque[float] = deque()
+        #: Frames made since the last flush, written to the transport in one write.
+        self.out: list[bytes] = []
+        #: No extension (the server offers none): a text frame is its header and the
+        #: message, made here; else websockets frames it.
+        self._raw_frames = not ws.protocol.extensions
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._writer = self._loop.create_task(self._drain())
@@ -243,16 +254,22 @@ class SimConnection:
             self.abort()
 
     def _write(self, message: bytes, data: bool) -> None:
+        """Frame the message onto `out`; the simulator flushes it (the pump at the end of
+        its round, else soon)."""
         ws = self.ws
         if ws.protocol.state is not State.OPEN:
             self.closed = True
             return
-        try:
+        out = self.out
+        if not out:
+            self.sim.unflushed(self)
+        if self._raw_frames:
+            size = len(message)
+            out.append(bytes((0x81, size)) if size < 126 else frame_header(0x1, size))
+            out.append(message)
+        else:
             ws.protocol.send_text(message)
-            ws.send_data()
-        except Exception:  # the transport went away under us
-            self.closed = True
-            return
+            out.extend(ws.protocol.data_to_send())
         if data:
             self.data_sent += 1
             self.sim.counters.data_messages += 1
@@ -261,6 +278,21 @@ class SimConnection:
         else:
             self.control_sent += 1
             self.sim.counters.control_messages += 1
+
+    def flush(self) -> None:
+        """Write what `out` holds, in one write."""
+        out = self.out
+        if not out:
+            return
+        self.out = []
+        transport = self.ws.transport
+        if transport.is_closing():
+            self.closed = True
+            return
+        try:
+            transport.write(b"".join(out))
+        except Exception:  # the transport went away under us
+            self.closed = True
 
     async def _drain(self) -> None:
         """Write the backlog in order once the connection can take it."""
@@ -284,6 +316,7 @@ class SimConnection:
                         continue
                     message, data, _ = self.backlog.popleft()
                     self._write(message, data)
+                    self.flush()  # one at a time: `paused` says when the socket is full
                 if not self.backlog and self.stalled_until <= loop.time():
                     self.stalled_until = 0.0
         except (ConnectionError, ConnectionClosed):
@@ -310,6 +343,7 @@ class SimConnection:
     def _fire(self, fault: Fault) -> None:  # noqa: PLR0912 (a fault dispatcher: one branch per fault kind)
         if self.closed:
             return
+        self.flush()  # what went before the fault goes out before it
         self.sim.counters.faults_fired[fault.kind] += 1
         log.info("connection %d (leg %s): fault %s", self.id, self.leg, fault.describe())
         transport = self.ws.transport
@@ -366,6 +400,7 @@ class SimConnection:
     def abort(self) -> None:
         self.closed = True
         self.backlog.clear()
+        self.out.clear()
         self.ws.transport.abort()
 
     def reset(self) -> None:
@@ -469,7 +504,13 @@ class Simulator:
         self._server: Server | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._wake_pump = asyncio.Event()
+        #: The pump's sleep, resolved early by `_poke` (a subscription, a rate change).
+        self._pump_waiter: asyncio.Future[None] | None = None
+        self._pumping = False  # in a pump round: it flushes at the round's end
+        #: Connections with frames in `out`, and the pending flush of those made outside
+        #: a pump round (replies, emits, the drain).
+        self._unflushed: list[SimConnection] = []
+        self._flush_soon: asyncio.Handle | None = None
         self._next_faults: list[Fault] = []  # armed on the next new connection
         self._every_faults: list[Fault] = [
             f for f in self.config.faults if f.kind not in SIMULATOR_KINDS
@@ -529,6 +570,19 @@ class Simulator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    def unflushed(self, conn: SimConnection) -> None:
+        """conn has frames to write: at the pump round's end, or in a callback soon."""
+        self._unflushed.append(conn)
+        if not self._pumping and self._flush_soon is None:
+            self._flush_soon = asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write every connection's pending frames (one write each)."""
+        self._flush_soon = None
+        conns, self._unflushed = self._unflushed, []
+        for conn in conns:
+            conn.flush()
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -614,6 +668,7 @@ class Simulator:
                     break
                 text = message if isinstance(message, str) else message.decode("utf-8", "replace")
                 if self.config.enforce_limits and self._over_rate(conn):
+                    conn.flush()
                     await ws.close(1008, "Too many requests")
                     break
                 self._apply(conn, conn.feed.on_message(text, conn.topics, conn.id))
@@ -645,6 +700,7 @@ class Simulator:
         cap = conn.feed.max_topics_per_connection
         for topic in reply.subscribe:
             if self.config.enforce_limits and cap is not None and len(conn.topics) >= cap:
+                conn.flush()
                 self.spawn(conn.ws.close(1008, f"more than {cap} streams"))
                 conn.closed = True
                 return
@@ -652,6 +708,7 @@ class Simulator:
         for topic in reply.unsubscribe:
             self._unsubscribe(conn, topic)
         if reply.close is not None:
+            conn.flush()
             conn.closed = True
             self.spawn(conn.ws.close(*reply.close))
 
@@ -674,7 +731,7 @@ class Simulator:
                 conn.snapshot_due.add(topic)
         if not publisher.subscribers and publisher.publishes:
             self._rebase = True
-            self._wake_pump.set()
+            self._poke()
         publisher.subscribers.add(conn)
 
     def _unsubscribe(self, conn: SimConnection, topic: str) -> None:
@@ -703,6 +760,7 @@ class Simulator:
         next_heartbeat = loop.time() + self.config.heartbeat_interval
         next_burst = loop.time() + (self.config.burst_interval or 0)
         while True:
+            self._pumping = True
             now = loop.time()
             active = self._active()
             rate = self._rate_each(len(active))
@@ -731,13 +789,26 @@ class Simulator:
                             conn.send_control(message)
                     next_heartbeat = now + cfg.heartbeat_interval
                 wake_at = min(wake_at, next_heartbeat)
-            delay = wake_at - loop.time()
-            if delay > 0:
-                self._wake_pump.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake_pump.wait(), delay)
-            else:
-                await asyncio.sleep(0)
+            self._pumping = False
+            self.flush()
+            # At least a tick: a message due sooner goes out with the next round's.
+            await self._sleep(max(wake_at - loop.time(), cfg.pump_tick))
+
+    async def _sleep(self, delay: float) -> None:
+        """The pump's sleep: a future and a timer (no task), ended early by `_poke`."""
+        loop = asyncio.get_running_loop()
+        waiter = self._pump_waiter = loop.create_future()
+        timer = loop.call_later(delay, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._pump_waiter = None
+
+    def _poke(self) -> None:
+        """Wake the pump now (the schedule changed)."""
+        if self._pump_waiter is not None:
+            _resolve(self._pump_waiter)
 
     # ---- control ----------------------------------------------------------------------------
     def targets(self, target: str | int = "all") -> list[SimConnection]:
@@ -810,7 +881,7 @@ class Simulator:
         if burst_interval is not None:
             cfg.burst_interval = max(0.0, burst_interval)
         self._rebase = True
-        self._wake_pump.set()
+        self._poke()
 
     def emit(self, dialect: str, topic: str, count: int = 1, group: str = DEFAULT_GROUP) -> int:
         """Publish count messages on a group's topic now (whether or not anyone listens)."""
@@ -889,6 +960,7 @@ class Simulator:
             if name == "close":
                 chosen = self.targets(cmd.get("target", "all"))
                 for conn in chosen:
+                    conn.flush()
                     conn.closed = True
                     self.spawn(
                         conn.ws.close(int(cmd.get("code", 1001)), str(cmd.get("reason", "")))
@@ -979,6 +1051,11 @@ class Simulator:
             [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         )
         return Response(status.value, status.phrase, headers, data)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def with_group(path: str, group: str | None = None, leg: str | None = None) -> str:
