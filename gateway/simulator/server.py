@@ -424,6 +424,7 @@ class SimConnection:
             self.no_snapshots += fault.count
         elif fault.kind == "reorder":
             self.reorder_next += 1
+        self.flush()
 
     def clear_faults(self) -> None:
         """Disarm pending faults and end the lasting ones (skips, delay)."""
@@ -746,8 +747,8 @@ class Simulator:
             self._subscribe(conn, topic)
         for topic in reply.unsubscribe:
             self._unsubscribe(conn, topic)
+        conn.flush()  # the replies now: websockets may write a close frame next
         if reply.close is not None:
-            conn.flush()
             conn.closed = True
             self.spawn(conn.ws.close(*reply.close))
 
