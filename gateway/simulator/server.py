@@ -91,6 +91,11 @@ def text_frame_header(size: int) -> bytes:
 
 #: The backlog's drain writes this many bytes at a time, then looks at flow control.
 DRAIN_CHUNK = 64 * 1024
+#: A pump round writes a connection's messages when they reach this many bytes, and at the
+#: round's end: a message's send stamp waits for the rendering of at most this much after
+#: it (at 100k msg/s a round is ~22 KB of Binance trades: p50 receipt - send 2-3.6 ms
+#: unsplit, ~120 us at 4 KiB, for ~4 % more CPU).
+ROUND_WRITE = 4096
 
 DIALECTS = tuple(FEEDS)
 DEFAULT_GROUP = "default"
@@ -213,6 +218,7 @@ class SimConnection:
         self.incoming: deque[float] = deque()
         #: Frames made since the last flush, written to the transport in one write.
         self.out: list[bytes] = []
+        self.out_size = 0  # bytes of the messages in `out`
         #: No extension (the server offers none): a text frame is its header and the
         #: message, made here; else websockets frames it.
         self._raw_frames = not ws.protocol.extensions
@@ -302,6 +308,7 @@ class SimConnection:
         else:
             ws.protocol.send_text(message)
             out.extend(ws.protocol.data_to_send())
+        self.out_size += len(message)
         if data:
             self.data_sent += 1
             self.sim.counters.data_messages += 1
@@ -310,6 +317,8 @@ class SimConnection:
         else:
             self.control_sent += 1
             self.sim.counters.control_messages += 1
+        if self.out_size >= ROUND_WRITE and self.sim.pumping:
+            self.flush()  # a message's send stamp stays near its write in a long round
 
     def flush(self) -> None:
         """Write what `out` holds, in one write."""
@@ -317,6 +326,7 @@ class SimConnection:
         if not out:
             return
         self.out = []
+        self.out_size = 0
         transport = self.ws.transport
         if transport.is_closing():
             self.closed = True
@@ -546,7 +556,7 @@ class Simulator:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: The pump's sleep, resolved early by `_poke` (a subscription, a rate change).
         self._pump_waiter: asyncio.Future[None] | None = None
-        self._pumping = False  # in a pump round: it flushes at the round's end
+        self.pumping = False  # in a pump round: it flushes at the round's end
         #: Connections with frames in `out`, and the pending flush of those made outside
         #: a pump round (replies, emits, the drain).
         self._unflushed: list[SimConnection] = []
@@ -614,7 +624,7 @@ class Simulator:
     def unflushed(self, conn: SimConnection) -> None:
         """conn has frames to write: at the pump round's end, or in a callback soon."""
         self._unflushed.append(conn)
-        if not self._pumping and self._flush_soon is None:
+        if not self.pumping and self._flush_soon is None:
             self._flush_soon = asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
@@ -800,7 +810,7 @@ class Simulator:
         next_heartbeat = loop.time() + self.config.heartbeat_interval
         next_burst = loop.time() + (self.config.burst_interval or 0)
         while True:
-            self._pumping = True
+            self.pumping = True
             now = loop.time()
             active = self._active()
             rate = self._rate_each(len(active))
@@ -829,7 +839,7 @@ class Simulator:
                             conn.send_control(message)
                     next_heartbeat = now + cfg.heartbeat_interval
                 wake_at = min(wake_at, next_heartbeat)
-            self._pumping = False
+            self.pumping = False
             self.flush()
             # At least a tick: a message due sooner goes out with the next round's.
             await self._sleep(max(wake_at - loop.time(), cfg.pump_tick))

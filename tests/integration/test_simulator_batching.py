@@ -91,8 +91,9 @@ def test_messages_sent_together_go_out_in_one_write_in_order() -> None:
     run(scenario())
 
 
-def test_the_pump_writes_each_round_once() -> None:
-    """At 2 x 2000 msg/s with a 50 ms tick, a round holds about 200 messages: one write."""
+def test_the_pump_writes_a_round_in_few_writes() -> None:
+    """At 2 x 2000 msg/s with a 50 ms tick, a round holds about 200 messages (~44 KB): a
+    write when ROUND_WRITE bytes are made, and one at the round's end."""
 
     async def scenario() -> None:
         async with Simulator(SimConfig(rate=0.0, pump_tick=0.05)) as sim:
@@ -107,6 +108,8 @@ def test_the_pump_writes_each_round_once() -> None:
             frames = [f for w in data_writes(writes) for f in text_frames(w)]
             assert frames[: len(got)] == got
             assert len(data_writes(writes)) * 10 <= len(frames)
+            for write in data_writes(writes):  # ROUND_WRITE (4 KiB) and one message at most
+                assert sum(len(f) for f in text_frames(write)) < 8192
             await ws.close()
 
     run(scenario())
