@@ -13,10 +13,15 @@ gets the same messages, byte for byte (same exchange ids, same `sim_ts` send sta
 the same order; a connection that joins (or comes back) gets the stream from that point
 on. Faults can target one leg (`leg:A`, `leg:GROUP/A`) while the others keep streaming.
 
-Writes take the synchronous path of `websockets.broadcast` (frame + transport.write) while
-the connection is writable; when it is not (flow control, a stall), messages queue in the
-connection's backlog and its writer task drains them in order. A connection whose backlog
-passes `max_backlog` is a slow consumer and is dropped, as exchanges do.
+The pump wakes at the next message due, at most once a `pump_tick` (1 ms), and emits every
+message due then. While a connection is writable its messages are framed here (a text
+frame: header + message) onto its `out`, written to the transport every `ROUND_WRITE`
+bytes and at the end of the round: one write for many messages, each stamped (`sim_ts`) when
+rendered. Writes made outside the pump (replies, emits) go out at the end of the request or
+in a callback soon after; a fault that fires writes what came before it first. When the
+connection is not writable (flow control, a stall, a delay), messages queue in its backlog
+and its writer task drains them in order, 64 KiB a write. A connection whose backlog passes
+`max_backlog` is a slow consumer and is dropped, as exchanges do.
 
 Control: `command({...})` (the library API), the same commands as JSON lines on stdin (the
 CLI), HTTP GET on the WebSocket port (`/_sim/stats`, `/_sim/command?cmd=fault&kind=drop`),
