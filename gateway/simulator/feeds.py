@@ -59,8 +59,12 @@ class Reply:
 class Prices:
     """Deterministic synthetic prices: a base per symbol and a wiggle per sequence."""
 
+    #: A price depends on seq modulo this (the wiggle's period).
+    PERIOD = 2001
+
     def __init__(self) -> None:
         self._base: dict[str, int] = {}
+        self._texts: dict[str, tuple[str, ...]] = {}  # symbol -> its prices by seq % PERIOD
 
     def base_cents(self, symbol: str) -> int:
         base = self._base.get(symbol)
@@ -70,8 +74,12 @@ class Prices:
         return base
 
     def price(self, symbol: str, seq: int) -> str:
-        cents = self.base_cents(symbol) + (seq * 7919) % 2001
-        return f"{cents // 100}.{cents % 100:02d}"
+        texts = self._texts.get(symbol)
+        if texts is None:
+            base = self.base_cents(symbol)
+            cents = (base + (i * 7919) % self.PERIOD for i in range(self.PERIOD))
+            texts = self._texts[symbol] = tuple(f"{c // 100}.{c % 100:02d}" for c in cents)
+        return texts[seq % self.PERIOD]
 
     @staticmethod
     def size(seq: int) -> str:

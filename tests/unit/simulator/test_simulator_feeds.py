@@ -88,6 +88,15 @@ def test_prices_are_deterministic() -> None:
     assert float(prices.size(3)) > 0
 
 
+def test_prices_are_the_base_and_the_wiggle_of_seq() -> None:
+    """The price table (per symbol, by seq modulo its period) holds what the formula gives:
+    base cents + (seq * 7919) % 2001, as dollars and two places."""
+    prices = Prices()
+    for seq in (0, 1, 2, 2000, 2001, 2002, 123_456_789):
+        cents = prices.base_cents("BTCUSDT") + (seq * 7919) % 2001
+        assert prices.price("BTCUSDT", seq) == f"{cents // 100}.{cents % 100:02d}"
+
+
 def test_fault_frames() -> None:
     assert frame_header(0x1, 5) == b"\x81\x05"
     assert frame_header(0x2, 300)[:2] == b"\x82\x7e"
