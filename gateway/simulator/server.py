@@ -237,22 +237,6 @@ class SimConnection:
         """One data message (`seq`: its number on its topic, for skip:seq)."""
         if self.closed:
             return
-        if (
-            self.skip_next
-            or self.skip_fraction
-            or self.skip_seqs
-            or self.bad_checksums
-            or self.reorder_next
-            or self.held is not None
-        ):
-            self._send_altered(message, seq)
-        elif self.backlog or self.stalled_until or self.delay or self.ws.paused:
-            self._hold(message, True)
-        else:
-            self._write(message, True)
-
-    def _send_altered(self, message: bytes, seq: int) -> None:
-        """send_data while a fault skips, alters or reorders data messages."""
         if (self.skip_next or self.skip_fraction or self.skip_seqs) and self._skips(seq):
             return
         if self.bad_checksums and b'"checksum":' in message:
