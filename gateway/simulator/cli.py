@@ -115,13 +115,6 @@ def simulate(
     ping_interval: Annotated[float, typer.Option(help="server pings, s (0: none)")] = 20.0,
     ping_timeout: Annotated[float, typer.Option(help="pong wait, s (0: forever)")] = 20.0,
     heartbeat_interval: Annotated[float, typer.Option(help="app heartbeats, s")] = 1.0,
-    pump_tick: Annotated[
-        float,
-        typer.Option(
-            help="shortest pause between sends, s: messages due within it leave together "
-            "(0: each at its time, spinning a CPU)"
-        ),
-    ] = 0.001,
     tls: Annotated[bool, typer.Option("--tls/--no-tls", help="serve wss://")] = False,
     cert_dir: Annotated[
         Path, typer.Option(help="where ca.pem, server.pem, server.key are (made if missing)")
@@ -160,7 +153,6 @@ def simulate(
             ping_interval=ping_interval or None,
             ping_timeout=ping_timeout or None,
             heartbeat_interval=heartbeat_interval,
-            pump_tick=pump_tick,
             tls=tls,
             cert_dir=cert_dir,
             symbols=tuple(s for s in symbols.split(",") if s) or None,

@@ -16,7 +16,6 @@ from websockets.frames import Frame, Opcode
 
 from gateway.simulator import Fault, SimConfig, Simulator, wait_until
 from gateway.simulator.server import text_frame_header
-from tests.integration.test_simulator_cli import simulator
 from tests.integration.test_simulator_helpers import client, run, sim_seq
 
 TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade")
@@ -201,24 +200,3 @@ def test_text_frame_header_is_websockets_framing(size: int) -> None:
     payload = b"x" * size
     expected = Frame(Opcode.TEXT, payload).serialize(mask=False)
     assert text_frame_header(size) + payload == expected
-
-
-def test_cli_pump_tick() -> None:
-    """`--pump-tick 0`: no floor on the pump's sleep; the data still comes in order."""
-    with simulator("--port", "0", "--rate", "500", "--pump-tick", "0") as sim:
-        assert sim.line() == "ready\n"
-        url = json.loads(sim.line())["url"]
-
-        async def scenario() -> list[int]:
-            async with client(url + "/stream?streams=" + TOPICS[0]) as ws:
-                return [sim_seq(m) for m in await recv_data(ws, 50)]
-
-        assert run(scenario()) == list(range(1, 51))
-        answer = sim.send("stats")
-        assert answer["rate"] == {
-            "per_topic": 500.0,
-            "total": None,
-            "burst_size": 0,
-            "burst_interval": 0.0,
-            "pump_tick": 0.0,
-        }
