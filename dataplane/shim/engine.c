@@ -983,6 +983,23 @@ static int fast_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len, 
     return 1;
 }
 
+/* The flow slot of an IPv4 TCP frame (its ports within the frame), -1 for anything else;
+ * *ip_out (if given) its IP header. The slow path's own frames are not checked further. */
+static int frame_flow(const struct wsgw_engine *e, const uint8_t *frame, uint32_t len,
+                      const uint8_t **ip_out)
+{
+    if (len < ETH_HDR + IP_HDR + TCP_HDR || rd16(frame + 12) != 0x0800 ||
+        frame[ETH_HDR + 9] != 6 || (frame[ETH_HDR] & 0x0f) < 5)
+        return -1;
+    const uint8_t *ip = frame + ETH_HDR;
+    const uint8_t *tcp = ip + (ip[0] & 0x0f) * 4;
+    if (tcp + 4 > frame + len)
+        return -1;
+    if (ip_out)
+        *ip_out = ip;
+    return table_find(e, flow_key(rd32(ip + 12), rd16(tcp), rd16(tcp + 2)));
+}
+
 static void to_slow_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t len)
 {
     if (unlikely(e->slow_count == e->conf.slow_max_frames ||
@@ -997,20 +1014,13 @@ static void to_slow_path(struct wsgw_engine *e, const uint8_t *frame, uint32_t l
     e->slow_count++;
     e->st.slow_frames++;
     /* Hold the rest of this flow's segments back for Python, to keep them in order. */
-    if (len >= ETH_HDR + IP_HDR + TCP_HDR && rd16(frame + 12) == 0x0800 &&
-        frame[ETH_HDR + 9] == 6 && (frame[ETH_HDR] & 0x0f) >= 5) {
-        const uint8_t *ip = frame + ETH_HDR;
-        const uint8_t *tcp = ip + (ip[0] & 0x0f) * 4;
-        if (tcp + 4 <= frame + len) {
-            int slot = table_find(e, flow_key(rd32(ip + 12), rd16(tcp), rd16(tcp + 2)));
-            if (slot >= 0) {
-                if (e->feeds[slot])
-                    wsgw_feed_stop(e->feeds[slot]); /* Python handles this flow now */
-                e->flows[slot].slow_pending = 1;
-                e->flows[slot].slow_segments++;
-                touch(e, &e->flows[slot], (uint32_t)slot);
-            }
-        }
+    int slot = frame_flow(e, frame, len, NULL);
+    if (slot >= 0) {
+        if (e->feeds[slot])
+            wsgw_feed_stop(e->feeds[slot]); /* Python handles this flow now */
+        e->flows[slot].slow_pending = 1;
+        e->flows[slot].slow_segments++;
+        touch(e, &e->flows[slot], (uint32_t)slot);
     }
 }
 
@@ -1307,15 +1317,13 @@ static int bench_only_stale(const struct wsgw_engine *e, const struct wsgw_flow 
     for (uint32_t i = 0; i < e->slow_count; i++) {
         const uint8_t *frame = e->slow + e->slow_off[i];
         uint32_t len = e->slow_len[i];
-        if (len < ETH_HDR + IP_HDR + TCP_HDR || rd16(frame + 12) != 0x0800 ||
-            frame[ETH_HDR + 9] != 6)
+        const uint8_t *ip = NULL;
+        if (frame_flow(e, frame, len, &ip) != slot)
             continue;
-        const uint8_t *ip = frame + ETH_HDR;
         uint32_t ihl = (uint32_t)(ip[0] & 0x0f) * 4;
         const uint8_t *tcp = ip + ihl;
-        if (ihl < IP_HDR || tcp + TCP_HDR > frame + len ||
-            table_find(e, flow_key(rd32(ip + 12), rd16(tcp), rd16(tcp + 2))) != slot)
-            continue;
+        if (tcp + TCP_HDR > frame + len)
+            return 0;
         uint32_t total = rd16(ip + 2), hl = (uint32_t)(tcp[12] >> 4) * 4;
         if (ETH_HDR + total > len || ihl + hl > total || (tcp[13] & ~(TCP_ACK | TCP_PSH)))
             return 0;
