@@ -161,7 +161,10 @@ class NatsServer:
         jetstream: bool = False,
         port: int | None = None,
         monitor: bool = False,
+        config: str | None = None,
     ) -> None:
+        """config: nats-server configuration text (e.g. `authorization { token: x }`,
+        `ping_interval: "1s"`), written beside its data and passed with -c."""
         binary = nats_server_binary()
         if binary is None:
             raise FileNotFoundError("nats-server not found: apt-get install nats-server")
@@ -170,6 +173,7 @@ class NatsServer:
         self.port = port or free_port()
         #: The HTTP monitoring port (`-m`: /varz, /connz), when asked for.
         self.monitor_port = free_port() if monitor else None
+        self.config = config
         self.dir: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -185,6 +189,10 @@ class NatsServer:
             args += ["-js", "-sd", str(self.dir / "js")]
         if self.monitor_port is not None:
             args += ["-m", str(self.monitor_port)]
+        if self.config is not None:
+            conf = self.dir / "nats.conf"
+            conf.write_text(self.config)
+            args += ["-c", str(conf)]
         log = (self.dir / "nats.log").open("ab")
         try:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

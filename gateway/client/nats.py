@@ -34,9 +34,10 @@ whichever generation published it. Consumers keep that copy: a consumer that dro
 by an older `Wsgw-Gen` header would drop the only copy stored. The source does not look at
 `Wsgw-Gen`.
 
-nats-py is asyncio only: it runs on a loop of its own in a thread of its own, and hands each
-message over through a condition variable, so the Client's sync and async reads work as with
-the other transports.
+Core NATS over nats:// is read in the consumer's own thread (gateway.client.nats_core): one
+wake-up a batch, a parse a message. JetStream and TLS use nats-py, which is asyncio only: it
+runs on a loop of its own in a thread of its own, and hands each message over through a
+condition variable, so the Client's sync and async reads work as with the other transports.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import asyncio
 import contextlib
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -53,6 +55,13 @@ import orjson
 
 from dataplane.ring import Gap, RingMessage
 from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnavailableError
+from gateway.client.nats_core import (
+    CoreNatsSubscriber,
+    NatsNeedsLibraryError,
+    NatsProtocolError,
+    NatsServerError,
+    header_value,
+)
 from gateway.hub.names import (
     NATS_GAP_TOKEN,
     RING_GAP_TOPIC,
@@ -73,6 +82,8 @@ MAX_ACK_PENDING = 4 * MAX_QUEUED
 ACK_WAIT_S = 30.0
 #: How long an ack may wait for the server's confirmation.
 ACK_TIMEOUT_S = 5.0
+#: Subjects whose session and topic the source keeps parsed (more: it starts over).
+MAX_SUBJECTS_KEPT = 4096
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 AckMode = Literal["read", "next"]
 
@@ -119,6 +130,7 @@ class NatsSource(NetworkSource):
         self.subject = f"{prefix}.{session if session is not None else '*'}.*"
         self._tokens = None if topics is None else {topic_token(t) for t in topics}
         self._epoch = epoch or 0
+        self._places: dict[str, tuple[int, str | None]] = {}  # subject: session, topic
         self.position: int | None = None  # JetStream sequence of the last message delivered
         self._events: deque[ClientEvent] = deque()
         # Per event: its JetStream message (None: none, or not to ack) and stream sequence.
@@ -135,6 +147,9 @@ class NatsSource(NetworkSource):
         self._cond = threading.Condition()
         self._interrupted = False
         self._ended = False
+        self._core: CoreNatsSubscriber | None = None
+        if jetstream is None and self._open_core(url, token, connect_timeout):
+            return
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="wsgw-client-nats")
@@ -148,6 +163,18 @@ class NatsSource(NetworkSource):
         except Exception as exc:
             self.close()
             raise SourceUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+    def _open_core(self, url: str, token: str | None, timeout: float) -> bool:
+        """Core NATS read in this thread; False: the server needs nats-py (TLS)."""
+        try:
+            self._core = CoreNatsSubscriber(
+                url.split(","), self.subject, token=token, connect_timeout=timeout
+            )
+        except NatsNeedsLibraryError:
+            return False
+        except (OSError, NatsServerError, NatsProtocolError) as exc:
+            raise SourceUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        return True
 
     async def _open(
         self,
@@ -333,27 +360,12 @@ class NatsSource(NetworkSource):
             if stream_seq <= self._highest:
                 return  # redelivered (ack_wait passed while it waited here): taken already
             self._highest = stream_seq
-        _, sid_text, token = msg.subject.rsplit(".", 2)
-        if self._tokens is not None and token not in self._tokens and token != NATS_GAP_TOKEN:
-            return  # a durable acks it with the next one handed over (ack policy all)
-        sid = int(sid_text)
-        events: list[ClientEvent] = []
         headers = msg.headers or {}
         seq = int(headers.get("Wsgw-Seq", 0))
         ts = int(headers.get("Wsgw-Recv-Ts", 0))
-        if token == NATS_GAP_TOKEN:
-            body = orjson.loads(msg.data)
-            epoch = int(body.get("epoch") or "0", 16)
-            if epoch and epoch != self._epoch:
-                if self._epoch:
-                    events.append(Restart(self._epoch, epoch))
-                self._epoch = epoch
-            gap_seq = body.get("seq") or seq
-            gap_ts = body.get("ts_ns") or ts
-            events.append(RingMessage(gap_seq, sid, RING_GAP_TOPIC, gap_ts, msg.data, -1))
-        else:
-            topic = ring_topic(sid, topic_from_token(token))
-            events.append(RingMessage(seq, sid, topic, ts, msg.data, -1))
+        events = self._events_of(msg.subject, seq, ts, msg.data)
+        if not events:
+            return  # a durable acks it with the next one handed over (ack policy all)
         ackable = msg if self.durable is not None else None
         with self._cond:
             for event in events[:-1]:  # a Restart before the gap
@@ -363,10 +375,71 @@ class NatsSource(NetworkSource):
             self._js_msgs.append((ackable, stream_seq))
             self._cond.notify_all()
 
+    def _events_of(self, subject: str, seq: int, ts: int, data: bytes) -> list[ClientEvent]:
+        """A bus message as the ring's events: [] for a topic not asked for; a gap record of
+        another run than the last one seen comes after a Restart."""
+        place = self._places.get(subject)
+        if place is None:
+            place = self._place_of(subject)
+        sid, topic = place
+        if topic is None:
+            return []
+        if topic != RING_GAP_TOPIC:
+            return [RingMessage(seq, sid, topic, ts, data, -1)]
+        events: list[ClientEvent] = []
+        body = orjson.loads(data)
+        epoch = int(body.get("epoch") or "0", 16)
+        if epoch and epoch != self._epoch:
+            if self._epoch:
+                events.append(Restart(self._epoch, epoch))
+            self._epoch = epoch
+        gap_seq = body.get("seq") or seq
+        gap_ts = body.get("ts_ns") or ts
+        events.append(RingMessage(gap_seq, sid, RING_GAP_TOPIC, gap_ts, data, -1))
+        return events
+
+    def _place_of(self, subject: str) -> tuple[int, str | None]:
+        """A subject's session and ring topic name (None: a topic not asked for), kept."""
+        _, sid_text, token = subject.rsplit(".", 2)
+        sid = int(sid_text)
+        if token == NATS_GAP_TOKEN:
+            place: tuple[int, str | None] = (sid, RING_GAP_TOPIC)
+        elif self._tokens is not None and token not in self._tokens:
+            place = (sid, None)
+        else:
+            place = (sid, ring_topic(sid, topic_from_token(token)))
+        if len(self._places) >= MAX_SUBJECTS_KEPT:
+            self._places.clear()
+        self._places[subject] = place
+        return place
+
+    def _read_core(
+        self, core: CoreNatsSubscriber, max: int, timeout: float | None
+    ) -> list[ClientEvent]:
+        """Core NATS: the subscriber's messages as events, read in this thread."""
+        events: list[ClientEvent] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for msg in core.read(max - len(events), timeout):
+                block = msg.header_block
+                seq = ts = 0
+                if block is not None:
+                    seq = int(header_value(block, b"Wsgw-Seq") or 0)
+                    ts = int(header_value(block, b"Wsgw-Recv-Ts") or 0)
+                events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
+            if events or timeout == 0 or core.closed:
+                return events
+            if deadline is not None:  # only other topics came: wait on for the rest
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    return events
+
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
         """Up to max events; a durable acks them (ack="read") or the previous ones
         (ack="next") first."""
+        if self._core is not None:
+            return self._read_core(self._core, max or 1024, timeout)
         if self._unacked is not None:
             self._ack(self._unacked)
             self._unacked = None
@@ -431,16 +504,23 @@ class NatsSource(NetworkSource):
         return self._epoch
 
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
+        if self._core is not None:
+            return self._core.wait(timeout)
         with self._cond:
             return bool(self._events) or self._wait_locked(timeout)
 
     def interrupt(self) -> None:
+        if self._core is not None:
+            self._core.interrupt()
+            return
         with self._cond:
             self._interrupted = True
             self._cond.notify_all()
 
     @property
     def ended(self) -> bool:
+        if self._core is not None:
+            return self._core.closed
         with self._cond:
             return self._ended and not self._events
 
@@ -463,6 +543,9 @@ class NatsSource(NetworkSource):
 
     def close(self) -> None:
         """Close; with ack="next", what was handed over is acked first (it was handled)."""
+        if self._core is not None:
+            self._core.close()
+            return
         if self._unacked is not None:
             self._ack(self._unacked)
             self._unacked = None

@@ -1,0 +1,553 @@
+"""Core NATS read in the caller's thread: a sans-IO parser of what a NATS server sends
+(https://docs.nats.io/reference/reference-protocols/nats-protocol) and a subscriber
+connection that reads its socket where the consumer waits.
+
+Why not nats-py for this: it is asyncio only, so a sync consumer needs its loop in a thread
+and a hand-off per batch (two wake-ups where the socket needs one), and its per-message
+pipeline (a parser step, a Msg object, a queue, a task step) costs ~15 us of CPU: a consumer
+of at most ~67k msg/s on the lab machine (issue #16). Here a message costs its parse. What
+needs a library stays on nats-py (gateway.client.nats): JetStream, TLS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import socket
+import threading
+import time
+from collections import deque
+from typing import NamedTuple
+from urllib.parse import unquote, urlsplit
+
+import orjson
+
+#: Longest control line (`MSG ...`, `INFO {...}`) the parser holds before it gives up: the
+#: server's own default max_control_line is 4 KiB; INFO may be longer (cluster URLs).
+MAX_CONTROL_LINE = 64 << 10
+#: Largest payload the parser accepts (the server's max_payload is at most 64 MiB).
+MAX_PAYLOAD = 64 << 20
+RECV_BYTES = 256 << 10
+#: Between reconnect attempts to the whole server list (nats-py waits 2 s; the sink's
+#: messages meanwhile are lost either way: core NATS keeps nothing).
+RECONNECT_WAIT_S = 0.25
+#: With nothing received for this long the subscriber PINGs; a server that has not answered
+#: MAX_OUTSTANDING_PINGS of them is taken for dead and the connection made again.
+PING_INTERVAL_S = 20.0
+MAX_OUTSTANDING_PINGS = 2
+
+
+class NatsProtocolError(Exception):
+    """The server sent what the protocol does not allow (the connection is made again)."""
+
+
+class NatsServerError(Exception):
+    """The server refused: its -ERR text (e.g. 'Authorization Violation')."""
+
+
+class NatsNeedsLibraryError(Exception):
+    """The server asks for what this reader does not do (TLS): use nats-py."""
+
+
+class NatsMsg(NamedTuple):
+    subject: str
+    sid: int
+    reply: str | None
+    header_block: bytes | None  # HMSG: `NATS/1.0...\r\n\r\n` as sent, parsed on demand
+    payload: bytes
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        return None if self.header_block is None else parse_headers(self.header_block)
+
+
+class NatsInfo(NamedTuple):
+    fields: dict[str, object]
+
+
+class NatsErr(NamedTuple):
+    text: str
+
+
+class NatsPing(NamedTuple):
+    pass
+
+
+class NatsPong(NamedTuple):
+    pass
+
+
+class NatsOk(NamedTuple):
+    pass
+
+
+NatsEvent = NatsMsg | NatsInfo | NatsErr | NatsPing | NatsPong | NatsOk
+_PING, _PONG, _OK = NatsPing(), NatsPong(), NatsOk()
+
+
+def header_value(block: bytes, name: bytes) -> bytes | None:
+    """One header's value straight from the block, without parsing the rest (a message's
+    hot path reads two); the name as the sender spelled it, its first line."""
+    at = block.find(b"\r\n" + name + b":")
+    if at < 0:
+        return None
+    start = at + len(name) + 3
+    return block[start : block.find(b"\r\n", start)].strip()
+
+
+def parse_headers(block: bytes) -> dict[str, str]:
+    """A message's header block: `NATS/1.0[ status[ description]]\\r\\n(Name: value\\r\\n)*
+    \\r\\n` (ADR-4). A status line's code and text come as 'Status' and 'Description', as
+    nats-py gives them; a name given twice keeps its first value."""
+    text = block.decode("utf-8", "replace")
+    lines = text.split("\r\n")
+    version, _, status = lines[0].partition(" ")
+    if not version.startswith("NATS/"):
+        raise NatsProtocolError(f"header block starts with {lines[0][:32]!r}, not NATS/1.0")
+    headers: dict[str, str] = {}
+    status = status.strip()
+    if status:
+        code, _, description = status.partition(" ")
+        headers["Status"] = code
+        if description.strip():
+            headers["Description"] = description.strip()
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, colon, value = line.partition(":")
+        if not colon or not name.strip():
+            raise NatsProtocolError(f"header line {line[:32]!r} has no name")
+        headers.setdefault(name.strip(), value.strip())
+    return headers
+
+
+class NatsParser:
+    """Bytes from the server in, events out; a message split across reads waits for its
+    end. Operation names are case-insensitive (the protocol says so)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[NatsEvent]:
+        buf = self._buf
+        buf += data
+        events: list[NatsEvent] = []
+        pos = 0
+        size = len(buf)
+        while pos < size:
+            first = buf[pos]
+            line = None
+            if first in _M:
+                line = _MSG_LINE.match(buf, pos)
+            elif first in _H:
+                line = _HMSG_LINE.match(buf, pos)
+            if line is None:  # a control line, an incomplete one, or a malformed one
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    if size - pos > MAX_CONTROL_LINE:
+                        raise NatsProtocolError(f"a control line longer than {MAX_CONTROL_LINE}")
+                    break
+                events.append(_control(bytes(buf[pos:eol])))
+                pos = eol + 2
+                continue
+            start = line.end()
+            end = start + _size(line.group("total"))
+            if end + 2 > size:  # its payload is still on the way
+                break
+            if buf[end : end + 2] != b"\r\n":
+                raise NatsProtocolError("a message's payload not followed by CRLF")
+            hlen = line.group("hlen") if first in _H else None
+            block = None
+            if hlen is not None:
+                header_end = start + _size(hlen)
+                if header_end > end:
+                    raise NatsProtocolError("HMSG headers longer than the message")
+                block = bytes(buf[start:header_end])
+                if not block.startswith(b"NATS/"):
+                    raise NatsProtocolError(f"header block starts with {block[:16]!r}")
+                start = header_end
+            reply = line.group("reply")
+            events.append(
+                NatsMsg(
+                    line.group("subject").decode(),
+                    int(line.group("sid")),
+                    None if reply is None else reply.decode(),
+                    block,
+                    bytes(buf[start:end]),
+                )
+            )
+            pos = end + 2
+        del buf[:pos]
+        return events
+
+
+# A message's control line (the protocol's operation names are case-insensitive). With a
+# reply subject optional before the counts, the regex tries it first and backs off, as the
+# server's own arity rules read (nats-py's parser does the same).
+_M = frozenset(b"Mm")
+_H = frozenset(b"Hh")
+_ARG = rb"[ \t]+"
+_MSG_LINE = re.compile(
+    rb"(?i:MSG)" + _ARG + rb"(?P<subject>[^ \t\r\n]+)" + _ARG + rb"(?P<sid>[0-9]+)"
+    rb"(?:" + _ARG + rb"(?P<reply>[^ \t\r\n]+))?" + _ARG + rb"(?P<total>[0-9]+)\r\n"
+)
+_HMSG_LINE = re.compile(
+    rb"(?i:HMSG)" + _ARG + rb"(?P<subject>[^ \t\r\n]+)" + _ARG + rb"(?P<sid>[0-9]+)"
+    rb"(?:"
+    + _ARG
+    + rb"(?P<reply>[^ \t\r\n]+))?"
+    + _ARG
+    + rb"(?P<hlen>[0-9]+)"
+    + _ARG
+    + rb"(?P<total>[0-9]+)\r\n"
+)
+
+
+def _size(token: bytes) -> int:
+    value = int(token)
+    if value > MAX_PAYLOAD:
+        raise NatsProtocolError(f"{value} is over the largest payload ({MAX_PAYLOAD})")
+    return value
+
+
+def _control(line: bytes) -> NatsEvent:
+    op, _, rest = line.partition(b" ")
+    op = op.upper()
+    if op in (b"MSG", b"HMSG"):
+        raise NatsProtocolError(f"a malformed {op.decode()} line: {line[:64]!r}")
+    if op == b"PING" and not rest.strip():
+        return _PING
+    if op == b"PONG" and not rest.strip():
+        return _PONG
+    if op == b"+OK" and not rest.strip():
+        return _OK
+    if op == b"-ERR":
+        return NatsErr(rest.decode("utf-8", "replace").strip().strip("'"))
+    if op == b"INFO":
+        try:
+            fields = orjson.loads(rest)
+        except orjson.JSONDecodeError as exc:
+            raise NatsProtocolError(f"INFO is not JSON: {exc}") from exc
+        if not isinstance(fields, dict):
+            raise NatsProtocolError("INFO is not a JSON object")
+        return NatsInfo(fields)
+    raise NatsProtocolError(f"unknown operation {line[:24]!r}")
+
+
+class _Server(NamedTuple):
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+
+
+def _server(url: str) -> _Server:
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    if parts.scheme != "nats":
+        raise NatsNeedsLibraryError(f"{url}: {parts.scheme}:// (this reader speaks nats://)")
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return _Server(parts.hostname or "127.0.0.1", parts.port or 4222, user, password)
+
+
+class CoreNatsSubscriber:
+    """One core NATS subscription, read in the thread that calls `read` or `wait`.
+
+    Connecting sends CONNECT, SUB and a PING and waits for the PONG, so the subscription is
+    in place when the constructor returns (a refusal raises NatsServerError). A connection
+    that drops (or a server that stops answering PINGs) is made again on the next read or
+    wait, server after server, every RECONNECT_WAIT_S; what was published meanwhile is lost
+    (core NATS). The server's PINGs are answered when the consumer reads: one that does not
+    read for minutes is dropped by the server and reconnects when it reads again.
+    `wait` may run in another thread than `read` (never both at once); `interrupt` and
+    `close` may come from any thread."""
+
+    def __init__(
+        self,
+        servers: list[str],
+        subject: str,
+        *,
+        token: str | None = None,
+        name: str | None = None,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.servers = [_server(url) for url in servers]
+        self.subject = subject
+        self.token = token
+        self.name = name
+        self.connect_timeout = connect_timeout
+        self.connects = 0
+        self.disconnects = 0
+        self.last_error: str | None = None
+        self._sock: socket.socket | None = None
+        self._parser = NatsParser()
+        self._pending: deque[NatsMsg] = deque()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._closed = False
+        self._waiters = 0
+        self._next_server = 0
+        self._retry_at = 0.0
+        self._last_rx = 0.0
+        self._pings_out = 0
+        try:
+            self._connect_any(raise_last=True)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- connection -----------------------------------------------------------------------
+    def _connect_any(self, raise_last: bool = False) -> bool:
+        error: Exception | None = None
+        for _ in range(len(self.servers)):
+            server = self.servers[self._next_server]
+            self._next_server = (self._next_server + 1) % len(self.servers)
+            try:
+                self._connect(server)
+                return True
+            except (OSError, NatsProtocolError, NatsServerError, TimeoutError) as exc:
+                error = exc
+                self.last_error = f"{server.host}:{server.port}: {type(exc).__name__}: {exc}"
+        self._retry_at = time.monotonic() + RECONNECT_WAIT_S
+        if raise_last and error is not None:
+            raise error
+        return False
+
+    def _connect(self, server: _Server) -> None:
+        sock = socket.create_connection((server.host, server.port), self.connect_timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            parser = NatsParser()
+            deadline = time.monotonic() + self.connect_timeout
+            info = self._expect(sock, parser, deadline, NatsInfo)
+            assert isinstance(info, NatsInfo)
+            if info.fields.get("tls_required"):
+                raise NatsNeedsLibraryError("the server requires TLS")
+            connect: dict[str, object] = {
+                "verbose": False,
+                "pedantic": False,
+                "headers": True,
+                "no_responders": False,
+                "protocol": 1,
+                "lang": "python-wsgw",
+                "version": "1",
+            }
+            if self.name:
+                connect["name"] = self.name
+            if self.token:
+                connect["auth_token"] = self.token
+            if server.user is not None:
+                connect["user"] = server.user
+                connect["pass"] = server.password or ""
+            sock.sendall(
+                b"CONNECT "
+                + orjson.dumps(connect)
+                + b"\r\nSUB "
+                + self.subject.encode()
+                + b" 1\r\nPING\r\n"
+            )
+            early: list[NatsMsg] = []
+            self._expect(sock, parser, deadline, NatsPong, early)
+        except BaseException:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        with self._lock:
+            self._sock = sock
+            self._parser = parser
+            self._pending.extend(early)
+            self._last_rx = time.monotonic()
+            self._pings_out = 0
+        self.connects += 1
+
+    @staticmethod
+    def _expect(
+        sock: socket.socket,
+        parser: NatsParser,
+        deadline: float,
+        kind: type[NatsInfo] | type[NatsPong],
+        early: list[NatsMsg] | None = None,
+    ) -> NatsEvent:
+        """Read until an event of `kind` (messages before it go to `early`); -ERR raises."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no {kind.__name__[4:].upper()} from the server in time")
+            sock.settimeout(left)
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                raise ConnectionResetError("the server closed the connection")
+            for event in parser.feed(data):
+                if isinstance(event, kind):
+                    return event
+                if isinstance(event, NatsErr):
+                    raise NatsServerError(event.text)
+                if isinstance(event, NatsPing):
+                    sock.sendall(b"PONG\r\n")
+                elif isinstance(event, NatsMsg) and early is not None:
+                    early.append(event)
+
+    def _drop(self, why: str) -> None:
+        """The connection is gone (lock held): the next read or wait makes it again."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+            self.disconnects += 1
+            self.last_error = why
+            self._retry_at = 0.0
+
+    def _reconnect_due(self) -> None:
+        """Called without the lock: connect again when the wait between attempts is over."""
+        if self._sock is None and not self._closed and time.monotonic() >= self._retry_at:
+            with contextlib.suppress(NatsNeedsLibraryError):
+                self._connect_any()
+
+    # ---- reading --------------------------------------------------------------------------
+    def _take(self, data: bytes) -> None:
+        """What the socket gave (lock held): messages queued, PINGs answered."""
+        assert self._sock is not None
+        self._last_rx = time.monotonic()
+        self._pings_out = 0
+        for event in self._parser.feed(data):
+            if type(event) is NatsMsg:
+                self._pending.append(event)
+            elif type(event) is NatsPing:
+                self._sock.sendall(b"PONG\r\n")
+            elif type(event) is NatsErr:
+                # Errors after CONNECT end the connection on the server's side ('Slow
+                # Consumer', 'Stale Connection'); the few that do not are not sent to a
+                # non-verbose, non-pedantic subscriber.
+                self.last_error = event.text
+
+    def _drain_socket(self) -> bool:
+        """Read what the socket holds without blocking (lock held); False: connection gone."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            while True:
+                data = sock.recv(RECV_BYTES)
+                if not data:
+                    self._drop("the server closed the connection")
+                    return False
+                self._take(data)
+                if len(data) < RECV_BYTES:
+                    return True
+        except (BlockingIOError, InterruptedError):
+            return True
+        except (OSError, NatsProtocolError) as exc:
+            self._drop(f"{type(exc).__name__}: {exc}")
+            return False
+
+    def _keepalive(self) -> None:
+        """PING a server that has been quiet (lock held); drop it when PINGs go unanswered."""
+        if self._sock is None or time.monotonic() - self._last_rx < PING_INTERVAL_S:
+            return
+        if self._pings_out >= MAX_OUTSTANDING_PINGS:
+            self._drop("the server stopped answering PINGs")
+            return
+        try:
+            self._sock.sendall(b"PING\r\n")
+        except OSError as exc:
+            self._drop(f"{type(exc).__name__}: {exc}")
+            return
+        self._pings_out += 1
+        self._last_rx = time.monotonic()  # the next PING one interval from now
+
+    def read(self, max_messages: int = 1024, timeout: float | None = 0.0) -> list[NatsMsg]:
+        """Up to max_messages; waits up to timeout (None: until one comes or close)."""
+        self._reconnect_due()
+        if not self._pending and timeout != 0:
+            self.wait(timeout)
+        with self._lock:
+            if not self._closed and len(self._pending) < max_messages:
+                self._drain_socket()
+            pending = self._pending
+            count = min(max_messages, len(pending))
+            return [pending.popleft() for _ in range(count)]
+
+    def wait(self, timeout: float | None) -> bool:
+        """Until a message is queued (True), timeout, close or interrupt (False)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._waiters += 1
+        try:
+            return self._wait(None if timeout is None else time.monotonic() + timeout)
+        finally:
+            with self._lock:
+                self._waiters -= 1
+                if self._closed and not self._waiters:
+                    self._close_pipe()
+
+    def _wait(self, deadline: float | None) -> bool:
+        while not self._closed:
+            self._reconnect_due()
+            with self._lock:
+                if self._pending:
+                    return True
+                self._keepalive()
+                sock = self._sock
+            left = PING_INTERVAL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            if sock is None:  # between reconnect attempts
+                step = max(0.0, min(left, self._retry_at - time.monotonic()))
+            else:
+                step = min(left, PING_INTERVAL_S)
+                poller.register(sock.fileno(), select.POLLIN)
+            ready = [fd for fd, _ in poller.poll(step * 1000)]
+            if self._wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+                return False
+            if ready:
+                with self._lock:
+                    if self._sock is sock:
+                        self._drain_socket()
+        return False
+
+    def interrupt(self) -> None:
+        with self._lock, contextlib.suppress(OSError):
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close the connection; a wait blocked in another thread returns False first."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.close()
+                self._sock = None
+            if not self._waiters:  # else the last waiter closes it (its fd is in a poll)
+                self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1

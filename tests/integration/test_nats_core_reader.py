@@ -1,0 +1,219 @@
+"""The SDK's core NATS reader (gateway.client.nats_core, under NatsSource) against a real
+nats-server, with nats-py as the publisher: messages and headers as published, the server's
+PINGs answered, a dropped connection (server restart, a reader that paused past the server's
+patience, a server gone silent) made again by the next read, tokens, and waits that end on
+interrupt and close."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.client import RingMessage, SourceUnavailableError, nats_core
+from gateway.client.nats import NatsSource
+from gateway.client.nats_core import CoreNatsSubscriber, NatsNeedsLibraryError
+from tests.integration.nats_helpers import needs_nats
+from wsgw_bench.servers import NatsServer, free_port
+
+pytestmark = needs_nats
+
+SESSION = 3
+
+
+def publish(url: str, count: int, start: int = 0, token: str | None = None) -> None:
+    """count messages on the session's topic t0, with the sink's headers, from nats-py."""
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(url, token=token)
+        for i in range(start, start + count):
+            headers = {"Wsgw-Seq": str(i), "Wsgw-Recv-Ts": str(1000 + i)}
+            await nc.publish(f"wsgw.{SESSION}.t0", b'{"i":%d}' % i, headers=headers)
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(main())
+
+
+def read_n(source: NatsSource, count: int, timeout: float = 10.0) -> list[RingMessage]:
+    got: list[RingMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(e for e in source.read(timeout=0.2) if type(e) is RingMessage)
+    return got
+
+
+def core_of(source: NatsSource) -> CoreNatsSubscriber:
+    core = source._core
+    assert core is not None, "core NATS over nats:// is read by the core reader"
+    return core
+
+
+def wait_connected(source: NatsSource, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not core_of(source).connected:
+        assert time.monotonic() < deadline, f"not connected again: {core_of(source).last_error}"
+        source.read(timeout=0.1)
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    with NatsServer(port=free_port()) as nats:
+        yield nats
+
+
+def test_messages_come_in_order_with_the_published_headers(server: NatsServer) -> None:
+    source = NatsSource(server.url, session=SESSION)
+    try:
+        publish(server.url, 500)
+        got = read_n(source, 500)
+    finally:
+        source.close()
+    assert [m.seq for m in got] == list(range(500))
+    assert [m.ts_ns for m in got] == [1000 + i for i in range(500)]
+    assert {m.topic for m in got} == {f"{SESSION}:t0"}
+    assert got[7].payload == b'{"i":7}'
+    assert source.ended
+
+
+def test_a_server_restart_is_a_reconnect_and_the_stream_goes_on(server: NatsServer) -> None:
+    source = NatsSource(server.url, session=SESSION)
+    try:
+        publish(server.url, 10)
+        assert [m.seq for m in read_n(source, 10)] == list(range(10))
+        server.stop()
+        assert source.read(timeout=0.3) == []  # the drop is seen, nothing raised
+        assert not core_of(source).connected
+        server.start()
+        wait_connected(source)
+        publish(server.url, 10, start=10)
+        assert [m.seq for m in read_n(source, 10)] == list(range(10, 20))
+        assert (core_of(source).connects, core_of(source).disconnects) == (2, 1)
+    finally:
+        source.close()
+
+
+def test_a_token_server_refuses_a_wrong_token_and_serves_the_right_one() -> None:
+    with NatsServer(config='authorization { token: "s3cret" }') as server:
+        with pytest.raises(SourceUnavailableError, match="Authorization Violation"):
+            NatsSource(server.url, session=SESSION, token="wrong")
+        source = NatsSource(server.url, session=SESSION, token="s3cret")
+        try:
+            publish(server.url, 5, token="s3cret")
+            assert [m.seq for m in read_n(source, 5)] == list(range(5))
+        finally:
+            source.close()
+
+
+PATIENT_LITTLE = 'ping_interval: "500ms"\nping_max: 1\n'
+
+
+def test_the_server_s_pings_are_answered_while_the_consumer_reads() -> None:
+    with NatsServer(config=PATIENT_LITTLE) as server:
+        source = NatsSource(server.url, session=SESSION)
+        try:
+            deadline = time.monotonic() + 3.0  # six of the server's PINGs
+            while time.monotonic() < deadline:
+                source.read(timeout=0.2)
+            publish(server.url, 3)
+            assert [m.seq for m in read_n(source, 3)] == [0, 1, 2]
+            assert core_of(source).disconnects == 0, core_of(source).last_error
+        finally:
+            source.close()
+
+
+def test_a_consumer_that_paused_past_the_server_s_patience_reconnects_when_it_reads() -> None:
+    with NatsServer(config=PATIENT_LITTLE) as server:
+        source = NatsSource(server.url, session=SESSION)
+        try:
+            time.sleep(2.5)  # not reading: the server's PINGs go unanswered, it drops us
+            wait_connected(source)
+            if core_of(source).disconnects == 0:  # the drop shows on the next read
+                source.read(timeout=0.5)
+                wait_connected(source)
+            assert core_of(source).disconnects == 1
+            publish(server.url, 3)
+            assert [m.seq for m in read_n(source, 3)] == [0, 1, 2]
+        finally:
+            source.close()
+
+
+class SilentServer:
+    """A TCP peer that answers the handshake (INFO, then PONG to the first PING) and then
+    says nothing: a server that hangs, or a path that blackholes."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.conns.append(conn)
+            conn.sendall(b'INFO {"server_id":"silent","max_payload":1048576}\r\n')
+            seen = b""
+            while b"PING\r\n" not in seen:
+                seen += conn.recv(4096)
+            conn.sendall(b"PONG\r\n")
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.conns:
+            conn.close()
+
+
+def test_a_server_gone_silent_is_dropped_after_unanswered_pings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nats_core, "PING_INTERVAL_S", 0.2)
+    silent = SilentServer()
+    source = NatsSource(f"nats://127.0.0.1:{silent.port}", session=SESSION)
+    try:
+        deadline = time.monotonic() + 5
+        while silent.accepted < 2 and time.monotonic() < deadline:
+            source.read(timeout=0.1)
+        assert silent.accepted >= 2, "the silent server was not left and connected to again"
+        assert core_of(source).disconnects >= 1
+        assert "PINGs" in (core_of(source).last_error or "")
+    finally:
+        source.close()
+        silent.close()
+
+
+def test_interrupt_and_close_end_a_wait_in_another_thread(server: NatsServer) -> None:
+    source = NatsSource(server.url, session=SESSION)
+    results: list[object] = []
+    waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
+    waiter.start()
+    time.sleep(0.2)
+    source.interrupt()
+    waiter.join(2)
+    assert not waiter.is_alive() and results == [False]
+
+    reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
+    reader.start()
+    time.sleep(0.2)
+    source.close()
+    reader.join(2)
+    assert not reader.is_alive() and results == [False, []]
+    assert source.ended
+
+
+def test_no_server_is_unavailable_and_tls_is_left_to_nats_py() -> None:
+    with pytest.raises(SourceUnavailableError, match="ConnectionRefused"):
+        NatsSource(f"nats://127.0.0.1:{free_port()}", session=SESSION, connect_timeout=1)
+    with pytest.raises(NatsNeedsLibraryError):
+        CoreNatsSubscriber([f"tls://127.0.0.1:{free_port()}"], "wsgw.>")

@@ -1,0 +1,208 @@
+"""The core NATS reader's parser (gateway.client.nats_core) against nats-py's own parser as
+the oracle: the same operations, split anywhere (byte at a time too), give the same
+messages; malformed input raises NatsProtocolError, never a wrong message."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nats.protocol.parser import Parser
+
+from gateway.client.nats_core import (
+    MAX_CONTROL_LINE,
+    NatsErr,
+    NatsInfo,
+    NatsMsg,
+    NatsOk,
+    NatsParser,
+    NatsPing,
+    NatsPong,
+    NatsProtocolError,
+    parse_headers,
+)
+
+TOKEN = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-$", min_size=1, max_size=12)
+SUBJECT = st.lists(TOKEN, min_size=1, max_size=4).map(".".join)
+HEADER_NAME = st.text(
+    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12
+)
+HEADER_VALUE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 .:/", max_size=20).map(
+    str.strip
+)
+MESSAGE = st.tuples(
+    SUBJECT,
+    st.integers(1, 10**6),
+    st.none() | SUBJECT,
+    st.none() | st.dictionaries(HEADER_NAME, HEADER_VALUE, max_size=4),
+    st.binary(max_size=300),
+)
+
+
+def encode(
+    subject: str, sid: int, reply: str | None, headers: dict[str, str] | None, payload: bytes
+) -> bytes:
+    reply_part = f" {reply}" if reply else ""
+    if headers is None:
+        return f"MSG {subject} {sid}{reply_part} {len(payload)}\r\n".encode() + payload + b"\r\n"
+    block = "NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    head = block.encode()
+    line = f"HMSG {subject} {sid}{reply_part} {len(head)} {len(head) + len(payload)}\r\n"
+    return line.encode() + head + payload + b"\r\n"
+
+
+class OracleSink:
+    """What nats-py's parser hands its client: the messages, PINGs, PONGs, errors, INFOs."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, payload: bytes, hdr: bytes | None
+    ) -> None:
+        self.events.append(("msg", subject.decode(), sid, reply.decode() or None, payload))
+
+    async def _process_ping(self) -> None:
+        self.events.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.events.append(("pong",))
+
+    async def _process_err(self, text: str) -> None:
+        self.events.append(("err", text.strip("'")))  # nats-py strips the quotes later
+
+    async def _process_info(self, info: dict[str, Any]) -> None:
+        self.events.append(("info", info))
+
+
+def ours_as_oracle(events: list[Any]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for e in events:
+        if isinstance(e, NatsMsg):
+            out.append(("msg", e.subject, e.sid, e.reply, e.payload))
+        elif isinstance(e, NatsPing):
+            out.append(("ping",))
+        elif isinstance(e, NatsPong):
+            out.append(("pong",))
+        elif isinstance(e, NatsErr):
+            out.append(("err", e.text.lower()))
+        elif isinstance(e, NatsInfo):
+            out.append(("info", e.fields))
+    return out
+
+
+def chunks_of(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+CONTROL = st.sampled_from(
+    [
+        b"PING\r\n",
+        b"PONG\r\n",
+        b"+OK\r\n",
+        b"-ERR 'Slow Consumer'\r\n",
+        b'INFO {"server_id":"x","max_payload":1048576}\r\n',
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(MESSAGE.map(lambda m: ("m", m)), CONTROL.map(lambda c: ("c", c))), max_size=12
+    ),
+    st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_split_anywhere_gives_what_nats_py_parses(
+    ops: list[tuple[str, Any]], cuts: list[int]
+) -> None:
+    wire = b"".join(encode(*op) if kind == "m" else op for kind, op in ops)
+    oracle = OracleSink()
+    reference = Parser(oracle)
+    asyncio.run(reference.parse(wire))
+
+    parser = NatsParser()
+    events: list[Any] = []
+    for chunk in chunks_of(wire, cuts):
+        events.extend(parser.feed(chunk))
+    assert parser.buffered == 0
+    assert ours_as_oracle(events) == oracle.events
+    messages = [e for e in events if isinstance(e, NatsMsg)]
+    sent = [op for kind, op in ops if kind == "m"]
+    assert [m.headers for m in messages] == [h for _, _, _, h, _ in sent]
+    assert sum(isinstance(e, NatsOk) for e in events) == sum(
+        op == b"+OK\r\n" for kind, op in ops if kind == "c"
+    )
+
+
+def test_byte_at_a_time_gives_the_same_messages() -> None:
+    wire = (
+        b"".join(
+            encode(
+                "wsgw.3.btcusdt",
+                1,
+                None,
+                {"Wsgw-Seq": str(i), "Wsgw-Recv-Ts": "17"},
+                b'{"i":%d}' % i,
+            )
+            for i in range(20)
+        )
+        + b"PING\r\n"
+    )
+    parser = NatsParser()
+    events: list[Any] = []
+    for i in range(len(wire)):
+        events.extend(parser.feed(wire[i : i + 1]))
+    assert [e.headers["Wsgw-Seq"] for e in events if isinstance(e, NatsMsg)] == [
+        str(i) for i in range(20)
+    ]
+    assert events[-1] == NatsPing()
+    assert parser.buffered == 0
+
+
+def test_operations_are_case_insensitive_and_a_reply_subject_is_kept() -> None:
+    events = NatsParser().feed(b"msg a.b 7 inbox.1 2\r\nhi\r\nping\r\n")
+    assert events == [NatsMsg("a.b", 7, "inbox.1", None, b"hi"), NatsPing()]
+
+
+def test_status_headers_come_as_nats_py_names_them() -> None:
+    assert parse_headers(b"NATS/1.0 503\r\n\r\n") == {"Status": "503"}
+    assert parse_headers(b"NATS/1.0 404 No Messages\r\n\r\n") == {
+        "Status": "404",
+        "Description": "No Messages",
+    }
+    assert parse_headers(b"NATS/1.0\r\nA: 1\r\nA: 2\r\nB:  x \r\n\r\n") == {"A": "1", "B": "x"}
+
+
+@pytest.mark.parametrize(
+    ("wire", "says"),
+    [
+        (b"FOO bar\r\n", "unknown operation"),
+        (b"MSG a 1 x\r\nabc\r\n", "malformed MSG"),
+        (b"MSG a 1\r\n", "malformed MSG"),
+        (b"HMSG a 1 2\r\n", "malformed HMSG"),
+        (b"MSG a 1 3\r\nabcXY", "not followed by CRLF"),
+        (b"HMSG a 1 10 5\r\n01234\r\n", "headers longer"),
+        (b"HMSG a 1 5 5\r\nHTTP/\r\n", "header block starts"),
+        (b"HMSG a 1 13 13\r\nNATS/1.0\r\nX\r\n\r\n", "has no name"),
+        (b"INFO [1]\r\n", "JSON object"),
+        (b"INFO {\r\n", "not JSON"),
+        (b"MSG a 1 99999999999\r\n", "largest payload"),
+        (b"M" * (MAX_CONTROL_LINE + 1), "longer than"),
+    ],
+)
+def test_malformed_input_is_a_protocol_error(wire: bytes, says: str) -> None:
+    with pytest.raises(NatsProtocolError, match=says):
+        read_all_headers(NatsParser().feed(wire))
+
+
+def read_all_headers(events: list[Any]) -> None:
+    """Headers are parsed on demand: asking for them is where a bad block shows."""
+    for event in events:
+        if isinstance(event, NatsMsg):
+            _ = event.headers
