@@ -97,6 +97,10 @@ DPDK_STREAM_SINK = "wsgw dpdk -> /v1/stream, C sink"
 # Core NATS PUBs sent by the ring's writer (gateway.hub.nats_c), alternated with the sink's
 # thread publishing through nats-py (DPDK_NATS: WSGW_NATS_C's path off).
 DPDK_NATS_C = "wsgw dpdk -> NATS, C"
+# The two NATS paths read by the consumer SDK (gateway.client: core NATS read in the
+# consumer's thread, gateway.client.nats_core) instead of a nats-py subscriber.
+DPDK_NATS_SDK = "wsgw dpdk -> nats, wsgw client"
+DPDK_NATS_C_SDK = "wsgw dpdk -> NATS, C, wsgw client"
 # The same, C never handing back when busy (NatsConfig.c_busy_sends = 0).
 DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
 # /v1/stream (C sink) and NATS (the sink's default path) under the low-latency profile.
@@ -111,6 +115,8 @@ CONTENDERS = (
     DPDK_STREAM_SINK,
     DPDK_NATS,
     DPDK_NATS_C,
+    DPDK_NATS_SDK,
+    DPDK_NATS_C_SDK,
     DPDK_STREAM_LOWLAT,
     DPDK_NATS_LOWLAT,
 )
@@ -171,6 +177,7 @@ class Profile:
     engine_slice_us: int | None = None
     park: bool = True  # followers park while the C sink sends all they feed
     park_s: float = 0.0  # their tick when parked (0: follower.PARK_S)
+    nats_sdk: bool = False  # NATS read by the consumer SDK, not a nats-py subscriber
 
     @property
     def reader_wait(self) -> str:
@@ -200,6 +207,10 @@ CONTENDER_SPECS = {
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
+    DPDK_NATS_SDK: Contender(DPDK_NATS_SDK, "dpdk", "nats", Profile(nats_sdk=True)),
+    DPDK_NATS_C_SDK: Contender(
+        DPDK_NATS_C_SDK, "dpdk", "nats", Profile(nats_c=True, nats_sdk=True)
+    ),
     DPDK_STREAM_LOWLAT: Contender(
         DPDK_STREAM_LOWLAT, "dpdk", "stream", Profile("low-latency", stream_sink=True)
     ),
@@ -570,6 +581,30 @@ async def _nats_consumer(conn: Connection, url: str, subject: str) -> None:
 
 def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
     _run_async(_nats_consumer(conn, url, subject))
+
+
+def sdk_nats_consumer_main(conn: Connection, url: str, session: int) -> None:
+    """The session's messages on NATS through the consumer SDK (`Client.connect`), read in
+    this thread as a ring consumer reads its ring."""
+    from gateway.client import Client, Restart, RingMessage
+    from gateway.hub.names import RING_GAP_TOPIC
+
+    with Client.connect(url, session=session) as client:
+        tally = Tally(conn)
+        conn.send(("ready", os.getpid()))
+        read, see, clock = client.read, tally.see, time.time_ns
+        while not tally.stopping:
+            events = read(timeout=0.05)
+            now = clock()  # the consumer's first line of code for this batch
+            for event in events:
+                if type(event) is RingMessage:
+                    if event.topic == RING_GAP_TOPIC:
+                        tally.note("$gap")
+                    else:
+                        see(now, bytes(event.payload), event.topic.partition(":")[2], event.ts_ns)
+                elif type(event) is Restart:
+                    tally.note("restart")
+            tally.tick(now)
 
 
 # ---- the gateway process ------------------------------------------------------------------------
@@ -1155,6 +1190,9 @@ def running(
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
                 consumer = Proc(picows_consumer_main, stream_url)
+            elif contender.profile.nats_sdk:
+                assert nats_url is not None
+                consumer = Proc(sdk_nats_consumer_main, nats_url, sid)
             else:
                 assert nats_url is not None
                 consumer = Proc(nats_consumer_main, nats_url, f"wsgw.{sid}.*")
