@@ -168,13 +168,23 @@ class NatsSource(NetworkSource):
         """Core NATS read in this thread; False: the server needs nats-py (TLS)."""
         try:
             self._core = CoreNatsSubscriber(
-                url.split(","), self.subject, token=token, connect_timeout=timeout
+                url.split(","), self._core_subjects(), token=token, connect_timeout=timeout
             )
         except NatsNeedsLibraryError:
             return False
         except (OSError, NatsServerError, NatsProtocolError) as exc:
             raise SourceUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
         return True
+
+    def _core_subjects(self) -> list[str]:
+        """The subjects to subscribe to: the session's topics asked for and its gap records
+        (the server filters), else every topic."""
+        if self._tokens is None:
+            return [self.subject]
+        session = f"{self.prefix}.{self.session}"
+        return [f"{session}.{token}" for token in sorted(self._tokens)] + [
+            f"{session}.{NATS_GAP_TOKEN}"
+        ]
 
     async def _open(
         self,

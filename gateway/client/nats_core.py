@@ -257,9 +257,10 @@ def _server(url: str) -> _Server:
 
 
 class CoreNatsSubscriber:
-    """One core NATS subscription, read in the thread that calls `read` or `wait`.
+    """Core NATS subscriptions (one per subject), read in the thread that calls `read` or
+    `wait`.
 
-    Connecting sends CONNECT, SUB and a PING and waits for the PONG, so the subscription is
+    Connecting sends CONNECT, the SUBs and a PING and waits for the PONG, so they are
     in place when the constructor returns (a refusal raises NatsServerError). A connection
     that drops (or a server that stops answering PINGs) is made again on the next read or
     wait, server after server, every RECONNECT_WAIT_S; what was published meanwhile is lost
@@ -271,14 +272,17 @@ class CoreNatsSubscriber:
     def __init__(
         self,
         servers: list[str],
-        subject: str,
+        subjects: list[str],
         *,
         token: str | None = None,
         name: str | None = None,
         connect_timeout: float = 5.0,
     ) -> None:
         self.servers = [_server(url) for url in servers]
-        self.subject = subject
+        if not subjects:
+            raise ValueError("no subject to subscribe to")
+        self.subjects = subjects
+        self.received = 0  # messages the server sent (what the subjects matched)
         self.token = token
         self.name = name
         self.connect_timeout = connect_timeout
@@ -347,13 +351,11 @@ class CoreNatsSubscriber:
             if server.user is not None:
                 connect["user"] = server.user
                 connect["pass"] = server.password or ""
-            sock.sendall(
-                b"CONNECT "
-                + orjson.dumps(connect)
-                + b"\r\nSUB "
-                + self.subject.encode()
-                + b" 1\r\nPING\r\n"
+            subs = b"".join(
+                b"SUB %s %d\r\n" % (subject.encode(), sid)
+                for sid, subject in enumerate(self.subjects, 1)
             )
+            sock.sendall(b"CONNECT " + orjson.dumps(connect) + b"\r\n" + subs + b"PING\r\n")
             early: list[NatsMsg] = []
             self._expect(sock, parser, deadline, NatsPong, early)
         except BaseException:
@@ -420,6 +422,7 @@ class CoreNatsSubscriber:
         for event in self._parser.feed(data):
             if type(event) is NatsMsg:
                 self._pending.append(event)
+                self.received += 1
             elif type(event) is NatsPing:
                 self._sock.sendall(b"PONG\r\n")
             elif type(event) is NatsErr:

@@ -25,8 +25,15 @@ pytestmark = needs_nats
 SESSION = 3
 
 
-def publish(url: str, count: int, start: int = 0, token: str | None = None) -> None:
-    """count messages on the session's topic t0, with the sink's headers, from nats-py."""
+def publish(
+    url: str,
+    count: int,
+    start: int = 0,
+    token: str | None = None,
+    topics: tuple[str, ...] = ("t0",),
+) -> None:
+    """count messages on the session's topics in turn (t0), with the sink's headers, from
+    nats-py."""
 
     async def main() -> None:
         import nats
@@ -34,7 +41,8 @@ def publish(url: str, count: int, start: int = 0, token: str | None = None) -> N
         nc = await nats.connect(url, token=token)
         for i in range(start, start + count):
             headers = {"Wsgw-Seq": str(i), "Wsgw-Recv-Ts": str(1000 + i)}
-            await nc.publish(f"wsgw.{SESSION}.t0", b'{"i":%d}' % i, headers=headers)
+            topic = topics[i % len(topics)]
+            await nc.publish(f"wsgw.{SESSION}.{topic}", b'{"i":%d}' % i, headers=headers)
         await nc.flush()
         await nc.close()
 
@@ -80,6 +88,18 @@ def test_messages_come_in_order_with_the_published_headers(server: NatsServer) -
     assert {m.topic for m in got} == {f"{SESSION}:t0"}
     assert got[7].payload == b'{"i":7}'
     assert source.ended
+
+
+def test_topics_asked_for_are_filtered_by_the_server(server: NatsServer) -> None:
+    source = NatsSource(server.url, session=SESSION, topics=["t1", "t2"])
+    try:
+        publish(server.url, 300, topics=("t0", "t1", "t2"))
+        got = read_n(source, 200)
+        assert source.read(timeout=0.3) == []
+    finally:
+        source.close()
+    assert [m.seq for m in got] == [i for i in range(300) if i % 3]
+    assert core_of(source).received == 200  # t0's never came over the connection
 
 
 def test_a_server_restart_is_a_reconnect_and_the_stream_goes_on(server: NatsServer) -> None:
@@ -216,4 +236,4 @@ def test_no_server_is_unavailable_and_tls_is_left_to_nats_py() -> None:
     with pytest.raises(SourceUnavailableError, match="ConnectionRefused"):
         NatsSource(f"nats://127.0.0.1:{free_port()}", session=SESSION, connect_timeout=1)
     with pytest.raises(NatsNeedsLibraryError):
-        CoreNatsSubscriber([f"tls://127.0.0.1:{free_port()}"], "wsgw.>")
+        CoreNatsSubscriber([f"tls://127.0.0.1:{free_port()}"], ["wsgw.>"])
