@@ -101,6 +101,9 @@ DPDK_NATS_C = "wsgw dpdk -> NATS, C"
 # consumer's thread, gateway.client.nats_core) instead of a nats-py subscriber.
 DPDK_NATS_SDK = "wsgw dpdk -> nats, wsgw client"
 DPDK_NATS_C_SDK = "wsgw dpdk -> NATS, C, wsgw client"
+# /v1/stream (C sink) read by the consumer SDK (gateway.client.stream, envelope=1) instead
+# of picows: not in `make bench`.
+DPDK_STREAM_SINK_SDK = "wsgw dpdk -> /v1/stream, C sink, wsgw client"
 # The same, C never handing back when busy (NatsConfig.c_busy_sends = 0).
 DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
 # /v1/stream (C sink) and NATS (the sink's default path) under the low-latency profile.
@@ -177,7 +180,7 @@ class Profile:
     engine_slice_us: int | None = None
     park: bool = True  # followers park while the C sink sends all they feed
     park_s: float = 0.0  # their tick when parked (0: follower.PARK_S)
-    nats_sdk: bool = False  # NATS read by the consumer SDK, not a nats-py subscriber
+    sdk: bool = False  # the consumer reads through the consumer SDK (gateway.client)
 
     @property
     def reader_wait(self) -> str:
@@ -207,10 +210,11 @@ CONTENDER_SPECS = {
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
-    DPDK_NATS_SDK: Contender(DPDK_NATS_SDK, "dpdk", "nats", Profile(nats_sdk=True)),
-    DPDK_NATS_C_SDK: Contender(
-        DPDK_NATS_C_SDK, "dpdk", "nats", Profile(nats_c=True, nats_sdk=True)
+    DPDK_STREAM_SINK_SDK: Contender(
+        DPDK_STREAM_SINK_SDK, "dpdk", "stream", Profile(stream_sink=True, sdk=True)
     ),
+    DPDK_NATS_SDK: Contender(DPDK_NATS_SDK, "dpdk", "nats", Profile(sdk=True)),
+    DPDK_NATS_C_SDK: Contender(DPDK_NATS_C_SDK, "dpdk", "nats", Profile(nats_c=True, sdk=True)),
     DPDK_STREAM_LOWLAT: Contender(
         DPDK_STREAM_LOWLAT, "dpdk", "stream", Profile("low-latency", stream_sink=True)
     ),
@@ -583,13 +587,20 @@ def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
     _run_async(_nats_consumer(conn, url, subject))
 
 
-def sdk_nats_consumer_main(conn: Connection, url: str, session: int) -> None:
-    """The session's messages on NATS through the consumer SDK (`Client.connect`), read in
-    this thread as a ring consumer reads its ring."""
+def sdk_consumer_main(conn: Connection, url: str, session: int | None) -> None:
+    """The session's messages on NATS or /v1/stream through the consumer SDK
+    (`Client.connect`), read in this thread as a ring consumer reads its ring."""
     from gateway.client import Client, Restart, RingMessage
     from gateway.hub.names import RING_GAP_TOPIC
 
-    with Client.connect(url, session=session) as client:
+    if url.startswith("nats:"):  # named as the bench's other subscriber: the monitor's /connz
+        from gateway.client.nats import NatsSource
+
+        source = NatsSource(url, session=session, name=NATS_CONSUMER_NAME)
+        opened = Client(source)
+    else:
+        opened = Client.connect(url, session=session)
+    with opened as client:
         tally = Tally(conn)
         conn.send(("ready", os.getpid()))
         read, see, clock = client.read, tally.see, time.time_ns
@@ -1186,13 +1197,15 @@ def running(
                     profile.fused_read,
                     profile.reader_slice_ns,
                 )
+            elif contender.sink == "stream" and contender.profile.sdk:
+                consumer = Proc(sdk_consumer_main, stream_url, None)
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
                 consumer = Proc(picows_consumer_main, stream_url)
-            elif contender.profile.nats_sdk:
+            elif contender.profile.sdk:
                 assert nats_url is not None
-                consumer = Proc(sdk_nats_consumer_main, nats_url, sid)
+                consumer = Proc(sdk_consumer_main, nats_url, sid)
             else:
                 assert nats_url is not None
                 consumer = Proc(nats_consumer_main, nats_url, f"wsgw.{sid}.*")

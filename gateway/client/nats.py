@@ -103,6 +103,7 @@ class NatsSource(NetworkSource):
         epoch: int | None = None,
         token: str | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        name: str | None = None,
         durable: str | None = None,
         ack: AckMode = "read",
         ack_wait: float = ACK_WAIT_S,
@@ -111,7 +112,8 @@ class NatsSource(NetworkSource):
         topics of `session` (None: all). jetstream: the stream's name, to read what it stored
         (from start_seq, else only what comes from now on). epoch: the run the consumer saw
         last, so that a gap of another run comes after a Restart. durable: a durable
-        consumer's name (module doc); start_seq then applies only when it is created."""
+        consumer's name (module doc); start_seq then applies only when it is created.
+        name: the connection's name, as the server's monitoring (/connz) shows it."""
         if topics is not None and session is None:
             raise ValueError("topics need a session (subjects are per session)")
         if start_seq is not None and jetstream is None:
@@ -147,6 +149,7 @@ class NatsSource(NetworkSource):
         self._cond = threading.Condition()
         self._interrupted = False
         self._ended = False
+        self._name = name
         self._core: CoreNatsSubscriber | None = None
         if jetstream is None and self._open_core(url, token, connect_timeout):
             return
@@ -168,7 +171,11 @@ class NatsSource(NetworkSource):
         """Core NATS read in this thread; False: the server needs nats-py (TLS)."""
         try:
             self._core = CoreNatsSubscriber(
-                url.split(","), self._core_subjects(), token=token, connect_timeout=timeout
+                url.split(","),
+                self._core_subjects(),
+                token=token,
+                name=self._name,
+                connect_timeout=timeout,
             )
         except NatsNeedsLibraryError:
             return False
@@ -205,6 +212,7 @@ class NatsSource(NetworkSource):
         self._nc = await nats.connect(
             servers=url.split(","),
             token=token,
+            name=self._name,
             connect_timeout=timeout,
             allow_reconnect=True,
             max_reconnect_attempts=-1,

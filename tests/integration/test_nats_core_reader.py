@@ -7,9 +7,11 @@ interrupt and close."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -88,6 +90,20 @@ def test_messages_come_in_order_with_the_published_headers(server: NatsServer) -
     assert {m.topic for m in got} == {f"{SESSION}:t0"}
     assert got[7].payload == b'{"i":7}'
     assert source.ended
+
+
+def test_the_connection_s_name_shows_in_the_server_s_monitoring() -> None:
+    with NatsServer(monitor=True) as server:
+        source = NatsSource(server.url, session=SESSION, name="desk-7")
+        try:
+            url = f"http://127.0.0.1:{server.monitor_port}/connz?subs=1"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                connz = json.load(answer)
+        finally:
+            source.close()
+    [connection] = connz["connections"]
+    assert connection["name"] == "desk-7"
+    assert connection["subscriptions_list"] == [f"wsgw.{SESSION}.*"]
 
 
 def test_topics_asked_for_are_filtered_by_the_server(server: NatsServer) -> None:
