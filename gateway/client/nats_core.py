@@ -12,9 +12,7 @@ needs a library stays on nats-py (gateway.client.nats): JetStream, TLS.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import select
 import socket
 import threading
 import time
@@ -23,6 +21,8 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import orjson
+
+from gateway.client.socketwait import SocketWait
 
 #: Longest control line (`MSG ...`, `INFO {...}`) the parser holds before it gives up: the
 #: server's own default max_control_line is 4 KiB; INFO may be longer (cluster URLs).
@@ -293,11 +293,7 @@ class CoreNatsSubscriber:
         self._parser = NatsParser()
         self._pending: deque[NatsMsg] = deque()
         self._lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._closed = False
-        self._waiters = 0
+        self._waiting = SocketWait()
         self._next_server = 0
         self._retry_at = 0.0
         self._last_rx = 0.0
@@ -409,7 +405,7 @@ class CoreNatsSubscriber:
 
     def _reconnect_due(self) -> None:
         """Called without the lock: connect again when the wait between attempts is over."""
-        if self._sock is None and not self._closed and time.monotonic() >= self._retry_at:
+        if self._sock is None and not self._waiting.closed and time.monotonic() >= self._retry_at:
             with contextlib.suppress(NatsNeedsLibraryError):
                 self._connect_any()
 
@@ -472,7 +468,7 @@ class CoreNatsSubscriber:
         if not self._pending and timeout != 0:
             self.wait(timeout)
         with self._lock:
-            if not self._closed and len(self._pending) < max_messages:
+            if not self._waiting.closed and len(self._pending) < max_messages:
                 self._drain_socket()
             pending = self._pending
             count = min(max_messages, len(pending))
@@ -480,20 +476,8 @@ class CoreNatsSubscriber:
 
     def wait(self, timeout: float | None) -> bool:
         """Until a message is queued (True), timeout, close or interrupt (False)."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._waiters += 1
-        try:
-            return self._wait(None if timeout is None else time.monotonic() + timeout)
-        finally:
-            with self._lock:
-                self._waiters -= 1
-                if self._closed and not self._waiters:
-                    self._close_pipe()
-
-    def _wait(self, deadline: float | None) -> bool:
-        while not self._closed:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._waiting.closed:
             self._reconnect_due()
             with self._lock:
                 if self._pending:
@@ -503,28 +487,21 @@ class CoreNatsSubscriber:
             left = PING_INTERVAL_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 return False
-            poller = select.poll()
-            poller.register(self._wake_r, select.POLLIN)
             if sock is None:  # between reconnect attempts
                 step = max(0.0, min(left, self._retry_at - time.monotonic()))
             else:
                 step = min(left, PING_INTERVAL_S)
-                poller.register(sock.fileno(), select.POLLIN)
-            ready = [fd for fd, _ in poller.poll(step * 1000)]
-            if self._wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_r, 4096)
+            woke = self._waiting.wait(None if sock is None else sock.fileno(), step)
+            if woke == "interrupted":
                 return False
-            if ready:
+            if woke == "ready":
                 with self._lock:
                     if self._sock is sock:
                         self._drain_socket()
         return False
 
     def interrupt(self) -> None:
-        with self._lock, contextlib.suppress(OSError):
-            if self._wake_w >= 0:
-                os.write(self._wake_w, b"x")
+        self._waiting.interrupt()
 
     @property
     def connected(self) -> bool:
@@ -532,25 +509,13 @@ class CoreNatsSubscriber:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._waiting.closed
 
     def close(self) -> None:
         """Close the connection; a wait blocked in another thread returns False first."""
+        self._waiting.close()
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            with contextlib.suppress(OSError):
-                os.write(self._wake_w, b"x")
             if self._sock is not None:
                 with contextlib.suppress(OSError):
                     self._sock.close()
                 self._sock = None
-            if not self._waiters:  # else the last waiter closes it (its fd is in a poll)
-                self._close_pipe()
-
-    def _close_pipe(self) -> None:
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._wake_r = self._wake_w = -1

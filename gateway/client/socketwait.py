@@ -1,0 +1,77 @@
+"""A wait on a socket in the consumer's own thread that another thread can end.
+
+The network sources (/v1/stream, core NATS) read their socket where the consumer waits, so a
+message costs one wake-up (the socket's), not two (a reading thread's, then the consumer's).
+Such a wait must still end at once on `interrupt` (asyncio cancellation of an aread) and on
+`close` from another thread: the poll includes a pipe that those write to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import threading
+from typing import Literal
+
+WaitResult = Literal["ready", "timeout", "interrupted"]
+
+
+class SocketWait:
+    """poll() on one socket and a wake-up pipe; thread-safe interrupt and close."""
+
+    def __init__(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._lock = threading.Lock()
+        self._waiters = 0  # polls under way: the pipe is closed after the last one
+        self.closed = False
+
+    def wait(self, fd: int | None, timeout: float) -> WaitResult:
+        """Until `fd` is readable, `timeout` s pass (fd None: only that) or the wait is
+        interrupted (or closed). An interrupt that came while nobody waited ends the next
+        wait at once: one spurious wake-up rather than a lost interrupt."""
+        with self._lock:
+            if self.closed:
+                return "interrupted"
+            self._waiters += 1
+            wake = self._wake_r
+        try:
+            poller = select.poll()
+            poller.register(wake, select.POLLIN)
+            if fd is not None:
+                poller.register(fd, select.POLLIN)
+            ready = [ready_fd for ready_fd, _ in poller.poll(max(0.0, timeout) * 1000)]
+            if wake in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, 4096)
+                return "interrupted"
+            return "ready" if ready else "timeout"
+        finally:
+            with self._lock:
+                self._waiters -= 1
+                if self.closed and not self._waiters:
+                    self._close_pipe()
+
+    def interrupt(self) -> None:
+        with self._lock, contextlib.suppress(OSError):
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")
+
+    def close(self) -> None:
+        """End every wait under way and every later one."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+            if not self._waiters:  # else the last waiter closes it (its fd is in a poll)
+                self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
