@@ -13,27 +13,43 @@ epoch; a stream that reconnects to another run reports `Restart`, and one that r
 the same run reports the ring sequence numbers that went by meanwhile as a `Gap` (of all
 topics: at most what this stream missed).
 
-Blocking reads use websockets' threaded client (`websockets.sync`): a read waits in slices
-of INTERRUPT_SLICE so that `interrupt` (asyncio cancellation) is seen within one.
+The socket is read in the consumer's own thread (the reading side of wsgw's sans-IO
+`dataplane.ws.WsClient`, which answers pings and close frames): one wake-up per batch of
+frames, where a client with a reading thread of its own (websockets' threaded one, used
+before) adds that thread's wake-up to every message's path. `interrupt` (asyncio
+cancellation) and `close` end a wait at once (gateway.client.socketwait).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import socket
+import ssl
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, cast
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
 from dataplane.ring import Gap, RingMessage
+from dataplane.ws.client import WsClient
+from dataplane.ws.errors import LocalProtocolError
+from dataplane.ws.events import Closed as WsClosed
+from dataplane.ws.events import Handshake as WsHandshake
+from dataplane.ws.events import Message as WsMessage
+from dataplane.ws.events import RejectedHandshake as WsRejected
+from dataplane.ws.events import WsEvent
 from gateway.client.core import (
     ClientEvent,
     NetworkSource,
     SourceUnavailableError,
     StreamClosedError,
 )
+from gateway.client.socketwait import SocketWait
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
 from gateway.hub.protocol import (
     CLOSE_BAD_REQUEST,
@@ -44,13 +60,15 @@ from gateway.hub.protocol import (
     CLOSE_UNAUTHORIZED,
 )
 
-#: Longest single wait on the socket, so that `interrupt` is seen within it.
-INTERRUPT_SLICE = 0.1
 #: How long opening a stream may take before it counts as unavailable.
 OPEN_TIMEOUT = 5.0
-#: Frames websockets' reading thread holds before it stops reading the socket (TCP then
-#: pushes back, and the gateway's queue for this stream fills: its overflow policy applies).
-MAX_QUEUE = 1024
+#: Bytes per read of the socket.
+RECV_BYTES = 256 << 10
+#: Largest message (and frame) the client takes: a book snapshot in an envelope can be
+#: large; more is a protocol violation (close 1009).
+MAX_MESSAGE_SIZE = 64 << 20
+#: Longest single poll of a wait without a timeout (it then polls again).
+LONGEST_WAIT = 60.0
 #: Close codes after which connecting again cannot help: the stream ends for good.
 FINAL_CLOSE_CODES = frozenset(
     {
@@ -96,43 +114,31 @@ class StreamSource(NetworkSource):
         """Open the stream (SourceUnavailableError: nothing answers; StreamClosedError: the
         gateway refused it for good, e.g. 4401 bad token). previous: the connection this one
         follows, for the Restart or Gap between them."""
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-        from websockets.sync.client import connect
-
+        parts = urlsplit(url)
+        if parts.scheme not in ("ws", "wss") or not parts.hostname:
+            raise ValueError(f"bad stream URL {url!r}: ws://host[:port]/... or wss://...")
         self.url = url
-        self._interrupted = threading.Event()
         self._pending: list[ClientEvent] = []
-        self._frame: str | bytes | None = None  # received, not yet made an event
+        self._frames: deque[bytes] = deque()  # received, not yet made events
         self._ended = False
         self.close_code: int | None = None
         self.close_reason = ""
-        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._lock = threading.Lock()
+        self._waiting = SocketWait()
+        deadline = time.monotonic() + open_timeout
         try:
-            self._ws = connect(
-                url,
-                additional_headers=headers,
-                open_timeout=open_timeout,
-                max_size=None,
-                max_queue=MAX_QUEUE,
-                compression=None,
-            ).__enter__()  # the connection itself: it is closed by close(), not a with block
-        except InvalidURI as exc:
-            raise ValueError(f"bad stream URL {url!r}: {exc}") from None
-        except (OSError, TimeoutError, InvalidHandshake) as exc:
-            raise SourceUnavailableError(f"{url}: {exc}") from exc
+            self._sock, self._ws, early = _open(parts, token, open_timeout)
+        except (OSError, TimeoutError, ssl.SSLError, LocalProtocolError) as exc:
+            self._waiting.close()
+            raise SourceUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
         try:
-            first = orjson.loads(self._ws.recv(timeout=open_timeout))
-        except ConnectionClosed as exc:
-            self._ws.close()
-            code, reason = _close_of(exc)
-            if code in FINAL_CLOSE_CODES:
-                raise StreamClosedError(code, reason) from None
-            raise SourceUnavailableError(f"{url}: closed {code} {reason}") from None
-        except TimeoutError:
-            self._ws.close()
-            raise SourceUnavailableError(f"{url}: no subscribed frame") from None
+            self._take(early)  # frames that came with the 101
+            first = self._first_frame(deadline)
+        except BaseException:
+            self.close()
+            raise
         if first.get("type") != "subscribed":
-            self._ws.close()
+            self.close()
             raise StreamClosedError(1002, f"expected a subscribed frame, got {first!r:.80}")
         self.subscribed: dict[str, Any] = first
         self._epoch = int(first.get("epoch") or "0", 16)
@@ -142,63 +148,99 @@ class StreamSource(NetworkSource):
             if missed > 0:
                 self._pending.append(Gap(missed, previous.last_seq + 1))
 
+    def _first_frame(self, deadline: float) -> dict[str, Any]:
+        """The stream's first frame (blocking, up to the deadline): what it carries."""
+        sock = self._sock
+        while not self._frames:
+            if self._ended:
+                code, reason = self.close_code or 1006, self.close_reason
+                if code in FINAL_CLOSE_CODES:
+                    raise StreamClosedError(code, reason)
+                raise SourceUnavailableError(f"{self.url}: closed {code} {reason}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SourceUnavailableError(f"{self.url}: no subscribed frame")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(RECV_BYTES)
+            except (TimeoutError, OSError) as exc:
+                raise SourceUnavailableError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+            self._received(data)
+        if not self._ended:  # (a close right behind the first frames closed it already)
+            sock.setblocking(False)
+        return cast(dict[str, Any], orjson.loads(self._frames.popleft()))
+
+    # ---- the socket, in the reading thread -----------------------------------------------
+    def _received(self, data: bytes) -> None:
+        """Bytes from the socket (b"": its end) through the protocol: data messages
+        queued, pongs and close replies sent, the close noted."""
+        ws = self._ws
+        try:
+            ws.receive_data(data)
+        except LocalProtocolError as exc:  # bytes after the connection ended
+            self._end(self.close_code or 1006, str(exc))
+            return
+        self._take(ws.events())
+
+    def _take(self, events: Iterable[WsEvent]) -> None:
+        for event in events:
+            if isinstance(event, WsMessage):
+                self._frames.append(event.data)
+            elif isinstance(event, WsClosed):
+                self._end(event.code, event.reason)
+        outgoing = self._ws.data_to_send()
+        if outgoing and not self._ended:
+            # A pong or close reply, best effort: a dead socket shows on the next read.
+            with contextlib.suppress(OSError):
+                self._sock.sendall(outgoing)
+
+    def _end(self, code: int, reason: str) -> None:
+        if not self._ended:
+            self._ended = True
+            self.close_code, self.close_reason = code, reason
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+    def _drain_socket(self) -> None:
+        """What the socket holds, read without blocking (TLS: what it decrypted too)."""
+        sock = self._sock
+        while not self._ended:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                return
+            except OSError as exc:
+                self._end(1006, f"{type(exc).__name__}: {exc}")
+                return
+            self._received(data)
+            if not data:
+                return
+            if len(data) < RECV_BYTES and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                return
+
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
         """Up to max events: waits up to timeout (None: until one comes or the stream ends)
-        for the first, then takes what has already arrived."""
+        for the first, then takes what has already arrived. After the frames that came
+        before it, a close that ends the stream for good raises StreamClosedError."""
         events, self._pending = self._pending, []
         limit = max or 1024
-        if not events:
-            self._wait_frame(timeout)
-        else:
-            self._take(0.0)
-        while len(events) < limit and self._frame is not None:
-            event = self._event(self._frame)
-            self._frame = None
-            if event is not None:
-                events.append(event)
-            if len(events) < limit:
-                self._take(0.0)
+        if not events and not self._frames and timeout != 0:
+            self.wait(timeout)
+        with self._lock:
+            if len(self._frames) < limit:
+                self._drain_socket()
+            frames = self._frames
+            while frames and len(events) < limit:
+                event = self._event(frames.popleft())
+                if event is not None:
+                    events.append(event)
+        if not events and self._ended and self.close_code in FINAL_CLOSE_CODES:
+            assert self.close_code is not None
+            raise StreamClosedError(self.close_code, self.close_reason)
         return events
 
-    def _take(self, timeout: float) -> bool:
-        """Receive one frame into _frame (False: none within timeout, or the stream ended)."""
-        from websockets.exceptions import ConnectionClosed
-
-        if self._frame is not None:
-            return True
-        if self._ended:
-            return False
-        try:
-            self._frame = self._ws.recv(timeout=timeout)
-        except TimeoutError:
-            return False
-        except ConnectionClosed as exc:
-            self._ended = True
-            self.close_code, self.close_reason = _close_of(exc)
-            if self.close_code in FINAL_CLOSE_CODES:
-                raise StreamClosedError(self.close_code, self.close_reason) from None
-            return False
-        return True
-
-    def _wait_frame(self, timeout: float | None) -> bool:
-        self._interrupted.clear()
-        if timeout == 0:
-            return self._take(0.0)
-        left = timeout
-        while not self._interrupted.is_set():
-            slice_s = INTERRUPT_SLICE if left is None else min(left, INTERRUPT_SLICE)
-            if self._take(slice_s):
-                return True
-            if self._ended:
-                return False
-            if left is not None:
-                left -= slice_s
-                if left <= 0:
-                    return False
-        return False
-
-    def _event(self, frame: str | bytes) -> ClientEvent | None:
+    def _event(self, frame: bytes) -> ClientEvent | None:
         body = orjson.loads(frame)
         kind = body.get("type")
         if kind == "msg":
@@ -216,9 +258,8 @@ class StreamSource(NetworkSource):
                 return Gap(lost, seq if seq is not None else self.last_seq + 1)
             if seq is not None:
                 self.last_seq = max(self.last_seq, seq)
-            raw = frame.encode() if isinstance(frame, str) else frame
             return RingMessage(
-                seq or 0, body["session"], RING_GAP_TOPIC, body.get("ts_ns") or 0, raw, -1
+                seq or 0, body["session"], RING_GAP_TOPIC, body.get("ts_ns") or 0, frame, -1
             )
         return None  # a frame kind this client does not know: later protocol versions
 
@@ -227,23 +268,84 @@ class StreamSource(NetworkSource):
         return self._epoch
 
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
-        return bool(self._pending) or self._wait_frame(timeout)
+        """Until a frame is there (True), timeout, the stream's end or interrupt (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._pending or self._frames:
+                    return True
+                if self._ended:
+                    return False
+                self._drain_socket()
+                if self._frames:
+                    return True
+                if self._ended:
+                    return False
+                fd = self._sock.fileno()
+            left = LONGEST_WAIT if deadline is None else deadline - time.monotonic()
+            if left <= 0 or self._waiting.wait(fd, left) == "interrupted":
+                return False
 
     def interrupt(self) -> None:
-        self._interrupted.set()
+        self._waiting.interrupt()
 
     @property
     def ended(self) -> bool:
-        return self._ended and not self._pending and self._frame is None
+        return self._ended and not self._pending and not self._frames
 
     def close(self) -> None:
-        self._ended = True
-        self._ws.close()
+        """Close the stream (a close frame, best effort) and end a wait in another thread."""
+        self._waiting.close()
+        with self._lock:
+            if not self._ended:
+                with contextlib.suppress(Exception):
+                    self._sock.sendall(self._ws.close(1000))
+                self._end(1000, "closed by the client")
 
 
-def _close_of(exc: Any) -> tuple[int, str]:
-    """(code, reason) of a websockets ConnectionClosed: 1006 when no close frame came."""
-    received = exc.rcvd
-    if received is None:
-        return 1006, "connection lost"
-    return int(received.code), str(received.reason)
+def _open(
+    parts: SplitResult, token: str | None, timeout: float
+) -> tuple[socket.socket, WsClient, list[WsEvent]]:
+    """Connect and upgrade (TLS for wss://, the system's trust store): the socket, the
+    protocol and the events that came with the 101 (frames right behind it)."""
+    secure = parts.scheme == "wss"
+    host = parts.hostname or ""
+    port = parts.port or (443 if secure else 80)
+    sock = socket.create_connection((host, port), timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if secure:
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        headers = [("Authorization", f"Bearer {token}")] if token else []
+        ws = WsClient(
+            host,
+            target,
+            port=port,
+            secure=secure,
+            extra_headers=headers,
+            deflate=False,
+            max_message_size=MAX_MESSAGE_SIZE,
+            max_frame_size=MAX_MESSAGE_SIZE,
+        )
+        sock.sendall(ws.initiate())
+        ws.prepare_receive()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no answer to the upgrade request in time")
+            sock.settimeout(left)
+            data = sock.recv(RECV_BYTES)
+            ws.receive_data(data)
+            events = list(ws.events())
+            for at, event in enumerate(events):
+                if isinstance(event, WsHandshake):
+                    return sock, ws, events[at + 1 :]
+                if isinstance(event, WsRejected):
+                    raise ConnectionRefusedError(f"HTTP {event.status}: {event.reason}")
+            if not data:
+                raise ConnectionResetError("the server closed the connection")
+    except BaseException:
+        sock.close()
+        raise

@@ -1,0 +1,196 @@
+"""The SDK's /v1/stream source (gateway.client.stream), read in the consumer's thread on
+wsgw's sans-IO WebSocket client, against a server nobody here wrote (the `websockets`
+library's): the stream's frames as events, the server's pings answered while the consumer
+reads, a close code that ends the stream for good raised after the frames before it, and
+waits that interrupt and close end from another thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from gateway.client import Gap, RingMessage, StreamClosedError
+from gateway.client.stream import StreamSource
+
+EPOCH = "00000000000000aa"
+Handler = Callable[[ServerConnection], Awaitable[None]]
+
+
+class Server:
+    """A websockets server on a loop in a thread, running `handler` per connection."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    def _run(self, started: threading.Event) -> None:
+        async def main() -> None:
+            async with serve(self.handler, "127.0.0.1", 0, ping_interval=None) as server:
+                self.port = next(iter(server.sockets)).getsockname()[1]
+                started.set()
+                await asyncio.Future()
+
+        with contextlib.suppress(asyncio.CancelledError):
+            self.loop.run_until_complete(main())
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/stream?session=3&envelope=1"
+
+    def stop(self) -> None:
+        for task in asyncio.all_tasks(self.loop):
+            self.loop.call_soon_threadsafe(task.cancel)
+        self.thread.join(5)
+
+
+def subscribed(next_seq: int = 1) -> bytes:
+    return orjson.dumps({"type": "subscribed", "next_seq": next_seq, "epoch": EPOCH})
+
+
+def msg(seq: int) -> bytes:
+    body = {"type": "msg", "seq": seq, "session": 3, "topic": "t0", "recv_ts_ns": 10 + seq}
+    return orjson.dumps({**body, "payload": f'{{"i":{seq}}}'})
+
+
+@pytest.fixture
+def server_of() -> Iterator[Callable[[Handler], Server]]:
+    servers: list[Server] = []
+
+    def make(handler: Handler) -> Server:
+        servers.append(Server(handler))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def read_n(source: StreamSource, count: int) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + 10
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(source.read(timeout=0.2))
+    return got
+
+
+def read_on(source: StreamSource, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        source.read(timeout=0.1)
+
+
+def test_frames_become_events_in_order_with_the_queue_full_gap(
+    server_of: Callable[[Handler], Server],
+) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed(5).decode())
+        for seq in range(5, 505):
+            await ws.send(msg(seq).decode())
+        gap = {"type": "gap", "seq": 505, "session": 3, "lost": 7, "reason": "queue_full"}
+        await ws.send(orjson.dumps(gap).decode())
+        await ws.wait_closed()
+
+    server = server_of(handler)
+    source = StreamSource(server.url)
+    try:
+        got = read_n(source, 501)
+    finally:
+        source.close()
+    messages = [e for e in got if type(e) is RingMessage]
+    assert [m.seq for m in messages] == list(range(5, 505))
+    assert messages[0] == RingMessage(5, 3, "3:t0", 15, b'{"i":5}', -1)
+    assert got[-1] == Gap(7, 505)
+    assert source.epoch == int(EPOCH, 16)
+
+
+def test_the_server_s_pings_are_answered_while_the_consumer_reads(
+    server_of: Callable[[Handler], Server],
+) -> None:
+    answered: list[float] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed().decode())
+        for seq in range(1, 4):
+            answered.append(await asyncio.wait_for(await ws.ping(), 5))  # the pong's latency
+            await ws.send(msg(seq).decode())
+        await ws.wait_closed()
+
+    server = server_of(handler)
+    source = StreamSource(server.url)
+    try:
+        got = read_n(source, 3)
+    finally:
+        source.close()
+    assert [e.seq for e in got] == [1, 2, 3]
+    assert len(answered) == 3
+
+
+def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
+    server_of: Callable[[Handler], Server],
+) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed().decode())
+        await ws.send(msg(1).decode())
+        await ws.close(4410, "session 3 was deleted")
+
+    server = server_of(handler)
+    source = StreamSource(server.url)
+    try:
+        assert [e.seq for e in read_n(source, 1)] == [1]
+        with pytest.raises(StreamClosedError) as closed:
+            read_on(source, 5.0)
+        assert (closed.value.code, closed.value.reason) == (4410, "session 3 was deleted")
+        assert source.ended
+    finally:
+        source.close()
+
+
+def test_a_refusal_before_the_first_frame_is_raised_at_open(
+    server_of: Callable[[Handler], Server],
+) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.close(4401, "bad token")
+
+    server = server_of(handler)
+    with pytest.raises(StreamClosedError) as refused:
+        StreamSource(server.url, token="nope")
+    assert refused.value.code == 4401
+
+
+def test_interrupt_and_close_end_a_wait_in_another_thread(
+    server_of: Callable[[Handler], Server],
+) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed().decode())
+        await ws.wait_closed()
+
+    server = server_of(handler)
+    source = StreamSource(server.url)
+    results: list[object] = []
+    waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
+    waiter.start()
+    time.sleep(0.2)
+    source.interrupt()
+    waiter.join(2)
+    assert not waiter.is_alive() and results == [False]
+
+    reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
+    reader.start()
+    time.sleep(0.2)
+    source.close()
+    reader.join(2)
+    assert not reader.is_alive() and results == [False, []]
+    assert source.ended
