@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import trustme
 from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.client import Gap, RingMessage, StreamClosedError
@@ -27,8 +30,9 @@ Handler = Callable[[ServerConnection], Awaitable[None]]
 class Server:
     """A websockets server on a loop in a thread, running `handler` per connection."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.loop = asyncio.new_event_loop()
         self.port = 0
         started = threading.Event()
@@ -38,7 +42,9 @@ class Server:
 
     def _run(self, started: threading.Event) -> None:
         async def main() -> None:
-            async with serve(self.handler, "127.0.0.1", 0, ping_interval=None) as server:
+            async with serve(
+                self.handler, "127.0.0.1", 0, ping_interval=None, ssl=self.tls
+            ) as server:
                 self.port = next(iter(server.sockets)).getsockname()[1]
                 started.set()
                 await asyncio.Future()
@@ -48,7 +54,8 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/stream?session=3&envelope=1"
+        scheme = "wss" if self.tls else "ws"
+        return f"{scheme}://127.0.0.1:{self.port}/v1/stream?session=3&envelope=1"
 
     def stop(self) -> None:
         for task in asyncio.all_tasks(self.loop):
@@ -66,11 +73,11 @@ def msg(seq: int) -> bytes:
 
 
 @pytest.fixture
-def server_of() -> Iterator[Callable[[Handler], Server]]:
+def server_of() -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def make(handler: Handler) -> Server:
-        servers.append(Server(handler))
+    def make(handler: Handler, tls: ssl.SSLContext | None = None) -> Server:
+        servers.append(Server(handler, tls))
         return servers[-1]
 
     yield make
@@ -93,7 +100,7 @@ def read_on(source: StreamSource, seconds: float) -> None:
 
 
 def test_frames_become_events_in_order_with_the_queue_full_gap(
-    server_of: Callable[[Handler], Server],
+    server_of: Callable[..., Server],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed(5).decode())
@@ -117,7 +124,7 @@ def test_frames_become_events_in_order_with_the_queue_full_gap(
 
 
 def test_the_server_s_pings_are_answered_while_the_consumer_reads(
-    server_of: Callable[[Handler], Server],
+    server_of: Callable[..., Server],
 ) -> None:
     answered: list[float] = []
 
@@ -139,7 +146,7 @@ def test_the_server_s_pings_are_answered_while_the_consumer_reads(
 
 
 def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
-    server_of: Callable[[Handler], Server],
+    server_of: Callable[..., Server],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed().decode())
@@ -159,7 +166,7 @@ def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
 
 
 def test_a_refusal_before_the_first_frame_is_raised_at_open(
-    server_of: Callable[[Handler], Server],
+    server_of: Callable[..., Server],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.close(4401, "bad token")
@@ -171,7 +178,7 @@ def test_a_refusal_before_the_first_frame_is_raised_at_open(
 
 
 def test_interrupt_and_close_end_a_wait_in_another_thread(
-    server_of: Callable[[Handler], Server],
+    server_of: Callable[..., Server],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed().decode())
@@ -194,3 +201,35 @@ def test_interrupt_and_close_end_a_wait_in_another_thread(
     reader.join(2)
     assert not reader.is_alive() and results == [False, []]
     assert source.ended
+
+
+def test_wss_with_the_system_s_trust_store(
+    server_of: Callable[..., Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS: frames decrypted ahead of a read (more than one TLS record per socket read) are
+    all delivered, and the server's pings answered, through the default context."""
+    ca = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # the system's, for the test
+    answered: list[float] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed().decode())
+        for seq in range(1, 301):
+            await ws.send(msg(seq).decode())
+        answered.append(await asyncio.wait_for(await ws.ping(), 5))
+        await ws.wait_closed()
+
+    server = server_of(handler, tls)
+    source = StreamSource(server.url)
+    try:
+        got = read_n(source, 300)
+        deadline = time.monotonic() + 5
+        while not answered and time.monotonic() < deadline:
+            source.read(timeout=0.1)
+    finally:
+        source.close()
+    assert [e.seq for e in got] == list(range(1, 301))
+    assert answered
