@@ -30,6 +30,10 @@ MAX_CONTROL_LINE = 64 << 10
 #: Largest payload the parser accepts (the server's max_payload is at most 64 MiB).
 MAX_PAYLOAD = 64 << 20
 RECV_BYTES = 256 << 10
+#: Messages read from the socket and not yet taken by the consumer, at the most: beyond it
+#: the socket is left unread, TCP pushes back and the server's slow-consumer rule applies
+#: (as nats-py's default pending limit of 65536 messages did for a subscription).
+MAX_HELD = 65536
 #: Between reconnect attempts to the whole server list (nats-py waits 2 s; the sink's
 #: messages meanwhile are lost either way: core NATS keeps nothing).
 RECONNECT_WAIT_S = 0.25
@@ -439,7 +443,7 @@ class CoreNatsSubscriber:
                     self._drop("the server closed the connection")
                     return False
                 self._take(data)
-                if len(data) < RECV_BYTES:
+                if len(data) < RECV_BYTES or len(self._pending) >= MAX_HELD:
                     return True
         except (BlockingIOError, InterruptedError):
             return True

@@ -64,6 +64,10 @@ from gateway.hub.protocol import (
 OPEN_TIMEOUT = 5.0
 #: Bytes per read of the socket.
 RECV_BYTES = 256 << 10
+#: Frames read from the socket and not yet taken by the consumer, at the most: beyond it the
+#: socket is left unread, TCP pushes back, and the gateway's queue for this stream fills (its
+#: overflow policy applies).
+MAX_HELD = 16384
 #: Largest message (and frame) the client takes: a book snapshot in an envelope can be
 #: large; more is a protocol violation (close 1009).
 MAX_MESSAGE_SIZE = 64 << 20
@@ -213,7 +217,7 @@ class StreamSource(NetworkSource):
                 self._end(1006, f"{type(exc).__name__}: {exc}")
                 return
             self._received(data)
-            if not data:
+            if not data or len(self._frames) >= MAX_HELD:
                 return
             if len(data) < RECV_BYTES and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 return

@@ -106,6 +106,27 @@ def test_the_connection_s_name_shows_in_the_server_s_monitoring() -> None:
     assert connection["subscriptions_list"] == [f"wsgw.{SESSION}.*"]
 
 
+def test_a_consumer_that_does_not_keep_up_holds_a_bounded_backlog(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the socket holds beyond MAX_HELD read-but-untaken messages stays in the socket
+    (TCP pushes back to the server): a slow consumer's memory is bounded, and it still gets
+    every message, in order, once it reads."""
+    monkeypatch.setattr(nats_core, "MAX_HELD", 100)
+    monkeypatch.setattr(nats_core, "RECV_BYTES", 2048)
+    source = NatsSource(server.url, session=SESSION)
+    try:
+        publish(server.url, 2000)
+        time.sleep(0.3)  # all of it sent, most of it in the socket
+        first = source.read(max=10, timeout=1.0)
+        held = len(core_of(source)._pending)
+        rest = read_n(source, 2000 - len(first))
+    finally:
+        source.close()
+    assert held < 100 + 2048 // 40  # at most one read's messages beyond the bound
+    assert [m.seq for m in [*first, *rest]] == list(range(2000))  # type: ignore[union-attr]
+
+
 def test_topics_asked_for_are_filtered_by_the_server(server: NatsServer) -> None:
     source = NatsSource(server.url, session=SESSION, topics=["t1", "t2"])
     try:
