@@ -179,9 +179,9 @@ class NatsParser:
             reply = line.group("reply")
             events.append(
                 NatsMsg(
-                    line.group("subject").decode(),
+                    _subject(line.group("subject")),
                     int(line.group("sid")),
-                    None if reply is None else reply.decode(),
+                    None if reply is None else _subject(reply),
                     block,
                     bytes(buf[start:end]),
                 )
@@ -211,6 +211,13 @@ _HMSG_LINE = re.compile(
     + _ARG
     + rb"(?P<total>[0-9]+)\r\n"
 )
+
+
+def _subject(token: bytes) -> str:
+    try:
+        return token.decode()
+    except UnicodeDecodeError:
+        raise NatsProtocolError(f"a subject that is not UTF-8: {token[:40]!r}") from None
 
 
 def _size(token: bytes) -> int:

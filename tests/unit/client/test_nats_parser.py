@@ -5,6 +5,7 @@ messages; malformed input raises NatsProtocolError, never a wrong message."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -193,6 +194,8 @@ def test_status_headers_come_as_nats_py_names_them() -> None:
         (b"INFO [1]\r\n", "JSON object"),
         (b"INFO {\r\n", "not JSON"),
         (b"MSG a 1 99999999999\r\n", "largest payload"),
+        (b"MSG \xff\xfe 1 2\r\nhi\r\n", "not UTF-8"),
+        (b"MSG a 1 \xff 2\r\nhi\r\n", "not UTF-8"),
         (b"M" * (MAX_CONTROL_LINE + 1), "longer than"),
     ],
 )
@@ -206,3 +209,24 @@ def read_all_headers(events: list[Any]) -> None:
     for event in events:
         if isinstance(event, NatsMsg):
             _ = event.headers
+
+
+PIECES = [b"MSG ", b"HMSG ", b"\r\n", b"PING", b" 1 ", b" 2", b"a.b", b"\xff", b"NATS/1.0"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40),
+            st.sampled_from(PIECES),
+        ),
+        max_size=20,
+    )
+)
+def test_any_bytes_give_events_or_a_protocol_error(pieces: list[bytes]) -> None:
+    """Whatever the server sends, the parser says NatsProtocolError or gives events, and a
+    message's headers parse or say NatsProtocolError: no other exception escapes."""
+    parser = NatsParser()
+    with contextlib.suppress(NatsProtocolError):
+        read_all_headers(parser.feed(b"".join(pieces)))
