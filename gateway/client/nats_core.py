@@ -37,6 +37,9 @@ MAX_HELD = 65536
 #: Between reconnect attempts to the whole server list (nats-py waits 2 s; the sink's
 #: messages meanwhile are lost either way: core NATS keeps nothing).
 RECONNECT_WAIT_S = 0.25
+#: How long one reconnect attempt may take per server: it runs in the read or wait that
+#: finds it due, so a server that does not answer holds that call at most this long.
+RECONNECT_TIMEOUT_S = 1.0
 #: With nothing received for this long the subscriber PINGs; a server that has not answered
 #: MAX_OUTSTANDING_PINGS of them is taken for dead and the connection made again.
 PING_INTERVAL_S = 20.0
@@ -310,19 +313,19 @@ class CoreNatsSubscriber:
         self._last_rx = 0.0
         self._pings_out = 0
         try:
-            self._connect_any(raise_last=True)
+            self._connect_any(self.connect_timeout, raise_last=True)
         except BaseException:
             self.close()
             raise
 
     # ---- connection -----------------------------------------------------------------------
-    def _connect_any(self, raise_last: bool = False) -> bool:
+    def _connect_any(self, timeout: float, raise_last: bool = False) -> bool:
         error: Exception | None = None
         for _ in range(len(self.servers)):
             server = self.servers[self._next_server]
             self._next_server = (self._next_server + 1) % len(self.servers)
             try:
-                self._connect(server)
+                self._connect(server, timeout)
                 return True
             except (OSError, NatsProtocolError, NatsServerError, TimeoutError) as exc:
                 error = exc
@@ -332,12 +335,12 @@ class CoreNatsSubscriber:
             raise error
         return False
 
-    def _connect(self, server: _Server) -> None:
-        sock = socket.create_connection((server.host, server.port), self.connect_timeout)
+    def _connect(self, server: _Server, timeout: float) -> None:
+        sock = socket.create_connection((server.host, server.port), timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             parser = NatsParser()
-            deadline = time.monotonic() + self.connect_timeout
+            deadline = time.monotonic() + timeout
             info = self._expect(sock, parser, deadline, NatsInfo)
             assert isinstance(info, NatsInfo)
             if info.fields.get("tls_required"):
@@ -418,7 +421,7 @@ class CoreNatsSubscriber:
         """Called without the lock: connect again when the wait between attempts is over."""
         if self._sock is None and not self._waiting.closed and time.monotonic() >= self._retry_at:
             with contextlib.suppress(NatsNeedsLibraryError):
-                self._connect_any()
+                self._connect_any(min(self.connect_timeout, RECONNECT_TIMEOUT_S))
 
     # ---- reading --------------------------------------------------------------------------
     def _take(self, data: bytes) -> None:
