@@ -464,24 +464,38 @@ def ring_consumer_main(
 ) -> None:
     """A consumer process of the ring, through the consumer client, with `wait` policy (and
     pinned to `cpu` when given; slice_ns: Client.attach's)."""
-    from gateway.client import Client, Gap, RingMessage
+    from gateway.client import Client
     from gateway.client.ring import RingSource
 
     with Client.attach(ring, topics=topics, wait=wait, cpu=cpu, slice_ns=slice_ns) as client:
         assert isinstance(client.source, RingSource)
         client.source.reader.fused_wait = fused_read
-        tally = Tally(conn)
-        conn.send(("ready", os.getpid()))
-        read, see, clock = client.read, tally.see, time.time_ns
-        while not tally.stopping:
-            events = read(timeout=0.05)
-            now = clock()  # the consumer's first line of code for this batch
-            for event in events:
-                if type(event) is RingMessage:
+        _tally_reads(conn, client)
+
+
+def _tally_reads(conn: Connection, client: Any) -> None:
+    """Read a gateway.client Client batch by batch until the orchestrator stops, each
+    batch stamped once when read returns (the consumer's first line of code)."""
+    from gateway.client import Gap, Restart, RingMessage
+    from gateway.hub.names import RING_GAP_TOPIC
+
+    tally = Tally(conn)
+    conn.send(("ready", os.getpid()))
+    read, see, clock = client.read, tally.see, time.time_ns
+    while not tally.stopping:
+        events = read(timeout=0.05)
+        now = clock()  # the consumer's first line of code for this batch
+        for event in events:
+            if type(event) is RingMessage:
+                if event.topic == RING_GAP_TOPIC:  # a network source's session gap
+                    tally.note("$gap")
+                else:
                     see(now, bytes(event.payload), event.topic.partition(":")[2], event.ts_ns)
-                elif type(event) is Gap:
-                    tally.lap(now, event.lost)
-            tally.tick(now)
+            elif type(event) is Gap:
+                tally.lap(now, event.lost)
+            elif type(event) is Restart:
+                tally.note("restart")
+        tally.tick(now)
 
 
 def _run_async(coro: Any) -> None:
@@ -590,8 +604,7 @@ def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
 def sdk_consumer_main(conn: Connection, url: str, session: int | None) -> None:
     """The session's messages on NATS or /v1/stream through the consumer SDK
     (`Client.connect`), read in this thread as a ring consumer reads its ring."""
-    from gateway.client import Client, Restart, RingMessage
-    from gateway.hub.names import RING_GAP_TOPIC
+    from gateway.client import Client
 
     if url.startswith("nats:"):  # named as the bench's other subscriber: the monitor's /connz
         from gateway.client.nats import NatsSource
@@ -601,21 +614,7 @@ def sdk_consumer_main(conn: Connection, url: str, session: int | None) -> None:
     else:
         opened = Client.connect(url, session=session)
     with opened as client:
-        tally = Tally(conn)
-        conn.send(("ready", os.getpid()))
-        read, see, clock = client.read, tally.see, time.time_ns
-        while not tally.stopping:
-            events = read(timeout=0.05)
-            now = clock()  # the consumer's first line of code for this batch
-            for event in events:
-                if type(event) is RingMessage:
-                    if event.topic == RING_GAP_TOPIC:
-                        tally.note("$gap")
-                    else:
-                        see(now, bytes(event.payload), event.topic.partition(":")[2], event.ts_ns)
-                elif type(event) is Restart:
-                    tally.note("restart")
-            tally.tick(now)
+        _tally_reads(conn, client)
 
 
 # ---- the gateway process ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from gateway.client import RingMessage, SourceUnavailableError, nats_core
 from gateway.client.nats import NatsSource
 from gateway.client.nats_core import CoreNatsSubscriber, NatsNeedsLibraryError
 from tests.integration.nats_helpers import needs_nats
+from tests.integration.source_checks import check_interrupt_and_close_end_a_wait_in_another_thread
 from wsgw_bench.servers import NatsServer, free_port
 
 pytestmark = needs_nats
@@ -252,21 +253,7 @@ def test_a_server_gone_silent_is_dropped_after_unanswered_pings(
 
 def test_interrupt_and_close_end_a_wait_in_another_thread(server: NatsServer) -> None:
     source = NatsSource(server.url, session=SESSION)
-    results: list[object] = []
-    waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
-    waiter.start()
-    time.sleep(0.2)
-    source.interrupt()
-    waiter.join(2)
-    assert not waiter.is_alive() and results == [False]
-
-    reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
-    reader.start()
-    time.sleep(0.2)
-    source.close()
-    reader.join(2)
-    assert not reader.is_alive() and results == [False, []]
-    assert source.ended
+    check_interrupt_and_close_end_a_wait_in_another_thread(source)
 
 
 def test_no_server_is_unavailable_and_tls_is_left_to_nats_py() -> None:

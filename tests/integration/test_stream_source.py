@@ -22,6 +22,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from gateway.client import Gap, RingMessage, StreamClosedError
 from gateway.client.stream import StreamSource
+from tests.integration.source_checks import check_interrupt_and_close_end_a_wait_in_another_thread
 
 EPOCH = "00000000000000aa"
 Handler = Callable[[ServerConnection], Awaitable[None]]
@@ -186,21 +187,7 @@ def test_interrupt_and_close_end_a_wait_in_another_thread(
 
     server = server_of(handler)
     source = StreamSource(server.url)
-    results: list[object] = []
-    waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
-    waiter.start()
-    time.sleep(0.2)
-    source.interrupt()
-    waiter.join(2)
-    assert not waiter.is_alive() and results == [False]
-
-    reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
-    reader.start()
-    time.sleep(0.2)
-    source.close()
-    reader.join(2)
-    assert not reader.is_alive() and results == [False, []]
-    assert source.ended
+    check_interrupt_and_close_end_a_wait_in_another_thread(source)
 
 
 def test_wss_with_the_system_s_trust_store(

@@ -1,0 +1,28 @@
+"""Checks every network source of the consumer SDK must pass, whatever its transport."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gateway.client.core import MessageSource
+
+
+def check_interrupt_and_close_end_a_wait_in_another_thread(source: MessageSource) -> None:
+    """A wait in one thread ends at once on interrupt() (False), and a read blocked without
+    a timeout ends on close() ([]), leaving the source ended."""
+    results: list[object] = []
+    waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
+    waiter.start()
+    time.sleep(0.2)
+    source.interrupt()
+    waiter.join(2)
+    assert not waiter.is_alive() and results == [False]
+
+    reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
+    reader.start()
+    time.sleep(0.2)
+    source.close()
+    reader.join(2)
+    assert not reader.is_alive() and results == [False, []]
+    assert source.ended
