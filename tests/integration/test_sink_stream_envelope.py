@@ -9,6 +9,8 @@ leaves those to the router), a gap (the router's notice) and a payload that is n
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,7 @@ import orjson
 
 from gateway.hub.consumer import Consumer
 from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
-from gateway.hub.sink import EXTRA, GAP, ST_MESSAGES, UTF8
+from gateway.hub.sink import EXTRA, GAP, ST_MESSAGES, TOPIC, UTF8
 from tests.integration.test_sink_stream import (  # noqa: F401 (gw, sink_on: fixtures)
     TOPICS,
     Gateway,
@@ -177,5 +179,36 @@ def test_the_sink_sent_the_envelopes_itself(gw: Gateway) -> None:  # noqa: F811
         assert [client.data_frames(1)[0][2] for _ in want] == want
         assert link.entry.state()[ST_MESSAGES] - before == 20
         assert consumer.sink_armed
+    finally:
+        client.close()
+
+
+def test_a_topic_new_to_an_every_topic_stream_goes_through_python_once(
+    gw: Gateway,  # noqa: F811
+) -> None:
+    """The sink has no middle for a topic the session publishes after the stream armed: it
+    stops there, the router sends that envelope, and the next arm tells the sink the topic
+    (its next records leave from the writer's thread)."""
+    client = RawClient(gw, f"session={gw.session}&envelope=1&queue_size=1000")
+    try:
+        consumer = consumer_of(gw, [])
+        assert orjson.loads(client.frame()[1])["type"] == "subscribed"
+        wait_until(armed(consumer), what="the sink to be armed")
+        ring = gw.hub.ring
+        assert ring is not None
+        topic = f"new-{os.getpid()}-{time.monotonic_ns()}"
+        tid = gw.hub.ring_topic_id(gw.session, topic)
+        one = ring.write(gw.session, tid, b'{"n":1}', 8)
+        want = Delivery(one, gw.session, topic, b'{"n":1}', 8, None).envelope_wire()
+        assert client.data_frames(1)[0][2] == want
+        assert consumer.sink_stops.get(TOPIC) == 1
+        wait_until(armed(consumer), what="the sink to be armed again")
+        link: Any = consumer.sink
+        before = link.entry.state()[ST_MESSAGES]
+        two = ring.write(gw.session, tid, b'{"n":2}', 9)
+        want = Delivery(two, gw.session, topic, b'{"n":2}', 9, None).envelope_wire()
+        assert client.data_frames(1)[0][2] == want
+        assert link.entry.state()[ST_MESSAGES] == before + 1  # the sink sent it
+        assert consumer.sink_stops.get(TOPIC) == 1
     finally:
         client.close()
