@@ -134,6 +134,9 @@ DPDK_NATS_THREAD = "wsgw dpdk -> nats, notifier thread"
 # ring record's stamp does), woken both ways.
 DPDK_STREAM_ENVELOPE = "wsgw dpdk -> /v1/stream, envelope"
 DPDK_STREAM_ENVELOPE_THREAD = "wsgw dpdk -> /v1/stream, envelope, notifier thread"
+# The envelope stream (picows) on the C stream sink (its envelopes built and sent by the ring's
+# writer), to alternate with the router's envelope stream above.
+DPDK_STREAM_SINK_ENVELOPE = "wsgw dpdk -> /v1/stream, C sink, envelope"
 DPDK_RING_NAP_100US = "wsgw dpdk -> ring, nap <= 100 us"
 DPDK_RING_ENGINE_BUSY = "wsgw dpdk -> ring, engine busy-polls"
 # The engine's ACK policy before issue #16's stall fix: "delayed" (every second full-sized
@@ -229,6 +232,9 @@ CONTENDER_SPECS = {
     DPDK_STREAM_ENVELOPE: Contender(DPDK_STREAM_ENVELOPE, "dpdk", "stream", envelope=True),
     DPDK_STREAM_ENVELOPE_THREAD: Contender(
         DPDK_STREAM_ENVELOPE_THREAD, "dpdk", "stream", NOTIFIER_THREAD, envelope=True
+    ),
+    DPDK_STREAM_SINK_ENVELOPE: Contender(
+        DPDK_STREAM_SINK_ENVELOPE, "dpdk", "stream", Profile(stream_sink=True), envelope=True
     ),
     DPDK_RING_NAP_100US: Contender(
         DPDK_RING_NAP_100US, "dpdk", "ring", Profile(engine=(("sleep_max_us", 100),))

@@ -18,7 +18,7 @@ them itself at the end of its dispatch (`_WireWriter`): one turn of the loop les
 connection and the end go through the task. `app.state.stream_direct = False` turns it off.
 With another server, or `app.state.stream_wire = False`, it sends through ASGI.
 
-Stream sink (gateway.hub.sink): a plain (non-envelope, non-conflating, non-TLS) wire stream
+Stream sink (gateway.hub.sink): a wire stream (plain or envelope=1; not conflating, not TLS)
 also puts its socket in the ring writer's C sink, armed whenever it waits with nothing
 unwritten: the thread that writes a ring record sends the frame itself, without the loop's
 wake-up. The WebSocket library's own writes (pongs, close frames) go through a guard that
@@ -74,6 +74,7 @@ from gateway.hub.sink import (
     SinkError,
     SinkSocket,
     StreamSink,
+    envelope_middle,
 )
 from gateway.store.errors import InvalidError, NotFoundError
 from gateway.store.models import SessionRow
@@ -370,9 +371,9 @@ async def _serve(websocket: WebSocket, consumer: Consumer, envelope: bool) -> No
         paths = state.stream_paths = {"wire": 0, "asgi": 0}
     paths["wire" if wire else "asgi"] += 1  # which path streams took (tests check it)
     direct = getattr(state, "stream_direct", True)
-    if wire and not envelope and getattr(state, "stream_sink", SINK_DEFAULT):
+    if wire and getattr(state, "stream_sink", SINK_DEFAULT):
         limit = getattr(state, "stream_sink_max", MAX_STREAMS_DEFAULT)
-        _attach_sink(wire, consumer, app_hub(websocket.app), limit)
+        _attach_sink(wire, consumer, app_hub(websocket.app), limit, envelope)
     sender = (
         _pump_wire(wire, consumer, envelope, direct)
         if wire
@@ -524,9 +525,18 @@ class _SinkLink:
     which records a topic name gets)."""
 
     def __init__(
-        self, sink: StreamSink, hub: Hub, consumer: Consumer, wire: _Wire, transport: Any
+        self,
+        sink: StreamSink,
+        hub: Hub,
+        consumer: Consumer,
+        wire: _Wire,
+        transport: Any,
+        envelope: bool = False,
     ) -> None:
         self.sink = sink
+        self.envelope = envelope
+        self._told: set[int] = set()  # envelope: the topic ids whose middle the sink has
+        self._topic_count = -1  # envelope, every topic: the hub's count when last told
         self.hub = hub
         self.consumer = consumer
         self.session_id = consumer.session_id
@@ -557,8 +567,11 @@ class _SinkLink:
                 return None
             ids = [tid for tid in known if tid is not None]
         sock = self.transport.get_extra_info("socket")
+        add = self.sink.add_envelope if self.envelope else self.sink.add
         try:
-            self.entry = self.sink.add(sock.fileno(), self.session_id, ids)
+            self.entry = add(sock.fileno(), self.session_id, ids)
+            if self.envelope and self.topics is not None:
+                self._tell([(t, tid) for t, tid in zip(self.topics, ids, strict=True)])
             if self.consumer.wake_fd >= 0:  # its stops wake the router (which may park)
                 self.entry.wake_on_stop(self.consumer.wake_fd)
         except (SinkError, OSError) as exc:
@@ -566,11 +579,28 @@ class _SinkLink:
             self.failed = True
         return self.entry
 
+    def _tell(self, topics: list[tuple[str, int]]) -> None:
+        """Envelope: the middles of these topics' envelopes, for the sink (the topic as the
+        router names it to the consumer: its own topic, or the one published)."""
+        assert self.entry is not None
+        for topic, tid in topics:
+            if tid not in self._told and self.entry.envelope_topic(
+                tid, envelope_middle(self.session_id, topic)
+            ):
+                self._told.add(tid)
+
     def arm(self, seq: int) -> bool:
         if self.sink.room() == 0:  # full: no mutex the writer holds while it sends
             return False
         entry = self.entry or self._enter()
-        return entry is not None and entry.arm(seq)
+        if entry is None:
+            return False
+        if self.envelope and self.topics is None:  # every topic: new ones since?
+            count = self.hub.topic_count()
+            if count != self._topic_count:
+                self._topic_count = count
+                self._tell(self.hub.session_topic_ids(self.session_id))
+        return entry.arm(seq)
 
     def state(self) -> tuple[int, ...]:
         assert self.entry is not None
@@ -626,8 +656,10 @@ def _raw_transport(wire: _Wire) -> asyncio.Transport:
     return transport.raw if isinstance(transport, _GuardedTransport) else transport
 
 
-def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None, limit: int) -> None:
-    """Give a plain stream the sink (TLS and conflation stay on Python)."""
+def _attach_sink(
+    wire: _Wire, consumer: Consumer, hub: Hub | None, limit: int, envelope: bool = False
+) -> None:
+    """Give a stream the sink, plain or envelope (TLS and conflation stay on Python)."""
     transport = _raw_transport(wire)
     if (
         hub is None
@@ -640,7 +672,7 @@ def _attach_sink(wire: _Wire, consumer: Consumer, hub: Hub | None, limit: int) -
     if sink is None:
         return
     sink.limit_streams(limit)
-    consumer.sink = _SinkLink(sink, hub, consumer, wire, transport)
+    consumer.sink = _SinkLink(sink, hub, consumer, wire, transport, envelope)
     wire.transport = _GuardedTransport(transport, consumer)  # type: ignore[assignment]
 
 

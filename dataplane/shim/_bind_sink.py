@@ -15,8 +15,20 @@ _vp = ctypes.c_void_p
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 
 # wsgw_sink.h: enum wsgw_sink_reason
-NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = range(9)
-REASONS = ("never", "armed", "python", "again", "partial", "error", "gap", "topic", "busy")
+NEVER, ARMED, PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY, UTF8, EXTRA = range(11)
+REASONS = (
+    "never",
+    "armed",
+    "python",
+    "again",
+    "partial",
+    "error",
+    "gap",
+    "topic",
+    "busy",
+    "utf8",
+    "extra",
+)
 # wsgw_sink.h: the state's fields
 (
     ST_ARMED,
@@ -33,6 +45,7 @@ ST_COUNT = 9
 MAX_SOCKETS = 1024
 LAG_SAMPLES = 1024  # WSGW_SINK_LAG_SAMPLES
 MAX_TOPICS = 4096
+MIDDLE_MAX = 4096  # WSGW_SINK_MIDDLE_MAX
 
 PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "wsgw_sink_open": (ctypes.c_int, [_vp, ctypes.c_uint32, ctypes.POINTER(_vp)]),
@@ -46,6 +59,15 @@ PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int,
         [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
     ),
+    "wsgw_sink_add_envelope": (
+        ctypes.c_int,
+        [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32],
+    ),
+    "wsgw_sink_envelope_topic": (
+        ctypes.c_int,
+        [_vp, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_uint32],
+    ),
+    "wsgw_sink_envelope_hold": (None, [ctypes.c_int]),
     "wsgw_sink_remove": (ctypes.c_int, [_vp, ctypes.c_int]),
     "wsgw_sink_wake_fd": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_int]),
     "wsgw_sink_arm": (ctypes.c_int, [_vp, ctypes.c_int, ctypes.c_uint64]),
@@ -81,6 +103,29 @@ def add(handle: int, fd: int, session_id: int, topic_ids: list[int]) -> int:
     """The socket's slot (>= 0) or -errno; topic_ids [] means every topic of the session."""
     ids = (ctypes.c_uint32 * max(1, len(topic_ids)))(*topic_ids)
     return int(library(KEEP_GIL).wsgw_sink_add(handle, fd, session_id, ids, len(topic_ids)))
+
+
+def add_envelope(handle: int, fd: int, session_id: int, topic_ids: list[int]) -> int:
+    """An envelope stream's slot (as add's; its topics' middles told by envelope_topic) or
+    -errno."""
+    ids = (ctypes.c_uint32 * max(1, len(topic_ids)))(*topic_ids)
+    return int(
+        library(KEEP_GIL).wsgw_sink_add_envelope(handle, fd, session_id, ids, len(topic_ids))
+    )
+
+
+def envelope_topic(handle: int, slot: int, topic_id: int, middle: bytes) -> int:
+    """Tell an envelope slot topic_id's middle (`,"session":S,"topic":"T","recv_ts_ns":`):
+    0 or -errno."""
+    return int(
+        library(KEEP_GIL).wsgw_sink_envelope_topic(handle, slot, topic_id, middle, len(middle))
+    )
+
+
+def envelope_hold(on: bool) -> None:
+    """While on, the records this thread writes stop envelope slots that want them (Python
+    adds their upstream_seq): wsgw_sink_envelope_hold."""
+    library(KEEP_GIL).wsgw_sink_envelope_hold(1 if on else 0)
 
 
 def add_nats(handle: int, fd: int, busy_sends: int = 0) -> int:

@@ -616,7 +616,7 @@ static void append(struct wsgw_ring_writer *restrict w, const struct wsgw_ring_m
             futex(&w->wq->notify, FUTEX_WAKE, INT_MAX, NULL);
             w->st.wakeups++;
         }
-        wsgw_sink_after_write(w, m + i, j - i, seq - (j - i) + 1); /* sink.c: stream frames */
+        wsgw_sink_after_write(w, m + i, j - i, seq - (j - i) + 1, now); /* sink.c: frames */
         wsgw_ring_notify_local(w); /* this process's followers: their eventfds (ringnotify.c) */
         i = j;
     }

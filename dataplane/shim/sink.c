@@ -53,6 +53,10 @@ struct sink_sock {
     uint64_t out_ts_ns;    /* the ring stamp of out's first record (the lag samples) */
     uint64_t sends;   /* sendmsg calls that sent something */
     int wake_fd;      /* a dup of the follower's eventfd, written when the sink stops; -1 */
+    int envelope;     /* a stream of JSON envelopes (wsgw_sink_add_envelope): pub holds, by
+                       * topic id, the envelope's middle (wsgw_sink_envelope_topic) */
+    uint8_t *env;     /* envelope: the chunk's frames, built before the send */
+    uint32_t env_cap;
 };
 
 struct wsgw_sink {
@@ -80,6 +84,18 @@ static atomic_uint registry_count;
  * slot's buffer; dirty: some did, so the end flushes. */
 static __thread uint32_t burst_depth;
 static __thread int burst_dirty;
+/* This thread's writes carry what only Python puts in an envelope (wsgw_sink_envelope_hold). */
+static __thread int envelope_hold;
+
+/* The envelope's constant pieces (gateway.hub.events.Delivery.envelope, orjson's spelling):
+ * ENV_HEAD seq <middle: ,"session":S,"topic":"T","recv_ts_ns":> ts ENV_PAYLOAD escaped ENV_TAIL */
+static const char ENV_HEAD[] = "{\"type\":\"msg\",\"seq\":";
+static const char ENV_PAYLOAD[] = ",\"payload\":\"";
+static const char ENV_TAIL[] = "\"}";
+#define ENV_HEAD_LEN (sizeof(ENV_HEAD) - 1)
+#define ENV_PAYLOAD_LEN (sizeof(ENV_PAYLOAD) - 1)
+#define ENV_TAIL_LEN (sizeof(ENV_TAIL) - 1)
+#define U64_DIGITS_MAX 20
 
 
 /* A send went out: how long after its oldest record's ring stamp (CLOCK_REALTIME). */
@@ -189,6 +205,239 @@ static uint8_t *rest_of(const struct iovec *iov, uint32_t n, size_t in, uint32_t
     return rest;
 }
 
+/* Send the frames iov[at[f]..at[f+1]) (f < frames; frame f is record first + idx[f]) to the
+ * stream socket k in one sendmsg: 1 when all went whole (next_seq is the caller's), else 0
+ * with k disarmed where it stopped (the rest of a frame sent in part kept). ts_ns: the first
+ * record's ring stamp (the lag sample). */
+static int send_frames(wsgw_sink *s, struct sink_sock *k, struct iovec *iov, uint32_t niov,
+                       const uint32_t *idx, const uint32_t *at, uint32_t frames, size_t total,
+                       uint64_t first, uint64_t ts_ns)
+{
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = niov};
+    ssize_t sent;
+    do
+        sent = sendmsg(k->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    if (sent < 0) {
+        int err = errno;
+        k->next_seq = first + idx[0];
+        disarm(s, k, err == EAGAIN || err == EWOULDBLOCK ? WSGW_SINK_AGAIN : WSGW_SINK_ERROR,
+               err);
+        return 0;
+    }
+    k->bytes += (uint64_t)sent;
+    k->sends++;
+    note_lag(s, ts_ns);
+    if ((size_t)sent < total) {
+        /* Find the frame the send cut: those before it went whole. */
+        size_t done = 0;
+        uint32_t f = 0;
+        for (; f < frames; f++) {
+            size_t flen = 0;
+            for (uint32_t j = at[f]; j < at[f + 1]; j++)
+                flen += iov[j].iov_len;
+            if (done + flen > (size_t)sent)
+                break;
+            done += flen;
+        }
+        k->messages += f;
+        size_t in = (size_t)sent - done; /* bytes of frame f already out */
+        uint32_t i = idx[f];
+        k->next_seq = first + i;
+        if (in == 0) {
+            disarm(s, k, WSGW_SINK_AGAIN, EAGAIN);
+            return 0;
+        }
+        uint32_t rest_len = 0;
+        uint8_t *rest = rest_of(iov + at[f], at[f + 1] - at[f], in, &rest_len);
+        if (rest == NULL) { /* cannot keep the rest: the stream is broken, say so */
+            disarm(s, k, WSGW_SINK_ERROR, ENOMEM);
+            return 0;
+        }
+        k->rest = rest;
+        k->rest_len = rest_len;
+        k->next_seq = first + i + 1; /* that record is out once the rest is */
+        k->messages++;
+        disarm(s, k, WSGW_SINK_PARTIAL, 0);
+        return 0;
+    }
+    k->messages += frames;
+    return 1;
+}
+
+/* JSON string escaping as orjson writes it: the extra bytes per byte ('"' and '\\': 1; control
+ * bytes: 1 for \b \t \n \f \r, else 5 for \u00XX; anything else, UTF-8 included: 0). */
+static const uint8_t ESC_EXTRA[256] = {
+    5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 5, 1, 1, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+};
+
+static size_t escaped_len(const uint8_t *p, uint32_t n)
+{
+    size_t len = n;
+    for (uint32_t i = 0; i < n; i++)
+        len += ESC_EXTRA[p[i]];
+    return len;
+}
+
+static uint8_t *escape(uint8_t *o, const uint8_t *p, uint32_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t b = p[i];
+        if (ESC_EXTRA[b] == 0) {
+            *o++ = b;
+            continue;
+        }
+        *o++ = '\\';
+        switch (b) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\t': *o++ = 't'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\r': *o++ = 'r'; break;
+        default:
+            o[0] = 'u';
+            o[1] = '0';
+            o[2] = '0';
+            o[3] = (uint8_t)hex[b >> 4];
+            o[4] = (uint8_t)hex[b & 15];
+            o += 5;
+        }
+    }
+    return o;
+}
+
+/* v in decimal at o: the end. */
+static uint8_t *put_u64(uint8_t *o, uint64_t v)
+{
+    uint8_t tmp[U64_DIGITS_MAX];
+    uint32_t n = 0;
+    do {
+        tmp[n++] = (uint8_t)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *o++ = tmp[--n];
+    return o;
+}
+
+static uint32_t head_len(size_t len)
+{
+    return len < 126 ? 2 : len < 65536 ? 4 : 10;
+}
+
+/* An envelope slot's records of the chunk m[0..n) (numbered first on; now: the stamp of the
+ * records written without one): each as one text frame of the envelope Python would make
+ * (Delivery.envelope_wire), built in k->env, then one sendmsg. Stops (disarmed) at a gap
+ * record of its session, a record it wants whose topic has no middle yet (TOPIC), whose
+ * payload is not UTF-8 (UTF8: payload_b64 is Python's) or that this thread writes under
+ * wsgw_sink_envelope_hold (EXTRA: its upstream_seq is Python's). */
+static void envelope_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring_msg *m,
+                           uint32_t n, uint64_t first, uint64_t now)
+{
+    struct iovec iov[CHUNK];
+    uint32_t idx[CHUNK];
+    uint32_t at[CHUNK + 1];
+    size_t esc[CHUNK];
+    uint32_t frames = 0, stop_at = UINT32_MAX, stop_reason = 0;
+    size_t need = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (first + i < k->next_seq)
+            continue;
+        uint32_t t = m[i].topic_id;
+        if (t == s->gap_tid && m[i].session_id == k->session_id)
+            stop_reason = WSGW_SINK_GAP;
+        else if (!wants(k, m[i].session_id, t))
+            continue;
+        else if (envelope_hold)
+            stop_reason = WSGW_SINK_EXTRA;
+        else if (t >= k->npub || k->pub[t] == NULL)
+            stop_reason = WSGW_SINK_TOPIC;
+        else if (!wsgw_utf8_valid(m[i].data, m[i].len))
+            stop_reason = WSGW_SINK_UTF8;
+        if (stop_reason) {
+            stop_at = i;
+            break;
+        }
+        esc[frames] = escaped_len(m[i].data, m[i].len);
+        size_t body = ENV_HEAD_LEN + U64_DIGITS_MAX + k->pub_len[t] + U64_DIGITS_MAX +
+                      ENV_PAYLOAD_LEN + esc[frames] + ENV_TAIL_LEN;
+        need += WS_HEAD_MAX + body;
+        idx[frames++] = i;
+    }
+    if (frames > 0 && need > k->env_cap) {
+        size_t cap = k->env_cap ? k->env_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *p = need > UINT32_MAX ? NULL : realloc(k->env, cap);
+        if (p == NULL) {
+            k->next_seq = first + idx[0];
+            disarm(s, k, WSGW_SINK_ERROR, ENOMEM);
+            return;
+        }
+        k->env = p;
+        k->env_cap = (uint32_t)(cap > UINT32_MAX ? UINT32_MAX : cap);
+    }
+    uint8_t *o = k->env;
+    size_t total = 0;
+    for (uint32_t f = 0; f < frames; f++) {
+        const struct wsgw_ring_msg *r = &m[idx[f]];
+        uint64_t seq = first + idx[f];
+        uint64_t ts = r->ts_ns ? r->ts_ns : now;
+        uint32_t t = r->topic_id;
+        uint8_t num[2][U64_DIGITS_MAX];
+        uint32_t seq_len = (uint32_t)(put_u64(num[0], seq) - num[0]);
+        uint32_t ts_len = (uint32_t)(put_u64(num[1], ts) - num[1]);
+        size_t body = ENV_HEAD_LEN + seq_len + k->pub_len[t] + ts_len + ENV_PAYLOAD_LEN +
+                      esc[f] + ENV_TAIL_LEN;
+        uint8_t *start = o;
+        uint32_t h = head_len(body);
+        o[0] = 0x81; /* FIN, text (RFC 6455 5.2) */
+        if (h == 2) {
+            o[1] = (uint8_t)body;
+        } else if (h == 4) {
+            o[1] = 126;
+            o[2] = (uint8_t)(body >> 8);
+            o[3] = (uint8_t)body;
+        } else {
+            o[1] = 127;
+            for (int j = 0; j < 8; j++)
+                o[2 + j] = (uint8_t)((uint64_t)body >> (56 - 8 * j));
+        }
+        o += h;
+        memcpy(o, ENV_HEAD, ENV_HEAD_LEN);
+        o += ENV_HEAD_LEN;
+        memcpy(o, num[0], seq_len);
+        o += seq_len;
+        memcpy(o, k->pub[t], k->pub_len[t]);
+        o += k->pub_len[t];
+        memcpy(o, num[1], ts_len);
+        o += ts_len;
+        memcpy(o, ENV_PAYLOAD, ENV_PAYLOAD_LEN);
+        o += ENV_PAYLOAD_LEN;
+        o = escape(o, r->data, r->len);
+        memcpy(o, ENV_TAIL, ENV_TAIL_LEN);
+        o += ENV_TAIL_LEN;
+        iov[f] = (struct iovec){.iov_base = start, .iov_len = (size_t)(o - start)};
+        at[f] = f;
+        total += (size_t)(o - start);
+    }
+    at[frames] = frames;
+    if (frames > 0 &&
+        !send_frames(s, k, iov, frames, idx, at, frames, total, first, m[idx[0]].ts_ns))
+        return;
+    if (stop_at != UINT32_MAX) {
+        k->next_seq = first + stop_at;
+        disarm(s, k, stop_reason, 0);
+        return;
+    }
+    k->next_seq = first + n;
+}
+
 /* Send the stream socket k its records of the chunk m[0..n) (numbered first on);
  * heads[i]/hlen[i] are made on first use (WebSocket heads, shared by the chunk's sockets).
  * Stops (disarmed) at a gap record of its session or a short send. */
@@ -219,57 +468,8 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         idx[frames++] = i;
     }
     at[frames] = niov;
-    if (frames > 0) {
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = niov};
-        ssize_t sent;
-        do
-            sent = sendmsg(k->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-        while (sent < 0 && errno == EINTR);
-        if (sent < 0) {
-            int err = errno;
-            k->next_seq = first + idx[0];
-            disarm(s, k, err == EAGAIN || err == EWOULDBLOCK ? WSGW_SINK_AGAIN : WSGW_SINK_ERROR,
-                   err);
-            return;
-        }
-        k->bytes += (uint64_t)sent;
-        k->sends++;
-        note_lag(s, m[idx[0]].ts_ns);
-        if ((size_t)sent < total) {
-            /* Find the frame the send cut: those before it went whole. */
-            size_t done = 0;
-            uint32_t f = 0;
-            for (; f < frames; f++) {
-                size_t flen = 0;
-                for (uint32_t j = at[f]; j < at[f + 1]; j++)
-                    flen += iov[j].iov_len;
-                if (done + flen > (size_t)sent)
-                    break;
-                done += flen;
-            }
-            k->messages += f;
-            size_t in = (size_t)sent - done; /* bytes of frame f already out */
-            uint32_t i = idx[f];
-            k->next_seq = first + i;
-            if (in == 0) {
-                disarm(s, k, WSGW_SINK_AGAIN, EAGAIN);
-                return;
-            }
-            uint32_t rest_len = 0;
-            uint8_t *rest = rest_of(iov + at[f], at[f + 1] - at[f], in, &rest_len);
-            if (rest == NULL) { /* cannot keep the rest: the stream is broken, say so */
-                disarm(s, k, WSGW_SINK_ERROR, ENOMEM);
-                return;
-            }
-            k->rest = rest;
-            k->rest_len = rest_len;
-            k->next_seq = first + i + 1; /* that record is out once the rest is */
-            k->messages++;
-            disarm(s, k, WSGW_SINK_PARTIAL, 0);
-            return;
-        }
-        k->messages += frames;
-    }
+    if (frames > 0 && !send_frames(s, k, iov, niov, idx, at, frames, total, first, m[idx[0]].ts_ns))
+        return;
     if (stop_at != UINT32_MAX) {
         k->next_seq = first + stop_at;
         disarm(s, k, stop_reason, 0);
@@ -404,7 +604,8 @@ static void nats_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
         burst_dirty = 1;
 }
 
-static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first)
+static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, uint64_t first,
+                       uint64_t now)
 {
     uint8_t heads[CHUNK][WS_HEAD_MAX];
     uint8_t hlen[CHUNK];
@@ -417,6 +618,8 @@ static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, 
                 continue;
             if (k->nats)
                 nats_chunk(s, k, m + at, c, first + at);
+            else if (k->envelope)
+                envelope_chunk(s, k, m + at, c, first + at, now);
             else
                 send_chunk(s, k, m + at, c, first + at, heads, hlen);
         }
@@ -424,7 +627,7 @@ static void sink_write(wsgw_sink *s, const struct wsgw_ring_msg *m, uint32_t n, 
 }
 
 void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg *m, uint32_t n,
-                           uint64_t first_seq)
+                           uint64_t first_seq, uint64_t now)
 {
     if (atomic_load_explicit(&registry_count, memory_order_relaxed) == 0)
         return;
@@ -434,7 +637,7 @@ void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg
             continue;
         pthread_mutex_lock(&s->mu);
         if (s->armed)
-            sink_write(s, m, n, first_seq);
+            sink_write(s, m, n, first_seq, now);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&registry_mu);
@@ -495,6 +698,7 @@ static void free_sock(struct sink_sock *k)
     free(k->topics);
     free(k->rest);
     free(k->out);
+    free(k->env);
     for (uint32_t t = 0; t < k->npub; t++)
         free(k->pub[t]);
     free(k->pub);
@@ -745,25 +949,15 @@ WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends)
     return slot;
 }
 
-WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
-                                    const char *subject, uint32_t len)
+/* Store str (malloc'ed, len bytes; taken, freed on failure) as slot's piece of topic_id, the
+ * slot a NATS one (nats) or an envelope one. */
+static int set_piece(wsgw_sink *s, int slot, int nats, uint32_t topic_id, char *str,
+                     uint32_t len)
 {
-    if (len == 0 || len > WSGW_SINK_SUBJECT_MAX || topic_id >= WSGW_SINK_MAX_TOPIC_ID)
-        return -EINVAL;
-    for (uint32_t j = 0; j < len; j++) /* NATS subjects: no whitespace or control bytes */
-        if ((unsigned char)subject[j] <= ' ')
-            return -EINVAL;
-    char *pub = malloc(len + 6);
-    if (pub == NULL)
-        return -ENOMEM;
-    memcpy(pub, "PUB ", 4);
-    memcpy(pub + 4, subject, len);
-    pub[len + 4] = ' ';
-    pub[len + 5] = ' '; /* no reply-to: nats-py's two spaces */
     pthread_mutex_lock(&s->mu);
     struct sink_sock *k = slot_of(s, slot);
     int rc = 0;
-    if (k == NULL || !k->nats) {
+    if (k == NULL || (nats ? !k->nats : !k->envelope)) {
         rc = -EINVAL;
     } else if (topic_id >= k->npub) {
         uint32_t n = k->npub ? k->npub : 64;
@@ -784,11 +978,58 @@ WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
     }
     if (rc == 0) {
         free(k->pub[topic_id]);
-        k->pub[topic_id] = pub;
-        k->pub_len[topic_id] = (uint16_t)(len + 6);
-        pub = NULL;
+        k->pub[topic_id] = str;
+        k->pub_len[topic_id] = (uint16_t)len;
+        str = NULL;
     }
     pthread_mutex_unlock(&s->mu);
-    free(pub);
+    free(str);
     return rc;
+}
+
+WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
+                                    const char *subject, uint32_t len)
+{
+    if (len == 0 || len > WSGW_SINK_SUBJECT_MAX || topic_id >= WSGW_SINK_MAX_TOPIC_ID)
+        return -EINVAL;
+    for (uint32_t j = 0; j < len; j++) /* NATS subjects: no whitespace or control bytes */
+        if ((unsigned char)subject[j] <= ' ')
+            return -EINVAL;
+    char *pub = malloc(len + 6);
+    if (pub == NULL)
+        return -ENOMEM;
+    memcpy(pub, "PUB ", 4);
+    memcpy(pub + 4, subject, len);
+    pub[len + 4] = ' ';
+    pub[len + 5] = ' '; /* no reply-to: nats-py's two spaces */
+    return set_piece(s, slot, 1, topic_id, pub, len + 6);
+}
+
+WSGW_API int wsgw_sink_add_envelope(wsgw_sink *s, int fd, uint32_t session_id,
+                                    const uint32_t *topics, uint32_t n)
+{
+    int slot = wsgw_sink_add(s, fd, session_id, topics, n);
+    if (slot < 0)
+        return slot;
+    pthread_mutex_lock(&s->mu);
+    s->socks[slot].envelope = 1;
+    pthread_mutex_unlock(&s->mu);
+    return slot;
+}
+
+WSGW_API int wsgw_sink_envelope_topic(wsgw_sink *s, int slot, uint32_t topic_id,
+                                      const char *middle, uint32_t len)
+{
+    if (len == 0 || len > WSGW_SINK_MIDDLE_MAX || topic_id >= WSGW_SINK_MAX_TOPIC_ID)
+        return -EINVAL;
+    char *copy = malloc(len);
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, middle, len);
+    return set_piece(s, slot, 0, topic_id, copy, len);
+}
+
+WSGW_API void wsgw_sink_envelope_hold(int on)
+{
+    envelope_hold = on;
 }

@@ -14,7 +14,8 @@
  * written every record before S and its transport holds nothing; the arm is refused
  * (-EAGAIN) when the ring already holds S, so no record falls between the two. From then on
  * the sink owns the socket's records from S on. It disarms the socket itself on a partial
- * send, EAGAIN, any error, or a gap record ($gap topic) of the socket's session, and keeps
+ * send, EAGAIN, any error, or a gap record ($gap topic) of the socket's session (an envelope
+ * socket at more: below), and keeps
  * where it stopped: next_seq (the first record it did not send whole) and the rest of a
  * frame it sent in part (wsgw_sink_take_rest: Python writes it first). Python disarms
  * before it writes anything else (control frames, closes, subscription changes), and
@@ -43,6 +44,8 @@ enum wsgw_sink_reason {
     WSGW_SINK_GAP = 6,     /* a gap record of the session: Python sends the notice */
     WSGW_SINK_TOPIC = 7,   /* NATS: a topic without a subject yet: Python publishes it */
     WSGW_SINK_BUSY = 8,    /* NATS: more than busy_sends sends in a millisecond */
+    WSGW_SINK_UTF8 = 9,    /* envelope: a payload not UTF-8 (payload_b64 is Python's) */
+    WSGW_SINK_EXTRA = 10,  /* envelope: a record written under wsgw_sink_envelope_hold */
 };
 
 /* wsgw_sink_state's out[]: */
@@ -118,6 +121,28 @@ WSGW_API int wsgw_sink_add_nats(wsgw_sink *s, int fd, uint32_t busy_sends);
 WSGW_API int wsgw_sink_nats_subject(wsgw_sink *s, int slot, uint32_t topic_id,
                                     const char *subject, uint32_t len);
 
+/* Envelope streams (/v1/stream?envelope=1, gateway.hub.events.Delivery.envelope_wire): a
+ * stream socket as wsgw_sink_add's whose records go out each as one text frame of
+ *   {"type":"msg","seq":SEQ<middle>TS,"payload":"<the payload as a JSON string>"}
+ * where middle is what Python told for the record's topic id (wsgw_sink_envelope_topic:
+ * `,"session":S,"topic":"T","recv_ts_ns":`), SEQ the record's ring sequence, TS its ring stamp,
+ * and the payload escaped as orjson does (" and \ escaped; bytes below 0x20 as \b \t \n \f
+ * \r or \u00xx in lower-case hex; anything else, UTF-8 included, as is). Besides the stream
+ * socket's stops it stops (disarms) at a record it wants of a topic without a middle
+ * (WSGW_SINK_TOPIC), with a payload that is not UTF-8 (WSGW_SINK_UTF8) or written by a
+ * thread under wsgw_sink_envelope_hold (WSGW_SINK_EXTRA): Python sends those. */
+#define WSGW_SINK_MIDDLE_MAX 4096
+WSGW_API int wsgw_sink_add_envelope(wsgw_sink *s, int fd, uint32_t session_id,
+                                    const uint32_t *topics, uint32_t n);
+/* The envelope's middle of topic_id's records on an envelope slot: 0, -EINVAL (not an
+ * envelope slot, empty, too long), -ENOMEM. */
+WSGW_API int wsgw_sink_envelope_topic(wsgw_sink *s, int slot, uint32_t topic_id,
+                                      const char *middle, uint32_t len);
+/* on != 0: the records this thread writes until it calls this with 0 carry what only Python
+ * puts in their envelopes (an upstream_seq: gateway.hub.core's publish_batch), so envelope
+ * slots stop at the first of them they want and Python sends it. Per thread, no nesting. */
+WSGW_API void wsgw_sink_envelope_hold(int on);
+
 /* A writer's burst (one engine poll's feeds, one ring write call; they nest, per thread):
  * NATS slots keep the PUBs of the records written inside it in their buffer and send them
  * at its end, one send per connection (or earlier: a buffer of 64 KiB, or 1 ms old at the
@@ -128,8 +153,8 @@ WSGW_API void wsgw_sink_burst_begin(void);
 WSGW_API void wsgw_sink_burst_end(void);
 
 /* For the ring's writer (msgring.c): after publishing records m[0..n), numbered first_seq
- * on. One relaxed load when the process has no sink. */
+ * on, those of m[i].ts_ns 0 stamped now. One relaxed load when the process has no sink. */
 void wsgw_sink_after_write(const wsgw_ring_writer *w, const struct wsgw_ring_msg *m, uint32_t n,
-                           uint64_t first_seq);
+                           uint64_t first_seq, uint64_t now);
 
 #endif

@@ -60,7 +60,7 @@ from gateway.hub.events import (
 from gateway.hub.follower import READ_BATCH, RingFollower
 from gateway.hub.names import RING_GAP_TOPIC, ring_topic
 from gateway.hub.protocol import CLOSE_INTERNAL_ERROR, CLOSE_SESSION_DELETED
-from gateway.hub.sink import SinkError, StreamSink
+from gateway.hub.sink import SinkError, StreamSink, envelope_hold
 
 log = logging.getLogger("wsgw.hub")
 
@@ -399,9 +399,17 @@ class Hub:
         if self.ring is None:  # the ring failed for good: nothing reaches anyone
             return first
         # The ring copies the payloads: views into a reused buffer are fine.
-        first = self._write_ring(sessions, topics, payloads, stamps)
+        with_useqs = useqs.count(None) != n
+        if with_useqs:  # the sink's envelope sockets leave these to the router (EXTRA)
+            envelope_hold(True)
+            try:
+                first = self._write_ring(sessions, topics, payloads, stamps)
+            finally:
+                envelope_hold(False)
+        else:
+            first = self._write_ring(sessions, topics, payloads, stamps)
         self._next_seq = first + n
-        if useqs.count(None) != n:
+        if with_useqs:
             new = self._useq_new
             new.update(zip(range(first, first + n), useqs, strict=True))
             if len(new) > UPSTREAM_SEQ_HISTORY:
@@ -686,6 +694,16 @@ class Hub:
                 except (SinkError, RingError) as exc:
                     log.error("stream sink: %s", exc)
             return self._stream_sink
+
+    def session_topic_ids(self, session_id: int) -> list[tuple[str, int]]:
+        """(topic, ring topic id) of every topic of the session the hub registered (as
+        known_topic_id)."""
+        return [(key[1], tid) for key, tid in list(self._tids.items()) if key[0] == session_id]
+
+    def topic_count(self) -> int:
+        """How many (session, topic) ids the hub registered: a change says there may be new
+        ones (session_topic_ids)."""
+        return len(self._tids)
 
     def known_topic_id(self, session_id: int, topic: str) -> int | None:
         """The ring topic id of a session's topic if the hub registered it (publish_batch,

@@ -13,8 +13,12 @@ and its transport holds nothing (and the ring holds nothing from S on yet: C che
 sink disarms on EAGAIN, a partial send (it keeps the frame's rest for Python), any error
 or a gap record of the session; Python disarms before it writes anything itself (a pong, a
 close). Python then resumes at the first record the sink did not send, the rest of a
-partial frame first. Plain frames only: envelope streams, conflating ones and TLS stay on
-Python. WSGW_STREAM_SINK=0 (or app.state.stream_sink = False) turns it off.
+partial frame first. Envelope streams (`add_envelope`) get from C the bytes
+`Delivery.envelope_wire` makes, for the topics Python told the envelope's middle of; C stops
+on a record of another topic, a payload that is not UTF-8 (`payload_b64`) and one published
+with an upstream seq (`envelope_hold`, around Hub.publish_batch's ring write): Python sends
+those. Conflating streams and TLS stay on Python. WSGW_STREAM_SINK=0 (or
+app.state.stream_sink = False) turns it off.
 
 The writer pays each armed stream's send on every record (about 12 us on loopback, the
 receiver's wake-up included), so the sink serves at most `api.stream_sink_max` streams per
@@ -32,6 +36,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
+
+import orjson
 
 from dataplane.shim import stream_sink as c
 
@@ -51,7 +57,7 @@ ST_MESSAGES = c.ST_MESSAGES
 ST_SENDS = c.ST_SENDS
 REASONS = c.REASONS
 #: Why the sink stopped (its state's ST_REASON)
-PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = (
+PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY, UTF8, EXTRA = (
     c.PYTHON,
     c.AGAIN,
     c.PARTIAL,
@@ -59,7 +65,19 @@ PYTHON, AGAIN, PARTIAL, ERROR, GAP, TOPIC, BUSY = (
     c.GAP,
     c.TOPIC,
     c.BUSY,
+    c.UTF8,
+    c.EXTRA,
 )
+
+#: While on, the records this thread writes carry what only Python puts in an envelope (an
+#: upstream_seq): the envelope sockets that want one stop there (EXTRA) and Python sends it.
+envelope_hold = c.envelope_hold
+
+
+def envelope_middle(session_id: int, topic: str) -> bytes:
+    """An envelope's bytes between its seq and its recv_ts_ns for a topic of a session, as
+    gateway.hub.events.Delivery.envelope spells them (orjson)."""
+    return b',"session":%d,"topic":%s,"recv_ts_ns":' % (session_id, orjson.dumps(topic))
 
 
 class SinkError(OSError):
@@ -101,6 +119,19 @@ class StreamSink:
             if self.closed:
                 raise SinkError(errno.EBADF, "stream sink closed")
             slot = c.add(self._handle, fd, session_id, topic_ids)
+        if slot < 0:
+            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
+        return SinkSocket(self, slot)
+
+    def add_envelope(self, fd: int, session_id: int, topic_ids: list[int]) -> SinkSocket:
+        """An envelope stream's socket (as add's), not armed: it sends the records of the
+        topics it was told the middle of (SinkSocket.envelope_topic) as JSON envelopes and
+        stops at the others, at payloads that are not UTF-8 and at records written under
+        envelope_hold."""
+        with self._lock:
+            if self.closed:
+                raise SinkError(errno.EBADF, "stream sink closed")
+            slot = c.add_envelope(self._handle, fd, session_id, topic_ids)
         if slot < 0:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
@@ -177,6 +208,14 @@ class SinkSocket:
             if self.removed or self.sink.closed:
                 return False
             return c.nats_subject(self.sink._handle, self.slot, topic_id, subject) == 0
+
+    def envelope_topic(self, topic_id: int, middle: bytes) -> bool:
+        """An envelope slot: topic_id's envelopes carry middle (envelope_middle); False when
+        refused or gone."""
+        with self.sink._lock:
+            if self.removed or self.sink.closed:
+                return False
+            return c.envelope_topic(self.sink._handle, self.slot, topic_id, middle) == 0
 
     def wake_on_stop(self, fd: int) -> bool:
         """The sink writes 1 to the eventfd fd (a dup of it) when it stops sending by itself
