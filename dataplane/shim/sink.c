@@ -330,6 +330,19 @@ static uint32_t head_len(size_t len)
     return len < 126 ? 2 : len < 65536 ? 4 : 10;
 }
 
+/* After a chunk's frames went out: the socket goes on at the chunk's end, or stops
+ * (disarmed, with why) at the record it could not send. */
+static void end_chunk(wsgw_sink *s, struct sink_sock *k, uint64_t first, uint32_t n,
+                      uint32_t stop_at, uint32_t stop_reason)
+{
+    if (stop_at != UINT32_MAX) {
+        k->next_seq = first + stop_at;
+        disarm(s, k, stop_reason, 0);
+        return;
+    }
+    k->next_seq = first + n;
+}
+
 /* An envelope slot's records of the chunk m[0..n) (numbered first on; now: the stamp of the
  * records written without one): each as one text frame of the envelope Python would make
  * (Delivery.envelope_wire), built in k->env, then one sendmsg. Stops (disarmed) at a gap
@@ -430,12 +443,7 @@ static void envelope_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_
     if (frames > 0 &&
         !send_frames(s, k, iov, frames, idx, at, frames, total, first, m[idx[0]].ts_ns))
         return;
-    if (stop_at != UINT32_MAX) {
-        k->next_seq = first + stop_at;
-        disarm(s, k, stop_reason, 0);
-        return;
-    }
-    k->next_seq = first + n;
+    end_chunk(s, k, first, n, stop_at, stop_reason);
 }
 
 /* Send the stream socket k its records of the chunk m[0..n) (numbered first on);
@@ -470,12 +478,7 @@ static void send_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_ring
     at[frames] = niov;
     if (frames > 0 && !send_frames(s, k, iov, niov, idx, at, frames, total, first, m[idx[0]].ts_ns))
         return;
-    if (stop_at != UINT32_MAX) {
-        k->next_seq = first + stop_at;
-        disarm(s, k, stop_reason, 0);
-        return;
-    }
-    k->next_seq = first + n;
+    end_chunk(s, k, first, n, stop_at, stop_reason);
 }
 
 /* Send a NATS slot's buffer (MSG_DONTWAIT): what does not go out becomes the rest, and the
