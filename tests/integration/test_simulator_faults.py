@@ -160,7 +160,9 @@ def test_in_band_fault_topic() -> None:
 
 def test_http_control_on_the_websocket_port() -> None:
     async def scenario() -> None:
-        async with Simulator(SimConfig(rate=300.0)) as sim:
+        # No paced feed: what was sent before the fault was armed would count in seqs (under
+        # load the HTTP command took long enough for one message to go first; CI, session 16).
+        async with Simulator(SimConfig(rate=0.0)) as sim:
             ws = await subscribed(sim)
             base = sim.url().replace("ws://", "http://")
 
@@ -170,6 +172,7 @@ def test_http_control_on_the_websocket_port() -> None:
 
             answer = await asyncio.to_thread(get, "/_sim/command?cmd=fault&kind=drop&after=4")
             assert answer == {"ok": True, "armed": 1, "fault": "drop:after=4"}
+            sim.emit("binance", TOPIC, 10)
             seqs, _ = await data_until_closed(ws)
             assert len(seqs) == 4
             stats = await asyncio.to_thread(get, "/_sim/stats")
