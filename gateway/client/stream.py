@@ -187,16 +187,20 @@ class StreamSource(NetworkSource):
         self._take(ws.events())
 
     def _take(self, events: Iterable[WsEvent]) -> None:
+        closed: WsClosed | None = None
         for event in events:
             if isinstance(event, WsMessage):
                 self._frames.append(event.data)
             elif isinstance(event, WsClosed):
-                self._end(event.code, event.reason)
+                closed = event
         outgoing = self._ws.data_to_send()
         if outgoing and not self._ended:
-            # A pong or close reply, best effort: a dead socket shows on the next read.
+            # A pong, or the close reply (section 5.5.1) before the socket closes below:
+            # best effort, a dead socket shows on the next read.
             with contextlib.suppress(OSError):
                 self._sock.sendall(outgoing)
+        if closed is not None:
+            self._end(closed.code, closed.reason)
 
     def _end(self, code: int, reason: str) -> None:
         if not self._ended:

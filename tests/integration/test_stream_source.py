@@ -149,10 +149,13 @@ def test_the_server_s_pings_are_answered_while_the_consumer_reads(
 def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
     server_of: Callable[..., Server],
 ) -> None:
+    replies: list[object] = []
+
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed().decode())
         await ws.send(msg(1).decode())
         await ws.close(4410, "session 3 was deleted")
+        replies.append(ws.protocol.close_rcvd)  # the client's close frame (section 5.5.1)
 
     server = server_of(handler)
     source = StreamSource(server.url)
@@ -164,6 +167,10 @@ def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
         assert source.ended
     finally:
         source.close()
+    deadline = time.monotonic() + 5
+    while not replies and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert replies and replies[0] is not None, "the close was not answered"
 
 
 def test_a_refusal_before_the_first_frame_is_raised_at_open(
