@@ -280,12 +280,9 @@ class StreamSource(NetworkSource):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
+                if not (self._pending or self._frames):
+                    self._drain_socket()
                 if self._pending or self._frames:
-                    return True
-                if self._ended:
-                    return False
-                self._drain_socket()
-                if self._frames:
                     return True
                 if self._ended:
                     return False
