@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import re
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -434,23 +433,17 @@ class NatsSource(NetworkSource):
     def _read_core(
         self, core: CoreNatsSubscriber, max: int, timeout: float | None
     ) -> list[ClientEvent]:
-        """Core NATS: the subscriber's messages as events, read in this thread."""
+        """Core NATS: the subscriber's messages as events, read in this thread (its
+        subscriptions are the topics asked for: the server filtered them)."""
         events: list[ClientEvent] = []
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            for msg in core.read(max - len(events), timeout):
-                block = msg.header_block
-                seq = ts = 0
-                if block is not None:
-                    seq = int(header_value(block, b"Wsgw-Seq") or 0)
-                    ts = int(header_value(block, b"Wsgw-Recv-Ts") or 0)
-                events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
-            if events or timeout == 0 or core.closed:
-                return events
-            if deadline is not None:  # only other topics came: wait on for the rest
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    return events
+        for msg in core.read(max, timeout):
+            block = msg.header_block
+            seq = ts = 0
+            if block is not None:
+                seq = int(header_value(block, b"Wsgw-Seq") or 0)
+                ts = int(header_value(block, b"Wsgw-Recv-Ts") or 0)
+            events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
+        return events
 
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:

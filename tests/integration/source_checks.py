@@ -9,8 +9,9 @@ from gateway.client.core import MessageSource
 
 
 def check_interrupt_and_close_end_a_wait_in_another_thread(source: MessageSource) -> None:
-    """A wait in one thread ends at once on interrupt() (False), and a read blocked without
-    a timeout ends on close() ([]), leaving the source ended."""
+    """A wait in one thread ends at once on interrupt() (False), so does a read blocked
+    without a timeout ([]), and a read blocked without a timeout ends on close() ([]),
+    leaving the source ended."""
     results: list[object] = []
     waiter = threading.Thread(target=lambda: results.append(source.wait(30)))
     waiter.start()
@@ -19,10 +20,17 @@ def check_interrupt_and_close_end_a_wait_in_another_thread(source: MessageSource
     waiter.join(2)
     assert not waiter.is_alive() and results == [False]
 
+    interrupted = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
+    interrupted.start()
+    time.sleep(0.2)
+    source.interrupt()
+    interrupted.join(2)
+    assert not interrupted.is_alive() and results == [False, []]
+
     reader = threading.Thread(target=lambda: results.append(source.read(timeout=None)))
     reader.start()
     time.sleep(0.2)
     source.close()
     reader.join(2)
-    assert not reader.is_alive() and results == [False, []]
+    assert not reader.is_alive() and results == [False, [], []]
     assert source.ended
