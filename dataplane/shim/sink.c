@@ -110,10 +110,10 @@ static void note_lag(wsgw_sink *s, uint64_t ts_ns)
     s->lag[s->lag_n++ % WSGW_SINK_LAG_SAMPLES] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
-/* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form. */
-static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
+/* RFC 6455 5.2: FIN, opcode, no mask, the shortest length form; its length. */
+static uint32_t put_head(uint8_t *h, uint8_t opcode, uint64_t len)
 {
-    h[0] = 0x80 | (wsgw_utf8_valid(payload, len) ? 0x1 : 0x2);
+    h[0] = 0x80 | opcode;
     if (len < 126) {
         h[1] = (uint8_t)len;
         return 2;
@@ -126,8 +126,14 @@ static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
     }
     h[1] = 127;
     for (int i = 0; i < 8; i++)
-        h[2 + i] = (uint8_t)((uint64_t)len >> (56 - 8 * i));
+        h[2 + i] = (uint8_t)(len >> (56 - 8 * i));
     return 10;
+}
+
+/* A raw payload's frame head: text when it is UTF-8, else binary. */
+static uint32_t frame_head(uint8_t *h, const uint8_t *payload, uint32_t len)
+{
+    return put_head(h, wsgw_utf8_valid(payload, len) ? 0x1 : 0x2, len);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -325,11 +331,6 @@ static uint8_t *put_u64(uint8_t *o, uint64_t v)
     return o;
 }
 
-static uint32_t head_len(size_t len)
-{
-    return len < 126 ? 2 : len < 65536 ? 4 : 10;
-}
-
 /* After a chunk's frames went out: the socket goes on at the chunk's end, or stops
  * (disarmed, with why) at the record it could not send. */
 static void end_chunk(wsgw_sink *s, struct sink_sock *k, uint64_t first, uint32_t n,
@@ -408,20 +409,7 @@ static void envelope_chunk(wsgw_sink *s, struct sink_sock *k, const struct wsgw_
         size_t body = ENV_HEAD_LEN + seq_len + k->pub_len[t] + ts_len + ENV_PAYLOAD_LEN +
                       esc[f] + ENV_TAIL_LEN;
         uint8_t *start = o;
-        uint32_t h = head_len(body);
-        o[0] = 0x81; /* FIN, text (RFC 6455 5.2) */
-        if (h == 2) {
-            o[1] = (uint8_t)body;
-        } else if (h == 4) {
-            o[1] = 126;
-            o[2] = (uint8_t)(body >> 8);
-            o[3] = (uint8_t)body;
-        } else {
-            o[1] = 127;
-            for (int j = 0; j < 8; j++)
-                o[2 + j] = (uint8_t)((uint64_t)body >> (56 - 8 * j));
-        }
-        o += h;
+        o += put_head(o, 0x1, body); /* text */
         memcpy(o, ENV_HEAD, ENV_HEAD_LEN);
         o += ENV_HEAD_LEN;
         memcpy(o, num[0], seq_len);
