@@ -36,6 +36,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -115,34 +117,26 @@ class StreamSink:
 
     def add(self, fd: int, session_id: int, topic_ids: list[int]) -> SinkSocket:
         """A socket of session_id's topic ids ([]: all of the session), not armed."""
-        with self._lock:
-            if self.closed:
-                raise SinkError(errno.EBADF, "stream sink closed")
-            slot = c.add(self._handle, fd, session_id, topic_ids)
-        if slot < 0:
-            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
-        return SinkSocket(self, slot)
+        return self._add(c.add, fd, session_id, topic_ids)
 
     def add_envelope(self, fd: int, session_id: int, topic_ids: list[int]) -> SinkSocket:
         """An envelope stream's socket (as add's), not armed: it sends the records of the
         topics it was told the middle of (SinkSocket.envelope_topic) as JSON envelopes and
         stops at the others, at payloads that are not UTF-8 and at records written under
         envelope_hold."""
-        with self._lock:
-            if self.closed:
-                raise SinkError(errno.EBADF, "stream sink closed")
-            slot = c.add_envelope(self._handle, fd, session_id, topic_ids)
-        if slot < 0:
-            raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
-        return SinkSocket(self, slot)
+        return self._add(c.add_envelope, fd, session_id, topic_ids)
 
     def add_nats(self, fd: int, busy_sends: int = 0) -> SinkSocket:
         """A NATS connection (every session, PUB records: gateway.hub.nats_c), not armed;
         more than busy_sends sends in a millisecond disarm it (0: never)."""
+        return self._add(c.add_nats, fd, busy_sends)
+
+    def _add(self, add: Callable[..., int], *args: Any) -> SinkSocket:
+        """A slot made by the C call add(handle, *args): its SinkSocket, or SinkError."""
         with self._lock:
             if self.closed:
                 raise SinkError(errno.EBADF, "stream sink closed")
-            slot = c.add_nats(self._handle, fd, busy_sends)
+            slot = add(self._handle, *args)
         if slot < 0:
             raise SinkError(-slot, f"stream sink: {os.strerror(-slot)}")
         return SinkSocket(self, slot)
