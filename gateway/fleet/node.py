@@ -171,6 +171,10 @@ class FencedSink:
 class FleetRuntime(LiveRuntime):
     """A LiveRuntime that runs a session only while this node holds its lease (module doc)."""
 
+    # Across nodes the lease says whether a feed had a hole: a take-over publishes its gap
+    # (mark_resumed), a hand-over loses nothing, though this node stopped the session.
+    gap_after_stop = False
+
     def __init__(
         self,
         sink: MessageSink,

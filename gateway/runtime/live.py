@@ -55,6 +55,9 @@ NO_ENGINE = "dpdk ports need the engine; run with an engine"
 UNRESPONSIVE_S = 30.0
 LOOP_GONE = "the engine loop of its port is gone (the port went down or its thread stopped)"
 NO_ENGINE_SESSION = "dpdk sessions need the engine; run with an engine, or use the kernel transport"
+STOPPED_GAP_REASON = (
+    "stopped: the session was not connected; messages published meanwhile were missed"
+)
 
 #: A session's own state -> the control plane's coarser one (the fine state is in reason).
 RUNTIME_STATE: dict[State, rt.SessionState] = {
@@ -120,6 +123,10 @@ ConfigFactory = Callable[[rt.SessionSpec], SessionConfig]
 
 class LiveRuntime:
     """Upstream sessions on a loop thread, behind the thread-safe Runtime interface."""
+
+    #: A session that had connected and is started again publishes a gap first
+    #: (STOPPED_GAP_REASON): nothing reads its feed in between.
+    gap_after_stop = True
 
     def __init__(
         self,
@@ -290,14 +297,13 @@ class LiveRuntime:
                 sid, rt.SessionState.CONNECTING, "starting", time.time(), self._held(sid)
             )
             self._status[sid] = status
-            resume_gap = self._resume_gaps.pop(sid, None)
         if revived:
             for hub in {id(h): h for h in (self.hub, self._sink) if h is not None}.values():
                 revive = getattr(hub, "revive_session", None)
                 if callable(revive):
                     revive(sid)
         try:
-            self._submit(self._start(sid, config, engine, loop, resume_gap))
+            self._submit(self._start(sid, config, engine, loop))
         except rt.RuntimeRefusedError:
             with self._lock:  # closed meanwhile: nothing started
                 self._running.discard(sid)
@@ -689,7 +695,6 @@ class LiveRuntime:
         config: SessionConfig,
         engine: Engine | None,
         loop: asyncio.AbstractEventLoop,
-        resume_gap: str | None,
     ) -> None:
         async with self._command_lock(sid):
             with self._lock:
@@ -701,6 +706,8 @@ class LiveRuntime:
                     if sid not in self._running or self._closed:
                         return
                     topics = list(self._topics.get(sid, ()))
+                    # Taken after the old object ended: its end may have left one.
+                    resume_gap = self._resume_gaps.pop(sid, None)
                 await self._on(loop, self._create(sid, config, engine, resume_gap, topics))
             except _LoopGone:
                 self._fail_start(sid, LOOP_GONE)
@@ -858,6 +865,11 @@ class LiveRuntime:
     def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
         if self._sessions.get(sid) is session:
             del self._sessions[sid]
+            if session.counters.connects and self.gap_after_stop:
+                # Its feed ends here (stopped, failed, restarted): what the exchange sends
+                # until the next start connects is missed, so that start publishes a gap, as
+                # a reconnect does. A reason set already (a restore's, a takeover's) stays.
+                self._resume_gaps.setdefault(sid, STOPPED_GAP_REASON)
         self._live_on.pop(session, None)
 
     def _on_event(self, session: UpstreamSession, event: SessionEvent) -> None:

@@ -21,8 +21,8 @@ from gateway.runtime import (
     SessionState,
 )
 from gateway.runtime.engines import DpdkEngines
-from gateway.runtime.live import LiveRuntime
-from gateway.sessions import Published, RecordingSink
+from gateway.runtime.live import STOPPED_GAP_REASON, LiveRuntime
+from gateway.sessions import GapMark, Published, RecordingSink
 from gateway.settings import Settings
 from gateway.simulator.process import start_simulator
 from tests.conftest import requires_dpdk
@@ -105,10 +105,16 @@ def test_dpdk_port_and_session_through_the_runtime(eal, lab: Lab, mode: str) -> 
                 )
             )
         assert runtime.port_status(2).state is PortState.FAILED
-        # Stopped, and its port taken down before the closing handshake is over: the
-        # session still ends as stopped (in loop mode its loop goes with the port).
+        # Started again: its first connection marks what went by while it was stopped.
+        stopped_at = len(sink.entries())
         runtime.start_session(spec)
         wait_for(lambda: runtime.session_status(7).state is SessionState.CONNECTED)
+        wait_for(lambda: len(sink.entries()) > stopped_at + 5)
+        gap = sink.entries()[stopped_at]
+        assert isinstance(gap, GapMark) and gap.reason == STOPPED_GAP_REASON, gap
+        assert check_order(sink, TOPICS) == 1
+        # Stopped, and its port taken down before the closing handshake is over: the
+        # session still ends as stopped (in loop mode its loop goes with the port).
         runtime.stop_session(7)
         runtime.port_down(1)
         wait_for(lambda: runtime.session_status(7).state is SessionState.STOPPED, timeout=10)

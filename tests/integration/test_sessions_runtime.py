@@ -11,8 +11,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from gateway.runtime import RuntimeEvent, SessionSpec, SessionState
-from gateway.runtime.live import LiveRuntime
-from gateway.sessions import HeartbeatConfig, ReconnectPolicy, RecordingSink, SessionConfig
+from gateway.runtime.live import STOPPED_GAP_REASON, LiveRuntime
+from gateway.sessions import GapMark, HeartbeatConfig, ReconnectPolicy, RecordingSink, SessionConfig
 from gateway.simulator import Fault, SimConfig, Simulator
 from tests.integration.test_sessions_helpers import check_order, run, until
 
@@ -42,14 +42,6 @@ def timed(call: Callable[..., T], *args: object) -> T:
     result = call(*args)
     assert time.perf_counter() - start < 0.05, call
     return result
-
-
-async def until_quiet(sink: RecordingSink, quiet_s: float = 0.1) -> None:
-    """Until the sink got nothing new for quiet_s."""
-    seen = -1
-    while len(sink.entries()) != seen:
-        seen = len(sink.entries())
-        await asyncio.sleep(quiet_s)
 
 
 def test_live_runtime_end_to_end() -> None:
@@ -100,35 +92,38 @@ def test_live_runtime_end_to_end() -> None:
                 (conn,) = sim.connections.values()
                 await until(lambda: conn.topics == set(TOPICS[1:]))
 
-                # Nothing in flight when the session stops: a deliberate stop drops what
-                # arrives while it stops, and the restart below starts a new stream with no
-                # gap mark (CI, session 16: a message the simulator sent just then made the
-                # order check see a jump).
-                sim.set_rate(rate=0.0)
-                await until_quiet(sink)
+                # Stopped while the feed flows: what the exchange sends until the restart
+                # is missed, and the restart's first connection says so with a gap mark.
                 status = timed(runtime.stop_session, 1)
                 assert status.state is SessionState.STOPPING
                 await until(lambda: runtime.session_status(1).state is SessionState.STOPPED)
                 assert runtime.session_status(1).topics == tuple(TOPICS[1:])  # wanted, kept
                 await until(lambda: not sim.connections)
                 assert counter(runtime, "messages") == 0.0  # gone from the live set
+                assert len(sink.gaps()) == 1  # the stop alone publishes nothing
+                stopped_at = len(sink.entries())
 
-                # A restart picks the held topics up again.
+                # A restart picks the held topics up again, behind a gap mark.
                 timed(runtime.start_session, replace(spec))
                 await until(streaming)
                 (conn,) = sim.connections.values()
                 assert conn.topics == set(TOPICS[1:])
+                await until(lambda: len(sink.entries()) > stopped_at + 5)
+                restarted = sink.entries()[stopped_at:]
+                assert isinstance(restarted[0], GapMark), restarted[:2]
+                assert restarted[0].reason == STOPPED_GAP_REASON
+                assert restarted[0].session_id == 1 and restarted[0].lost is None
                 await asyncio.to_thread(runtime.close)  # before the simulator goes away
                 await until(lambda: not sim.connections)
         finally:
             await asyncio.to_thread(runtime.close)
         assert not [t for t in threading.enumerate() if t.name == "wsgw-sessions" and t.is_alive()]
-        assert check_order(sink, TOPICS) == 1  # one reconnect, one gap
+        assert check_order(sink, TOPICS) == 2  # the reconnect's gap, the restart's
         states = [e.details["state"] for e in events if e.kind == "state"]
         assert states[:3] == ["connecting", "subscribing", "streaming"]
         assert states.count("stopped") == 2  # the stop, and the shutdown
         assert all(e.session_id == 1 and e.reason for e in events)
-        assert [e.kind for e in events].count("gap") == 1
+        assert [e.kind for e in events].count("gap") == 2
         assert all("session_state" in e.details and "connection" in e.details for e in events)
 
     run(scenario())
