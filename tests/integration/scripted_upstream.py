@@ -13,63 +13,41 @@ close frame is answered. Stops by itself after an hour.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import socket
 import sys
 import threading
 import time
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Request
 
 
-def handshake(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
+def handshake(conn: socket.socket) -> WSConnection:
+    """The client's upgrade request, answered with a 101 (wsproto: RFC 6455 section 4.2)."""
+    ws = WSConnection(ConnectionType.SERVER)
+    while True:
         chunk = conn.recv(4096)
         if not chunk:
             raise ConnectionError("closed during the handshake")
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    key = b""
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"sec-websocket-key":
-            key = value.strip()
-    accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
-    conn.sendall(
-        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
-    )
-    return rest
+        ws.receive_data(chunk)
+        if any(isinstance(event, Request) for event in ws.events()):
+            conn.sendall(ws.send(AcceptConnection()))
+            return ws
 
 
-def drain(conn: socket.socket, closed: threading.Event) -> None:
+def drain(conn: socket.socket, ws: WSConnection, closed: threading.Event) -> None:
     """Read the client's frames; answer its close frame with ours."""
-    buf = b""
     try:
         while True:
             chunk = conn.recv(65536)
             if not chunk:
                 break
-            buf += chunk
-            while len(buf) >= 2:
-                n = buf[1] & 0x7F
-                hlen = 2 + (2 if n == 126 else 8 if n == 127 else 0) + 4
-                if len(buf) < hlen:
-                    break
-                if n == 126:
-                    n = int.from_bytes(buf[2:4], "big")
-                elif n == 127:
-                    n = int.from_bytes(buf[2:10], "big")
-                if len(buf) < hlen + n:
-                    break
-                opcode = buf[0] & 0x0F
-                buf = buf[hlen + n :]
-                if opcode == 8:
-                    conn.sendall(b"\x88\x02\x03\xe8")
+            ws.receive_data(chunk)
+            for event in ws.events():
+                if isinstance(event, CloseConnection):
+                    conn.sendall(ws.send(event.response()))
                     closed.set()
                     return
     except OSError:
@@ -79,9 +57,9 @@ def drain(conn: socket.socket, closed: threading.Event) -> None:
 
 def serve(conn: socket.socket, script: list[list[object]], drop: bool) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    handshake(conn)
+    ws = handshake(conn)
     closed = threading.Event()
-    threading.Thread(target=drain, args=(conn, closed), daemon=True).start()
+    threading.Thread(target=drain, args=(conn, ws, closed), daemon=True).start()
     try:
         for hex_bytes, delay in script:
             conn.sendall(bytes.fromhex(str(hex_bytes)))
