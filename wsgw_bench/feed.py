@@ -64,7 +64,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -699,8 +699,14 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             latency_profile=cfg.latency_profile,  # type: ignore[arg-type]
             engine=dict(cfg.engine),  # type: ignore[arg-type]
         )
+        engines: list[DpdkEngines] = []  # the runtime's, made at its first port
+
+        def make_engines() -> DpdkEngines:
+            engines.append(DpdkEngines(settings))
+            return engines[-1]
+
         with lab.client_threads():  # the session loop thread: kernel sockets in the twin
-            runtime = LiveRuntime(hub, engine_factory=lambda: DpdkEngines(settings), hub=hub)
+            runtime = LiveRuntime(hub, engine_factory=make_engines, hub=hub)
         undo.callback(runtime.close)
         port_id = None
         host = lab.peer_client_ip
@@ -708,12 +714,13 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
             port_id, host = 1, lab.peer_ip
             runtime.port_up(PortSpec(1, "feed", lab.vdev, lab.gw_ip, lab.netmask, None, 1500))
             if cfg.engine_sleep is not None:
-                set_engine_sleep(runtime, port_id, *cfg.engine_sleep)
+                set_engine_sleep(engines[0].engine_for(port_id), *cfg.engine_sleep)
             if cfg.engine_slice_us is not None:
                 from dataplane.sched import set_thread_slice
 
                 slice_ns = cfg.engine_slice_us * 1000
-                port_engine(runtime, port_id).call(lambda: set_thread_slice(slice_ns)).result(10)
+                engine = engines[0].engine_for(port_id)
+                engine.call(lambda: set_thread_slice(slice_ns)).result(10)
         runtime.subscribe(sid, list(TOPICS))
         url = f"ws://{host}:{SIM_PORT}/binance/stream"
         runtime.start_session(SessionSpec(sid, "feed", url, "binance", cfg.transport, port_id))
@@ -731,7 +738,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
                 break
             if cmd[0] != "metrics":
                 break
-            figures = {**gateway_figures(runtime), **nats_sink_figures(hub)}
+            figures = {**gateway_figures(runtime, engines), **nats_sink_figures(hub)}
             conn.send(("metrics", {**figures, "sink lags": sink_lags(hub)}))
         counters = runtime.sessions_snapshot().get(sid, {}).get("counters", {})
         runtime.stop_session(sid)
@@ -739,24 +746,19 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         conn.send(("stopped", dict(counters)))
 
 
-def port_engine(runtime: Any, port_id: int) -> Any:
-    """The DPDK engine (dataplane.engine.Engine) of one of the runtime's ports."""
-    return runtime._engine.engine_for(port_id)
-
-
-def set_engine_sleep(runtime: Any, port_id: int, idle_polls: int, first_nap_ns: int) -> None:
-    """The port's engine backs off as told (on its own thread, at its next batch)."""
-    engine = port_engine(runtime, port_id)
+def set_engine_sleep(engine: Any, idle_polls: int, first_nap_ns: int) -> None:
+    """A port's engine (dataplane.engine.Engine) backs off as told (on its own thread, at
+    its next batch)."""
     fastpath = engine.fastpath
     ceiling = fastpath.config.sleep_max_ns
     engine.call(lambda: fastpath.set_sleep(idle_polls, first_nap_ns, ceiling)).result(10)
 
 
-def gateway_figures(runtime: Any) -> dict[str, Any]:
+def gateway_figures(runtime: Any, engines: Sequence[Any]) -> dict[str, Any]:
     """From the runtime's metrics: "handoff", its in-gateway latency (session read ->
     handed to the hub, which writes the ring record before it returns) by quantile in us,
     over the last bursts it keeps (empty when it has none); the session's "reconnects" and
-    "gaps" so far."""
+    "gaps" so far; the engines' port counters."""
     handoff: dict[str, float] = {}
     out: dict[str, Any] = {"handoff": handoff, "reconnects": 0, "gaps": 0}
     for metric in runtime.metrics().metrics:
@@ -765,8 +767,7 @@ def gateway_figures(runtime: Any) -> dict[str, Any]:
         elif metric.name in ("session_reconnects", "session_gaps"):
             out[metric.name.removeprefix("session_")] += int(metric.value)
     out["threads"] = thread_figures()
-    engines = getattr(runtime, "_engine", None)
-    details = engines.status().details if engines is not None else None
+    details = engines[0].status().details if engines else None
     out["engine"] = {
         k: v for k, v in (details or {}).get("port1", {}).items() if isinstance(v, int)
     }
