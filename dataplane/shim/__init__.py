@@ -50,6 +50,7 @@ from dataplane.shim._bind_identity import SEQUENCE as IDENTITY_SEQUENCE
 from dataplane.shim._bind_identity import IdentityStruct
 from dataplane.shim._bind_identity import dialect_code as identity_dialect_code
 from dataplane.shim._bind_identity import scan as identity_scan
+from dataplane.shim._bind_nats import NatsScanner
 from dataplane.shim._bind_ring import F_REPLACE as RING_F_REPLACE
 from dataplane.shim._bind_ring import F_START_OLDEST as RING_F_START_OLDEST
 from dataplane.shim._bind_ring import INFO_CLOSED as RING_INFO_CLOSED
@@ -225,6 +226,7 @@ __all__ = [
     "GroupConf",
     "GroupStats",
     "IdentityStruct",
+    "NatsScanner",
     "RingReadBuffers",
     "RingWriteFn",
     "Shim",

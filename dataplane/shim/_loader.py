@@ -50,6 +50,7 @@ BINDINGS = (
     "_bind_engine",
     "_bind_feed",
     "_bind_identity",
+    "_bind_nats",
     "_bind_ring",
     "_bind_ringnotify",
     "_bind_sink",

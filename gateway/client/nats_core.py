@@ -5,24 +5,31 @@ connection that reads its socket where the consumer waits.
 Why not nats-py for this: it is asyncio only, so a sync consumer needs its loop in a thread
 and a hand-off per batch (two wake-ups where the socket needs one), and its per-message
 pipeline (a parser step, a Msg object, a queue, a task step) costs ~15 us of CPU: a consumer
-of at most ~67k msg/s on the lab machine (issue #16). Here a message costs its parse. What
-needs a library stays on nats-py (gateway.client.nats): JetStream, TLS.
+of at most ~67k msg/s on the lab machine (issue #16). Here a message costs its parse, and
+the plain messages of a read are found by one shim call (`NatsParser`). What needs a
+library stays on nats-py (gateway.client.nats): JetStream, TLS.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import os
 import re
 import socket
 import threading
 import time
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import orjson
 
 from gateway.client.socketwait import SocketWait
+
+if TYPE_CHECKING:
+    from dataplane.shim import NatsScanner
 
 #: Longest control line (`MSG ...`, `INFO {...}`) the parser holds before it gives up: the
 #: server's own default max_control_line is 4 KiB; INFO may be longer (cluster URLs).
@@ -34,6 +41,8 @@ RECV_BYTES = 256 << 10
 #: the socket is left unread, TCP pushes back and the server's slow-consumer rule applies
 #: (as nats-py's default pending limit of 65536 messages did for a subscription).
 MAX_HELD = 65536
+#: Subjects the parser keeps decoded (a bus has few; a flood of new ones just clears it).
+MAX_SUBJECTS_KEPT = 4096
 #: Between reconnect attempts to the whole server list (nats-py waits 2 s; the sink's
 #: messages meanwhile are lost either way: core NATS keeps nothing).
 RECONNECT_WAIT_S = 0.25
@@ -132,10 +141,17 @@ def parse_headers(block: bytes) -> dict[str, str]:
 
 class NatsParser:
     """Bytes from the server in, events out; a message split across reads waits for its
-    end. Operation names are case-insensitive (the protocol says so)."""
+    end. Operation names are case-insensitive (the protocol says so).
 
-    def __init__(self) -> None:
+    The plain messages of a read (MSG and HMSG without a reply subject, whole) are found by
+    one shim call when the shim loads (`dataplane.shim.NatsScanner`, ~4x less CPU a message);
+    everything else, and everything without the shim, is read here, with the same events and
+    errors either way (tests/unit/client/test_nats_parser.py). scan=False: Python only."""
+
+    def __init__(self, scan: bool = True) -> None:
         self._buf = bytearray()
+        self._scanner = _scanner() if scan else None
+        self._subjects: dict[bytes, str] = {}  # the scan's subjects, decoded once
 
     @property
     def buffered(self) -> int:
@@ -148,50 +164,83 @@ class NatsParser:
         pos = 0
         size = len(buf)
         while pos < size:
-            first = buf[pos]
-            line = None
-            if first in _M:
-                line = _MSG_LINE.match(buf, pos)
-            elif first in _H:
-                line = _HMSG_LINE.match(buf, pos)
-            if line is None:  # a control line, an incomplete one, or a malformed one
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    if size - pos > MAX_CONTROL_LINE:
-                        raise NatsProtocolError(f"a control line longer than {MAX_CONTROL_LINE}")
+            if self._scanner is not None:
+                pos = self._scanned(buf, pos, events)
+                if pos >= size:
                     break
-                events.append(_control(bytes(buf[pos:eol])))
-                pos = eol + 2
-                continue
-            start = line.end()
-            end = start + _size(line.group("total"))
-            if end + 2 > size:  # its payload is still on the way
+            after = self._parse_one(buf, pos, events)
+            if after is None:
                 break
-            if buf[end : end + 2] != b"\r\n":
-                raise NatsProtocolError("a message's payload not followed by CRLF")
-            hlen = line.group("hlen") if first in _H else None
-            block = None
-            if hlen is not None:
-                header_end = start + _size(hlen)
-                if header_end > end:
-                    raise NatsProtocolError("HMSG headers longer than the message")
-                block = bytes(buf[start:header_end])
-                if not block.startswith(b"NATS/"):
-                    raise NatsProtocolError(f"header block starts with {block[:16]!r}")
-                start = header_end
-            reply = line.group("reply")
-            events.append(
-                NatsMsg(
-                    _subject(line.group("subject")),
-                    int(line.group("sid")),
-                    None if reply is None else _subject(reply),
-                    block,
-                    bytes(buf[start:end]),
-                )
-            )
-            pos = end + 2
+            pos = after
         del buf[:pos]
         return events
+
+    def _parse_one(self, buf: bytearray, pos: int, events: list[NatsEvent]) -> int | None:
+        """The event at pos, added to events: where the next one starts; None while it is
+        not all here."""
+        size = len(buf)
+        first = buf[pos]
+        line = None
+        if first in _M:
+            line = _MSG_LINE.match(buf, pos)
+        elif first in _H:
+            line = _HMSG_LINE.match(buf, pos)
+        if line is None:  # a control line, an incomplete one, or a malformed one
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if size - pos > MAX_CONTROL_LINE:
+                    raise NatsProtocolError(f"a control line longer than {MAX_CONTROL_LINE}")
+                return None
+            events.append(_control(bytes(buf[pos:eol])))
+            return eol + 2
+        start = line.end()
+        end = start + _size(line.group("total"))
+        if end + 2 > size:  # its payload is still on the way
+            return None
+        if buf[end : end + 2] != b"\r\n":
+            raise NatsProtocolError("a message's payload not followed by CRLF")
+        hlen = line.group("hlen") if first in _H else None
+        block = None
+        if hlen is not None:
+            header_end = start + _size(hlen)
+            if header_end > end:
+                raise NatsProtocolError("HMSG headers longer than the message")
+            block = bytes(buf[start:header_end])
+            if not block.startswith(b"NATS/"):
+                raise NatsProtocolError(f"header block starts with {block[:16]!r}")
+            start = header_end
+        reply = line.group("reply")
+        events.append(
+            NatsMsg(
+                _subject(line.group("subject")),
+                int(line.group("sid")),
+                None if reply is None else _subject(reply),
+                block,
+                bytes(buf[start:end]),
+            )
+        )
+        return end + 2
+
+    def _scanned(self, buf: bytearray, pos: int, events: list[NatsEvent]) -> int:
+        """The plain messages from pos on, as the shim found them; where it stopped."""
+        assert self._scanner is not None
+        while True:
+            words, stop = self._scanner.scan(buf, pos)
+            subjects = self._subjects
+            for at in range(0, len(words), 7):
+                s_off, s_len, sid, h_off, h_len, p_off, p_len = words[at : at + 7]
+                token = bytes(buf[s_off : s_off + s_len])
+                subject = subjects.get(token)
+                if subject is None:
+                    subject = _subject(token)
+                    if len(subjects) >= MAX_SUBJECTS_KEPT:
+                        subjects.clear()
+                    subjects[token] = subject
+                block = bytes(buf[h_off : h_off + h_len]) if h_len else None
+                events.append(NatsMsg(subject, sid, None, block, bytes(buf[p_off : p_off + p_len])))
+            if stop == pos or len(words) < 7 * self._scanner.max_msgs:
+                return stop
+            pos = stop
 
 
 # A message's control line (the protocol's operation names are case-insensitive). With a
@@ -214,6 +263,28 @@ _HMSG_LINE = re.compile(
     + _ARG
     + rb"(?P<total>[0-9]+)\r\n"
 )
+
+
+@functools.cache
+def _scanner_available() -> bool:
+    """Whether the shim loads; asked once per process."""
+    try:
+        from dataplane.shim import load
+
+        load()
+    except Exception as exc:
+        logging.getLogger(__name__).warning("NATS scan falls back to pure Python: %s", exc)
+        return False
+    return True
+
+
+def _scanner() -> NatsScanner | None:
+    """A shim scanner for a parser, None without the shim (WSGW_NATS_SCAN=python: never)."""
+    if os.environ.get("WSGW_NATS_SCAN", "").lower() == "python" or not _scanner_available():
+        return None
+    from dataplane.shim import NatsScanner
+
+    return NatsScanner(MAX_PAYLOAD)
 
 
 def _subject(token: bytes) -> str:

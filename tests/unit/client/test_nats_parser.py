@@ -1,6 +1,7 @@
 """The core NATS reader's parser (gateway.client.nats_core) against nats-py's own parser as
 the oracle: the same operations, split anywhere (byte at a time too), give the same
-messages; malformed input raises NatsProtocolError, never a wrong message."""
+messages; malformed input raises NatsProtocolError, never a wrong message. The shim's scan
+of plain messages on and off gives the same events and the same errors (differential)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.protocol.parser import Parser
 
+from dataplane.shim import NatsScanner
 from gateway.client.nats_core import (
     MAX_CONTROL_LINE,
+    MAX_PAYLOAD,
     NatsErr,
     NatsInfo,
     NatsMsg,
@@ -133,6 +136,7 @@ def test_split_anywhere_gives_what_nats_py_parses(
         events.extend(parser.feed(chunk))
     assert parser.buffered == 0
     assert ours_as_oracle(events) == oracle.events
+    assert outcome(wire, cuts, scan=False) == (events, 0)
     messages = [e for e in events if isinstance(e, NatsMsg)]
     sent = [op for kind, op in ops if kind == "m"]
     assert [m.headers for m in messages] == [h for _, _, _, h, _ in sent]
@@ -199,9 +203,10 @@ def test_status_headers_come_as_nats_py_names_them() -> None:
         (b"M" * (MAX_CONTROL_LINE + 1), "longer than"),
     ],
 )
-def test_malformed_input_is_a_protocol_error(wire: bytes, says: str) -> None:
+@pytest.mark.parametrize("scan", [True, False], ids=["shim", "python"])
+def test_malformed_input_is_a_protocol_error(wire: bytes, says: str, scan: bool) -> None:
     with pytest.raises(NatsProtocolError, match=says):
-        read_all_headers(NatsParser().feed(wire))
+        read_all_headers(NatsParser(scan=scan).feed(wire))
 
 
 def read_all_headers(events: list[Any]) -> None:
@@ -230,3 +235,92 @@ def test_any_bytes_give_events_or_a_protocol_error(pieces: list[bytes]) -> None:
     parser = NatsParser()
     with contextlib.suppress(NatsProtocolError):
         read_all_headers(parser.feed(b"".join(pieces)))
+
+
+# ---- the shim's scan of plain messages, on and off ------------------------------------------
+def outcome(wire: bytes, cuts: list[int], scan: bool) -> tuple[list[Any], int] | str:
+    """What a parser makes of wire fed in the given pieces: its events and what it holds,
+    or the error it raised (type and text)."""
+    parser = NatsParser(scan=scan)
+    events: list[Any] = []
+    try:
+        for chunk in chunks_of(wire, cuts):
+            events.extend(parser.feed(chunk))
+    except NatsProtocolError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return events, parser.buffered
+
+
+def test_the_shim_scans_when_it_loads() -> None:
+    assert NatsParser()._scanner is not None
+    assert NatsParser(scan=False)._scanner is None
+
+
+NEAR_PLAIN = st.sampled_from(
+    [
+        b"MSG a.b 1 2\r\nhi\r\n",
+        b"msg a.b 1 2\r\nhi\r\n",
+        b"MSG\ta.b\t\t1  2\r\nhi\r\n",
+        b"MSG a.b 1 2 \r\nhi\r\n",
+        b"MSG a.b 1 inbox 2\r\nhi\r\n",
+        b"MSG a.b 1 2\r\nhiX\r\n",
+        b"MSG a.b 1234567890123456789 2\r\nhi\r\n",
+        b"MSG a.b 1 0002\r\nhi\r\n",
+        b"MSG a\nb 1 2\r\nhi\r\n",
+        b"MSG a\rb 1 2\r\nhi\r\n",
+        b"MSGa.b 1 2\r\nhi\r\n",
+        b"HMSG a.b 1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n",
+        b"hmsg a.b 1 12 12\r\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG a.b 1 12 11\r\nNATS/1.0\r\n\r\n\r\n",
+        b"HMSG a.b 1 3 5\r\nNAThi\r\n",
+        b"HMSG a.b 1 r 12 14\r\nNATS/1.0\r\n\r\nhi\r\n",
+        b"MSG \xff 1 2\r\nhi\r\n",
+        b"MSG a 1 99999999999\r\n",
+        b"PING\r\n",
+        b"-ERR 'x'\r\n",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            MESSAGE.map(lambda m: encode(*m)),
+            NEAR_PLAIN,
+            st.sampled_from(PIECES),
+            st.binary(max_size=12),
+        ),
+        max_size=16,
+    ),
+    st.lists(st.integers(0, 10_000), max_size=8),
+)
+def test_the_scan_on_and_off_give_the_same_events_and_errors(
+    pieces: list[bytes], cuts: list[int]
+) -> None:
+    wire = b"".join(pieces)
+    assert outcome(wire, cuts, scan=True) == outcome(wire, cuts, scan=False)
+
+
+def test_the_scan_takes_a_long_read_in_several_calls() -> None:
+    """More plain messages than the scanner's result array holds: every one, in order."""
+    wire = b"".join(encode(f"s.{i % 3}", 1, None, None, b"%d" % i) for i in range(11))
+    wire += b"PING\r\n" + encode("t", 2, None, {"A": "1"}, b"x")
+    parser = NatsParser()
+    parser._scanner = NatsScanner(MAX_PAYLOAD, max_msgs=2)
+    events = parser.feed(wire)
+    assert [e.payload for e in events[:11]] == [b"%d" % i for i in range(11)]
+    assert events[11] == NatsPing()
+    assert events[12] == NatsMsg("t", 2, None, b"NATS/1.0\r\nA: 1\r\n\r\n", b"x")
+    assert parser.buffered == 0
+
+
+def test_the_scanner_stops_where_the_parser_must_read() -> None:
+    scanner = NatsScanner(MAX_PAYLOAD)
+    plain = b"MSG a 1 2\r\nhi\r\n"
+    for rest in (b"PING\r\n", b"MSG a 1 r 2\r\nhi\r\n", b"MSG a 1 2\r\nh", b"MSG a 1"):
+        buf = bytearray(plain + rest)
+        words, consumed = scanner.scan(buf, 0)
+        assert (words, consumed) == ([4, 1, 1, 11, 0, 11, 2], len(plain)), rest
+    assert scanner.scan(bytearray(), 0) == ([], 0)
+    assert scanner.scan(bytearray(plain * 2), len(plain))[1] == 2 * len(plain)
