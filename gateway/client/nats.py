@@ -55,11 +55,11 @@ import orjson
 from dataplane.ring import Gap, RingMessage
 from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnavailableError
 from gateway.client.nats_core import (
+    MAX_SUBJECTS_KEPT,
     CoreNatsSubscriber,
     NatsNeedsLibraryError,
     NatsProtocolError,
     NatsServerError,
-    header_value,
 )
 from gateway.hub.names import (
     NATS_GAP_TOKEN,
@@ -81,8 +81,8 @@ MAX_ACK_PENDING = 4 * MAX_QUEUED
 ACK_WAIT_S = 30.0
 #: How long an ack may wait for the server's confirmation.
 ACK_TIMEOUT_S = 5.0
-#: Subjects whose session and topic the source keeps parsed (more: it starts over).
-MAX_SUBJECTS_KEPT = 4096
+#: The sink's headers a core NATS read takes as (seq, recv_ts) numbers (gateway.hub.nats).
+CORE_NUMBERS = (b"Wsgw-Seq", b"Wsgw-Recv-Ts")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 AckMode = Literal["read", "next"]
 
@@ -175,6 +175,7 @@ class NatsSource(NetworkSource):
                 token=token,
                 name=self._name,
                 connect_timeout=timeout,
+                numbers=CORE_NUMBERS,
             )
         except NatsNeedsLibraryError:
             return False
@@ -437,11 +438,7 @@ class NatsSource(NetworkSource):
         subscriptions are the topics asked for: the server filtered them)."""
         events: list[ClientEvent] = []
         for msg in core.read(max, timeout):
-            block = msg.header_block
-            seq = ts = 0
-            if block is not None:
-                seq = int(header_value(block, b"Wsgw-Seq") or 0)
-                ts = int(header_value(block, b"Wsgw-Recv-Ts") or 0)
+            seq, ts = msg.numbers  # CORE_NUMBERS, read while scanning
             events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
         return events
 

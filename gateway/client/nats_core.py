@@ -41,7 +41,8 @@ RECV_BYTES = 256 << 10
 #: the socket is left unread, TCP pushes back and the server's slow-consumer rule applies
 #: (as nats-py's default pending limit of 65536 messages did for a subscription).
 MAX_HELD = 65536
-#: Subjects the parser keeps decoded (a bus has few; a flood of new ones just clears it).
+#: Subjects a parser keeps decoded, and a source parsed (a bus has few; a flood of new ones
+#: just starts over).
 MAX_SUBJECTS_KEPT = 4096
 #: Between reconnect attempts to the whole server list (nats-py waits 2 s; the sink's
 #: messages meanwhile are lost either way: core NATS keeps nothing).
@@ -73,6 +74,8 @@ class NatsMsg(NamedTuple):
     reply: str | None
     header_block: bytes | None  # HMSG: `NATS/1.0...\r\n\r\n` as sent, parsed on demand
     payload: bytes
+    #: The values of the parser's `numbers` headers (header_number), in their order.
+    numbers: tuple[int, ...] = ()
 
     @property
     def headers(self) -> dict[str, str] | None:
@@ -113,6 +116,18 @@ def header_value(block: bytes, name: bytes) -> bytes | None:
     return block[start : block.find(b"\r\n", start)].strip()
 
 
+def header_number(block: bytes | None, name: bytes) -> int:
+    """A header's value as a number: 0 without headers, without the header, or with a value
+    that is not one (the sink's Wsgw-Seq and Wsgw-Recv-Ts)."""
+    value = None if block is None else header_value(block, name)
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
 def parse_headers(block: bytes) -> dict[str, str]:
     """A message's header block: `NATS/1.0[ status[ description]]\\r\\n(Name: value\\r\\n)*
     \\r\\n` (ADR-4). A status line's code and text come as 'Status' and 'Description', as
@@ -146,11 +161,16 @@ class NatsParser:
     The plain messages of a read (MSG and HMSG without a reply subject, whole) are found by
     one shim call when the shim loads (`dataplane.shim.NatsScanner`, ~4x less CPU a message);
     everything else, and everything without the shim, is read here, with the same events and
-    errors either way (tests/unit/client/test_nats_parser.py). scan=False: Python only."""
+    errors either way (tests/unit/client/test_nats_parser.py). scan=False: Python only.
+    numbers: header names (at most two) whose values each message carries as numbers
+    (`NatsMsg.numbers`, `header_number`): read while scanning, not per message in Python."""
 
-    def __init__(self, scan: bool = True) -> None:
+    def __init__(self, scan: bool = True, numbers: tuple[bytes, ...] = ()) -> None:
+        if len(numbers) > 2:
+            raise ValueError(f"at most two header numbers, not {len(numbers)}")
         self._buf = bytearray()
-        self._scanner = _scanner() if scan else None
+        self.numbers = numbers
+        self._scanner = _scanner(numbers) if scan else None
         self._subjects: dict[bytes, str] = {}  # the scan's subjects, decoded once
 
     @property
@@ -217,18 +237,21 @@ class NatsParser:
                 None if reply is None else _subject(reply),
                 block,
                 bytes(buf[start:end]),
+                tuple(header_number(block, name) for name in self.numbers),
             )
         )
         return end + 2
 
     def _scanned(self, buf: bytearray, pos: int, events: list[NatsEvent]) -> int:
         """The plain messages from pos on, as the shim found them; where it stopped."""
-        assert self._scanner is not None
+        scanner = self._scanner
+        assert scanner is not None
+        width, ask = scanner.WORDS, scanner.ASK
+        subjects, names, count = self._subjects, self.numbers, len(self.numbers)
         while True:
-            words, stop = self._scanner.scan(buf, pos)
-            subjects = self._subjects
-            for at in range(0, len(words), 7):
-                s_off, s_len, sid, h_off, h_len, p_off, p_len = words[at : at + 7]
+            words, stop = scanner.scan(buf, pos)
+            for at in range(0, len(words), width):
+                s_off, s_len, sid, h_off, h_len, p_off, p_len, a, b = words[at : at + width]
                 token = bytes(buf[s_off : s_off + s_len])
                 subject = subjects.get(token)
                 if subject is None:
@@ -237,8 +260,14 @@ class NatsParser:
                         subjects.clear()
                     subjects[token] = subject
                 block = bytes(buf[h_off : h_off + h_len]) if h_len else None
-                events.append(NatsMsg(subject, sid, None, block, bytes(buf[p_off : p_off + p_len])))
-            if stop == pos or len(words) < 7 * self._scanner.max_msgs:
+                if ask in (a, b):  # a value the scan left to header_number
+                    a, b = (*(header_number(block, name) for name in names), 0, 0)[:2]
+                events.append(
+                    NatsMsg(
+                        subject, sid, None, block, bytes(buf[p_off : p_off + p_len]), (a, b)[:count]
+                    )
+                )
+            if stop == pos or len(words) < width * scanner.max_msgs:
                 return stop
             pos = stop
 
@@ -278,13 +307,13 @@ def _scanner_available() -> bool:
     return True
 
 
-def _scanner() -> NatsScanner | None:
+def _scanner(numbers: tuple[bytes, ...]) -> NatsScanner | None:
     """A shim scanner for a parser, None without the shim (WSGW_NATS_SCAN=python: never)."""
     if os.environ.get("WSGW_NATS_SCAN", "").lower() == "python" or not _scanner_available():
         return None
     from dataplane.shim import NatsScanner
 
-    return NatsScanner(MAX_PAYLOAD)
+    return NatsScanner(MAX_PAYLOAD, numbers)
 
 
 def _subject(token: bytes) -> str:
@@ -362,8 +391,10 @@ class CoreNatsSubscriber:
         token: str | None = None,
         name: str | None = None,
         connect_timeout: float = 5.0,
+        numbers: tuple[bytes, ...] = (),
     ) -> None:
         self.servers = [_server(url) for url in servers]
+        self.numbers = numbers  # NatsParser(numbers=): header values as numbers
         if not subjects:
             raise ValueError("no subject to subscribe to")
         self.subjects = subjects
@@ -375,7 +406,7 @@ class CoreNatsSubscriber:
         self.disconnects = 0
         self.last_error: str | None = None
         self._sock: socket.socket | None = None
-        self._parser = NatsParser()
+        self._parser = NatsParser(numbers=numbers)
         self._pending: deque[NatsMsg] = deque()
         self._lock = threading.Lock()
         self._waiting = SocketWait()
@@ -410,7 +441,7 @@ class CoreNatsSubscriber:
         sock = socket.create_connection((server.host, server.port), timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            parser = NatsParser()
+            parser = NatsParser(numbers=self.numbers)
             deadline = time.monotonic() + timeout
             info = self._expect(sock, parser, deadline, NatsInfo)
             assert isinstance(info, NatsInfo)

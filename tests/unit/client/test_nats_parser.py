@@ -238,10 +238,15 @@ def test_any_bytes_give_events_or_a_protocol_error(pieces: list[bytes]) -> None:
 
 
 # ---- the shim's scan of plain messages, on and off ------------------------------------------
-def outcome(wire: bytes, cuts: list[int], scan: bool) -> tuple[list[Any], int] | str:
+NUMBERS = (b"Wsgw-Seq", b"Wsgw-Recv-Ts")
+
+
+def outcome(
+    wire: bytes, cuts: list[int], scan: bool, numbers: tuple[bytes, ...] = ()
+) -> tuple[list[Any], int] | str:
     """What a parser makes of wire fed in the given pieces: its events and what it holds,
     or the error it raised (type and text)."""
-    parser = NatsParser(scan=scan)
+    parser = NatsParser(scan=scan, numbers=numbers)
     events: list[Any] = []
     try:
         for chunk in chunks_of(wire, cuts):
@@ -265,6 +270,7 @@ NEAR_PLAIN = st.sampled_from(
         b"MSG a.b 1 inbox 2\r\nhi\r\n",
         b"MSG a.b 1 2\r\nhiX\r\n",
         b"MSG a.b 1234567890123456789 2\r\nhi\r\n",
+        b"MSG a.b 12345678901234567890 2\r\nhi\r\n",
         b"MSG a.b 1 0002\r\nhi\r\n",
         b"MSG a\nb 1 2\r\nhi\r\n",
         b"MSG a\rb 1 2\r\nhi\r\n",
@@ -282,11 +288,32 @@ NEAR_PLAIN = st.sampled_from(
 )
 
 
+NUMBER_VALUE = st.sampled_from(
+    ["1", "0012", " 7 ", "\t42", "1796298610231722071", "9999999999999999999",
+     "18446744073709551615", "", "x", "-3", "+3", "1_000", "1 2", "12x", "\u0663", "\x0b5",
+     "5\x0b"]
+)  # fmt: skip
+SINK_HEADERS = st.lists(
+    st.tuples(st.sampled_from([*(n.decode() for n in NUMBERS), "wsgw-seq", "Other"]), NUMBER_VALUE),
+    max_size=4,
+).map(lambda pairs: "".join(f"{name}:{value}\r\n" for name, value in pairs))
+
+
+def sink_message(subject: str, sid: int, lines: str, payload: bytes) -> bytes:
+    """An HMSG with header lines as given (names twice, odd values: written raw)."""
+    head = f"NATS/1.0\r\n{lines}\r\n".encode()
+    line = f"HMSG {subject} {sid} {len(head)} {len(head) + len(payload)}\r\n".encode()
+    return line + head + payload + b"\r\n"
+
+
 @settings(max_examples=400, deadline=None)
 @given(
     st.lists(
         st.one_of(
             MESSAGE.map(lambda m: encode(*m)),
+            st.builds(
+                sink_message, SUBJECT, st.integers(1, 99), SINK_HEADERS, st.binary(max_size=40)
+            ),
             NEAR_PLAIN,
             st.sampled_from(PIECES),
             st.binary(max_size=12),
@@ -294,12 +321,36 @@ NEAR_PLAIN = st.sampled_from(
         max_size=16,
     ),
     st.lists(st.integers(0, 10_000), max_size=8),
+    st.sampled_from([(), NUMBERS[:1], NUMBERS]),
 )
 def test_the_scan_on_and_off_give_the_same_events_and_errors(
-    pieces: list[bytes], cuts: list[int]
+    pieces: list[bytes], cuts: list[int], numbers: tuple[bytes, ...]
 ) -> None:
     wire = b"".join(pieces)
-    assert outcome(wire, cuts, scan=True) == outcome(wire, cuts, scan=False)
+    assert outcome(wire, cuts, True, numbers) == outcome(wire, cuts, False, numbers)
+
+
+@pytest.mark.parametrize("value", NUMBER_VALUE.elements)  # type: ignore[attr-defined]
+def test_a_header_number_is_read_alike_with_the_scan_on_and_off(value: str) -> None:
+    wire = sink_message("a", 1, f"Wsgw-Recv-Ts:{value}\r\nWsgw-Seq: {value}\r\n", b"x")
+    assert outcome(wire, [], True, NUMBERS) == outcome(wire, [], False, NUMBERS)
+
+
+def test_header_numbers_come_with_each_message() -> None:
+    wire = (
+        sink_message("a", 1, "Wsgw-Seq: 5\r\nWsgw-Recv-Ts: 17\r\n", b"x")
+        + sink_message("a", 1, "Wsgw-Seq: 6\r\nWsgw-Seq: 9\r\n", b"y")  # the first one
+        + sink_message("a", 1, "Wsgw-Seq: x\r\nWsgw-Recv-Ts:  +18 \r\n", b"z")
+        + b"MSG a 1 1\r\nw\r\n"
+    )
+    for scan in (True, False):
+        events = NatsParser(scan=scan, numbers=NUMBERS).feed(wire)
+        assert [e.numbers for e in events if isinstance(e, NatsMsg)] == [
+            (5, 17),
+            (6, 0),
+            (0, 18),
+            (0, 0),
+        ], scan
 
 
 def test_the_scan_takes_a_long_read_in_several_calls() -> None:
@@ -321,6 +372,6 @@ def test_the_scanner_stops_where_the_parser_must_read() -> None:
     for rest in (b"PING\r\n", b"MSG a 1 r 2\r\nhi\r\n", b"MSG a 1 2\r\nh", b"MSG a 1"):
         buf = bytearray(plain + rest)
         words, consumed = scanner.scan(buf, 0)
-        assert (words, consumed) == ([4, 1, 1, 11, 0, 11, 2], len(plain)), rest
+        assert (words, consumed) == ([4, 1, 1, 11, 0, 11, 2, 0, 0], len(plain)), rest
     assert scanner.scan(bytearray(), 0) == ([], 0)
     assert scanner.scan(bytearray(plain * 2), len(plain))[1] == 2 * len(plain)
