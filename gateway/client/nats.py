@@ -7,7 +7,9 @@ stamp are the gateway's when the sink adds headers (`NatsConfig.headers`), else 
 (`<prefix>.<session>.$gap`) arrive as on the ring: messages of the `$gap` topic with the gap's
 JSON, which carries the gateway's epoch; a gap of another epoch than the last one seen comes
 after a `Restart`. Core NATS keeps nothing: what is published while the consumer is away is
-not delivered. JetStream stores it: `start_seq` resumes at a stream sequence (keep
+not delivered, and the first message after the reader's reconnect comes behind a `Gap` (of
+the ring sequences in between with the sink's headers, else Gap(0, 0): how many is not
+known). JetStream stores it: `start_seq` resumes at a stream sequence (keep
 `position`, the stream sequence of the last message delivered, and pass position + 1).
 
 A durable consumer (`durable="name"`) keeps its place on the server instead: the source acks
@@ -57,8 +59,10 @@ from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnava
 from gateway.client.nats_core import (
     MAX_SUBJECTS_KEPT,
     CoreNatsSubscriber,
+    NatsMsg,
     NatsNeedsLibraryError,
     NatsProtocolError,
+    NatsReconnected,
     NatsServerError,
 )
 from gateway.hub.names import (
@@ -132,6 +136,7 @@ class NatsSource(NetworkSource):
         self._tokens = None if topics is None else {topic_token(t) for t in topics}
         self._epoch = epoch or 0
         self._places: dict[str, tuple[int, str | None]] = {}  # subject: session, topic
+        self._core_seq = 0  # the last Wsgw-Seq the core reader handed over
         self.position: int | None = None  # JetStream sequence of the last message delivered
         self._events: deque[ClientEvent] = deque()
         # Per event: its JetStream message (None: none, or not to ack) and stream sequence.
@@ -435,12 +440,35 @@ class NatsSource(NetworkSource):
         self, core: CoreNatsSubscriber, max: int, timeout: float | None
     ) -> list[ClientEvent]:
         """Core NATS: the subscriber's messages as events, read in this thread (its
-        subscriptions are the topics asked for: the server filtered them)."""
+        subscriptions are the topics asked for: the server filtered them). After a
+        reconnect, a Gap before the first message (core NATS kept nothing meanwhile)."""
         events: list[ClientEvent] = []
+        resumed = False
         for msg in core.read(max, timeout):
+            if type(msg) is NatsReconnected:
+                resumed = True
+                continue
+            assert type(msg) is NatsMsg
             seq, ts = msg.numbers  # CORE_NUMBERS, read while scanning
+            if resumed:
+                resumed = False
+                gap = self._core_gap(seq)
+                if gap is not None:
+                    events.append(gap)
+            if seq:
+                self._core_seq = seq
             events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
         return events
+
+    def _core_gap(self, seq: int) -> Gap | None:
+        """What a reconnect lost, told by the first message after it: with the sink's
+        headers, the ring sequences between the last message before and this one (every
+        topic's, as the ring's Gap counts; None when there are none); without them (seq 0)
+        or with no message before, Gap(0, 0): how many were lost is not known."""
+        last = self._core_seq
+        if not (seq and last):
+            return Gap(0, 0)
+        return Gap(seq - last - 1, last + 1) if seq > last + 1 else None
 
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:

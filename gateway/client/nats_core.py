@@ -102,8 +102,13 @@ class NatsOk(NamedTuple):
     pass
 
 
+class NatsReconnected(NamedTuple):
+    """In a subscriber's messages: the connection was made again before the next one, and
+    what the server published meanwhile was not delivered (core NATS keeps nothing)."""
+
+
 NatsEvent = NatsMsg | NatsInfo | NatsErr | NatsPing | NatsPong | NatsOk
-_PING, _PONG, _OK = NatsPing(), NatsPong(), NatsOk()
+_PING, _PONG, _OK, _RECONNECTED = NatsPing(), NatsPong(), NatsOk(), NatsReconnected()
 
 
 def header_value(block: bytes, name: bytes) -> bytes | None:
@@ -407,7 +412,8 @@ class CoreNatsSubscriber:
         self.last_error: str | None = None
         self._sock: socket.socket | None = None
         self._parser = NatsParser(numbers=numbers)
-        self._pending: deque[NatsMsg] = deque()
+        self._pending: deque[NatsMsg | NatsReconnected] = deque()
+        self._resumed = False  # made again: a NatsReconnected goes before the next message
         self._lock = threading.Lock()
         self._waiting = SocketWait()
         self._next_server = 0
@@ -477,7 +483,9 @@ class CoreNatsSubscriber:
         with self._lock:
             self._sock = sock
             self._parser = parser
-            self._pending.extend(early)
+            self._resumed = self.connects > 0
+            for msg in early:
+                self._queue(msg)
             self._last_rx = time.monotonic()
             self._pings_out = 0
         self.connects += 1
@@ -526,6 +534,14 @@ class CoreNatsSubscriber:
                 self._connect_any(min(self.connect_timeout, RECONNECT_TIMEOUT_S))
 
     # ---- reading --------------------------------------------------------------------------
+    def _queue(self, msg: NatsMsg) -> None:
+        """A message for the consumer (lock held), after the mark of a reconnect before it."""
+        if self._resumed:
+            self._resumed = False
+            self._pending.append(_RECONNECTED)
+        self._pending.append(msg)
+        self.received += 1
+
     def _take(self, data: bytes) -> None:
         """What the socket gave (lock held): messages queued, PINGs answered."""
         assert self._sock is not None
@@ -533,8 +549,7 @@ class CoreNatsSubscriber:
         self._pings_out = 0
         for event in self._parser.feed(data):
             if type(event) is NatsMsg:
-                self._pending.append(event)
-                self.received += 1
+                self._queue(event)
             elif type(event) is NatsPing:
                 self._sock.sendall(b"PONG\r\n")
             elif type(event) is NatsErr:
@@ -578,8 +593,12 @@ class CoreNatsSubscriber:
         self._pings_out += 1
         self._last_rx = time.monotonic()  # the next PING one interval from now
 
-    def read(self, max_messages: int = 1024, timeout: float | None = 0.0) -> list[NatsMsg]:
-        """Up to max_messages; waits up to timeout (None: until one comes or close)."""
+    def read(
+        self, max_messages: int = 1024, timeout: float | None = 0.0
+    ) -> list[NatsMsg | NatsReconnected]:
+        """Up to max_messages; waits up to timeout (None: until one comes or close). A
+        NatsReconnected comes before the first message of a connection made again, in the
+        same read."""
         self._reconnect_due()
         if not self._pending and timeout != 0:
             self.wait(timeout)
@@ -588,6 +607,8 @@ class CoreNatsSubscriber:
                 self._drain_socket()
             pending = self._pending
             count = min(max_messages, len(pending))
+            if count < len(pending) and pending[count - 1] is _RECONNECTED:
+                count += 1  # the mark comes with its message: it is not one
             return [pending.popleft() for _ in range(count)]
 
     def wait(self, timeout: float | None) -> bool:

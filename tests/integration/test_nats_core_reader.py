@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.client import RingMessage, SourceUnavailableError, nats_core
+from gateway.client import ClientEvent, Gap, RingMessage, SourceUnavailableError, nats_core
 from gateway.client.nats import NatsSource
 from gateway.client.nats_core import CoreNatsSubscriber, NatsNeedsLibraryError
 from tests.integration.nats_helpers import needs_nats
@@ -34,18 +34,19 @@ def publish(
     start: int = 0,
     token: str | None = None,
     topics: tuple[str, ...] = ("t0",),
+    headers: bool = True,
 ) -> None:
-    """count messages on the session's topics in turn (t0), with the sink's headers, from
-    nats-py."""
+    """count messages on the session's topics in turn (t0), with the sink's headers (or
+    none), from nats-py."""
 
     async def main() -> None:
         import nats
 
         nc = await nats.connect(url, token=token)
         for i in range(start, start + count):
-            headers = {"Wsgw-Seq": str(i), "Wsgw-Recv-Ts": str(1000 + i)}
+            fields = {"Wsgw-Seq": str(i), "Wsgw-Recv-Ts": str(1000 + i)} if headers else None
             topic = topics[i % len(topics)]
-            await nc.publish(f"wsgw.{SESSION}.{topic}", b'{"i":%d}' % i, headers=headers)
+            await nc.publish(f"wsgw.{SESSION}.{topic}", b'{"i":%d}' % i, headers=fields)
         await nc.flush()
         await nc.close()
 
@@ -53,10 +54,15 @@ def publish(
 
 
 def read_n(source: NatsSource, count: int, timeout: float = 10.0) -> list[RingMessage]:
-    got: list[RingMessage] = []
+    return [e for e in read_events(source, count, timeout) if type(e) is RingMessage]
+
+
+def read_events(source: NatsSource, count: int, timeout: float = 10.0) -> list[ClientEvent]:
+    """Events until count messages came (or timeout)."""
+    got: list[ClientEvent] = []
     deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(e for e in source.read(timeout=0.2) if type(e) is RingMessage)
+    while sum(type(e) is RingMessage for e in got) < count and time.monotonic() < deadline:
+        got.extend(source.read(timeout=0.2))
     return got
 
 
@@ -151,10 +157,36 @@ def test_a_server_restart_is_a_reconnect_and_the_stream_goes_on(server: NatsServ
         server.start()
         wait_connected(source)
         publish(server.url, 10, start=10)
-        assert [m.seq for m in read_n(source, 10)] == list(range(10, 20))
+        after = read_events(source, 10)  # nothing published meanwhile: no Gap
+        assert [m.seq for m in after] == list(range(10, 20))  # type: ignore[union-attr]
         assert (core_of(source).connects, core_of(source).disconnects) == (2, 1)
     finally:
         source.close()
+
+
+@pytest.mark.parametrize("headers", [True, False])
+def test_what_a_reconnect_missed_is_a_gap_before_the_next_message(
+    server: NatsServer, headers: bool
+) -> None:
+    """Core NATS keeps nothing while the reader is away: the first message after a
+    reconnect comes behind a Gap of the ring sequences in between (with the sink's
+    headers), or of unknown size, Gap(0, 0) (without them)."""
+    source = NatsSource(server.url, session=SESSION)
+    try:
+        publish(server.url, 10, headers=headers)
+        assert len(read_n(source, 10)) == 10
+        server.stop()
+        source.read(timeout=0.3)
+        server.start()
+        wait_connected(source)
+        publish(server.url, 5, start=15, headers=headers)  # 10-14 went by meanwhile
+        first = source.read(max=1, timeout=5.0)  # the Gap comes with its message
+        after = first + read_events(source, 4)
+    finally:
+        source.close()
+    assert len(first) == 2
+    assert after[0] == (Gap(5, 10) if headers else Gap(0, 0))
+    assert [type(e) for e in after[1:]] == [RingMessage] * 5
 
 
 def test_a_token_server_refuses_a_wrong_token_and_serves_the_right_one() -> None:
