@@ -50,6 +50,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
@@ -89,6 +90,32 @@ ACK_TIMEOUT_S = 5.0
 CORE_NUMBERS = (b"Wsgw-Seq", b"Wsgw-Recv-Ts")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 AckMode = Literal["read", "next"]
+
+
+@dataclass
+class CoreContinuity:
+    """Whether core NATS lost messages across a reconnect (it keeps nothing meanwhile), told
+    by the first message after it: with the sink's headers, the ring sequences between the
+    last message before and that one (every topic's, as the ring's Gap counts; none when
+    nothing is missing); without them, or with no message before, Gap(0, 0): how many were
+    lost is not known."""
+
+    last_seq: int = 0
+    resumed: bool = False  # a reconnect since the last message
+
+    def gap_before(self, seq: int) -> Gap | None:
+        """The Gap to hand over before a message with this Wsgw-Seq (0: none), if any."""
+        gap = None
+        if self.resumed:
+            self.resumed = False
+            last = self.last_seq
+            if not (seq and last):
+                gap = Gap(0, 0)
+            elif seq > last + 1:
+                gap = Gap(seq - last - 1, last + 1)
+        if seq:
+            self.last_seq = seq
+        return gap
 
 
 class NatsSource(NetworkSource):
@@ -136,7 +163,7 @@ class NatsSource(NetworkSource):
         self._tokens = None if topics is None else {topic_token(t) for t in topics}
         self._epoch = epoch or 0
         self._places: dict[str, tuple[int, str | None]] = {}  # subject: session, topic
-        self._core_seq = 0  # the last Wsgw-Seq the core reader handed over
+        self._continuity = CoreContinuity()  # core NATS: a reconnect's Gap
         self.position: int | None = None  # JetStream sequence of the last message delivered
         self._events: deque[ClientEvent] = deque()
         # Per event: its JetStream message (None: none, or not to ack) and stream sequence.
@@ -214,6 +241,9 @@ class NatsSource(NetworkSource):
                 self._ended = True
                 self._cond.notify_all()
 
+        async def reconnected() -> None:  # on this loop, as _on_message
+            self._continuity.resumed = True
+
         self._nc = await nats.connect(
             servers=url.split(","),
             token=token,
@@ -222,6 +252,7 @@ class NatsSource(NetworkSource):
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             closed_cb=closed,
+            reconnected_cb=reconnected if jetstream is None else None,
         )
         if jetstream is None:
             await self._nc.subscribe(self.subject, cb=self._on_message)
@@ -387,6 +418,9 @@ class NatsSource(NetworkSource):
         seq = int(headers.get("Wsgw-Seq", 0))
         ts = int(headers.get("Wsgw-Recv-Ts", 0))
         events = self._events_of(msg.subject, seq, ts, msg.data)
+        gap = None if is_js else self._continuity.gap_before(seq)
+        if gap is not None:
+            events.insert(0, gap)
         if not events:
             return  # a durable acks it with the next one handed over (ack policy all)
         ackable = msg if self.durable is not None else None
@@ -443,32 +477,18 @@ class NatsSource(NetworkSource):
         subscriptions are the topics asked for: the server filtered them). After a
         reconnect, a Gap before the first message (core NATS kept nothing meanwhile)."""
         events: list[ClientEvent] = []
-        resumed = False
+        continuity = self._continuity
         for msg in core.read(max, timeout):
             if type(msg) is NatsReconnected:
-                resumed = True
+                continuity.resumed = True
                 continue
             assert type(msg) is NatsMsg
             seq, ts = msg.numbers  # CORE_NUMBERS, read while scanning
-            if resumed:
-                resumed = False
-                gap = self._core_gap(seq)
-                if gap is not None:
-                    events.append(gap)
-            if seq:
-                self._core_seq = seq
+            gap = continuity.gap_before(seq)
+            if gap is not None:
+                events.append(gap)
             events.extend(self._events_of(msg.subject, seq, ts, msg.payload))
         return events
-
-    def _core_gap(self, seq: int) -> Gap | None:
-        """What a reconnect lost, told by the first message after it: with the sink's
-        headers, the ring sequences between the last message before and this one (every
-        topic's, as the ring's Gap counts; None when there are none); without them (seq 0)
-        or with no message before, Gap(0, 0): how many were lost is not known."""
-        last = self._core_seq
-        if not (seq and last):
-            return Gap(0, 0)
-        return Gap(seq - last - 1, last + 1) if seq > last + 1 else None
 
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:

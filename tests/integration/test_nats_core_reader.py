@@ -293,3 +293,30 @@ def test_no_server_is_unavailable_and_tls_is_left_to_nats_py() -> None:
         NatsSource(f"nats://127.0.0.1:{free_port()}", session=SESSION, connect_timeout=1)
     with pytest.raises(NatsNeedsLibraryError):
         CoreNatsSubscriber([f"tls://127.0.0.1:{free_port()}"], ["wsgw.>"])
+
+
+def test_through_nats_py_a_reconnect_is_told_the_same_way(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nats-py reads core NATS (TLS), its reconnect is told by the same Gap."""
+    monkeypatch.setattr(NatsSource, "_open_core", lambda *_: False)
+    source = NatsSource(server.url, session=SESSION)
+    try:
+        assert source._core is None and source._nc is not None
+        publish(server.url, 10)
+        assert len(read_n(source, 10)) == 10
+        server.stop()
+        deadline = time.monotonic() + 5
+        while source._nc.is_connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.start()
+        deadline = time.monotonic() + 15
+        while not source._nc.is_connected:
+            assert time.monotonic() < deadline, "nats-py did not reconnect"
+            time.sleep(0.05)
+        publish(server.url, 5, start=15)
+        after = read_events(source, 5)
+    finally:
+        source.close()
+    assert after[0] == Gap(5, 10)
+    assert [type(e) for e in after[1:]] == [RingMessage] * 5
