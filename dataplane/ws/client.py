@@ -410,10 +410,12 @@ class WsClient:
                     self.fail_deferred()
                     self._move(_Trigger.EOF)
                 return
-            if data:
+            if not data:
+                self._end_of_stream()
+            elif self._chunks:
                 self._feed(bytes(data))
             else:
-                self._end_of_stream()
+                self._take(bytes(data))  # what _feed comes to when no frame is held
         elif state is ConnectionState.CONNECTING:
             if not self._initiated:
                 raise LocalProtocolError("call initiate() and send the request first")
@@ -468,22 +470,22 @@ class WsClient:
         self._take(data)
 
     def _take(self, buf: bytes) -> bool:
-        """The frames of buf (the fast paths first: one short frame, then the C batch scan,
+        """The frames of buf (the fast paths first: one whole frame, then the C batch scan,
         then the per-frame scan); an incomplete last frame is held. False when the
         connection ended on one of them (section 7.1.7: the rest is not ours to read)."""
         start = 0
         if self._batch is not None and self._decompressor is None:
-            # The commonest read of a request/response exchange is exactly one short,
-            # final, unmasked, uncompressed data frame: taken without a C scan.
+            # The commonest read of a request/response exchange or a quiet feed is exactly
+            # one final, unmasked, uncompressed data frame: taken without a C scan.
+            # So is one of the 16-bit length form (an envelope, a small book).
             size = len(buf) - 2
-            if (
-                0 <= size < 126
-                and buf[1] == size  # the 7-bit length, mask bit clear
-                and size <= self._fast_limit
-                and self._frag_opcode is None
-            ):
+            head = 2 if 0 <= size < 126 and buf[1] == size else 0  # mask bit clear
+            if not head and size >= 2 and buf[1] == 126 and (buf[2] << 8 | buf[3]) == size - 2:
+                head = 4
+                size -= 2
+            if head and size <= self._fast_limit and self._frag_opcode is None:
                 first = buf[0]
-                payload = buf[2:]
+                payload = buf[head:]
                 if first == _FIN_BINARY or (
                     first == _FIN_TEXT and (payload.isascii() or _utf8_ok(payload))
                 ):

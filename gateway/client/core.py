@@ -476,7 +476,9 @@ class Client:
             cancelled = self._collect_inflight(self._inflight.result)
             if cancelled:
                 return cancelled
-        events = self._deliver(self.source.read(max, timeout))
+        events = self.source.read(max, timeout)
+        if self.normalized or self.on_gap == "raise":
+            events = self._deliver(events)
         if not events and self._reopen is not None and self.source.ended:
             switched = self._follow()
             if not switched and timeout != 0:  # not there yet: wait a little, not spin

@@ -26,6 +26,9 @@ class SocketWait:
         os.set_blocking(self._wake_w, False)
         self._lock = threading.Lock()
         self._waiters = 0  # polls under way: the pipe is closed after the last one
+        #: The last wait's poll object and its socket: the next wait on that socket takes it
+        #: instead of making and filling one (a wait in another thread meanwhile makes its own).
+        self._poller: tuple[int | None, select.poll] | None = None
         self.closed = False
 
     def wait(self, fd: int | None, timeout: float) -> WaitResult:
@@ -37,22 +40,31 @@ class SocketWait:
                 return "interrupted"
             self._waiters += 1
             wake = self._wake_r
-        try:
+            kept, self._poller = self._poller, None
+        if kept is not None and kept[0] == fd:
+            poller = kept[1]
+        else:
             poller = select.poll()
             poller.register(wake, select.POLLIN)
             if fd is not None:
                 poller.register(fd, select.POLLIN)
-            ready = [ready_fd for ready_fd, _ in poller.poll(max(0.0, timeout) * 1000)]
-            if wake in ready:
+        try:
+            ready = poller.poll(max(0.0, timeout) * 1000)
+            if not ready:
+                return "timeout"
+            if ready[0][0] == wake or (len(ready) > 1 and ready[1][0] == wake):
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake, 4096)
                 return "interrupted"
-            return "ready" if ready else "timeout"
+            return "ready"
         finally:
             with self._lock:
                 self._waiters -= 1
-                if self.closed and not self._waiters:
-                    self._close_pipe()
+                if self.closed:
+                    if not self._waiters:
+                        self._close_pipe()
+                else:
+                    self._poller = (fd, poller)
 
     def interrupt(self) -> None:
         with self._lock, contextlib.suppress(OSError):

@@ -41,6 +41,7 @@ from dataplane.ws.errors import LocalProtocolError
 from dataplane.ws.events import Closed as WsClosed
 from dataplane.ws.events import Handshake as WsHandshake
 from dataplane.ws.events import Message as WsMessage
+from dataplane.ws.events import MessageBatch as WsMessageBatch
 from dataplane.ws.events import RejectedHandshake as WsRejected
 from dataplane.ws.events import WsEvent
 from gateway.client.core import (
@@ -73,6 +74,8 @@ MAX_HELD = 16384
 MAX_MESSAGE_SIZE = 64 << 20
 #: Longest single poll of a wait without a timeout (it then polls again).
 LONGEST_WAIT = 60.0
+#: Ring names of (session, topic) kept, at the most (then the cache starts again).
+MAX_NAMES = 4096
 #: Close codes after which connecting again cannot help: the stream ends for good.
 FINAL_CLOSE_CODES = frozenset(
     {
@@ -86,6 +89,7 @@ FINAL_CLOSE_CODES = frozenset(
 )
 #: Gap reasons that mean this stream lost messages (the others are the session's own).
 STREAM_GAP_REASONS = frozenset({"queue_full", "gateway_overload"})
+_new_tuple = tuple.__new__
 
 
 def stream_url(url: str, topics: Iterable[str] | None, session: int | None = None) -> str:
@@ -124,6 +128,7 @@ class StreamSource(NetworkSource):
         self.url = url
         self._pending: list[ClientEvent] = []
         self._frames: deque[bytes] = deque()  # received, not yet made events
+        self._names: dict[tuple[int, str], str] = {}  # (session, topic): its ring name
         self._ended = False
         self.close_code: int | None = None
         self.close_reason = ""
@@ -189,10 +194,13 @@ class StreamSource(NetworkSource):
     def _take(self, events: Iterable[WsEvent]) -> None:
         closed: WsClosed | None = None
         for event in events:
-            if isinstance(event, WsMessage):
-                self._frames.append(event.data)
-            elif isinstance(event, WsClosed):
-                closed = event
+            kind = type(event)
+            if kind is WsMessage:
+                self._frames.append(event.data)  # type: ignore[union-attr]
+            elif kind is WsMessageBatch:
+                self._frames.extend(event.payloads())  # type: ignore[union-attr]
+            elif kind is WsClosed:
+                closed = event  # type: ignore[assignment]
         outgoing = self._ws.data_to_send()
         if outgoing and not self._ended:
             # A pong, or the close reply (section 5.5.1) before the socket closes below:
@@ -211,7 +219,7 @@ class StreamSource(NetworkSource):
 
     def _drain_socket(self) -> None:
         """What the socket holds, read without blocking (TLS: what it decrypted too)."""
-        sock = self._sock
+        sock, ws = self._sock, self._ws
         while not self._ended:
             try:
                 data = sock.recv(RECV_BYTES)
@@ -220,7 +228,12 @@ class StreamSource(NetworkSource):
             except OSError as exc:
                 self._end(1006, f"{type(exc).__name__}: {exc}")
                 return
-            self._received(data)
+            try:  # (what _received does, without its call)
+                ws.receive_data(data)
+            except LocalProtocolError as exc:  # bytes after the connection ended
+                self._end(self.close_code or 1006, str(exc))
+                return
+            self._take(ws.events())
             if not data or len(self._frames) >= MAX_HELD:
                 return
             if len(data) < RECV_BYTES and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
@@ -233,10 +246,12 @@ class StreamSource(NetworkSource):
         before it, a close that ends the stream for good raises StreamClosedError."""
         events, self._pending = self._pending, []
         limit = max or 1024
+        waited = False
         if not events and not self._frames and timeout != 0:
-            self.wait(timeout)
+            self.wait(timeout)  # it read the socket once poll said there was something
+            waited = True
         with self._lock:
-            if len(self._frames) < limit:
+            if not waited and len(self._frames) < limit:
                 self._drain_socket()
             frames = self._frames
             while frames and len(events) < limit:
@@ -256,9 +271,14 @@ class StreamSource(NetworkSource):
             text = body.get("payload")
             payload = text.encode() if text is not None else base64.b64decode(body["payload_b64"])
             self.last_seq = seq = body["seq"]
-            return RingMessage(
-                seq, session, ring_topic(session, body["topic"]), body["recv_ts_ns"], payload, -1
-            )
+            key = (session, body["topic"])
+            name = self._names.get(key)
+            if name is None:
+                if len(self._names) >= MAX_NAMES:
+                    self._names.clear()
+                name = self._names[key] = ring_topic(session, key[1])
+            # (tuple.__new__: RingMessage's own __new__ is a Python function, one more call)
+            return _new_tuple(RingMessage, (seq, session, name, body["recv_ts_ns"], payload, -1))
         if kind == "gap":
             seq = body.get("seq")
             if body.get("reason") in STREAM_GAP_REASONS:
@@ -278,9 +298,13 @@ class StreamSource(NetworkSource):
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
         """Until a frame is there (True), timeout, the stream's end or interrupt (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        # The socket is read before the first poll (what came meanwhile, what the TLS layer
+        # holds decrypted, unseen by poll), then after each poll that found it readable.
+        # (Without that first read, p50 at 1k msg/s was 113 us against 83 with it.)
+        drain = True
         while True:
             with self._lock:
-                if not (self._pending or self._frames):
+                if drain and not (self._pending or self._frames):
                     self._drain_socket()
                 if self._pending or self._frames:
                     return True
@@ -288,8 +312,12 @@ class StreamSource(NetworkSource):
                     return False
                 fd = self._sock.fileno()
             left = LONGEST_WAIT if deadline is None else deadline - time.monotonic()
-            if left <= 0 or self._waiting.wait(fd, left) == "interrupted":
+            if left <= 0:
                 return False
+            woke = self._waiting.wait(fd, left)
+            if woke == "interrupted":
+                return False
+            drain = woke == "ready"
 
     def interrupt(self) -> None:
         self._waiting.interrupt()
@@ -330,6 +358,7 @@ def _open(
             secure=secure,
             extra_headers=headers,
             deflate=False,
+            batch=True,
             max_message_size=MAX_MESSAGE_SIZE,
             max_frame_size=MAX_MESSAGE_SIZE,
         )

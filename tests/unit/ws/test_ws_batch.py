@@ -296,6 +296,44 @@ def test_with_deflate_negotiated_every_frame_takes_the_per_frame_path(
     assert not got  # the batch path is off while a decompressor is there
 
 
+# Reads of exactly one frame (or nearly): the batch client takes a whole final unmasked
+# data frame of the 7-bit or the 16-bit length form without a scan; everything else that
+# looks like one must still come out as the per-frame code says.
+ONE_FRAME_READS = [
+    server_frame(1, b"e" * 200),  # 16-bit length: an envelope
+    server_frame(2, bytes(range(256)) * 3),
+    server_frame(1, "\u00e9\u20ac".encode() * 40),  # non-ASCII text, valid
+    server_frame(1, b"short", long_form=126),  # 16-bit form of a 7-bit length
+    server_frame(2, b"", long_form=126),
+    server_frame(1, b"x" * 130 + b"\xed\xa0\x80"),  # bad UTF-8: 1007
+    server_frame(2, b"m" * 200, mask=b"abcd"),  # masked by the server: 1002
+    server_frame(2, b"r" * 200, rsv=2),
+    server_frame(2, b"o" * 300),  # over max_message_size
+    server_frame(2, b"s" * 200)[:-1],  # a byte short: held for the next read
+    server_frame(2, b"s" * 200) + b"\x82",  # the first byte of the next frame behind it
+    server_frame(2, b"l" * 200, length=199) + b"!",  # declares a byte less than the read
+    server_frame(1, b"f" * 200, fin=False),  # a fragment: not a message yet
+    server_frame(2, b"x" * 130, long_form=127),
+    server_frame(9, b"p" * 100),
+    server_frame(8, (1000).to_bytes(2, "big") + b"bye"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("data", ONE_FRAME_READS)
+def test_a_read_of_one_frame_gives_what_the_per_frame_path_gives(
+    backend: BackendName, data: bytes
+) -> None:
+    compare(backend, data, "whole", 0, max_message_size=250)
+    # ... also behind a fragment that is still open, and after a held partial frame.
+    opened = server_frame(1, b"a" * 10, fin=False)
+    for pieces in ([opened, data, server_frame(0, b"z")], [data[:3], data[3:], data]):
+        plain = open_raw(backend=backend, max_message_size=250)
+        batched = open_raw(backend=backend, batch=True, max_message_size=250)
+        got, got_sent = run(batched, pieces)
+        assert (flatten(got), got_sent) == run(plain, pieces)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_run_of_frames_is_one_batch(backend: BackendName) -> None:
     frames = [server_frame(2, i.to_bytes(8, "big") + b"p" * 92) for i in range(1000)]
