@@ -156,7 +156,8 @@ def test_the_api_keeps_answering_while_the_engine_streams(
 
 def _ping_rtts_ms(lab: Lab, count: int) -> list[float]:
     """Kernel ping from the lab namespace to the engine's address: one RTT (ms) per echo."""
-    out = lab.exec(["ping", "-n", "-c", str(count), "-i", "0.3", "-W", "2", lab.gw_ip]).stdout
+    deadline = str(int(count * 0.3) + 5)  # -w: every answer waited for (-W: two RTTs once one came)
+    out = lab.exec(["ping", "-n", "-c", str(count), "-i", "0.3", "-w", deadline, lab.gw_ip]).stdout
     return [
         float(line.split("time=")[1].split()[0]) for line in out.splitlines() if "time=" in line
     ]

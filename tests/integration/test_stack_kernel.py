@@ -80,7 +80,9 @@ def stack(eal: Eal, lab: Lab) -> Iterator[Stack]:
 
 def test_ping_from_the_kernel_is_answered(stack: Stack) -> None:
     pinger = stack.lab.popen(
-        ["ping", "-c", "3", "-i", "0.2", "-W", "2", stack.lab.gw_ip],
+        # -w: wait for all three answers (with -W, ping waits only two RTTs for the rest
+        # once one came, and a stack polled late under load lost the race: CI, session 17)
+        ["ping", "-c", "3", "-i", "0.2", "-w", "5", stack.lab.gw_ip],
         stdout=subprocess.PIPE,
         text=True,
     )
