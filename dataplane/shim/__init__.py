@@ -146,7 +146,7 @@ from dataplane.shim._bind_ws import mask_copy as ws_mask_copy
 from dataplane.shim._bind_ws import mask_inplace as ws_mask_inplace
 from dataplane.shim._bind_ws import mask_into as ws_mask_into
 from dataplane.shim._bind_ws import utf8_valid
-from dataplane.shim._loader import ABI_VERSION, Shim, library, load, shim_info
+from dataplane.shim._loader import ABI_VERSION, Shim, available, library, load, shim_info
 
 __all__ = [
     "ABI_VERSION",
@@ -240,6 +240,7 @@ __all__ = [
     "WsScanner",
     "WsSeqCheck",
     "arbiter_library",
+    "available",
     "bench_checksum",
     "build_topic_spec",
     "flow_set_feed",

@@ -19,6 +19,7 @@ import ctypes
 import functools
 import hashlib
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -344,6 +345,19 @@ def load(path: Path | None = None) -> Shim:
             shim = Shim(target)
             _cached[target] = shim
         return shim
+
+
+@functools.cache
+def available(fallback: str) -> bool:
+    """Whether the default shim loads here, asked once per process and caller (a library
+    does not come and go). A caller with a pure-Python twin names it (fallback: what serves
+    instead), and a shim that does not load is logged once with why, not silently."""
+    try:
+        load()
+    except Exception as exc:
+        logging.getLogger("wsgw.shim").warning("%s: %s", fallback, exc)
+        return False
+    return True
 
 
 #: `library(KEEP_GIL)`: the PyDLL handle. Positional, since a cached call with a keyword

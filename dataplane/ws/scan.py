@@ -11,8 +11,6 @@ See wsgw_ws.h for the exact contract.
 from __future__ import annotations
 
 import array
-import functools
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -213,19 +211,11 @@ def mask_inplace_py(buf: bytearray, key: bytes, phase: int = 0) -> None:
     buf[:] = mask_py(bytes(buf), key, phase)
 
 
-@functools.cache
 def _c_available() -> bool:
-    """Whether the shim loads; asked once per process (a library does not come and go)."""
-    try:
-        from dataplane.shim import load
+    """Whether the shim loads (asked once per process: `dataplane.shim.available`)."""
+    from dataplane.shim import available
 
-        load()
-    except Exception as exc:
-        logging.getLogger(__name__).warning(
-            "WebSocket frame scan falls back to pure Python: %s", exc
-        )
-        return False
-    return True
+    return available("WebSocket frame scan falls back to pure Python")
 
 
 def resolve(backend: BackendName = "auto") -> Literal["c", "python"]:

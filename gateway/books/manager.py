@@ -786,14 +786,9 @@ class BookManager:
 
 def _book_c_available() -> bool:
     """Whether the shim (and with it book.c) loads here."""
-    try:
-        from dataplane.shim import load
+    from dataplane.shim import available
 
-        load()
-    except Exception:  # no shim built: the Python books serve
-        log.warning("books: the C shim does not load; books take the Python path")
-        return False
-    return True
+    return available("books: the C shim does not load; books take the Python path")
 
 
 def sync_options(venue: str, topic: str) -> dict[str, Any]:

@@ -13,8 +13,6 @@ library stays on nats-py (gateway.client.nats): JetStream, TLS.
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
 import os
 import re
 import socket
@@ -299,24 +297,14 @@ _HMSG_LINE = re.compile(
 )
 
 
-@functools.cache
-def _scanner_available() -> bool:
-    """Whether the shim loads; asked once per process."""
-    try:
-        from dataplane.shim import load
-
-        load()
-    except Exception as exc:
-        logging.getLogger(__name__).warning("NATS scan falls back to pure Python: %s", exc)
-        return False
-    return True
-
-
 def _scanner(numbers: tuple[bytes, ...]) -> NatsScanner | None:
     """A shim scanner for a parser, None without the shim (WSGW_NATS_SCAN=python: never)."""
-    if os.environ.get("WSGW_NATS_SCAN", "").lower() == "python" or not _scanner_available():
+    from dataplane.shim import NatsScanner, available
+
+    if os.environ.get("WSGW_NATS_SCAN", "").lower() == "python" or not available(
+        "NATS scan falls back to pure Python"
+    ):
         return None
-    from dataplane.shim import NatsScanner
 
     return NatsScanner(MAX_PAYLOAD, numbers)
 
