@@ -415,8 +415,8 @@ class NatsSource(NetworkSource):
                 return  # redelivered (ack_wait passed while it waited here): taken already
             self._highest = stream_seq
         headers = msg.headers or {}
-        seq = int(headers.get("Wsgw-Seq", 0))
-        ts = int(headers.get("Wsgw-Recv-Ts", 0))
+        seq = _header_int(headers, "Wsgw-Seq")
+        ts = _header_int(headers, "Wsgw-Recv-Ts")
         events = self._events_of(msg.subject, seq, ts, msg.data)
         gap = None if is_js else self._continuity.gap_before(seq)
         if gap is not None:
@@ -444,20 +444,22 @@ class NatsSource(NetworkSource):
         if topic != RING_GAP_TOPIC:
             return [RingMessage(seq, sid, topic, ts, data, -1)]
         events: list[ClientEvent] = []
-        body = orjson.loads(data)
-        epoch = int(body.get("epoch") or "0", 16)
+        body = _gap_body(data)
+        epoch = _hex_int(body.get("epoch"))
         if epoch and epoch != self._epoch:
             if self._epoch:
                 events.append(Restart(self._epoch, epoch))
             self._epoch = epoch
-        gap_seq = body.get("seq") or seq
-        gap_ts = body.get("ts_ns") or ts
+        gap_seq = _json_int(body, "seq") or seq
+        gap_ts = _json_int(body, "ts_ns") or ts
         events.append(RingMessage(gap_seq, sid, RING_GAP_TOPIC, gap_ts, data, -1))
         return events
 
     def _place_of(self, subject: str) -> tuple[int, str | None]:
         """A subject's session and ring topic name (None: a topic not asked for), kept."""
         _, sid_text, token = subject.rsplit(".", 2)
+        if not sid_text.isdigit():  # not a subject the sink writes: another publisher's
+            return (0, None)
         sid = int(sid_text)
         if token == NATS_GAP_TOKEN:
             place: tuple[int, str | None] = (sid, RING_GAP_TOPIC)
@@ -524,8 +526,7 @@ class NatsSource(NetworkSource):
         epoch = 0
         for event in events:
             if type(event) is RingMessage and event.topic == RING_GAP_TOPIC:
-                with contextlib.suppress(ValueError, TypeError):
-                    epoch = int(orjson.loads(event.payload).get("epoch") or "0", 16) or epoch
+                epoch = _hex_int(_gap_body(event.payload).get("epoch")) or epoch
         if not epoch or epoch == self._saved_epoch or self._loop.is_closed():
             return
         saving = asyncio.run_coroutine_threadsafe(self._save_epoch(epoch), self._loop)
@@ -630,6 +631,40 @@ def _epoch_of(description: str | None) -> int:
         return 0
     try:
         return int(description[len(_EPOCH_PREFIX) :], 16)
+    except ValueError:
+        return 0
+
+
+def _header_int(headers: dict[str, str], name: str) -> int:
+    """A header of nats-py's message as a number; 0 without it or for a value that is not
+    one, as the core reader counts it (nats_core.header_number)."""
+    try:
+        return int(headers.get(name) or 0)
+    except ValueError:
+        return 0
+
+
+def _gap_body(data: bytes | memoryview) -> dict[str, Any]:
+    """A gap record's JSON ({} for a payload that is not a JSON object: the record is still
+    handed over, without the run and numbers it would carry)."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _json_int(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    return value if type(value) is int else 0
+
+
+def _hex_int(value: object) -> int:
+    """A run id as the sink writes it (hex text); 0 for anything else."""
+    if not isinstance(value, str):
+        return 0
+    try:
+        return int(value, 16)
     except ValueError:
         return 0
 

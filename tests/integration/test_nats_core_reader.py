@@ -19,6 +19,7 @@ import pytest
 from gateway.client import ClientEvent, Gap, RingMessage, SourceUnavailableError, nats_core
 from gateway.client.nats import NatsSource
 from gateway.client.nats_core import CoreNatsSubscriber, NatsNeedsLibraryError
+from gateway.hub.names import RING_GAP_TOPIC
 from tests.integration.nats_helpers import needs_nats
 from tests.integration.source_checks import check_interrupt_and_close_end_a_wait_in_another_thread
 from wsgw_bench.servers import NatsServer, free_port
@@ -320,3 +321,43 @@ def test_through_nats_py_a_reconnect_is_told_the_same_way(
         source.close()
     assert after[0] == Gap(5, 10)
     assert [type(e) for e in after[1:]] == [RingMessage] * 5
+
+
+@pytest.mark.parametrize("reader", ["core", "nats-py"])
+def test_odd_messages_on_the_subjects_are_handed_over_and_end_nothing(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """What another publisher puts on the sink's subjects (a Wsgw-Seq that is no number, a
+    gap record that is no JSON object, a session that is no number) does not end a read or
+    nats-py's callback: it is handed over as far as it can be read, or left out when it is
+    not a session's subject; the messages after it come as published, on both readers."""
+    if reader == "nats-py":
+        monkeypatch.setattr(NatsSource, "_open_core", lambda *_: False)
+    source = NatsSource(server.url)  # every session: "wsgw.>"
+
+    async def main() -> None:
+        import nats
+
+        nc = await nats.connect(server.url)
+        await nc.publish(f"wsgw.{SESSION}.t0", b"a", headers={"Wsgw-Seq": "x1"})
+        await nc.publish(f"wsgw.{SESSION}.$gap", b"not json", headers={"Wsgw-Seq": "2"})
+        await nc.publish(f"wsgw.{SESSION}.$gap", b"[1]", headers={"Wsgw-Seq": "3"})
+        await nc.publish(f"wsgw.{SESSION}.$gap", b'{"epoch":5,"seq":"7"}')
+        await nc.publish("wsgw.abc.t0", b"not a session", headers={"Wsgw-Seq": "4"})
+        await nc.publish(f"wsgw.{SESSION}.t0", b"b", headers={"Wsgw-Seq": "5"})
+        await nc.flush()
+        await nc.close()
+
+    try:
+        assert (source._core is None) == (reader == "nats-py")
+        asyncio.run(main())
+        got = read_n(source, 5)
+    finally:
+        source.close()
+    assert [(m.seq, m.topic, bytes(m.payload)) for m in got] == [
+        (0, f"{SESSION}:t0", b"a"),
+        (2, RING_GAP_TOPIC, b"not json"),
+        (3, RING_GAP_TOPIC, b"[1]"),
+        (0, RING_GAP_TOPIC, b'{"epoch":5,"seq":"7"}'),
+        (5, f"{SESSION}:t0", b"b"),
+    ]
