@@ -171,9 +171,11 @@ class FencedSink:
 class FleetRuntime(LiveRuntime):
     """A LiveRuntime that runs a session only while this node holds its lease (module doc)."""
 
-    # Across nodes the lease says whether a feed had a hole: a take-over publishes its gap
-    # (mark_resumed), a hand-over loses nothing, though this node stopped the session.
-    gap_after_stop = False
+    # A session this node stopped publishes a gap at its next start here (LiveRuntime), as on
+    # a single node: in a fleet too nobody published it meanwhile unless the lease moved, and
+    # then the take-over's reason replaces it (mark_resumed). A successor's warm start
+    # publishes its gap behind the fence (it holds no lease yet): dropped, as it should be
+    # when the owner published until the hand-over.
 
     def __init__(
         self,

@@ -124,10 +124,6 @@ ConfigFactory = Callable[[rt.SessionSpec], SessionConfig]
 class LiveRuntime:
     """Upstream sessions on a loop thread, behind the thread-safe Runtime interface."""
 
-    #: A session that had connected and is started again publishes a gap first
-    #: (STOPPED_GAP_REASON): nothing reads its feed in between.
-    gap_after_stop = True
-
     def __init__(
         self,
         sink: MessageSink | None = None,
@@ -865,7 +861,7 @@ class LiveRuntime:
     def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
         if self._sessions.get(sid) is session:
             del self._sessions[sid]
-            if session.counters.connects and self.gap_after_stop:
+            if session.counters.connects:
                 # Its feed ends here (stopped, failed, restarted): what the exchange sends
                 # until the next start connects is missed, so that start publishes a gap, as
                 # a reconnect does. A reason set already (a restore's, a takeover's) stays.

@@ -19,6 +19,7 @@ from gateway.control import ControlPlane
 from gateway.fleet.leases import LeaseStore
 from gateway.fleet.node import FleetNode, FleetRuntime
 from gateway.hub.core import Hub
+from gateway.runtime import SessionState
 from tests.api.conftest import BASE_URL
 from tests.api.test_fleet_failover import wait_for
 
@@ -159,3 +160,62 @@ def fleet_runtime_of(plane: ControlPlane) -> FleetRuntime:
     runtime = plane.runtime
     assert isinstance(runtime, FleetRuntime)
     return runtime
+
+
+def streaming(plane: ControlPlane, sid: int) -> bool:
+    return plane.runtime.session_status(sid).state == SessionState.CONNECTED
+
+
+def test_a_session_stopped_and_started_again_on_its_node_publishes_a_gap(
+    make_node: Callable[[str], ControlPlane], simulator: int
+) -> None:
+    """The lease never moved (generation 1), so no take-over gap tells what the stop
+    missed: the restart's own gap does, as on a single node."""
+    b = make_node("b")
+    b.start()
+    sid = binance_session(b, simulator, "restarted")
+    b.sessions.start(sid)
+    wait_for("b streaming the session", lambda: streaming(b, sid))
+    b.sessions.stop(sid)
+    wait_for("b no longer running it", lambda: sid not in fleet_runtime_of(b).running_here())
+    assert hub(b).last_gap(sid) is None
+    b.sessions.start(sid)
+    wait_for("the restart's gap", lambda: hub(b).last_gap(sid) is not None)
+    gap = hub(b).last_gap(sid)
+    assert gap is not None and gap.reason.startswith("stopped:"), gap
+    assert fleet_node(b).may_publish(sid) == 1
+
+
+def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap(
+    make_node: Callable[[str], ControlPlane], pg_url: str, simulator: int
+) -> None:
+    """b ran the session and stopped it; a live owner then holds it and hands it to b: the
+    owner published until the hand-over, so b's warm start, whose stop left a gap to
+    publish, publishes it behind the fence (b holds no lease yet), and none gets out."""
+    b = make_node("b")
+    b.start()
+    sid = binance_session(b, simulator, "back")
+    b.sessions.start(sid)
+    wait_for("b streaming the session", lambda: streaming(b, sid))
+    b.sessions.stop(sid)
+    wait_for("b no longer running it", lambda: sid not in fleet_runtime_of(b).running_here())
+    wait_for("b releasing its lease", lambda: fleet_node(b).may_publish(sid) is None)
+    live = LeaseStore(fleet_node(b).db.engine, "alive", lease_s=LEASE_S)
+    live.register({}, None)
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(LEASE_S / 3):
+            live.heartbeat()
+
+    beating = threading.Thread(target=heartbeat)
+    beating.start()
+    try:
+        with fleet_node(b)._lock:  # b does not take the released lease first
+            handed_by(live, b, sid)
+        wait_for("b holding the session", lambda: fleet_node(b).may_publish(sid) == 3)
+        time.sleep(LEASE_S)  # a gap would come with the take-over
+    finally:
+        stop.set()
+        beating.join()
+    assert hub(b).last_gap(sid) is None
