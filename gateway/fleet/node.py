@@ -725,6 +725,7 @@ class FleetNode:
                 log.warning("fleet: node %s no longer holds session %d: standing down",
                             self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
+        restarted: set[int] = set()
         for sid in sorted(held.keys() & here):
             spec, before = specs.get(sid), runtime.started_with(sid)
             if spec is None or before is None or same_connection(spec, before):
@@ -735,12 +736,13 @@ class FleetNode:
                      self.name, sid)  # fmt: skip
             runtime.stop_session(sid)
             here.discard(sid)
+            restarted.add(sid)  # its stop's own gap ("stopped") tells the hole, not a take-over's
         for sid in sorted(held.keys() - here):
             spec = specs.get(sid)
             if spec is None:
                 continue
             generation = held[sid]
-            if generation > 1:
+            if generation > 1 and sid not in restarted:
                 reason = TAKEOVER_GAP_REASON.format(node=self.name, generation=generation)
                 runtime.mark_resumed(sid, reason)
             try:

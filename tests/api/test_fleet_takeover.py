@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -186,7 +187,7 @@ def test_a_session_stopped_and_started_again_on_its_node_publishes_a_gap(
     assert fleet_node(b).may_publish(sid) == 1
 
 
-def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap(
+def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap_until_it_restarts(
     make_node: Callable[[str], ControlPlane], pg_url: str, simulator: int
 ) -> None:
     """b ran the session and stopped it; a live owner then holds it and hands it to b: the
@@ -219,3 +220,15 @@ def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap(
         stop.set()
         beating.join()
     assert hub(b).last_gap(sid) is None
+
+    # Its stored configuration differs from the one it runs with (changed through another
+    # node's API between two ticks): b restarts it, and the gap says so, not "moved here".
+    runtime = fleet_runtime_of(b)
+    with runtime._here_lock:
+        running = runtime._started_with[sid]
+        runtime._started_with[sid] = replace(running, url="ws://127.0.0.1:9/before")
+    fleet_node(b).tick()
+    wait_for("the restart's gap", lambda: hub(b).last_gap(sid) is not None)
+    gap = hub(b).last_gap(sid)
+    assert gap is not None and gap.reason.startswith("stopped:"), gap
+    assert fleet_runtime_of(b).started_with(sid) == running
