@@ -313,6 +313,7 @@ def _subscribe(hub: Hub | None, target: StreamTarget) -> Consumer:
 def _hello(websocket: WebSocket, hub: Hub, request: StreamRequest, target: StreamTarget) -> str:
     """The envelope stream's first frame: what it carries (gateway.hub.protocol)."""
     options = target.options
+    settings = websocket.app.state.settings
     return orjson.dumps(
         {
             "type": "subscribed",
@@ -324,7 +325,9 @@ def _hello(websocket: WebSocket, hub: Hub, request: StreamRequest, target: Strea
             "conflation_ms": options.conflation_ms,
             "next_seq": hub.next_seq,
             "epoch": hub.epoch_hex,
-            "latency_profile": websocket.app.state.settings.latency_profile,
+            "latency_profile": settings.latency_profile,
+            # How a consumer should wait for frames: what the ring's header recommends.
+            "reader_wait": settings.hub.reader_wait or "futex",
         }
     ).decode()
 

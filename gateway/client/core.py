@@ -43,9 +43,14 @@ is the policy in use and `client.wait_origin` where it came from ("given", "gate
 own thread (in slices of at most BUSY_SLICE, yielding to the other tasks between them),
 because handing the wait to another thread and back would cost the very wake-up the policy
 avoids; with futex the client's thread waits and reads, and hands the loop the batch. The
-network transports wait on their sockets (futex-like). With `slice_ns` (READER_SLICE_NS,
-100 us) the thread that waits on a ring (and an asyncio loop's) asks the scheduler for that
-slice until the client closes, so its wake-up preempts a busy neighbour instead of queueing.
+network transports wait on their sockets, in poll (as futex) or polling first without
+sleeping (spin, adaptive as spin, busy), as `wait=` says, else as the gateway recommends in
+the /v1/stream's `subscribed` frame (`reader_wait`, what the ring's header says); core NATS
+carries no recommendation (futex unless given), nats-py's path (JetStream, TLS) always
+sleeps. The socket polling runs in Python (poll(0), which drops the GIL for the call).
+With `slice_ns` (READER_SLICE_NS, 100 us) the thread that waits on a ring (and an asyncio
+loop's) asks the scheduler for that slice until the client closes, so its wake-up preempts a
+busy neighbour instead of queueing.
 
 Normalized subscriptions (format "normalized") come as topics `<session>:norm:<topic>`
 (JSON) or `<session>:normbin:<topic>` (MessagePack), one gateway.normalize event each.
@@ -59,11 +64,12 @@ The package imports nothing of the server (no FastAPI, SQLAlchemy or the hub's r
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
 
 from dataplane.ring import (
@@ -218,20 +224,57 @@ class MessageSource(Protocol):
 
 
 class NetworkSource:
-    """What the network sources (/v1/stream, NATS) share: they wait on their socket,
-    whatever policy a ring consumer would use, and one reconnected goes on with the same run."""
+    """What the network sources (/v1/stream, NATS) share: they wait on their socket, asleep
+    in poll (the default, as "futex") or polling it first, spin_us for "spin" and "adaptive",
+    until data for "busy" (`wait=`, or the gateway's recommendation where the stream carries
+    one); and one reconnected goes on with the same run."""
+
+    _wait_policy: WaitPolicy = _SOCKET_WAIT
+    _wait_origin: WaitOrigin = "default"
+    _policy_spin_s = 0.0  # how long a wait polls before it sleeps, by the policy
 
     @property
     def wait_policy(self) -> WaitPolicy:
-        return _SOCKET_WAIT
+        return self._wait_policy
 
     @property
     def wait_origin(self) -> WaitOrigin:
-        return "default"
+        return self._wait_origin
+
+    def _choose_wait(self, given: WaitPolicy | None, recommended: object = None) -> None:
+        """The policy given (parse_wait), else the gateway's (a policy's text), else the
+        default; an unknown recommendation (a later gateway's) leaves the default."""
+        policy, origin = given, "given"
+        if policy is None and isinstance(recommended, str) and recommended != WAIT_AUTO:
+            try:
+                policy, origin = WaitPolicy.parse(recommended), "gateway"
+            except ValueError:
+                policy = None
+        if policy is None:
+            policy, origin = _SOCKET_WAIT, "default"
+        self._wait_policy, self._wait_origin = policy, cast(WaitOrigin, origin)
+        self._policy_spin_s = (
+            math.inf
+            if policy.mode == "busy"
+            else 0.0
+            if policy.mode == "futex"
+            else policy.spin_us / 1e6
+        )
+
+    def _spin_s(self, spin: float | None) -> float:
+        """How long a wait polls its socket before it sleeps: `spin` when the caller says
+        (an asyncio read's slice), else the policy's."""
+        return self._policy_spin_s if spin is None else spin
 
     @property
     def continues(self) -> bool:
         return True
+
+
+def parse_wait(wait: WaitPolicy | str | None) -> WaitPolicy | None:
+    """A network source's `wait=`: None for "auto" (the gateway's word, else the default);
+    ValueError for what is not a policy, before anything connects."""
+    return None if wait is None or wait == WAIT_AUTO else WaitPolicy.parse(wait)
 
 
 class Client:
@@ -380,8 +423,8 @@ class Client:
         normalized: bool = False,
         slice_ns: int | None = None,
     ) -> Client:
-        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start,
-        wait and slice_ns apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N]
+        """Open a stream by URL (module doc): shm://<gateway>/<ring> (this host; copy, start
+        and slice_ns apply), ws(s)://host:port[/v1/stream][?subscription=N | ?session=N]
         (token: a consume token, sent as a bearer header), or nats://host:port (prefix: the sink's
         subject prefix; jetstream and start_seq: resume from the stream; durable: a durable
         consumer that acks and resumes by itself, gateway.client.nats). session: the
@@ -407,12 +450,12 @@ class Client:
             from gateway.client.stream import StreamSource, stream_url
 
             target = stream_url(url, topics, session)
-            source = StreamSource(target, token=token)
+            source = StreamSource(target, token=token, wait=wait)
 
             def reconnect() -> MessageSource:
                 previous = client.source
                 assert isinstance(previous, StreamSource)
-                return StreamSource(target, token=token, previous=previous)
+                return StreamSource(target, token=token, previous=previous, wait=wait)
 
             client = cls(
                 source,
@@ -436,6 +479,7 @@ class Client:
                     epoch=known,
                     token=token,
                     durable=durable,
+                    wait=wait,
                 )
 
             nats_source = subscribe(start_seq, epoch)

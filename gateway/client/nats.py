@@ -55,8 +55,14 @@ from typing import Any, Literal
 
 import orjson
 
-from dataplane.ring import Gap, RingMessage
-from gateway.client.core import ClientEvent, NetworkSource, Restart, SourceUnavailableError
+from dataplane.ring import WAIT_AUTO, Gap, RingMessage, WaitPolicy
+from gateway.client.core import (
+    ClientEvent,
+    NetworkSource,
+    Restart,
+    SourceUnavailableError,
+    parse_wait,
+)
 from gateway.client.nats_core import (
     MAX_SUBJECTS_KEPT,
     CoreNatsSubscriber,
@@ -137,23 +143,18 @@ class NatsSource(NetworkSource):
         durable: str | None = None,
         ack: AckMode = "read",
         ack_wait: float = ACK_WAIT_S,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
     ) -> None:
         """url: nats://host:port (comma-separated for several servers). topics: upstream
         topics of `session` (None: all). jetstream: the stream's name, to read what it stored
         (from start_seq, else only what comes from now on). epoch: the run the consumer saw
         last, so that a gap of another run comes after a Restart. durable: a durable
         consumer's name (module doc); start_seq then applies only when it is created.
-        name: the connection's name, as the server's monitoring (/connz) shows it."""
-        if topics is not None and session is None:
-            raise ValueError("topics need a session (subjects are per session)")
-        if start_seq is not None and jetstream is None:
-            raise ValueError("start_seq needs jetstream: core NATS keeps no messages")
-        if durable is not None and jetstream is None:
-            raise ValueError("durable needs jetstream: core NATS keeps no consumers")
-        if durable is not None and not _NAME.fullmatch(durable):
-            raise ValueError(f"durable {durable!r}: letters, digits, '_' or '-'")
-        if ack not in ("read", "next"):
-            raise ValueError(f"ack {ack!r}: read or next")
+        name: the connection's name, as the server's monitoring (/connz) shows it.
+        wait: how the core reader waits (Client's module doc; "auto": the default, core
+        NATS carries no recommendation); nats-py's path (JetStream, TLS) sleeps."""
+        self._choose_wait(parse_wait(wait))
+        _check_options(session, topics, jetstream, start_seq, durable, ack)
         self.durable = durable
         self.ack = ack
         self.ack_wait = ack_wait
@@ -480,7 +481,7 @@ class NatsSource(NetworkSource):
         reconnect, a Gap before the first message (core NATS kept nothing meanwhile)."""
         events: list[ClientEvent] = []
         continuity = self._continuity
-        for msg in core.read(max, timeout):
+        for msg in core.read(max, timeout, self._policy_spin_s):
             if type(msg) is NatsReconnected:
                 continuity.resumed = True
                 continue
@@ -562,7 +563,7 @@ class NatsSource(NetworkSource):
 
     def wait(self, timeout: float | None, spin: float | None = None) -> bool:
         if self._core is not None:
-            return self._core.wait(timeout)
+            return self._core.wait(timeout, self._spin_s(spin))
         with self._cond:
             return bool(self._events) or self._wait_locked(timeout)
 
@@ -633,6 +634,27 @@ def _epoch_of(description: str | None) -> int:
         return int(description[len(_EPOCH_PREFIX) :], 16)
     except ValueError:
         return 0
+
+
+def _check_options(
+    session: int | None,
+    topics: Iterable[str] | None,
+    jetstream: str | None,
+    start_seq: int | None,
+    durable: str | None,
+    ack: str,
+) -> None:
+    """NatsSource's options that cannot work together: ValueError before connecting."""
+    if topics is not None and session is None:
+        raise ValueError("topics need a session (subjects are per session)")
+    if start_seq is not None and jetstream is None:
+        raise ValueError("start_seq needs jetstream: core NATS keeps no messages")
+    if durable is not None and jetstream is None:
+        raise ValueError("durable needs jetstream: core NATS keeps no consumers")
+    if durable is not None and not _NAME.fullmatch(durable):
+        raise ValueError(f"durable {durable!r}: letters, digits, '_' or '-'")
+    if ack not in ("read", "next"):
+        raise ValueError(f"ack {ack!r}: read or next")
 
 
 def _header_int(headers: dict[str, str], name: str) -> int:

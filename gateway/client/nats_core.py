@@ -582,14 +582,14 @@ class CoreNatsSubscriber:
         self._last_rx = time.monotonic()  # the next PING one interval from now
 
     def read(
-        self, max_messages: int = 1024, timeout: float | None = 0.0
+        self, max_messages: int = 1024, timeout: float | None = 0.0, spin: float = 0.0
     ) -> list[NatsMsg | NatsReconnected]:
-        """Up to max_messages; waits up to timeout (None: until one comes or close). A
-        NatsReconnected comes before the first message of a connection made again, in the
-        same read."""
+        """Up to max_messages; waits up to timeout (None: until one comes or close), polling
+        the socket for `spin` s of it before sleeping. A NatsReconnected comes before the
+        first message of a connection made again, in the same read."""
         self._reconnect_due()
         if not self._pending and timeout != 0:
-            self.wait(timeout)
+            self.wait(timeout, spin)
         with self._lock:
             if not self._waiting.closed and len(self._pending) < max_messages:
                 self._drain_socket()
@@ -599,8 +599,9 @@ class CoreNatsSubscriber:
                 count += 1  # the mark comes with its message: it is not one
             return [pending.popleft() for _ in range(count)]
 
-    def wait(self, timeout: float | None) -> bool:
-        """Until a message is queued (True), timeout, close or interrupt (False)."""
+    def wait(self, timeout: float | None, spin: float = 0.0) -> bool:
+        """Until a message is queued (True), timeout, close or interrupt (False); the
+        socket is polled for `spin` s (inf: all the time) before each sleep."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._waiting.closed:
             self._reconnect_due()
@@ -616,7 +617,7 @@ class CoreNatsSubscriber:
                 step = max(0.0, min(left, self._retry_at - time.monotonic()))
             else:
                 step = min(left, PING_INTERVAL_S)
-            woke = self._waiting.wait(None if sock is None else sock.fileno(), step)
+            woke = self._waiting.wait(None if sock is None else sock.fileno(), step, spin)
             if woke == "interrupted":
                 return False
             if woke == "ready":

@@ -4,6 +4,10 @@ The network sources (/v1/stream, core NATS) read their socket where the consumer
 message costs one wake-up (the socket's), not two (a reading thread's, then the consumer's).
 Such a wait must still end at once on `interrupt` (asyncio cancellation of an aread) and on
 `close` from another thread: the poll includes a pipe that those write to.
+
+A wait may first poll without sleeping (`spin`, the consumer's "spin" and "busy" wait
+policies): a message that comes meanwhile costs no wake-up at all, at the price of the CPU
+the polling takes.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import os
 import select
 import threading
+import time
 from typing import Literal
 
 WaitResult = Literal["ready", "timeout", "interrupted"]
@@ -31,10 +36,11 @@ class SocketWait:
         self._poller: tuple[int | None, select.poll] | None = None
         self.closed = False
 
-    def wait(self, fd: int | None, timeout: float) -> WaitResult:
+    def wait(self, fd: int | None, timeout: float, spin: float = 0.0) -> WaitResult:
         """Until `fd` is readable, `timeout` s pass (fd None: only that) or the wait is
         interrupted (or closed). An interrupt that came while nobody waited ends the next
-        wait at once: one spurious wake-up rather than a lost interrupt."""
+        wait at once: one spurious wake-up rather than a lost interrupt. spin: seconds of
+        the timeout to poll without sleeping first (inf: all of it)."""
         with self._lock:
             if self.closed:
                 return "interrupted"
@@ -49,7 +55,11 @@ class SocketWait:
             if fd is not None:
                 poller.register(fd, select.POLLIN)
         try:
-            ready = poller.poll(max(0.0, timeout) * 1000)
+            ready = None
+            if spin > 0 and fd is not None:
+                ready, timeout = _spin(poller, min(spin, timeout), timeout)
+            if not ready:
+                ready = poller.poll(max(0.0, timeout) * 1000)
             if not ready:
                 return "timeout"
             if ready[0][0] == wake or (len(ready) > 1 and ready[1][0] == wake):
@@ -87,3 +97,14 @@ class SocketWait:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._wake_r = self._wake_w = -1
+
+
+def _spin(poller: select.poll, spin: float, timeout: float) -> tuple[list[tuple[int, int]], float]:
+    """Poll without sleeping for up to `spin` s: what became ready ([]: nothing) and what is
+    left of `timeout`."""
+    start = time.monotonic()
+    end = start + spin
+    poll = poller.poll
+    while not (ready := poll(0)) and time.monotonic() < end:
+        pass
+    return ready, timeout - (time.monotonic() - start)

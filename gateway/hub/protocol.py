@@ -17,9 +17,10 @@ Frames, server to client:
 - `envelope=1`: a text frame per message,
   `{"type":"msg","seq":N,"session":S,"topic":T,"recv_ts_ns":NS[,"upstream_seq":U],
   "payload":"<the payload as a string>"}` (`"payload_b64"` instead when it is not UTF-8),
-  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E,"latency_profile":P}` frame
-  that says what the stream carries (P: the gateway's latency_profile, economical or
-  low-latency);
+  and first a `{"type":"subscribed",...,"next_seq":N,"epoch":E,"latency_profile":P,
+  "reader_wait":W}` frame that says what the stream carries (P: the gateway's
+  latency_profile, economical or low-latency; W: how it recommends a consumer wait for
+  frames, the ring header's policy: futex (sleep in poll), spin:<us> or busy);
 - gap events in both modes: a text frame
   `{"type":"gap","seq":N|null,"session":S,"lost":N|null,"reason":R[,"epoch":E]}`. reason is
   the session's (an upstream reconnect, with lost null when it cannot tell; a break in the

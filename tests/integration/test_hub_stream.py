@@ -597,6 +597,7 @@ def test_tokens_scopes_and_parameters_are_checked(gw: Gateway) -> None:
         "next_seq": first["next_seq"],
         "epoch": f"{gw.hub.ring.epoch:016x}" if gw.hub.ring else first["epoch"],
         "latency_profile": "economical",
+        "reader_wait": "futex",
     }
     assert first["epoch"] == gw.hub.epoch_hex
     gw.wait_consumers(0)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from dataplane.ring import WaitPolicy
 from gateway.client import ClientEvent, Gap, RingMessage, SourceUnavailableError, nats_core
 from gateway.client.nats import NatsSource
 from gateway.client.nats_core import CoreNatsSubscriber, NatsNeedsLibraryError
@@ -361,3 +362,24 @@ def test_odd_messages_on_the_subjects_are_handed_over_and_end_nothing(
         (0, RING_GAP_TOPIC, b'{"epoch":5,"seq":"7"}'),
         (5, f"{SESSION}:t0", b"b"),
     ]
+
+
+def test_the_core_reader_waits_as_given(server: NatsServer) -> None:
+    """Core NATS carries no recommendation: futex unless `wait` says; busy polls the socket
+    (the thread's CPU time grows as it waits) and still takes what comes."""
+    busy = NatsSource(server.url, session=SESSION, wait="busy")
+    sleepy = NatsSource(server.url, session=SESSION)
+    try:
+        assert (busy.wait_policy, busy.wait_origin) == (WaitPolicy("busy"), "given")
+        assert (sleepy.wait_policy, sleepy.wait_origin) == (WaitPolicy("futex"), "default")
+        before = time.thread_time()
+        assert busy.read(timeout=0.2) == []
+        assert time.thread_time() - before > 0.02
+        before = time.thread_time()
+        assert sleepy.read(timeout=0.2) == []
+        assert time.thread_time() - before < 0.02
+        threading.Timer(0.05, publish, (server.url, 3)).start()
+        assert [m.seq for m in read_n(busy, 3)] == [0, 1, 2]
+    finally:
+        busy.close()
+        sleepy.close()

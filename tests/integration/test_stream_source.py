@@ -20,6 +20,7 @@ import pytest
 import trustme
 from websockets.asyncio.server import ServerConnection, serve
 
+from dataplane.ring import WaitPolicy
 from gateway.client import Gap, RingMessage, StreamClosedError
 from gateway.client.stream import StreamSource
 from tests.integration.source_checks import check_interrupt_and_close_end_a_wait_in_another_thread
@@ -227,3 +228,74 @@ def test_wss_with_the_system_s_trust_store(
         source.close()
     assert [e.seq for e in got] == list(range(1, 301))
     assert answered
+
+
+@pytest.mark.parametrize(
+    ("advice", "given", "want"),
+    [
+        (None, None, (WaitPolicy("futex"), "default")),
+        ("futex", None, (WaitPolicy("futex"), "gateway")),
+        ("busy", None, (WaitPolicy("busy"), "gateway")),
+        ("busy", "auto", (WaitPolicy("busy"), "gateway")),
+        ("spin:40", None, (WaitPolicy("spin", 40), "gateway")),
+        ("someday", None, (WaitPolicy("futex"), "default")),  # a later gateway's word
+        ("busy", "spin:50", (WaitPolicy("spin", 50), "given")),
+        ("busy", WaitPolicy("futex"), (WaitPolicy("futex"), "given")),
+    ],
+)
+def test_a_read_waits_as_given_else_as_the_subscribed_frame_recommends(
+    server_of: Callable[..., Server],
+    advice: str | None,
+    given: WaitPolicy | str | None,
+    want: tuple[WaitPolicy, str],
+) -> None:
+    hello = {"type": "subscribed", "next_seq": 1, "epoch": EPOCH}
+    if advice is not None:
+        hello["reader_wait"] = advice
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(orjson.dumps(hello).decode())
+        await asyncio.Future()
+
+    server = server_of(handler)
+    source = StreamSource(server.url, wait=given) if given else StreamSource(server.url)
+    try:
+        assert (source.wait_policy, source.wait_origin) == want
+    finally:
+        source.close()
+
+
+def test_a_wait_policy_that_is_none_is_refused_before_connecting() -> None:
+    with pytest.raises(ValueError, match="wait policy must be"):
+        StreamSource("ws://127.0.0.1:9/v1/stream?session=3", wait="sometimes")
+
+
+def test_a_busy_reader_polls_its_socket_and_takes_a_frame_as_it_comes(
+    server_of: Callable[..., Server],
+) -> None:
+    """busy: an empty read polls (the thread's CPU time grows as it waits); futex sleeps;
+    a frame sent while the busy reader polls is read."""
+    send = asyncio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(subscribed().decode())
+        await send.wait()
+        await ws.send(msg(1).decode())
+        await asyncio.Future()
+
+    server = server_of(handler)
+    busy = StreamSource(server.url, wait="busy")
+    sleepy = StreamSource(server.url, wait="futex")
+    try:
+        before = time.thread_time()
+        assert busy.read(timeout=0.2) == []
+        assert time.thread_time() - before > 0.02
+        before = time.thread_time()
+        assert sleepy.read(timeout=0.2) == []
+        assert time.thread_time() - before < 0.02
+        threading.Timer(0.05, server.loop.call_soon_threadsafe, (send.set,)).start()
+        got = busy.read(timeout=5.0)
+        assert [m.seq for m in got] == [1]
+    finally:
+        busy.close()
+        sleepy.close()

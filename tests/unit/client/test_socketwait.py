@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -87,3 +87,39 @@ def test_close_ends_a_wait_under_way_and_closes_the_pipe_after_it(
     thread.join(5)
     assert result == ["interrupted"]
     assert waiting._wake_r == waiting._wake_w == -1  # closed once the last waiter left
+
+
+def spent(call: Callable[[], str]) -> tuple[str, float]:
+    """What the wait returned and the CPU time this thread spent in it."""
+    before = time.thread_time()
+    result = call()
+    return result, time.thread_time() - before
+
+
+def test_a_spinning_wait_polls_without_sleeping_and_ends_as_a_sleeping_one(
+    pairs: list[tuple[socket.socket, socket.socket]],
+) -> None:
+    """spin: the wait polls (the thread's CPU time grows with it) and ends the same ways
+    as a sleeping wait: data, timeout, interrupt; spin past the timeout is the timeout."""
+    (a_in, a_out), _ = pairs
+    waiting = SocketWait()
+    try:
+        result, cpu = spent(lambda: waiting.wait(a_out.fileno(), 0.2, 0.2))
+        assert result == "timeout" and cpu > 0.02, cpu  # polled, not asleep
+        result, cpu = spent(lambda: waiting.wait(a_out.fileno(), 0.2))
+        assert result == "timeout" and cpu < 0.02, cpu  # asleep in poll
+        result, _ = spent(lambda: waiting.wait(a_out.fileno(), 0.1, float("inf")))
+        assert result == "timeout"
+
+        threading.Timer(0.05, a_in.send, (b"x",)).start()
+        assert waiting.wait(a_out.fileno(), 5.0, float("inf")) == "ready"
+        a_out.recv(1)
+        threading.Timer(0.05, waiting.interrupt).start()
+        started = time.monotonic()
+        assert waiting.wait(a_out.fileno(), 5.0, float("inf")) == "interrupted"
+        assert time.monotonic() - started < 4.0
+        # spin for part of the timeout: then asleep for the rest, and data still ends it
+        threading.Timer(0.1, a_in.send, (b"y",)).start()
+        assert waiting.wait(a_out.fileno(), 5.0, 0.01) == "ready"
+    finally:
+        waiting.close()
