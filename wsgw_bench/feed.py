@@ -71,6 +71,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
+from dataplane.ring import WAIT_AUTO
 from gateway.client.ring import READER_SLICE_NS
 from gateway.hub.nats_c import C_PATH_DEFAULT
 from gateway.lab import Lab
@@ -109,6 +110,10 @@ DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
 # /v1/stream (C sink) and NATS (the sink's default path) under the low-latency profile.
 DPDK_STREAM_LOWLAT = "wsgw dpdk -> /v1/stream, low-latency"
 DPDK_NATS_LOWLAT = "wsgw dpdk -> nats, low-latency"
+# The same through the consumer SDK, which waits as the profile says: /v1/stream by the
+# stream's advice (reader_wait in its hello), core NATS as told (the profile's reader_wait).
+DPDK_STREAM_LOWLAT_SDK = "wsgw dpdk -> /v1/stream, low-latency, wsgw client"
+DPDK_NATS_LOWLAT_SDK = "wsgw dpdk -> NATS, C, low-latency, wsgw client"
 CONTENDERS = (
     DIRECT,
     DPDK_RING,
@@ -223,6 +228,15 @@ CONTENDER_SPECS = {
     ),
     DPDK_NATS_LOWLAT: Contender(
         DPDK_NATS_LOWLAT, "dpdk", "nats", Profile("low-latency", nats_c=C_PATH_DEFAULT)
+    ),
+    DPDK_STREAM_LOWLAT_SDK: Contender(
+        DPDK_STREAM_LOWLAT_SDK,
+        "dpdk",
+        "stream",
+        Profile("low-latency", stream_sink=True, sdk=True),
+    ),
+    DPDK_NATS_LOWLAT_SDK: Contender(
+        DPDK_NATS_LOWLAT_SDK, "dpdk", "nats", Profile("low-latency", nats_c=True, sdk=True)
     ),
     DPDK_NATS_C_NO_HANDBACK: Contender(
         DPDK_NATS_C_NO_HANDBACK, "dpdk", "nats", Profile(nats_c=True, nats_busy_sends=0)
@@ -607,15 +621,16 @@ def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
     _run_async(_nats_consumer(conn, url, subject))
 
 
-def sdk_consumer_main(conn: Connection, url: str, session: int | None) -> None:
+def sdk_consumer_main(conn: Connection, url: str, session: int | None, wait: str) -> None:
     """The session's messages on NATS or /v1/stream through the consumer SDK
-    (`Client.connect`), read in this thread as a ring consumer reads its ring."""
+    (`Client.connect`), read in this thread as a ring consumer reads its ring. wait: the
+    core NATS reader's policy (the profile's; the stream follows its hello's advice)."""
     from gateway.client import Client
 
     if url.startswith("nats:"):  # named as the bench's other subscriber: the monitor's /connz
         from gateway.client.nats import NatsSource
 
-        source = NatsSource(url, session=session, name=NATS_CONSUMER_NAME)
+        source = NatsSource(url, session=session, name=NATS_CONSUMER_NAME, wait=wait)
         opened = Client(source)
     else:
         opened = Client.connect(url, session=session)
@@ -681,7 +696,7 @@ def gateway_main(conn: Connection, cfg: GatewayConfig) -> None:
         if cfg.sink == "stream":
             from wsgw_bench.servers import ServerThread, gateway_app
 
-            app = gateway_app(state, hub, auth="none")
+            app = gateway_app(state, hub, auth="none", latency_profile=cfg.latency_profile)
             app.state.stream_direct = cfg.stream_direct
             app.state.stream_sink = cfg.stream_sink
             server = ServerThread(app, uvloop=True).start()
@@ -1204,14 +1219,14 @@ def running(
                     profile.reader_slice_ns,
                 )
             elif contender.sink == "stream" and contender.profile.sdk:
-                consumer = Proc(sdk_consumer_main, stream_url, None)
+                consumer = Proc(sdk_consumer_main, stream_url, None, WAIT_AUTO)
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":
                 consumer = Proc(picows_consumer_main, stream_url)
             elif contender.profile.sdk:
                 assert nats_url is not None
-                consumer = Proc(sdk_consumer_main, nats_url, sid)
+                consumer = Proc(sdk_consumer_main, nats_url, sid, contender.profile.reader_wait)
             else:
                 assert nats_url is not None
                 consumer = Proc(nats_consumer_main, nats_url, f"wsgw.{sid}.*")

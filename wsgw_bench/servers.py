@@ -329,9 +329,12 @@ class ServerThread:
         self.stop()
 
 
-def gateway_app(state_dir: Path, hub: Any, *, auth: str = "token") -> Any:
+def gateway_app(
+    state_dir: Path, hub: Any, *, auth: str = "token", latency_profile: str = "economical"
+) -> Any:
     """A control plane app over `hub`, with its state (SQLite) in state_dir, no dataplane
-    (DetachedRuntime) and host facts read from an empty tree; auth 'token' or 'none'."""
+    (DetachedRuntime) and host facts read from an empty tree; auth 'token' or 'none';
+    latency_profile: what its /v1/stream hello says and recommends."""
     from api.app import create_app
     from gateway.runtime import DetachedRuntime
     from gateway.settings import Settings
@@ -342,5 +345,6 @@ def gateway_app(state_dir: Path, hub: Any, *, auth: str = "token") -> Any:
         host={"sys_root": state_dir / "sys", "proc_root": state_dir / "proc"},  # type: ignore[arg-type]
         auth={"mode": auth},  # type: ignore[arg-type]
         api={"host": "127.0.0.1"},  # type: ignore[arg-type]
+        latency_profile=latency_profile,  # type: ignore[arg-type]
     )
     return create_app(settings, DetachedRuntime(), hub=hub)
