@@ -6,14 +6,16 @@ local simulator, so the successor connects warm and has data before it takes ove
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
 from api.app import create_app
 from gateway.control import ControlPlane
@@ -71,6 +73,26 @@ def handed_by(owner: LeaseStore, plane: ControlPlane, sid: int) -> None:
     fleet_node(plane).wake()
 
 
+@contextlib.contextmanager
+def live_owner(engine: Engine) -> Iterator[LeaseStore]:
+    """Another node's lease store ("alive") that heartbeats until the block ends."""
+    live = LeaseStore(engine, "alive", lease_s=LEASE_S)
+    live.register({}, None)
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(LEASE_S / 3):
+            live.heartbeat()
+
+    beating = threading.Thread(target=heartbeat)
+    beating.start()
+    try:
+        yield live
+    finally:
+        stop.set()
+        beating.join()
+
+
 def test_a_successor_whose_owner_died_publishes_a_gap_and_one_whose_owner_lives_does_not(
     make_node: Callable[[str], ControlPlane], pg_url: str, simulator: int
 ) -> None:
@@ -89,24 +111,11 @@ def test_a_successor_whose_owner_died_publishes_a_gap_and_one_whose_owner_lives_
     assert gap is not None and "ghost died" in gap.reason, gap
 
     # An owner that keeps heartbeating while b connects: b takes over, no gap.
-    live = LeaseStore(engine, "alive", lease_s=LEASE_S)
-    live.register({}, None)
-    stop = threading.Event()
-
-    def heartbeat() -> None:
-        while not stop.wait(LEASE_S / 3):
-            live.heartbeat()
-
-    beating = threading.Thread(target=heartbeat)
-    beating.start()
-    try:
+    with live_owner(engine) as live:
         kept = binance_session(b, simulator, "kept")
         handed_by(live, b, kept)
         wait_for("b holding the kept session", lambda: fleet_node(b).may_publish(kept) == 2)
         time.sleep(LEASE_S)  # a gap would come with the take-over
-    finally:
-        stop.set()
-        beating.join()
     assert hub(b).last_gap(kept) is None
 
 
@@ -167,23 +176,36 @@ def streaming(plane: ControlPlane, sid: int) -> bool:
     return plane.runtime.session_status(sid).state == SessionState.CONNECTED
 
 
+def ran_and_stopped(
+    make_node: Callable[[str], ControlPlane], simulator: int, name: str
+) -> tuple[ControlPlane, int]:
+    """Node b, and a session it streamed and then stopped (through its API)."""
+    b = make_node("b")
+    b.start()
+    sid = binance_session(b, simulator, name)
+    b.sessions.start(sid)
+    wait_for("b streaming the session", lambda: streaming(b, sid))
+    b.sessions.stop(sid)
+    wait_for("b no longer running it", lambda: sid not in fleet_runtime_of(b).running_here())
+    return b, sid
+
+
+def assert_stopped_gap(plane: ControlPlane, sid: int) -> None:
+    """The session's next gap comes, and tells a stop (not a take-over)."""
+    wait_for("the restart's gap", lambda: hub(plane).last_gap(sid) is not None)
+    gap = hub(plane).last_gap(sid)
+    assert gap is not None and gap.reason.startswith("stopped:"), gap
+
+
 def test_a_session_stopped_and_started_again_on_its_node_publishes_a_gap(
     make_node: Callable[[str], ControlPlane], simulator: int
 ) -> None:
     """The lease never moved (generation 1), so no take-over gap tells what the stop
     missed: the restart's own gap does, as on a single node."""
-    b = make_node("b")
-    b.start()
-    sid = binance_session(b, simulator, "restarted")
-    b.sessions.start(sid)
-    wait_for("b streaming the session", lambda: streaming(b, sid))
-    b.sessions.stop(sid)
-    wait_for("b no longer running it", lambda: sid not in fleet_runtime_of(b).running_here())
+    b, sid = ran_and_stopped(make_node, simulator, "restarted")
     assert hub(b).last_gap(sid) is None
     b.sessions.start(sid)
-    wait_for("the restart's gap", lambda: hub(b).last_gap(sid) is not None)
-    gap = hub(b).last_gap(sid)
-    assert gap is not None and gap.reason.startswith("stopped:"), gap
+    assert_stopped_gap(b, sid)
     assert fleet_node(b).may_publish(sid) == 1
 
 
@@ -193,32 +215,13 @@ def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap_until_
     """b ran the session and stopped it; a live owner then holds it and hands it to b: the
     owner published until the hand-over, so b's warm start, whose stop left a gap to
     publish, publishes it behind the fence (b holds no lease yet), and none gets out."""
-    b = make_node("b")
-    b.start()
-    sid = binance_session(b, simulator, "back")
-    b.sessions.start(sid)
-    wait_for("b streaming the session", lambda: streaming(b, sid))
-    b.sessions.stop(sid)
-    wait_for("b no longer running it", lambda: sid not in fleet_runtime_of(b).running_here())
+    b, sid = ran_and_stopped(make_node, simulator, "back")
     wait_for("b releasing its lease", lambda: fleet_node(b).may_publish(sid) is None)
-    live = LeaseStore(fleet_node(b).db.engine, "alive", lease_s=LEASE_S)
-    live.register({}, None)
-    stop = threading.Event()
-
-    def heartbeat() -> None:
-        while not stop.wait(LEASE_S / 3):
-            live.heartbeat()
-
-    beating = threading.Thread(target=heartbeat)
-    beating.start()
-    try:
+    with live_owner(fleet_node(b).db.engine) as live:
         with fleet_node(b)._lock:  # b does not take the released lease first
             handed_by(live, b, sid)
         wait_for("b holding the session", lambda: fleet_node(b).may_publish(sid) == 3)
         time.sleep(LEASE_S)  # a gap would come with the take-over
-    finally:
-        stop.set()
-        beating.join()
     assert hub(b).last_gap(sid) is None
 
     # Its stored configuration differs from the one it runs with (changed through another
@@ -228,7 +231,5 @@ def test_a_session_handed_back_to_a_node_that_stopped_it_publishes_no_gap_until_
         running = runtime._started_with[sid]
         runtime._started_with[sid] = replace(running, url="ws://127.0.0.1:9/before")
     fleet_node(b).tick()
-    wait_for("the restart's gap", lambda: hub(b).last_gap(sid) is not None)
-    gap = hub(b).last_gap(sid)
-    assert gap is not None and gap.reason.startswith("stopped:"), gap
+    assert_stopped_gap(b, sid)
     assert fleet_runtime_of(b).started_with(sid) == running

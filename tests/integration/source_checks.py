@@ -34,3 +34,16 @@ def check_interrupt_and_close_end_a_wait_in_another_thread(source: MessageSource
     reader.join(2)
     assert not reader.is_alive() and results == [False, [], []]
     assert source.ended
+
+
+def check_a_busy_read_polls_and_a_futex_read_sleeps(
+    busy: MessageSource, sleepy: MessageSource
+) -> None:
+    """An empty read of 0.2 s: the busy source polls (this thread's CPU time grows with the
+    wait), the futex one sleeps in poll."""
+    before = time.thread_time()
+    assert busy.read(timeout=0.2) == []
+    assert time.thread_time() - before > 0.02
+    before = time.thread_time()
+    assert sleepy.read(timeout=0.2) == []
+    assert time.thread_time() - before < 0.02
