@@ -213,3 +213,17 @@ def test_every_mirror_matches_the_compiler(tmp_path: Path) -> None:
         if c != py
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_stream_reads_constants_match_the_header(tmp_path: Path) -> None:
+    """wsgw_stream_read's result words (no Structure: arrays whose layout is these numbers)."""
+    from dataplane.shim import _bind_stream
+
+    names = {
+        "WSGW_STREAM_WORDS": _bind_stream.WORDS,
+        "WSGW_STREAM_INFO_GOT": _bind_stream.INFO_GOT,
+        "WSGW_STREAM_INFO_CONSUMED": _bind_stream.INFO_CONSUMED,
+        "WSGW_STREAM_INFO_WORDS": len(_bind_stream.StreamRead(16, 16, 1).info),
+    }
+    got = _probe(tmp_path, [f'printf("%d\\n", (int){name});' for name in names])
+    assert dict(zip(names, got, strict=True)) == names
