@@ -117,25 +117,28 @@ static int envelope(const uint8_t *b, size_t n, const uint8_t *base, uint64_t *w
     return 1;
 }
 
-WSGW_API int wsgw_stream_read(uint8_t *buf, size_t cap, uint64_t max_payload, uint8_t *pay,
-                              uint64_t *out, uint32_t max_msgs, int64_t *info, int fd)
+WSGW_API int wsgw_stream_read(struct wsgw_stream_ctx *c, int fd)
 {
-    if (unlikely(buf == NULL || pay == NULL || info == NULL || (out == NULL && max_msgs) ||
-                 cap > INT64_MAX || max_msgs > INT32_MAX)) {
+    if (unlikely(c == NULL || c->buf == NULL || c->pay == NULL ||
+                 (c->out == NULL && c->max_msgs) || c->cap > INT64_MAX ||
+                 c->max_msgs > INT32_MAX)) {
         wsgw_set_error("wsgw_stream_read: bad arguments");
         return -EINVAL;
     }
-    size_t got = cap;
-    info[WSGW_STREAM_INFO_CONSUMED] = 0;
+    uint8_t *buf = c->buf, *pay = c->pay;
+    uint64_t *out = c->out, max_payload = c->max_payload;
+    uint32_t max_msgs = c->max_msgs;
+    size_t got = (size_t)c->cap;
+    c->consumed = 0;
     if (fd >= 0) {
-        ssize_t r = recv(fd, buf, cap, MSG_DONTWAIT);
+        ssize_t r = recv(fd, buf, (size_t)c->cap, MSG_DONTWAIT);
         if (r <= 0) {
-            info[WSGW_STREAM_INFO_GOT] = r < 0 ? -(int64_t)errno : 0;
+            c->got = r < 0 ? -(int64_t)errno : 0;
             return 0;
         }
         got = (size_t)r;
     }
-    info[WSGW_STREAM_INFO_GOT] = (int64_t)got;
+    c->got = (int64_t)got;
     size_t at = 0, pay_at = 0;
     uint32_t count = 0;
     while (count < max_msgs && got - at >= 2) {
@@ -165,13 +168,14 @@ WSGW_API int wsgw_stream_read(uint8_t *buf, size_t cap, uint64_t max_payload, ui
             break;
         const uint8_t *body = h + head;
         uint64_t *w = out + (size_t)count * WSGW_STREAM_WORDS;
-        if (!wsgw_utf8_valid(body, (size_t)len) || !envelope(body, (size_t)len, buf, w, pay + pay_at))
+        if (!wsgw_utf8_valid(body, (size_t)len) ||
+            !envelope(body, (size_t)len, buf, w, pay + pay_at))
             break;
         w[5] = pay_at;
         pay_at += w[6];
         at += head + (size_t)len;
         count++;
     }
-    info[WSGW_STREAM_INFO_CONSUMED] = (int64_t)at;
+    c->consumed = at;
     return (int)count;
 }

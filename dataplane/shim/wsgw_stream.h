@@ -11,16 +11,25 @@
 
 #include "wsgw_shim.h"
 
-/* Words per envelope in wsgw_stream_read's out[] array. */
+/* Words per envelope in the out[] array. */
 #define WSGW_STREAM_WORDS 7
-/* info[] words. */
-#define WSGW_STREAM_INFO_GOT 0      /* recv's result: bytes read, 0 at EOF, or -errno */
-#define WSGW_STREAM_INFO_CONSUMED 1 /* offset in buf past the last envelope described */
-#define WSGW_STREAM_INFO_WORDS 2
 
-/* (fd comes last, so that a caller binds the rest once and passes only fd.)
- * Read fd once without blocking (recv, MSG_DONTWAIT) into buf[0..cap); fd < 0: no read,
- * buf[0..cap) is what to scan (info GOT = cap). Then describe the leading run of complete
+/* One reader's buffers and limits (set once), and the last read's outcome (got, consumed).
+ * The read takes this and the fd only: a call with few arguments costs less in ctypes. */
+struct wsgw_stream_ctx {
+    uint8_t *buf;         /* cap bytes: what recv reads */
+    uint8_t *pay;         /* cap bytes: the payloads, unescaped */
+    uint64_t *out;        /* max_msgs * WSGW_STREAM_WORDS words */
+    uint64_t cap;
+    uint64_t max_payload;
+    uint32_t max_msgs;
+    uint32_t pad_;
+    int64_t got;          /* out: recv's result: bytes read, 0 at EOF, or -errno */
+    uint64_t consumed;    /* out: offset in buf past the last envelope described */
+};
+
+/* Read fd once without blocking (recv, MSG_DONTWAIT) into buf[0..cap); fd < 0: no read,
+ * buf[0..cap) is what to scan (got = cap). Then describe the leading run of complete
  * WebSocket frames of what was read that are each one text frame (FIN, no RSV bit, unmasked,
  * the shortest length form, payload <= max_payload) holding exactly
  *   {"type":"msg","seq":N,"session":N,"topic":"T","recv_ts_ns":N,"payload":"P"}
@@ -29,11 +38,10 @@
  * valid UTF-8; at most max_msgs of them, each in WSGW_STREAM_WORDS words of out:
  *   out[0] = seq, out[1] = session, out[2] = recv_ts_ns,
  *   out[3], out[4] = offset in buf and length of T,
- *   out[5], out[6] = offset in pay and length of P unescaped (pay holds cap bytes).
- * info[GOT] = what recv returned (bytes, 0, -errno), info[CONSUMED] = the offset past the
- * last frame described (0 when none; the rest, up to GOT, is the caller's).
+ *   out[5], out[6] = offset in pay and length of P unescaped.
+ * got = what recv returned, consumed = the offset past the last frame described (0 when
+ * none; the rest, up to got, is the caller's).
  * Returns the number of envelopes described (>= 0), or -EINVAL (bad arguments). */
-WSGW_API int wsgw_stream_read(uint8_t *buf, size_t cap, uint64_t max_payload, uint8_t *pay,
-                              uint64_t *out, uint32_t max_msgs, int64_t *info, int fd);
+WSGW_API int wsgw_stream_read(struct wsgw_stream_ctx *c, int fd);
 
 #endif

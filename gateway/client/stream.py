@@ -266,7 +266,8 @@ class StreamSource(NetworkSource):
                 shim = self._shim
                 assert shim is not None
                 count = shim.read(sock.fileno())
-                got, consumed = shim.info
+                ctx = shim.ctx
+                got, consumed = ctx.got, ctx.consumed
                 if got < 0:
                     if got not in _NOTHING_NOW:
                         exc = OSError(-got, os.strerror(-got))  # (its subclass, as recv's)
