@@ -20,7 +20,7 @@ import pytest
 import gateway.client.stream as stream_mod
 from gateway.hub.consumer import Consumer
 from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
-from gateway.hub.names import RING_GAP_TOPIC, ring_topic
+from gateway.hub.names import ring_topic
 from gateway.hub.sink import EXTRA, GAP, ST_MESSAGES, TOPIC, UTF8
 from tests.integration.test_sink_stream import (  # noqa: F401 (gw, sink_on: fixtures)
     TOPICS,
@@ -241,6 +241,11 @@ def test_the_sdk_takes_the_sinks_envelopes_in_its_shim_read(
     try:
         consumer = consumer_of(gw, [])
         wait_until(armed(consumer), what="the sink to be armed")
+        # What comes first (a past gap of the module's earlier tests: the Python path's, and
+        # envelopes in the same read behind it would be too), read before the test's records.
+        while source.read(timeout=0.3):
+            pass
+        made.clear()
         ring = gw.hub.ring
         assert ring is not None
         tid = gw.hub.ring_topic_id(gw.session, "t0")
@@ -251,7 +256,7 @@ def test_the_sdk_takes_the_sinks_envelopes_in_its_shim_read(
         got: list[Any] = []
         deadline = time.monotonic() + 20
         while len(got) < len(want) and time.monotonic() < deadline:
-            got += [e for e in source.read(timeout=0.5) if e.topic != RING_GAP_TOPIC]  # (past)
+            got += source.read(timeout=0.5)
         assert [tuple(e) for e in got] == want
         assert sum(made) == len(want)
         assert consumer.sink_armed  # (the sink sent them, not the router)
