@@ -105,6 +105,9 @@ DPDK_NATS_C_SDK = "wsgw dpdk -> NATS, C, wsgw client"
 # /v1/stream (C sink) read by the consumer SDK (gateway.client.stream, envelope=1) instead
 # of picows: not in `make bench`.
 DPDK_STREAM_SINK_SDK = "wsgw dpdk -> /v1/stream, C sink, wsgw client"
+# The same with the SDK's stream read in Python only (WSGW_STREAM_READ=python: no one-call
+# shim read), to alternate with it (`--contenders`, not in `make bench`).
+DPDK_STREAM_SINK_SDK_PY = "wsgw dpdk -> /v1/stream, C sink, wsgw client, Python read"
 # The same, C never handing back when busy (NatsConfig.c_busy_sends = 0).
 DPDK_NATS_C_NO_HANDBACK = "wsgw dpdk -> NATS, C, no hand-back"
 # /v1/stream (C sink) and NATS (the sink's default path) under the low-latency profile.
@@ -189,6 +192,7 @@ class Profile:
     park: bool = True  # followers park while the C sink sends all they feed
     park_s: float = 0.0  # their tick when parked (0: follower.PARK_S)
     sdk: bool = False  # the consumer reads through the consumer SDK (gateway.client)
+    sdk_python_read: bool = False  # ... its /v1/stream read without the shim (WSGW_STREAM_READ)
 
     @property
     def reader_wait(self) -> str:
@@ -218,6 +222,12 @@ CONTENDER_SPECS = {
     DPDK_STREAM_SINK: Contender(DPDK_STREAM_SINK, "dpdk", "stream", Profile(stream_sink=True)),
     DPDK_NATS: Contender(DPDK_NATS, "dpdk", "nats"),
     DPDK_NATS_C: Contender(DPDK_NATS_C, "dpdk", "nats", Profile(nats_c=True)),
+    DPDK_STREAM_SINK_SDK_PY: Contender(
+        DPDK_STREAM_SINK_SDK_PY,
+        "dpdk",
+        "stream",
+        Profile(stream_sink=True, sdk=True, sdk_python_read=True),
+    ),
     DPDK_STREAM_SINK_SDK: Contender(
         DPDK_STREAM_SINK_SDK, "dpdk", "stream", Profile(stream_sink=True, sdk=True)
     ),
@@ -621,10 +631,15 @@ def nats_consumer_main(conn: Connection, url: str, subject: str) -> None:
     _run_async(_nats_consumer(conn, url, subject))
 
 
-def sdk_consumer_main(conn: Connection, url: str, session: int | None, wait: str) -> None:
+def sdk_consumer_main(
+    conn: Connection, url: str, session: int | None, wait: str, python_read: bool = False
+) -> None:
     """The session's messages on NATS or /v1/stream through the consumer SDK
     (`Client.connect`), read in this thread as a ring consumer reads its ring. wait: the
-    core NATS reader's policy (the profile's; the stream follows its hello's advice)."""
+    core NATS reader's policy (the profile's; the stream follows its hello's advice).
+    python_read: /v1/stream without the shim's one-call read (WSGW_STREAM_READ=python)."""
+    if python_read:
+        os.environ["WSGW_STREAM_READ"] = "python"
     from gateway.client import Client
 
     if url.startswith("nats:"):  # named as the bench's other subscriber: the monitor's /connz
@@ -1219,7 +1234,8 @@ def running(
                     profile.reader_slice_ns,
                 )
             elif contender.sink == "stream" and contender.profile.sdk:
-                consumer = Proc(sdk_consumer_main, stream_url, None, WAIT_AUTO)
+                python_read = contender.profile.sdk_python_read
+                consumer = Proc(sdk_consumer_main, stream_url, None, WAIT_AUTO, python_read)
             elif contender.sink == "stream" and contender.envelope:
                 consumer = Proc(picows_consumer_main, f"{stream_url}&envelope=1", True)
             elif contender.sink == "stream":

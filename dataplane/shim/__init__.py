@@ -114,6 +114,7 @@ from dataplane.shim._bind_ringnotify import rearm as ring_notifier_rearm
 from dataplane.shim._bind_ringnotify import start as ring_notifier_start
 from dataplane.shim._bind_ringnotify import start_direct as ring_notifier_start_direct
 from dataplane.shim._bind_ringnotify import stop as ring_notifier_stop
+from dataplane.shim._bind_stream import StreamRead
 from dataplane.shim._bind_topic import ABSENT as JSON_ABSENT
 from dataplane.shim._bind_topic import ARRAY as JSON_ARRAY
 from dataplane.shim._bind_topic import FALSE as JSON_FALSE
@@ -230,6 +231,7 @@ __all__ = [
     "RingReadBuffers",
     "RingWriteFn",
     "Shim",
+    "StreamRead",
     "TopicBatch",
     "TopicError",
     "TopicPathComponent",

@@ -55,6 +55,7 @@ BINDINGS = (
     "_bind_ring",
     "_bind_ringnotify",
     "_bind_sink",
+    "_bind_stream",
     "_bind_topic",
     "_bind_udpgen",
     "_bind_ws",

@@ -18,19 +18,29 @@ The socket is read in the consumer's own thread (the reading side of wsgw's sans
 frames, where a client with a reading thread of its own (websockets' threaded one, used
 before) adds that thread's wake-up to every message's path. `interrupt` (asyncio
 cancellation) and `close` end a wait at once (gateway.client.socketwait).
+
+While the WebSocket client is between messages (plain TCP), one shim call per read
+(`dataplane.shim.StreamRead`: recv, the frame scan and the envelopes of the exact shape the
+C stream sink writes, payload unescaped) gives the RingMessages' fields, so a read costs a
+few Python steps rather than recv + WsClient + orjson per frame (each step runs cold after
+an idle gap, issue #16). What it does not take (control frames, other shapes, a frame cut
+by the read) goes through the WsClient and orjson, the reference: the same events (tested
+for equality). WSGW_STREAM_READ=python turns it off.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
+import os
 import socket
 import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -62,6 +72,9 @@ from gateway.hub.protocol import (
     CLOSE_UNAUTHORIZED,
 )
 
+if TYPE_CHECKING:
+    from dataplane.shim import StreamRead
+
 #: How long opening a stream may take before it counts as unavailable.
 OPEN_TIMEOUT = 5.0
 #: Bytes per read of the socket.
@@ -90,7 +103,21 @@ FINAL_CLOSE_CODES = frozenset(
 )
 #: Gap reasons that mean this stream lost messages (the others are the session's own).
 STREAM_GAP_REASONS = frozenset({"queue_full", "gateway_overload"})
+#: recv's results (-errno) that mean "nothing there now" for the shim's read.
+_NOTHING_NOW = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)
 _new_tuple = tuple.__new__
+
+
+def _shim_read() -> StreamRead | None:
+    """The shim's one-call read (recv, frames, the C sink's envelopes), None without the
+    shim (WSGW_STREAM_READ=python: never; the WebSocket client and orjson read everything)."""
+    if os.environ.get("WSGW_STREAM_READ", "").lower() == "python":
+        return None
+    from dataplane.shim import StreamRead, available
+
+    if not available("the /v1/stream read falls back to pure Python"):
+        return None
+    return StreamRead(RECV_BYTES, MAX_MESSAGE_SIZE)
 
 
 def stream_url(url: str, topics: Iterable[str] | None, session: int | None = None) -> str:
@@ -131,8 +158,14 @@ class StreamSource(NetworkSource):
             raise ValueError(f"bad stream URL {url!r}: ws://host[:port]/... or wss://...")
         self.url = url
         self._pending: list[ClientEvent] = []
-        self._frames: deque[bytes] = deque()  # received, not yet made events
-        self._names: dict[tuple[int, str], str] = {}  # (session, topic): its ring name
+        # Received, not yet taken: frames to decode, and the shim's envelopes as RingMessages.
+        self._frames: deque[bytes | RingMessage] = deque()
+        # The shim's read, and whether it may read now (the WebSocket client is between
+        # messages: no partial frame, fragment or close held; plain TCP, not TLS).
+        self._shim: StreamRead | None = None
+        self._shim_now = False
+        # (session, topic): its ring name (topic as str, or as bytes from the shim's read)
+        self._names: dict[tuple[int, str | bytes], str] = {}
         self._ended = False
         self.close_code: int | None = None
         self.close_reason = ""
@@ -144,6 +177,8 @@ class StreamSource(NetworkSource):
         except (OSError, TimeoutError, ssl.SSLError, LocalProtocolError) as exc:
             self._waiting.close()
             raise SourceUnavailableError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(self._sock, ssl.SSLSocket):
+            self._shim = _shim_read()
         try:
             self._take(early)  # frames that came with the 101
             first = self._first_frame(deadline)
@@ -182,7 +217,7 @@ class StreamSource(NetworkSource):
             self._received(data)
         if not self._ended:  # (a close right behind the first frames closed it already)
             sock.setblocking(False)
-        return cast(dict[str, Any], orjson.loads(self._frames.popleft()))
+        return cast(dict[str, Any], orjson.loads(cast(bytes, self._frames.popleft())))
 
     # ---- the socket, in the reading thread -----------------------------------------------
     def _received(self, data: bytes) -> None:
@@ -206,7 +241,9 @@ class StreamSource(NetworkSource):
                 self._frames.extend(event.payloads())  # type: ignore[union-attr]
             elif kind is WsClosed:
                 closed = event  # type: ignore[assignment]
-        outgoing = self._ws.data_to_send()
+        ws = self._ws
+        self._shim_now = self._shim is not None and ws.at_message_boundary
+        outgoing = ws.data_to_send()
         if outgoing and not self._ended:
             # A pong, or the close reply (section 5.5.1) before the socket closes below:
             # best effort, a dead socket shows on the next read.
@@ -222,17 +259,41 @@ class StreamSource(NetworkSource):
             with contextlib.suppress(OSError):
                 self._sock.close()
 
-    def _drain_socket(self) -> None:
-        """What the socket holds, read without blocking (TLS: what it decrypted too)."""
+    def _drain_socket(self) -> None:  # noqa: PLR0911, PLR0912 (the shim's read, the Python one: inline)
+        """What the socket holds, read without blocking (TLS: what it decrypted too).
+        Between messages the shim reads (one call: recv, frames, envelopes); the frames of
+        that read it did not take, and every read while the WebSocket client holds part of
+        a frame, go through the client and orjson."""
         sock, ws = self._sock, self._ws
         while not self._ended:
-            try:
-                data = sock.recv(RECV_BYTES)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
-                return
-            except OSError as exc:
-                self._end(1006, f"{type(exc).__name__}: {exc}")
-                return
+            whole = -1  # the shim's read: its size (the Python one: -1)
+            if self._shim_now:
+                shim = self._shim
+                assert shim is not None
+                count = shim.read(sock.fileno())
+                ctx = shim.ctx
+                got, consumed = ctx.got, ctx.consumed
+                if got < 0:
+                    if got not in _NOTHING_NOW:
+                        exc = OSError(-got, os.strerror(-got))  # (its subclass, as recv's)
+                        self._end(1006, f"{type(exc).__name__}: {exc}")
+                    return
+                if count:
+                    self._envelopes(shim, count)
+                if got and consumed == got:  # (all taken: the client stays between messages)
+                    if got == RECV_BYTES and len(self._frames) < MAX_HELD:
+                        continue
+                    return
+                data = shim.buf[consumed:got].tobytes()
+                whole = got
+            else:
+                try:
+                    data = sock.recv(RECV_BYTES)
+                except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+                    return
+                except OSError as exc:
+                    self._end(1006, f"{type(exc).__name__}: {exc}")
+                    return
             try:  # (what _received does, without its call)
                 ws.receive_data(data)
             except LocalProtocolError as exc:  # bytes after the connection ended
@@ -241,8 +302,28 @@ class StreamSource(NetworkSource):
             self._take(ws.events())
             if not data or len(self._frames) >= MAX_HELD:
                 return
+            if whole >= 0:  # (what the shim read: the whole read's size is known)
+                if whole < RECV_BYTES:
+                    return
+                continue
             if len(data) < RECV_BYTES and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
                 return
+
+    def _envelopes(self, shim: StreamRead, count: int) -> None:
+        """The shim's envelopes of one read as RingMessages, queued."""
+        step = shim.WORDS
+        words, buf, pay = shim.out[: step * count], shim.buf, shim.pay
+        names, append = self._names, self._frames.append
+        for at in range(0, len(words), step):
+            seq, session, ts, topic_at, topic_len, pay_at, pay_len = words[at : at + step]
+            key = (session, buf[topic_at : topic_at + topic_len].tobytes())
+            name = names.get(key)
+            if name is None:
+                if len(names) >= MAX_NAMES:
+                    names.clear()
+                name = names[key] = ring_topic(session, key[1].decode())
+            payload = pay[pay_at : pay_at + pay_len].tobytes()
+            append(_new_tuple(RingMessage, (seq, session, name, ts, payload, -1)))
 
     # ---- MessageSource ------------------------------------------------------------------
     def read(self, max: int | None = None, timeout: float | None = 0.0) -> list[ClientEvent]:
@@ -260,7 +341,12 @@ class StreamSource(NetworkSource):
                 self._drain_socket()
             frames = self._frames
             while frames and len(events) < limit:
-                event = self._event(frames.popleft())
+                item = frames.popleft()
+                if type(item) is RingMessage:  # the shim's envelope, made
+                    self.last_seq = item[0]
+                    events.append(item)
+                    continue
+                event = self._event(item)  # type: ignore[arg-type]
                 if event is not None:
                     events.append(event)
         if not events and self._ended and self.close_code in FINAL_CLOSE_CODES:

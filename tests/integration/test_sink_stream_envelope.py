@@ -15,9 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 
+import gateway.client.stream as stream_mod
 from gateway.hub.consumer import Consumer
 from gateway.hub.events import OP_TEXT, Delivery, GapNotice, ws_frame
+from gateway.hub.names import ring_topic
 from gateway.hub.sink import EXTRA, GAP, ST_MESSAGES, TOPIC, UTF8
 from tests.integration.test_sink_stream import (  # noqa: F401 (gw, sink_on: fixtures)
     TOPICS,
@@ -212,3 +215,50 @@ def test_a_topic_new_to_an_every_topic_stream_goes_through_python_once(
         assert consumer.sink_stops.get(TOPIC) == 1
     finally:
         client.close()
+
+
+def test_the_sdk_takes_the_sinks_envelopes_in_its_shim_read(
+    gw: Gateway,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK's one-call shim read knows the sink's exact envelope: every one the sink sent
+    (escapes, control bytes, multi-byte UTF-8, a 4-byte frame head) is taken by it, not left
+    to the Python path, and comes out as the RingMessage the Python path makes of it."""
+    from gateway.client.stream import StreamSource, stream_url
+
+    if stream_mod._shim_read() is None:
+        pytest.skip("the shim does not load")
+    made: list[int] = []
+    by_shim = StreamSource._envelopes
+
+    def envelopes(self: StreamSource, shim: Any, count: int) -> None:
+        made.append(count)
+        by_shim(self, shim, count)
+
+    monkeypatch.setattr(StreamSource, "_envelopes", envelopes)
+    url = stream_url(f"ws://127.0.0.1:{gw.server.port}", ["t0"], gw.session)
+    source = StreamSource(url + "&queue_size=1000")
+    try:
+        consumer = consumer_of(gw, [])
+        wait_until(armed(consumer), what="the sink to be armed")
+        # What comes first (a past gap of the module's earlier tests: the Python path's, and
+        # envelopes in the same read behind it would be too), read before the test's records.
+        while source.read(timeout=0.3):
+            pass
+        made.clear()
+        ring = gw.hub.ring
+        assert ring is not None
+        tid = gw.hub.ring_topic_id(gw.session, "t0")
+        want = []
+        for k, payload in enumerate(PAYLOADS):
+            seq = ring.write(gw.session, tid, payload, 100 + k)
+            want.append((seq, gw.session, ring_topic(gw.session, "t0"), 100 + k, payload, -1))
+        got: list[Any] = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(want) and time.monotonic() < deadline:
+            got += source.read(timeout=0.5)
+        assert [tuple(e) for e in got] == want
+        assert sum(made) == len(want)
+        assert consumer.sink_armed  # (the sink sent them, not the router)
+    finally:
+        source.close()
