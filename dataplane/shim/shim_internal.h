@@ -6,6 +6,17 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
 __attribute__((format(printf, 1, 2))) void wsgw_set_error(const char *fmt, ...);
+
+/* A hex digit's value, -1 for anything else (JSON \uXXXX escapes). */
+static inline int hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
 #ifdef WSGW_HAVE_DPDK
 #include <rte_dev.h>
 #include <rte_mempool.h>

@@ -43,16 +43,6 @@ static inline int take_u64(const uint8_t **pp, const uint8_t *end, uint64_t *v)
     return 1;
 }
 
-static inline int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 /* The frame payload b[0..n) when it is the sink's envelope: 1, w[0..4] and w[6] set (w[3] an
  * offset from base), P unescaped at o. Anything else: 0 (o may hold garbage). */
 static int envelope(const uint8_t *b, size_t n, const uint8_t *base, uint64_t *w, uint8_t *o)

@@ -268,16 +268,6 @@ static const uint8_t *skip_value(struct scan *s, const uint8_t *p, uint32_t kind
     return q;
 }
 
-static inline int hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 static int read_u4(const uint8_t *p, const uint8_t *end, unsigned *out)
 {
     unsigned v = 0;

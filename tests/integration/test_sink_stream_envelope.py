@@ -30,6 +30,7 @@ from tests.integration.test_sink_stream import (  # noqa: F401 (gw, sink_on: fix
     sink_on,
     wait_until,
 )
+from tests.utils.stream_shim import count_shim_envelopes
 
 #: Payloads that test the escaping: JSON specials, control bytes, DEL, multi-byte UTF-8.
 PAYLOADS = [
@@ -228,14 +229,7 @@ def test_the_sdk_takes_the_sinks_envelopes_in_its_shim_read(
 
     if stream_mod._shim_read() is None:
         pytest.skip("the shim does not load")
-    made: list[int] = []
-    by_shim = StreamSource._envelopes
-
-    def envelopes(self: StreamSource, shim: Any, count: int) -> None:
-        made.append(count)
-        by_shim(self, shim, count)
-
-    monkeypatch.setattr(StreamSource, "_envelopes", envelopes)
+    made = count_shim_envelopes(monkeypatch)
     url = stream_url(f"ws://127.0.0.1:{gw.server.port}", ["t0"], gw.session)
     source = StreamSource(url + "&queue_size=1000")
     try:

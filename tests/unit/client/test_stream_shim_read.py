@@ -23,6 +23,7 @@ import gateway.client.stream as stream_mod
 from dataplane.ws.client import WsClient
 from dataplane.ws.handshake import accept_token
 from gateway.client.stream import StreamSource
+from tests.utils.stream_shim import count_shim_envelopes
 
 pytestmark = pytest.mark.skipif(
     stream_mod._shim_read() is None, reason="the shim does not load: nothing to compare"
@@ -254,14 +255,7 @@ def test_byte_at_a_time_too(frames: list[bytes]) -> None:
 def test_the_sinks_envelopes_come_out_as_messages_with_the_payload_unescaped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made: list[int] = []
-    by_shim = StreamSource._envelopes
-
-    def envelopes(self: StreamSource, shim: Any, count: int) -> None:
-        made.append(count)
-        by_shim(self, shim, count)
-
-    monkeypatch.setattr(StreamSource, "_envelopes", envelopes)
+    made = count_shim_envelopes(monkeypatch)
     payload = '{"e":"trade","s":"BTC\\USDT"}\n\x01é'
     frames = [frame(envelope(s, 3, "btcusdt@trade", 10 + s, payload)) for s in (1, 2)]
     got = same_both_ways([b"".join(frames)], eof=False)
