@@ -10,7 +10,9 @@ after a `Restart`. Core NATS keeps nothing: what is published while the consumer
 not delivered, and the first message after the reader's reconnect comes behind a `Gap` (of
 the ring sequences in between with the sink's headers, else Gap(0, 0): how many is not
 known). JetStream stores it: `start_seq` resumes at a stream sequence (keep
-`position`, the stream sequence of the last message delivered, and pass position + 1).
+`position`, the stream sequence of the last message delivered, and pass position + 1); if
+the stream's limits removed messages from there, a `Gap` of the stream sequences removed
+comes before the first message (every subject's, as a durable's below).
 
 A durable consumer (`durable="name"`) keeps its place on the server instead: the source acks
 what `read` hands over (ack="read": before read returns, confirmed by the server, so a
@@ -120,6 +122,11 @@ class CoreContinuity:
 
 class NatsSource(NetworkSource):
     """Messages of one session (or every session) from a NATS server."""
+
+    _stream_at: tuple[Any, str] | None = None  # JetStream: js, stream
+    #: A reader without a durable opened at start_seq: that sequence, until its first
+    #: message (a later one: the stream's limits may have removed what was there).
+    _start_check: int | None = None
 
     def __init__(
         self,
@@ -264,9 +271,11 @@ class NatsSource(NetworkSource):
         else:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
         js = self._nc.jetstream()
+        self._stream_at = (js, jetstream)
         if self.durable is not None:
             await self._open_durable(js, jetstream, self.durable, start_seq)
             return
+        self._start_check = start_seq
         await js.subscribe(
             self.subject,
             stream=jetstream,
@@ -399,9 +408,9 @@ class NatsSource(NetworkSource):
 
     async def _stream_first(self) -> int:
         """The stream's first sequence now (0: unknown)."""
-        if self._durable_at is None:
+        if self._stream_at is None:
             return 0
-        js, stream, _ = self._durable_at
+        js, stream = self._stream_at
         try:
             return int((await js.stream_info(stream)).state.first_seq)
         except Exception:
@@ -414,6 +423,9 @@ class NatsSource(NetworkSource):
             if stream_seq <= self._highest:
                 return  # redelivered (ack_wait passed while it waited here): taken already
             self._highest = stream_seq
+        removed = None
+        if self._start_check is not None and stream_seq is not None:
+            removed = await self._removed_before(self._start_check, stream_seq)
         headers = msg.headers or {}
         seq = _header_int(headers, "Wsgw-Seq")
         ts = _header_int(headers, "Wsgw-Recv-Ts")
@@ -421,6 +433,8 @@ class NatsSource(NetworkSource):
         gap = None if is_js else self._continuity.gap_before(seq)
         if gap is not None:
             events.insert(0, gap)
+        if removed is not None:
+            events.insert(0, removed)
         if not events:
             return  # a durable acks it with the next one handed over (ack policy all)
         ackable = msg if self.durable is not None else None
@@ -431,6 +445,18 @@ class NatsSource(NetworkSource):
             self._events.append(events[-1])
             self._js_msgs.append((ackable, stream_seq))
             self._cond.notify_all()
+
+    async def _removed_before(self, start: int, stream_seq: int) -> Gap | None:
+        """The first message of a reader opened at stream sequence `start`: a Gap when the
+        stream's limits removed what was stored from `start` on (it starts at its first
+        sequence then), as a durable's open tells it; every subject's, as there."""
+        self._start_check = None
+        if stream_seq <= start:
+            return None
+        first = await self._stream_first()
+        if first <= start:
+            return None  # stream sequences of other subjects in between: no loss
+        return Gap(min(first, stream_seq) - start, start)
 
     def _events_of(self, subject: str, seq: int, ts: int, data: bytes) -> list[ClientEvent]:
         """A bus message as the ring's events: [] for a topic not asked for; a gap record of

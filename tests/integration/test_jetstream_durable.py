@@ -466,3 +466,48 @@ def test_a_durable_of_one_session_between_others_sees_no_gap(server: NatsServer)
         source.close()
         gateway.close()
     assert trade_ids(got) == list(range(1, 1001))
+
+
+# ---- a reader without a durable, resuming at a stream sequence -----------------------------
+def test_a_start_seq_the_limits_removed_is_a_gap(server: NatsServer) -> None:
+    """Resuming at position + 1 (the module doc's way without a durable) after the stream's
+    limits removed messages from there: a Gap of the stream sequences removed comes first,
+    and, for a start_seq still stored, none."""
+    gateway = Gateway(server.url, max_msgs=100)
+    try:
+        first = NatsSource(server.url, session=SESSION, jetstream=STREAM)
+        gateway.publish([trade(i) for i in range(1, 51)])
+        got: list[Any] = []
+
+        def collected(source: NatsSource, into: list[Any], count: int) -> bool:
+            into.extend(source.read(1000, 0.2))
+            return len(into) >= count
+
+        wait_until(lambda: collected(first, got, 50))
+        first.close()
+        assert first.position == 50
+        gateway.publish([trade(i) for i in range(51, 301)])  # the stream keeps 201..300
+        resumed = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=51)
+        events: list[Any] = []
+        try:
+            wait_until(lambda: collected(resumed, events, 100))
+            time.sleep(0.2)
+            events.extend(resumed.read(1000, 0))
+        finally:
+            resumed.close()
+        kept = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=250)
+        stored_ones: list[Any] = []
+        try:
+            wait_until(lambda: collected(kept, stored_ones, 51))
+            time.sleep(0.2)
+            stored_ones.extend(kept.read(1000, 0))
+        finally:
+            kept.close()
+    finally:
+        gateway.close()
+    assert trade_ids(got) == list(range(1, 51))
+    gap = events[0]
+    assert isinstance(gap, Gap), events[:2]
+    assert (gap.first_seq, gap.lost) == (51, 150)  # stream sequences 51..200 went unread
+    assert trade_ids(events[1:]) == list(range(201, 301))
+    assert trade_ids(stored_ones) == list(range(250, 301))
