@@ -25,7 +25,10 @@ count tells connections apart; one sent on an earlier connection waits for its o
 A message refused (JetStream unavailable,
 its store loading after a server restart) or unacknowledged after `ack_timeout_s` is sent
 again, with the same message id, so the stream's duplicate check stores it once; after
-`retry_for_s` it is counted as `unacked` (dropped). `ack_window=0`: core NATS publishes, the
+`retry_for_s` it is counted as `unacked` (dropped) and owed to the stream's readers as a
+`$gap` per session (reason `nats_sink_unacked`: its first ring sequence, how many), sent
+with the next resends until JetStream stores it (a message whose ack alone was lost is
+counted too: such a gap may be a loss that was not). `ack_window=0`: core NATS publishes, the
 stream keeps what reaches it (nothing while it is away). Each message then carries a `Nats-Msg-Id`
 (`message_id`) that names the upstream message, so the stream drops a second copy within
 its duplicate window: the one a new fleet owner publishes again after a failover, or a
@@ -145,6 +148,8 @@ def message_id(sid: int, identity: object, run: str, seq: int) -> str:
 #: The `$gap` reason when the sink fell more than buffer_messages behind the ring's writer
 #: and skipped records nobody had published.
 SINK_BEHIND = "nats_sink_behind"
+#: The `$gap` reason for messages JetStream did not acknowledge within retry_for_s.
+SINK_UNACKED = "nats_sink_unacked"
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,11 @@ class _Unacked:
     first_sent: float
     sent: float = 0.0
     connection: int = -1  # nats-py's reconnect count when sent
+    sid: int = -1  # the ring record's session (-1: none)
+    seq: int = 0  # ... and its ring sequence
+    #: A `$gap` record: the count of messages it tells of (None: unknown); -1: a message.
+    tells: int | None = -1
+    owed: bool = False  # the sink's own `$gap` for what it gave up on (not counted dropped)
 
 
 class NatsSink:
@@ -247,6 +257,9 @@ class NatsSink:
         # Acked publishing: by reply token, oldest send first (insertion order).
         self._unacked: OrderedDict[int, _Unacked] = OrderedDict()
         self._refused: list[_Unacked] = []  # sent again at the next resend tick
+        #: Per session, what the sink gave up on: (first ring seq, count; None: unknown),
+        #: a `$gap` (SINK_UNACKED) owed to the stream's readers.
+        self._owed: dict[int, tuple[int, int | None]] = {}
         self._next_token = 0
         self._ack_prefix = ""
         self._room = asyncio.Event()
@@ -415,7 +428,8 @@ class NatsSink:
             await asyncio.gather(
                 connector, *([resender] if resender else []), return_exceptions=True
             )
-            self.stats.dropped_unacked += self.unacked
+            out = [*self._unacked.values(), *self._refused]
+            self.stats.dropped_unacked += sum(1 for e in out if not e.owed)
             self._unacked.clear()
             self._refused.clear()
             await self._close()
@@ -498,10 +512,17 @@ class NatsSink:
             )
 
     async def _publish_acked(
-        self, subject: str, payload: bytes, headers: dict[str, str] | None, last: bool = True
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        last: bool = True,
+        record: tuple[int, int, int | None] = (-1, 0, -1),
     ) -> bool:
         """Send once there is room in the ack window (the ring waits meanwhile), asking for
-        an ack every ACK_EVERY messages and for the last one of a read. False: dropped."""
+        an ack every ACK_EVERY messages and for the last one of a read. record: its
+        (session, ring seq, _Unacked.tells), owed as a gap if it is given up on. False:
+        dropped."""
         while self.unacked >= self._ack_window:
             if self._stopping:  # the bus is away and the sink stops: no waiting for it
                 self.stats.dropped_unacked += 1
@@ -510,7 +531,9 @@ class NatsSink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.1)
         reply = last or self._next_token % ACK_EVERY == 0 or self.unacked + 1 >= self._ack_window
-        await self._send(_Unacked(subject, payload, headers, time.monotonic()), reply)
+        sid, seq, tells = record
+        entry = _Unacked(subject, payload, headers, time.monotonic(), sid=sid, seq=seq, tells=tells)
+        await self._send(entry, reply)
         return True
 
     async def _resend_loop(self) -> None:
@@ -535,12 +558,48 @@ class NatsSink:
         due.sort(key=lambda e: e.first_sent)
         for entry in due:
             if now - entry.first_sent > retry_for:
-                self.stats.dropped_unacked += 1
+                if not entry.owed:
+                    self.stats.dropped_unacked += 1
+                self._owe(entry)
                 continue
             self.stats.resent += 1
             await self._send(entry)
+        if self._owed:
+            await self._send_owed()
         if self.unacked < self._ack_window:
             self._room.set()
+
+    def _owe(self, entry: _Unacked) -> None:
+        """A record given up on: its session's readers are owed a gap for it (for a gap
+        record, of what it told)."""
+        if entry.sid < 0:
+            return
+        count = 1 if entry.tells == -1 else entry.tells
+        owed = self._owed.get(entry.sid)
+        if owed is not None:
+            first, before = owed
+            count = None if before is None or count is None else before + count
+            entry.seq = min(first, entry.seq)
+        self._owed[entry.sid] = (entry.seq, count)
+
+    async def _send_owed(self) -> None:
+        """The `$gap` records owed for what was given up on, acked as messages are (one
+        given up on too is owed again, merged with what came since)."""
+        owed, self._owed = self._owed, {}
+        js = self.config.jetstream
+        run = self._epoch_hex or "0"
+        now = time.time_ns()
+        for sid, (first, count) in sorted(owed.items()):
+            data = gap_json(first, sid, count, SINK_UNACKED, self._epoch_hex, {"ts_ns": now})
+            fields = None
+            if js is not None and js.msg_ids:  # its resends stored once
+                fields = {"Nats-Msg-Id": f"{sid}@{run}:{first}:{SINK_UNACKED}:{now}"}
+            entry = _Unacked(
+                nats_gap_subject(self.prefix, sid), data, fields, time.monotonic(),
+                sid=sid, seq=first, tells=count, owed=True,
+            )  # fmt: skip
+            await self._send(entry)
+            self.stats.gaps += 1
 
     async def _close(self) -> None:
         from nats.aio.client import Client
@@ -761,7 +820,8 @@ class NatsSink:
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
             if acked:
-                if await self._publish_acked(subject, payload, fields, at == last):
+                record = (sid, seq, -1)
+                if await self._publish_acked(subject, payload, fields, at == last, record):
                     stats.published += 1
                 continue
             try:
@@ -829,7 +889,7 @@ class NatsSink:
             )
             if not self._ack_window:
                 await nc.publish(subject, data, headers=fields)
-            elif not await self._publish_acked(subject, data, fields):
+            elif not await self._publish_acked(subject, data, fields, record=(sid, seq, None)):
                 return
             self.stats.gaps += 1
         except Exception as exc:
