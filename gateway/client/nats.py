@@ -127,6 +127,10 @@ class NatsSource(NetworkSource):
     #: A reader without a durable opened at start_seq: that sequence, until its first
     #: message (a later one: the stream's limits may have removed what was there).
     _start_check: int | None = None
+    #: A durable's: the stream's creation time seen at its open, and whether the durable is
+    #: to be looked for before the next fetch (the reader reconnected, or a fetch failed).
+    _stream_created: object = None
+    _recheck = False
 
     def __init__(
         self,
@@ -250,6 +254,7 @@ class NatsSource(NetworkSource):
 
         async def reconnected() -> None:  # on this loop, as _on_message
             self._continuity.resumed = True
+            self._recheck = True  # a durable: is it (and its stream) still there?
 
         self._nc = await nats.connect(
             servers=url.split(","),
@@ -259,7 +264,7 @@ class NatsSource(NetworkSource):
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             closed_cb=closed,
-            reconnected_cb=reconnected if jetstream is None else None,
+            reconnected_cb=reconnected,
         )
         if jetstream is None:
             await self._nc.subscribe(self.subject, cb=self._on_message)
@@ -295,7 +300,9 @@ class NatsSource(NetworkSource):
             info = await js.consumer_info(stream, name)
         except NotFoundError:
             info = None
-        state = (await js.stream_info(stream)).state
+        stream_info = await js.stream_info(stream)
+        self._stream_created = stream_info.created
+        state = stream_info.state
         if info is None:
             start = start_seq if start_seq is not None else state.last_seq + 1
             await js.add_consumer(stream, self._durable(name, start))
@@ -372,6 +379,9 @@ class NatsSource(NetworkSource):
                 await asyncio.sleep(0.005)
                 continue
             try:
+                if self._recheck:
+                    sub = await self._ensure_durable(sub)
+                    self._recheck = False
                 msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
             except (TimeoutError, NatsTimeoutError):
                 continue
@@ -380,9 +390,46 @@ class NatsSource(NetworkSource):
             except Exception:
                 if self._closing:
                     return
+                self._recheck = True
                 await asyncio.sleep(0.2)  # disconnected: nats-py reconnects
                 continue
             await self._hand_over(msgs)
+
+    async def _ensure_durable(self, sub: Any) -> Any:
+        """After a reconnect or a failed fetch: the durable's pull subscription, made again
+        (at what this reader took) when the durable is gone. Its stream made again (a memory
+        stream after the server's restart, one deleted and made again): from the new
+        stream's first message, behind Gap(0, 0) (how many went with the old one is not
+        known). Raises while the stream is not there (again) yet."""
+        from nats.js.errors import NotFoundError
+
+        assert self._durable_at is not None
+        js, stream, name = self._durable_at
+        try:
+            await js.consumer_info(stream, name)
+            return sub
+        except NotFoundError:
+            pass
+        info = await js.stream_info(stream)
+        first = info.state.first_seq
+        lost: Gap | None = None
+        if info.created != self._stream_created:
+            lost = Gap(0, 0)
+            self._highest = max(first, 1) - 1
+            self.acked = None
+        elif first > self._highest + 1:  # its limits removed what was not taken
+            lost = Gap(first - self._highest - 1, self._highest + 1)
+            self._highest = first - 1
+        if lost is not None:
+            with self._cond:
+                self._events.append(lost)
+                self._js_msgs.append((None, None))
+                self._cond.notify_all()
+        await js.add_consumer(stream, self._durable(name, self._highest + 1, self._saved_epoch))
+        self._stream_created = info.created
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        return await js.pull_subscribe_bind(durable=name, stream=stream)
 
     async def _hand_over(self, msgs: list[Any]) -> None:
         """A fetched batch, with a Gap before a message the stream sequence of which jumps

@@ -6,6 +6,7 @@ second copy of an upstream message whoever publishes it, and a durable consumer 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -395,6 +396,40 @@ def test_a_durable_goes_on_by_itself_across_a_nats_server_restart(server: NatsSe
         gateway.close()
     assert got == list(range(1, 201))
     assert source.ack_failures == 0
+
+
+def test_a_durable_whose_stream_began_again_goes_on_behind_a_gap(server: NatsServer) -> None:
+    """A memory stream and its durable are gone with the server's restart; the sink makes
+    the stream again. The reader makes its durable again on the new stream and goes on
+    from its first message, behind a Gap (how many went with the old stream: not known)."""
+    gateway = Gateway(server.url, storage="memory")
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM, durable="bus")
+    events: list[Any] = []
+    try:
+        gateway.publish([trade(i) for i in range(1, 101)])
+
+        def collected(count: int) -> bool:
+            events.extend(source.read(1000, 0.2))
+            return len(events) >= count
+
+        wait_until(lambda: collected(100))
+        server.stop()
+        server.start()
+        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
+        wait_until(lambda: stream_back(server.url), 30)
+        gateway.publish([trade(i) for i in range(101, 201)])
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: collected(201), 15)
+        time.sleep(0.3)
+        events.extend(source.read(1000, 0))
+    finally:
+        source.close()
+        gateway.close()
+    assert trade_ids(events[:100]) == list(range(1, 101))
+    assert len(events) > 100, "the reader got nothing after the restart"
+    gap = events[100]
+    assert isinstance(gap, Gap) and (gap.lost, gap.first_seq) == (0, 0), events[100:102]
+    assert trade_ids(events[101:]) == list(range(101, 201))
 
 
 def test_a_running_durable_that_falls_behind_the_limits_gets_a_gap_where_it_lost(
