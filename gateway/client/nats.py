@@ -131,6 +131,9 @@ class NatsSource(NetworkSource):
     #: to be looked for before the next fetch (the reader reconnected, or a fetch failed).
     _stream_created: object = None
     _recheck = False
+    #: Without a durable: the ordered consumer's subscription, made again after a reconnect.
+    _ordered: Any = None
+    _fetcher: asyncio.Task[None] | None = None  # a durable's pulls
 
     def __init__(
         self,
@@ -181,7 +184,7 @@ class NatsSource(NetworkSource):
         self._js_msgs: deque[tuple[Any, int | None]] = deque()
         self._highest = 0  # a durable's highest stream sequence taken (redeliveries: older)
         self._unacked: Any = None  # ack="next": the last message handed over, not acked yet
-        self._fetcher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # _reorder's
         self._durable_at: tuple[Any, str, str] | None = None  # js, stream, durable name
         self._saved_epoch = 0  # the run the durable's description remembers
         self._closing = False
@@ -245,7 +248,6 @@ class NatsSource(NetworkSource):
         timeout: float,
     ) -> None:
         import nats
-        from nats.js.api import ConsumerConfig, DeliverPolicy
 
         async def closed() -> None:
             with self._cond:
@@ -255,6 +257,8 @@ class NatsSource(NetworkSource):
         async def reconnected() -> None:  # on this loop, as _on_message
             self._continuity.resumed = True
             self._recheck = True  # a durable: is it (and its stream) still there?
+            if self._ordered is not None:  # its consumer may be gone with the server
+                self._tasks.add(asyncio.get_running_loop().create_task(self._reorder()))
 
         self._nc = await nats.connect(
             servers=url.split(","),
@@ -269,25 +273,60 @@ class NatsSource(NetworkSource):
         if jetstream is None:
             await self._nc.subscribe(self.subject, cb=self._on_message)
             return
-        if start_seq is not None:
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq
-            )
-        else:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
         js = self._nc.jetstream()
         self._stream_at = (js, jetstream)
         if self.durable is not None:
             await self._open_durable(js, jetstream, self.durable, start_seq)
             return
+        info = await js.stream_info(jetstream)
+        self._stream_created = info.created
         self._start_check = start_seq
-        await js.subscribe(
-            self.subject,
-            stream=jetstream,
-            cb=self._on_message,
-            ordered_consumer=True,
-            config=config,
+        start = start_seq if start_seq is not None else info.state.last_seq + 1  # new ones
+        self._highest = max(start, 1) - 1
+        self._ordered = await self._subscribe_ordered(js, jetstream, start)
+
+    async def _subscribe_ordered(self, js: Any, stream: str, start: int) -> Any:
+        """An ordered consumer (no durable) from stream sequence `start`."""
+        from nats.js.api import ConsumerConfig, DeliverPolicy
+
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start, 1)
         )
+        return await js.subscribe(
+            self.subject, stream=stream, cb=self._on_message, ordered_consumer=True, config=config
+        )
+
+    async def _reorder(self) -> None:
+        """After a reconnect, without a durable: the ordered consumer made again after the
+        last message it got (the server's restart took its consumer), behind a Gap of what
+        the limits removed meanwhile; from the first message of a stream that began again
+        (its creation time changed), behind Gap(0, 0). Messages the old one still brings
+        are taken once (by stream sequence). Tries until the stream is there again."""
+        assert self._stream_at is not None
+        js, stream = self._stream_at
+        while not self._closing:
+            try:
+                info = await js.stream_info(stream)
+                start = self._highest + 1
+                if info.created != self._stream_created:
+                    start = max(info.state.first_seq, 1)
+                    with self._cond:
+                        self._events.append(Gap(0, 0))
+                        self._js_msgs.append((None, None))
+                        self._cond.notify_all()
+                    self._highest = start - 1
+                    self._stream_created = info.created
+                else:
+                    self._start_check = start
+                old, self._ordered = self._ordered, None
+                with contextlib.suppress(Exception):
+                    await old.unsubscribe()
+                self._ordered = await self._subscribe_ordered(js, stream, start)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.2)  # the stream is not back yet
 
     async def _open_durable(self, js: Any, stream: str, name: str, start_seq: int | None) -> None:
         """Bind to the durable (made here the first time), at its ack floor, and pull.
@@ -466,9 +505,9 @@ class NatsSource(NetworkSource):
     async def _on_message(self, msg: Any) -> None:
         is_js = _is_js(msg)
         stream_seq = msg.metadata.sequence.stream if is_js else None
-        if self.durable is not None and stream_seq is not None:
+        if stream_seq is not None:
             if stream_seq <= self._highest:
-                return  # redelivered (ack_wait passed while it waited here): taken already
+                return  # redelivered (ack_wait passed while it waited), or an old consumer's
             self._highest = stream_seq
         removed = None
         if self._start_check is not None and stream_seq is not None:

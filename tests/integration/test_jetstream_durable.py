@@ -432,6 +432,45 @@ def test_a_durable_whose_stream_began_again_goes_on_behind_a_gap(server: NatsSer
     assert trade_ids(events[101:]) == list(range(101, 201))
 
 
+@pytest.mark.parametrize("storage", ["file", "memory"])
+def test_a_reader_without_a_durable_goes_on_across_a_nats_server_restart(
+    server: NatsServer, storage: Literal["file", "memory"]
+) -> None:
+    """The reader's ephemeral consumer is gone with the server's restart: it subscribes
+    again after the last message it got, nothing twice; from the first message of a stream
+    that began again (memory), behind Gap(0, 0)."""
+    gateway = Gateway(server.url, storage=storage)
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM)
+    events: list[Any] = []
+    try:
+        gateway.publish([trade(i) for i in range(1, 101)])
+
+        def collected(count: int) -> bool:
+            events.extend(source.read(1000, 0.2))
+            return len(events) >= count
+
+        wait_until(lambda: collected(100))
+        server.stop()
+        server.start()
+        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
+        wait_until(lambda: stream_back(server.url), 30)
+        gateway.publish([trade(i) for i in range(101, 201)])
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: collected(200 if storage == "file" else 201), 15)
+        time.sleep(0.3)
+        events.extend(source.read(1000, 0))
+    finally:
+        source.close()
+        gateway.close()
+    assert trade_ids(events[:100]) == list(range(1, 101))
+    assert len(events) > 100, "the reader got nothing after the restart"
+    rest = events[100:]
+    if storage == "memory":
+        gap = rest.pop(0)
+        assert isinstance(gap, Gap) and (gap.lost, gap.first_seq) == (0, 0), gap
+    assert trade_ids(rest) == list(range(101, 201))
+
+
 def test_a_running_durable_that_falls_behind_the_limits_gets_a_gap_where_it_lost(
     server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
