@@ -10,7 +10,10 @@ counted: before the first connection (`not_connected`), when the sink falls more
 `buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
 reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 (`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
-to subscribers as a `$gap` (reason `nats_sink_behind`) per session published. /metrics:
+to subscribers as a `$gap` (reason `nats_sink_behind`) per session published; a message a
+publish dropped (`disconnected`, `error`) is owed to its session's subscribers as a `$gap`
+(reason `nats_sink_dropped`: its first ring sequence, how many), published before what
+comes next as soon as nats-py takes it. /metrics:
 `wsgw_nats_published_total`, `wsgw_nats_dropped_total{reason}`, `wsgw_nats_connected`,
 `wsgw_nats_reconnects_total`, `wsgw_nats_pending`, and `wsgw_nats_behind_gaps_total` (those
 `$gap` announcements; gateway.hub.metrics).
@@ -47,7 +50,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -150,6 +153,8 @@ def message_id(sid: int, identity: object, run: str, seq: int) -> str:
 SINK_BEHIND = "nats_sink_behind"
 #: The `$gap` reason for messages JetStream did not acknowledge within retry_for_s.
 SINK_UNACKED = "nats_sink_unacked"
+#: ... and for messages a plain publish dropped (nats-py's reconnect buffer full, an error).
+SINK_DROPPED = "nats_sink_dropped"
 
 
 @dataclass(frozen=True)
@@ -257,9 +262,9 @@ class NatsSink:
         # Acked publishing: by reply token, oldest send first (insertion order).
         self._unacked: OrderedDict[int, _Unacked] = OrderedDict()
         self._refused: list[_Unacked] = []  # sent again at the next resend tick
-        #: Per session, what the sink gave up on: (first ring seq, count; None: unknown),
-        #: a `$gap` (SINK_UNACKED) owed to the stream's readers.
-        self._owed: dict[int, tuple[int, int | None]] = {}
+        #: Per session and reason, what the sink gave up on: (first ring seq, count (None:
+        #: unknown)), a `$gap` owed to its subscribers and the stream's readers.
+        self._owed: dict[tuple[int, str], tuple[int, int | None]] = {}
         self._next_token = 0
         self._ack_prefix = ""
         self._room = asyncio.Event()
@@ -276,6 +281,7 @@ class NatsSink:
                 stopping=lambda: self._stopping,
                 on_connected=self._c_connected,
                 behind=self._behind_messages,
+                dropped=self._dropped_message,
             )
             if c_path_usable(config)
             else None
@@ -560,7 +566,9 @@ class NatsSink:
             if now - entry.first_sent > retry_for:
                 if not entry.owed:
                     self.stats.dropped_unacked += 1
-                self._owe(entry)
+                if entry.sid >= 0:
+                    count = 1 if entry.tells == -1 else entry.tells
+                    self._owe(entry.sid, entry.seq, count, SINK_UNACKED)
                 continue
             self.stats.resent += 1
             await self._send(entry)
@@ -569,37 +577,57 @@ class NatsSink:
         if self.unacked < self._ack_window:
             self._room.set()
 
-    def _owe(self, entry: _Unacked) -> None:
-        """A record given up on: its session's readers are owed a gap for it (for a gap
-        record, of what it told)."""
-        if entry.sid < 0:
-            return
-        count = 1 if entry.tells == -1 else entry.tells
-        owed = self._owed.get(entry.sid)
+    def _owe(self, sid: int, seq: int, count: int | None, reason: str) -> None:
+        """Records of a session from ring seq `seq` on given up on (count None: how many
+        messages is not known, a gap record's): its readers are owed a `$gap` for them,
+        merged with what it is owed already for the same reason."""
+        owed = self._owed.get((sid, reason))
         if owed is not None:
             first, before = owed
             count = None if before is None or count is None else before + count
-            entry.seq = min(first, entry.seq)
-        self._owed[entry.sid] = (entry.seq, count)
+            seq = min(first, seq)
+        self._owed[sid, reason] = (seq, count)
 
-    async def _send_owed(self) -> None:
-        """The `$gap` records owed for what was given up on, acked as messages are (one
-        given up on too is owed again, merged with what came since)."""
+    def _owed_gaps(
+        self,
+    ) -> list[tuple[int, int, int | None, str, str, bytes, dict[str, str] | None]]:
+        """The `$gap` records owed, taken: (session, first, count, reason, subject, body,
+        headers: a message id where the stream dedups, so that a resend is stored once)."""
         owed, self._owed = self._owed, {}
         js = self.config.jetstream
         run = self._epoch_hex or "0"
         now = time.time_ns()
-        for sid, (first, count) in sorted(owed.items()):
-            data = gap_json(first, sid, count, SINK_UNACKED, self._epoch_hex, {"ts_ns": now})
+        out = []
+        for (sid, reason), (first, count) in sorted(owed.items()):
+            data = gap_json(first, sid, count, reason, self._epoch_hex, {"ts_ns": now})
             fields = None
-            if js is not None and js.msg_ids:  # its resends stored once
-                fields = {"Nats-Msg-Id": f"{sid}@{run}:{first}:{SINK_UNACKED}:{now}"}
+            if js is not None and js.msg_ids:
+                fields = {"Nats-Msg-Id": f"{sid}@{run}:{first}:{reason}:{now}"}
+            out.append(
+                (sid, first, count, reason, nats_gap_subject(self.prefix, sid), data, fields)
+            )
+        return out
+
+    async def _send_owed(self) -> None:
+        """The `$gap` records owed, acked as messages are (one given up on too is owed
+        again, merged with what came since)."""
+        for sid, first, count, _, subject, data, fields in self._owed_gaps():
             entry = _Unacked(
-                nats_gap_subject(self.prefix, sid), data, fields, time.monotonic(),
-                sid=sid, seq=first, tells=count, owed=True,
+                subject, data, fields, time.monotonic(), sid=sid, seq=first, tells=count,
+                owed=True,
             )  # fmt: skip
             await self._send(entry)
             self.stats.gaps += 1
+
+    async def _publish_owed(self, publish: Callable[..., Awaitable[None]]) -> None:
+        """The `$gap` records owed, published plainly before what comes next (still owed
+        when nats-py refuses them: its buffer is full yet)."""
+        for sid, first, count, reason, subject, data, fields in self._owed_gaps():
+            try:
+                await publish(subject, data, headers=fields)
+                self.stats.gaps += 1
+            except Exception:
+                self._owe(sid, first, count, reason)
 
     async def _close(self) -> None:
         from nats.aio.client import Client
@@ -803,14 +831,11 @@ class NatsSink:
         last = len(events) - 1
         while last > 0 and type(events[last]) is Gap:
             last -= 1
+        if self._owed and not acked:
+            await self._publish_owed(publish)
         for at, event in enumerate(events):
             if type(event) is Gap:  # the sink fell behind (buffer_full): say so
-                for _, subject, data in self._behind_messages(event, event.lost):
-                    # Not a message of its own: a failure here loses nothing more.
-                    with contextlib.suppress(Exception):
-                        await publish(subject, data)
-                        stats.gaps += 1
-                        stats.behind_gaps += 1
+                await self._publish_behind(publish, event)
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
             payload: bytes = view  # type: ignore[assignment]  # the follower copies: bytes
@@ -827,6 +852,7 @@ class NatsSink:
             try:
                 await publish(subject, payload, headers=fields)
                 stats.published += 1
+                continue
             except OutboundBufferLimitError:
                 stats.dropped_disconnected += 1
             except ConnectionClosedError:
@@ -834,6 +860,17 @@ class NatsSink:
             except Exception as exc:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
+            self._owe(sid, seq, 1, SINK_DROPPED)
+
+    async def _publish_behind(self, publish: Callable[..., Awaitable[None]], gap: Gap) -> None:
+        """The `$gap` records of a skip (_behind_messages); one refused is owed."""
+        for sid, subject, data in self._behind_messages(gap, gap.lost):
+            try:
+                await publish(subject, data)
+                self.stats.gaps += 1
+                self.stats.behind_gaps += 1
+            except Exception:  # owed: it tells what no message will
+                self._owe(sid, gap.first_seq, gap.lost, SINK_BEHIND)
 
     def _fields(self, sid: int, payload: bytes, run: str, seq: int, ts: int) -> dict[str, str]:
         """A message's headers: its Nats-Msg-Id (msg_ids) and the Wsgw ones (headers)."""
@@ -895,6 +932,7 @@ class NatsSink:
         except Exception as exc:
             self.stats.dropped_error += 1
             self.stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
+            self._owe(sid, seq, None, SINK_DROPPED)
 
     def _behind_messages(self, gap: Gap, lost: int) -> list[tuple[int, str, bytes]]:
         """`lost` records from gap.first_seq on that the sink skipped when it fell more than
@@ -912,6 +950,13 @@ class NatsSink:
             )
             for sid in sorted({sid for sid, _ in self._subjects})
         ]
+
+    def _dropped_message(self, sid: int, first: int, count: int) -> tuple[str, bytes]:
+        """The `$gap` record (SINK_DROPPED) of `count` messages of a session the C path's
+        backlog dropped while disconnected, from ring seq `first` on."""
+        now = time.time_ns()
+        body = gap_json(first, sid, count, SINK_DROPPED, self._epoch_hex, {"ts_ns": now})
+        return nats_gap_subject(self.prefix, sid), body
 
     def _gap_message(self, sid: int, seq: int, payload: bytes) -> tuple[str, bytes]:
         """A `$gap` record's subject and body, with the ring's sequence and the hub's epoch."""

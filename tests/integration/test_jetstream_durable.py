@@ -658,3 +658,75 @@ def test_messages_the_sink_gave_up_on_are_a_gap_in_the_stream() -> None:
     assert told, gaps
     assert sum(g["lost"] for g in told) >= len(missing)
     assert all(g["session"] == SESSION and g["epoch"] for g in told)
+
+
+def test_messages_the_sink_dropped_while_disconnected_are_a_gap_in_the_stream() -> None:
+    """ack_window=0 (core publishes into the stream): the server away, nats-py's reconnect
+    buffer full, the sink drops. A reader of the stream learns of it from a `$gap` record
+    (reason nats_sink_dropped) that counts at least what is missing."""
+    server = NatsServer(jetstream=True).start()
+    js = JetStreamConfig(stream=STREAM, storage="file", ack_window=0)
+    config = NatsConfig(
+        servers=[server.url],
+        jetstream=js,
+        identity=lambda sid: binance_identity,
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        pending_bytes=16 << 10,
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    events: list[Any] = []
+    try:
+        wait_until(lambda: sink.stats.jetstream_ready)
+
+        def publish(ids: range) -> None:
+            for at in range(ids.start, ids.stop, 100):
+                batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
+                hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
+
+        publish(range(1, 101))
+        wait_until(lambda: sink.stats.published >= 100 and sink.pending == 0)
+        wait_until(lambda: len(stored(server.url)) >= 100)
+        server.stop()
+        wait_until(lambda: not sink.stats.connected)
+        publish(range(101, 1101))  # beyond nats-py's buffer
+        wait_until(lambda: sink.pending == 0 and sink.dropped["disconnected"] > 0, 20)
+        server.start()
+        wait_until(lambda: sink.stats.connected and sink.stats.reconnects >= 1, 20)
+        wait_until(lambda: stream_back(server.url), 20)
+        publish(range(1101, 1201))
+        reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=1)
+        try:
+
+            def collected() -> bool:
+                events.extend(reader.read(1000, 0.2))
+                return any(
+                    isinstance(e, RingMessage)
+                    and not e.topic.endswith("$gap")
+                    and trade_id(bytes(e.payload)) == 1200
+                    for e in events
+                )
+
+            wait_until(collected, 20)
+        finally:
+            reader.close()
+    finally:
+        hub.close()
+        server.cleanup()
+    gaps = [
+        orjson.loads(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
+    ]
+    got = {
+        trade_id(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
+    }
+    missing = set(range(1, 1201)) - got
+    assert missing  # the scenario lost messages (else it tests nothing)
+    told = [g for g in gaps if g["reason"] == "nats_sink_dropped"]
+    assert told, gaps
+    assert sum(g["lost"] for g in told) >= len(missing)
+    assert all(g["session"] == SESSION and g["epoch"] for g in told)
