@@ -258,7 +258,9 @@ class NatsSource(NetworkSource):
             self._continuity.resumed = True
             self._recheck = True  # a durable: is it (and its stream) still there?
             if self._ordered is not None:  # its consumer may be gone with the server
-                self._tasks.add(asyncio.get_running_loop().create_task(self._reorder()))
+                task = asyncio.get_running_loop().create_task(self._reorder())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
         self._nc = await nats.connect(
             servers=url.split(","),
