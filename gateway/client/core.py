@@ -471,7 +471,7 @@ class Client:
         messages that came with the gap are returned by the next read. Following, a source
         that ended is replaced by the next run's as soon as there is one: [Restart]."""
         if self._pending:
-            return self._take_pending()
+            return self._deliver(self._take_pending())
         if self._inflight is not None:
             cancelled = self._collect_inflight(self._inflight.result)
             if cancelled:
@@ -501,6 +501,13 @@ class Client:
         previous.close()
         if source.epoch == previous.epoch:
             return []  # the same run again: what it missed comes as the new source's Gap
+        if isinstance(source, RingSource):
+            # Read from the new run's oldest message: one that wrote more than its ring
+            # holds before this attached overwrote its first ones (sequences begin at 1).
+            # The next read's (on_gap="raise": it raises).
+            oldest = source.reader.next_seq
+            if oldest > 1:
+                self._pending.append(Gap(oldest - 1, 1))
         return [Restart(previous.epoch, source.epoch)]
 
     @property
@@ -580,7 +587,9 @@ class Client:
         the spin policy the loop first polls for spin_us itself, with adaptive as long as
         the recent wait says (a slow feed: not at all); with busy it polls in slices of
         BUSY_SLICE, letting the other tasks run between them."""
-        earlier = self._take_pending() if self._pending else await self._await_inflight()
+        earlier = (
+            self._deliver(self._take_pending()) if self._pending else await self._await_inflight()
+        )
         if earlier:
             return earlier
         deadline = None if timeout is None else time.monotonic() + timeout
