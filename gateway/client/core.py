@@ -351,13 +351,18 @@ class Client:
                 )
             )
 
-        return cls(
+        client = cls(
             RingSource(reader),
             on_gap=on_gap,
             epoch=epoch,
             reopen=reopen if follow else None,
             normalized=normalized,
         )
+        if start == "oldest" and client._pending and reader.next_seq > 1:
+            # Another run than the consumer's, read from its oldest message: what its ring
+            # overwrote before (from seq 1) is missing, as a follower's (_follow).
+            client._pending.append(Gap(reader.next_seq - 1, 1))
+        return client
 
     @classmethod
     def connect(

@@ -124,6 +124,10 @@ def test_a_follower_late_to_the_new_run_gets_a_gap_for_what_its_ring_overwrote(
         events = client.read(timeout=5)
         while not [e for e in events if isinstance(e, RingMessage)]:
             events += client.read(timeout=5)
+    # So does a consumer that kept the epoch it saw and attaches afresh from the oldest.
+    with Client.attach(name, start="oldest", copy=True, epoch=first) as late:
+        late_events = late.read(timeout=5) + late.read(timeout=5)
+    assert late_events[:2] == [Restart(first, second), Gap(events[1].lost, 1)], late_events[:3]
     assert events[0] == Restart(first, second)
     gap = events[1]
     messages = [e for e in events if isinstance(e, RingMessage)]
