@@ -394,13 +394,18 @@ class Client:
                 )
             )
 
-        return cls(
+        client = cls(
             RingSource(reader),
             on_gap=on_gap,
             epoch=epoch,
             reopen=reopen if follow else None,
             normalized=normalized,
         )
+        if start == "oldest" and client._pending and reader.next_seq > 1:
+            # Another run than the consumer's, read from its oldest message: what its ring
+            # overwrote before (from seq 1) is missing, as a follower's (_follow).
+            client._pending.append(Gap(reader.next_seq - 1, 1))
+        return client
 
     @classmethod
     def connect(
@@ -515,7 +520,7 @@ class Client:
         messages that came with the gap are returned by the next read. Following, a source
         that ended is replaced by the next run's as soon as there is one: [Restart]."""
         if self._pending:
-            return self._take_pending()
+            return self._deliver(self._take_pending())
         if self._inflight is not None:
             cancelled = self._collect_inflight(self._inflight.result)
             if cancelled:
@@ -545,6 +550,13 @@ class Client:
         previous.close()
         if source.epoch == previous.epoch:
             return []  # the same run again: what it missed comes as the new source's Gap
+        if isinstance(source, RingSource):
+            # Read from the new run's oldest message: one that wrote more than its ring
+            # holds before this attached overwrote its first ones (sequences begin at 1).
+            # The next read's (on_gap="raise": it raises).
+            oldest = source.reader.next_seq
+            if oldest > 1:
+                self._pending.append(Gap(oldest - 1, 1))
         return [Restart(previous.epoch, source.epoch)]
 
     @property
@@ -624,7 +636,9 @@ class Client:
         the spin policy the loop first polls for spin_us itself, with adaptive as long as
         the recent wait says (a slow feed: not at all); with busy it polls in slices of
         BUSY_SLICE, letting the other tasks run between them."""
-        earlier = self._take_pending() if self._pending else await self._await_inflight()
+        earlier = (
+            self._deliver(self._take_pending()) if self._pending else await self._await_inflight()
+        )
         if earlier:
             return earlier
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -10,7 +10,9 @@ after a `Restart`. Core NATS keeps nothing: what is published while the consumer
 not delivered, and the first message after the reader's reconnect comes behind a `Gap` (of
 the ring sequences in between with the sink's headers, else Gap(0, 0): how many is not
 known). JetStream stores it: `start_seq` resumes at a stream sequence (keep
-`position`, the stream sequence of the last message delivered, and pass position + 1).
+`position`, the stream sequence of the last message delivered, and pass position + 1); if
+the stream's limits removed messages from there, a `Gap` of the stream sequences removed
+comes before the first message (every subject's, as a durable's below).
 
 A durable consumer (`durable="name"`) keeps its place on the server instead: the source acks
 what `read` hands over (ack="read": before read returns, confirmed by the server, so a
@@ -127,6 +129,18 @@ class CoreContinuity:
 class NatsSource(NetworkSource):
     """Messages of one session (or every session) from a NATS server."""
 
+    _stream_at: tuple[Any, str] | None = None  # JetStream: js, stream
+    #: A reader without a durable opened at start_seq: that sequence, until its first
+    #: message (a later one: the stream's limits may have removed what was there).
+    _start_check: int | None = None
+    #: A durable's: the stream's creation time seen at its open, and whether the durable is
+    #: to be looked for before the next fetch (the reader reconnected, or a fetch failed).
+    _stream_created: object = None
+    _recheck = False
+    #: Without a durable: the ordered consumer's subscription, made again after a reconnect.
+    _ordered: Any = None
+    _fetcher: asyncio.Task[None] | None = None  # a durable's pulls
+
     def __init__(
         self,
         url: str,
@@ -171,7 +185,7 @@ class NatsSource(NetworkSource):
         self._js_msgs: deque[tuple[Any, int | None]] = deque()
         self._highest = 0  # a durable's highest stream sequence taken (redeliveries: older)
         self._unacked: Any = None  # ack="next": the last message handed over, not acked yet
-        self._fetcher: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # _reorder's
         self._durable_at: tuple[Any, str, str] | None = None  # js, stream, durable name
         self._saved_epoch = 0  # the run the durable's description remembers
         self._closing = False
@@ -235,7 +249,6 @@ class NatsSource(NetworkSource):
         timeout: float,
     ) -> None:
         import nats
-        from nats.js.api import ConsumerConfig, DeliverPolicy
 
         async def closed() -> None:
             with self._cond:
@@ -244,6 +257,11 @@ class NatsSource(NetworkSource):
 
         async def reconnected() -> None:  # on this loop, as _on_message
             self._continuity.resumed = True
+            self._recheck = True  # a durable: is it (and its stream) still there?
+            if self._ordered is not None:  # its consumer may be gone with the server
+                task = asyncio.get_running_loop().create_task(self._reorder())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
         self._nc = await nats.connect(
             servers=url.split(","),
@@ -253,28 +271,65 @@ class NatsSource(NetworkSource):
             allow_reconnect=True,
             max_reconnect_attempts=-1,
             closed_cb=closed,
-            reconnected_cb=reconnected if jetstream is None else None,
+            reconnected_cb=reconnected,
         )
         if jetstream is None:
             await self._nc.subscribe(self.subject, cb=self._on_message)
             return
-        if start_seq is not None:
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq
-            )
-        else:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
         js = self._nc.jetstream()
+        self._stream_at = (js, jetstream)
         if self.durable is not None:
             await self._open_durable(js, jetstream, self.durable, start_seq)
             return
-        await js.subscribe(
-            self.subject,
-            stream=jetstream,
-            cb=self._on_message,
-            ordered_consumer=True,
-            config=config,
+        info = await js.stream_info(jetstream)
+        self._stream_created = info.created
+        self._start_check = start_seq
+        start = start_seq if start_seq is not None else info.state.last_seq + 1  # new ones
+        self._highest = max(start, 1) - 1
+        self._ordered = await self._subscribe_ordered(js, jetstream, start)
+
+    async def _subscribe_ordered(self, js: Any, stream: str, start: int) -> Any:
+        """An ordered consumer (no durable) from stream sequence `start`."""
+        from nats.js.api import ConsumerConfig, DeliverPolicy
+
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=max(start, 1)
         )
+        return await js.subscribe(
+            self.subject, stream=stream, cb=self._on_message, ordered_consumer=True, config=config
+        )
+
+    async def _reorder(self) -> None:
+        """After a reconnect, without a durable: the ordered consumer made again after the
+        last message it got (the server's restart took its consumer), behind a Gap of what
+        the limits removed meanwhile; from the first message of a stream that began again
+        (its creation time changed), behind Gap(0, 0). Messages the old one still brings
+        are taken once (by stream sequence). Tries until the stream is there again."""
+        assert self._stream_at is not None
+        js, stream = self._stream_at
+        while not self._closing:
+            try:
+                info = await js.stream_info(stream)
+                start = self._highest + 1
+                if info.created != self._stream_created:
+                    start = max(info.state.first_seq, 1)
+                    with self._cond:
+                        self._events.append(Gap(0, 0))
+                        self._js_msgs.append((None, None))
+                        self._cond.notify_all()
+                    self._highest = start - 1
+                    self._stream_created = info.created
+                else:
+                    self._start_check = start
+                old, self._ordered = self._ordered, None
+                with contextlib.suppress(Exception):
+                    await old.unsubscribe()
+                self._ordered = await self._subscribe_ordered(js, stream, start)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.2)  # the stream is not back yet
 
     async def _open_durable(self, js: Any, stream: str, name: str, start_seq: int | None) -> None:
         """Bind to the durable (made here the first time), at its ack floor, and pull.
@@ -287,7 +342,9 @@ class NatsSource(NetworkSource):
             info = await js.consumer_info(stream, name)
         except NotFoundError:
             info = None
-        state = (await js.stream_info(stream)).state
+        stream_info = await js.stream_info(stream)
+        self._stream_created = stream_info.created
+        state = stream_info.state
         if info is None:
             start = start_seq if start_seq is not None else state.last_seq + 1
             await js.add_consumer(stream, self._durable(name, start))
@@ -364,6 +421,9 @@ class NatsSource(NetworkSource):
                 await asyncio.sleep(0.005)
                 continue
             try:
+                if self._recheck:
+                    sub = await self._ensure_durable(sub)
+                    self._recheck = False
                 msgs = await sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT_S)
             except (TimeoutError, NatsTimeoutError):
                 continue
@@ -372,9 +432,46 @@ class NatsSource(NetworkSource):
             except Exception:
                 if self._closing:
                     return
+                self._recheck = True
                 await asyncio.sleep(0.2)  # disconnected: nats-py reconnects
                 continue
             await self._hand_over(msgs)
+
+    async def _ensure_durable(self, sub: Any) -> Any:
+        """After a reconnect or a failed fetch: the durable's pull subscription, made again
+        (at what this reader took) when the durable is gone. Its stream made again (a memory
+        stream after the server's restart, one deleted and made again): from the new
+        stream's first message, behind Gap(0, 0) (how many went with the old one is not
+        known). Raises while the stream is not there (again) yet."""
+        from nats.js.errors import NotFoundError
+
+        assert self._durable_at is not None
+        js, stream, name = self._durable_at
+        try:
+            await js.consumer_info(stream, name)
+            return sub
+        except NotFoundError:
+            pass
+        info = await js.stream_info(stream)
+        first = info.state.first_seq
+        lost: Gap | None = None
+        if info.created != self._stream_created:
+            lost = Gap(0, 0)
+            self._highest = max(first, 1) - 1
+            self.acked = None
+        elif first > self._highest + 1:  # its limits removed what was not taken
+            lost = Gap(first - self._highest - 1, self._highest + 1)
+            self._highest = first - 1
+        if lost is not None:
+            with self._cond:
+                self._events.append(lost)
+                self._js_msgs.append((None, None))
+                self._cond.notify_all()
+        await js.add_consumer(stream, self._durable(name, self._highest + 1, self._saved_epoch))
+        self._stream_created = info.created
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        return await js.pull_subscribe_bind(durable=name, stream=stream)
 
     async def _hand_over(self, msgs: list[Any]) -> None:
         """A fetched batch, with a Gap before a message the stream sequence of which jumps
@@ -400,9 +497,9 @@ class NatsSource(NetworkSource):
 
     async def _stream_first(self) -> int:
         """The stream's first sequence now (0: unknown)."""
-        if self._durable_at is None:
+        if self._stream_at is None:
             return 0
-        js, stream, _ = self._durable_at
+        js, stream = self._stream_at
         try:
             return int((await js.stream_info(stream)).state.first_seq)
         except Exception:
@@ -411,10 +508,13 @@ class NatsSource(NetworkSource):
     async def _on_message(self, msg: Any) -> None:
         is_js = _is_js(msg)
         stream_seq = msg.metadata.sequence.stream if is_js else None
-        if self.durable is not None and stream_seq is not None:
+        if stream_seq is not None:
             if stream_seq <= self._highest:
-                return  # redelivered (ack_wait passed while it waited here): taken already
+                return  # redelivered (ack_wait passed while it waited), or an old consumer's
             self._highest = stream_seq
+        removed = None
+        if self._start_check is not None and stream_seq is not None:
+            removed = await self._removed_before(self._start_check, stream_seq)
         headers = msg.headers or {}
         seq = _header_int(headers, "Wsgw-Seq")
         ts = _header_int(headers, "Wsgw-Recv-Ts")
@@ -422,6 +522,8 @@ class NatsSource(NetworkSource):
         gap = None if is_js else self._continuity.gap_before(seq)
         if gap is not None:
             events.insert(0, gap)
+        if removed is not None:
+            events.insert(0, removed)
         if not events:
             return  # a durable acks it with the next one handed over (ack policy all)
         ackable = msg if self.durable is not None else None
@@ -432,6 +534,18 @@ class NatsSource(NetworkSource):
             self._events.append(events[-1])
             self._js_msgs.append((ackable, stream_seq))
             self._cond.notify_all()
+
+    async def _removed_before(self, start: int, stream_seq: int) -> Gap | None:
+        """The first message of a reader opened at stream sequence `start`: a Gap when the
+        stream's limits removed what was stored from `start` on (it starts at its first
+        sequence then), as a durable's open tells it; every subject's, as there."""
+        self._start_check = None
+        if stream_seq <= start:
+            return None
+        first = await self._stream_first()
+        if first <= start:
+            return None  # stream sequences of other subjects in between: no loss
+        return Gap(min(first, stream_seq) - start, start)
 
     def _events_of(self, subject: str, seq: int, ts: int, data: bytes) -> list[ClientEvent]:
         """A bus message as the ring's events: [] for a topic not asked for; a gap record of

@@ -35,7 +35,7 @@ import orjson
 from dataplane.arbiter import CGroup
 from dataplane.ring import RingWriter
 from gateway.dialects.identity import HASH, Identity, identity_for
-from gateway.groups.figures import leg_figures
+from gateway.groups.figures import leg_figures, passed_through_gap
 from gateway.groups.handover import Successor
 from gateway.hub.events import GapEvent
 from gateway.hub.names import RING_GAP_TOPIC
@@ -167,6 +167,8 @@ class CFeedGroup:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
+        if leg == 0 and self.passed_topics:  # as FeedGroup's
+            self._sink.publish_gap(self.hub_id, lost, passed_through_gap(reason))
 
     def restart(self, topic: str) -> int:
         """As FeedGroup.restart, in C (wsgw_group_restart)."""

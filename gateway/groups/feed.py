@@ -27,9 +27,11 @@ session thread off the CPU right after such a read (the failover bench's false l
 `unread_waits` 0: the probe found the socket just emptied).
 
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
-its next batch marks it live again. A `Lost` is published as a gap of the group with the
-missing count. Holes that no leg fills expire at the next offer past their deadline (the
-arbiter does it, once that offer's own arrival counted) and on a timer on the runtime's loop.
+its next batch marks it live again. Leg 0 going down is a gap of the group when frames have
+passed through (no exchange id): no other leg can fill what it loses of them. A `Lost` is
+published as a gap of the group with the missing count. Holes that no leg fills expire at
+the next offer past their deadline (the arbiter does it, once that offer's own arrival
+counted) and on a timer on the runtime's loop.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from typing import Any
 from dataplane.arbiter import CArbiter, Delivered, Lost, Output, has_c_identity
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.cgroup import CFeedGroup, c_group_sink
-from gateway.groups.figures import leg_figures
+from gateway.groups.figures import leg_figures, passed_through_gap
 from gateway.groups.handover import Successor
 from gateway.sessions.sink import MessageSink, Published
 
@@ -227,6 +229,8 @@ class FeedGroup:
             self.counters.leg_gaps[leg] += 1  # counts up -> down only
             self._down.add(leg)
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
+            if leg == 0 and self.passed_topics:
+                self._sink.publish_gap(self.hub_id, lost, passed_through_gap(reason))
             self._ask_timer()
 
     def restart(self, topic: str) -> int:

@@ -1,4 +1,5 @@
-"""One leg's figures, the same keys whichever path (C group or Python arbiter) runs it."""
+"""One leg's figures, the same keys whichever path (C group or Python arbiter) runs it, and
+the gap reason both paths give when leg 0 goes down."""
 
 from __future__ import annotations
 
@@ -44,3 +45,9 @@ def leg_figures(
         "newest_id": newest_id,
         "state": state,
     }
+
+
+def passed_through_gap(reason: str) -> str:
+    """The group's gap reason when leg 0 went down: frames without an exchange id pass
+    through from it alone, so no other leg fills what it loses."""
+    return f"leg 0 down ({reason}): what passes through it alone (no exchange id) is lost"

@@ -10,7 +10,10 @@ counted: before the first connection (`not_connected`), when the sink falls more
 `buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
 reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 (`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
-to subscribers as a `$gap` (reason `nats_sink_behind`) per session published. /metrics:
+to subscribers as a `$gap` (reason `nats_sink_behind`) per session published; a message a
+publish dropped (`disconnected`, `error`) is owed to its session's subscribers as a `$gap`
+(reason `nats_sink_dropped`: its first ring sequence, how many), published before what
+comes next as soon as nats-py takes it. /metrics:
 `wsgw_nats_published_total`, `wsgw_nats_dropped_total{reason}`, `wsgw_nats_connected`,
 `wsgw_nats_reconnects_total`, `wsgw_nats_pending`, and `wsgw_nats_behind_gaps_total` (those
 `$gap` announcements; gateway.hub.metrics).
@@ -25,7 +28,10 @@ count tells connections apart; one sent on an earlier connection waits for its o
 A message refused (JetStream unavailable,
 its store loading after a server restart) or unacknowledged after `ack_timeout_s` is sent
 again, with the same message id, so the stream's duplicate check stores it once; after
-`retry_for_s` it is counted as `unacked` (dropped). `ack_window=0`: core NATS publishes, the
+`retry_for_s` it is counted as `unacked` (dropped) and owed to the stream's readers as a
+`$gap` per session (reason `nats_sink_unacked`: its first ring sequence, how many), sent
+with the next resends until JetStream stores it (a message whose ack alone was lost is
+counted too: such a gap may be a loss that was not). `ack_window=0`: core NATS publishes, the
 stream keeps what reaches it (nothing while it is away). Each message then carries a `Nats-Msg-Id`
 (`message_id`) that names the upstream message, so the stream drops a second copy within
 its duplicate window: the one a new fleet owner publishes again after a failover, or a
@@ -44,7 +50,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -145,6 +151,10 @@ def message_id(sid: int, identity: object, run: str, seq: int) -> str:
 #: The `$gap` reason when the sink fell more than buffer_messages behind the ring's writer
 #: and skipped records nobody had published.
 SINK_BEHIND = "nats_sink_behind"
+#: The `$gap` reason for messages JetStream did not acknowledge within retry_for_s.
+SINK_UNACKED = "nats_sink_unacked"
+#: ... and for messages a plain publish dropped (nats-py's reconnect buffer full, an error).
+SINK_DROPPED = "nats_sink_dropped"
 
 
 @dataclass(frozen=True)
@@ -219,6 +229,11 @@ class _Unacked:
     first_sent: float
     sent: float = 0.0
     connection: int = -1  # nats-py's reconnect count when sent
+    sid: int = -1  # the ring record's session (-1: none)
+    seq: int = 0  # ... and its ring sequence
+    #: A `$gap` record: the count of messages it tells of (None: unknown); -1: a message.
+    tells: int | None = -1
+    owed: bool = False  # the sink's own `$gap` for what it gave up on (not counted dropped)
 
 
 class NatsSink:
@@ -247,6 +262,9 @@ class NatsSink:
         # Acked publishing: by reply token, oldest send first (insertion order).
         self._unacked: OrderedDict[int, _Unacked] = OrderedDict()
         self._refused: list[_Unacked] = []  # sent again at the next resend tick
+        #: Per session and reason, what the sink gave up on: (first ring seq, count (None:
+        #: unknown)), a `$gap` owed to its subscribers and the stream's readers.
+        self._owed: dict[tuple[int, str], tuple[int, int | None]] = {}
         self._next_token = 0
         self._ack_prefix = ""
         self._room = asyncio.Event()
@@ -263,6 +281,7 @@ class NatsSink:
                 stopping=lambda: self._stopping,
                 on_connected=self._c_connected,
                 behind=self._behind_messages,
+                dropped=self._dropped_message,
             )
             if c_path_usable(config)
             else None
@@ -415,7 +434,8 @@ class NatsSink:
             await asyncio.gather(
                 connector, *([resender] if resender else []), return_exceptions=True
             )
-            self.stats.dropped_unacked += self.unacked
+            out = [*self._unacked.values(), *self._refused]
+            self.stats.dropped_unacked += sum(1 for e in out if not e.owed)
             self._unacked.clear()
             self._refused.clear()
             await self._close()
@@ -498,10 +518,17 @@ class NatsSink:
             )
 
     async def _publish_acked(
-        self, subject: str, payload: bytes, headers: dict[str, str] | None, last: bool = True
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        last: bool = True,
+        record: tuple[int, int, int | None] = (-1, 0, -1),
     ) -> bool:
         """Send once there is room in the ack window (the ring waits meanwhile), asking for
-        an ack every ACK_EVERY messages and for the last one of a read. False: dropped."""
+        an ack every ACK_EVERY messages and for the last one of a read. record: its
+        (session, ring seq, _Unacked.tells), owed as a gap if it is given up on. False:
+        dropped."""
         while self.unacked >= self._ack_window:
             if self._stopping:  # the bus is away and the sink stops: no waiting for it
                 self.stats.dropped_unacked += 1
@@ -510,7 +537,9 @@ class NatsSink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.1)
         reply = last or self._next_token % ACK_EVERY == 0 or self.unacked + 1 >= self._ack_window
-        await self._send(_Unacked(subject, payload, headers, time.monotonic()), reply)
+        sid, seq, tells = record
+        entry = _Unacked(subject, payload, headers, time.monotonic(), sid=sid, seq=seq, tells=tells)
+        await self._send(entry, reply)
         return True
 
     async def _resend_loop(self) -> None:
@@ -535,12 +564,70 @@ class NatsSink:
         due.sort(key=lambda e: e.first_sent)
         for entry in due:
             if now - entry.first_sent > retry_for:
-                self.stats.dropped_unacked += 1
+                if not entry.owed:
+                    self.stats.dropped_unacked += 1
+                if entry.sid >= 0:
+                    count = 1 if entry.tells == -1 else entry.tells
+                    self._owe(entry.sid, entry.seq, count, SINK_UNACKED)
                 continue
             self.stats.resent += 1
             await self._send(entry)
+        if self._owed:
+            await self._send_owed()
         if self.unacked < self._ack_window:
             self._room.set()
+
+    def _owe(self, sid: int, seq: int, count: int | None, reason: str) -> None:
+        """Records of a session from ring seq `seq` on given up on (count None: how many
+        messages is not known, a gap record's): its readers are owed a `$gap` for them,
+        merged with what it is owed already for the same reason."""
+        owed = self._owed.get((sid, reason))
+        if owed is not None:
+            first, before = owed
+            count = None if before is None or count is None else before + count
+            seq = min(first, seq)
+        self._owed[sid, reason] = (seq, count)
+
+    def _owed_gaps(
+        self,
+    ) -> list[tuple[int, int, int | None, str, str, bytes, dict[str, str] | None]]:
+        """The `$gap` records owed, taken: (session, first, count, reason, subject, body,
+        headers: a message id where the stream dedups, so that a resend is stored once)."""
+        owed, self._owed = self._owed, {}
+        js = self.config.jetstream
+        run = self._epoch_hex or "0"
+        now = time.time_ns()
+        out = []
+        for (sid, reason), (first, count) in sorted(owed.items()):
+            data = gap_json(first, sid, count, reason, self._epoch_hex, {"ts_ns": now})
+            fields = None
+            if js is not None and js.msg_ids:
+                fields = {"Nats-Msg-Id": f"{sid}@{run}:{first}:{reason}:{now}"}
+            out.append(
+                (sid, first, count, reason, nats_gap_subject(self.prefix, sid), data, fields)
+            )
+        return out
+
+    async def _send_owed(self) -> None:
+        """The `$gap` records owed, acked as messages are (one given up on too is owed
+        again, merged with what came since)."""
+        for sid, first, count, _, subject, data, fields in self._owed_gaps():
+            entry = _Unacked(
+                subject, data, fields, time.monotonic(), sid=sid, seq=first, tells=count,
+                owed=True,
+            )  # fmt: skip
+            await self._send(entry)
+            self.stats.gaps += 1
+
+    async def _publish_owed(self, publish: Callable[..., Awaitable[None]]) -> None:
+        """The `$gap` records owed, published plainly before what comes next (still owed
+        when nats-py refuses them: its buffer is full yet)."""
+        for sid, first, count, reason, subject, data, fields in self._owed_gaps():
+            try:
+                await publish(subject, data, headers=fields)
+                self.stats.gaps += 1
+            except Exception:
+                self._owe(sid, first, count, reason)
 
     async def _close(self) -> None:
         from nats.aio.client import Client
@@ -744,14 +831,11 @@ class NatsSink:
         last = len(events) - 1
         while last > 0 and type(events[last]) is Gap:
             last -= 1
+        if self._owed and not acked:
+            await self._publish_owed(publish)
         for at, event in enumerate(events):
             if type(event) is Gap:  # the sink fell behind (buffer_full): say so
-                for _, subject, data in self._behind_messages(event, event.lost):
-                    # Not a message of its own: a failure here loses nothing more.
-                    with contextlib.suppress(Exception):
-                        await publish(subject, data)
-                        stats.gaps += 1
-                        stats.behind_gaps += 1
+                await self._publish_behind(publish, event)
                 continue
             seq, sid, name, ts, view, tid = event  # type: ignore[misc]
             payload: bytes = view  # type: ignore[assignment]  # the follower copies: bytes
@@ -761,12 +845,14 @@ class NatsSink:
             subject = subjects.get((sid, tid)) or self._subject(sid, tid, name)
             fields = self._fields(sid, payload, run, seq, ts) if headers or msg_ids else None
             if acked:
-                if await self._publish_acked(subject, payload, fields, at == last):
+                record = (sid, seq, -1)
+                if await self._publish_acked(subject, payload, fields, at == last, record):
                     stats.published += 1
                 continue
             try:
                 await publish(subject, payload, headers=fields)
                 stats.published += 1
+                continue
             except OutboundBufferLimitError:
                 stats.dropped_disconnected += 1
             except ConnectionClosedError:
@@ -774,6 +860,17 @@ class NatsSink:
             except Exception as exc:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
+            self._owe(sid, seq, 1, SINK_DROPPED)
+
+    async def _publish_behind(self, publish: Callable[..., Awaitable[None]], gap: Gap) -> None:
+        """The `$gap` records of a skip (_behind_messages); one refused is owed."""
+        for sid, subject, data in self._behind_messages(gap, gap.lost):
+            try:
+                await publish(subject, data)
+                self.stats.gaps += 1
+                self.stats.behind_gaps += 1
+            except Exception:  # owed: it tells what no message will
+                self._owe(sid, gap.first_seq, gap.lost, SINK_BEHIND)
 
     def _fields(self, sid: int, payload: bytes, run: str, seq: int, ts: int) -> dict[str, str]:
         """A message's headers: its Nats-Msg-Id (msg_ids) and the Wsgw ones (headers)."""
@@ -829,12 +926,13 @@ class NatsSink:
             )
             if not self._ack_window:
                 await nc.publish(subject, data, headers=fields)
-            elif not await self._publish_acked(subject, data, fields):
+            elif not await self._publish_acked(subject, data, fields, record=(sid, seq, None)):
                 return
             self.stats.gaps += 1
         except Exception as exc:
             self.stats.dropped_error += 1
             self.stats.last_error = f"gap event: {type(exc).__name__}: {exc}"
+            self._owe(sid, seq, None, SINK_DROPPED)
 
     def _behind_messages(self, gap: Gap, lost: int) -> list[tuple[int, str, bytes]]:
         """`lost` records from gap.first_seq on that the sink skipped when it fell more than
@@ -852,6 +950,13 @@ class NatsSink:
             )
             for sid in sorted({sid for sid, _ in self._subjects})
         ]
+
+    def _dropped_message(self, sid: int, first: int, count: int) -> tuple[str, bytes]:
+        """The `$gap` record (SINK_DROPPED) of `count` messages of a session the C path's
+        backlog dropped while disconnected, from ring seq `first` on."""
+        now = time.time_ns()
+        body = gap_json(first, sid, count, SINK_DROPPED, self._epoch_hex, {"ts_ns": now})
+        return nats_gap_subject(self.prefix, sid), body
 
     def _gap_message(self, sid: int, seq: int, payload: bytes) -> tuple[str, bytes]:
         """A `$gap` record's subject and body, with the ring's sequence and the hub's epoch."""

@@ -30,7 +30,9 @@ where it is), and drops what C has sent.
 Losses: what C or Python had written into the socket when the server went away (as with
 nats-py: its writes into a dead connection are lost too). While disconnected, the records
 are kept (up to `buffer_messages`, then counted as `disconnected`) and published on the new
-connection, as nats-py's reconnect buffer does (`pending_bytes`).
+connection, as nats-py's reconnect buffer does (`pending_bytes`); what went over the bound
+is owed to each session's subscribers as a `$gap` (reason `nats_sink_dropped`), as the
+Python path owes what nats-py's buffer refused, written first on the new connection.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ class CNatsConnection:
         stopping: Callable[[], bool],
         on_connected: Callable[[], None],
         behind: Callable[[Gap, int], list[tuple[int, str, bytes]]],
+        dropped: Callable[[int, int, int], tuple[str, bytes]] | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
@@ -121,6 +124,9 @@ class CNatsConnection:
         self._stopping = stopping
         self._on_connected = on_connected
         self._behind = behind
+        #: (session, first ring seq, count) -> a `$gap` record's subject and body.
+        self._dropped = dropped
+        self.owed: dict[int, tuple[int, int]] = {}  # session -> (first seq, count) dropped
         self.skipped = 0  # records the follower skipped (buffer_full) that C had not sent
         self.sock: socket.socket | None = None
         self.slot: SinkSocket | None = None
@@ -370,6 +376,12 @@ class CNatsConnection:
         out = bytearray()
         sent = 0
         gap_tid = self._gap_tid
+        owed, self.owed = self.owed, {}
+        if self._dropped is not None:
+            for sid, (first, count) in sorted(owed.items()):
+                subject, data = self._dropped(sid, first, count)
+                out += pub(subject, data)
+                self.stats.gaps += 1
         for event in self.backlog:
             if type(event) is Gap:  # the follower skipped: lost only what C had not sent
                 lost = event.first_seq + event.lost - max(event.first_seq, self.sent_below)
@@ -404,7 +416,13 @@ class CNatsConnection:
         if over > 0:
             dropped = self.backlog[:over]
             self.backlog = self.backlog[over:]
-            self.stats.dropped_disconnected += sum(1 for e in dropped if type(e) is not Gap)
+            for event in dropped:
+                if type(event) is Gap:
+                    continue
+                self.stats.dropped_disconnected += 1
+                seq, sid = event[0], event[1]
+                first, count = self.owed.get(sid, (seq, 0))
+                self.owed[sid] = (min(first, seq), count + 1)
 
 
 async def _line(loop: asyncio.AbstractEventLoop, sock: socket.socket, buf: bytearray) -> bytes:

@@ -861,7 +861,12 @@ class LiveRuntime:
     def _forget_locked(self, sid: int, session: UpstreamSession) -> None:
         if self._sessions.get(sid) is session:
             del self._sessions[sid]
-            if session.counters.connects:
+            owed = session.owed_gap
+            if owed is not None:
+                # It ended before a connection published its resume gap (a start that
+                # never connected): the next start owes that one, whatever its reason.
+                self._resume_gaps.setdefault(sid, owed)
+            elif session.counters.connects:
                 # Its feed ends here (stopped, failed, restarted): what the exchange sends
                 # until the next start connects is missed, so that start publishes a gap, as
                 # a reconnect does. A reason set already (a restore's, a takeover's) stays.

@@ -261,6 +261,12 @@ class UpstreamSession:
         return min(states, key=PROGRESS.__getitem__) if states else State.NEW
 
     @property
+    def owed_gap(self) -> str | None:
+        """The resume gap's reason while no connection has published it yet (this object
+        never connected): whoever starts the session next owes it to consumers."""
+        return self._resume_gap
+
+    @property
     def engine(self) -> Engine | None:
         """The DPDK engine a dpdk session's connections go through (None: the kernel's)."""
         return self._engine

@@ -6,6 +6,7 @@ second copy of an upstream message whoever publishes it, and a durable consumer 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 import pytest
 
 from dataplane.ring import Gap, RingMessage
@@ -396,6 +398,79 @@ def test_a_durable_goes_on_by_itself_across_a_nats_server_restart(server: NatsSe
     assert source.ack_failures == 0
 
 
+def test_a_durable_whose_stream_began_again_goes_on_behind_a_gap(server: NatsServer) -> None:
+    """A memory stream and its durable are gone with the server's restart; the sink makes
+    the stream again. The reader makes its durable again on the new stream and goes on
+    from its first message, behind a Gap (how many went with the old stream: not known)."""
+    gateway = Gateway(server.url, storage="memory")
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM, durable="bus")
+    events: list[Any] = []
+    try:
+        gateway.publish([trade(i) for i in range(1, 101)])
+
+        def collected(count: int) -> bool:
+            events.extend(source.read(1000, 0.2))
+            return len(events) >= count
+
+        wait_until(lambda: collected(100))
+        server.stop()
+        server.start()
+        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
+        wait_until(lambda: stream_back(server.url), 30)
+        gateway.publish([trade(i) for i in range(101, 201)])
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: collected(201), 15)
+        time.sleep(0.3)
+        events.extend(source.read(1000, 0))
+    finally:
+        source.close()
+        gateway.close()
+    assert trade_ids(events[:100]) == list(range(1, 101))
+    assert len(events) > 100, "the reader got nothing after the restart"
+    gap = events[100]
+    assert isinstance(gap, Gap) and (gap.lost, gap.first_seq) == (0, 0), events[100:102]
+    assert trade_ids(events[101:]) == list(range(101, 201))
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+def test_a_reader_without_a_durable_goes_on_across_a_nats_server_restart(
+    server: NatsServer, storage: Literal["file", "memory"]
+) -> None:
+    """The reader's ephemeral consumer is gone with the server's restart: it subscribes
+    again after the last message it got, nothing twice; from the first message of a stream
+    that began again (memory), behind Gap(0, 0)."""
+    gateway = Gateway(server.url, storage=storage)
+    source = NatsSource(server.url, session=SESSION, jetstream=STREAM)
+    events: list[Any] = []
+    try:
+        gateway.publish([trade(i) for i in range(1, 101)])
+
+        def collected(count: int) -> bool:
+            events.extend(source.read(1000, 0.2))
+            return len(events) >= count
+
+        wait_until(lambda: collected(100))
+        server.stop()
+        server.start()
+        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
+        wait_until(lambda: stream_back(server.url), 30)
+        gateway.publish([trade(i) for i in range(101, 201)])
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: collected(200 if storage == "file" else 201), 15)
+        time.sleep(0.3)
+        events.extend(source.read(1000, 0))
+    finally:
+        source.close()
+        gateway.close()
+    assert trade_ids(events[:100]) == list(range(1, 101))
+    assert len(events) > 100, "the reader got nothing after the restart"
+    rest = events[100:]
+    if storage == "memory":
+        gap = rest.pop(0)
+        assert isinstance(gap, Gap) and (gap.lost, gap.first_seq) == (0, 0), gap
+    assert trade_ids(rest) == list(range(101, 201))
+
+
 def test_a_running_durable_that_falls_behind_the_limits_gets_a_gap_where_it_lost(
     server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,3 +541,192 @@ def test_a_durable_of_one_session_between_others_sees_no_gap(server: NatsServer)
         source.close()
         gateway.close()
     assert trade_ids(got) == list(range(1, 1001))
+
+
+# ---- a reader without a durable, resuming at a stream sequence -----------------------------
+def test_a_start_seq_the_limits_removed_is_a_gap(server: NatsServer) -> None:
+    """Resuming at position + 1 (the module doc's way without a durable) after the stream's
+    limits removed messages from there: a Gap of the stream sequences removed comes first,
+    and, for a start_seq still stored, none."""
+    gateway = Gateway(server.url, max_msgs=100)
+    try:
+        first = NatsSource(server.url, session=SESSION, jetstream=STREAM)
+        gateway.publish([trade(i) for i in range(1, 51)])
+        got: list[Any] = []
+
+        def collected(source: NatsSource, into: list[Any], count: int) -> bool:
+            into.extend(source.read(1000, 0.2))
+            return len(into) >= count
+
+        wait_until(lambda: collected(first, got, 50))
+        first.close()
+        assert first.position == 50
+        gateway.publish([trade(i) for i in range(51, 301)])  # the stream keeps 201..300
+        resumed = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=51)
+        events: list[Any] = []
+        try:
+            wait_until(lambda: collected(resumed, events, 100))
+            time.sleep(0.2)
+            events.extend(resumed.read(1000, 0))
+        finally:
+            resumed.close()
+        kept = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=250)
+        stored_ones: list[Any] = []
+        try:
+            wait_until(lambda: collected(kept, stored_ones, 51))
+            time.sleep(0.2)
+            stored_ones.extend(kept.read(1000, 0))
+        finally:
+            kept.close()
+    finally:
+        gateway.close()
+    assert trade_ids(got) == list(range(1, 51))
+    gap = events[0]
+    assert isinstance(gap, Gap), events[:2]
+    assert (gap.first_seq, gap.lost) == (51, 150)  # stream sequences 51..200 went unread
+    assert trade_ids(events[1:]) == list(range(201, 301))
+    assert trade_ids(stored_ones) == list(range(250, 301))
+
+
+# ---- what the sink gave up on --------------------------------------------------------------
+def test_messages_the_sink_gave_up_on_are_a_gap_in_the_stream() -> None:
+    """The server is away longer than retry_for_s and nats-py's reconnect buffer is full:
+    the sink drops what JetStream never acknowledged. A reader of the stream learns of it
+    from a `$gap` record (reason nats_sink_unacked) that counts at least what is missing."""
+    server = NatsServer(jetstream=True).start()
+    js = JetStreamConfig(stream=STREAM, storage="file", ack_timeout_s=0.2, retry_for_s=1.0)
+    config = NatsConfig(
+        servers=[server.url],
+        jetstream=js,
+        identity=lambda sid: binance_identity,
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        pending_bytes=16 << 10,
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    events: list[Any] = []
+    try:
+        wait_until(lambda: sink.stats.jetstream_ready)
+
+        def publish(ids: range) -> None:
+            for at in range(ids.start, ids.stop, 100):
+                batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
+                hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
+
+        publish(range(1, 101))
+        wait_until(lambda: sink.stats.stored >= 100 and not sink.unacked)
+        server.stop()
+        wait_until(lambda: not sink.stats.connected)
+        publish(range(101, 1101))  # beyond nats-py's buffer; unacknowledged for good
+        wait_until(lambda: sink.stats.dropped_unacked >= 500, 20)
+        server.start()
+        wait_until(lambda: sink.stats.connected and sink.stats.reconnects >= 1, 20)
+        publish(range(1101, 1201))
+        wait_until(lambda: sink.stats.stored >= 200 and not sink.unacked, 20)
+        reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=1)
+        try:
+
+            def collected() -> bool:
+                events.extend(reader.read(1000, 0.2))
+                return any(
+                    isinstance(e, RingMessage)
+                    and not e.topic.endswith("$gap")
+                    and trade_id(bytes(e.payload)) == 1200
+                    for e in events
+                )
+
+            wait_until(collected, 20)
+        finally:
+            reader.close()
+    finally:
+        hub.close()
+        server.cleanup()
+    gaps = [
+        orjson.loads(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
+    ]
+    got = {
+        trade_id(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
+    }
+    missing = set(range(1, 1201)) - got
+    assert missing  # the scenario lost messages (else it tests nothing)
+    told = [g for g in gaps if g["reason"] == "nats_sink_unacked"]
+    assert told, gaps
+    assert sum(g["lost"] for g in told) >= len(missing)
+    assert all(g["session"] == SESSION and g["epoch"] for g in told)
+
+
+def test_messages_the_sink_dropped_while_disconnected_are_a_gap_in_the_stream() -> None:
+    """ack_window=0 (core publishes into the stream): the server away, nats-py's reconnect
+    buffer full, the sink drops. A reader of the stream learns of it from a `$gap` record
+    (reason nats_sink_dropped) that counts at least what is missing."""
+    server = NatsServer(jetstream=True).start()
+    js = JetStreamConfig(stream=STREAM, storage="file", ack_window=0)
+    config = NatsConfig(
+        servers=[server.url],
+        jetstream=js,
+        identity=lambda sid: binance_identity,
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        pending_bytes=16 << 10,
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    events: list[Any] = []
+    try:
+        wait_until(lambda: sink.stats.jetstream_ready)
+
+        def publish(ids: range) -> None:
+            for at in range(ids.start, ids.stop, 100):
+                batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
+                hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
+
+        publish(range(1, 101))
+        wait_until(lambda: sink.stats.published >= 100 and sink.pending == 0)
+        wait_until(lambda: len(stored(server.url)) >= 100)
+        server.stop()
+        wait_until(lambda: not sink.stats.connected)
+        publish(range(101, 1101))  # beyond nats-py's buffer
+        wait_until(lambda: sink.pending == 0 and sink.dropped["disconnected"] > 0, 20)
+        server.start()
+        wait_until(lambda: sink.stats.connected and sink.stats.reconnects >= 1, 20)
+        wait_until(lambda: stream_back(server.url), 20)
+        publish(range(1101, 1201))
+        reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=1)
+        try:
+
+            def collected() -> bool:
+                events.extend(reader.read(1000, 0.2))
+                return any(
+                    isinstance(e, RingMessage)
+                    and not e.topic.endswith("$gap")
+                    and trade_id(bytes(e.payload)) == 1200
+                    for e in events
+                )
+
+            wait_until(collected, 20)
+        finally:
+            reader.close()
+    finally:
+        hub.close()
+        server.cleanup()
+    gaps = [
+        orjson.loads(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
+    ]
+    got = {
+        trade_id(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
+    }
+    missing = set(range(1, 1201)) - got
+    assert missing  # the scenario lost messages (else it tests nothing)
+    told = [g for g in gaps if g["reason"] == "nats_sink_dropped"]
+    assert told, gaps
+    assert sum(g["lost"] for g in told) >= len(missing)
+    assert all(g["session"] == SESSION and g["epoch"] for g in told)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.ring import RingMessage, RingReader
+from dataplane.ring import Gap, RingMessage, RingReader
 from gateway.client import Client, ClientEvent, Restart
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +107,30 @@ def test_a_gateway_killed_and_restarted_gives_its_readers_a_new_epoch(
         assert [bytes(m.payload) for m in late.read(timeout=5)] == [b"b-0", b"b-1"]  # type: ignore[union-attr]
     with Client.attach(name, start="oldest", copy=True, epoch=second) as same:
         assert not [e for e in same.read(timeout=5) if isinstance(e, Restart)]
+
+
+def test_a_follower_late_to_the_new_run_gets_a_gap_for_what_its_ring_overwrote(
+    name: str, writers: list[subprocess.Popen[str]]
+) -> None:
+    """The new run wrote more than its ring holds before the following client attached to
+    it: the messages from its first one up to the oldest still there are a Gap after the
+    Restart, not skipped without a word."""
+    first = start_writer(writers, name, 3, "a")
+    with Client.attach(name, start="oldest", copy=True, follow=True) as client:
+        assert len(read_n(client, 3)) == 3
+        writers[0].send_signal(signal.SIGKILL)
+        writers[0].wait(timeout=10)
+        second = start_writer(writers, name, 5000, "b")  # laps its 64 KiB ring
+        events = client.read(timeout=5)
+        while not [e for e in events if isinstance(e, RingMessage)]:
+            events += client.read(timeout=5)
+    # So does a consumer that kept the epoch it saw and attaches afresh from the oldest.
+    with Client.attach(name, start="oldest", copy=True, epoch=first) as late:
+        late_events = late.read(timeout=5) + late.read(timeout=5)
+    assert late_events[:2] == [Restart(first, second), Gap(events[1].lost, 1)], late_events[:3]
+    assert events[0] == Restart(first, second)
+    gap = events[1]
+    messages = [e for e in events if isinstance(e, RingMessage)]
+    assert isinstance(gap, Gap), events[:3]
+    assert (gap.first_seq, gap.lost) == (1, messages[0].seq - 1)
+    assert bytes(messages[0].payload) == b"b-%d" % (messages[0].seq - 1)

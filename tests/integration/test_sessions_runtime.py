@@ -127,3 +127,50 @@ def test_live_runtime_end_to_end() -> None:
         assert all("session_state" in e.details and "connection" in e.details for e in events)
 
     run(scenario())
+
+
+def test_a_resume_gap_outlives_a_session_object_that_never_connected() -> None:
+    """Stopped after it streamed, the session's next start owes a gap. That start never
+    connects (the exchange is unreachable) and is stopped again: the gap is still owed, and
+    the start after, which connects, publishes it before its first message."""
+
+    async def scenario() -> None:
+        sink = RecordingSink()
+        runtime = LiveRuntime(sink, session_config=quick)
+        try:
+            async with Simulator(SimConfig(rate=200.0)) as sim:
+                spec = SessionSpec(
+                    id=1,
+                    name="bn",
+                    url=sim.url("binance", "/stream"),
+                    dialect="binance",
+                    transport="kernel",
+                    port_id=None,
+                )
+                runtime.start_session(spec)
+                runtime.subscribe(1, TOPICS)
+                await until(lambda: len(sink.entries()) > 5)
+                runtime.stop_session(1)
+                await until(lambda: runtime.session_status(1).state is SessionState.STOPPED)
+                await until(lambda: not sim.connections)
+
+                # Started where nothing answers (port 1 refuses): it never connects.
+                events: list[RuntimeEvent] = []
+                runtime.set_event_sink(events.append)
+                runtime.start_session(replace(spec, url="ws://127.0.0.1:1/stream"))
+                await until(lambda: any(e.details.get("state") == "backoff" for e in events))
+                runtime.stop_session(1)
+                await until(lambda: runtime.session_status(1).state is SessionState.STOPPED)
+                stopped_at = len(sink.entries())
+
+                runtime.start_session(spec)
+                await until(lambda: len(sink.entries()) > stopped_at + 5)
+                restarted = sink.entries()[stopped_at:]
+                assert isinstance(restarted[0], GapMark), restarted[:2]
+                assert restarted[0].reason == STOPPED_GAP_REASON
+                await asyncio.to_thread(runtime.close)
+                await until(lambda: not sim.connections)
+        finally:
+            await asyncio.to_thread(runtime.close)
+
+    run(scenario())

@@ -388,3 +388,94 @@ def test_the_sinks_thread_sleeps_while_c_sends_and_cs_stop_wakes_it(
     data = [int(d) for s, d, _ in sub.got if not s.endswith("$gap")]
     assert data == list(range(110))
     assert sink.c_disarms.get("gap") == 1
+
+
+def captured(url: str, stream: str) -> list[tuple[str, bytes]]:
+    """Every message of a JetStream stream (subject, data), in stream order."""
+    import asyncio
+
+    async def read() -> list[tuple[str, bytes]]:
+        import nats
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        got: list[tuple[str, bytes]] = []
+        try:
+            state = (await js.stream_info(stream)).state
+            if state.messages:
+                for seq in range(state.first_seq, state.last_seq + 1):
+                    msg = await js.get_msg(stream, seq)
+                    got.append((msg.subject or "", msg.data or b""))
+        finally:
+            await nc.close()
+        return got
+
+    return asyncio.run(read())
+
+
+def capture(url: str, stream: str) -> None:
+    """A file stream of everything the sink publishes (core), made by the test."""
+    import asyncio
+
+    async def make() -> None:
+        import nats
+        from nats.js.api import StreamConfig
+
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(StreamConfig(name=stream, subjects=["wsgw.>"]))
+        await nc.close()
+
+    asyncio.run(make())
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_what_either_path_drops_while_the_server_is_away_is_a_gap(c_path: bool) -> None:
+    """The server away and the sink's bound full (C: its backlog's buffer_messages;
+    nats-py: its pending_bytes): what is dropped is owed to the session's subscribers as
+    a `$gap` (reason nats_sink_dropped) that counts at least what never came."""
+    server = NatsServer(jetstream=True).start()
+    config = NatsConfig(
+        servers=[server.url],
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        c_path=c_path,
+        c_busy_sends=0,
+        buffer_messages=200,
+        pending_bytes=4 << 10,
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    total = 0
+
+    def publish(n: int) -> None:
+        nonlocal total
+        for _ in range(n // 10):
+            hub.publish_batch([(1, "t", b"%d" % (total + k), 0, None) for k in range(10)])
+            total += 10
+
+    try:
+        capture(server.url, "CAP")
+        publish(100)
+        wait_until(lambda: len(captured(server.url, "CAP")) == 100)
+        server.stop()
+        wait_until(lambda: not sink.stats.connected)
+        publish(2000)
+        wait_until(lambda: sink.dropped["disconnected"] > 0)
+        server.start()
+        wait_until(lambda: sink.stats.reconnects >= 1 and sink.stats.connected, 20)
+        publish(100)
+        wait_until(lambda: b"%d" % (total - 1) in [d for _, d in captured(server.url, "CAP")], 20)
+        stored = captured(server.url, "CAP")
+    finally:
+        hub.close()
+        server.cleanup()
+    gaps = [json.loads(d) for s, d in stored if s.endswith(".$gap")]
+    got = {int(d) for s, d in stored if not s.endswith(".$gap")}
+    missing = set(range(total)) - got
+    assert missing  # the scenario lost messages (else it tests nothing)
+    told = [g for g in gaps if g["reason"] == "nats_sink_dropped"]
+    assert told, gaps
+    # The follower may have skipped some too (more than buffer_messages behind): told apart.
+    behind = [g for g in gaps if g["reason"] == "nats_sink_behind"]
+    assert sum(g["lost"] for g in told + behind) >= len(missing), (told, behind)
+    assert all(g["session"] == 1 and g["epoch"] for g in told)

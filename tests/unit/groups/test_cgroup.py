@@ -374,3 +374,30 @@ def test_frames_a_kernel_legs_connection_read_and_queued_hold_a_due_hole(c_path:
         mine.close()
         peer.close()
         side.close()
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_leg_0_going_down_is_a_gap_of_what_passes_through_it_alone(c_path: bool) -> None:
+    """Frames without an exchange id come from leg 0 only: no other leg can fill what it
+    loses (a reconnect), so the group's stream gets a gap for them, before the next one."""
+    side = Side(c_path=c_path)
+    try:
+        odd = b'{"stream":"btcusdt@trade","data":{"e":"trade","s":"X"}}'  # no id: a hash
+        later = b'{"stream":"btcusdt@trade","data":{"e":"trade","s":"Y"}}'
+        now = time.time_ns()
+        for sid in (A, B):
+            side.router.publish_batch([(sid, TOPIC, odd, now, None)])
+        side.router.publish_gap(B, None, "reconnect: B's")  # B's frames never pass: no gap
+        side.router.publish_gap(A, 4, "reconnect: A's")
+        side.router.publish_gap(A, None, "backoff")  # down already: told once
+        for sid in (A, B):
+            side.router.publish_batch([(sid, TOPIC, later, time.time_ns(), None)])
+        records = side.records()
+    finally:
+        side.close()
+    assert [r[:4] for r in records] == [
+        (HUB_ID, f"{HUB_ID}:{TOPIC}", odd),
+        ("gap", HUB_ID, HUB_ID, 4),
+        (HUB_ID, f"{HUB_ID}:{TOPIC}", later),
+    ][: len(records)] and len(records) == 3, records
+    assert "reconnect: A's" in records[1][4]
