@@ -565,12 +565,20 @@ class Client:
         return self._reopen is not None
 
     def _deliver(self, events: list[ClientEvent]) -> list[ClientEvent]:
+        """events as the consumer asked: normalized decoded; with on_gap="raise" a Gap is
+        raised, what came before it returned first (a Restart), what came after it kept
+        for the next read."""
         if self.normalized:
             events = [_decoded(e) for e in events]
-        if self.on_gap == "raise" and events and type(events[0]) is Gap:
-            gap = events[0]
-            self._pending = events[1:]
-            raise MessagesLostError(gap)
+        if self.on_gap == "raise" and events:
+            if type(events[0]) is Gap:
+                gap = events[0]
+                self._pending = events[1:] + self._pending
+                raise MessagesLostError(gap)
+            at = next((i for i, e in enumerate(events) if type(e) is Gap), 0)
+            if at:
+                self._pending = events[at:] + self._pending
+                return events[:at]
         return events
 
     def _take_pending(self) -> list[ClientEvent]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.ring import Gap, RingMessage, RingReader
-from gateway.client import Client, ClientEvent, Restart
+from gateway.client import Client, ClientEvent, MessagesLostError, Restart
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,6 +128,13 @@ def test_a_follower_late_to_the_new_run_gets_a_gap_for_what_its_ring_overwrote(
     with Client.attach(name, start="oldest", copy=True, epoch=first) as late:
         late_events = late.read(timeout=5) + late.read(timeout=5)
     assert late_events[:2] == [Restart(first, second), Gap(events[1].lost, 1)], late_events[:3]
+    # ... and, one that asked for gaps as errors, the Restart, then the error, then messages.
+    with Client.attach(name, start="oldest", copy=True, epoch=first, on_gap="raise") as strict:
+        assert strict.read(timeout=5) == [Restart(first, second)]
+        with pytest.raises(MessagesLostError) as lost:
+            strict.read(timeout=5)
+        assert lost.value.gap == Gap(events[1].lost, 1)
+        assert all(isinstance(e, RingMessage) for e in strict.read(timeout=5))
     assert events[0] == Restart(first, second)
     gap = events[1]
     messages = [e for e in events if isinstance(e, RingMessage)]
