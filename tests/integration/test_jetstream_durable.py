@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +120,80 @@ def stored(url: str) -> list[bytes]:
     return asyncio.run(read())
 
 
+def sink_into_stream(server: NatsServer, js: JetStreamConfig) -> tuple[NatsSink, Hub]:
+    """A sink into the JetStream stream (binance ids; quick reconnects; nats-py's reconnect
+    buffer 16 KiB), ready, and a hub over it."""
+    config = NatsConfig(
+        servers=[server.url],
+        jetstream=js,
+        identity=lambda sid: binance_identity,
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        pending_bytes=16 << 10,
+    )
+    sink = NatsSink(config).start(10)
+    hub = Hub(nats=sink)
+    try:
+        wait_until(lambda: sink.stats.jetstream_ready)
+    except BaseException:
+        hub.close()
+        raise
+    return sink, hub
+
+
+def trades_into(hub: Hub) -> Callable[[range], None]:
+    """publish(ids): the trades with those ids into the hub, 100 a batch."""
+
+    def publish(ids: range) -> None:
+        for at in range(ids.start, ids.stop, 100):
+            batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
+            hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
+
+    return publish
+
+
+def read_stream_until_trade(url: str, last: int) -> list[Any]:
+    """The stream's events from its first message until the trade `last` came."""
+    events: list[Any] = []
+    reader = NatsSource(url, session=SESSION, jetstream=STREAM, start_seq=1)
+    try:
+
+        def collected() -> bool:
+            events.extend(reader.read(1000, 0.2))
+            return any(
+                isinstance(e, RingMessage)
+                and not e.topic.endswith("$gap")
+                and trade_id(bytes(e.payload)) == last
+                for e in events
+            )
+
+        wait_until(collected, 20)
+    finally:
+        reader.close()
+    return events
+
+
+def assert_missing_told(events: list[Any], last: int, reason: str) -> None:
+    """Trades 1..last are missing (else the scenario tested nothing), and `$gap` records
+    of `reason` count at least as many as are missing, for this session and run."""
+    gaps = [
+        orjson.loads(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
+    ]
+    got = {
+        trade_id(bytes(e.payload))
+        for e in events
+        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
+    }
+    missing = set(range(1, last + 1)) - got
+    assert missing  # the scenario lost messages (else it tests nothing)
+    told = [g for g in gaps if g["reason"] == reason]
+    assert told, gaps
+    assert sum(g["lost"] for g in told) >= len(missing)
+    assert all(g["session"] == SESSION and g["epoch"] for g in told)
+
+
 def test_a_message_published_again_by_another_run_is_stored_once(server: NatsServer) -> None:
     first = Gateway(server.url, duplicate_window_s=30)
     try:
@@ -185,7 +259,10 @@ while True:
             lines.append("gap")
         elif isinstance(event, Restart):
             lines.append("restart")
-        elif isinstance(event, RingMessage) and not event.topic.endswith("$gap"):
+        elif isinstance(event, RingMessage) and event.topic.endswith("$gap"):
+            # (on stderr, which a failing test shows: whether a loss was told, and why)
+            os.write(2, b"consumer got a $gap record: " + bytes(event.payload) + b"\\n")
+        elif isinstance(event, RingMessage):
             t = bytes(event.payload).split(b'"t":')[1].split(b",")[0].decode()
             lines.append(f"{event.session_id}:{t}" if every else t)
     if lines:
@@ -398,30 +475,40 @@ def test_a_durable_goes_on_by_itself_across_a_nats_server_restart(server: NatsSe
     assert source.ack_failures == 0
 
 
+def across_a_restart(
+    server: NatsServer, gateway: Gateway, source: NatsSource, expected: int
+) -> list[Any]:
+    """Trades 1-100 read, the server restarted, the sink back with its stream, trades
+    101-200 published: what the source read, once `expected` events came (or 15 s went by,
+    plus what came in the next 0.3 s: the asserts then say what is missing)."""
+    events: list[Any] = []
+    gateway.publish([trade(i) for i in range(1, 101)])
+
+    def collected(count: int) -> bool:
+        events.extend(source.read(1000, 0.2))
+        return len(events) >= count
+
+    wait_until(lambda: collected(100))
+    server.stop()
+    server.start()
+    wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
+    wait_until(lambda: stream_back(server.url), 30)
+    gateway.publish([trade(i) for i in range(101, 201)])
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: collected(expected), 15)
+    time.sleep(0.3)
+    events.extend(source.read(1000, 0))
+    return events
+
+
 def test_a_durable_whose_stream_began_again_goes_on_behind_a_gap(server: NatsServer) -> None:
     """A memory stream and its durable are gone with the server's restart; the sink makes
     the stream again. The reader makes its durable again on the new stream and goes on
     from its first message, behind a Gap (how many went with the old stream: not known)."""
     gateway = Gateway(server.url, storage="memory")
     source = NatsSource(server.url, session=SESSION, jetstream=STREAM, durable="bus")
-    events: list[Any] = []
     try:
-        gateway.publish([trade(i) for i in range(1, 101)])
-
-        def collected(count: int) -> bool:
-            events.extend(source.read(1000, 0.2))
-            return len(events) >= count
-
-        wait_until(lambda: collected(100))
-        server.stop()
-        server.start()
-        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
-        wait_until(lambda: stream_back(server.url), 30)
-        gateway.publish([trade(i) for i in range(101, 201)])
-        with contextlib.suppress(AssertionError):
-            wait_until(lambda: collected(201), 15)
-        time.sleep(0.3)
-        events.extend(source.read(1000, 0))
+        events = across_a_restart(server, gateway, source, 201)
     finally:
         source.close()
         gateway.close()
@@ -441,24 +528,8 @@ def test_a_reader_without_a_durable_goes_on_across_a_nats_server_restart(
     that began again (memory), behind Gap(0, 0)."""
     gateway = Gateway(server.url, storage=storage)
     source = NatsSource(server.url, session=SESSION, jetstream=STREAM)
-    events: list[Any] = []
     try:
-        gateway.publish([trade(i) for i in range(1, 101)])
-
-        def collected(count: int) -> bool:
-            events.extend(source.read(1000, 0.2))
-            return len(events) >= count
-
-        wait_until(lambda: collected(100))
-        server.stop()
-        server.start()
-        wait_until(lambda: gateway.sink.stats.reconnects >= 1, 30)
-        wait_until(lambda: stream_back(server.url), 30)
-        gateway.publish([trade(i) for i in range(101, 201)])
-        with contextlib.suppress(AssertionError):
-            wait_until(lambda: collected(200 if storage == "file" else 201), 15)
-        time.sleep(0.3)
-        events.extend(source.read(1000, 0))
+        events = across_a_restart(server, gateway, source, 200 if storage == "file" else 201)
     finally:
         source.close()
         gateway.close()
@@ -562,22 +633,21 @@ def test_a_start_seq_the_limits_removed_is_a_gap(server: NatsServer) -> None:
         first.close()
         assert first.position == 50
         gateway.publish([trade(i) for i in range(51, 301)])  # the stream keeps 201..300
-        resumed = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=51)
-        events: list[Any] = []
-        try:
-            wait_until(lambda: collected(resumed, events, 100))
-            time.sleep(0.2)
-            events.extend(resumed.read(1000, 0))
-        finally:
-            resumed.close()
-        kept = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=250)
-        stored_ones: list[Any] = []
-        try:
-            wait_until(lambda: collected(kept, stored_ones, 51))
-            time.sleep(0.2)
-            stored_ones.extend(kept.read(1000, 0))
-        finally:
-            kept.close()
+
+        def read_from(start_seq: int, count: int) -> list[Any]:
+            """A reader opened at start_seq: its events once `count` came, and 0.2 s more."""
+            reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=start_seq)
+            into: list[Any] = []
+            try:
+                wait_until(lambda: collected(reader, into, count))
+                time.sleep(0.2)
+                into.extend(reader.read(1000, 0))
+            finally:
+                reader.close()
+            return into
+
+        events = read_from(51, 100)
+        stored_ones = read_from(250, 51)
     finally:
         gateway.close()
     assert trade_ids(got) == list(range(1, 51))
@@ -595,25 +665,9 @@ def test_messages_the_sink_gave_up_on_are_a_gap_in_the_stream() -> None:
     from a `$gap` record (reason nats_sink_unacked) that counts at least what is missing."""
     server = NatsServer(jetstream=True).start()
     js = JetStreamConfig(stream=STREAM, storage="file", ack_timeout_s=0.2, retry_for_s=1.0)
-    config = NatsConfig(
-        servers=[server.url],
-        jetstream=js,
-        identity=lambda sid: binance_identity,
-        reconnect_wait_s=0.2,
-        connect_timeout_s=0.5,
-        pending_bytes=16 << 10,
-    )
-    sink = NatsSink(config).start(10)
-    hub = Hub(nats=sink)
-    events: list[Any] = []
+    sink, hub = sink_into_stream(server, js)
     try:
-        wait_until(lambda: sink.stats.jetstream_ready)
-
-        def publish(ids: range) -> None:
-            for at in range(ids.start, ids.stop, 100):
-                batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
-                hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
-
+        publish = trades_into(hub)
         publish(range(1, 101))
         wait_until(lambda: sink.stats.stored >= 100 and not sink.unacked)
         server.stop()
@@ -624,40 +678,11 @@ def test_messages_the_sink_gave_up_on_are_a_gap_in_the_stream() -> None:
         wait_until(lambda: sink.stats.connected and sink.stats.reconnects >= 1, 20)
         publish(range(1101, 1201))
         wait_until(lambda: sink.stats.stored >= 200 and not sink.unacked, 20)
-        reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=1)
-        try:
-
-            def collected() -> bool:
-                events.extend(reader.read(1000, 0.2))
-                return any(
-                    isinstance(e, RingMessage)
-                    and not e.topic.endswith("$gap")
-                    and trade_id(bytes(e.payload)) == 1200
-                    for e in events
-                )
-
-            wait_until(collected, 20)
-        finally:
-            reader.close()
+        events = read_stream_until_trade(server.url, 1200)
     finally:
         hub.close()
         server.cleanup()
-    gaps = [
-        orjson.loads(bytes(e.payload))
-        for e in events
-        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
-    ]
-    got = {
-        trade_id(bytes(e.payload))
-        for e in events
-        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
-    }
-    missing = set(range(1, 1201)) - got
-    assert missing  # the scenario lost messages (else it tests nothing)
-    told = [g for g in gaps if g["reason"] == "nats_sink_unacked"]
-    assert told, gaps
-    assert sum(g["lost"] for g in told) >= len(missing)
-    assert all(g["session"] == SESSION and g["epoch"] for g in told)
+    assert_missing_told(events, 1200, "nats_sink_unacked")
 
 
 def test_messages_the_sink_dropped_while_disconnected_are_a_gap_in_the_stream() -> None:
@@ -666,25 +691,9 @@ def test_messages_the_sink_dropped_while_disconnected_are_a_gap_in_the_stream() 
     (reason nats_sink_dropped) that counts at least what is missing."""
     server = NatsServer(jetstream=True).start()
     js = JetStreamConfig(stream=STREAM, storage="file", ack_window=0)
-    config = NatsConfig(
-        servers=[server.url],
-        jetstream=js,
-        identity=lambda sid: binance_identity,
-        reconnect_wait_s=0.2,
-        connect_timeout_s=0.5,
-        pending_bytes=16 << 10,
-    )
-    sink = NatsSink(config).start(10)
-    hub = Hub(nats=sink)
-    events: list[Any] = []
+    sink, hub = sink_into_stream(server, js)
     try:
-        wait_until(lambda: sink.stats.jetstream_ready)
-
-        def publish(ids: range) -> None:
-            for at in range(ids.start, ids.stop, 100):
-                batch = [trade(i) for i in range(at, min(at + 100, ids.stop))]
-                hub.publish_batch([(SESSION, "btcusdt@trade", p, 0, None) for p in batch])
-
+        publish = trades_into(hub)
         publish(range(1, 101))
         wait_until(lambda: sink.stats.published >= 100 and sink.pending == 0)
         wait_until(lambda: len(stored(server.url)) >= 100)
@@ -696,37 +705,8 @@ def test_messages_the_sink_dropped_while_disconnected_are_a_gap_in_the_stream() 
         wait_until(lambda: sink.stats.connected and sink.stats.reconnects >= 1, 20)
         wait_until(lambda: stream_back(server.url), 20)
         publish(range(1101, 1201))
-        reader = NatsSource(server.url, session=SESSION, jetstream=STREAM, start_seq=1)
-        try:
-
-            def collected() -> bool:
-                events.extend(reader.read(1000, 0.2))
-                return any(
-                    isinstance(e, RingMessage)
-                    and not e.topic.endswith("$gap")
-                    and trade_id(bytes(e.payload)) == 1200
-                    for e in events
-                )
-
-            wait_until(collected, 20)
-        finally:
-            reader.close()
+        events = read_stream_until_trade(server.url, 1200)
     finally:
         hub.close()
         server.cleanup()
-    gaps = [
-        orjson.loads(bytes(e.payload))
-        for e in events
-        if isinstance(e, RingMessage) and e.topic.endswith("$gap")
-    ]
-    got = {
-        trade_id(bytes(e.payload))
-        for e in events
-        if isinstance(e, RingMessage) and not e.topic.endswith("$gap")
-    }
-    missing = set(range(1, 1201)) - got
-    assert missing  # the scenario lost messages (else it tests nothing)
-    told = [g for g in gaps if g["reason"] == "nats_sink_dropped"]
-    assert told, gaps
-    assert sum(g["lost"] for g in told) >= len(missing)
-    assert all(g["session"] == SESSION and g["epoch"] for g in told)
+    assert_missing_told(events, 1200, "nats_sink_dropped")

@@ -44,6 +44,18 @@ def timed(call: Callable[..., T], *args: object) -> T:
     return result
 
 
+def binance_spec(sim: Simulator) -> SessionSpec:
+    """Session 1 on the simulator's Binance stream, kernel transport."""
+    return SessionSpec(
+        id=1,
+        name="bn",
+        url=sim.url("binance", "/stream"),
+        dialect="binance",
+        transport="kernel",
+        port_id=None,
+    )
+
+
 def test_live_runtime_end_to_end() -> None:
     async def scenario() -> None:
         sink = RecordingSink()
@@ -52,14 +64,7 @@ def test_live_runtime_end_to_end() -> None:
         runtime.set_event_sink(events.append)
         try:
             async with Simulator(SimConfig(rate=200.0)) as sim:
-                spec = SessionSpec(
-                    id=1,
-                    name="bn",
-                    url=sim.url("binance", "/stream"),
-                    dialect="binance",
-                    transport="kernel",
-                    port_id=None,
-                )
+                spec = binance_spec(sim)
                 status = timed(runtime.start_session, spec)
                 assert status.state is SessionState.CONNECTING
                 timed(runtime.subscribe, 1, TOPICS)
@@ -139,14 +144,7 @@ def test_a_resume_gap_outlives_a_session_object_that_never_connected() -> None:
         runtime = LiveRuntime(sink, session_config=quick)
         try:
             async with Simulator(SimConfig(rate=200.0)) as sim:
-                spec = SessionSpec(
-                    id=1,
-                    name="bn",
-                    url=sim.url("binance", "/stream"),
-                    dialect="binance",
-                    transport="kernel",
-                    port_id=None,
-                )
+                spec = binance_spec(sim)
                 runtime.start_session(spec)
                 runtime.subscribe(1, TOPICS)
                 await until(lambda: len(sink.entries()) > 5)

@@ -100,6 +100,20 @@ def test_c_sends_what_nats_py_sends_in_the_same_order(nats_server: NatsServer) -
     assert sum(c_sink.dropped.values()) == 0
 
 
+class Numbered:
+    """Publishes messages b"0", b"1", ... of session 1 into a hub, 10 a batch."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.total = 0  # published so far
+
+    def __call__(self, n: int) -> None:
+        for _ in range(n // 10):
+            batch = [(1, "t", b"%d" % (self.total + k), 0, None) for k in range(10)]
+            self.hub.publish_batch(batch)
+            self.total += 10
+
+
 def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     server = NatsServer().start()
     config = NatsConfig(
@@ -108,14 +122,7 @@ def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     # No busy hand-back: armed when the batches end (a hand-back holds C off for a while).
     sink = NatsSink(dataclasses.replace(config, c_busy_sends=0)).start(10)
     hub = Hub(nats=sink)
-    total = 0
-
-    def publish(n: int) -> None:
-        nonlocal total
-        for _ in range(n // 10):
-            hub.publish_batch([(1, "t", b"%d" % (total + k), 0, None) for k in range(10)])
-            total += 10
-
+    publish = Numbered(hub)
     try:
         sub = Subscriber(server.url, ["wsgw.>"])
         publish(1000)
@@ -128,7 +135,7 @@ def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
         publish(500)  # kept (under buffer_messages) for the next connection
         server.start()
         wait_until(lambda: sink.stats.reconnects >= 1 and sink.stats.connected, 20)
-        wait_until(lambda: sink.stats.published == total)
+        wait_until(lambda: sink.stats.published == publish.total)
         sub = Subscriber(server.url, ["wsgw.>"])
         publish(1000)
         wait_until(lambda: len(sub.got) == 1000)
@@ -138,7 +145,7 @@ def test_a_server_restart_disarms_c_and_the_outage_is_published_after() -> None:
     finally:
         hub.close()
         server.cleanup()
-    assert sink.stats.published == total and sum(sink.dropped.values()) == 0
+    assert sink.stats.published == publish.total and sum(sink.dropped.values()) == 0
 
 
 def test_a_server_that_stops_reading_stops_c_and_python_writes_the_rest(
@@ -445,14 +452,7 @@ def test_what_either_path_drops_while_the_server_is_away_is_a_gap(c_path: bool) 
     )
     sink = NatsSink(config).start(10)
     hub = Hub(nats=sink)
-    total = 0
-
-    def publish(n: int) -> None:
-        nonlocal total
-        for _ in range(n // 10):
-            hub.publish_batch([(1, "t", b"%d" % (total + k), 0, None) for k in range(10)])
-            total += 10
-
+    publish = Numbered(hub)
     try:
         capture(server.url, "CAP")
         publish(100)
@@ -464,14 +464,15 @@ def test_what_either_path_drops_while_the_server_is_away_is_a_gap(c_path: bool) 
         server.start()
         wait_until(lambda: sink.stats.reconnects >= 1 and sink.stats.connected, 20)
         publish(100)
-        wait_until(lambda: b"%d" % (total - 1) in [d for _, d in captured(server.url, "CAP")], 20)
+        last = b"%d" % (publish.total - 1)
+        wait_until(lambda: last in [d for _, d in captured(server.url, "CAP")], 20)
         stored = captured(server.url, "CAP")
     finally:
         hub.close()
         server.cleanup()
     gaps = [json.loads(d) for s, d in stored if s.endswith(".$gap")]
     got = {int(d) for s, d in stored if not s.endswith(".$gap")}
-    missing = set(range(total)) - got
+    missing = set(range(publish.total)) - got
     assert missing  # the scenario lost messages (else it tests nothing)
     told = [g for g in gaps if g["reason"] == "nats_sink_dropped"]
     assert told, gaps
