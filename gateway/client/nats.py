@@ -73,6 +73,7 @@ from gateway.client.nats_core import (
     NatsProtocolError,
     NatsReconnected,
     NatsServerError,
+    number_or_zero,
 )
 from gateway.hub.names import (
     NATS_GAP_TOKEN,
@@ -313,10 +314,7 @@ class NatsSource(NetworkSource):
                 start = self._highest + 1
                 if info.created != self._stream_created:
                     start = max(info.state.first_seq, 1)
-                    with self._cond:
-                        self._events.append(Gap(0, 0))
-                        self._js_msgs.append((None, None))
-                        self._cond.notify_all()
+                    self._queue_unackable(Gap(0, 0))
                     self._highest = start - 1
                     self._stream_created = info.created
                 else:
@@ -463,15 +461,19 @@ class NatsSource(NetworkSource):
             lost = Gap(first - self._highest - 1, self._highest + 1)
             self._highest = first - 1
         if lost is not None:
-            with self._cond:
-                self._events.append(lost)
-                self._js_msgs.append((None, None))
-                self._cond.notify_all()
+            self._queue_unackable(lost)
         await js.add_consumer(stream, self._durable(name, self._highest + 1, self._saved_epoch))
         self._stream_created = info.created
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
         return await js.pull_subscribe_bind(durable=name, stream=stream)
+
+    def _queue_unackable(self, event: ClientEvent) -> None:
+        """An event of this reader's own (a Gap): queued for read, with no message to ack."""
+        with self._cond:
+            self._events.append(event)
+            self._js_msgs.append((None, None))
+            self._cond.notify_all()
 
     async def _hand_over(self, msgs: list[Any]) -> None:
         """A fetched batch, with a Gap before a message the stream sequence of which jumps
@@ -488,10 +490,7 @@ class NatsSource(NetworkSource):
             stream_seq = msg.metadata.sequence.stream
             missed = self._highest + 1
             if first > missed and stream_seq > missed:
-                with self._cond:
-                    self._events.append(Gap(min(first, stream_seq) - missed, missed))
-                    self._js_msgs.append((None, None))
-                    self._cond.notify_all()
+                self._queue_unackable(Gap(min(first, stream_seq) - missed, missed))
                 self._highest = min(first, stream_seq) - 1
             await self._on_message(msg)
 
@@ -516,8 +515,8 @@ class NatsSource(NetworkSource):
         if self._start_check is not None and stream_seq is not None:
             removed = await self._removed_before(self._start_check, stream_seq)
         headers = msg.headers or {}
-        seq = _header_int(headers, "Wsgw-Seq")
-        ts = _header_int(headers, "Wsgw-Recv-Ts")
+        seq = number_or_zero(headers.get("Wsgw-Seq"))
+        ts = number_or_zero(headers.get("Wsgw-Recv-Ts"))
         events = self._events_of(msg.subject, seq, ts, msg.data)
         gap = None if is_js else self._continuity.gap_before(seq)
         if gap is not None:
@@ -744,10 +743,7 @@ def _epoch_of(description: str | None) -> int:
     """The run a durable's description remembers (0: none)."""
     if not description or not description.startswith(_EPOCH_PREFIX):
         return 0
-    try:
-        return int(description[len(_EPOCH_PREFIX) :], 16)
-    except ValueError:
-        return 0
+    return _hex_int(description[len(_EPOCH_PREFIX) :])
 
 
 def _check_options(
@@ -769,15 +765,6 @@ def _check_options(
         raise ValueError(f"durable {durable!r}: letters, digits, '_' or '-'")
     if ack not in ("read", "next"):
         raise ValueError(f"ack {ack!r}: read or next")
-
-
-def _header_int(headers: dict[str, str], name: str) -> int:
-    """A header of nats-py's message as a number; 0 without it or for a value that is not
-    one, as the core reader counts it (nats_core.header_number)."""
-    try:
-        return int(headers.get(name) or 0)
-    except ValueError:
-        return 0
 
 
 def _gap_body(data: bytes | memoryview) -> dict[str, Any]:

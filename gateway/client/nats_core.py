@@ -122,7 +122,12 @@ def header_value(block: bytes, name: bytes) -> bytes | None:
 def header_number(block: bytes | None, name: bytes) -> int:
     """A header's value as a number: 0 without headers, without the header, or with a value
     that is not one (the sink's Wsgw-Seq and Wsgw-Recv-Ts)."""
-    value = None if block is None else header_value(block, name)
+    return number_or_zero(None if block is None else header_value(block, name))
+
+
+def number_or_zero(value: bytes | str | None) -> int:
+    """A header value as a number; 0 when there is none or it is not one (how both NATS
+    readers, this one and nats-py's path, count a Wsgw-Seq or Wsgw-Recv-Ts)."""
     if not value:
         return 0
     try:
