@@ -599,13 +599,11 @@ class NatsSink:
         now = time.time_ns()
         out = []
         for (sid, reason), (first, count) in sorted(owed.items()):
-            data = gap_json(first, sid, count, reason, self._epoch_hex, {"ts_ns": now})
+            subject, data = self._gap_record(sid, first, count, reason, now)
             fields = None
             if js is not None and js.msg_ids:
                 fields = {"Nats-Msg-Id": f"{sid}@{run}:{first}:{reason}:{now}"}
-            out.append(
-                (sid, first, count, reason, nats_gap_subject(self.prefix, sid), data, fields)
-            )
+            out.append((sid, first, count, reason, subject, data, fields))
         return out
 
     async def _send_owed(self) -> None:
@@ -943,19 +941,21 @@ class NatsSink:
         (issue #16)."""
         now = time.time_ns()
         return [
-            (
-                sid,
-                nats_gap_subject(self.prefix, sid),
-                gap_json(gap.first_seq, sid, lost, SINK_BEHIND, self._epoch_hex, {"ts_ns": now}),
-            )
+            (sid, *self._gap_record(sid, gap.first_seq, lost, SINK_BEHIND, now))
             for sid in sorted({sid for sid, _ in self._subjects})
         ]
 
     def _dropped_message(self, sid: int, first: int, count: int) -> tuple[str, bytes]:
         """The `$gap` record (SINK_DROPPED) of `count` messages of a session the C path's
         backlog dropped while disconnected, from ring seq `first` on."""
-        now = time.time_ns()
-        body = gap_json(first, sid, count, SINK_DROPPED, self._epoch_hex, {"ts_ns": now})
+        return self._gap_record(sid, first, count, SINK_DROPPED, time.time_ns())
+
+    def _gap_record(
+        self, sid: int, first: int, count: int | None, reason: str, now: int
+    ) -> tuple[str, bytes]:
+        """A `$gap` record of the sink's own (it skipped, dropped or gave up on `count`
+        records of session `sid` from ring seq `first` on): its subject and body."""
+        body = gap_json(first, sid, count, reason, self._epoch_hex, {"ts_ns": now})
         return nats_gap_subject(self.prefix, sid), body
 
     def _gap_message(self, sid: int, seq: int, payload: bytes) -> tuple[str, bytes]:
