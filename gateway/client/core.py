@@ -155,6 +155,14 @@ def _decoded(event: ClientEvent) -> ClientEvent:
     return event
 
 
+def _overwritten(reader: RingReader) -> list[Gap]:
+    """A new run's ring read from its oldest message: one that wrote more than its ring
+    holds before the reader attached overwrote its first ones (sequences begin at 1), a Gap
+    of them ([] when nothing was)."""
+    oldest = reader.next_seq
+    return [Gap(oldest - 1, 1)] if oldest > 1 else []
+
+
 class MessagesLostError(RingError):
     """Raised instead of yielding a Gap when the client was opened with on_gap="raise".
     The client has already resynchronised: catch it and keep reading if that is acceptable."""
@@ -401,10 +409,8 @@ class Client:
             reopen=reopen if follow else None,
             normalized=normalized,
         )
-        if start == "oldest" and client._pending and reader.next_seq > 1:
-            # Another run than the consumer's, read from its oldest message: what its ring
-            # overwrote before (from seq 1) is missing, as a follower's (_follow).
-            client._pending.append(Gap(reader.next_seq - 1, 1))
+        if start == "oldest" and client._pending:  # another run than the consumer's
+            client._pending.extend(_overwritten(reader))
         return client
 
     @classmethod
@@ -550,13 +556,8 @@ class Client:
         previous.close()
         if source.epoch == previous.epoch:
             return []  # the same run again: what it missed comes as the new source's Gap
-        if isinstance(source, RingSource):
-            # Read from the new run's oldest message: one that wrote more than its ring
-            # holds before this attached overwrote its first ones (sequences begin at 1).
-            # The next read's (on_gap="raise": it raises).
-            oldest = source.reader.next_seq
-            if oldest > 1:
-                self._pending.append(Gap(oldest - 1, 1))
+        if isinstance(source, RingSource):  # the next read's (on_gap="raise": it raises)
+            self._pending.extend(_overwritten(source.reader))
         return [Restart(previous.epoch, source.epoch)]
 
     @property
