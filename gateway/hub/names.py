@@ -53,6 +53,13 @@ def ring_topic(session_id: int, topic: str) -> str:
     return f"{head}~{digest}"
 
 
+def ring_topic_session(name: str) -> int | None:
+    """The session of a ring topic name (`ring_topic`'s prefix; a shortened name keeps it),
+    None for the gap topic or a name not of this form."""
+    head, sep, _ = name.partition(":")
+    return int(head) if sep and head.isdigit() else None
+
+
 def ring_topics(session_id: int, topics: list[str] | None, *, gaps: bool = True) -> list[str]:
     """The filter a ring reader passes for these topics of a session (None: all of them),
     with the gap topic unless gaps=False."""

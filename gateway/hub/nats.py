@@ -6,7 +6,8 @@ nor the API loop ever waits for the bus. The sink follows the hub's shared-memor
 (`RingFollower`, set up by the hub: `follow`), whoever wrote the records, so NATS carries
 the ring's sequence numbers; it publishes a whole read without yielding, so nats-py's
 flusher writes it to the socket in one go (batched flushes). Messages are dropped and
-counted: before the first connection (`not_connected`), when the sink falls more than
+counted: before the first connection (`not_connected`, owed as a `$gap` like a publish's
+drop, below), when the sink falls more than
 `buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
 reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
 (`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
@@ -56,11 +57,16 @@ from typing import Literal
 
 import orjson
 
-from dataplane.ring import Gap, RingEvent, RingWriter
+from dataplane.ring import Gap, RingError, RingEvent, RingWriter
 from gateway.dialects.identity import HASH, Identity, MessageIdentity
 from gateway.hub.events import gap_json
 from gateway.hub.follower import READ_BATCH, RingFollower
-from gateway.hub.names import check_subject_prefix, nats_gap_subject, nats_subject
+from gateway.hub.names import (
+    check_subject_prefix,
+    nats_gap_subject,
+    nats_subject,
+    ring_topic_session,
+)
 from gateway.hub.nats_c import BUSY_SENDS, C_PATH_DEFAULT, CNatsConnection, c_path_usable
 from gateway.hub.sink import SinkError, StreamSink
 
@@ -816,7 +822,7 @@ class NatsSink:
         if not events:
             return
         if not isinstance(nc, Client):  # not connected yet
-            stats.dropped_not_connected += sum(1 for e in events if type(e) is not Gap)
+            self._owe_unsent(events)
             return
         publish = nc.publish
         subjects = self._subjects
@@ -859,6 +865,20 @@ class NatsSink:
                 stats.dropped_error += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"
             self._owe(sid, seq, 1, SINK_DROPPED)
+
+    def _owe_unsent(self, events: list[RingEvent]) -> None:
+        """Records read before the first connection: dropped (`not_connected`) and owed to
+        their sessions' readers as a `$gap` (SINK_DROPPED), a skip to every session seen
+        (SINK_BEHIND), told before what comes once connected."""
+        for event in events:
+            if type(event) is Gap:
+                for sid in self._ring_sessions():
+                    self._owe(sid, event.first_seq, event.lost, SINK_BEHIND)
+                continue
+            seq, sid, _, _, _, tid = event  # type: ignore[misc]
+            self.stats.dropped_not_connected += 1
+            # A gap record's own count is in its body: how many is not known here.
+            self._owe(sid, seq, None if tid == self._gap_tid else 1, SINK_DROPPED)
 
     async def _publish_behind(self, publish: Callable[..., Awaitable[None]], gap: Gap) -> None:
         """The `$gap` records of a skip (_behind_messages); one refused is owed."""
@@ -942,8 +962,22 @@ class NatsSink:
         now = time.time_ns()
         return [
             (sid, *self._gap_record(sid, gap.first_seq, lost, SINK_BEHIND, now))
-            for sid in sorted({sid for sid, _ in self._subjects})
+            for sid in self._ring_sessions()
         ]
+
+    def _ring_sessions(self) -> list[int]:
+        """Every session a skipped record may have been of: those with a topic in the ring
+        (a session whose records were all skipped, before the first connection too) and
+        those the sink has published."""
+        sessions = {sid for sid, _ in self._subjects}
+        follower = self._follower
+        if follower is not None:
+            with contextlib.suppress(RingError):
+                for name in follower.reader.topics.values():
+                    sid = ring_topic_session(name)
+                    if sid is not None:
+                        sessions.add(sid)
+        return sorted(sessions)
 
     def _dropped_message(self, sid: int, first: int, count: int) -> tuple[str, bytes]:
         """The `$gap` record (SINK_DROPPED) of `count` messages of a session the C path's

@@ -32,7 +32,9 @@ nats-py: its writes into a dead connection are lost too). While disconnected, th
 are kept (up to `buffer_messages`, then counted as `disconnected`) and published on the new
 connection, as nats-py's reconnect buffer does (`pending_bytes`); what went over the bound
 is owed to each session's subscribers as a `$gap` (reason `nats_sink_dropped`), as the
-Python path owes what nats-py's buffer refused, written first on the new connection.
+Python path owes what nats-py's buffer refused, written first on the new connection. Before
+the first connection records are dropped (`not_connected`) and owed the same way, and a
+skip is kept to be told on it.
 """
 
 from __future__ import annotations
@@ -327,7 +329,12 @@ class CNatsConnection:
                 self.next_seq = event[0] + 1
         if self.sock is None:
             if not self.stats.connects:  # never connected: dropped, as nats-py's sink does
-                self.stats.dropped_not_connected += sum(1 for e in events if type(e) is not Gap)
+                for event in events:
+                    if type(event) is Gap:  # a skip: told on the first connection
+                        self.backlog.append(event)
+                    else:
+                        self.stats.dropped_not_connected += 1
+                        self._owe(event[0], event[1])
                 return True
             self.backlog += events
             self._bound_backlog()
@@ -415,14 +422,17 @@ class CNatsConnection:
         over = len(self.backlog) - self.config.buffer_messages
         if over > 0:
             dropped = self.backlog[:over]
-            self.backlog = self.backlog[over:]
+            skips: list[RingEvent] = [e for e in dropped if type(e) is Gap]  # still to be told
+            self.backlog = skips + self.backlog[over:]
             for event in dropped:
-                if type(event) is Gap:
-                    continue
-                self.stats.dropped_disconnected += 1
-                seq, sid = event[0], event[1]
-                first, count = self.owed.get(sid, (seq, 0))
-                self.owed[sid] = (min(first, seq), count + 1)
+                if type(event) is not Gap:
+                    self.stats.dropped_disconnected += 1
+                    self._owe(event[0], event[1])
+
+    def _owe(self, seq: int, sid: int) -> None:
+        """A record of session sid dropped: owed to its readers as a `$gap`, merged."""
+        first, count = self.owed.get(sid, (seq, 0))
+        self.owed[sid] = (min(first, seq), count + 1)
 
 
 async def _line(loop: asyncio.AbstractEventLoop, sock: socket.socket, buf: bytearray) -> bytes:

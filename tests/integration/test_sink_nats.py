@@ -480,3 +480,40 @@ def test_what_either_path_drops_while_the_server_is_away_is_a_gap(c_path: bool) 
     behind = [g for g in gaps if g["reason"] == "nats_sink_behind"]
     assert sum(g["lost"] for g in told + behind) >= len(missing), (told, behind)
     assert all(g["session"] == 1 and g["epoch"] for g in told)
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_what_either_path_reads_before_its_first_connection_is_a_gap(c_path: bool) -> None:
+    """No server when the sink starts: what it reads meanwhile is dropped (not_connected),
+    and once connected its subscribers are told, as a `$gap` (nats_sink_dropped) of exactly
+    those records, before what comes next (it was counted only)."""
+    server = NatsServer(jetstream=True)
+    config = NatsConfig(
+        servers=[server.url],
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        c_path=c_path,
+        c_busy_sends=0,
+    )
+    sink = NatsSink(config).start()
+    hub = Hub(nats=sink)
+    publish = Numbered(hub)
+    try:
+        publish(300)
+        wait_until(lambda: sink.dropped["not_connected"] == 300)
+        with loop_held(sink):  # no connection before the stream that captures is there
+            server.start()
+            capture(server.url, "CAP")
+        wait_until(lambda: sink.stats.connected, 20)
+        publish(100)
+        wait_until(lambda: b"399" in [d for _, d in captured(server.url, "CAP")], 20)
+        stored = captured(server.url, "CAP")
+    finally:
+        hub.close()
+        server.cleanup()
+    gaps = [json.loads(d) for s, d in stored if s.endswith(".$gap")]
+    assert [(g["session"], g["lost"], g["reason"]) for g in gaps] == [(1, 300, "nats_sink_dropped")]
+    assert gaps[0]["seq"] == 1  # from the ring's first record on
+    assert stored[0][0].endswith(".$gap")  # before what came next
+    assert [int(d) for s, d in stored if not s.endswith(".$gap")] == list(range(300, 400))
+    assert sink.stats.published == 100 and sink.dropped["not_connected"] == 300
