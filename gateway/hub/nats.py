@@ -17,7 +17,9 @@ publish dropped (`disconnected`, `error`) is owed to its session's subscribers a
 comes next as soon as nats-py takes it. /metrics:
 `wsgw_nats_published_total`, `wsgw_nats_dropped_total{reason}`, `wsgw_nats_connected`,
 `wsgw_nats_reconnects_total`, `wsgw_nats_pending`, and `wsgw_nats_behind_gaps_total` (those
-`$gap` announcements; gateway.hub.metrics).
+`$gap` announcements; gateway.hub.metrics). A read the sink fails to hand over (a bug, not
+the bus) is logged and counted (`errors`, `last_error`), its records owed as a `$gap`, and
+the sink goes on with the next read.
 
 With `jetstream` set, the sink creates (or updates) a stream over `<prefix>.>` on every
 connection and publishes with JetStream's acknowledgement, without waiting for each one: up
@@ -777,7 +779,11 @@ class NatsSink:
         try:
             while True:
                 events = follower.read()
-                await self._publish(self.nc, events)
+                try:
+                    await self._publish(self.nc, events)
+                except Exception as exc:  # a bug: the sink goes on, and its readers are told
+                    self._failed(exc)
+                    self.stats.dropped_error += self._owe_records(events)
                 if len(events) < READ_BATCH:
                     break
                 await asyncio.sleep(0)  # nats-py's own tasks (the flusher) get a turn
@@ -790,7 +796,11 @@ class NatsSink:
         try:
             while True:
                 events = follower.read()
-                armed = await c.publish(events)
+                try:
+                    armed = await c.publish(events)
+                except Exception as exc:  # a bug: the sink goes on (C's gaps go on reconnects)
+                    self._failed(exc)
+                    armed = True
                 if armed and len(events) < READ_BATCH:
                     break
                 if not events:  # the arm was refused with nothing read: look again soon
@@ -822,7 +832,7 @@ class NatsSink:
         if not events:
             return
         if not isinstance(nc, Client):  # not connected yet
-            self._owe_unsent(events)
+            stats.dropped_not_connected += self._owe_records(events)
             return
         publish = nc.publish
         subjects = self._subjects
@@ -866,19 +876,29 @@ class NatsSink:
                 stats.last_error = f"{type(exc).__name__}: {exc}"
             self._owe(sid, seq, 1, SINK_DROPPED)
 
-    def _owe_unsent(self, events: list[RingEvent]) -> None:
-        """Records read before the first connection: dropped (`not_connected`) and owed to
-        their sessions' readers as a `$gap` (SINK_DROPPED), a skip to every session seen
-        (SINK_BEHIND), told before what comes once connected."""
+    def _owe_records(self, events: list[RingEvent]) -> int:
+        """Records read and not published (before the first connection, or a publish that
+        failed): owed to their sessions' readers as a `$gap` (SINK_DROPPED), a skip to every
+        session it may have held (SINK_BEHIND), told before what comes next. How many
+        records were dropped."""
+        dropped = 0
         for event in events:
             if type(event) is Gap:
                 for sid in self._ring_sessions():
                     self._owe(sid, event.first_seq, event.lost, SINK_BEHIND)
                 continue
             seq, sid, _, _, _, tid = event  # type: ignore[misc]
-            self.stats.dropped_not_connected += 1
+            dropped += 1
             # A gap record's own count is in its body: how many is not known here.
             self._owe(sid, seq, None if tid == self._gap_tid else 1, SINK_DROPPED)
+        return dropped
+
+    def _failed(self, exc: Exception) -> None:
+        """A read the sink could not hand over (a bug, not the bus): logged and counted; the
+        sink goes on with the next one rather than ending for good."""
+        log.exception("NATS sink: publishing a read failed")
+        self.stats.errors += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"
 
     async def _publish_behind(self, publish: Callable[..., Awaitable[None]], gap: Gap) -> None:
         """The `$gap` records of a skip (_behind_messages); one refused is owed."""
