@@ -89,6 +89,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("fed_messages", "counter", "Data messages the C feed path wrote to the ring (of messages)"),
     ("feed_stops", "counter", "Times the C feed path handed the stream back to Python"),
     ("unparsable", "counter", "Frames the session's dialect could not parse (dropped)"),
+    ("sink_refused", "counter", "Data messages the hub raised on (lost, told as a gap)"),
 )
 
 

@@ -30,6 +30,7 @@ class SessionCounters:
     pongs: int = 0
     keepalives_sent: int = 0
     unparsable: int = 0  # messages that are not JSON (nor a known text control): dropped
+    sink_refused: int = 0  # data messages the sink raised on (a bug): lost, told as a gap
     sequence_gaps: int = 0  # exchange sequence breaks (sequence_check)
     fed_messages: int = 0  # of `messages`, those the C feed path wrote (dataplane/feed.py)
     feed_stops: int = 0  # times the C feed path handed the stream back to the read loop

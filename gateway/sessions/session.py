@@ -127,6 +127,8 @@ class _Lost:
 #: While the C feed path carries a connection, housekeeping reads its counters at least this
 #: often (seconds): metrics read `counters` from other threads without asking the loop.
 FEED_PULL_S = 0.5
+#: The gap reason of a batch the sink (the hub) raised on: lost, and its consumers told.
+SINK_REFUSED = "sink_refused"
 
 
 class _Link:
@@ -727,6 +729,13 @@ class UpstreamSession:
             self._sink.publish_batch(out)
         except Exception:  # the hub's bug must not take the feed down with it
             log.exception("session %d: the sink refused a batch of %d", self.id, len(out))
+            # Its consumers are told, as of a reconnect's loss (if the sink takes a gap).
+            self.counters.sink_refused += len(out)
+            self.counters.gaps += 1
+            try:
+                self._sink.publish_gap(self.id, len(out), SINK_REFUSED)
+            except Exception:
+                log.exception("session %d: the sink refused a gap", self.id)
         if out:
             # In-gateway latency of the burst: read from the connection to handed to the hub.
             self.latency_ns.append(time.time_ns() - out[0][3])

@@ -26,6 +26,7 @@ from gateway.sessions import (
     UpstreamSession,
     recv_batch,
 )
+from gateway.sessions.session import SINK_REFUSED
 from gateway.sessions.sink import GapMark
 from tests.unit.sessions.fakes import (
     EventLog,
@@ -453,8 +454,9 @@ def test_a_failing_sink_does_not_take_the_feed_down() -> None:
 
     async def scenario() -> None:
         net = FakeNetwork(generic_responder())
+        sink = Broken()
         s = UpstreamSession(
-            1, config(), Broken(), topics=["a"], connector=net.connect, resolver=resolve_localhost
+            1, config(), sink, topics=["a"], connector=net.connect, resolver=resolve_localhost
         )
         s.start()
         await until(lambda: s.state is State.STREAMING)
@@ -463,6 +465,9 @@ def test_a_failing_sink_does_not_take_the_feed_down() -> None:
             await until(partial(lambda n: s.counters.messages == n, i))
         assert s.state is State.STREAMING
         assert len(net.connections) == 1
+        # Each refused batch is lost, and its consumers are told (a gap of its size).
+        assert s.counters.sink_refused == 3
+        assert sink.log == [GapMark(1, 1, SINK_REFUSED)] * 3
         await s.stop()
 
     run(scenario())
