@@ -4,7 +4,7 @@ Autobahn case files on Python 3, in a process of its own on a free port) drives 
 Graded by `wsgw_bench.conformance.Grade`: no case FAILED, NON-STRICT or UNIMPLEMENTED
 (INFORMATIONAL is what the RFC leaves open, and is only printed).
 
-`make test` runs the sample the DPDK test runs (`wsgw_bench.conformance.SAMPLE`, 387 cases:
+`make test` runs a wide sample (`wsgw_bench.conformance.SAMPLE`, 387 cases:
 every case of 1-7, 9, 10 and the smaller sizes of every permessage-deflate group). The whole
 suite (517 cases, with 12.*.6-18 and 13.*.6-18 that echo 1000 messages of up to 128 KiB
 each, compressed both ways) took 246 s of the suite's 22 min on 2 CPUs; it runs in `wsgw
