@@ -362,7 +362,7 @@ class Plan:
 
 def plan_for(options: BenchOptions) -> Plan:
     if options.quick:
-        return Plan((100.0, 1000.0), 0.5, 1.5, 1)
+        return Plan((100.0, 1000.0), 0.3, 0.7, 1)
     return Plan((100.0, 1000.0, 10_000.0, 100_000.0), 1.5, 5.0, min(options.repetitions, 3))
 
 

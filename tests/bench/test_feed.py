@@ -182,7 +182,7 @@ def _cmdline(pid: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def quick_run() -> Iterator[dict[str, list[Window]]]:
-    """One quick run for the module's tests (about 45 s)."""
+    """One quick run for the module's tests (about 50 s)."""
     name = _lab_name()
     children = _children()
     try:
