@@ -513,6 +513,8 @@ class Plan:
     deliveries: int  # messages delivered, summed over consumers, in a throughput run
     latency_s: float
     delivery_rate: float  # summed over consumers, in a latency run
+    stall_fill: int = STALL_FILL  # the stall comparison's burst
+    stall_pairs: int = STALL_PAIRS  # its (A, B) phase pairs
 
     def messages(self, n: int) -> int:
         return max(1000, self.deliveries // n)
@@ -524,7 +526,8 @@ class Plan:
 
 def _plan(options: BenchOptions) -> Plan:
     if options.quick:
-        return Plan((1, 10), 100_000, 1.0, 20_000)
+        # A smoke: the stall burst still outgrows a stopped consumer's socket buffers.
+        return Plan((1, 10), 50_000, 0.5, 20_000, stall_fill=20_000, stall_pairs=1)
     return Plan((1, 10, 100), 400_000, 3.0, 20_000)
 
 
@@ -728,7 +731,7 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
     more consumer that stopped reading (B), alternating: see the module doc."""
     rate = plan.rate(n)
     paced_count = int(rate * plan.latency_s)
-    hub = gw.hub(ring_messages=STALL_FILL + 4 * paced_count)
+    hub = gw.hub(ring_messages=plan.stall_fill + 4 * paced_count)
     healthy: Workers | None = None
     straggler: Workers | None = None
     watch = _GcWatch()
@@ -761,8 +764,8 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
         def filled() -> None:
             """The fill, received by every healthy consumer before the phase is measured (its
             backlog in their sockets would otherwise delay the phase's first messages)."""
-            got = healthy.measure(STALL_FILL, False, lambda: fill(STALL_FILL))
-            if sum(got["counts"]) != n * STALL_FILL:
+            got = healthy.measure(plan.stall_fill, False, lambda: fill(plan.stall_fill))
+            if sum(got["counts"]) != n * plan.stall_fill:
                 raise RuntimeError(f"healthy consumers got {sum(got['counts'])} of the fill")
 
         a, b = _PhaseFigures(), _PhaseFigures()
@@ -779,7 +782,7 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
             straggler = Workers(target, endpoint, 1)
             if contender != RING:
                 _wait(lambda: len(hub.consumers()) == n + 1, f"{n + 1} stream consumers")
-            straggler.arm(paced_count + STALL_FILL, False)
+            straggler.arm(paced_count + plan.stall_fill, False)
             straggler.signal(signal.SIGSTOP)
             try:
                 filled()
@@ -794,10 +797,10 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
             if contender != RING:
                 _wait(lambda: len(hub.consumers()) == n, f"{n} stream consumers")
 
-        for k in range(STALL_PAIRS):  # A B, then B A: drift spreads over both
+        for k in range(plan.stall_pairs):  # A B, then B A: drift spreads over both
             for phase in (phase_a, phase_b) if k % 2 == 0 else (phase_b, phase_a):
                 phase()
-        lost = 2 * STALL_PAIRS * n * paced_count - a.delivered - b.delivered
+        lost = 2 * plan.stall_pairs * n * paced_count - a.delivered - b.delivered
         return StallOutcome(
             a.p99,
             b.p99,
@@ -805,8 +808,8 @@ def _run_stall(gw: Gateway, contender: str, n: int, plan: Plan) -> StallOutcome:
             lag,
             a.gc_summary(),
             b.gc_summary(),
-            a.cpu_s * 1e6 / (STALL_PAIRS * paced_count),
-            b.cpu_s * 1e6 / (STALL_PAIRS * paced_count),
+            a.cpu_s * 1e6 / (plan.stall_pairs * paced_count),
+            b.cpu_s * 1e6 / (plan.stall_pairs * paced_count),
         )
     finally:
         with contextlib.suppress(ValueError):
@@ -855,9 +858,9 @@ def _stall_series(gw: Gateway, plan: Plan, reps: int) -> list[Measurement]:
     for c in contenders:
         notes = [
             f"publishing {plan.rate(n):.0f} msg/s, {int(plan.rate(n) * plan.latency_s)} msgs "
-            f"per phase, {STALL_PAIRS} (A: no straggler, B: one stopped) pairs per round, "
+            f"per phase, {plan.stall_pairs} (A: no straggler, B: one stopped) pairs per round, "
             f"{reps} rounds (a sample per pair); the straggler stopped (SIGSTOP) before a "
-            f"{STALL_FILL}-msg burst (A gets the burst too); target: ratio <= 1 within noise",
+            f"{plan.stall_fill}-msg burst (A gets the burst too); target: ratio <= 1 within noise",
             "full GCs in the hub's process per round (longest): " + "; ".join(gcs[c]),
             "CPU of the hub's process per published message, us: " + "; ".join(cpus[c]),
         ]
