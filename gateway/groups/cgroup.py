@@ -35,7 +35,7 @@ import orjson
 from dataplane.arbiter import CGroup
 from dataplane.ring import RingWriter
 from gateway.dialects.identity import HASH, Identity, identity_for
-from gateway.groups.figures import leg_figures, passed_through_gap
+from gateway.groups.figures import DownGaps, leg_figures
 from gateway.groups.handover import Successor
 from gateway.hub.events import GapEvent
 from gateway.hub.names import RING_GAP_TOPIC
@@ -86,6 +86,7 @@ class CFeedGroup:
         self._floors = dict(floors or {})
         self._final_last: dict[str, int] | None = None
         self.passed_topics: set[str] = set()  # as FeedGroup's
+        self._down_gaps = DownGaps()
         self.group = CGroup(
             ring.handle,
             hub_id=hub_id,
@@ -156,7 +157,9 @@ class CFeedGroup:
         if late:
             self.successor.forward(late)
 
-    def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
+    def leg_gap(
+        self, session_id: int, lost: int | None, reason: str, *, stopped: bool = False
+    ) -> None:
         """A leg lost messages (reconnect, went down): holes no longer wait for it; C marks
         it live again at its next frame."""
         leg = self._leg_of[session_id]
@@ -167,8 +170,18 @@ class CFeedGroup:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
         self.group.set_live(leg, False, time.time_ns())
-        if leg == 0 and self.passed_topics:  # as FeedGroup's
-            self._sink.publish_gap(self.hub_id, lost, passed_through_gap(reason))
+        stats = self.group.stats()  # C marks a leg live at its next frame, Python down
+        with self._lock:
+            told = self._down_gaps.reason(  # as FeedGroup's
+                leg,
+                not any(stats["leg_live"]),
+                stats["delivered"] + self.passed_through,
+                bool(self.passed_topics),
+                reason,
+                stopped,
+            )
+        if told is not None:
+            self._sink.publish_gap(self.hub_id, lost if told[1] else None, told[0])
 
     def restart(self, topic: str) -> int:
         """As FeedGroup.restart, in C (wsgw_group_restart)."""

@@ -27,8 +27,9 @@ session thread off the CPU right after such a read (the failover bench's false l
 `unread_waits` 0: the probe found the socket just emptied).
 
 A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wait for it;
-its next batch marks it live again. Leg 0 going down is a gap of the group when frames have
-passed through (no exchange id): no other leg can fill what it loses of them. A `Lost` is
+its next batch marks it live again. The last live leg going down is a gap of the group (every
+leg down: unlinked topics would lose silently), and leg 0 going down is one when frames have
+passed through (no exchange id): no other leg can fill what it loses of them (DownGaps). A `Lost` is
 published as a gap of the group with the missing count. Holes that no leg fills expire at
 the next offer past their deadline (the arbiter does it, once that offer's own arrival
 counted) and on a timer on the runtime's loop.
@@ -51,7 +52,7 @@ from typing import Any
 from dataplane.arbiter import CArbiter, Delivered, Lost, Output, has_c_identity
 from gateway.dialects.identity import HASH, Identity, identity_for
 from gateway.groups.cgroup import CFeedGroup, c_group_sink
-from gateway.groups.figures import leg_figures, passed_through_gap
+from gateway.groups.figures import DownGaps, leg_figures
 from gateway.groups.handover import Successor
 from gateway.sessions.sink import MessageSink, Published
 
@@ -144,6 +145,7 @@ class FeedGroup:
         self._floors = dict(floors or {})
         self.passed_topics: set[str] = set()  # topics of frames passed through (no exchange id)
         self._down: set[int] = set()
+        self._down_gaps = DownGaps()
         self._lock = threading.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
@@ -218,7 +220,9 @@ class FeedGroup:
                 self.counters.dropped_unidentified += len(loose)
         self._ask_timer()
 
-    def leg_gap(self, session_id: int, lost: int | None, reason: str) -> None:
+    def leg_gap(
+        self, session_id: int, lost: int | None, reason: str, *, stopped: bool = False
+    ) -> None:
         """A leg lost messages (reconnect, sequence break): holes no longer wait for it."""
         leg = self._leg_of[session_id]
         with self._lock:
@@ -229,8 +233,17 @@ class FeedGroup:
             self.counters.leg_gaps[leg] += 1  # counts up -> down only
             self._down.add(leg)
             self._emit(self._arbiter.set_live(leg, False, time.time_ns()))
-            if leg == 0 and self.passed_topics:
-                self._sink.publish_gap(self.hub_id, lost, passed_through_gap(reason))
+            counters = self.counters
+            told = self._down_gaps.reason(
+                leg,
+                len(self._down) == len(self.spec.legs),
+                counters.delivered + counters.passed_through,
+                bool(self.passed_topics),
+                reason,
+                stopped,
+            )
+            if told is not None:
+                self._sink.publish_gap(self.hub_id, lost if told[1] else None, told[0])
             self._ask_timer()
 
     def restart(self, topic: str) -> int:
@@ -540,11 +553,12 @@ class GroupRouter:
             return session_id
         return group.spec.legs[0]
 
-    def leg_down(self, session_id: int, reason: str) -> None:
-        """A leg left streaming (backoff, stopped, failed): holes stop waiting for it."""
+    def leg_down(self, session_id: int, reason: str, *, stopped: bool = False) -> None:
+        """A leg left streaming (backoff, stopped, failed): holes stop waiting for it.
+        stopped: it was stopped, not lost (DownGaps)."""
         group = self._by_leg.get(session_id)
         if group is not None:
-            group.leg_gap(session_id, None, reason)
+            group.leg_gap(session_id, None, reason, stopped=stopped)
 
     def publish_batch(self, messages: Sequence[Published]) -> object:
         if messages:

@@ -1,5 +1,5 @@
 """One leg's figures, the same keys whichever path (C group or Python arbiter) runs it, and
-the gap reason both paths give when leg 0 goes down."""
+the gap a leg going down owes the group's consumers on both paths."""
 
 from __future__ import annotations
 
@@ -45,6 +45,36 @@ def leg_figures(
         "newest_id": newest_id,
         "state": state,
     }
+
+
+class DownGaps:
+    """Which gap of the group a leg going down is (both paths). Every leg down for a failure
+    (a lost connection, a sequence break, a backoff: not a stop) after the group carried
+    anything since the last such gap: what the exchange sends until a leg is back is lost,
+    and only linked topics get exact gaps later (the arbiter's holes), not unlinked ones
+    (bookTicker: ids that skip) nor those passing through. A stopped leg (the operator's,
+    or a fleet node's that moved it) is not down for this: no gap at a stop, and none on a
+    node where the leg runs elsewhere. Else leg 0's, when frames pass through it alone (no
+    exchange id): no other leg fills what it loses of them."""
+
+    def __init__(self) -> None:
+        self._told_at = 0  # what the group had carried at the last every-leg-down gap
+        self._stopped: set[int] = set()  # legs down for a stop, until one fails again
+
+    def reason(
+        self, leg: int, every_leg_down: bool, carried: int, passed: bool, why: str, stopped: bool
+    ) -> tuple[str, bool] | None:
+        """(gap reason, whether the leg's own count applies), or None: no gap."""
+        if stopped:
+            self._stopped.add(leg)
+        else:
+            self._stopped.discard(leg)
+        if every_leg_down and not self._stopped and carried > self._told_at:
+            self._told_at = carried
+            return f"every leg down (the last: {why}): what the exchange sent may be lost", False
+        if leg == 0 and passed:
+            return passed_through_gap(why), True
+        return None
 
 
 def passed_through_gap(reason: str) -> str:

@@ -879,7 +879,8 @@ class LiveRuntime:
         the control plane's sink, with the fine state and connection in the details."""
         sid = event.session_id
         if event.kind == STATE and event.state is not State.STREAMING:
-            self._groups.leg_down(sid, f"{event.state}: {event.reason}")
+            stopped = event.state in (State.STOPPING, State.STOPPED)
+            self._groups.leg_down(sid, f"{event.state}: {event.reason}", stopped=stopped)
         if event.kind == STATE:
             with self._lock:
                 current = self._sessions.get(sid) is session

@@ -228,6 +228,28 @@ def test_a_message_both_legs_drop_is_one_gap_with_its_count(gateway: Gateway) ->
     run(scenario(), timeout=60)
 
 
+def test_both_legs_reset_at_once_is_a_gap_of_the_group(gateway: Gateway) -> None:
+    """Every leg's connection lost at once: the group's consumers get a gap (lost unknown)
+    before the messages after it, whatever the topic links (it was told only by the
+    arbiter's holes, so a topic whose ids do not link lost silently)."""
+    gw = gateway
+
+    async def scenario() -> None:
+        async with group_streaming(gw) as (sim, seen):
+            before = len(seen.seqs)
+            assert sim.inject(Fault("reset"), f"group:{GROUP}") == 2
+            await until(lambda: subscribers(sim) == 2)  # both back
+            last = await stream(sim, 50)
+            await seen.reach(last)
+            seen.pull()
+            down = [g for g in seen.gaps if str(g["reason"]).startswith("every leg down")]
+            assert len(down) == 1, seen.gaps
+            assert down[0]["session"] == gw.hub_id and down[0]["lost"] is None
+            assert seen.seqs[before:] == list(range(seen.seqs[before], last + 1))
+
+    run(scenario(), timeout=60)
+
+
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         text: str = response.read().decode()

@@ -387,7 +387,7 @@ def test_leg_0_going_down_is_a_gap_of_what_passes_through_it_alone(c_path: bool)
         now = time.time_ns()
         for sid in (A, B):
             side.router.publish_batch([(sid, TOPIC, odd, now, None)])
-        side.router.publish_gap(B, None, "reconnect: B's")  # B's frames never pass: no gap
+        # (B going down alone is no gap: test_every_leg_down_is_a_gap_of_the_group)
         side.router.publish_gap(A, 4, "reconnect: A's")
         side.router.publish_gap(A, None, "backoff")  # down already: told once
         for sid in (A, B):
@@ -401,3 +401,50 @@ def test_leg_0_going_down_is_a_gap_of_what_passes_through_it_alone(c_path: bool)
         (HUB_ID, f"{HUB_ID}:{TOPIC}", later),
     ][: len(records)] and len(records) == 3, records
     assert "reconnect: A's" in records[1][4]
+
+
+def book_ticker(u: int) -> bytes:
+    """A bookTicker frame: its update id `u` skips (no link), so no hole can be told."""
+    return b'{"stream":"btcusdt@bookTicker","data":{"u":%d,"s":"BTCUSDT","b":"1","a":"2"}}' % u
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_every_leg_down_is_a_gap_of_the_group(c_path: bool) -> None:
+    """Every leg down for a failure is a gap of the group (lost unknown): what the exchange
+    sends until a leg is back is lost, and for topics it does not link (bookTicker) no
+    hole will tell it (it was silent). Not at the start (nothing carried yet), not while
+    another leg is live, once per time every leg is down, and a stopped leg is not down
+    for it (a stop is no loss; on a fleet node the leg may run elsewhere)."""
+    side = Side(c_path=c_path)
+    topic = "btcusdt@bookTicker"
+
+    def ticks(sid: int, *ids: int) -> None:
+        side.router.publish_batch([(sid, topic, book_ticker(u), time.time_ns(), None) for u in ids])
+
+    try:
+        side.router.leg_down(A, "connecting: start")  # both down before anything came
+        side.router.leg_down(B, "connecting: start")
+        ticks(A, 10)
+        ticks(B, 10)
+        side.router.leg_down(B, "backoff: B's reset")  # A is live: no gap
+        ticks(A, 15)
+        side.router.publish_gap(A, None, "reconnect: A's reset")  # the last one: a gap
+        side.router.leg_down(A, "backoff: A's reset")  # down already: told once
+        side.router.leg_down(B, "backoff: again")
+        ticks(B, 40)  # back: 16..39 may be lost, and only the gap says so
+        ticks(A, 40, 41)
+        side.router.leg_down(A, "stopping: by the operator", stopped=True)
+        side.router.leg_down(B, "stopping: by the operator", stopped=True)  # a stop: no gap
+        ticks(B, 50)  # restarted
+        side.router.publish_gap(B, None, "reconnect: B's")  # A is stopped: not down, no gap
+        ticks(A, 60)  # restarted
+        side.router.publish_gap(A, None, "reconnect: A's")  # every leg lost: a gap
+        records = side.records()
+    finally:
+        side.close()
+    ring_topic = f"{HUB_ID}:{topic}"
+    tick = [(HUB_ID, ring_topic, book_ticker(u)) for u in (10, 15, 40, 41, 50, 60)]
+    down = ("gap", HUB_ID, HUB_ID, None)
+    assert [r[:4] for r in records] == [*tick[:2], down, *tick[2:], down], records
+    assert "every leg down" in records[2][4] and "A's reset" in records[2][4]
+    assert "every leg down" in records[-1][4] and "reconnect: A's" in records[-1][4]
