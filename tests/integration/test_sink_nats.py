@@ -435,21 +435,25 @@ def capture(url: str, stream: str) -> None:
     asyncio.run(make())
 
 
+def quick_reconnects(server: NatsServer, c_path: bool, **more: int) -> NatsConfig:
+    """A sink's config for a server that comes and goes: connects retried every 0.2 s."""
+    return NatsConfig(
+        servers=[server.url],
+        reconnect_wait_s=0.2,
+        connect_timeout_s=0.5,
+        c_path=c_path,
+        c_busy_sends=0,
+        **more,  # type: ignore[arg-type]
+    )
+
+
 @pytest.mark.parametrize("c_path", [True, False])
 def test_what_either_path_drops_while_the_server_is_away_is_a_gap(c_path: bool) -> None:
     """The server away and the sink's bound full (C: its backlog's buffer_messages;
     nats-py: its pending_bytes): what is dropped is owed to the session's subscribers as
     a `$gap` (reason nats_sink_dropped) that counts at least what never came."""
     server = NatsServer(jetstream=True).start()
-    config = NatsConfig(
-        servers=[server.url],
-        reconnect_wait_s=0.2,
-        connect_timeout_s=0.5,
-        c_path=c_path,
-        c_busy_sends=0,
-        buffer_messages=200,
-        pending_bytes=4 << 10,
-    )
+    config = quick_reconnects(server, c_path, buffer_messages=200, pending_bytes=4 << 10)
     sink = NatsSink(config).start(10)
     hub = Hub(nats=sink)
     publish = Numbered(hub)
@@ -488,13 +492,7 @@ def test_what_either_path_reads_before_its_first_connection_is_a_gap(c_path: boo
     and once connected its subscribers are told, as a `$gap` (nats_sink_dropped) of exactly
     those records, before what comes next (it was counted only)."""
     server = NatsServer(jetstream=True)
-    config = NatsConfig(
-        servers=[server.url],
-        reconnect_wait_s=0.2,
-        connect_timeout_s=0.5,
-        c_path=c_path,
-        c_busy_sends=0,
-    )
+    config = quick_reconnects(server, c_path)
     sink = NatsSink(config).start()
     hub = Hub(nats=sink)
     publish = Numbered(hub)
