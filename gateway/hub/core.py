@@ -33,6 +33,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -176,6 +177,7 @@ class _Router:
                     self._route(events)
                 except Exception:  # a bug must not stop the loop or the follower
                     log.exception("hub: routing %d ring records failed", len(events))
+                    self._lost_in_routing(events)
                 if len(events) < READ_BATCH:
                     break
         finally:
@@ -272,6 +274,19 @@ class _Router:
         )
         for consumer in list(self.consumers):
             consumer.overflowed(gap.lost)
+
+    def _lost_in_routing(self, events: list[RingEvent]) -> None:
+        """Routing a read failed part way (a bug): each consumer of a session in it may have
+        missed some of that session's records, and learns it as of the loop's overrun (a
+        gap of them all, or a cut for a consumer that takes no loss: it resumes)."""
+        counts = Counter(event[1] for event in events if type(event) is not Gap)
+        for consumer in list(self.consumers):
+            lost = counts.get(consumer.session_id)
+            if lost:
+                try:
+                    consumer.overflowed(lost)
+                except Exception:
+                    log.exception("hub: telling %r of a routing failure failed", consumer)
 
     def end_session(self, sid: int) -> None:
         """The session was deleted: its consumers end with 4410 (loop thread)."""

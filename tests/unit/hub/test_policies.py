@@ -193,3 +193,41 @@ def test_delivery_options_are_checked() -> None:
         DeliveryOptions(overflow="block")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="conflation_ms"):
         DeliveryOptions(conflation_ms=-1)
+
+
+def test_a_read_the_router_fails_to_route_is_a_gap_for_its_sessions_consumers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug while a read is routed (injected: the first resolve raises) loses what it had
+    not handed over: each consumer of a session in the read learns it as of an overrun (a
+    gap of the read's count; a strict one is cut and resumes), others hear nothing, and the
+    next read is routed (it was lost with a log line)."""
+    from gateway.hub.core import _Router as Router
+
+    real = Router._resolve
+    broken = [RuntimeError("injected")]
+
+    def resolve_once_broken(self: Router, sid: int, tid: int, name: str) -> object:
+        if broken:
+            raise broken.pop()
+        return real(self, sid, tid, name)
+
+    monkeypatch.setattr(Router, "_resolve", resolve_once_broken)
+
+    async def main() -> None:
+        hub = Hub(ring=RingWriter.create(None, 1 << 20))
+        lossy = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100, overflow="drop_oldest"))
+        strict = hub.subscribe(1, ["a"], DeliveryOptions(queue_size=100))
+        other = hub.subscribe(2, ["a"], DeliveryOptions(queue_size=100, overflow="drop_oldest"))
+        hub.publish_batch([msg(1, "a", i) for i in range(5)])
+        await settle(hub)
+        hub.publish_batch([msg(1, "a", 5), msg(2, "a", 0)])
+        await settle(hub)
+        events = lossy.poll()
+        assert events[0] == GapNotice(1, 5, OVERLOAD)
+        assert numbers(events[1:]) == [5]
+        assert (strict.ended.result().code, strict.ended.result().kind) == (1013, "overload")
+        assert numbers(other.poll()) == [0]
+        hub.close()
+
+    asyncio.run(main())
