@@ -7,10 +7,9 @@ nor the API loop ever waits for the bus. The sink follows the hub's shared-memor
 the ring's sequence numbers; it publishes a whole read without yielding, so nats-py's
 flusher writes it to the socket in one go (batched flushes). Messages are dropped and
 counted: before the first connection (`not_connected`, owed as a `$gap` like a publish's
-drop, below), when the sink falls more than
-`buffer_messages` behind the ring's writer or is lapped by it (`buffer_full`), and during a
-reconnection once nats-py's own reconnect buffer (`pending_bytes`) is full
-(`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
+drop, below), when the sink falls more than `buffer_messages` behind the ring's writer or is
+lapped by it (`buffer_full`), and during a reconnection once nats-py's own reconnect buffer
+(`pending_bytes`) is full (`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
 to subscribers as a `$gap` (reason `nats_sink_behind`) per session published; a message a
 publish dropped (`disconnected`, `error`) is owed to its session's subscribers as a `$gap`
 (reason `nats_sink_dropped`: its first ring sequence, how many), published before what
