@@ -30,9 +30,9 @@ A leg's gap (it reconnected) marks it down in the arbiter, so holes no longer wa
 its next batch marks it live again. The last live leg going down for a failure is a gap of
 the group (every leg down: unlinked topics would lose silently), and leg 0 going down is one
 when frames have passed through (no exchange id): no other leg can fill what it loses of
-them (DownGaps). A `Lost` is published as a gap of the group with the missing count. Holes that no leg fills expire at
-the next offer past their deadline (the arbiter does it, once that offer's own arrival
-counted) and on a timer on the runtime's loop.
+them (DownGaps). A `Lost` is published as a gap of the group with the missing count. Holes
+that no leg fills expire at the next offer past their deadline (the arbiter does it, once
+that offer's own arrival counted) and on a timer on the runtime's loop.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ flusher writes it to the socket in one go (batched flushes). Messages are droppe
 counted: before the first connection (`not_connected`, owed as a `$gap` like a publish's
 drop, below), when the sink falls more than `buffer_messages` behind the ring's writer or is
 lapped by it (`buffer_full`), and during a reconnection once nats-py's own reconnect buffer
-(`pending_bytes`) is full (`disconnected`). nats-py reconnects by itself. A skip past `buffer_messages` is announced
-to subscribers as a `$gap` (reason `nats_sink_behind`) per session published; a message a
-publish dropped (`disconnected`, `error`) is owed to its session's subscribers as a `$gap`
-(reason `nats_sink_dropped`: its first ring sequence, how many), published before what
-comes next as soon as nats-py takes it. /metrics:
+(`pending_bytes`) is full (`disconnected`). nats-py reconnects by itself. A skip past
+`buffer_messages` is announced to subscribers as a `$gap` (reason `nats_sink_behind`) per
+session the ring holds topics of; a message a publish dropped (`disconnected`, `error`) is
+owed to its session's subscribers as a `$gap` (reason `nats_sink_dropped`: its first ring
+sequence, how many), published before what comes next as soon as nats-py takes it. /metrics:
 `wsgw_nats_published_total`, `wsgw_nats_dropped_total{reason}`, `wsgw_nats_connected`,
 `wsgw_nats_reconnects_total`, `wsgw_nats_pending`, and `wsgw_nats_behind_gaps_total` (those
 `$gap` announcements; gateway.hub.metrics). A read the sink fails to hand over (a bug, not
