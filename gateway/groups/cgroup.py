@@ -166,6 +166,8 @@ class CFeedGroup:
         with self._lock:
             if self._closed:
                 return
+            if not stopped:  # a stopped leg starting again is a leg again
+                self._down_gaps.unstop(leg)
             if not self.group.stats()["leg_live"][leg]:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only

@@ -228,6 +228,8 @@ class FeedGroup:
         with self._lock:
             if self._closed:
                 return
+            if not stopped:  # a stopped leg starting again is a leg again
+                self._down_gaps.unstop(leg)
             if leg in self._down:
                 return  # already down: one reset tells several state changes
             self.counters.leg_gaps[leg] += 1  # counts up -> down only

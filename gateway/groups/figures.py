@@ -59,7 +59,11 @@ class DownGaps:
 
     def __init__(self) -> None:
         self._told_at = 0  # what the group had carried at the last every-leg-down gap
-        self._stopped: set[int] = set()  # legs down for a stop, until one fails again
+        self._stopped: set[int] = set()  # legs down for a stop, until they start again
+
+    def unstop(self, leg: int) -> None:
+        """The leg went down for something else than a stop (it starts again: connecting)."""
+        self._stopped.discard(leg)
 
     def reason(
         self, leg: int, every_leg_down: bool, carried: int, passed: bool, why: str, stopped: bool

@@ -439,12 +439,18 @@ def test_every_leg_down_is_a_gap_of_the_group(c_path: bool) -> None:
         side.router.publish_gap(B, None, "reconnect: B's")  # A is stopped: not down, no gap
         ticks(A, 60)  # restarted
         side.router.publish_gap(A, None, "reconnect: A's")  # every leg lost: a gap
+        ticks(B, 65)  # B back
+        side.router.leg_down(B, "stopping: by the operator", stopped=True)
+        ticks(A, 70)
+        side.router.leg_down(B, "connecting: started again")  # B starts: a leg again
+        side.router.publish_gap(A, None, "reconnect: A's again")  # B is not up yet: a gap
         records = side.records()
     finally:
         side.close()
     ring_topic = f"{HUB_ID}:{topic}"
-    tick = [(HUB_ID, ring_topic, book_ticker(u)) for u in (10, 15, 40, 41, 50, 60)]
+    tick = [(HUB_ID, ring_topic, book_ticker(u)) for u in (10, 15, 40, 41, 50, 60, 65, 70)]
     down = ("gap", HUB_ID, HUB_ID, None)
-    assert [r[:4] for r in records] == [*tick[:2], down, *tick[2:], down], records
+    assert [r[:4] for r in records] == [*tick[:2], down, *tick[2:6], down, *tick[6:], down]
+    assert "reconnect: A's again" in records[-1][4]
     assert "every leg down" in records[2][4] and "A's reset" in records[2][4]
-    assert "every leg down" in records[-1][4] and "reconnect: A's" in records[-1][4]
+    assert "every leg down" in records[-4][4] and "reconnect: A's" in records[-4][4]
