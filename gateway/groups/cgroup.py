@@ -166,8 +166,7 @@ class CFeedGroup:
         with self._lock:
             if self._closed:
                 return
-            if not stopped:  # a stopped leg starting again is a leg again
-                self._down_gaps.unstop(leg)
+            self._down_gaps.leg_down(leg, stopped)
             if not self.group.stats()["leg_live"][leg]:
                 return  # already down: one reset tells several state changes
             self.leg_gaps[leg] += 1  # counts up -> down only
@@ -180,7 +179,6 @@ class CFeedGroup:
                 stats["delivered"] + self.passed_through,
                 bool(self.passed_topics),
                 reason,
-                stopped,
             )
         if told is not None:
             self._sink.publish_gap(self.hub_id, lost if told[1] else None, told[0])

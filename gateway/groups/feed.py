@@ -228,8 +228,7 @@ class FeedGroup:
         with self._lock:
             if self._closed:
                 return
-            if not stopped:  # a stopped leg starting again is a leg again
-                self._down_gaps.unstop(leg)
+            self._down_gaps.leg_down(leg, stopped)
             if leg in self._down:
                 return  # already down: one reset tells several state changes
             self.counters.leg_gaps[leg] += 1  # counts up -> down only
@@ -242,7 +241,6 @@ class FeedGroup:
                 counters.delivered + counters.passed_through,
                 bool(self.passed_topics),
                 reason,
-                stopped,
             )
             if told is not None:
                 self._sink.publish_gap(self.hub_id, lost if told[1] else None, told[0])

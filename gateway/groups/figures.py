@@ -61,18 +61,19 @@ class DownGaps:
         self._told_at = 0  # what the group had carried at the last every-leg-down gap
         self._stopped: set[int] = set()  # legs down for a stop, until they start again
 
-    def unstop(self, leg: int) -> None:
-        """The leg went down for something else than a stop (it starts again: connecting)."""
-        self._stopped.discard(leg)
-
-    def reason(
-        self, leg: int, every_leg_down: bool, carried: int, passed: bool, why: str, stopped: bool
-    ) -> tuple[str, bool] | None:
-        """(gap reason, whether the leg's own count applies), or None: no gap."""
+    def leg_down(self, leg: int, stopped: bool) -> None:
+        """Every time a leg is told down (already down or not): a stop marks it, anything
+        else (a failure, or connecting: a stopped leg starting again) unmarks it."""
         if stopped:
             self._stopped.add(leg)
         else:
             self._stopped.discard(leg)
+
+    def reason(
+        self, leg: int, every_leg_down: bool, carried: int, passed: bool, why: str
+    ) -> tuple[str, bool] | None:
+        """When the leg went from live to down: (gap reason, whether the leg's own count
+        applies), or None: no gap."""
         if every_leg_down and not self._stopped and carried > self._told_at:
             self._told_at = carried
             return f"every leg down (the last: {why}): what the exchange sent may be lost", False
