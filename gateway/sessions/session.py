@@ -731,11 +731,7 @@ class UpstreamSession:
             log.exception("session %d: the sink refused a batch of %d", self.id, len(out))
             # Its consumers are told, as of a reconnect's loss (if the sink takes a gap).
             self.counters.sink_refused += len(out)
-            self.counters.gaps += 1
-            try:
-                self._sink.publish_gap(self.id, len(out), SINK_REFUSED)
-            except Exception:
-                log.exception("session %d: the sink refused a gap", self.id)
+            self._publish_gap(len(out), SINK_REFUSED)
         if out:
             # In-gateway latency of the burst: read from the connection to handed to the hub.
             self.latency_ns.append(time.time_ns() - out[0][3])
@@ -1077,12 +1073,15 @@ class UpstreamSession:
             )
 
     def _gap(self, link: _Link, reason: str, lost: int | None = None) -> None:
+        self._publish_gap(lost, reason)
+        self._emit(GAP, reason, link, {"lost": lost})
+
+    def _publish_gap(self, lost: int | None, reason: str) -> None:
         self.counters.gaps += 1
         try:
             self._sink.publish_gap(self.id, lost, reason)
         except Exception:
             log.exception("session %d: the sink refused a gap", self.id)
-        self._emit(GAP, reason, link, {"lost": lost})
 
     # ---- states and events ------------------------------------------------------------------
     def _move(
