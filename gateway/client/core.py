@@ -122,17 +122,7 @@ def decode_normalized(message: RingMessage) -> NormalizedMessage | None:
         return None
     encoding, upstream = found
     event = decode(message.payload, encoding)
-    return NormalizedMessage(
-        message.seq,
-        message.session_id,
-        message.topic,
-        message.ts_ns,
-        message.payload,
-        message.topic_id,
-        event,
-        upstream,
-        encoding,
-    )
+    return NormalizedMessage(*message, event, upstream, encoding)
 
 
 #: What a Client yields: a message, a gap (messages lost) or a restart (a new run); with

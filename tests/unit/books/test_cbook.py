@@ -130,6 +130,7 @@ steps = message_streams(
 
 
 def plain(level: tuple[str, str]) -> bool:
+    """A level a snapshot may hold as it is: a size not zero and not in exponent notation."""
     return level[1].strip("0.") != "" and "e" not in level[1]
 
 

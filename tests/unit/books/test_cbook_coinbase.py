@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from gateway.normalize import make_normalizer
 from tests.unit.books.messages import Change, coinbase_snapshot, coinbase_update
 from tests.unit.books.strategies import changes, message_streams, odd_levels, snapshots
-from tests.unit.books.test_cbook import Twins, assert_declined
+from tests.unit.books.test_cbook import Twins, assert_declined, plain
 
 COINBASE = make_normalizer("coinbase")
 
@@ -29,7 +29,7 @@ def test_c_path_equals_python_path_at_every_step(
     """Updates with odd texts (the book moves to Python until its next snapshot), a side
     that is neither buy nor sell (an ask, as the normalizer reads it), new snapshots."""
     twins = Twins("coinbase")
-    good = [s for s in snap if s[1].strip("0.") and "e" not in s[1]]
+    good = [s for s in snap if plain(s)]
     twins.snapshot(coinbase_snapshot(good, good[:3]))
     for kind, bids, asks, odd in stream:
         if kind == "snapshot":

@@ -17,7 +17,7 @@ from gateway.normalize import make_normalizer
 from gateway.normalize.schema import Level
 from tests.unit.books.messages import Change, kraken_book
 from tests.unit.books.strategies import message_streams, sizes, texts
-from tests.unit.books.test_cbook import Twins, assert_declined
+from tests.unit.books.test_cbook import Twins, assert_declined, plain
 from tests.unit.books.test_checksums import (
     KRAKEN_DOC_ASKS,
     KRAKEN_DOC_BIDS,
@@ -86,7 +86,7 @@ def test_c_path_equals_python_path_at_every_step(
     """Updates with right and wrong checksums, none, odd numbers, depth truncation; after a
     resync the venue's next snapshot comes (a resubscribe)."""
     twins = Twins("kraken", depth=depth)
-    good = [s for s in snap if s[1].strip("0.") and "e" not in s[1]]
+    good = [s for s in snap if plain(s)]
 
     def snapshot() -> None:
         book = OrderBook()
