@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from gateway.store.errors import NotFoundError
@@ -56,11 +56,26 @@ class Repository(Generic[M]):
         return row
 
     def page(self, offset: int = 0, limit: int = 100) -> Page[M]:
-        total = self.session.scalar(select(func.count()).select_from(self.model)) or 0
+        return self._page(offset, limit)
+
+    def _page(
+        self,
+        offset: int,
+        limit: int,
+        *where: ColumnElement[bool],
+        order_by: Sequence[ColumnElement[Any]] = (),
+    ) -> Page[M]:
+        """The rows that match `where`, in `order_by` (oldest first, by id, when not
+        given), from `offset`, and how many match in all."""
+        total = self.session.scalar(select(func.count()).select_from(self.model).where(*where))
         rows = self.session.scalars(
-            select(self.model).order_by(self.model.id).offset(offset).limit(limit)
+            select(self.model)
+            .where(*where)
+            .order_by(*(order_by or [self.model.id]))
+            .offset(offset)
+            .limit(limit)
         )
-        return Page(list(rows), total)
+        return Page(list(rows), total or 0)
 
     def all(self) -> list[M]:
         return list(self.session.scalars(select(self.model).order_by(self.model.id)))
@@ -136,18 +151,7 @@ class SubscriptionRepository(Repository[SubscriptionRow]):
                     SubscriptionRow.owner_token_id.is_(None),
                 )
             )
-        total = (
-            self.session.scalar(select(func.count()).select_from(SubscriptionRow).where(*where))
-            or 0
-        )
-        rows = self.session.scalars(
-            select(SubscriptionRow)
-            .where(*where)
-            .order_by(SubscriptionRow.id)
-            .offset(offset)
-            .limit(limit)
-        )
-        return Page(list(rows), total)
+        return self._page(offset, limit, *where)
 
     def of_session(self, session_id: int) -> list[SubscriptionRow]:
         return list(
@@ -193,16 +197,12 @@ class EventRepository(Repository[EventRow]):
 
     def of_session(self, session_id: int, offset: int, limit: int) -> Page[EventRow]:
         """Newest first: an operator reads a session's history from the latest change."""
-        where = EventRow.session_id == session_id
-        total = self.session.scalar(select(func.count()).select_from(EventRow).where(where))
-        rows = self.session.scalars(
-            select(EventRow)
-            .where(where)
-            .order_by(EventRow.at.desc(), EventRow.id.desc())
-            .offset(offset)
-            .limit(limit)
+        return self._page(
+            offset,
+            limit,
+            EventRow.session_id == session_id,
+            order_by=[EventRow.at.desc(), EventRow.id.desc()],
         )
-        return Page(list(rows), total or 0)
 
 
 def hash_secret(secret: str) -> str:
