@@ -77,7 +77,14 @@ from gateway.hub.nats_c import C_PATH_DEFAULT
 from gateway.lab import Lab
 from gateway.settings import LATENCY_PROFILES
 from gateway.simulator.process import start_simulator
-from wsgw_bench.core import BenchOptions, Measurement, alternate, scenario, unique_lab_name
+from wsgw_bench.core import (
+    BenchOptions,
+    Measurement,
+    alternate,
+    scenario,
+    scenario_log,
+    unique_lab_name,
+)
 
 SCENARIO = "feed"
 TOPICS = ("btcusdt@trade", "ethusdt@trade", "solusdt@trade", "bnbusdt@trade")
@@ -1489,10 +1496,7 @@ def plot(plan: Plan, windows: dict[str, list[Window]], path: Path) -> Path:
 )
 def bench_feed(options: BenchOptions) -> list[Measurement]:
     plan = plan_for(options)
-
-    def log(line: str) -> None:
-        print(f"[feed] {line}", flush=True)
-
+    log = scenario_log(SCENARIO)
     windows = run_feed(plan, unique_lab_name(options, "feed"), log=log)
     if options.out is not None:
         log(f"wrote {plot(plan, windows, options.out / 'feed_latency.png')}")
@@ -1553,11 +1557,7 @@ def main(argv: list[str] | None = None) -> None:
     rates = tuple(float(r) for r in args.rates.split(","))
     plan = Plan(rates, args.warmup, args.seconds, args.rounds)
     lab = args.lab or unique_lab_name(BenchOptions(), "feed")
-
-    def log(line: str) -> None:
-        print(f"[feed] {line}", flush=True)
-
-    windows = run_feed(plan, lab, chosen, log=log)
+    windows = run_feed(plan, lab, chosen, log=scenario_log(SCENARIO))
     for line in summary(plan, windows):
         print(line, flush=True)
 

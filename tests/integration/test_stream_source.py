@@ -90,6 +90,20 @@ def server_of() -> Iterator[Callable[..., Server]]:
         server.stop()
 
 
+@pytest.fixture
+def source_of(server_of: Callable[..., Server]) -> Iterator[Callable[..., StreamSource]]:
+    """A StreamSource on a new server running `handler`, closed at the end of the test."""
+    sources: list[StreamSource] = []
+
+    def make(handler: Handler, tls: ssl.SSLContext | None = None, **kwargs: Any) -> StreamSource:
+        sources.append(StreamSource(server_of(handler, tls).url, **kwargs))
+        return sources[-1]
+
+    yield make
+    for source in sources:
+        source.close()
+
+
 def read_n(source: StreamSource, count: int) -> list[Any]:
     got: list[Any] = []
     deadline = time.monotonic() + 10
@@ -105,7 +119,7 @@ def read_on(source: StreamSource, seconds: float) -> None:
 
 
 def test_frames_become_events_in_order_with_the_queue_full_gap(
-    server_of: Callable[..., Server],
+    source_of: Callable[..., StreamSource],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed(5).decode())
@@ -115,12 +129,8 @@ def test_frames_become_events_in_order_with_the_queue_full_gap(
         await ws.send(orjson.dumps(gap).decode())
         await ws.wait_closed()
 
-    server = server_of(handler)
-    source = StreamSource(server.url)
-    try:
-        got = read_n(source, 501)
-    finally:
-        source.close()
+    source = source_of(handler)
+    got = read_n(source, 501)
     messages = [e for e in got if type(e) is RingMessage]
     assert [m.seq for m in messages] == list(range(5, 505))
     assert messages[0] == RingMessage(5, 3, "3:t0", 15, b'{"i":5}', -1)
@@ -129,7 +139,7 @@ def test_frames_become_events_in_order_with_the_queue_full_gap(
 
 
 def test_the_server_s_pings_are_answered_while_the_consumer_reads(
-    server_of: Callable[..., Server],
+    source_of: Callable[..., StreamSource],
 ) -> None:
     answered: list[float] = []
 
@@ -140,18 +150,13 @@ def test_the_server_s_pings_are_answered_while_the_consumer_reads(
             await ws.send(msg(seq).decode())
         await ws.wait_closed()
 
-    server = server_of(handler)
-    source = StreamSource(server.url)
-    try:
-        got = read_n(source, 3)
-    finally:
-        source.close()
+    got = read_n(source_of(handler), 3)
     assert [e.seq for e in got] == [1, 2, 3]
     assert len(answered) == 3
 
 
 def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
-    server_of: Callable[..., Server],
+    source_of: Callable[..., StreamSource],
 ) -> None:
     replies: list[object] = []
 
@@ -161,16 +166,13 @@ def test_a_final_close_is_raised_after_the_frames_that_came_before_it(
         await ws.close(4410, "session 3 was deleted")
         replies.append(ws.protocol.close_rcvd)  # the client's close frame (section 5.5.1)
 
-    server = server_of(handler)
-    source = StreamSource(server.url)
-    try:
-        assert [e.seq for e in read_n(source, 1)] == [1]
-        with pytest.raises(StreamClosedError) as closed:
-            read_on(source, 5.0)
-        assert (closed.value.code, closed.value.reason) == (4410, "session 3 was deleted")
-        assert source.ended
-    finally:
-        source.close()
+    source = source_of(handler)
+    assert [e.seq for e in read_n(source, 1)] == [1]
+    with pytest.raises(StreamClosedError) as closed:
+        read_on(source, 5.0)
+    assert (closed.value.code, closed.value.reason) == (4410, "session 3 was deleted")
+    assert source.ended
+    source.close()
     deadline = time.monotonic() + 5
     while not replies and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -190,19 +192,17 @@ def test_a_refusal_before_the_first_frame_is_raised_at_open(
 
 
 def test_interrupt_and_close_end_a_wait_in_another_thread(
-    server_of: Callable[..., Server],
+    source_of: Callable[..., StreamSource],
 ) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(subscribed().decode())
         await ws.wait_closed()
 
-    server = server_of(handler)
-    source = StreamSource(server.url)
-    check_interrupt_and_close_end_a_wait_in_another_thread(source)
+    check_interrupt_and_close_end_a_wait_in_another_thread(source_of(handler))
 
 
 def test_wss_with_the_system_s_trust_store(
-    server_of: Callable[..., Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source_of: Callable[..., StreamSource], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """TLS: frames decrypted ahead of a read (more than one TLS record per socket read) are
     all delivered, and the server's pings answered, through the default context."""
@@ -220,15 +220,11 @@ def test_wss_with_the_system_s_trust_store(
         answered.append(await asyncio.wait_for(await ws.ping(), 5))
         await ws.wait_closed()
 
-    server = server_of(handler, tls)
-    source = StreamSource(server.url)
-    try:
-        got = read_n(source, 300)
-        deadline = time.monotonic() + 5
-        while not answered and time.monotonic() < deadline:
-            source.read(timeout=0.1)
-    finally:
-        source.close()
+    source = source_of(handler, tls)
+    got = read_n(source, 300)
+    deadline = time.monotonic() + 5
+    while not answered and time.monotonic() < deadline:
+        source.read(timeout=0.1)
     assert [e.seq for e in got] == list(range(1, 301))
     assert answered
 
@@ -247,7 +243,7 @@ def test_wss_with_the_system_s_trust_store(
     ],
 )
 def test_a_read_waits_as_given_else_as_the_subscribed_frame_recommends(
-    server_of: Callable[..., Server],
+    source_of: Callable[..., StreamSource],
     advice: str | None,
     given: WaitPolicy | str | None,
     want: tuple[WaitPolicy, str],
@@ -260,12 +256,8 @@ def test_a_read_waits_as_given_else_as_the_subscribed_frame_recommends(
         await ws.send(orjson.dumps(hello).decode())
         await asyncio.Future()
 
-    server = server_of(handler)
-    source = StreamSource(server.url, wait=given) if given else StreamSource(server.url)
-    try:
-        assert (source.wait_policy, source.wait_origin) == want
-    finally:
-        source.close()
+    source = source_of(handler, wait=given) if given else source_of(handler)
+    assert (source.wait_policy, source.wait_origin) == want
 
 
 def test_a_wait_policy_that_is_none_is_refused_before_connecting() -> None:
