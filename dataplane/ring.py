@@ -44,7 +44,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypedDict, Unpack
 
 from dataplane.closing import Closing
 from dataplane.errors import DataplaneError
@@ -676,6 +676,26 @@ def _detach_reader(handle: int, sliced: list[int]) -> None:
 Start = Literal["latest", "oldest"]
 
 
+class AttachOptions(TypedDict, total=False):
+    """The options `RingReader.attach` and `RingReader.attach_fd` take, listed once so
+    that they stay the same in both; the defaults are `RingReader._open`'s.
+
+    copy: payloads as bytes instead of views (default False). start: "latest" (only what
+    comes next, the default) or "oldest" (what is still in the ring). max_batch: messages
+    per read_batch at the most (default 1024). wait: how read_batch and wait wait
+    (WaitPolicy or "futex", "spin[:us]", "busy"), or "auto" (the default; None says the
+    same): as the ring's writer recommends, futex when it says nothing. reader_name: how the
+    gateway lists this reader (default: the process's name). slice_ns: the waiting
+    thread's scheduler slice (RingReader.slice_ns; None, the default: its own)."""
+
+    copy: bool
+    start: Start
+    max_batch: int
+    wait: WaitPolicy | str | None
+    reader_name: str | None
+    slice_ns: int | None
+
+
 class RingReader(Closing):
     """One consumer's view of a ring. One thread reads; another may `interrupt` or `close`."""
 
@@ -752,39 +772,22 @@ class RingReader(Closing):
         cls,
         name: str | os.PathLike[str],
         topics: Iterable[str] | None = None,
-        *,
-        copy: bool = False,
-        start: Start = "latest",
-        max_batch: int = 1024,
-        wait: WaitPolicy | str | None = WAIT_AUTO,
-        reader_name: str | None = None,
-        slice_ns: int | None = None,
+        **options: Unpack[AttachOptions],
     ) -> RingReader:
         """Attach to the ring `name` (see ring_path). topics: names or shell patterns
-        ("binance:*") to deliver, None for all. copy: payloads as bytes instead of views.
-        start: "latest" (only what comes next) or "oldest" (what is still in the ring).
-        wait: how read_batch and wait wait (WaitPolicy or "futex", "spin[:us]", "busy"), or
-        "auto" (or None): as the ring's writer recommends, futex when it says nothing.
-        reader_name: how the gateway lists this reader (default: the process's name).
-        slice_ns: the waiting thread's scheduler slice (RingReader.slice_ns; None: its own)."""
-        path = ring_path(name)
-        return cls._open(path, -1, topics, start, copy, max_batch, wait, reader_name, slice_ns)
+        ("binance:*") to deliver, None for all. options: see `AttachOptions`."""
+        return cls._open(ring_path(name), -1, topics, **options)
 
     @classmethod
     def attach_fd(
         cls,
         fd: int,
         topics: Iterable[str] | None = None,
-        *,
-        copy: bool = False,
-        start: Start = "latest",
-        max_batch: int = 1024,
-        wait: WaitPolicy | str | None = WAIT_AUTO,
-        reader_name: str | None = None,
-        slice_ns: int | None = None,
+        **options: Unpack[AttachOptions],
     ) -> RingReader:
-        """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd."""
-        return cls._open(None, fd, topics, start, copy, max_batch, wait, reader_name, slice_ns)
+        """Attach to a ring by file descriptor (a memfd ring); the caller keeps its fd.
+        topics and options: as `attach`'s."""
+        return cls._open(None, fd, topics, **options)
 
     @classmethod
     def _open(
@@ -792,12 +795,13 @@ class RingReader(Closing):
         path: Path | None,
         fd: int,
         topics: Iterable[str] | None,
-        start: Start,
-        copy: bool,
-        max_batch: int,
-        wait: WaitPolicy | str | None,
-        reader_name: str | None,
-        slice_ns: int | None,
+        *,
+        copy: bool = False,
+        start: Start = "latest",
+        max_batch: int = 1024,
+        wait: WaitPolicy | str | None = WAIT_AUTO,
+        reader_name: str | None = None,
+        slice_ns: int | None = None,
     ) -> RingReader:
         """attach and attach_fd: the ring at path (fd -1) or by its descriptor (path None)."""
         _check_library()

@@ -20,6 +20,7 @@ from dataplane.wire.errors import (
     UnsupportedError,
 )
 
+#: The protocol field's numbers (IANA); tcp and udp take theirs for the pseudo header.
 PROTO_ICMP = 1
 PROTO_TCP = 6
 PROTO_UDP = 17

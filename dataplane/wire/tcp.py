@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from dataplane.wire._common import Buffer, as_bytes
 from dataplane.wire.checksum import csum_partial, inet_checksum, pseudo_header_sum, sum16
 from dataplane.wire.errors import ChecksumError, MalformedError, TruncatedError
+from dataplane.wire.ipv4 import PROTO_TCP
 
 
 class TcpFlags(enum.IntFlag):
@@ -47,8 +48,6 @@ class TcpFlags(enum.IntFlag):
     __rand__ = __and__
     __ror__ = __or__
 
-
-PROTO_TCP = 6
 
 # Field offsets: source port 0, destination port 2, sequence 4, acknowledgement 8,
 # data offset (high nibble) 12, flags 13, window 14, checksum 16, urgent pointer 18.

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from dataplane.wire._common import Buffer, as_bytes
 from dataplane.wire.checksum import csum_partial, inet_checksum, pseudo_header_sum
 from dataplane.wire.errors import ChecksumError, MalformedError, TruncatedError
-
-PROTO_UDP = 17
+from dataplane.wire.ipv4 import PROTO_UDP
 
 # Field offsets: source port 0, destination port 2, length 4, checksum 6.
 _HEADER = struct.Struct("!HHHH")
