@@ -13,10 +13,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Path, Query, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel
 
 from api.auth import Principal, require_scope
-from api.schemas.common import ID_MAX
+from api.schemas.common import ID_MAX, PagePublic
 from gateway.control import ControlPlane
 from gateway.host import HostManager
 from gateway.settings import Settings
@@ -29,7 +28,7 @@ IdPath = Annotated[int, Path(ge=1, le=ID_MAX, description="the id the entity was
 LIMIT_CEILING = 10_000
 
 
-ListT = TypeVar("ListT", bound=BaseModel)
+ListT = TypeVar("ListT", bound=PagePublic[Any])
 M = TypeVar("M", bound=Base)
 
 

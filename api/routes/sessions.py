@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from api.auth import Principal, require_any_scope
 from api.deps import AdminDep, ControlDep, IdPath, PageDep
 from api.routes import resource_router
-from api.schemas.common import responses
+from api.schemas.common import PagePublic, responses
 from api.schemas.sessions import (
     DialectListPublic,
     SessionCreate,
@@ -59,11 +59,8 @@ class SessionSummaryPublic(BaseModel):
     topics: list[str] = Field(description="the topics the session is subscribed to upstream")
 
 
-class SessionSummaryListPublic(BaseModel):
-    data: list[SessionSummaryPublic]
-    count: int
-    offset: int
-    limit: int
+class SessionSummaryListPublic(PagePublic[SessionSummaryPublic]):
+    pass
 
 
 def session_summary(control: ControlPlane, row: SessionRow) -> SessionSummaryPublic:

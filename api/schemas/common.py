@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import UnionType
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -44,6 +44,19 @@ class PublicSchema(BaseModel):
     """Base of responses: built from ORM rows and runtime dataclasses."""
 
     model_config = ConfigDict(from_attributes=True)
+
+
+ItemT = TypeVar("ItemT")
+
+
+class PagePublic(PublicSchema, Generic[ItemT]):
+    """Base of a list route's answer (deps.Pagination.of builds it): one page of the items,
+    how many there are in all, and the window asked for."""
+
+    data: list[ItemT]
+    count: int
+    offset: int
+    limit: int
 
 
 Name = Annotated[

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
+from api.schemas.common import ID_MAX, Name, PagePublic, PublicSchema, Schema, UpdateSchema
 
 Legs = Annotated[
     list[Annotated[int, Field(ge=1, le=ID_MAX)]],
@@ -114,8 +114,5 @@ class GroupPublic(PublicSchema):
     )
 
 
-class GroupListPublic(PublicSchema):
-    data: list[GroupPublic]
-    count: int
-    offset: int
-    limit: int
+class GroupListPublic(PagePublic[GroupPublic]):
+    pass

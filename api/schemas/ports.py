@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, StrictBool
 
-from api.schemas.common import Name, PublicSchema, Schema, UpdateSchema
+from api.schemas.common import Name, PagePublic, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import (
     DEVICE,
     IPV4_HOST,
@@ -106,8 +106,5 @@ class PortPublic(PublicSchema):
     status: PortStatusPublic
 
 
-class PortListPublic(PublicSchema):
-    data: list[PortPublic]
-    count: int
-    offset: int
-    limit: int
+class PortListPublic(PagePublic[PortPublic]):
+    pass

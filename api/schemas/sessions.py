@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool
 
-from api.schemas.common import ID_MAX, Name, PublicSchema, Schema, UpdateSchema
+from api.schemas.common import ID_MAX, Name, PagePublic, PublicSchema, Schema, UpdateSchema
 from api.schemas.fleet import Placement
 from gateway.runtime import known_dialects
 from gateway.sessions.config import (
@@ -179,11 +179,8 @@ class SessionPublic(PublicSchema):
     status: SessionStatusPublic
 
 
-class SessionListPublic(PublicSchema):
-    data: list[SessionPublic]
-    count: int
-    offset: int
-    limit: int
+class SessionListPublic(PagePublic[SessionPublic]):
+    pass
 
 
 class SessionEventPublic(PublicSchema):
@@ -195,11 +192,8 @@ class SessionEventPublic(PublicSchema):
     details: dict[str, Any]
 
 
-class SessionEventListPublic(PublicSchema):
-    data: list[SessionEventPublic]
-    count: int
-    offset: int
-    limit: int
+class SessionEventListPublic(PagePublic[SessionEventPublic]):
+    pass
 
 
 class DialectListPublic(PublicSchema):

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from api.schemas.common import ID_MAX, PublicSchema, Schema, UpdateSchema
+from api.schemas.common import ID_MAX, PagePublic, PublicSchema, Schema, UpdateSchema
 from gateway.store.validate import TOPIC, TOPIC_MAX, check_pattern, check_topics
 
 Topics = Annotated[
@@ -133,8 +133,5 @@ class SubscriptionPublic(PublicSchema):
     )
 
 
-class SubscriptionListPublic(PublicSchema):
-    data: list[SubscriptionPublic]
-    count: int
-    offset: int
-    limit: int
+class SubscriptionListPublic(PagePublic[SubscriptionPublic]):
+    pass

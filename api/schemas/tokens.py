@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from api.schemas.common import Name, PublicSchema, Schema
+from api.schemas.common import Name, PagePublic, PublicSchema, Schema
 
 Scope = Literal["admin", "consume"]
 
@@ -31,8 +31,5 @@ class TokenCreatedPublic(TokenPublic):
     secret: str = Field(description="the bearer secret: shown this once, stored only hashed")
 
 
-class TokenListPublic(PublicSchema):
-    data: list[TokenPublic]
-    count: int
-    offset: int
-    limit: int
+class TokenListPublic(PagePublic[TokenPublic]):
+    pass
