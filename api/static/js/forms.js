@@ -3,6 +3,11 @@
 
 import { h, replace } from "./dom.js";
 
+/** The slot showErrors fills with what no field is named for (a form's first child). */
+export function formError() {
+  return h("p", { class: "form-error", role: "alert", hidden: true });
+}
+
 /**
  * A labelled control with its hint and error slot. `control` is an <input>/<select>/...
  * whose name is the API field name (so 422 locations map onto it).

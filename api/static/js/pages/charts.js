@@ -25,12 +25,13 @@ const HISTORY_POLL_MS = 5000;
 
 export function mount(root, ctx) {
   const m = ctx.metrics;
-  const why = (what) => () => {
-    if (m.error) return `metrics unavailable: ${m.error.message}`;
+  // Why a chart is empty: the metrics could not be read, else what `otherwise` says.
+  const unless = (otherwise) => () => (m.error ? `metrics unavailable: ${m.error.message}` : otherwise());
+  const why = (what) => unless(() => {
     const e = ctx.engine;
     const engine = e && e.state !== "running" ? ` (engine ${e.state}${e.reason ? `: ${e.reason}` : ""})` : "";
     return `not reported: the runtime exports no ${what}${engine}`;
-  };
+  });
   const secondsAxis = (v) => (v === 0 ? "0" : fmtSeconds(v));
   const charts = [
     new LineChart({
@@ -58,7 +59,7 @@ export function mount(root, ctx) {
       title: "API requests/s",
       series: [{ key: "httpRate", label: "requests" }],
       format: fmtCount,
-      empty: () => (m.error ? `metrics unavailable: ${m.error.message}` : "waiting for the second poll…"),
+      empty: unless(() => "waiting for the second poll…"),
     }),
     new LineChart({
       title: "API latency",
@@ -67,7 +68,7 @@ export function mount(root, ctx) {
         { key: "httpP99", label: "p99" },
       ],
       format: secondsAxis,
-      empty: () => (m.error ? `metrics unavailable: ${m.error.message}` : "waiting for requests…"),
+      empty: unless(() => "waiting for requests…"),
     }),
   ];
   const info = h("p", { class: "muted", id: "charts-info" });

@@ -3,7 +3,7 @@
 
 import { api, auth } from "../api.js";
 import { h } from "../dom.js";
-import { clearErrors, field, showErrors } from "../forms.js";
+import { clearErrors, field, formError, showErrors } from "../forms.js";
 
 export function mount(root, ctx) {
   const input = h("input", {
@@ -17,7 +17,7 @@ export function mount(root, ctx) {
   const form = h(
     "form",
     { class: "form login-form", novalidate: true },
-    h("p", { class: "form-error", role: "alert", hidden: true }),
+    formError(),
     field("API token", input, "Create one with: wsgw token create --name NAME --scope admin --scope consume"),
     h("div", { class: "actions" }, submit),
   );

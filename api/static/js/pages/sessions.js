@@ -16,7 +16,7 @@ import {
   table,
   td,
 } from "../dom.js";
-import { clearErrors, field, numberOrUndefined, showErrors } from "../forms.js";
+import { clearErrors, field, formError, numberOrUndefined, showErrors } from "../forms.js";
 import { isPresetUrl, preset, PRESETS } from "../presets.js";
 
 const NR_DETACHED = "the runtime reports no per-session metrics (no dataplane attached?)";
@@ -229,7 +229,7 @@ export function mount(root, ctx) {
     const f = el(
       "form",
       { class: "form", novalidate: true, id: "session-form" },
-      el("p", { class: "form-error", role: "alert", hidden: true }),
+      formError(),
       el(
         "div",
         { class: "form-grid" },

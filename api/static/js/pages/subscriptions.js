@@ -17,7 +17,7 @@ import {
   table,
   td,
 } from "../dom.js";
-import { clearErrors, field, numberOrUndefined, showErrors } from "../forms.js";
+import { clearErrors, field, formError, numberOrUndefined, showErrors } from "../forms.js";
 import { preset } from "../presets.js";
 
 const NR = "no fan-out hub reports consumer metrics (wsgw_consumer_*) yet";
@@ -273,7 +273,7 @@ export function mount(root, ctx) {
     const f = h(
       "form",
       { class: "form", novalidate: true, id: "subscription-form" },
-      h("p", { class: "form-error", role: "alert", hidden: true }),
+      formError(),
       h(
         "div",
         { class: "form-grid" },

@@ -4,7 +4,7 @@
 
 import { api, apiAll, auth } from "../api.js";
 import { confirmButton, fmtAgo, fmtTime, h, replace, stateBadge, syncRows, table, td } from "../dom.js";
-import { clearErrors, field, showErrors } from "../forms.js";
+import { clearErrors, field, formError, showErrors } from "../forms.js";
 
 export function mount(root) {
   let tokens = [];
@@ -30,7 +30,7 @@ export function mount(root) {
   const form = h(
     "form",
     { id: "token-form", class: "form", novalidate: true },
-    h("p", { class: "form-error", role: "alert", hidden: true }),
+    formError(),
     field("Name", nameInput, "Who or what uses it: one token per consumer makes revoking easy."),
     h(
       "fieldset",
