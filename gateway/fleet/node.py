@@ -44,6 +44,16 @@ others, a successor that does not stream within WARM_MAX_S (a quiet feed: it tak
 then), and a rule the owner no longer matches are handed over as before: released, then
 taken (break-before-make).
 
+Joining a stream another node publishes: a node that starts publishing a session's or a
+group's messages while another live node publishes the same message ids (the owner that hands
+the session over; the node of another leg of the group) holds back what it publishes first,
+JOIN_HOLD_S (`FencedSink.hold`, `joining_holds`). JetStream stores the first copy of a message
+id where it comes, so without the hold the joining node's first message, published at once,
+came before the messages just before it that the other node, a few ms behind on a loaded
+machine, had not published yet: stored in that order, a consumer read them out of order (the
+group test's failure: 1378 stored before 1360..1377). Afterwards both nodes publish every
+message in order, so the first copy of each comes in order.
+
 Fencing: the sessions publish through `FencedSink`, which drops a burst's messages of a
 session for which `LeaseStore.may_publish` says None (not held, or the last renewal too
 old: a paused or cut-off node stops before its lease can expire). That check runs on the
@@ -98,6 +108,13 @@ WARM_MAX_S = 5.0
 #: data (the owner published all along: no gap); an owner silent for this many ticks is dead,
 #: and the successor takes over and publishes a gap.
 OWNER_SILENT_TICKS = 1.5
+#: How long a node holds back what it publishes first for a session or a group that another
+#: live node publishes too (module doc: joining); the other node's lag behind this one must
+#: stay under it (about 0.1 s seen on a loaded 2-vCPU machine).
+JOIN_HOLD_S = 1.0
+#: A hold nothing came for within this time ends (the session did not stream, or it publishes
+#: under its group's hub id only).
+HOLD_ARMED_S = 10.0
 #: Dialects whose message ids are not the exchange's (run + ring sequence): their sessions
 #: hand over break-before-make, since two nodes' copies would not be one message on the bus.
 NO_EXCHANGE_IDS = frozenset({"generic"})
@@ -107,6 +124,46 @@ LISTEN_POLL_S = 0.5
 #: How long after another node's lease expires (by the database's clock) the tick aimed at
 #: it runs: the acquire's own `expires_at < clock_timestamp()` must already hold.
 EXPIRY_SLACK_S = 0.02
+
+
+def joining_holds(
+    session_id: int,
+    *,
+    node: str,
+    running: Collection[int],
+    owners: Mapping[int, str],
+    alive: Collection[str],
+    apart: Mapping[int, int],
+    owner_alive: bool,
+) -> set[int]:
+    """What `node` holds back (module doc: joining) as it starts publishing `session_id`:
+    the session's own messages when its owner hands it over alive (it publishes until it
+    stops); its feed group's (hub id) when that owner, or the node of another leg of the
+    group, is alive and publishes the group, unless another leg of the group runs here
+    already (the group's stream goes on here then). running: the sessions this node runs;
+    owners: session -> the node holding its lease; apart: session -> its group."""
+    held = {session_id} if owner_alive else set()
+    group = apart.get(session_id)
+    if group is None:
+        return held
+    legs = [sid for sid, gid in apart.items() if gid == group and sid != session_id]
+    if any(sid in running for sid in legs):
+        return held
+    elsewhere = any(
+        owners.get(sid) in alive and owners.get(sid) != node for sid in legs if sid in owners
+    )
+    if owner_alive or elsewhere:
+        held.add(GROUP_HUB_BASE + group)
+    return held
+
+
+class _Hold:
+    """FencedSink.hold's state for one id: what it holds back (None: nothing came yet)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.stale_at = time.monotonic() + HOLD_ARMED_S  # nothing came by then: it ends
+        self.queue: list[Callable[[], object]] | None = None
 
 
 def same_connection(a: SessionSpec, b: SessionSpec) -> bool:
@@ -131,6 +188,22 @@ class FencedSink:
         self.warm = warm
         self.fenced = 0  # messages dropped (read by tests and metrics)
         self._fenced_sessions: set[int] = set()  # logged once per spell behind the fence
+        self._holds: dict[int, _Hold] = {}  # hold(): id -> what it holds back
+        self._holds_lock = threading.Lock()
+
+    def hold(self, session_id: int, seconds: float) -> None:
+        """Hold back what passes the fence for `session_id` (batches and gaps) for `seconds`
+        from the first of it on, then publish it in order (what was refused by then is
+        dropped) and pass the rest straight on (module doc: joining)."""
+        with self._holds_lock:
+            self._holds[session_id] = _Hold(seconds)
+
+    def unhold(self, session_id: int) -> None:
+        """A hold that nothing came for yet ends (a take-over that failed)."""
+        with self._holds_lock:
+            hold = self._holds.get(session_id)
+            if hold is not None and hold.queue is None:
+                del self._holds[session_id]
 
     def publish_batch(self, messages: Sequence[Published]) -> object:
         if messages:
@@ -141,8 +214,49 @@ class FencedSink:
             if messages[-1][0] == sid and self.gate(sid) is not None:
                 if self._fenced_sessions:
                     self._fenced_sessions.discard(sid)
+                if self._holds and self._held_back(sid, messages):
+                    return None
                 return self.inner.publish_batch(messages)
         return self._publish_sorted(messages)
+
+    def _held_back(self, session_id: int, messages: Sequence[Published]) -> bool:
+        """Whether the id's messages (passed by the gate) are held back: queued then."""
+        batch = list(messages)
+        return self._queue(session_id, lambda: self._release_batch(session_id, batch))
+
+    def _queue(self, session_id: int, publish: Callable[[], object]) -> bool:
+        with self._holds_lock:
+            now = time.monotonic()
+            stale = [i for i, h in self._holds.items() if h.queue is None and now > h.stale_at]
+            for ended in stale:
+                del self._holds[ended]
+            hold = self._holds.get(session_id)
+            if hold is None:
+                return False
+            if hold.queue is None:  # the first: the hold's time starts
+                hold.queue = []
+                timer = threading.Timer(hold.seconds, self._release, (session_id,))
+                timer.daemon = True
+                timer.start()
+            hold.queue.append(publish)
+            return True
+
+    def _release(self, session_id: int) -> None:
+        """The hold's time is over: what it held, in order. Under the lock, so that what
+        comes for the id meanwhile waits and goes after it."""
+        with self._holds_lock:
+            hold = self._holds.pop(session_id, None)
+            for publish in (hold.queue if hold is not None else None) or ():
+                try:
+                    publish()
+                except Exception:  # the hub closed meanwhile: the node is going away
+                    log.exception("fleet: releasing what was held for %d failed", session_id)
+
+    def _release_batch(self, session_id: int, batch: list[Published]) -> object:
+        if self.gate(session_id) is None:  # its lease was lost meanwhile: fenced
+            self.fenced += len(batch)
+            return None
+        return self.inner.publish_batch(batch)
 
     def _publish_sorted(self, messages: Sequence[Published]) -> object:
         """A batch of several sessions, or one refused: each session's messages apart."""
@@ -151,18 +265,30 @@ class FencedSink:
         refused = {sid for sid in sessions if gate(sid) is None}
         if self._fenced_sessions:
             self._fenced_sessions &= refused | (self._fenced_sessions - sessions)
-        if not refused:
+        if not refused and not self._holds:
             return self.inner.publish_batch(messages)
-        expected = self.warm(refused) if self.warm is not None else set()
-        for sid in refused - self._fenced_sessions - expected:
-            log.warning("fleet: session %d is fenced (no lease renewed in time): its "
-                        "messages are dropped here", sid)  # fmt: skip
-        self._fenced_sessions |= refused
+        if refused:
+            expected = self.warm(refused) if self.warm is not None else set()
+            for sid in refused - self._fenced_sessions - expected:
+                log.warning("fleet: session %d is fenced (no lease renewed in time): its "
+                            "messages are dropped here", sid)  # fmt: skip
+            self._fenced_sessions |= refused
         kept = [m for m in messages if m[0] not in refused]
         self.fenced += len(messages) - len(kept)
+        if self._holds:
+            kept = [m for m in kept if not self._held_back(m[0], [m])]
         return self.inner.publish_batch(kept) if kept else None
 
     def publish_gap(self, session_id: int, lost: int | None, reason: str) -> object:
+        if self.gate(session_id) is None:
+            return None
+        if self._holds and self._queue(
+            session_id, lambda: self._release_gap(session_id, lost, reason)
+        ):
+            return None
+        return self.inner.publish_gap(session_id, lost, reason)
+
+    def _release_gap(self, session_id: int, lost: int | None, reason: str) -> object:
         if self.gate(session_id) is None:
             return None
         return self.inner.publish_gap(session_id, lost, reason)
@@ -344,6 +470,9 @@ class FleetNode:
         #: what a successor has taken over from it but still runs here until it stops.
         self._handing: dict[int, str] = {}
         self._handed: dict[int, str] = {}
+        #: As of the tick: session -> the node holding its lease, the nodes alive, and
+        #: session -> its feed group (who else publishes what this node starts: joining).
+        self._view: tuple[Mapping[int, str], Collection[str], Mapping[int, int]] = ({}, (), {})
 
     def may_publish(self, session_id: int) -> int | None:
         if self._closed:
@@ -469,6 +598,7 @@ class FleetNode:
         self._note_handed(held, owners)
         rules = {sid: rule for sid, (_, rule) in wanted.items()}
         apart = self.legs()
+        self._view = (owners, {n.name for n in nodes if n.alive}, apart)
         placement = place(rules, live, owners, apart)
         self._warn_together(placement, apart)
         until = store.next_expiry_s()
@@ -609,10 +739,14 @@ class FleetNode:
             dead = self._owner_dead(streamed or started, owner, heartbeats)
             if dead is None:
                 continue
+            # Armed before the lease: its next batch passes the fence at once.
+            holding = set() if dead else self._hold_joining(sid, owner_alive=True)
             lease = store.take_over(sid)
             del self._warm[sid]
             self._streamed.pop(sid, None)
             if lease is None:
+                for held_back in holding:
+                    runtime.fenced_sink.unhold(held_back)
                 runtime.stop_session(sid)
                 continue
             held[sid] = lease.generation
@@ -620,6 +754,27 @@ class FleetNode:
                      self.name, sid, now - started, lease.generation)  # fmt: skip
             if dead:
                 self._dead_owner_gap(sid, owner, lease.generation)
+
+    def _hold_joining(self, session_id: int, *, owner_alive: bool) -> set[int]:
+        """This node starts publishing the session: hold back what it publishes first for
+        the session and its group where another live node publishes them too (module doc:
+        joining). Returns the ids held back."""
+        owners, alive, apart = self._view
+        ids = joining_holds(
+            session_id,
+            node=self.name,
+            running=self.runtime.running_here(),
+            owners=owners,
+            alive=alive,
+            apart=apart,
+            owner_alive=owner_alive,
+        )
+        for held_back in sorted(ids):
+            self.runtime.fenced_sink.hold(held_back, JOIN_HOLD_S)
+        if ids:
+            log.info("fleet: node %s holds back the first %.1f s of %s: another node "
+                     "publishes it too", self.name, JOIN_HOLD_S, sorted(ids))  # fmt: skip
+        return ids
 
     def _live_nodes(self, nodes: list[NodeInfo]) -> dict[str, Mapping[str, str]]:
         live: dict[str, Mapping[str, str]] = {
@@ -746,6 +901,7 @@ class FleetNode:
                 reason = TAKEOVER_GAP_REASON.format(node=self.name, generation=generation)
                 runtime.mark_resumed(sid, reason)
             try:
+                self._hold_joining(sid, owner_alive=False)
                 runtime.set_topics(sid, self._topics(sid))
                 runtime.run_here(spec)
                 log.info("fleet: node %s runs session %d (generation %d)",
