@@ -194,9 +194,10 @@ class FencedSink:
     def hold(self, session_id: int, seconds: float) -> None:
         """Hold back what passes the fence for `session_id` (batches and gaps) for `seconds`
         from the first of it on, then publish it in order (what was refused by then is
-        dropped) and pass the rest straight on (module doc: joining)."""
+        dropped) and pass the rest straight on (module doc: joining). A hold of the id
+        already there stays as it is (what it keeps back is published when it ends)."""
         with self._holds_lock:
-            self._holds[session_id] = _Hold(seconds)
+            self._holds.setdefault(session_id, _Hold(seconds))
 
     def unhold(self, session_id: int) -> None:
         """A hold that nothing came for yet ends (a take-over that failed)."""
@@ -242,15 +243,17 @@ class FencedSink:
             return True
 
     def _release(self, session_id: int) -> None:
-        """The hold's time is over: what it held, in order. Under the lock, so that what
-        comes for the id meanwhile waits and goes after it."""
+        """The hold's time is over: what it held, in order. Under the lock and with the
+        hold still in place, so that what comes for the id meanwhile waits for the lock
+        and goes after it (gone from _holds first, it would pass straight on: before)."""
         with self._holds_lock:
-            hold = self._holds.pop(session_id, None)
+            hold = self._holds.get(session_id)
             for publish in (hold.queue if hold is not None else None) or ():
                 try:
                     publish()
                 except Exception:  # the hub closed meanwhile: the node is going away
                     log.exception("fleet: releasing what was held for %d failed", session_id)
+            self._holds.pop(session_id, None)
 
     def _release_batch(self, session_id: int, batch: list[Published]) -> object:
         if self.gate(session_id) is None:  # its lease was lost meanwhile: fenced

@@ -4,6 +4,7 @@ session or of several."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -107,6 +108,47 @@ def test_what_a_hold_kept_back_is_dropped_once_the_fence_closed_meanwhile() -> N
     wait_for(lambda: sink.fenced == 2)
     assert bus.out == []
     sink.unhold(7)  # nothing held any more: nothing to end
+
+
+def test_a_second_hold_of_an_id_keeps_what_the_first_holds() -> None:
+    """Two sessions of a group joining one after the other both hold the group's id: what
+    the first hold kept back is published, not dropped with it."""
+    bus = Bus()
+    sink = FencedSink(bus, {7: 0}.get)
+    sink.hold(7, 0.2)
+    sink.publish_batch(numbered(7, 1))
+    sink.hold(7, 0.2)
+    sink.publish_batch(numbered(7, 2))
+    wait_for(lambda: len(bus.out) == 2)
+    assert bus.out == [[1], [2]]
+
+
+def test_what_comes_while_a_hold_is_released_goes_after_what_it_held() -> None:
+    """The session's thread publishes while the hold's timer releases: its batch waits for
+    the release (it must not pass the hold's last batches)."""
+    released = threading.Event()
+    resume = threading.Event()
+
+    class SlowBus(Bus):
+        def publish_batch(self, messages: Sequence[Published]) -> object:
+            if messages[0][3] == 1:  # the first held batch: the release is under way
+                released.set()
+                assert resume.wait(5)
+            return super().publish_batch(messages)
+
+    bus = SlowBus()
+    sink = FencedSink(bus, {7: 0}.get)
+    sink.hold(7, 0.05)
+    sink.publish_batch(numbered(7, 1))
+    sink.publish_batch(numbered(7, 2))
+    assert released.wait(5)
+    late = threading.Thread(target=sink.publish_batch, args=(numbered(7, 3),))
+    late.start()
+    time.sleep(0.05)  # the late batch is at the hold (without the fix: already out)
+    resume.set()
+    late.join(5)
+    wait_for(lambda: len(bus.out) == 3)
+    assert bus.out == [[1], [2], [3]]
 
 
 @pytest.mark.parametrize("ends", ["unhold", "in time"])
