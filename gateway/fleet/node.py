@@ -742,8 +742,9 @@ class FleetNode:
             dead = self._owner_dead(streamed or started, owner, heartbeats)
             if dead is None:
                 continue
-            # Armed before the lease: its next batch passes the fence at once.
-            holding = set() if dead else self._hold_joining(sid, owner_alive=True)
+            # Armed before the lease: its next batch passes the fence at once. An owner
+            # dead meanwhile publishes nothing more, but another leg's node may (its group).
+            holding = self._hold_joining(sid, owner_alive=not dead)
             lease = store.take_over(sid)
             del self._warm[sid]
             self._streamed.pop(sid, None)
